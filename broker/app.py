@@ -1,0 +1,70 @@
+"""The Celery application: queues, routing and at-least-once settings.
+
+Plain Celery works: ``celery -A broker.app worker -Q planner,policy,tool.search_public``.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from broker.queues import all_queues, route_task
+from ledger.db import reset_engines
+from runner.settings import WarrantSettings
+from tools.registry import default_registry
+
+__all__ = ["app", "make_app"]
+
+#: Broker used when nothing is configured (plain ``celery`` against a local Redis).
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+#: Extra seconds a tool's hard time limit allows past its soft limit.
+HARD_LIMIT_GRACE_S = 5.0
+
+
+def make_app(settings: WarrantSettings | None = None) -> Celery:
+    settings = settings or WarrantSettings()
+    registry = default_registry()
+    longest = registry.max_timeout_s() + HARD_LIMIT_GRACE_S
+    if settings.visibility_timeout_s <= longest:
+        raise ValueError(
+            f"visibility timeout {settings.visibility_timeout_s}s must exceed the longest tool "
+            f"time limit ({longest}s), or Redis would redeliver running commands"
+        )
+    broker_url = settings.broker_url
+    if not broker_url:
+        try:
+            from runner.settings import resolved_urls
+
+            broker_url = resolved_urls(settings)[0]
+        except Exception:
+            broker_url = DEFAULT_BROKER_URL
+    celery = Celery("warrant", broker=broker_url, include=["broker.tasks"])
+    celery.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        task_queues=all_queues(registry),
+        task_default_queue="planner",
+        task_routes=(route_task,),
+        task_create_missing_queues=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+    )
+    return celery
+
+
+app = make_app()
+
+
+@worker_process_init.connect
+def _fresh_connections(**_: object) -> None:
+    """A forked pool process must not share its parent's database connections."""
+    reset_engines()

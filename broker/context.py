@@ -1,0 +1,50 @@
+"""What a worker process lends the stages: engine, registry, publisher, tool deps, clock."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+
+from broker.publish import Publisher
+from ledger.db import engine_for
+from ledger.stores import LedgerToolDeps
+from runner.settings import resolved_urls
+from tools.registry import Registry, default_registry
+
+__all__ = ["StageContext", "worker_context"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageContext:
+    engine: Engine
+    registry: Registry
+    publisher: Publisher
+    tool_deps: Any
+    clock: Callable[[], float] = field(default=time.time)
+
+
+_CONTEXTS: dict[int, StageContext] = {}
+
+
+def worker_context() -> StageContext:
+    """The process's context, built once per (forked) process."""
+    ctx = _CONTEXTS.get(os.getpid())
+    if ctx is None:
+        from broker.app import app
+
+        _, database_url = resolved_urls()
+        engine = engine_for(database_url)
+        ctx = StageContext(
+            engine=engine,
+            registry=default_registry(),
+            publisher=Publisher(app),
+            tool_deps=LedgerToolDeps(engine),
+        )
+        _CONTEXTS.clear()
+        _CONTEXTS[os.getpid()] = ctx
+    return ctx

@@ -1,0 +1,55 @@
+"""Publishing stage messages. A message carries ids and the expected version, nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+
+from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
+
+__all__ = ["Outbox", "Publisher"]
+
+RUN_HEADER = "warrant_run_id"
+
+
+class Publisher:
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def _send(self, name: str, run_id: str, kwargs: dict[str, Any], **options: Any) -> None:
+        self.app.send_task(name, kwargs=kwargs, headers={RUN_HEADER: run_id}, **options)
+
+    def planner(self, run_id: str, version: int) -> None:
+        self._send(TASK_PLANNER, run_id, {"run_id": run_id, "version": version})
+
+    def policy(self, run_id: str, version: int) -> None:
+        self._send(TASK_POLICY, run_id, {"run_id": run_id, "version": version})
+
+    def tool(
+        self, *, run_id: str, version: int, command_id: str, tool: str,
+        soft_time_limit: float, time_limit: float,
+    ) -> None:
+        self._send(
+            TASK_TOOL, run_id,
+            {"run_id": run_id, "version": version, "command_id": command_id, "tool": tool},
+            soft_time_limit=soft_time_limit, time_limit=time_limit,
+        )
+
+
+class Outbox:
+    """Messages to publish once the ledger transaction has committed (never before)."""
+
+    def __init__(self) -> None:
+        self._pending: list[Callable[[], None]] = []
+
+    def add(self, send: Callable[[], None]) -> None:
+        self._pending.append(send)
+
+    def flush(self) -> int:
+        sent = 0
+        while self._pending:
+            self._pending.pop(0)()
+            sent += 1
+        return sent

@@ -1,0 +1,112 @@
+"""Planner step: load, check budgets, ask the planner, record, hand on. Shell only."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from broker.context import StageContext
+from broker.publish import Outbox
+from broker.transitions import stop_changes, stop_events
+from ledger.db import session_scope
+from ledger.models import Proposal, Run
+from ledger.repo import StaleVersion, observations_of, run_view, transition
+from runner.codes import Phase, RunStatus, StopReason
+from runner.planners import PlannerFailure, planner_for
+from runner.planning import Complete, Forward, Stop, check_before_planning, interpret
+from runner.spec import RunSpec
+
+__all__ = ["planner_step"]
+
+log = logging.getLogger("warrant.planner")
+
+
+def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
+    """Returns what happened: ``ignored``, ``stopped``, ``completed`` or ``forwarded``."""
+    with session_scope(ctx.engine) as s:
+        run = s.get(Run, run_id)
+        if run is None or run.version != version or run.status != RunStatus.RUNNING \
+                or run.phase != Phase.PLANNING:
+            log.info("ignoring stale planner message run=%s v=%s", run_id, version)
+            return "ignored"
+        view = run_view(run)
+        spec = RunSpec.model_validate(run.spec)
+
+    outbox = Outbox()
+    stop = check_before_planning(view, ctx.clock())
+    if stop is not None:
+        return _stop(ctx, view.run_id, version, view, stop, step=view.step)
+
+    try:
+        raw: Any = planner_for(spec).propose(view)
+        failure = None
+    except PlannerFailure as exc:
+        raw, failure = None, exc.code
+
+    step = view.step + 1
+    counters = {"step": step, "model_calls": view.model_calls + 1}
+    try:
+        with session_scope(ctx.engine) as s:
+            if failure is not None:
+                stop = Stop(RunStatus.FAILED, StopReason.MODEL_FAILED, {"code": failure})
+                transition(s, run_id, version, changes={**counters, **stop_changes(stop)},
+                           events=[("model.failed", {"code": failure}),
+                                   *stop_events(view, stop, step=step, counters=counters)],
+                           step=step)
+                return "stopped"
+            decision = interpret(raw, observations_of(s, run_id))
+            kind = raw.get("kind") if isinstance(raw, dict) else None
+            proposal = Proposal(
+                run_id=run_id, step=step, kind=str(kind)[:16] if kind else "invalid",
+                proposal_id=decision.proposal_id if isinstance(decision, Forward) else None,
+                tool=decision.tool[:200] if isinstance(decision, Forward) and decision.tool
+                else None,
+                raw=raw, observation_version=view.observation_version, status="received",
+            )
+            s.add(proposal)
+            s.flush()
+            received = ("proposal.received", {"kind": proposal.kind, "tool": proposal.tool,
+                                              "model_calls": view.model_calls + 1})
+            if isinstance(decision, Forward):
+                new_version = transition(
+                    s, run_id, version,
+                    changes={**counters, "phase": Phase.POLICY.value,
+                             "pending_proposal_id": proposal.id},
+                    events=[received], step=step, proposal_id=proposal.proposal_id)
+                outbox.add(lambda: ctx.publisher.policy(run_id, new_version))
+                result = "forwarded"
+            elif isinstance(decision, Complete):
+                proposal.status = "accepted"
+                done = Stop(RunStatus.COMPLETED, StopReason.FINAL_ANSWER_VALIDATED,
+                            {"citations": len(decision.citations)}, answer=decision.answer)
+                transition(s, run_id, version,
+                           changes={**counters, **stop_changes(done)},
+                           events=[received, ("final.validated",
+                                              {"citations": decision.citations}),
+                                   *stop_events(view, done, step=step, counters=counters)],
+                           step=step)
+                result = "completed"
+            else:
+                proposal.status = "rejected" if decision.status is RunStatus.FAILED else "accepted"
+                transition(s, run_id, version,
+                           changes={**counters, **stop_changes(decision)},
+                           events=[received,
+                                   *stop_events(view, decision, step=step, counters=counters)],
+                           step=step)
+                result = "stopped"
+    except StaleVersion:
+        log.info("planner step lost the race run=%s v=%s", run_id, version)
+        return "ignored"
+    outbox.flush()
+    return result
+
+
+def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *,
+          step: int) -> str:
+    try:
+        with session_scope(ctx.engine) as s:
+            transition(s, run_id, version, changes=stop_changes(stop),
+                       events=stop_events(view, stop, step=step), step=step)
+    except StaleVersion:
+        return "ignored"
+    return "stopped"

@@ -1,0 +1,254 @@
+"""SQLAlchemy 2 models of the ledger (PostgreSQL only).
+
+``runs`` is the authoritative state; every transition is a compare-and-set on
+``runs.version``. The other tables are append-mostly facts bound to a run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Artifact",
+    "Base",
+    "Command",
+    "Confirmation",
+    "GrantRow",
+    "MemoryRecord",
+    "Observation",
+    "OutcomeRow",
+    "Proposal",
+    "Run",
+    "TraceEvent",
+]
+
+JSON = JSONB(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB}
+
+
+def _now() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    status: Mapped[str] = mapped_column(String(32))
+    phase: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    model_calls: Mapped[int] = mapped_column(Integer, default=0)
+    tool_calls: Mapped[int] = mapped_column(Integer, default=0)
+    tool_calls_by_tool: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    observation_version: Mapped[int] = mapped_column(Integer, default=0)
+    trace_seq: Mapped[int] = mapped_column(Integer, default=0)
+    stop_reason: Mapped[str | None] = mapped_column(String(64))
+    stop_detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    answer: Mapped[str | None] = mapped_column(Text)
+    goal: Mapped[str] = mapped_column(Text)
+    subject: Mapped[str] = mapped_column(String(200))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    pending_proposal_id: Mapped[int | None] = mapped_column(BigInteger)
+    active_command_id: Mapped[str | None] = mapped_column(String(36))
+    trace_id: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        Index("ix_runs_status_updated", "status", "updated_at"),
+        Index("ix_runs_created", "created_at"),
+    )
+
+
+class Proposal(Base):
+    __tablename__ = "proposals"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    proposal_id: Mapped[str | None] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    tool: Mapped[str | None] = mapped_column(String(200))
+    tool_version: Mapped[str | None] = mapped_column(String(50))
+    raw: Mapped[Any] = mapped_column(JSON)
+    arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    proposal_hash: Mapped[str | None] = mapped_column(String(64))
+    observation_version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(32))
+    rejection_code: Mapped[str | None] = mapped_column(String(64))
+    confirmation_request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_proposals_run_step"),)
+
+
+class Command(Base):
+    __tablename__ = "commands"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    proposal_pk: Mapped[int] = mapped_column(ForeignKey("proposals.id", ondelete="CASCADE"))
+    proposal_id: Mapped[str] = mapped_column(String(200))
+    step: Mapped[int] = mapped_column(Integer)
+    tool: Mapped[str] = mapped_column(String(200))
+    tool_version: Mapped[str] = mapped_column(String(50))
+    arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
+    arguments_hash: Mapped[str] = mapped_column(String(64))
+    idempotency_token: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    timeout_s: Mapped[float] = mapped_column(Float)
+    deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    confirmation_id: Mapped[str | None] = mapped_column(String(36))
+    grant_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = _now()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "step", name="uq_commands_run_step"),
+        Index("ix_commands_status_started", "status", "started_at"),
+        Index("ix_commands_token", "idempotency_token"),
+    )
+
+
+class OutcomeRow(Base):
+    __tablename__ = "outcomes"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    command_id: Mapped[str] = mapped_column(
+        ForeignKey("commands.id", ondelete="CASCADE"), unique=True
+    )
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    code: Mapped[str | None] = mapped_column(String(64))
+    retryable: Mapped[bool] = mapped_column(Boolean, default=False)
+    message: Mapped[str | None] = mapped_column(Text)
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    duration_ms: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = _now()
+
+
+class Observation(Base):
+    __tablename__ = "observations"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    observation_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(32))
+    source: Mapped[str] = mapped_column(String(32))
+    step: Mapped[int] = mapped_column(Integer)
+    content: Mapped[dict[str, Any]] = mapped_column(JSON)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    observation_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "observation_id", name="uq_observations_run_obs"),
+    )
+
+
+class TraceEvent(Base):
+    __tablename__ = "trace_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    event: Mapped[str] = mapped_column(String(64))
+    step: Mapped[int] = mapped_column(Integer)
+    proposal_id: Mapped[str | None] = mapped_column(String(200))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (UniqueConstraint("run_id", "seq", name="uq_trace_run_seq"),)
+
+
+class GrantRow(Base):
+    __tablename__ = "grants"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    capability: Mapped[str] = mapped_column(String(100))
+    resource_scope: Mapped[str] = mapped_column(String(500))
+    expires_at_step: Mapped[int | None] = mapped_column(Integer)
+    max_uses: Mapped[int | None] = mapped_column(Integer)
+    uses: Mapped[int] = mapped_column(Integer, default=0)
+    source: Mapped[str] = mapped_column(String(16), default="spec")
+    created_at: Mapped[datetime] = _now()
+
+
+class Confirmation(Base):
+    __tablename__ = "confirmations"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    proposal_hash: Mapped[str] = mapped_column(String(64))
+    tool: Mapped[str] = mapped_column(String(200))
+    approved: Mapped[bool] = mapped_column(Boolean)
+    used: Mapped[bool] = mapped_column(Boolean, default=False)
+    expires_at_step: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    decided_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = _now()
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(String(300))
+    content: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    idempotency_token: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (Index("ix_artifacts_run_path", "run_id", "path"),)
+
+
+class MemoryRecord(Base):
+    __tablename__ = "memory_records"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    subject: Mapped[str] = mapped_column(String(200))
+    key: Mapped[str] = mapped_column(String(100))
+    value: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer)
+    source_kind: Mapped[str] = mapped_column(String(32))
+    confirmation_id: Mapped[str | None] = mapped_column(String(36))
+    created_by_run: Mapped[str | None] = mapped_column(String(36))
+    idempotency_token: Mapped[str | None] = mapped_column(String(64), unique=True)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (
+        UniqueConstraint("subject", "key", "version", name="uq_memory_subject_key_version"),
+    )

@@ -1,0 +1,151 @@
+"""The Python API (client side): start runs, read them, wait for them.
+
+    client = Client.from_env()
+    run_id = client.start_run(spec_dict)
+    info = client.wait(run_id, timeout=30)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from ledger.db import engine_for, session_scope
+from ledger.models import GrantRow, Observation, Run, TraceEvent
+from ledger.repo import append_events
+from runner.canonical import content_hash
+from runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
+from runner.errors import RunNotFound
+from runner.settings import resolved_urls
+from runner.spec import RunSpec, parse_run_spec
+
+__all__ = ["Client", "RunInfo"]
+
+#: Statuses at which :meth:`Client.wait` returns (nothing moves without outside input).
+SETTLED = frozenset({*(s.value for s in RunStatus if s.terminal),
+                     RunStatus.WAITING_CONFIRMATION.value, RunStatus.HANDOFF.value})
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    status: str
+    phase: str
+    stop_reason: str | None
+    step: int
+    model_calls: int
+    tool_calls: int
+    version: int
+    answer: str | None
+    goal: str
+    subject: str
+    created_at: str
+    finished_at: str | None
+
+    @classmethod
+    def of(cls, run: Run) -> RunInfo:
+        return cls(run_id=run.id, status=run.status, phase=run.phase,
+                   stop_reason=run.stop_reason, step=run.step, model_calls=run.model_calls,
+                   tool_calls=run.tool_calls, version=run.version, answer=run.answer,
+                   goal=run.goal, subject=run.subject, created_at=run.created_at.isoformat(),
+                   finished_at=run.finished_at.isoformat() if run.finished_at else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Client:
+    """Talks to the ledger and publishes the first planner message of a run."""
+
+    def __init__(self, *, engine: Engine, publisher: Any) -> None:
+        self.engine = engine
+        self.publisher = publisher
+
+    @classmethod
+    def from_env(cls) -> Client:
+        from broker.app import app
+        from broker.publish import Publisher
+
+        _, database_url = resolved_urls()
+        return cls(engine=engine_for(database_url), publisher=Publisher(app))
+
+    def start_run(self, spec: RunSpec | dict[str, Any] | str, *, publish: bool = True) -> str:
+        """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written."""
+        if not isinstance(spec, RunSpec):
+            spec = parse_run_spec(spec)
+        run_id = str(uuid.uuid4())
+        now = datetime.now(tz=UTC)
+        goal = {"goal": spec.goal}
+        with session_scope(self.engine) as s:
+            s.add(Run(
+                id=run_id, status=RunStatus.RUNNING.value, phase=Phase.PLANNING.value,
+                version=1, step=0, model_calls=0, tool_calls=0, tool_calls_by_tool={},
+                observation_version=1, trace_seq=0, goal=spec.goal, subject=spec.subject,
+                spec=spec.model_dump(mode="json"),
+                deadline_at=now + timedelta(seconds=spec.budgets.deadline_s),
+            ))
+            s.flush()
+            for g in spec.grants:
+                s.add(GrantRow(run_id=run_id, capability=g.capability,
+                               resource_scope=g.resource_scope, expires_at_step=g.expires_at_step,
+                               max_uses=g.max_uses, uses=0, source="spec"))
+            s.add(Observation(
+                run_id=run_id, observation_id="user-1", kind=ObservationKind.USER.value,
+                source=ObservationSource.USER.value, step=0, content=goal,
+                content_hash=content_hash(goal), observation_version=1))
+            append_events(s, run_id, [
+                ("run.created", {"subject_hash": content_hash(spec.subject)[:16],
+                                 "grants": len(spec.grants),
+                                 "budgets": spec.budgets.model_dump(mode="json")}),
+                ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value}),
+            ], step=0)
+        if publish:
+            self.publisher.planner(run_id, 1)
+        return run_id
+
+    def get_run(self, run_id: str) -> RunInfo:
+        with session_scope(self.engine) as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            return RunInfo.of(run)
+
+    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
+        with session_scope(self.engine) as s:
+            q = select(Run).order_by(Run.created_at.desc()).limit(limit)
+            if status:
+                q = q.where(Run.status == status)
+            return [RunInfo.of(r) for r in s.scalars(q)]
+
+    def trace(self, run_id: str) -> list[dict[str, Any]]:
+        self.get_run(run_id)
+        with session_scope(self.engine) as s:
+            rows = s.scalars(select(TraceEvent).where(TraceEvent.run_id == run_id)
+                             .order_by(TraceEvent.seq))
+            return [{"seq": e.seq, "event": e.event, "step": e.step,
+                     "proposal_id": e.proposal_id, "details": e.details,
+                     "at": e.created_at.isoformat()} for e in rows]
+
+    def observations(self, run_id: str) -> list[dict[str, Any]]:
+        with session_scope(self.engine) as s:
+            rows = s.scalars(select(Observation).where(Observation.run_id == run_id)
+                             .order_by(Observation.id))
+            return [{"observation_id": o.observation_id, "kind": o.kind, "source": o.source,
+                     "step": o.step, "content": o.content,
+                     "observation_version": o.observation_version} for o in rows]
+
+    def wait(self, run_id: str, *, timeout: float = 60.0) -> RunInfo:
+        """Block until the run settles (terminal or waiting for a person) or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        pause = 0.02
+        while True:
+            info = self.get_run(run_id)
+            if info.status in SETTLED or time.monotonic() >= deadline:
+                return info
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.25)

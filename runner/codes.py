@@ -1,0 +1,102 @@
+"""Stable names: run statuses, phases, stop reasons, rejection codes, trace events.
+
+These strings are the contract with operators and tests (they come from the design texts);
+never rename one, only add.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    WAITING_CONFIRMATION = "waiting_confirmation"
+    NEEDS_INPUT = "needs_input"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    HANDOFF = "handoff"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_INPUT}
+)
+
+
+class Phase(StrEnum):
+    """Which stage message the run is waiting for (what a re-publish would send)."""
+
+    PLANNING = "planning"
+    POLICY = "policy"
+    TOOL = "tool"
+    IDLE = "idle"
+
+
+class StopReason(StrEnum):
+    FINAL_ANSWER_VALIDATED = "FINAL_ANSWER_VALIDATED"
+    FINAL_CITATION_VALIDATION_FAILED = "FINAL_CITATION_VALIDATION_FAILED"
+    MAX_STEPS_REACHED = "MAX_STEPS_REACHED"
+    MAX_MODEL_CALLS_REACHED = "MAX_MODEL_CALLS_REACHED"
+    MAX_TOOL_CALLS_REACHED = "MAX_TOOL_CALLS_REACHED"
+    DEADLINE_REACHED = "DEADLINE_REACHED"
+    REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+    PROPOSAL_OSCILLATION_DETECTED = "PROPOSAL_OSCILLATION_DETECTED"
+    USER_CONFIRMATION_REQUIRED = "USER_CONFIRMATION_REQUIRED"
+    CLARIFICATION_REQUIRED = "CLARIFICATION_REQUIRED"
+    MODEL_FAILED = "MODEL_FAILED"
+    TOOL_FAILED = "TOOL_FAILED"
+    TOOL_POSTCONDITION_FAILED = "TOOL_POSTCONDITION_FAILED"
+    TOOL_INTERNAL_ERROR = "TOOL_INTERNAL_ERROR"
+    UNKNOWN_EFFECT = "UNKNOWN_EFFECT"
+
+
+class Rejection(StrEnum):
+    """Stable policy rejection codes (``INVALID_<FIELD>`` codes are built per field)."""
+
+    PROPOSAL_PARSE_FAILED = "PROPOSAL_PARSE_FAILED"
+    UNKNOWN_TOOL_OR_VERSION = "UNKNOWN_TOOL_OR_VERSION"
+    INPUT_NOT_OBJECT = "INPUT_NOT_OBJECT"
+    UNKNOWN_INPUT_FIELD = "UNKNOWN_INPUT_FIELD"
+    INPUT_TOO_LARGE = "INPUT_TOO_LARGE"
+    MISSING_CAPABILITY = "MISSING_CAPABILITY"
+    RESOURCE_OUT_OF_SCOPE = "RESOURCE_OUT_OF_SCOPE"
+    GRANT_EXPIRED = "GRANT_EXPIRED"
+    GRANT_EXHAUSTED = "GRANT_EXHAUSTED"
+    MEMORY_KEY_NOT_ALLOWED = "MEMORY_KEY_NOT_ALLOWED"
+    MEMORY_VALUE_TOO_LONG = "MEMORY_VALUE_TOO_LONG"
+    PATH_OUTSIDE_RUN_OUTPUT = "PATH_OUTSIDE_RUN_OUTPUT"
+    STATE_GUARD_FAILED = "STATE_GUARD_FAILED"
+    CONFIRMATION_DECLINED = "CONFIRMATION_DECLINED"
+
+
+def invalid_field_code(field: str) -> str:
+    """``INVALID_<FIELD>`` for a schema error on ``field`` (dots and dashes become ``_``)."""
+    cleaned = "".join(ch if ch.isalnum() else "_" for ch in field).strip("_")
+    return f"INVALID_{cleaned.upper() or 'INPUT'}"
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class ObservationSource(StrEnum):
+    USER = "user"
+    TRUSTED_TOOL = "trusted-tool"
+    UNTRUSTED_CONTENT = "untrusted-content"
+    POLICY = "policy"
+
+
+class ObservationKind(StrEnum):
+    USER = "user-message"
+    TOOL_RESULT = "tool-result"
+    POLICY_REJECTION = "policy-rejection"
+    CONFIRMATION = "confirmation"

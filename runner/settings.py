@@ -1,0 +1,75 @@
+"""Settings, from ``WARRANT_*`` environment variables (pydantic-settings).
+
+When neither URL is set, the CLI's ``up``/``demo`` start embedded servers and record their
+URLs in ``<data_dir>/services.json``; every other command then finds them there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runner.errors import ServiceUnavailable
+
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "WarrantSettings",
+    "resolved_urls",
+]
+
+#: Where embedded Redis/PostgreSQL keep their data.
+DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "warrant"
+#: Redis visibility timeout; must exceed the longest tool time limit (checked at start-up).
+DEFAULT_VISIBILITY_TIMEOUT_S = 3600
+
+
+class WarrantSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="WARRANT_", extra="ignore")
+
+    broker_url: str | None = None
+    """Celery broker (``redis://...`` or ``amqp://...``)."""
+    database_url: str | None = None
+    """PostgreSQL ledger (``postgresql://...``)."""
+    data_dir: Path = DEFAULT_DATA_DIR
+    """Embedded servers' data and ``services.json``."""
+    visibility_timeout_s: int = Field(default=DEFAULT_VISIBILITY_TIMEOUT_S, ge=60)
+    """Seconds before Redis redelivers an unacknowledged message."""
+
+    @property
+    def services_file(self) -> Path:
+        return self.data_dir / "services.json"
+
+
+def _embedded(settings: WarrantSettings) -> dict[str, str]:
+    try:
+        data = json.loads(settings.services_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    pid = data.get("pid")
+    if not isinstance(pid, int):
+        return {}
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)}
+
+
+def resolved_urls(settings: WarrantSettings | None = None) -> tuple[str, str]:
+    """(broker_url, database_url): the environment, else a running ``warrant up``."""
+    settings = settings or WarrantSettings()
+    embedded = _embedded(settings) if not (settings.broker_url and settings.database_url) else {}
+    broker = settings.broker_url or embedded.get("broker_url")
+    database = settings.database_url or embedded.get("database_url")
+    if not broker or not database:
+        raise ServiceUnavailable(
+            "no broker/database configured: set WARRANT_BROKER_URL and WARRANT_DATABASE_URL, "
+            "or start the embedded stack with `warrant up`",
+            code="SERVICES_NOT_CONFIGURED",
+        )
+    return broker, database

@@ -1,0 +1,150 @@
+"""The run spec a producer submits, and the shapes a planner may output.
+
+A run spec is validated before anything is written or enqueued; a bad one raises
+:class:`~runner.errors.SpecError` naming each offending field. Planner outputs are *not*
+validated here: they are untrusted and go through the policy gate's parse layer, so a
+fixture may script malformed proposals on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runner.errors import SpecError
+
+__all__ = [
+    "DEFAULT_DEADLINE_S",
+    "DEFAULT_MAX_MODEL_CALLS",
+    "DEFAULT_MAX_REPEATED_PROPOSAL",
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_MAX_TOOL_CALLS",
+    "Budgets",
+    "ClarifyRequest",
+    "FinalAnswer",
+    "FixturePlannerSpec",
+    "Grant",
+    "PlannerOutput",
+    "RunSpec",
+    "ToolProposal",
+    "parse_run_spec",
+]
+
+#: Decision loops a run may take (each planner answer, including a refused one, is a step).
+DEFAULT_MAX_STEPS = 8
+#: Planner (model) calls, retries included.
+DEFAULT_MAX_MODEL_CALLS = 8
+#: Tool executions that passed the gate, retries included.
+DEFAULT_MAX_TOOL_CALLS = 4
+#: How often the same fingerprint may be proposed without a new observation.
+DEFAULT_MAX_REPEATED_PROPOSAL = 2
+#: Absolute wall-clock budget of the whole run, from its creation.
+DEFAULT_DEADLINE_S = 120.0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Grant(_Strict):
+    """A capability the run holds; the only source of permission besides an API call."""
+
+    capability: str = Field(min_length=1, max_length=100)
+    """Capability name, e.g. ``search:public``."""
+    resource_scope: str = Field(default="*", min_length=1, max_length=500)
+    """Resources it covers: exact, ``*`` for all, or a prefix ending in ``*``."""
+    expires_at_step: int | None = Field(default=None, ge=0)
+    """Last step (inclusive) at which the grant is valid; ``None`` = the whole run."""
+    max_uses: int | None = Field(default=None, ge=1)
+    """How many executions it may authorize; ``None`` = unlimited."""
+
+
+class Budgets(_Strict):
+    """Separate counters; each has its own stop reason."""
+
+    max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1, le=10_000)
+    """Decision loops, see :data:`DEFAULT_MAX_STEPS`."""
+    max_model_calls: int = Field(default=DEFAULT_MAX_MODEL_CALLS, ge=0, le=10_000)
+    """Planner calls, see :data:`DEFAULT_MAX_MODEL_CALLS`."""
+    max_tool_calls: int = Field(default=DEFAULT_MAX_TOOL_CALLS, ge=0, le=10_000)
+    """Tool executions, see :data:`DEFAULT_MAX_TOOL_CALLS`."""
+    max_repeated_proposal: int = Field(default=DEFAULT_MAX_REPEATED_PROPOSAL, ge=1, le=100)
+    """Same-fingerprint proposals allowed without a new observation."""
+    deadline_s: float = Field(default=DEFAULT_DEADLINE_S, gt=0, le=7 * 24 * 3600)
+    """Seconds from creation after which no new work starts."""
+    max_tool_calls_per_tool: dict[str, int] = Field(default_factory=dict)
+    """Optional per-tool caps, by tool name."""
+
+
+class FixturePlannerSpec(_Strict):
+    """A scripted planner: answer ``n`` is ``outputs[n]``. Used by tests and the demo."""
+
+    kind: Literal["fixture"]
+    outputs: list[dict[str, Any]] = Field(max_length=10_000)
+    """Raw planner outputs; malformed ones are allowed and refused by the gate."""
+
+
+PlannerSpec = Annotated[FixturePlannerSpec, Field(discriminator="kind")]
+
+
+class RunSpec(_Strict):
+    """What a producer submits to start one run."""
+
+    goal: str = Field(min_length=1, max_length=8_000)
+    """The user-visible goal; becomes observation ``user-1``."""
+    subject: str = Field(min_length=1, max_length=200)
+    """Whose run this is (memory and resource scopes are bound to it)."""
+    planner: PlannerSpec
+    """Which planner proposes actions."""
+    grants: list[Grant] = Field(default_factory=list, max_length=100)
+    """Capabilities granted to this run."""
+    budgets: Budgets = Field(default_factory=Budgets)
+    """Limits; every exhaustion stops the run with its own reason."""
+
+
+class ToolProposal(_Strict):
+    """The planner asks for one tool call. Proposal is not permission."""
+
+    kind: Literal["tool"]
+    proposal_id: str = Field(min_length=1, max_length=200)
+    tool: str = Field(min_length=1, max_length=200)
+    tool_version: str = Field(min_length=1, max_length=50)
+    arguments: Any = None
+    reason_summary: str = Field(default="", max_length=1_000)
+    source_observation_ids: list[str] = Field(default_factory=list, max_length=100)
+
+
+class FinalAnswer(_Strict):
+    kind: Literal["final"]
+    answer: str = Field(min_length=1, max_length=20_000)
+    citations: list[str] = Field(default_factory=list, max_length=100)
+
+
+class ClarifyRequest(_Strict):
+    kind: Literal["clarify"]
+    question: str = Field(min_length=1, max_length=2_000)
+
+
+PlannerOutput = Annotated[
+    ToolProposal | FinalAnswer | ClarifyRequest, Field(discriminator="kind")
+]
+
+
+def _field_errors(exc: ValidationError) -> list[dict[str, str]]:
+    return [
+        {"field": ".".join(str(p) for p in err["loc"]) or "(root)", "message": err["msg"]}
+        for err in exc.errors(include_url=False)
+    ]
+
+
+def parse_run_spec(data: Any) -> RunSpec:
+    """Validate ``data`` (a dict or JSON text) into a :class:`RunSpec` or raise SpecError."""
+    try:
+        if isinstance(data, str | bytes):
+            return RunSpec.model_validate_json(data)
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = _field_errors(exc)
+        fields = ", ".join(e["field"] for e in errors)
+        raise SpecError(f"invalid run spec: {fields}", errors=errors) from None

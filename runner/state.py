@@ -1,0 +1,90 @@
+"""Read-only views of authoritative run state, as the pure core sees it.
+
+The ledger loads these; the core decides; the shell writes the decision back with a
+compare-and-set on ``version``. Nothing here touches a database or a broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.codes import ObservationKind, Phase, RunStatus
+from runner.spec import Budgets
+
+__all__ = ["ConfirmationView", "GrantView", "HistoryEntry", "ObservationView", "RunView"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunView:
+    run_id: str
+    status: RunStatus
+    phase: Phase
+    version: int
+    step: int
+    model_calls: int
+    tool_calls: int
+    observation_version: int
+    deadline_at: float
+    subject: str
+    budgets: Budgets
+    tool_calls_by_tool: dict[str, int] = field(default_factory=dict)
+
+    def remaining_s(self, now: float) -> float:
+        return self.deadline_at - now
+
+    def budget_snapshot(self) -> dict[str, Any]:
+        b = self.budgets
+        return {
+            "step": self.step,
+            "max_steps": b.max_steps,
+            "model_calls": self.model_calls,
+            "max_model_calls": b.max_model_calls,
+            "tool_calls": self.tool_calls,
+            "max_tool_calls": b.max_tool_calls,
+            "deadline_at": self.deadline_at,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservationView:
+    observation_id: str
+    kind: ObservationKind
+    step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrantView:
+    grant_id: int
+    run_id: str
+    capability: str
+    resource_scope: str
+    expires_at_step: int | None
+    max_uses: int | None
+    uses: int
+
+    def covers(self, resource: str) -> bool:
+        scope = self.resource_scope
+        if scope == "*" or scope == resource:
+            return True
+        return scope.endswith("*") and resource.startswith(scope[:-1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfirmationView:
+    confirmation_id: str
+    run_id: str
+    proposal_hash: str
+    tool: str
+    approved: bool
+    used: bool
+    expires_at_step: int
+    expires_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryEntry:
+    """An earlier tool proposal of the run, for loop detection."""
+
+    fingerprint: str
+    observation_version: int

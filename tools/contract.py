@@ -1,0 +1,139 @@
+"""The tool contract: a tool is declared once, typed, and only the program runs it.
+
+A tool's code reports its outcome by returning its output model (``succeeded``) or raising
+one of :class:`~runner.errors.ToolRejected`, :class:`~runner.errors.ToolFailed` (with
+``retryable``/``retry_after_s``) or :class:`~runner.errors.ToolUnknown`. Any other exception
+is an internal error: recorded with a stable code, the run stops, nothing is retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from runner.codes import ObservationSource
+
+__all__ = [
+    "ConfirmationPolicy",
+    "ReconcileResult",
+    "SideEffect",
+    "Tool",
+    "ToolContext",
+    "ToolDeps",
+]
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741
+O = TypeVar("O", bound=BaseModel)
+
+#: Default per-call time limit of a tool, in seconds.
+DEFAULT_TOOL_TIMEOUT_S = 10.0
+#: Largest canonical-JSON input a tool accepts unless it says otherwise.
+DEFAULT_MAX_INPUT_BYTES = 16_384
+
+
+class SideEffect(StrEnum):
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent-write"
+    COMPENSATABLE_WRITE = "compensatable-write"
+    IRREVERSIBLE = "irreversible"
+
+    @property
+    def safe_to_reinvoke(self) -> bool:
+        """May a delivery that finds the command ``started`` run the tool again (same token)?"""
+        return self in (SideEffect.READ, SideEffect.IDEMPOTENT_WRITE)
+
+
+class ConfirmationPolicy(StrEnum):
+    NEVER = "never"
+    PER_RUN = "per-run"
+    PER_CALL = "per-call"
+
+
+class ToolDeps(Protocol):
+    """What the program lends tools (stores, clients). Passed explicitly, never global."""
+
+    @property
+    def artifacts(self) -> Any: ...
+
+    @property
+    def memory(self) -> Any: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """Everything a tool may know about the call it is serving."""
+
+    run_id: str
+    command_id: str
+    subject: str
+    idempotency_token: str
+    attempt: int
+    deadline_at: float
+    deps: Any
+    is_cancelled: Callable[[], bool] = field(default=lambda: False)
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline_at - time.time())
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """What the external system says about an idempotency token."""
+
+    applied: bool | None
+    """``True`` applied, ``False`` known not applied, ``None`` still unknown."""
+    output: dict[str, Any] | None = None
+
+
+def _everything(_args: Any, _subject: str) -> str:
+    return "*"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool(Generic[I, O]):
+    """One versioned tool and everything the gate and the worker need to know about it."""
+
+    name: str
+    version: str
+    description: str
+    input_model: type[I]
+    output_model: type[O]
+    capabilities: tuple[str, ...]
+    side_effect: SideEffect
+    execute: Callable[[I, ToolContext], O]
+    confirmation: ConfirmationPolicy = ConfirmationPolicy.NEVER
+    timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    resource: Callable[[I, str], str] = _everything
+    validate: Callable[[I, str], str | None] | None = None
+    verify: Callable[[I, O, ToolContext], bool] | None = None
+    reconcile: Callable[[str, ToolContext], ReconcileResult] | None = None
+    sensitive_fields: frozenset[str] = frozenset()
+    output_source: ObservationSource = ObservationSource.TRUSTED_TOOL
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+
+    @property
+    def queue(self) -> str:
+        return f"tool.{self.name}"
+
+    def describe(self) -> dict[str, Any]:
+        """The contract in the shape MCP uses for tool listings, plus warrant's policy fields."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "inputSchema": self.input_model.model_json_schema(),
+            "outputSchema": self.output_model.model_json_schema(),
+            "requiredCapabilities": list(self.capabilities),
+            "sideEffect": self.side_effect.value,
+            "confirmation": self.confirmation.value,
+            "timeoutSeconds": self.timeout_s,
+            "sensitiveFields": sorted(self.sensitive_fields),
+            "reconcilable": self.reconcile is not None,
+            "verifiesPostcondition": self.verify is not None,
+            "queue": self.queue,
+        }
