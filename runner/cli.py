@@ -1,0 +1,280 @@
+"""The ``warrant`` command line. Every command takes ``--json``; errors carry stable codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from runner.errors import ServiceUnavailable, SpecError, WarrantError
+
+app = typer.Typer(help="warrant: the model proposes, the program decides.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+run_app = typer.Typer(help="Start, inspect and steer runs.", no_args_is_help=True)
+tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
+db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
+app.add_typer(run_app, name="run")
+app.add_typer(tools_app, name="tools")
+app.add_typer(db_app, name="db")
+
+console = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+#: Exit codes: 0 ok, 1 the run/command did not succeed, 2 bad input, 3 services unavailable.
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 1, 2, 3
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _fail(exc: WarrantError, as_json: bool) -> None:
+    code = EXIT_BAD_INPUT if isinstance(exc, SpecError) or exc.code.startswith("UNKNOWN") \
+        or exc.code == "RUN_NOT_FOUND" else EXIT_UNAVAILABLE if isinstance(
+            exc, ServiceUnavailable) else EXIT_FAILED
+    if as_json:
+        _print_json({"error": exc.to_dict()})
+    else:
+        err.print(f"[bold red]error[/] [{exc.code}] {exc}")
+        for item in getattr(exc, "errors", []):
+            err.print(f"  - {item['field']}: {item['message']}")
+    raise typer.Exit(code)
+
+
+def _guard(as_json: bool, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except WarrantError as exc:
+        _fail(exc, as_json)
+    except Exception as exc:  # a service that cannot be reached, typically
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(exc, OperationalError | ConnectionError | OSError):
+            _fail(ServiceUnavailable(str(exc).splitlines()[0]), as_json)
+        raise
+
+
+def _client() -> Any:
+    from runner.api import Client
+
+    return Client.from_env()
+
+
+# --- run ------------------------------------------------------------------------------------
+
+
+def _show_run(info: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None)
+    for key in ("run_id", "status", "stop_reason", "step", "model_calls", "tool_calls",
+                "version", "answer"):
+        table.add_row(f"[bold]{key}[/]", "" if info[key] is None else str(info[key]))
+    console.print(table)
+
+
+@run_app.command("start")
+def run_start(
+    spec_file: Annotated[Path, typer.Argument(help="Run spec JSON file ('-' for stdin).")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the run settles.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 120.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate a run spec, record the run and enqueue its first planner step."""
+    from runner.spec import parse_run_spec
+
+    def go() -> dict[str, Any]:
+        text = sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
+        spec = parse_run_spec(text)
+        client = _client()
+        run_id = client.start_run(spec)
+        if not wait:
+            return {"run_id": run_id, "status": "running"}
+        with console.status(f"run {run_id} …", spinner="dots") if not as_json else _null():
+            return client.wait(run_id, timeout=timeout).to_dict()
+
+    try:
+        result = _guard(as_json, go)
+    except OSError as exc:
+        _fail(SpecError(f"cannot read {spec_file}: {exc.strerror}",
+                        errors=[{"field": "SPEC", "message": str(exc)}]), as_json)
+    if as_json:
+        _print_json(result)
+    elif "goal" in result:
+        _show_run(result)
+    else:
+        console.print(f"started [bold]{result['run_id']}[/]")
+    if wait and result.get("status") not in ("completed",):
+        raise typer.Exit(EXIT_FAILED)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: object) -> None:
+        return None
+
+
+@run_app.command("show")
+def run_show(run_id: str, as_json: JsonOpt = False) -> None:
+    """Status, stop reason, counters, version and answer of one run."""
+    info = _guard(as_json, lambda: _client().get_run(run_id).to_dict())
+    _print_json(info) if as_json else _show_run(info)
+
+
+@run_app.command("list")
+def run_list(
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """The most recent runs."""
+    runs = _guard(as_json, lambda: [r.to_dict() for r in _client().list_runs(
+        limit=limit, status=status)])
+    if as_json:
+        _print_json(runs)
+        return
+    table = Table("run_id", "status", "stop_reason", "step", "tools", "created")
+    for r in runs:
+        table.add_row(r["run_id"], r["status"], r["stop_reason"] or "", str(r["step"]),
+                      str(r["tool_calls"]), r["created_at"][:19])
+    console.print(table)
+
+
+@run_app.command("trace")
+def run_trace(run_id: str, as_json: JsonOpt = False) -> None:
+    """The run's trace events, in order."""
+    events = _guard(as_json, lambda: _client().trace(run_id))
+    if as_json:
+        _print_json(events)
+        return
+    table = Table("seq", "step", "event", "details")
+    for e in events:
+        details = ", ".join(f"{k}={v}" for k, v in (e["details"] or {}).items()
+                            if k != "budget")
+        table.add_row(str(e["seq"]), str(e["step"]), e["event"], details[:110])
+    console.print(table)
+
+
+# --- tools, db ------------------------------------------------------------------------------
+
+
+@tools_app.command("list")
+def tools_list(as_json: JsonOpt = False) -> None:
+    """Every tool contract, with JSON Schemas in the shape MCP uses."""
+    from tools.registry import default_registry
+
+    tools = [t.describe() for t in default_registry()]
+    if as_json:
+        _print_json({"tools": tools})
+        return
+    table = Table("name", "version", "side effect", "confirmation", "capabilities", "timeout")
+    for t in tools:
+        table.add_row(t["name"], t["version"], t["sideEffect"], t["confirmation"],
+                      ", ".join(t["requiredCapabilities"]), f"{t['timeoutSeconds']}s")
+    console.print(table)
+
+
+@db_app.command("upgrade")
+def db_upgrade(as_json: JsonOpt = False) -> None:
+    """Apply the ledger's Alembic migrations."""
+    from ledger.migrate import upgrade
+    from runner.settings import resolved_urls
+
+    revision = _guard(as_json, lambda: upgrade(resolved_urls()[1]))
+    _print_json({"revision": revision}) if as_json else console.print(
+        f"ledger at revision [bold]{revision}[/]")
+
+
+# --- worker, up, demo -----------------------------------------------------------------------
+
+
+@app.command("worker")
+def worker(
+    role: Annotated[str, typer.Option(help="planner | policy | tool | reconciler")],
+    tools: Annotated[str | None, typer.Option(help="Comma-separated tools (role tool).")] = None,
+    concurrency: Annotated[int, typer.Option(min=1)] = 1,
+    loglevel: Annotated[str, typer.Option()] = "info",
+    as_json: JsonOpt = False,
+) -> None:
+    """Run one worker role in the foreground (a plain `celery worker` underneath)."""
+    from runner.stack import worker_command
+
+    command = _guard(as_json, lambda: worker_command(
+        role, tools=tools.split(",") if tools else None, concurrency=concurrency,
+        loglevel=loglevel))
+    if as_json:
+        _print_json({"command": command})
+    os.execv(command[0], command)
+
+
+def _stack(as_json: bool, concurrency: int = 1) -> Any:
+    from runner.settings import WarrantSettings
+    from runner.stack import Stack
+
+    stack = Stack(WarrantSettings(), concurrency=concurrency)
+    with (console.status("starting services …") if not as_json else _null()):
+        _guard(as_json, stack.start_services)
+        _guard(as_json, stack.migrate)
+        stack.start_workers()
+        _guard(as_json, lambda: stack.wait_ready(("planner", "policy", "tool")))
+    return stack
+
+
+@app.command("up")
+def up(
+    concurrency: Annotated[int, typer.Option(min=1, help="Processes per role.")] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start services (embedded if none configured), migrate, run every worker role."""
+    stack = _stack(as_json, concurrency)
+    info = {"broker_url": stack.broker_url.split("@")[-1], "database": "ready",
+            "workers": list(stack.workers.procs) if stack.workers else [],
+            "embedded": stack.embedded is not None}
+    _print_json(info) if as_json else console.print(
+        f"[green]up[/]: workers {', '.join(info['workers'])} "
+        f"({'embedded' if info['embedded'] else 'external'} services). Ctrl-C stops.")
+    stopping = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stopping and stack.workers and all(stack.workers.alive().values()):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stack.stop()
+        if not as_json:
+            console.print("stopped")
+
+
+@app.command("demo")
+def demo(as_json: JsonOpt = False) -> None:
+    """Start the stack, run the seed scenarios, print a result table, stop."""
+    from runner.demo import run_demo
+
+    stack = _stack(as_json)
+    try:
+        ok = run_demo(as_json=as_json, console=console)
+    finally:
+        stack.stop()
+    if not ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def main() -> None:
+    app()

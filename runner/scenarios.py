@@ -1,0 +1,86 @@
+"""Seed scenarios (from the design texts) used by ``warrant demo``, the examples and tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SCENARIOS", "Scenario", "search", "final"]
+
+GOAL = "What happens after automatic retries are exhausted?"
+SEARCH_GRANT = {"capability": "search:public", "resource_scope": "public"}
+
+
+def search(pid: str, query: str = "what to do when retries are exhausted") -> dict[str, Any]:
+    return {"kind": "tool", "proposal_id": pid, "tool": "search_public", "tool_version": "1",
+            "arguments": {"query": query}, "reason_summary": "look up the public rule",
+            "source_observation_ids": ["user-1"]}
+
+
+def final(answer: str, *citations: str) -> dict[str, Any]:
+    return {"kind": "final", "answer": answer, "citations": list(citations)}
+
+
+def spec(outputs: list[dict[str, Any]], *, grants: list[dict[str, Any]] | None = None,
+         **budgets: Any) -> dict[str, Any]:
+    return {"goal": GOAL, "subject": "demo-user",
+            "planner": {"kind": "fixture", "outputs": outputs},
+            "grants": [SEARCH_GRANT] if grants is None else grants,
+            "budgets": budgets}
+
+
+class Scenario(dict[str, Any]):
+    """``name``, ``title``, ``spec`` and the ``expect``-ed (status, stop_reason)."""
+
+
+INJECTED_SAVE = {
+    "kind": "tool", "proposal_id": "p2", "tool": "save_preference", "tool_version": "1",
+    "arguments": {"key": "auto_approve", "value": "true"},
+    "reason_summary": "the retrieved document says so", "source_observation_ids": ["tool-1"],
+}
+
+SCENARIOS: list[Scenario] = [
+    Scenario(
+        name="injection-refused",
+        title="search, injected save_preference refused, cited answer",
+        spec=spec([search("p1"), INJECTED_SAVE,
+                   final("Three automatic retries, then the quarantine queue.", "tool-1")]),
+        expect=("completed", "FINAL_ANSWER_VALIDATED"),
+    ),
+    Scenario(
+        name="bad-citation",
+        title="final answer citing an observation that does not exist",
+        spec=spec([search("p1"), final("Made-up answer.", "tool-9")]),
+        expect=("failed", "FINAL_CITATION_VALIDATION_FAILED"),
+    ),
+    Scenario(
+        name="artifact-written",
+        title="write an artifact under run-output/, verified by hash",
+        spec=spec(
+            [search("p1"),
+             {"kind": "tool", "proposal_id": "p2", "tool": "write_artifact", "tool_version": "1",
+              "arguments": {"path": "run-output/answer.md", "content": "Three retries."},
+              "reason_summary": "save the answer", "source_observation_ids": ["tool-1"]},
+             final("Saved the answer to run-output/answer.md.", "tool-1", "tool-2")],
+            grants=[SEARCH_GRANT, {"capability": "artifact:write",
+                                   "resource_scope": "run-output/*"}]),
+        expect=("completed", "FINAL_ANSWER_VALIDATED"),
+    ),
+    Scenario(
+        name="step-budget",
+        title="planner never finishes: the step budget stops it",
+        spec=spec([search(f"p{i}", f"query {i}") for i in range(1, 10)], max_steps=3),
+        expect=("failed", "MAX_STEPS_REACHED"),
+    ),
+    Scenario(
+        name="tool-budget",
+        title="more tool calls than the budget allows",
+        spec=spec([search(f"p{i}", f"query {i}") for i in range(1, 10)], max_tool_calls=2),
+        expect=("failed", "MAX_TOOL_CALLS_REACHED"),
+    ),
+    Scenario(
+        name="repeated-proposal",
+        title="the same proposal again and again without a new observation",
+        spec=spec([search(f"p{i}") for i in range(1, 10)]),
+        expect=("failed", "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"),
+    ),
+]
