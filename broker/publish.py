@@ -28,13 +28,21 @@ class Publisher:
         self._send(TASK_POLICY, run_id, {"run_id": run_id, "version": version})
 
     def tool(
-        self, *, run_id: str, version: int, command_id: str, tool: str,
-        soft_time_limit: float, time_limit: float,
+        self,
+        *,
+        run_id: str,
+        version: int,
+        command_id: str,
+        tool: str,
+        soft_time_limit: float,
+        time_limit: float,
     ) -> None:
         self._send(
-            TASK_TOOL, run_id,
+            TASK_TOOL,
+            run_id,
             {"run_id": run_id, "version": version, "command_id": command_id, "tool": tool},
-            soft_time_limit=soft_time_limit, time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            time_limit=time_limit,
         )
 
 

@@ -49,6 +49,9 @@ def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None
         if not tool:
             raise ValueError("a tool command must name its tool")
         return {"queue": tool_queue(tool), "routing_key": tool_queue(tool)}
-    queue = {TASK_PLANNER: PLANNER_QUEUE, TASK_POLICY: POLICY_QUEUE,
-             TASK_RECONCILE: RECONCILER_QUEUE}.get(name)
+    queue = {
+        TASK_PLANNER: PLANNER_QUEUE,
+        TASK_POLICY: POLICY_QUEUE,
+        TASK_RECONCILE: RECONCILER_QUEUE,
+    }.get(name)
     return {"queue": queue, "routing_key": queue} if queue else None

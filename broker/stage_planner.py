@@ -25,8 +25,12 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns what happened: ``ignored``, ``stopped``, ``completed`` or ``forwarded``."""
     with session_scope(ctx.engine) as s:
         run = s.get(Run, run_id)
-        if run is None or run.version != version or run.status != RunStatus.RUNNING \
-                or run.phase != Phase.PLANNING:
+        if (
+            run is None
+            or run.version != version
+            or run.status != RunStatus.RUNNING
+            or run.phase != Phase.PLANNING
+        ):
             log.info("ignoring stale planner message run=%s v=%s", run_id, version)
             return "ignored"
         view = run_view(run)
@@ -49,50 +53,85 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         with session_scope(ctx.engine) as s:
             if failure is not None:
                 stop = Stop(RunStatus.FAILED, StopReason.MODEL_FAILED, {"code": failure})
-                transition(s, run_id, version, changes={**counters, **stop_changes(stop)},
-                           events=[("model.failed", {"code": failure}),
-                                   *stop_events(view, stop, step=step, counters=counters)],
-                           step=step)
+                transition(
+                    s,
+                    run_id,
+                    version,
+                    changes={**counters, **stop_changes(stop)},
+                    events=[
+                        ("model.failed", {"code": failure}),
+                        *stop_events(view, stop, step=step, counters=counters),
+                    ],
+                    step=step,
+                )
                 return "stopped"
             decision = interpret(raw, observations_of(s, run_id))
             kind = raw.get("kind") if isinstance(raw, dict) else None
             proposal = Proposal(
-                run_id=run_id, step=step, kind=str(kind)[:16] if kind else "invalid",
+                run_id=run_id,
+                step=step,
+                kind=str(kind)[:16] if kind else "invalid",
                 proposal_id=decision.proposal_id if isinstance(decision, Forward) else None,
-                tool=decision.tool[:200] if isinstance(decision, Forward) and decision.tool
+                tool=decision.tool[:200]
+                if isinstance(decision, Forward) and decision.tool
                 else None,
-                raw=raw, observation_version=view.observation_version, status="received",
+                raw=raw,
+                observation_version=view.observation_version,
+                status="received",
             )
             s.add(proposal)
             s.flush()
-            received = ("proposal.received", {"kind": proposal.kind, "tool": proposal.tool,
-                                              "model_calls": view.model_calls + 1})
+            received = (
+                "proposal.received",
+                {"kind": proposal.kind, "tool": proposal.tool, "model_calls": view.model_calls + 1},
+            )
             if isinstance(decision, Forward):
                 new_version = transition(
-                    s, run_id, version,
-                    changes={**counters, "phase": Phase.POLICY.value,
-                             "pending_proposal_id": proposal.id},
-                    events=[received], step=step, proposal_id=proposal.proposal_id)
+                    s,
+                    run_id,
+                    version,
+                    changes={
+                        **counters,
+                        "phase": Phase.POLICY.value,
+                        "pending_proposal_id": proposal.id,
+                    },
+                    events=[received],
+                    step=step,
+                    proposal_id=proposal.proposal_id,
+                )
                 outbox.add(lambda: ctx.publisher.policy(run_id, new_version))
                 result = "forwarded"
             elif isinstance(decision, Complete):
                 proposal.status = "accepted"
-                done = Stop(RunStatus.COMPLETED, StopReason.FINAL_ANSWER_VALIDATED,
-                            {"citations": len(decision.citations)}, answer=decision.answer)
-                transition(s, run_id, version,
-                           changes={**counters, **stop_changes(done)},
-                           events=[received, ("final.validated",
-                                              {"citations": decision.citations}),
-                                   *stop_events(view, done, step=step, counters=counters)],
-                           step=step)
+                done = Stop(
+                    RunStatus.COMPLETED,
+                    StopReason.FINAL_ANSWER_VALIDATED,
+                    {"citations": len(decision.citations)},
+                    answer=decision.answer,
+                )
+                transition(
+                    s,
+                    run_id,
+                    version,
+                    changes={**counters, **stop_changes(done)},
+                    events=[
+                        received,
+                        ("final.validated", {"citations": decision.citations}),
+                        *stop_events(view, done, step=step, counters=counters),
+                    ],
+                    step=step,
+                )
                 result = "completed"
             else:
                 proposal.status = "rejected" if decision.status is RunStatus.FAILED else "accepted"
-                transition(s, run_id, version,
-                           changes={**counters, **stop_changes(decision)},
-                           events=[received,
-                                   *stop_events(view, decision, step=step, counters=counters)],
-                           step=step)
+                transition(
+                    s,
+                    run_id,
+                    version,
+                    changes={**counters, **stop_changes(decision)},
+                    events=[received, *stop_events(view, decision, step=step, counters=counters)],
+                    step=step,
+                )
                 result = "stopped"
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", run_id, version)
@@ -101,12 +140,17 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     return result
 
 
-def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *,
-          step: int) -> str:
+def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *, step: int) -> str:
     try:
         with session_scope(ctx.engine) as s:
-            transition(s, run_id, version, changes=stop_changes(stop),
-                       events=stop_events(view, stop, step=step), step=step)
+            transition(
+                s,
+                run_id,
+                version,
+                changes=stop_changes(stop),
+                events=stop_events(view, stop, step=step),
+                step=step,
+            )
     except StaleVersion:
         return "ignored"
     return "stopped"

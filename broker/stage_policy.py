@@ -50,12 +50,18 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
             view = run_view(run)
             proposal = s.get(Proposal, run.pending_proposal_id)
             assert proposal is not None
-            decision = policy.evaluate(policy.GateInput(
-                raw=proposal.raw, run=view, expected_version=version,
-                grants=grants_of(s, run_id), confirmations=confirmations_of(s, run_id),
-                history=history_of(s, run_id, before_step=proposal.step),
-                registry=ctx.registry, now=now,
-            ))
+            decision = policy.evaluate(
+                policy.GateInput(
+                    raw=proposal.raw,
+                    run=view,
+                    expected_version=version,
+                    grants=grants_of(s, run_id),
+                    confirmations=confirmations_of(s, run_id),
+                    history=history_of(s, run_id, before_step=proposal.step),
+                    registry=ctx.registry,
+                    now=now,
+                )
+            )
             step, pid = proposal.step, proposal.proposal_id
             if isinstance(decision, policy.Ignore):
                 log.info("policy ignoring run=%s: %s", run_id, decision.reason)
@@ -64,23 +70,34 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 proposal.status, proposal.rejection_code = "rejected", decision.code
                 proposal.fingerprint = decision.fingerprint
                 new_version = transition(
-                    s, run_id, version,
+                    s,
+                    run_id,
+                    version,
                     changes={"phase": Phase.PLANNING.value, "pending_proposal_id": None},
-                    events=_events(decision.events), step=step, proposal_id=pid,
+                    events=_events(decision.events),
+                    step=step,
+                    proposal_id=pid,
                     observation=NewObservation(
-                        f"policy-{step}", ObservationKind.POLICY_REJECTION,
+                        f"policy-{step}",
+                        ObservationKind.POLICY_REJECTION,
                         ObservationSource.POLICY.value,
                         {"code": decision.code, "layer": decision.layer, "tool": proposal.tool},
-                    ))
+                    ),
+                )
                 outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
                 result = "rejected"
             elif isinstance(decision, policy.Stop):
                 proposal.status, proposal.fingerprint = "stopped", decision.fingerprint
                 stop = Stop(decision.status, decision.reason, decision.detail)
-                transition(s, run_id, version, changes=stop_changes(stop),
-                           events=[*_events(decision.events),
-                                   *stop_events(view, stop, step=step)],
-                           step=step, proposal_id=pid)
+                transition(
+                    s,
+                    run_id,
+                    version,
+                    changes=stop_changes(stop),
+                    events=[*_events(decision.events), *stop_events(view, stop, step=step)],
+                    step=step,
+                    proposal_id=pid,
+                )
                 result = "stopped"
             elif isinstance(decision, policy.AwaitConfirmation):
                 request = decision.request()
@@ -89,16 +106,28 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 proposal.arguments = decision.arguments
                 proposal.confirmation_request = request
                 transition(
-                    s, run_id, version,
-                    changes={"status": RunStatus.WAITING_CONFIRMATION.value,
-                             "phase": Phase.IDLE.value,
-                             "stop_reason": StopReason.USER_CONFIRMATION_REQUIRED.value},
-                    events=[*_events(decision.events),
-                            ("confirmation.requested", {"proposal_hash": decision.proposal_hash,
-                                                        "tool": decision.tool.name}),
-                            ("state.transitioned", {"from": view.status.value,
-                                                    "to": RunStatus.WAITING_CONFIRMATION.value})],
-                    step=step, proposal_id=pid)
+                    s,
+                    run_id,
+                    version,
+                    changes={
+                        "status": RunStatus.WAITING_CONFIRMATION.value,
+                        "phase": Phase.IDLE.value,
+                        "stop_reason": StopReason.USER_CONFIRMATION_REQUIRED.value,
+                    },
+                    events=[
+                        *_events(decision.events),
+                        (
+                            "confirmation.requested",
+                            {"proposal_hash": decision.proposal_hash, "tool": decision.tool.name},
+                        ),
+                        (
+                            "state.transitioned",
+                            {"from": view.status.value, "to": RunStatus.WAITING_CONFIRMATION.value},
+                        ),
+                    ],
+                    step=step,
+                    proposal_id=pid,
+                )
                 result = "waiting"
             else:
                 result = _accept(ctx, s, run, proposal, decision, version, now, outbox)
@@ -108,8 +137,16 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     return result
 
 
-def _accept(ctx: StageContext, s: Any, run: Run, proposal: Proposal, decision: policy.Accept,
-            version: int, now: float, outbox: Outbox) -> str:
+def _accept(
+    ctx: StageContext,
+    s: Any,
+    run: Run,
+    proposal: Proposal,
+    decision: policy.Accept,
+    version: int,
+    now: float,
+    outbox: Outbox,
+) -> str:
     tool = decision.tool
     view = run_view(run)
     timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
@@ -119,34 +156,76 @@ def _accept(ctx: StageContext, s: Any, run: Run, proposal: Proposal, decision: p
     proposal.status = "accepted"
     proposal.arguments = decision.arguments
     proposal.fingerprint = proposal.proposal_hash = decision.proposal_hash
-    s.add(Command(
-        id=command_id, run_id=run.id, proposal_pk=proposal.id, proposal_id=pid,
-        step=proposal.step, tool=tool.name, tool_version=tool.version,
-        arguments=decision.arguments, arguments_hash=decision.arguments_hash,
-        idempotency_token=token, status="issued", attempts=0, timeout_s=timeout,
-        deadline_at=to_datetime(now + timeout), confirmation_id=decision.confirmation_id,
-        grant_ids=list(decision.grant_ids),
-    ))
+    s.add(
+        Command(
+            id=command_id,
+            run_id=run.id,
+            proposal_pk=proposal.id,
+            proposal_id=pid,
+            step=proposal.step,
+            tool=tool.name,
+            tool_version=tool.version,
+            arguments=decision.arguments,
+            arguments_hash=decision.arguments_hash,
+            idempotency_token=token,
+            status="issued",
+            attempts=0,
+            timeout_s=timeout,
+            deadline_at=to_datetime(now + timeout),
+            confirmation_id=decision.confirmation_id,
+            grant_ids=list(decision.grant_ids),
+        )
+    )
     if decision.grant_ids:
-        s.execute(update(GrantRow).where(GrantRow.id.in_(decision.grant_ids))
-                  .values(uses=GrantRow.uses + 1))
+        s.execute(
+            update(GrantRow)
+            .where(GrantRow.id.in_(decision.grant_ids))
+            .values(uses=GrantRow.uses + 1)
+        )
     if decision.confirmation_id:
-        s.execute(update(Confirmation).where(Confirmation.id == decision.confirmation_id)
-                  .values(used=True, used_at=to_datetime(now)))
+        s.execute(
+            update(Confirmation)
+            .where(Confirmation.id == decision.confirmation_id)
+            .values(used=True, used_at=to_datetime(now))
+        )
     by_tool = dict(run.tool_calls_by_tool or {})
     by_tool[tool.name] = by_tool.get(tool.name, 0) + 1
     s.flush()
     new_version = transition(
-        s, run.id, version,
-        changes={"phase": Phase.TOOL.value, "tool_calls": run.tool_calls + 1,
-                 "tool_calls_by_tool": by_tool, "pending_proposal_id": None,
-                 "active_command_id": command_id},
-        events=[*_events(decision.events),
-                ("command.issued", {"command_id": command_id, "tool": tool.name,
-                                    "version": tool.version, "timeout_s": round(timeout, 3),
-                                    "arguments_hash": decision.arguments_hash})],
-        step=proposal.step, proposal_id=pid)
-    outbox.add(lambda: ctx.publisher.tool(
-        run_id=run.id, version=new_version, command_id=command_id, tool=tool.name,
-        soft_time_limit=timeout, time_limit=timeout + HARD_LIMIT_GRACE_S))
+        s,
+        run.id,
+        version,
+        changes={
+            "phase": Phase.TOOL.value,
+            "tool_calls": run.tool_calls + 1,
+            "tool_calls_by_tool": by_tool,
+            "pending_proposal_id": None,
+            "active_command_id": command_id,
+        },
+        events=[
+            *_events(decision.events),
+            (
+                "command.issued",
+                {
+                    "command_id": command_id,
+                    "tool": tool.name,
+                    "version": tool.version,
+                    "timeout_s": round(timeout, 3),
+                    "arguments_hash": decision.arguments_hash,
+                },
+            ),
+        ],
+        step=proposal.step,
+        proposal_id=pid,
+    )
+    outbox.add(
+        lambda: ctx.publisher.tool(
+            run_id=run.id,
+            version=new_version,
+            command_id=command_id,
+            tool=tool.name,
+            soft_time_limit=timeout,
+            time_limit=timeout + HARD_LIMIT_GRACE_S,
+        )
+    )
     return "accepted"

@@ -54,6 +54,7 @@ class _Result:
 
 def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) -> str:
     outbox = Outbox()
+    tool: Tool[Any, Any] | None = None
     with session_scope(ctx.engine) as s:
         cmd = command_for_update(s, command_id)
         run = s.get(Run, run_id)
@@ -75,19 +76,36 @@ def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) 
                 result = "unknown"
             else:
                 cmd.status, cmd.attempts, cmd.started_at = "started", cmd.attempts + 1, func.now()
-                append_events(s, run_id, [("tool.started", {
-                    "tool": cmd.tool, "version": cmd.tool_version, "attempt": cmd.attempts,
-                    "timeout_s": round(cmd.timeout_s, 3),
-                    "idempotency_key_hash": sha256_hex(cmd.idempotency_token)[:16]})],
-                    step=cmd.step, proposal_id=cmd.proposal_id)
+                append_events(
+                    s,
+                    run_id,
+                    [
+                        (
+                            "tool.started",
+                            {
+                                "tool": cmd.tool,
+                                "version": cmd.tool_version,
+                                "attempt": cmd.attempts,
+                                "timeout_s": round(cmd.timeout_s, 3),
+                                "idempotency_key_hash": sha256_hex(cmd.idempotency_token)[:16],
+                            },
+                        )
+                    ],
+                    step=cmd.step,
+                    proposal_id=cmd.proposal_id,
+                )
             snapshot = _Snapshot(cmd, run)
     if result and result != "unknown":
         outbox.flush()
         return result
+    assert tool is not None
     if result == "unknown":
-        outcome = _Result(Outcome.UNKNOWN, "WORKER_LOST_DURING_EXECUTION",
-                          "a previous delivery started this command and did not finish",
-                          stop=StopReason.UNKNOWN_EFFECT)
+        outcome = _Result(
+            Outcome.UNKNOWN,
+            "WORKER_LOST_DURING_EXECUTION",
+            "a previous delivery started this command and did not finish",
+            stop=StopReason.UNKNOWN_EFFECT,
+        )
     else:
         outcome = _run_tool(ctx, tool, snapshot)
     return _record(ctx, snapshot, tool, outcome, version)
@@ -119,8 +137,12 @@ class _Snapshot:
 
 def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Result:
     context = ToolContext(
-        run_id=snap.run_id, command_id=snap.command_id, subject=snap.subject,
-        idempotency_token=snap.token, attempt=snap.attempt, deadline_at=snap.deadline_at,
+        run_id=snap.run_id,
+        command_id=snap.command_id,
+        subject=snap.subject,
+        idempotency_token=snap.token,
+        attempt=snap.attempt,
+        deadline_at=snap.deadline_at,
         deps=ctx.tool_deps,
     )
     write = tool.side_effect is not SideEffect.READ
@@ -130,8 +152,13 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
     except ToolRejected as exc:
         return _Result(Outcome.REJECTED, exc.code, str(exc))
     except ToolFailed as exc:
-        return _Result(Outcome.FAILED, exc.code, str(exc), retryable=exc.retryable,
-                       stop=None if exc.retryable else StopReason.TOOL_FAILED)
+        return _Result(
+            Outcome.FAILED,
+            exc.code,
+            str(exc),
+            retryable=exc.retryable,
+            stop=None if exc.retryable else StopReason.TOOL_FAILED,
+        )
     except (ToolUnknown, SoftTimeLimitExceeded) as exc:
         code = exc.code if isinstance(exc, ToolUnknown) else "TOOL_TIMEOUT"
         if write:
@@ -139,25 +166,37 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
         return _Result(Outcome.FAILED, code, str(exc) or code, stop=StopReason.TOOL_FAILED)
     except Exception as exc:  # an unclassified exception is an internal error: stop, no retry
         log.exception("tool %s raised an unclassified exception", tool.name)
-        return _Result(Outcome.FAILED, "TOOL_INTERNAL_ERROR", type(exc).__name__,
-                       stop=StopReason.TOOL_INTERNAL_ERROR)
+        return _Result(
+            Outcome.FAILED,
+            "TOOL_INTERNAL_ERROR",
+            type(exc).__name__,
+            stop=StopReason.TOOL_INTERNAL_ERROR,
+        )
     try:
         validated = tool.output_model.model_validate(out.model_dump(mode="json"))
     except (ValidationError, AttributeError):
-        return _Result(Outcome.FAILED, "TOOL_OUTPUT_INVALID", "output failed its schema",
-                       stop=StopReason.TOOL_INTERNAL_ERROR)
+        return _Result(
+            Outcome.FAILED,
+            "TOOL_OUTPUT_INVALID",
+            "output failed its schema",
+            stop=StopReason.TOOL_INTERNAL_ERROR,
+        )
     result = _Result(Outcome.SUCCEEDED, output=validated.model_dump(mode="json"))
     result.events.append(("tool.result.validated", {"tool": tool.name}))
     if tool.verify is not None:
         ok = bool(tool.verify(args, validated, context))
         result.events.append(("tool.postcondition.checked", {"tool": tool.name, "ok": ok}))
         if not ok:
-            result.stop, result.code = StopReason.TOOL_POSTCONDITION_FAILED, "TOOL_POSTCONDITION_FAILED"
+            result.stop, result.code = (
+                StopReason.TOOL_POSTCONDITION_FAILED,
+                "TOOL_POSTCONDITION_FAILED",
+            )
     return result
 
 
-def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Result,
-            version: int) -> str:
+def _record(
+    ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Result, version: int
+) -> str:
     outbox = Outbox()
     duration_ms = None
     with session_scope(ctx.engine) as s:
@@ -166,9 +205,17 @@ def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Resu
         if cmd.started_at is not None:
             duration_ms = round((time.time() - cmd.started_at.timestamp()) * 1000, 1)
         fresh = record_outcome(
-            s, command_id=snap.command_id, run_id=snap.run_id, status=res.status.value,
-            code=res.code, retryable=res.retryable, message=res.message, output=res.output,
-            attempt=snap.attempt, duration_ms=duration_ms)
+            s,
+            command_id=snap.command_id,
+            run_id=snap.run_id,
+            status=res.status.value,
+            code=res.code,
+            retryable=res.retryable,
+            message=res.message,
+            output=res.output,
+            attempt=snap.attempt,
+            duration_ms=duration_ms,
+        )
         run = s.get(Run, snap.run_id)
         assert run is not None
         if not fresh:
@@ -178,9 +225,18 @@ def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Resu
         else:
             cmd.status, cmd.finished_at = "completed", func.now()
             view = run_view(run)
-            events = [("tool.completed", {"tool": tool.name, "status": res.status.value,
-                                          "code": res.code, "duration_ms": duration_ms}),
-                      *res.events]
+            events = [
+                (
+                    "tool.completed",
+                    {
+                        "tool": tool.name,
+                        "status": res.status.value,
+                        "code": res.code,
+                        "duration_ms": duration_ms,
+                    },
+                ),
+                *res.events,
+            ]
             observation = None
             if res.status is not Outcome.UNKNOWN:
                 content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
@@ -189,8 +245,11 @@ def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Resu
                 if res.code:
                     content["code"] = res.code
                 observation = NewObservation(
-                    f"tool-{snap.step}", ObservationKind.TOOL_RESULT,
-                    tool.output_source.value, content)
+                    f"tool-{snap.step}",
+                    ObservationKind.TOOL_RESULT,
+                    tool.output_source.value,
+                    content,
+                )
             if res.stop is not None:
                 status = RunStatus.FAILED
                 stop = Stop(status, res.stop, {"tool": tool.name, "code": res.code})
@@ -200,10 +259,16 @@ def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Resu
                 changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
             try:
                 with s.begin_nested():
-                    new_version = transition(s, snap.run_id, version, changes=changes,
-                                             events=events, step=snap.step,
-                                             proposal_id=snap.proposal_id,
-                                             observation=observation)
+                    new_version = transition(
+                        s,
+                        snap.run_id,
+                        version,
+                        changes=changes,
+                        events=events,
+                        step=snap.step,
+                        proposal_id=snap.proposal_id,
+                        observation=observation,
+                    )
                 if res.stop is None:
                     outbox.add(lambda: ctx.publisher.planner(snap.run_id, new_version))
             except StaleVersion:

@@ -11,7 +11,7 @@ from broker.stage_planner import planner_step
 from broker.stage_policy import policy_evaluate
 from broker.stage_tool import tool_execute
 
-__all__ = ["execute_tool", "evaluate_policy", "step_planner"]
+__all__ = ["evaluate_policy", "execute_tool", "step_planner"]
 
 # A lost database connection is retried with backoff; the version check makes it safe.
 _RETRY = {

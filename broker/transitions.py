@@ -36,6 +36,13 @@ def stop_events(
     snapshot = {**view.budget_snapshot(), "step": step, **(counters or {})}
     return [
         ("state.transitioned", {"from": view.status.value, "to": stop.status.value}),
-        ("run.stopped", {"status": stop.status.value, "reason": stop.reason.value,
-                         "budget": snapshot, **({"detail": stop.detail} if stop.detail else {})}),
+        (
+            "run.stopped",
+            {
+                "status": stop.status.value,
+                "reason": stop.reason.value,
+                "budget": snapshot,
+                **({"detail": stop.detail} if stop.detail else {}),
+            },
+        ),
     ]

@@ -18,7 +18,7 @@ def normalize_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` and use the psycopg 3 driver."""
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
@@ -28,7 +28,11 @@ def engine_for(url: str) -> Engine:
     engine = _ENGINES.get(key)
     if engine is None:
         engine = create_engine(
-            key[1], pool_size=5, max_overflow=5, pool_pre_ping=True, pool_recycle=1800,
+            key[1],
+            pool_size=5,
+            max_overflow=5,
+            pool_pre_ping=True,
+            pool_recycle=1800,
         )
         _ENGINES[key] = engine
     return engine

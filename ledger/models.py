@@ -168,9 +168,7 @@ class Observation(Base):
     observation_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = _now()
 
-    __table_args__ = (
-        UniqueConstraint("run_id", "observation_id", name="uq_observations_run_obs"),
-    )
+    __table_args__ = (UniqueConstraint("run_id", "observation_id", name="uq_observations_run_obs"),)
 
 
 class TraceEvent(Base):

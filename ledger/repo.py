@@ -79,15 +79,23 @@ def observations_of(s: Session, run_id: str) -> list[ObservationView]:
         .where(Observation.run_id == run_id)
         .order_by(Observation.id)
     ).all()
-    return [ObservationView(observation_id=o, kind=ObservationKind(k), step=st) for o, k, st in rows]
+    return [
+        ObservationView(observation_id=o, kind=ObservationKind(k), step=st) for o, k, st in rows
+    ]
 
 
 def grants_of(s: Session, run_id: str) -> list[GrantView]:
     rows = s.scalars(select(GrantRow).where(GrantRow.run_id == run_id).order_by(GrantRow.id))
     return [
-        GrantView(grant_id=g.id, run_id=g.run_id, capability=g.capability,
-                  resource_scope=g.resource_scope, expires_at_step=g.expires_at_step,
-                  max_uses=g.max_uses, uses=g.uses)
+        GrantView(
+            grant_id=g.id,
+            run_id=g.run_id,
+            capability=g.capability,
+            resource_scope=g.resource_scope,
+            expires_at_step=g.expires_at_step,
+            max_uses=g.max_uses,
+            uses=g.uses,
+        )
         for g in rows
     ]
 
@@ -97,9 +105,16 @@ def confirmations_of(s: Session, run_id: str) -> list[ConfirmationView]:
         select(Confirmation).where(Confirmation.run_id == run_id).order_by(Confirmation.created_at)
     )
     return [
-        ConfirmationView(confirmation_id=c.id, run_id=c.run_id, proposal_hash=c.proposal_hash,
-                         tool=c.tool, approved=c.approved, used=c.used,
-                         expires_at_step=c.expires_at_step, expires_at=c.expires_at.timestamp())
+        ConfirmationView(
+            confirmation_id=c.id,
+            run_id=c.run_id,
+            proposal_hash=c.proposal_hash,
+            tool=c.tool,
+            approved=c.approved,
+            used=c.used,
+            expires_at_step=c.expires_at_step,
+            expires_at=c.expires_at.timestamp(),
+        )
         for c in rows
     ]
 
@@ -107,11 +122,14 @@ def confirmations_of(s: Session, run_id: str) -> list[ConfirmationView]:
 def history_of(s: Session, run_id: str, *, before_step: int) -> list[HistoryEntry]:
     rows = s.execute(
         select(Proposal.fingerprint, Proposal.observation_version)
-        .where(Proposal.run_id == run_id, Proposal.step < before_step,
-               Proposal.fingerprint.is_not(None))
+        .where(
+            Proposal.run_id == run_id,
+            Proposal.step < before_step,
+            Proposal.fingerprint.is_not(None),
+        )
         .order_by(Proposal.step)
     ).all()
-    return [HistoryEntry(fingerprint=f, observation_version=v) for f, v in rows]
+    return [HistoryEntry(fingerprint=str(f), observation_version=v) for f, v in rows]
 
 
 def append_events(
@@ -128,15 +146,23 @@ def append_events(
         return
     if last_seq is None:
         last_seq = s.execute(
-            update(Run).where(Run.id == run_id)
-            .values(trace_seq=Run.trace_seq + len(events)).returning(Run.trace_seq)
+            update(Run)
+            .where(Run.id == run_id)
+            .values(trace_seq=Run.trace_seq + len(events))
+            .returning(Run.trace_seq)
         ).scalar_one()
     first = last_seq - len(events) + 1
     s.execute(
         insert(TraceEvent),
         [
-            {"run_id": run_id, "seq": first + i, "event": name, "step": step,
-             "proposal_id": proposal_id, "details": details}
+            {
+                "run_id": run_id,
+                "seq": first + i,
+                "event": name,
+                "step": step,
+                "proposal_id": proposal_id,
+                "details": details,
+            }
             for i, (name, details) in enumerate(events)
         ],
     )
@@ -163,7 +189,8 @@ def transition(
     if observation is not None:
         digest = content_hash(observation.content)
         seen = s.execute(
-            select(func.count()).select_from(Observation)
+            select(func.count())
+            .select_from(Observation)
             .where(Observation.run_id == run_id, Observation.content_hash == digest)
         ).scalar_one()
         new_observation = seen == 0
@@ -182,12 +209,18 @@ def transition(
         raise StaleVersion(f"run {run_id} is no longer at version {expected_version}")
     version, last_seq, obs_version = row
     if observation is not None:
-        s.add(Observation(
-            run_id=run_id, observation_id=observation.observation_id,
-            kind=observation.kind.value, source=observation.source, step=step,
-            content=observation.content, content_hash=content_hash(observation.content),
-            observation_version=obs_version,
-        ))
+        s.add(
+            Observation(
+                run_id=run_id,
+                observation_id=observation.observation_id,
+                kind=observation.kind.value,
+                source=observation.source,
+                step=step,
+                content=observation.content,
+                content_hash=content_hash(observation.content),
+                observation_version=obs_version,
+            )
+        )
     append_events(s, run_id, events, step=step, proposal_id=proposal_id, last_seq=last_seq)
     return int(version)
 
@@ -195,7 +228,8 @@ def transition(
 def record_outcome(s: Session, **values: Any) -> bool:
     """Insert the command's one outcome; False if one was already recorded."""
     inserted = s.execute(
-        insert(OutcomeRow).values(**values)
+        insert(OutcomeRow)
+        .values(**values)
         .on_conflict_do_nothing(index_elements=[OutcomeRow.command_id])
         .returning(OutcomeRow.id)
     ).first()

@@ -17,14 +17,20 @@ __all__ = ["ArtifactStore", "LedgerToolDeps", "MemoryStore"]
 class ArtifactStore:
     engine: Engine
 
-    def put(self, *, run_id: str, path: str, content: str, sha256: str,
-            idempotency_token: str) -> str:
+    def put(
+        self, *, run_id: str, path: str, content: str, sha256: str, idempotency_token: str
+    ) -> str:
         """Store once per token; returns the sha256 stored under that token."""
         with session_scope(self.engine) as s:
             s.execute(
                 insert(Artifact)
-                .values(run_id=run_id, path=path, content=content, sha256=sha256,
-                        idempotency_token=idempotency_token)
+                .values(
+                    run_id=run_id,
+                    path=path,
+                    content=content,
+                    sha256=sha256,
+                    idempotency_token=idempotency_token,
+                )
                 .on_conflict_do_nothing(index_elements=[Artifact.idempotency_token])
             )
             return s.execute(
@@ -34,8 +40,10 @@ class ArtifactStore:
     def get_sha256(self, *, run_id: str, path: str) -> str | None:
         with session_scope(self.engine) as s:
             return s.execute(
-                select(Artifact.sha256).where(Artifact.run_id == run_id, Artifact.path == path)
-                .order_by(Artifact.id.desc()).limit(1)
+                select(Artifact.sha256)
+                .where(Artifact.run_id == run_id, Artifact.path == path)
+                .order_by(Artifact.id.desc())
+                .limit(1)
             ).scalar_one_or_none()
 
 
@@ -43,24 +51,43 @@ class ArtifactStore:
 class MemoryStore:
     engine: Engine
 
-    def write(self, *, subject: str, key: str, value: str, run_id: str,
-              idempotency_token: str, confirmation_id: str | None = None) -> int:
+    def write(
+        self,
+        *,
+        subject: str,
+        key: str,
+        value: str,
+        run_id: str,
+        idempotency_token: str,
+        confirmation_id: str | None = None,
+    ) -> int:
         """Append the next version of (subject, key); idempotent per token."""
         with session_scope(self.engine) as s:
             existing = s.execute(
-                select(MemoryRecord.version)
-                .where(MemoryRecord.idempotency_token == idempotency_token)
+                select(MemoryRecord.version).where(
+                    MemoryRecord.idempotency_token == idempotency_token
+                )
             ).scalar_one_or_none()
             if existing is not None:
                 return int(existing)
             current = s.execute(
-                select(func.coalesce(func.max(MemoryRecord.version), 0))
-                .where(MemoryRecord.subject == subject, MemoryRecord.key == key)
+                select(func.coalesce(func.max(MemoryRecord.version), 0)).where(
+                    MemoryRecord.subject == subject, MemoryRecord.key == key
+                )
             ).scalar_one()
             version = int(current) + 1
-            s.add(MemoryRecord(subject=subject, key=key, value=value, version=version,
-                               source_kind="user-confirmation", confirmation_id=confirmation_id,
-                               created_by_run=run_id, idempotency_token=idempotency_token))
+            s.add(
+                MemoryRecord(
+                    subject=subject,
+                    key=key,
+                    value=value,
+                    version=version,
+                    source_kind="user-confirmation",
+                    confirmation_id=confirmation_id,
+                    created_by_run=run_id,
+                    idempotency_token=idempotency_token,
+                )
+            )
             return version
 
 

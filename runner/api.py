@@ -1,8 +1,8 @@
 """The Python API (client side): start runs, read them, wait for them.
 
-    client = Client.from_env()
-    run_id = client.start_run(spec_dict)
-    info = client.wait(run_id, timeout=30)
+client = Client.from_env()
+run_id = client.start_run(spec_dict)
+info = client.wait(run_id, timeout=30)
 """
 
 from __future__ import annotations
@@ -27,8 +27,13 @@ from runner.spec import RunSpec, parse_run_spec
 __all__ = ["Client", "RunInfo"]
 
 #: Statuses at which :meth:`Client.wait` returns (nothing moves without outside input).
-SETTLED = frozenset({*(s.value for s in RunStatus if s.terminal),
-                     RunStatus.WAITING_CONFIRMATION.value, RunStatus.HANDOFF.value})
+SETTLED = frozenset(
+    {
+        *(s.value for s in RunStatus if s.terminal),
+        RunStatus.WAITING_CONFIRMATION.value,
+        RunStatus.HANDOFF.value,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,21 @@ class RunInfo:
 
     @classmethod
     def of(cls, run: Run) -> RunInfo:
-        return cls(run_id=run.id, status=run.status, phase=run.phase,
-                   stop_reason=run.stop_reason, step=run.step, model_calls=run.model_calls,
-                   tool_calls=run.tool_calls, version=run.version, answer=run.answer,
-                   goal=run.goal, subject=run.subject, created_at=run.created_at.isoformat(),
-                   finished_at=run.finished_at.isoformat() if run.finished_at else None)
+        return cls(
+            run_id=run.id,
+            status=run.status,
+            phase=run.phase,
+            stop_reason=run.stop_reason,
+            step=run.step,
+            model_calls=run.model_calls,
+            tool_calls=run.tool_calls,
+            version=run.version,
+            answer=run.answer,
+            goal=run.goal,
+            subject=run.subject,
+            created_at=run.created_at.isoformat(),
+            finished_at=run.finished_at.isoformat() if run.finished_at else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,28 +97,65 @@ class Client:
         now = datetime.now(tz=UTC)
         goal = {"goal": spec.goal}
         with session_scope(self.engine) as s:
-            s.add(Run(
-                id=run_id, status=RunStatus.RUNNING.value, phase=Phase.PLANNING.value,
-                version=1, step=0, model_calls=0, tool_calls=0, tool_calls_by_tool={},
-                observation_version=1, trace_seq=0, goal=spec.goal, subject=spec.subject,
-                spec=spec.model_dump(mode="json"),
-                deadline_at=now + timedelta(seconds=spec.budgets.deadline_s),
-            ))
+            s.add(
+                Run(
+                    id=run_id,
+                    status=RunStatus.RUNNING.value,
+                    phase=Phase.PLANNING.value,
+                    version=1,
+                    step=0,
+                    model_calls=0,
+                    tool_calls=0,
+                    tool_calls_by_tool={},
+                    observation_version=1,
+                    trace_seq=0,
+                    goal=spec.goal,
+                    subject=spec.subject,
+                    spec=spec.model_dump(mode="json"),
+                    deadline_at=now + timedelta(seconds=spec.budgets.deadline_s),
+                )
+            )
             s.flush()
             for g in spec.grants:
-                s.add(GrantRow(run_id=run_id, capability=g.capability,
-                               resource_scope=g.resource_scope, expires_at_step=g.expires_at_step,
-                               max_uses=g.max_uses, uses=0, source="spec"))
-            s.add(Observation(
-                run_id=run_id, observation_id="user-1", kind=ObservationKind.USER.value,
-                source=ObservationSource.USER.value, step=0, content=goal,
-                content_hash=content_hash(goal), observation_version=1))
-            append_events(s, run_id, [
-                ("run.created", {"subject_hash": content_hash(spec.subject)[:16],
-                                 "grants": len(spec.grants),
-                                 "budgets": spec.budgets.model_dump(mode="json")}),
-                ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value}),
-            ], step=0)
+                s.add(
+                    GrantRow(
+                        run_id=run_id,
+                        capability=g.capability,
+                        resource_scope=g.resource_scope,
+                        expires_at_step=g.expires_at_step,
+                        max_uses=g.max_uses,
+                        uses=0,
+                        source="spec",
+                    )
+                )
+            s.add(
+                Observation(
+                    run_id=run_id,
+                    observation_id="user-1",
+                    kind=ObservationKind.USER.value,
+                    source=ObservationSource.USER.value,
+                    step=0,
+                    content=goal,
+                    content_hash=content_hash(goal),
+                    observation_version=1,
+                )
+            )
+            append_events(
+                s,
+                run_id,
+                [
+                    (
+                        "run.created",
+                        {
+                            "subject_hash": content_hash(spec.subject)[:16],
+                            "grants": len(spec.grants),
+                            "budgets": spec.budgets.model_dump(mode="json"),
+                        },
+                    ),
+                    ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value}),
+                ],
+                step=0,
+            )
         if publish:
             self.publisher.planner(run_id, 1)
         return run_id
@@ -125,19 +177,37 @@ class Client:
     def trace(self, run_id: str) -> list[dict[str, Any]]:
         self.get_run(run_id)
         with session_scope(self.engine) as s:
-            rows = s.scalars(select(TraceEvent).where(TraceEvent.run_id == run_id)
-                             .order_by(TraceEvent.seq))
-            return [{"seq": e.seq, "event": e.event, "step": e.step,
-                     "proposal_id": e.proposal_id, "details": e.details,
-                     "at": e.created_at.isoformat()} for e in rows]
+            rows = s.scalars(
+                select(TraceEvent).where(TraceEvent.run_id == run_id).order_by(TraceEvent.seq)
+            )
+            return [
+                {
+                    "seq": e.seq,
+                    "event": e.event,
+                    "step": e.step,
+                    "proposal_id": e.proposal_id,
+                    "details": e.details,
+                    "at": e.created_at.isoformat(),
+                }
+                for e in rows
+            ]
 
     def observations(self, run_id: str) -> list[dict[str, Any]]:
         with session_scope(self.engine) as s:
-            rows = s.scalars(select(Observation).where(Observation.run_id == run_id)
-                             .order_by(Observation.id))
-            return [{"observation_id": o.observation_id, "kind": o.kind, "source": o.source,
-                     "step": o.step, "content": o.content,
-                     "observation_version": o.observation_version} for o in rows]
+            rows = s.scalars(
+                select(Observation).where(Observation.run_id == run_id).order_by(Observation.id)
+            )
+            return [
+                {
+                    "observation_id": o.observation_id,
+                    "kind": o.kind,
+                    "source": o.source,
+                    "step": o.step,
+                    "content": o.content,
+                    "observation_version": o.observation_version,
+                }
+                for o in rows
+            ]
 
     def wait(self, run_id: str, *, timeout: float = 60.0) -> RunInfo:
         """Block until the run settles (terminal or waiting for a person) or ``timeout``."""

@@ -17,8 +17,11 @@ from rich.table import Table
 
 from runner.errors import ServiceUnavailable, SpecError, WarrantError
 
-app = typer.Typer(help="warrant: the model proposes, the program decides.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="warrant: the model proposes, the program decides.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 run_app = typer.Typer(help="Start, inspect and steer runs.", no_args_is_help=True)
 tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
 db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
@@ -40,9 +43,15 @@ def _print_json(data: Any) -> None:
 
 
 def _fail(exc: WarrantError, as_json: bool) -> None:
-    code = EXIT_BAD_INPUT if isinstance(exc, SpecError) or exc.code.startswith("UNKNOWN") \
-        or exc.code == "RUN_NOT_FOUND" else EXIT_UNAVAILABLE if isinstance(
-            exc, ServiceUnavailable) else EXIT_FAILED
+    code = (
+        EXIT_BAD_INPUT
+        if isinstance(exc, SpecError)
+        or exc.code.startswith("UNKNOWN")
+        or exc.code == "RUN_NOT_FOUND"
+        else EXIT_UNAVAILABLE
+        if isinstance(exc, ServiceUnavailable)
+        else EXIT_FAILED
+    )
     if as_json:
         _print_json({"error": exc.to_dict()})
     else:
@@ -76,8 +85,16 @@ def _client() -> Any:
 
 def _show_run(info: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
-    for key in ("run_id", "status", "stop_reason", "step", "model_calls", "tool_calls",
-                "version", "answer"):
+    for key in (
+        "run_id",
+        "status",
+        "stop_reason",
+        "step",
+        "model_calls",
+        "tool_calls",
+        "version",
+        "answer",
+    ):
         table.add_row(f"[bold]{key}[/]", "" if info[key] is None else str(info[key]))
     console.print(table)
 
@@ -92,8 +109,18 @@ def run_start(
     """Validate a run spec, record the run and enqueue its first planner step."""
     from runner.spec import parse_run_spec
 
-    def go() -> dict[str, Any]:
+    try:
         text = sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
+    except OSError as exc:
+        _fail(
+            SpecError(
+                f"cannot read {spec_file}: {exc.strerror}",
+                errors=[{"field": "SPEC_FILE", "message": str(exc.strerror)}],
+            ),
+            as_json,
+        )
+
+    def go() -> dict[str, Any]:
         spec = parse_run_spec(text)
         client = _client()
         run_id = client.start_run(spec)
@@ -102,11 +129,7 @@ def run_start(
         with console.status(f"run {run_id} …", spinner="dots") if not as_json else _null():
             return client.wait(run_id, timeout=timeout).to_dict()
 
-    try:
-        result = _guard(as_json, go)
-    except OSError as exc:
-        _fail(SpecError(f"cannot read {spec_file}: {exc.strerror}",
-                        errors=[{"field": "SPEC", "message": str(exc)}]), as_json)
+    result = _guard(as_json, go)
     if as_json:
         _print_json(result)
     elif "goal" in result:
@@ -139,15 +162,22 @@ def run_list(
     as_json: JsonOpt = False,
 ) -> None:
     """The most recent runs."""
-    runs = _guard(as_json, lambda: [r.to_dict() for r in _client().list_runs(
-        limit=limit, status=status)])
+    runs = _guard(
+        as_json, lambda: [r.to_dict() for r in _client().list_runs(limit=limit, status=status)]
+    )
     if as_json:
         _print_json(runs)
         return
     table = Table("run_id", "status", "stop_reason", "step", "tools", "created")
     for r in runs:
-        table.add_row(r["run_id"], r["status"], r["stop_reason"] or "", str(r["step"]),
-                      str(r["tool_calls"]), r["created_at"][:19])
+        table.add_row(
+            r["run_id"],
+            r["status"],
+            r["stop_reason"] or "",
+            str(r["step"]),
+            str(r["tool_calls"]),
+            r["created_at"][:19],
+        )
     console.print(table)
 
 
@@ -160,8 +190,7 @@ def run_trace(run_id: str, as_json: JsonOpt = False) -> None:
         return
     table = Table("seq", "step", "event", "details")
     for e in events:
-        details = ", ".join(f"{k}={v}" for k, v in (e["details"] or {}).items()
-                            if k != "budget")
+        details = ", ".join(f"{k}={v}" for k, v in (e["details"] or {}).items() if k != "budget")
         table.add_row(str(e["seq"]), str(e["step"]), e["event"], details[:110])
     console.print(table)
 
@@ -180,8 +209,14 @@ def tools_list(as_json: JsonOpt = False) -> None:
         return
     table = Table("name", "version", "side effect", "confirmation", "capabilities", "timeout")
     for t in tools:
-        table.add_row(t["name"], t["version"], t["sideEffect"], t["confirmation"],
-                      ", ".join(t["requiredCapabilities"]), f"{t['timeoutSeconds']}s")
+        table.add_row(
+            t["name"],
+            t["version"],
+            t["sideEffect"],
+            t["confirmation"],
+            ", ".join(t["requiredCapabilities"]),
+            f"{t['timeoutSeconds']}s",
+        )
     console.print(table)
 
 
@@ -193,7 +228,8 @@ def db_upgrade(as_json: JsonOpt = False) -> None:
 
     revision = _guard(as_json, lambda: upgrade(resolved_urls()[1]))
     _print_json({"revision": revision}) if as_json else console.print(
-        f"ledger at revision [bold]{revision}[/]")
+        f"ledger at revision [bold]{revision}[/]"
+    )
 
 
 # --- worker, up, demo -----------------------------------------------------------------------
@@ -210,9 +246,15 @@ def worker(
     """Run one worker role in the foreground (a plain `celery worker` underneath)."""
     from runner.stack import worker_command
 
-    command = _guard(as_json, lambda: worker_command(
-        role, tools=tools.split(",") if tools else None, concurrency=concurrency,
-        loglevel=loglevel))
+    command = _guard(
+        as_json,
+        lambda: worker_command(
+            role,
+            tools=tools.split(",") if tools else None,
+            concurrency=concurrency,
+            loglevel=loglevel,
+        ),
+    )
     if as_json:
         _print_json({"command": command})
     os.execv(command[0], command)
@@ -223,7 +265,7 @@ def _stack(as_json: bool, concurrency: int = 1) -> Any:
     from runner.stack import Stack
 
     stack = Stack(WarrantSettings(), concurrency=concurrency)
-    with (console.status("starting services …") if not as_json else _null()):
+    with console.status("starting services …") if not as_json else _null():
         _guard(as_json, stack.start_services)
         _guard(as_json, stack.migrate)
         stack.start_workers()
@@ -238,12 +280,16 @@ def up(
 ) -> None:
     """Start services (embedded if none configured), migrate, run every worker role."""
     stack = _stack(as_json, concurrency)
-    info = {"broker_url": stack.broker_url.split("@")[-1], "database": "ready",
-            "workers": list(stack.workers.procs) if stack.workers else [],
-            "embedded": stack.embedded is not None}
+    info = {
+        "broker_url": stack.broker_url.split("@")[-1],
+        "database": "ready",
+        "workers": list(stack.workers.procs) if stack.workers else [],
+        "embedded": stack.embedded is not None,
+    }
     _print_json(info) if as_json else console.print(
         f"[green]up[/]: workers {', '.join(info['workers'])} "
-        f"({'embedded' if info['embedded'] else 'external'} services). Ctrl-C stops.")
+        f"({'embedded' if info['embedded'] else 'external'} services). Ctrl-C stops."
+    )
     stopping = False
 
     def _stop(*_: object) -> None:
@@ -278,3 +324,7 @@ def demo(as_json: JsonOpt = False) -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

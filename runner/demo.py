@@ -26,18 +26,32 @@ def run_demo(*, as_json: bool, console: Console, timeout: float = 60.0) -> bool:
             progress.update(task, description=sc["name"])
             info = client.wait(run_id, timeout=timeout)
             expected = tuple(sc["expect"])
-            rows.append({"scenario": sc["name"], "title": sc["title"], "run_id": run_id,
-                         "status": info.status, "stop_reason": info.stop_reason,
-                         "steps": info.step, "tool_calls": info.tool_calls,
-                         "expected": list(expected),
-                         "ok": (info.status, info.stop_reason) == expected})
+            rows.append(
+                {
+                    "scenario": sc["name"],
+                    "title": sc["title"],
+                    "run_id": run_id,
+                    "status": info.status,
+                    "stop_reason": info.stop_reason,
+                    "steps": info.step,
+                    "tool_calls": info.tool_calls,
+                    "expected": list(expected),
+                    "ok": (info.status, info.stop_reason) == expected,
+                }
+            )
             progress.advance(task)
     if as_json:
         sys.stdout.write(json.dumps({"scenarios": rows}, indent=2) + "\n")
     else:
         table = Table("scenario", "status", "stop reason", "steps", "tools", "as expected")
         for r in rows:
-            table.add_row(r["scenario"], r["status"], r["stop_reason"] or "", str(r["steps"]),
-                          str(r["tool_calls"]), "[green]yes[/]" if r["ok"] else "[red]NO[/]")
+            table.add_row(
+                r["scenario"],
+                r["status"],
+                r["stop_reason"] or "",
+                str(r["steps"]),
+                str(r["tool_calls"]),
+                "[green]yes[/]" if r["ok"] else "[red]NO[/]",
+            )
         console.print(table)
     return all(r["ok"] for r in rows)

@@ -73,8 +73,12 @@ def interpret(raw: Any, observations: Sequence[ObservationView]) -> Stop | Compl
     if isinstance(output, FinalAnswer):
         return validate_final(output, observations)
     if isinstance(output, ClarifyRequest):
-        return Stop(RunStatus.NEEDS_INPUT, StopReason.CLARIFICATION_REQUIRED,
-                    {"question_chars": len(output.question)}, answer=output.question)
+        return Stop(
+            RunStatus.NEEDS_INPUT,
+            StopReason.CLARIFICATION_REQUIRED,
+            {"question_chars": len(output.question)},
+            answer=output.question,
+        )
     if isinstance(output, ToolProposal):
         return Forward(raw, output.proposal_id, output.tool)
     data = raw if isinstance(raw, dict) else {}

@@ -126,13 +126,17 @@ def _raw_fingerprint(raw: Any) -> str | None:
         return None
     try:
         body = canonical_json(
-            {"tool": raw.get("tool"), "tool_version": raw.get("tool_version"),
-             "arguments": raw.get("arguments")}
+            {
+                "tool": raw.get("tool"),
+                "tool_version": raw.get("tool_version"),
+                "arguments": raw.get("arguments"),
+            }
         )
     except Exception:
         body = json.dumps(
             [raw.get("tool"), raw.get("tool_version"), raw.get("arguments")],
-            sort_keys=True, default=str,
+            sort_keys=True,
+            default=str,
         ).encode()
     return sha256_hex(body)
 
@@ -168,12 +172,19 @@ def _reject(code: str, layer: str, fp: str | None, inp: GateInput, events: list[
     if fp is not None and _repeats(fp, inp) > inp.run.budgets.max_repeated_proposal:
         reason = StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION
         events.append(Event("proposal.loop_detected", {"count": _repeats(fp, inp)}))
-        return Stop(reason=reason, status=RunStatus.FAILED, fingerprint=fp, events=events,
-                    detail={"last_code": code})
+        return Stop(
+            reason=reason,
+            status=RunStatus.FAILED,
+            fingerprint=fp,
+            events=events,
+            detail={"last_code": code},
+        )
     return Reject(code=code, layer=layer, fingerprint=fp, events=events)
 
 
-def _authorize(tool: Tool[Any, Any], resource: str, inp: GateInput) -> tuple[str | None, tuple[int, ...]]:
+def _authorize(
+    tool: Tool[Any, Any], resource: str, inp: GateInput
+) -> tuple[str | None, tuple[int, ...]]:
     used: list[int] = []
     for capability in tool.capabilities:
         held = [g for g in inp.grants if g.capability == capability and g.run_id == inp.run.run_id]
@@ -182,7 +193,9 @@ def _authorize(tool: Tool[Any, Any], resource: str, inp: GateInput) -> tuple[str
         in_scope = [g for g in held if g.covers(resource)]
         if not in_scope:
             return Rejection.RESOURCE_OUT_OF_SCOPE.value, ()
-        live = [g for g in in_scope if g.expires_at_step is None or g.expires_at_step >= inp.run.step]
+        live = [
+            g for g in in_scope if g.expires_at_step is None or g.expires_at_step >= inp.run.step
+        ]
         if not live:
             return Rejection.GRANT_EXPIRED.value, ()
         usable = [g for g in live if g.max_uses is None or g.uses < g.max_uses]
@@ -192,9 +205,7 @@ def _authorize(tool: Tool[Any, Any], resource: str, inp: GateInput) -> tuple[str
     return None, tuple(used)
 
 
-def _confirmation(
-    tool: Tool[Any, Any], phash: str, inp: GateInput
-) -> tuple[str, str | None]:
+def _confirmation(tool: Tool[Any, Any], phash: str, inp: GateInput) -> tuple[str, str | None]:
     """('ok', id) | ('declined', None) | ('missing', None)."""
     if tool.confirmation is ConfirmationPolicy.NEVER:
         return "ok", None
@@ -202,15 +213,18 @@ def _confirmation(
     for c in inp.confirmations:
         if c.run_id != run.run_id or c.used:
             continue
-        bound = c.proposal_hash == phash if tool.confirmation is ConfirmationPolicy.PER_CALL \
+        bound = (
+            c.proposal_hash == phash
+            if tool.confirmation is ConfirmationPolicy.PER_CALL
             else c.tool == tool.name
+        )
         if not bound or c.expires_at_step < step or c.expires_at <= now:
             continue
         return ("ok", c.confirmation_id) if c.approved else ("declined", None)
     return "missing", None
 
 
-def evaluate(inp: GateInput) -> Decision:  # noqa: C901 - the layers read best in one place
+def evaluate(inp: GateInput) -> Decision:
     events: list[Event] = []
     run = inp.run
     fp = _raw_fingerprint(inp.raw)
@@ -220,7 +234,9 @@ def evaluate(inp: GateInput) -> Decision:  # noqa: C901 - the layers read best i
         proposal = ToolProposal.model_validate(inp.raw)
     except ValidationError:
         return _reject(Rejection.PROPOSAL_PARSE_FAILED.value, "parse", fp, inp, events)
-    events.append(Event("proposal.parsed", {"tool": proposal.tool, "version": proposal.tool_version}))
+    events.append(
+        Event("proposal.parsed", {"tool": proposal.tool, "version": proposal.tool_version})
+    )
 
     # registry
     tool = inp.registry.get(proposal.tool, proposal.tool_version)
@@ -256,14 +272,21 @@ def evaluate(inp: GateInput) -> Decision:  # noqa: C901 - the layers read best i
     # authorization
     resource = tool.resource(model, run.subject)
     code, grant_ids = _authorize(tool, resource, inp)
-    events.append(Event("policy.capability.checked", {
-        "required": list(tool.capabilities), "allowed": code is None, "code": code}))
+    events.append(
+        Event(
+            "policy.capability.checked",
+            {"required": list(tool.capabilities), "allowed": code is None, "code": code},
+        )
+    )
     if code:
         return _reject(code, "authorization", fp, inp, events)
 
     # state guard
-    if (run.status is not RunStatus.RUNNING or run.phase is not Phase.POLICY
-            or run.version != inp.expected_version):
+    if (
+        run.status is not RunStatus.RUNNING
+        or run.phase is not Phase.POLICY
+        or run.version != inp.expected_version
+    ):
         return Ignore(f"state {run.status}/{run.phase} v{run.version}")
     events.append(Event("policy.state.checked", {"version": run.version}))
 
@@ -271,37 +294,76 @@ def evaluate(inp: GateInput) -> Decision:  # noqa: C901 - the layers read best i
     repeats = _repeats(fp, inp)
     if repeats > run.budgets.max_repeated_proposal:
         events.append(Event("proposal.loop_detected", {"count": repeats}))
-        return Stop(reason=StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
-                    status=RunStatus.FAILED, fingerprint=fp, events=events)
+        return Stop(
+            reason=StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
+            status=RunStatus.FAILED,
+            fingerprint=fp,
+            events=events,
+        )
     if _oscillates(fp, inp):
         events.append(Event("proposal.oscillation_detected", {"window": 4}))
-        return Stop(reason=StopReason.PROPOSAL_OSCILLATION_DETECTED,
-                    status=RunStatus.FAILED, fingerprint=fp, events=events)
+        return Stop(
+            reason=StopReason.PROPOSAL_OSCILLATION_DETECTED,
+            status=RunStatus.FAILED,
+            fingerprint=fp,
+            events=events,
+        )
     events.append(Event("policy.loop.checked", {"repeats": repeats}))
 
     # confirmation
     state, confirmation_id = _confirmation(tool, phash, inp)
-    events.append(Event("policy.confirmation.checked", {
-        "policy": tool.confirmation.value, "result": state, "proposal_hash": phash}))
+    events.append(
+        Event(
+            "policy.confirmation.checked",
+            {"policy": tool.confirmation.value, "result": state, "proposal_hash": phash},
+        )
+    )
     if state == "declined":
         return _reject(Rejection.CONFIRMATION_DECLINED.value, "confirmation", fp, inp, events)
     if state == "missing":
-        return AwaitConfirmation(proposal=proposal, tool=tool, arguments=arguments,
-                                 proposal_hash=phash, resource=resource, events=events)
+        return AwaitConfirmation(
+            proposal=proposal,
+            tool=tool,
+            arguments=arguments,
+            proposal_hash=phash,
+            resource=resource,
+            events=events,
+        )
 
     # budget
     if inp.now >= run.deadline_at:
-        return Stop(reason=StopReason.DEADLINE_REACHED, status=RunStatus.FAILED,
-                    fingerprint=fp, events=events)
+        return Stop(
+            reason=StopReason.DEADLINE_REACHED,
+            status=RunStatus.FAILED,
+            fingerprint=fp,
+            events=events,
+        )
     per_tool = run.budgets.max_tool_calls_per_tool.get(tool.name)
     if run.tool_calls >= run.budgets.max_tool_calls or (
         per_tool is not None and run.tool_calls_by_tool.get(tool.name, 0) >= per_tool
     ):
-        return Stop(reason=StopReason.MAX_TOOL_CALLS_REACHED, status=RunStatus.FAILED,
-                    fingerprint=fp, events=events, detail={"tool": tool.name})
-    events.append(Event("policy.budget.checked", {
-        "tool_calls": run.tool_calls, "max_tool_calls": run.budgets.max_tool_calls}))
+        return Stop(
+            reason=StopReason.MAX_TOOL_CALLS_REACHED,
+            status=RunStatus.FAILED,
+            fingerprint=fp,
+            events=events,
+            detail={"tool": tool.name},
+        )
+    events.append(
+        Event(
+            "policy.budget.checked",
+            {"tool_calls": run.tool_calls, "max_tool_calls": run.budgets.max_tool_calls},
+        )
+    )
 
-    return Accept(proposal=proposal, tool=tool, arguments=arguments, arguments_hash=args_hash,
-                  proposal_hash=phash, resource=resource, grant_ids=grant_ids,
-                  confirmation_id=confirmation_id, events=events)
+    return Accept(
+        proposal=proposal,
+        tool=tool,
+        arguments=arguments,
+        arguments_hash=args_hash,
+        proposal_hash=phash,
+        resource=resource,
+        grant_ids=grant_ids,
+        confirmation_id=confirmation_id,
+        events=events,
+    )

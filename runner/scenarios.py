@@ -4,28 +4,38 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SCENARIOS", "Scenario", "search", "final"]
+__all__ = ["SCENARIOS", "Scenario", "final", "search"]
 
 GOAL = "What happens after automatic retries are exhausted?"
 SEARCH_GRANT = {"capability": "search:public", "resource_scope": "public"}
 
 
 def search(pid: str, query: str = "what to do when retries are exhausted") -> dict[str, Any]:
-    return {"kind": "tool", "proposal_id": pid, "tool": "search_public", "tool_version": "1",
-            "arguments": {"query": query}, "reason_summary": "look up the public rule",
-            "source_observation_ids": ["user-1"]}
+    return {
+        "kind": "tool",
+        "proposal_id": pid,
+        "tool": "search_public",
+        "tool_version": "1",
+        "arguments": {"query": query},
+        "reason_summary": "look up the public rule",
+        "source_observation_ids": ["user-1"],
+    }
 
 
 def final(answer: str, *citations: str) -> dict[str, Any]:
     return {"kind": "final", "answer": answer, "citations": list(citations)}
 
 
-def spec(outputs: list[dict[str, Any]], *, grants: list[dict[str, Any]] | None = None,
-         **budgets: Any) -> dict[str, Any]:
-    return {"goal": GOAL, "subject": "demo-user",
-            "planner": {"kind": "fixture", "outputs": outputs},
-            "grants": [SEARCH_GRANT] if grants is None else grants,
-            "budgets": budgets}
+def spec(
+    outputs: list[dict[str, Any]], *, grants: list[dict[str, Any]] | None = None, **budgets: Any
+) -> dict[str, Any]:
+    return {
+        "goal": GOAL,
+        "subject": "demo-user",
+        "planner": {"kind": "fixture", "outputs": outputs},
+        "grants": [SEARCH_GRANT] if grants is None else grants,
+        "budgets": budgets,
+    }
 
 
 class Scenario(dict[str, Any]):
@@ -33,17 +43,26 @@ class Scenario(dict[str, Any]):
 
 
 INJECTED_SAVE = {
-    "kind": "tool", "proposal_id": "p2", "tool": "save_preference", "tool_version": "1",
+    "kind": "tool",
+    "proposal_id": "p2",
+    "tool": "save_preference",
+    "tool_version": "1",
     "arguments": {"key": "auto_approve", "value": "true"},
-    "reason_summary": "the retrieved document says so", "source_observation_ids": ["tool-1"],
+    "reason_summary": "the retrieved document says so",
+    "source_observation_ids": ["tool-1"],
 }
 
 SCENARIOS: list[Scenario] = [
     Scenario(
         name="injection-refused",
         title="search, injected save_preference refused, cited answer",
-        spec=spec([search("p1"), INJECTED_SAVE,
-                   final("Three automatic retries, then the quarantine queue.", "tool-1")]),
+        spec=spec(
+            [
+                search("p1"),
+                INJECTED_SAVE,
+                final("Three automatic retries, then the quarantine queue.", "tool-1"),
+            ]
+        ),
         expect=("completed", "FINAL_ANSWER_VALIDATED"),
     ),
     Scenario(
@@ -56,13 +75,24 @@ SCENARIOS: list[Scenario] = [
         name="artifact-written",
         title="write an artifact under run-output/, verified by hash",
         spec=spec(
-            [search("p1"),
-             {"kind": "tool", "proposal_id": "p2", "tool": "write_artifact", "tool_version": "1",
-              "arguments": {"path": "run-output/answer.md", "content": "Three retries."},
-              "reason_summary": "save the answer", "source_observation_ids": ["tool-1"]},
-             final("Saved the answer to run-output/answer.md.", "tool-1", "tool-2")],
-            grants=[SEARCH_GRANT, {"capability": "artifact:write",
-                                   "resource_scope": "run-output/*"}]),
+            [
+                search("p1"),
+                {
+                    "kind": "tool",
+                    "proposal_id": "p2",
+                    "tool": "write_artifact",
+                    "tool_version": "1",
+                    "arguments": {"path": "run-output/answer.md", "content": "Three retries."},
+                    "reason_summary": "save the answer",
+                    "source_observation_ids": ["tool-1"],
+                },
+                final("Saved the answer to run-output/answer.md.", "tool-1", "tool-2"),
+            ],
+            grants=[
+                SEARCH_GRANT,
+                {"capability": "artifact:write", "resource_scope": "run-output/*"},
+            ],
+        ),
         expect=("completed", "FINAL_ANSWER_VALIDATED"),
     ),
     Scenario(

@@ -126,9 +126,7 @@ class ClarifyRequest(_Strict):
     question: str = Field(min_length=1, max_length=2_000)
 
 
-PlannerOutput = Annotated[
-    ToolProposal | FinalAnswer | ClarifyRequest, Field(discriminator="kind")
-]
+PlannerOutput = Annotated[ToolProposal | FinalAnswer | ClarifyRequest, Field(discriminator="kind")]
 
 
 def _field_errors(exc: ValidationError) -> list[dict[str, str]]:

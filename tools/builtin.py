@@ -12,7 +12,7 @@ from runner.codes import ObservationSource, Rejection
 from runner.errors import ToolFailed, ToolRejected
 from tools.contract import ConfirmationPolicy, SideEffect, Tool, ToolContext
 
-__all__ = ["BUILTIN_TOOLS", "SEARCH_PUBLIC", "WRITE_ARTIFACT", "SAVE_PREFERENCE"]
+__all__ = ["BUILTIN_TOOLS", "SAVE_PREFERENCE", "SEARCH_PUBLIC", "WRITE_ARTIFACT"]
 
 MEMORY_KEYS = frozenset({"answer_language", "citation_style"})
 MEMORY_VALUE_MAX = 40
@@ -129,14 +129,13 @@ def _write_artifact(args: WriteArtifactInput, ctx: ToolContext) -> WriteArtifact
         idempotency_token=ctx.idempotency_token,
     )
     if stored != digest:
-        raise ToolFailed("idempotency token reused with other content",
-                         code="IDEMPOTENCY_TOKEN_CONFLICT")
+        raise ToolFailed(
+            "idempotency token reused with other content", code="IDEMPOTENCY_TOKEN_CONFLICT"
+        )
     return WriteArtifactOutput(path=args.path, sha256=digest)
 
 
-def _verify_artifact(
-    args: WriteArtifactInput, out: WriteArtifactOutput, ctx: ToolContext
-) -> bool:
+def _verify_artifact(args: WriteArtifactInput, out: WriteArtifactOutput, ctx: ToolContext) -> bool:
     stored = ctx.deps.artifacts.get_sha256(run_id=ctx.run_id, path=args.path)
     return stored is not None and stored == hashlib.sha256(args.content.encode()).hexdigest()
 

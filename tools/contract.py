@@ -27,8 +27,8 @@ __all__ = [
     "ToolDeps",
 ]
 
-I = TypeVar("I", bound=BaseModel)  # noqa: E741
-O = TypeVar("O", bound=BaseModel)
+InputT = TypeVar("InputT", bound=BaseModel)
+OutputT = TypeVar("OutputT", bound=BaseModel)
 
 #: Default per-call time limit of a tool, in seconds.
 DEFAULT_TOOL_TIMEOUT_S = 10.0
@@ -95,22 +95,22 @@ def _everything(_args: Any, _subject: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Tool(Generic[I, O]):
+class Tool(Generic[InputT, OutputT]):
     """One versioned tool and everything the gate and the worker need to know about it."""
 
     name: str
     version: str
     description: str
-    input_model: type[I]
-    output_model: type[O]
+    input_model: type[InputT]
+    output_model: type[OutputT]
     capabilities: tuple[str, ...]
     side_effect: SideEffect
-    execute: Callable[[I, ToolContext], O]
+    execute: Callable[[InputT, ToolContext], OutputT]
     confirmation: ConfirmationPolicy = ConfirmationPolicy.NEVER
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
-    resource: Callable[[I, str], str] = _everything
-    validate: Callable[[I, str], str | None] | None = None
-    verify: Callable[[I, O, ToolContext], bool] | None = None
+    resource: Callable[[InputT, str], str] = _everything
+    validate: Callable[[InputT, str], str | None] | None = None
+    verify: Callable[[InputT, OutputT, ToolContext], bool] | None = None
     reconcile: Callable[[str, ToolContext], ReconcileResult] | None = None
     sensitive_fields: frozenset[str] = frozenset()
     output_source: ObservationSource = ObservationSource.TRUSTED_TOOL

@@ -1,0 +1,14 @@
+# One image for every worker role; the role is chosen by the command.
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY runner ./runner
+COPY tools ./tools
+COPY broker ./broker
+COPY ledger ./ledger
+RUN pip install --no-cache-dir .
+RUN useradd --create-home warrant
+USER warrant
+ENTRYPOINT ["warrant"]
+CMD ["--help"]

@@ -1,0 +1,41 @@
+# One target per habit. `make demo` and `make test` work on a fresh clone.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: install demo up test test-fast lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*; touch $@
+
+demo: install        ## start the stack (embedded servers if none configured), run the seed scenarios
+	$(VENV)/bin/warrant demo
+
+up: install          ## every worker role in the foreground; Ctrl-C stops
+	$(VENV)/bin/warrant up
+
+test: install        ## the whole suite against real Redis/RabbitMQ, PostgreSQL and Celery workers
+	$(PY) -m pytest -ra
+
+test-fast: install   ## pure unit tests only (no services)
+	$(PY) -m pytest -ra -m "not services"
+
+lint: install
+	$(VENV)/bin/ruff check runner tools broker ledger tests
+	$(VENV)/bin/ruff format --check runner tools broker ledger tests
+	$(VENV)/bin/mypy
+
+format: install
+	$(VENV)/bin/ruff format runner tools broker ledger tests
+	$(VENV)/bin/ruff check --fix runner tools broker ledger tests
+
+bench: install       ## benchmark against bare Celery (prints ratios; see README)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

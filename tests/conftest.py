@@ -1,0 +1,203 @@
+"""Fixtures: real PostgreSQL and Redis (or RabbitMQ), a real Celery worker subprocess.
+
+The broker's test database/vhost is flushed before and after the session; the ledger schema
+is dropped and migrated from scratch once per session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import Services, discover
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SERVICES: Services | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global SERVICES
+    SERVICES = discover()
+    if SERVICES.ok:
+        os.environ["WARRANT_BROKER_URL"] = SERVICES.broker_url or ""
+        os.environ["WARRANT_DATABASE_URL"] = SERVICES.database_url or ""
+    elif IN_CI:
+        pytest.exit(f"CI=true and services are unreachable: {SERVICES.problem}", returncode=3)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if SERVICES and SERVICES.embedded is not None:
+        SERVICES.embedded.stop()  # type: ignore[attr-defined]
+
+
+def _flush_broker(url: str) -> None:
+    if url.startswith(("redis", "rediss")):
+        import redis
+
+        if url.startswith("redis+socket://"):
+            client = redis.Redis(unix_socket_path=url[len("redis+socket://") :])
+        else:
+            client = redis.Redis.from_url(url)
+        client.flushdb()
+        client.close()
+    else:
+        from broker.app import app
+
+        with app.connection_for_write() as conn:
+            for q in app.conf.task_queues:
+                with contextlib.suppress(Exception):  # a queue not declared yet
+                    q.bind(conn.default_channel).purge()
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    assert SERVICES is not None
+    if not SERVICES.ok:
+        pytest.skip(f"services unavailable: {SERVICES.problem}")
+    from sqlalchemy import text
+
+    from ledger.db import engine_for
+    from ledger.migrate import upgrade
+
+    engine = engine_for(SERVICES.database_url or "")
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    upgrade(SERVICES.database_url or "")
+    _flush_broker(SERVICES.broker_url or "")
+    yield SERVICES
+    _flush_broker(SERVICES.broker_url or "")
+
+
+@pytest.fixture(scope="session")
+def engine(services: Services) -> Any:
+    from ledger.db import engine_for
+
+    return engine_for(services.database_url or "")
+
+
+class WorkerProcess:
+    """A real ``celery worker`` subprocess (prefork) consuming the given queues."""
+
+    def __init__(
+        self,
+        queues: list[str],
+        *,
+        name: str,
+        concurrency: int = 2,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> None:
+        self.name = name
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "broker.app",
+            "worker",
+            "-Q",
+            ",".join(queues),
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "-l",
+            "info",
+            "--without-mingle",
+            "--without-gossip",
+        ]
+        self.log = log
+        out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            command,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        from broker.app import app
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited: see {self.log}")
+            replies = app.control.ping(timeout=0.5) or []
+            if any(n.startswith(f"{self.name}@") for r in replies for n in r):
+                return
+        raise TimeoutError(f"worker {self.name} not ready in {timeout}s")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    from broker.app import app
+
+    queues = [q.name for q in app.conf.task_queues if q.name != "reconciler"]
+    log = tmp_path_factory.mktemp("logs") / "worker.log"
+    proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+        if os.environ.get("WARRANT_TEST_SHOW_WORKER_LOG"):
+            sys.stderr.write(log.read_text())
+
+
+@pytest.fixture(scope="session")
+def client(services: Services) -> Any:
+    from broker.app import app
+    from broker.publish import Publisher
+    from ledger.db import engine_for
+    from runner.api import Client
+
+    return Client(engine=engine_for(services.database_url or ""), publisher=Publisher(app))
+
+
+@pytest.fixture
+def run_to_end(client: Any, worker: WorkerProcess) -> Callable[..., Any]:
+    """Start a run from a spec and wait (with a deadline) until it settles."""
+
+    def go(spec: dict[str, Any], *, timeout: float = 30.0) -> Any:
+        run_id = client.start_run(spec)
+        info = client.wait(run_id, timeout=timeout)
+        assert info.status not in ("running", "cancelling"), f"run did not settle: {info}"
+        return info
+
+    return go
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str = "") -> Any:
+    """Poll ``predicate`` until truthy or fail at the deadline (no sleep-and-hope)."""
+    end = time.monotonic() + timeout
+    pause = 0.02
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.25)

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from runner.canonical import arguments_hash, canonical_json, idempotency_token, proposal_hash
+
+
+def test_key_order_does_not_change_identity():
+    a = {"z": {"b": 2, "a": 1}, "a": [{"d": 4, "c": 3}]}
+    b = {"a": [{"c": 3, "d": 4}], "z": {"a": 1, "b": 2}}
+    assert canonical_json(a) == canonical_json(b)
+    assert arguments_hash(a) == arguments_hash(b)
+
+
+def test_array_order_does_change_identity():
+    assert arguments_hash({"v": [1, 2]}) != arguments_hash({"v": [2, 1]})
+
+
+def test_proposal_hash_binds_tool_version_and_arguments():
+    base = proposal_hash("save_preference", "1", {"key": "answer_language", "value": "zh"})
+    assert base != proposal_hash("save_preference", "2", {"key": "answer_language", "value": "zh"})
+    assert base != proposal_hash("save_preference", "1", {"key": "answer_language", "value": "en"})
+    assert len(base) == 64
+
+
+def test_idempotency_token_is_stable():
+    h = arguments_hash({"x": 1})
+    assert idempotency_token("r", "p", "1", h) == idempotency_token("r", "p", "1", h)
+    assert idempotency_token("r", "p", "1", h) != idempotency_token("r", "p2", "1", h)

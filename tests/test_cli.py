@@ -1,0 +1,116 @@
+"""The ``warrant`` CLI as a user runs it (a real subprocess against the real services)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner import scenarios as sc
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+def warrant(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_run_start_wait_show_list_trace(tmp_path: Path, worker):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(sc.spec([sc.search("p1"), sc.final("Three.", "tool-1")])))
+    started = warrant("run", "start", str(spec), "--wait", "--json")
+    assert started.returncode == 0, started.stderr
+    info = json.loads(started.stdout)
+    assert (info["status"], info["stop_reason"]) == ("completed", "FINAL_ANSWER_VALIDATED")
+
+    shown = json.loads(warrant("run", "show", info["run_id"], "--json").stdout)
+    assert shown["answer"] == "Three." and shown["version"] == info["version"]
+    listed = json.loads(warrant("run", "list", "--json").stdout)
+    assert info["run_id"] in [r["run_id"] for r in listed]
+    trace = json.loads(warrant("run", "trace", info["run_id"], "--json").stdout)
+    assert trace[-1]["event"] == "run.stopped"
+    assert [e["seq"] for e in trace] == list(range(1, len(trace) + 1))
+    readable = warrant("run", "trace", info["run_id"])
+    assert readable.returncode == 0 and "run.stopped" in readable.stdout
+
+
+def test_bad_spec_exits_2_and_names_the_field(tmp_path: Path, services):
+    spec = sc.spec([])
+    spec["budgets"]["max_steps"] = "many"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(spec))
+    out = warrant("run", "start", str(path), "--json")
+    assert out.returncode == 2
+    error = json.loads(out.stdout)["error"]
+    assert error["code"] == "SPEC_INVALID"
+    assert [e["field"] for e in error["errors"]] == ["budgets.max_steps"]
+    human = warrant("run", "start", str(path))
+    assert human.returncode == 2 and "budgets.max_steps" in human.stderr
+
+
+def test_unknown_run_and_unreadable_file(services, tmp_path: Path):
+    out = warrant("run", "show", "no-such-run", "--json")
+    assert out.returncode == 2 and json.loads(out.stdout)["error"]["code"] == "RUN_NOT_FOUND"
+    out = warrant("run", "start", str(tmp_path / "missing.json"), "--json")
+    assert out.returncode == 2 and json.loads(out.stdout)["error"]["code"] == "SPEC_INVALID"
+
+
+def test_tools_list_exports_mcp_shaped_contracts():
+    out = warrant("tools", "list", "--json")
+    assert out.returncode == 0
+    tools = {t["name"]: t for t in json.loads(out.stdout)["tools"]}
+    assert set(tools) >= {"search_public", "write_artifact", "save_preference"}
+    save = tools["save_preference"]
+    assert save["inputSchema"]["type"] == "object"
+    assert set(save["inputSchema"]["properties"]) == {"key", "value"}
+    assert save["inputSchema"]["additionalProperties"] is False
+    assert save["confirmation"] == "per-call" and save["sensitiveFields"] == ["value"]
+    assert "outputSchema" in save
+
+
+def test_db_upgrade_is_idempotent(services):
+    out = warrant("db", "upgrade", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["revision"]
+
+
+def test_services_not_configured_is_a_clear_error(tmp_path: Path):
+    env = {"WARRANT_BROKER_URL": "", "WARRANT_DATABASE_URL": "", "WARRANT_DATA_DIR": str(tmp_path)}
+    out = warrant("run", "list", "--json", env=env)
+    assert out.returncode == 3
+    assert json.loads(out.stdout)["error"]["code"] == "SERVICES_NOT_CONFIGURED"
+
+
+def test_demo_against_configured_services(services):
+    out = warrant("demo", "--json", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout)["scenarios"]
+    assert rows and all(r["ok"] for r in rows), rows
+
+
+def test_demo_with_embedded_servers(tmp_path: Path):
+    """No URLs configured: the demo starts its own Redis and PostgreSQL, and stops them."""
+    env = {
+        "WARRANT_BROKER_URL": "",
+        "WARRANT_DATABASE_URL": "",
+        "WARRANT_DATA_DIR": str(tmp_path / "data"),
+    }
+    out = warrant("demo", "--json", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(out.stdout)["scenarios"]
+    assert len(rows) == len(sc.SCENARIOS) and all(r["ok"] for r in rows)
+    assert not (tmp_path / "data" / "services.json").exists()
+    assert (tmp_path / "data" / "postgres" / "PG_VERSION").exists()
