@@ -3,7 +3,8 @@
 The model proposes; the program decides. See ``README.md`` for the flow.
 """
 
-from runner.api import Client, RunInfo
+from typing import TYPE_CHECKING, Any
+
 from runner.codes import Outcome, Rejection, RunStatus, StopReason
 from runner.errors import (
     RunNotFound,
@@ -17,6 +18,19 @@ from runner.errors import (
     WarrantError,
 )
 from runner.spec import Budgets, Grant, RunSpec, parse_run_spec
+
+if TYPE_CHECKING:
+    from runner.api import Client, RunInfo
+
+
+def __getattr__(name: str) -> Any:
+    # The client needs the ledger and the broker; the pure core must import neither.
+    if name in ("Client", "RunInfo"):
+        from runner import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
+
 
 __all__ = [
     "Budgets",

@@ -114,3 +114,33 @@ def test_demo_with_embedded_servers(tmp_path: Path):
     assert len(rows) == len(sc.SCENARIOS) and all(r["ok"] for r in rows)
     assert not (tmp_path / "data" / "services.json").exists()
     assert (tmp_path / "data" / "postgres" / "PG_VERSION").exists()
+
+
+def test_up_runs_every_role_and_ctrl_c_stops_them(services, tmp_path: Path):
+    import signal
+
+    from broker.app import app
+    from tests.conftest import wait_for
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "up", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "WARRANT_DATA_DIR": str(tmp_path)},
+    )
+    try:
+        first = proc.stdout.readline() if proc.stdout else ""
+        assert first.strip().startswith("{"), proc.stderr.read() if proc.stderr else ""
+
+        def roles() -> set[str]:
+            replies = app.control.ping(timeout=0.5) or []
+            return {name.split("@")[0] for reply in replies for name in reply}
+
+        wait_for(lambda: {"planner", "policy", "tool"} <= roles(), what="up's workers")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        wait_for(lambda: not ({"planner", "policy", "tool"} & roles()), what="workers gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
