@@ -42,13 +42,19 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         return _stop(ctx, view.run_id, version, view, stop, step=view.step)
 
     try:
-        raw: Any = planner_for(spec).propose(view)
-        failure = None
+        reply = planner_for(spec).propose(view)
+        raw: Any = reply.raw
+        usage, calls, failure = reply.usage, reply.calls, None
     except PlannerFailure as exc:
-        raw, failure = None, exc.code
+        raw, usage, calls, failure = None, exc.usage, exc.calls, exc.code
 
     step = view.step + 1
-    counters = {"step": step, "model_calls": view.model_calls + 1}
+    counters = {
+        "step": step,
+        "model_calls": view.model_calls + calls,
+        "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
+        "cost_used": view.cost_used + usage.cost,
+    }
     try:
         with session_scope(ctx.engine) as s:
             if failure is not None:
@@ -83,7 +89,9 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
             s.flush()
             received = (
                 "proposal.received",
-                {"kind": proposal.kind, "tool": proposal.tool, "model_calls": view.model_calls + 1},
+                {"kind": proposal.kind, "tool": proposal.tool, "model_calls": counters["model_calls"],
+                                              "tokens": usage.prompt_tokens
+                                              + usage.completion_tokens},
             )
             if isinstance(decision, Forward):
                 new_version = transition(

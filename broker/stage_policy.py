@@ -101,6 +101,9 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 result = "stopped"
             elif isinstance(decision, policy.AwaitConfirmation):
                 request = decision.request()
+                ttl = view.budgets.confirmation_ttl_s
+                request["expires_at"] = min(now + ttl, view.deadline_at)
+                request["expires_at_step"] = step + view.budgets.confirmation_steps
                 proposal.status = "waiting_confirmation"
                 proposal.fingerprint = proposal.proposal_hash = decision.proposal_hash
                 proposal.arguments = decision.arguments

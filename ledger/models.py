@@ -62,6 +62,8 @@ class Run(Base):
     tool_calls: Mapped[int] = mapped_column(Integer, default=0)
     tool_calls_by_tool: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     observation_version: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_used: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cost_used: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     trace_seq: Mapped[int] = mapped_column(Integer, default=0)
     stop_reason: Mapped[str | None] = mapped_column(String(64))
     stop_detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)

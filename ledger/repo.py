@@ -70,6 +70,8 @@ def run_view(run: Run) -> RunView:
         subject=run.subject,
         budgets=Budgets.model_validate(run.spec.get("budgets", {})),
         tool_calls_by_tool=dict(run.tool_calls_by_tool or {}),
+        tokens_used=run.tokens_used or 0,
+        cost_used=run.cost_used or 0.0,
     )
 
 

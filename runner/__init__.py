@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.codes import Outcome, Rejection, RunStatus, StopReason
 from runner.errors import (
+    ConfirmationRefused,
     RunNotFound,
     ServiceUnavailable,
     SpecError,
@@ -15,6 +16,7 @@ from runner.errors import (
     ToolFailed,
     ToolRejected,
     ToolUnknown,
+    Unauthorized,
     WarrantError,
 )
 from runner.spec import Budgets, Grant, RunSpec, parse_run_spec
@@ -35,6 +37,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Budgets",
     "Client",
+    "ConfirmationRefused",
     "Grant",
     "Outcome",
     "Rejection",
@@ -50,6 +53,7 @@ __all__ = [
     "ToolFailed",
     "ToolRejected",
     "ToolUnknown",
+    "Unauthorized",
     "WarrantError",
     "parse_run_spec",
 ]

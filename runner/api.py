@@ -7,22 +7,24 @@ info = client.wait(run_id, timeout=30)
 
 from __future__ import annotations
 
+import hmac
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
 from ledger.db import engine_for, session_scope
-from ledger.models import GrantRow, Observation, Run, TraceEvent
-from ledger.repo import append_events
+from ledger.models import Confirmation, GrantRow, Observation, Proposal, Run, TraceEvent
+from ledger.repo import append_events, to_datetime, transition
 from runner.canonical import content_hash
 from runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
-from runner.errors import RunNotFound
-from runner.settings import resolved_urls
-from runner.spec import RunSpec, parse_run_spec
+from runner.errors import ConfirmationRefused, RunNotFound, SpecError, Unauthorized
+from runner.settings import WarrantSettings, resolved_urls
+from runner.spec import Grant, RunSpec, parse_run_spec
 
 __all__ = ["Client", "RunInfo"]
 
@@ -51,9 +53,10 @@ class RunInfo:
     subject: str
     created_at: str
     finished_at: str | None
+    confirmation_request: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, run: Run) -> RunInfo:
+    def of(cls, run: Run, *, confirmation_request: dict[str, Any] | None = None) -> RunInfo:
         return cls(
             run_id=run.id,
             status=run.status,
@@ -165,7 +168,155 @@ class Client:
             run = s.get(Run, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
-            return RunInfo.of(run)
+            request = None
+            if run.status == RunStatus.WAITING_CONFIRMATION and run.pending_proposal_id:
+                pending = s.get(Proposal, run.pending_proposal_id)
+                request = pending.confirmation_request if pending else None
+            return RunInfo.of(run, confirmation_request=request)
+
+    # --- operator and user actions ---------------------------------------------------------
+
+    def confirm(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+        """Approve exactly the pending proposal (bound to its hash). Returns the new version."""
+        return self._decide(run_id, proposal_hash=proposal_hash, by=by, approved=True)
+
+    def decline(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+        """Refuse the pending proposal; the planner sees a decline observation."""
+        return self._decide(run_id, proposal_hash=proposal_hash, by=by, approved=False)
+
+    def _decide(self, run_id: str, *, proposal_hash: str, by: str, approved: bool) -> int:
+        if not by.strip():
+            raise ConfirmationRefused(
+                "a confirmation needs the identity of who gave it",
+                code="CONFIRMATION_IDENTITY_REQUIRED",
+            )
+        now = time.time()
+        with session_scope(self.engine) as s:
+            run = s.get(Run, run_id, with_for_update=True)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            pending = s.get(Proposal, run.pending_proposal_id) if run.pending_proposal_id else None
+            if (
+                run.status != RunStatus.WAITING_CONFIRMATION
+                or pending is None
+                or not pending.confirmation_request
+            ):
+                raise ConfirmationRefused(
+                    f"run {run_id} is {run.status}, not waiting for a confirmation",
+                    code="RUN_NOT_WAITING_CONFIRMATION",
+                )
+            request = pending.confirmation_request
+            if pending.proposal_hash != proposal_hash:
+                raise ConfirmationRefused(
+                    "that hash is not the pending proposal's", code="CONFIRMATION_HASH_MISMATCH"
+                )
+            if now >= float(request["expires_at"]):
+                raise ConfirmationRefused(
+                    "the confirmation request has expired", code="CONFIRMATION_EXPIRED"
+                )
+            confirmation_id = str(uuid.uuid4())
+            s.add(
+                Confirmation(
+                    id=confirmation_id,
+                    run_id=run_id,
+                    proposal_hash=proposal_hash,
+                    tool=str(request["tool"]),
+                    approved=approved,
+                    used=False,
+                    expires_at_step=int(request["expires_at_step"]),
+                    expires_at=to_datetime(float(request["expires_at"])),
+                    decided_by=by,
+                )
+            )
+            s.flush()
+            version = transition(
+                s,
+                run_id,
+                run.version,
+                changes={
+                    "status": RunStatus.RUNNING.value,
+                    "phase": Phase.POLICY.value,
+                    "stop_reason": None,
+                },
+                events=[
+                    (
+                        "confirmation.approved" if approved else "confirmation.declined",
+                        {
+                            "confirmation_id": confirmation_id,
+                            "proposal_hash": proposal_hash,
+                            "by": by,
+                        },
+                    ),
+                    ("state.transitioned", {"from": run.status, "to": RunStatus.RUNNING.value}),
+                ],
+                step=run.step,
+                proposal_id=pending.proposal_id,
+            )
+        self.publisher.policy(run_id, version)
+        return version
+
+    def add_grant(
+        self,
+        run_id: str,
+        *,
+        capability: str,
+        resource_scope: str = "*",
+        expires_at_step: int | None = None,
+        max_uses: int | None = None,
+        granted_by: str,
+        operator_token: str | None = None,
+    ) -> int:
+        """Grant a capability to a running run (an authenticated operator call)."""
+        expected = WarrantSettings().operator_token
+        if expected and not hmac.compare_digest(expected, operator_token or ""):
+            raise Unauthorized("a valid operator token is required to grant capabilities")
+        try:
+            grant = Grant(
+                capability=capability,
+                resource_scope=resource_scope,
+                expires_at_step=expires_at_step,
+                max_uses=max_uses,
+            )
+        except ValidationError as exc:
+            raise SpecError(
+                "invalid grant",
+                errors=[
+                    {"field": ".".join(map(str, e["loc"])), "message": e["msg"]}
+                    for e in exc.errors(include_url=False)
+                ],
+            ) from None
+        with session_scope(self.engine) as s:
+            run = s.get(Run, run_id, with_for_update=True)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            row = GrantRow(
+                run_id=run_id,
+                capability=grant.capability,
+                resource_scope=grant.resource_scope,
+                expires_at_step=grant.expires_at_step,
+                max_uses=grant.max_uses,
+                uses=0,
+                source="api",
+            )
+            s.add(row)
+            s.flush()
+            append_events(
+                s,
+                run_id,
+                [
+                    (
+                        "grant.added",
+                        {
+                            "grant_id": row.id,
+                            "capability": grant.capability,
+                            "resource_scope": grant.resource_scope,
+                            "by": granted_by,
+                        },
+                    )
+                ],
+                step=run.step,
+            )
+            return row.id
 
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
         with session_scope(self.engine) as s:

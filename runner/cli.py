@@ -15,7 +15,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from runner.errors import ServiceUnavailable, SpecError, WarrantError
+from runner.errors import (
+    ConfirmationRefused,
+    RunNotFound,
+    ServiceUnavailable,
+    SpecError,
+    Unauthorized,
+    WarrantError,
+)
 
 app = typer.Typer(
     help="warrant: the model proposes, the program decides.",
@@ -43,15 +50,13 @@ def _print_json(data: Any) -> None:
 
 
 def _fail(exc: WarrantError, as_json: bool) -> None:
-    code = (
-        EXIT_BAD_INPUT
-        if isinstance(exc, SpecError)
-        or exc.code.startswith("UNKNOWN")
-        or exc.code == "RUN_NOT_FOUND"
-        else EXIT_UNAVAILABLE
-        if isinstance(exc, ServiceUnavailable)
-        else EXIT_FAILED
-    )
+    bad_input = (SpecError, ConfirmationRefused, Unauthorized, RunNotFound)
+    if isinstance(exc, bad_input) or exc.code.startswith("UNKNOWN"):
+        code = EXIT_BAD_INPUT
+    elif isinstance(exc, ServiceUnavailable):
+        code = EXIT_UNAVAILABLE
+    else:
+        code = EXIT_FAILED
     if as_json:
         _print_json({"error": exc.to_dict()})
     else:
@@ -193,6 +198,73 @@ def run_trace(run_id: str, as_json: JsonOpt = False) -> None:
         details = ", ".join(f"{k}={v}" for k, v in (e["details"] or {}).items() if k != "budget")
         table.add_row(str(e["seq"]), str(e["step"]), e["event"], details[:110])
     console.print(table)
+
+
+def _decision(run_id: str, proposal_hash: str, by: str, approved: bool, as_json: bool) -> None:
+    def go() -> dict[str, Any]:
+        client = _client()
+        if approved:
+            version = client.confirm(run_id, proposal_hash=proposal_hash, by=by)
+        else:
+            version = client.decline(run_id, proposal_hash=proposal_hash, by=by)
+        return {
+            "run_id": run_id,
+            "decision": "approved" if approved else "declined",
+            "version": version,
+        }
+
+    result = _guard(as_json, go)
+    _print_json(result) if as_json else console.print(
+        f"{result['decision']}: run {run_id} is back in the policy queue (v{result['version']})"
+    )
+
+
+HashOpt = Annotated[str, typer.Option("--proposal-hash", help="Hash shown by `run show`.")]
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded with the decision).")]
+
+
+@run_app.command("confirm")
+def run_confirm(run_id: str, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False) -> None:
+    """Approve exactly the pending proposal; it is re-checked by every layer, then executed."""
+    _decision(run_id, proposal_hash, by, True, as_json)
+
+
+@run_app.command("decline")
+def run_decline(run_id: str, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False) -> None:
+    """Refuse the pending proposal; the planner sees a decline observation."""
+    _decision(run_id, proposal_hash, by, False, as_json)
+
+
+@run_app.command("grant")
+def run_grant(
+    run_id: str,
+    capability: Annotated[str, typer.Option(help="e.g. artifact:write")],
+    by: ByOpt,
+    scope: Annotated[str, typer.Option("--scope", help="Resource scope.")] = "*",
+    expires_at_step: Annotated[int | None, typer.Option(min=0)] = None,
+    max_uses: Annotated[int | None, typer.Option(min=1)] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WARRANT_OPERATOR_TOKEN_INPUT", help="Operator token, if one is configured."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Grant a capability to a run (an operator action, recorded in the trace)."""
+    grant_id = _guard(
+        as_json,
+        lambda: _client().add_grant(
+            run_id,
+            capability=capability,
+            resource_scope=scope,
+            expires_at_step=expires_at_step,
+            max_uses=max_uses,
+            granted_by=by,
+            operator_token=token,
+        ),
+    )
+    _print_json({"grant_id": grant_id}) if as_json else console.print(f"grant {grant_id} added")
 
 
 # --- tools, db ------------------------------------------------------------------------------

@@ -5,6 +5,8 @@
     ├── RunNotFound               no run with that id (``RUN_NOT_FOUND``)
     ├── StateConflict             a compare-and-set on the run version lost (``STATE_CONFLICT``)
     ├── ServiceUnavailable        Redis, RabbitMQ or PostgreSQL cannot be reached
+    ├── ConfirmationRefused       a confirm/decline that does not fit the pending request
+    ├── Unauthorized              an operator call without a valid operator token
     └── ToolError                 raised *by tool code* to report a typed outcome
         ├── ToolRejected          valid input, business or permission refusal
         ├── ToolFailed            known not applied; ``retryable`` says if a retry may help
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ConfirmationRefused",
     "RunNotFound",
     "ServiceUnavailable",
     "SpecError",
@@ -27,6 +30,7 @@ __all__ = [
     "ToolFailed",
     "ToolRejected",
     "ToolUnknown",
+    "Unauthorized",
     "WarrantError",
 ]
 
@@ -68,6 +72,17 @@ class StateConflict(WarrantError):
 
 class ServiceUnavailable(WarrantError):
     code = "SERVICE_UNAVAILABLE"
+
+
+class ConfirmationRefused(WarrantError):
+    """``RUN_NOT_WAITING_CONFIRMATION``, ``CONFIRMATION_HASH_MISMATCH``,
+    ``CONFIRMATION_EXPIRED``."""
+
+    code = "CONFIRMATION_REFUSED"
+
+
+class Unauthorized(WarrantError):
+    code = "OPERATOR_TOKEN_INVALID"
 
 
 class ToolError(WarrantError):

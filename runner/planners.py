@@ -1,26 +1,40 @@
-"""Planners: something that, given the run's view, returns one raw (untrusted) output."""
+"""Planners: given the run's view, return one raw (untrusted) output and its usage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runner.spec import FixturePlannerSpec, RunSpec
+from runner.spec import FixturePlannerSpec, RunSpec, Usage
 from runner.state import RunView
 
-__all__ = ["FixturePlanner", "Planner", "PlannerFailure", "planner_for"]
+__all__ = ["FixturePlanner", "Planner", "PlannerFailure", "PlannerReply", "planner_for"]
 
 
 class PlannerFailure(Exception):
     """The planner produced nothing usable; ``code`` is stable."""
 
-    def __init__(self, code: str, message: str = "") -> None:
+    def __init__(
+        self, code: str, message: str = "", *, usage: Usage | None = None, calls: int = 1
+    ) -> None:
         super().__init__(message or code)
         self.code = code
+        self.usage = usage or Usage()
+        self.calls = calls
+
+
+@dataclass(frozen=True)
+class PlannerReply:
+    raw: Any
+    """The untrusted output, parsed by the gate."""
+    usage: Usage
+    """Charged to the run's token and cost budgets."""
+    calls: int = 1
+    """Model calls this reply took (retries count)."""
 
 
 class Planner(Protocol):
-    def propose(self, run: RunView) -> Any: ...
+    def propose(self, run: RunView) -> PlannerReply: ...
 
 
 @dataclass(frozen=True)
@@ -29,10 +43,11 @@ class FixturePlanner:
 
     spec: FixturePlannerSpec
 
-    def propose(self, run: RunView) -> Any:
+    def propose(self, run: RunView) -> PlannerReply:
+        usage = self.spec.usage_per_call or Usage()
         if run.model_calls >= len(self.spec.outputs):
-            raise PlannerFailure("FIXTURE_PLANNER_EXHAUSTED")
-        return self.spec.outputs[run.model_calls]
+            raise PlannerFailure("FIXTURE_PLANNER_EXHAUSTED", usage=usage)
+        return PlannerReply(self.spec.outputs[run.model_calls], usage)
 
 
 def planner_for(spec: RunSpec) -> Planner:

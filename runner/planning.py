@@ -48,6 +48,11 @@ def check_before_planning(run: RunView, now: float) -> Stop | None:
         return Stop(RunStatus.FAILED, StopReason.MAX_STEPS_REACHED)
     if run.model_calls >= run.budgets.max_model_calls:
         return Stop(RunStatus.FAILED, StopReason.MAX_MODEL_CALLS_REACHED)
+    b = run.budgets
+    if b.max_tokens is not None and run.tokens_used >= b.max_tokens:
+        return Stop(RunStatus.FAILED, StopReason.MAX_TOKENS_REACHED)
+    if b.max_cost is not None and run.cost_used >= b.max_cost:
+        return Stop(RunStatus.FAILED, StopReason.MAX_COST_REACHED)
     return None
 
 

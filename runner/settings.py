@@ -40,6 +40,9 @@ class WarrantSettings(BaseSettings):
     visibility_timeout_s: int = Field(default=DEFAULT_VISIBILITY_TIMEOUT_S, ge=60)
     """Seconds before Redis redelivers an unacknowledged message."""
 
+    operator_token: str | None = None
+    """If set, grants added through the API must present it (an operator credential)."""
+
     @property
     def services_file(self) -> Path:
         return self.data_dir / "services.json"

@@ -28,6 +28,7 @@ __all__ = [
     "PlannerOutput",
     "RunSpec",
     "ToolProposal",
+    "Usage",
     "parse_run_spec",
 ]
 
@@ -41,6 +42,10 @@ DEFAULT_MAX_TOOL_CALLS = 4
 DEFAULT_MAX_REPEATED_PROPOSAL = 2
 #: Absolute wall-clock budget of the whole run, from its creation.
 DEFAULT_DEADLINE_S = 120.0
+#: Seconds a confirmation request stays answerable (never past the run deadline).
+DEFAULT_CONFIRMATION_TTL_S = 900.0
+#: Steps after the request during which a given confirmation may still be used.
+DEFAULT_CONFIRMATION_STEPS = 2
 
 
 class _Strict(BaseModel):
@@ -75,14 +80,35 @@ class Budgets(_Strict):
     """Seconds from creation after which no new work starts."""
     max_tool_calls_per_tool: dict[str, int] = Field(default_factory=dict)
     """Optional per-tool caps, by tool name."""
+    max_tokens: int | None = Field(default=None, ge=0)
+    """Prompt + completion tokens charged by the planner; ``None`` = unlimited."""
+    max_cost: float | None = Field(default=None, ge=0)
+    """Planner cost in the price table's currency; ``None`` = unlimited."""
+    confirmation_ttl_s: float = Field(default=DEFAULT_CONFIRMATION_TTL_S, gt=0)
+    """How long a confirmation request (and the confirmation) stays valid."""
+    confirmation_steps: int = Field(default=DEFAULT_CONFIRMATION_STEPS, ge=0)
+    """Steps after the request during which a confirmation may be used."""
+
+
+class Usage(_Strict):
+    """What one planner call consumed."""
+
+    prompt_tokens: int = Field(default=0, ge=0)
+    """Tokens sent to the model."""
+    completion_tokens: int = Field(default=0, ge=0)
+    """Tokens the model produced."""
+    cost: float = Field(default=0.0, ge=0)
+    """Price of the call."""
 
 
 class FixturePlannerSpec(_Strict):
     """A scripted planner: answer ``n`` is ``outputs[n]``. Used by tests and the demo."""
 
     kind: Literal["fixture"]
-    outputs: list[dict[str, Any]] = Field(max_length=10_000)
+    outputs: list[Any] = Field(max_length=10_000)
     """Raw planner outputs; malformed ones are allowed and refused by the gate."""
+    usage_per_call: Usage | None = None
+    """Usage charged per call, to exercise the token and cost budgets."""
 
 
 PlannerSpec = Annotated[FixturePlannerSpec, Field(discriminator="kind")]

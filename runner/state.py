@@ -29,6 +29,8 @@ class RunView:
     subject: str
     budgets: Budgets
     tool_calls_by_tool: dict[str, int] = field(default_factory=dict)
+    tokens_used: int = 0
+    cost_used: float = 0.0
 
     def remaining_s(self, now: float) -> float:
         return self.deadline_at - now
@@ -42,6 +44,10 @@ class RunView:
             "max_model_calls": b.max_model_calls,
             "tool_calls": self.tool_calls,
             "max_tool_calls": b.max_tool_calls,
+            "tokens": self.tokens_used,
+            "max_tokens": b.max_tokens,
+            "cost": round(self.cost_used, 6),
+            "max_cost": b.max_cost,
             "deadline_at": self.deadline_at,
         }
 

@@ -11,6 +11,8 @@ import tools
 PINNED_RUNNER = {
     "Budgets",
     "Client",
+    "ConfirmationRefused",
+    "Unauthorized",
     "Grant",
     "Outcome",
     "Rejection",
