@@ -89,9 +89,12 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
             s.flush()
             received = (
                 "proposal.received",
-                {"kind": proposal.kind, "tool": proposal.tool, "model_calls": counters["model_calls"],
-                                              "tokens": usage.prompt_tokens
-                                              + usage.completion_tokens},
+                {
+                    "kind": proposal.kind,
+                    "tool": proposal.tool,
+                    "model_calls": counters["model_calls"],
+                    "tokens": usage.prompt_tokens + usage.completion_tokens,
+                },
             )
             if isinstance(decision, Forward):
                 new_version = transition(

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from broker.app import app
-from broker.context import worker_context
+from broker.context import StageContext, worker_context
 from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
 from broker.stage_planner import planner_step
 from broker.stage_policy import policy_evaluate
 from broker.stage_tool import tool_execute
+from broker.transitions import stop_changes, stop_events
+from ledger.db import session_scope
+from ledger.models import Run
+from ledger.repo import StaleVersion, run_view, transition
+from runner.codes import RunStatus, StopReason
+from runner.planning import Stop
 
 __all__ = ["evaluate_policy", "execute_tool", "step_planner"]
 
-# A lost database connection is retried with backoff; the version check makes it safe.
+log = logging.getLogger("warrant.tasks")
+
+#: Connection trouble is retried with backoff (the version check makes a retry safe).
+TRANSIENT = (OperationalError, InterfaceError)
 _RETRY = {
-    "autoretry_for": (OperationalError, DBAPIError),
+    "autoretry_for": TRANSIENT,
     "retry_backoff": True,
     "retry_backoff_max": 30,
     "retry_jitter": True,
@@ -23,16 +35,49 @@ _RETRY = {
 }
 
 
+def _guarded(stage: str, run_id: str, version: int, call: Callable[[StageContext], str]) -> str:
+    """Run a stage; a bug (anything not transient) stops the run instead of looping."""
+    ctx = worker_context()
+    try:
+        return call(ctx)
+    except TRANSIENT:
+        raise
+    except Exception as exc:
+        log.exception("stage %s failed for run %s", stage, run_id)
+        stop = Stop(
+            RunStatus.FAILED,
+            StopReason.INTERNAL_ERROR,
+            {"stage": stage, "error": type(exc).__name__},
+        )
+        try:
+            with session_scope(ctx.engine) as s:
+                run = s.get(Run, run_id)
+                if run is None or run.version != version:
+                    return "ignored"
+                view = run_view(run)
+                transition(
+                    s,
+                    run_id,
+                    version,
+                    changes=stop_changes(stop),
+                    events=stop_events(view, stop, step=view.step),
+                    step=view.step,
+                )
+        except StaleVersion:
+            return "ignored"
+        return "internal_error"
+
+
 @app.task(name=TASK_PLANNER, **_RETRY)
 def step_planner(run_id: str, version: int) -> str:
-    return planner_step(worker_context(), run_id, version)
+    return _guarded("planner", run_id, version, lambda c: planner_step(c, run_id, version))
 
 
 @app.task(name=TASK_POLICY, **_RETRY)
 def evaluate_policy(run_id: str, version: int) -> str:
-    return policy_evaluate(worker_context(), run_id, version)
+    return _guarded("policy", run_id, version, lambda c: policy_evaluate(c, run_id, version))
 
 
 @app.task(name=TASK_TOOL, **_RETRY)
 def execute_tool(run_id: str, version: int, command_id: str, tool: str) -> str:
-    return tool_execute(worker_context(), run_id, version, command_id)
+    return _guarded("tool", run_id, version, lambda c: tool_execute(c, run_id, version, command_id))

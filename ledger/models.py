@@ -95,7 +95,7 @@ class Proposal(Base):
     kind: Mapped[str] = mapped_column(String(16))
     tool: Mapped[str | None] = mapped_column(String(200))
     tool_version: Mapped[str | None] = mapped_column(String(50))
-    raw: Mapped[Any] = mapped_column(JSON)
+    raw: Mapped[Any | None] = mapped_column(JSON, nullable=True)
     arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     proposal_hash: Mapped[str | None] = mapped_column(String(64))

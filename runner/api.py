@@ -71,6 +71,7 @@ class RunInfo:
             subject=run.subject,
             created_at=run.created_at.isoformat(),
             finished_at=run.finished_at.isoformat() if run.finished_at else None,
+            confirmation_request=confirmation_request,
         )
 
     def to_dict(self) -> dict[str, Any]:

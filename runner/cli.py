@@ -102,6 +102,23 @@ def _show_run(info: dict[str, Any]) -> None:
     ):
         table.add_row(f"[bold]{key}[/]", "" if info[key] is None else str(info[key]))
     console.print(table)
+    request = info.get("confirmation_request")
+    if request:
+        console.print("[bold yellow]confirmation required[/]")
+        for key in (
+            "action",
+            "tool",
+            "resource",
+            "parameters",
+            "side_effect",
+            "reversible",
+            "proposal_hash",
+        ):
+            console.print(f"  {key}: {request.get(key)}")
+        console.print(
+            f"  warrant run confirm {info['run_id']} --proposal-hash "
+            f"{request['proposal_hash']} --by NAME"
+        )
 
 
 @run_app.command("start")
@@ -245,9 +262,7 @@ def run_grant(
     max_uses: Annotated[int | None, typer.Option(min=1)] = None,
     token: Annotated[
         str | None,
-        typer.Option(
-            envvar="WARRANT_OPERATOR_TOKEN_INPUT", help="Operator token, if one is configured."
-        ),
+        typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -162,13 +162,39 @@ def _field_errors(exc: ValidationError) -> list[dict[str, str]]:
     ]
 
 
+def _nul_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """Where a NUL character hides (PostgreSQL JSON cannot store one)."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found = _nul_path(key, (*path, str(key))) or _nul_path(child, (*path, str(key)))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, child in enumerate(value):
+            found = _nul_path(child, (*path, str(i)))
+            if found is not None:
+                return found
+    return None
+
+
 def parse_run_spec(data: Any) -> RunSpec:
     """Validate ``data`` (a dict or JSON text) into a :class:`RunSpec` or raise SpecError."""
     try:
         if isinstance(data, str | bytes):
-            return RunSpec.model_validate_json(data)
-        return RunSpec.model_validate(data)
+            spec = RunSpec.model_validate_json(data)
+        else:
+            spec = RunSpec.model_validate(data)
     except ValidationError as exc:
         errors = _field_errors(exc)
         fields = ", ".join(e["field"] for e in errors)
         raise SpecError(f"invalid run spec: {fields}", errors=errors) from None
+    nul = _nul_path(spec.model_dump(mode="json"))
+    if nul is not None:
+        field = ".".join(nul) or "(root)"
+        raise SpecError(
+            f"invalid run spec: {field}",
+            errors=[{"field": field, "message": "NUL characters are not allowed"}],
+        )
+    return spec

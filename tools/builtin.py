@@ -20,7 +20,13 @@ RUN_OUTPUT_ROOT = "run-output/"
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+    )
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
 
 # --- search_public -------------------------------------------------------------------------
@@ -51,7 +57,7 @@ class SearchInput(_Input):
     """Free-text query over the public corpus."""
 
 
-class SearchOutput(BaseModel):
+class SearchOutput(_Output):
     query: str
     """The query as executed."""
     evidence: str
@@ -98,7 +104,7 @@ class WriteArtifactInput(_Input):
     """Text to write."""
 
 
-class WriteArtifactOutput(BaseModel):
+class WriteArtifactOutput(_Output):
     path: str
     """Where it was written."""
     sha256: str
@@ -166,7 +172,7 @@ class SavePreferenceInput(_Input):
     """Preference value (at most 40 characters are accepted by policy)."""
 
 
-class SavePreferenceOutput(BaseModel):
+class SavePreferenceOutput(_Output):
     key: str
     """The key written."""
     version: int

@@ -182,9 +182,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(length=16), nullable=False),
         sa.Column("tool", sa.String(length=200), nullable=True),
         sa.Column("tool_version", sa.String(length=50), nullable=True),
-        sa.Column(
-            "raw", postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), nullable=False
-        ),
+        sa.Column("raw", postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), nullable=True),
         sa.Column(
             "arguments", postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), nullable=True
         ),
