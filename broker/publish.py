@@ -19,7 +19,11 @@ class Publisher:
         self.app = app
 
     def _send(self, name: str, run_id: str, kwargs: dict[str, Any], **options: Any) -> None:
-        self.app.send_task(name, kwargs=kwargs, headers={RUN_HEADER: run_id}, **options)
+        # Stamped with the run id, so `revoke_by_stamped_headers` can find every message of a
+        # run, queued or running.
+        self.app.send_task(
+            name, kwargs=kwargs, stamped_headers=[RUN_HEADER], **{RUN_HEADER: run_id}, **options
+        )
 
     def planner(self, run_id: str, version: int) -> None:
         self._send(TASK_PLANNER, run_id, {"run_id": run_id, "version": version})
@@ -36,6 +40,7 @@ class Publisher:
         tool: str,
         soft_time_limit: float,
         time_limit: float,
+        countdown: float | None = None,
     ) -> None:
         self._send(
             TASK_TOOL,
@@ -43,6 +48,15 @@ class Publisher:
             {"run_id": run_id, "version": version, "command_id": command_id, "tool": tool},
             soft_time_limit=soft_time_limit,
             time_limit=time_limit,
+            countdown=countdown,
+        )
+
+    def revoke_run(self, run_id: str, *, terminate: bool) -> None:
+        """Drop the run's queued messages on every worker; with ``terminate``, also interrupt
+        its running tool. SIGUSR1 raises ``SoftTimeLimitExceeded`` inside the tool (prefork
+        pool), so the tool stops cooperatively and its stage still records what happened."""
+        self.app.control.revoke_by_stamped_headers(
+            {RUN_HEADER: run_id}, terminate=terminate, signal="SIGUSR1"
         )
 
 

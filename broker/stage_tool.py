@@ -1,8 +1,9 @@
 """Tool stage: execute one command at most once per logical action, record a typed outcome.
 
-Lifecycle in the ledger: ``issued -> started -> completed``. A redelivery that finds an
-outcome only re-emits the continuation; one that finds ``started`` without an outcome
-re-invokes only tools that are safe to re-invoke with the same idempotency token.
+Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``). A redelivery
+that finds an outcome only re-emits the continuation; one that finds ``started`` without an
+outcome re-invokes only tools that are safe to re-invoke with the same idempotency token and
+records ``unknown`` for the others (the reconciler resolves it).
 """
 
 from __future__ import annotations
@@ -23,22 +24,26 @@ from ledger.db import session_scope
 from ledger.models import Command, Run
 from ledger.repo import (
     NewObservation,
-    StaleVersion,
     append_events,
     command_for_update,
     record_outcome,
     run_view,
+    to_datetime,
     transition,
 )
 from runner.canonical import sha256_hex
 from runner.codes import ObservationKind, Outcome, Phase, RunStatus, StopReason
 from runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from runner.planning import Stop
+from runner.retry import decide_retry
 from tools.contract import SideEffect, Tool, ToolContext
 
 __all__ = ["tool_execute"]
 
 log = logging.getLogger("warrant.tool")
+HARD_LIMIT_GRACE_S = 5.0
+_CANCEL_CHECK_EVERY_S = 0.2
+CANCELLED_STATUSES = (RunStatus.CANCELLING.value, RunStatus.CANCELLED.value)
 
 
 @dataclass
@@ -47,9 +52,41 @@ class _Result:
     code: str | None = None
     message: str | None = None
     retryable: bool = False
+    retry_after_s: float | None = None
     output: dict[str, Any] | None = None
     stop: StopReason | None = None
+    trigger: str | None = None
+    """For ``unknown``: what made the effect uncertain (adapter, timeout, cancellation)."""
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Snapshot:
+    command_id: str
+    run_id: str
+    step: int
+    proposal_id: str
+    arguments: dict[str, Any]
+    token: str
+    attempt: int
+    deadline_at: float
+    timeout_s: float
+    subject: str
+
+    @classmethod
+    def of(cls, cmd: Command, run: Run) -> _Snapshot:
+        return cls(
+            command_id=cmd.id,
+            run_id=run.id,
+            step=cmd.step,
+            proposal_id=cmd.proposal_id,
+            arguments=dict(cmd.arguments),
+            token=cmd.idempotency_token,
+            attempt=cmd.attempts,
+            deadline_at=cmd.deadline_at.timestamp(),
+            timeout_s=cmd.timeout_s,
+            subject=run.subject,
+        )
 
 
 def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) -> str:
@@ -65,16 +102,21 @@ def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) 
                 v = run.version
                 outbox.add(lambda: ctx.publisher.planner(run_id, v))
             result = "duplicate"
-        elif run.status != RunStatus.RUNNING or run.version != version:
-            cmd.status = "discarded"
+        elif cmd.status == "discarded":
             result = "discarded"
+        elif run.status != RunStatus.RUNNING or run.version != version:
+            if run.status != RunStatus.RUNNING and cmd.status == "issued":
+                cmd.status = "discarded"
+                result = "discarded"
+            else:
+                result = "ignored"
         else:
-            result = ""
             tool = ctx.registry.get(cmd.tool, cmd.tool_version)
             assert tool is not None, "the gate only issues commands for registered tools"
             if cmd.status == "started" and not tool.side_effect.safe_to_reinvoke:
                 result = "unknown"
             else:
+                result = ""
                 cmd.status, cmd.attempts, cmd.started_at = "started", cmd.attempts + 1, func.now()
                 append_events(
                     s,
@@ -94,7 +136,7 @@ def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) 
                     step=cmd.step,
                     proposal_id=cmd.proposal_id,
                 )
-            snapshot = _Snapshot(cmd, run)
+            snapshot = _Snapshot.of(cmd, run)
     if result and result != "unknown":
         outbox.flush()
         return result
@@ -103,39 +145,31 @@ def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) 
         outcome = _Result(
             Outcome.UNKNOWN,
             "WORKER_LOST_DURING_EXECUTION",
-            "a previous delivery started this command and did not finish",
+            "an earlier delivery started this command and did not finish",
             stop=StopReason.UNKNOWN_EFFECT,
+            trigger="worker-lost",
         )
     else:
         outcome = _run_tool(ctx, tool, snapshot)
-    return _record(ctx, snapshot, tool, outcome, version)
+    return _record(ctx, snapshot, tool, outcome)
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    command_id: str
-    run_id: str
-    step: int
-    proposal_id: str
-    arguments: dict[str, Any]
-    token: str
-    attempt: int
-    deadline_at: float
-    subject: str
+def _cancel_flag(ctx: StageContext, run_id: str) -> Any:
+    """A cancellation check backed by the ledger (throttled), for tools to poll."""
+    last = {"at": 0.0, "value": False}
 
-    def __init__(self, cmd: Command, run: Run) -> None:
-        object.__setattr__(self, "command_id", cmd.id)
-        object.__setattr__(self, "run_id", run.id)
-        object.__setattr__(self, "step", cmd.step)
-        object.__setattr__(self, "proposal_id", cmd.proposal_id)
-        object.__setattr__(self, "arguments", dict(cmd.arguments))
-        object.__setattr__(self, "token", cmd.idempotency_token)
-        object.__setattr__(self, "attempt", cmd.attempts)
-        object.__setattr__(self, "deadline_at", cmd.deadline_at.timestamp())
-        object.__setattr__(self, "subject", run.subject)
+    def is_cancelled() -> bool:
+        now = time.monotonic()
+        if not last["value"] and now - float(last["at"]) >= _CANCEL_CHECK_EVERY_S:
+            last["at"] = now
+            last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
+        return bool(last["value"])
+
+    return is_cancelled
 
 
 def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Result:
+    is_cancelled = _cancel_flag(ctx, snap.run_id)
     context = ToolContext(
         run_id=snap.run_id,
         command_id=snap.command_id,
@@ -144,6 +178,7 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
         attempt=snap.attempt,
         deadline_at=snap.deadline_at,
         deps=ctx.tool_deps,
+        is_cancelled=is_cancelled,
     )
     write = tool.side_effect is not SideEffect.READ
     try:
@@ -157,14 +192,33 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
             exc.code,
             str(exc),
             retryable=exc.retryable,
+            retry_after_s=exc.retry_after_s,
             stop=None if exc.retryable else StopReason.TOOL_FAILED,
         )
     except (ToolUnknown, SoftTimeLimitExceeded) as exc:
-        code = exc.code if isinstance(exc, ToolUnknown) else "TOOL_TIMEOUT"
+        cancelled = ctx.tool_deps.run_status(snap.run_id) in CANCELLED_STATUSES
+        if isinstance(exc, ToolUnknown):
+            code, trigger = exc.code, "adapter"
+        elif cancelled:
+            code, trigger = "CANCELLED_DURING_EXECUTION", "cancellation"
+        else:
+            code, trigger = "TOOL_TIMEOUT", "timeout"
         if write:
-            return _Result(Outcome.UNKNOWN, code, str(exc) or code, stop=StopReason.UNKNOWN_EFFECT)
-        return _Result(Outcome.FAILED, code, str(exc) or code, stop=StopReason.TOOL_FAILED)
-    except Exception as exc:  # an unclassified exception is an internal error: stop, no retry
+            return _Result(
+                Outcome.UNKNOWN,
+                code,
+                str(exc) or code,
+                stop=StopReason.UNKNOWN_EFFECT,
+                trigger=trigger,
+            )
+        deadline_bound = snap.timeout_s < tool.timeout_s - 1e-6
+        stop = (
+            StopReason.DEADLINE_REACHED
+            if trigger == "timeout" and deadline_bound
+            else StopReason.TOOL_FAILED
+        )
+        return _Result(Outcome.FAILED, code, str(exc) or code, stop=stop)
+    except Exception as exc:  # unclassified: an internal error; stop, never retry blindly
         log.exception("tool %s raised an unclassified exception", tool.name)
         return _Result(
             Outcome.FAILED,
@@ -191,87 +245,217 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
                 StopReason.TOOL_POSTCONDITION_FAILED,
                 "TOOL_POSTCONDITION_FAILED",
             )
+            result.events.append(
+                (
+                    "effect.compensation_required",
+                    {
+                        "tool": tool.name,
+                        "side_effect": tool.side_effect.value,
+                        "idempotency_key_hash": sha256_hex(snap.token)[:16],
+                    },
+                )
+            )
     return result
 
 
-def _record(
-    ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Result, version: int
-) -> str:
+def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Result) -> str:
     outbox = Outbox()
-    duration_ms = None
     with session_scope(ctx.engine) as s:
         cmd = command_for_update(s, snap.command_id)
-        assert cmd is not None
+        run = s.get(Run, snap.run_id, with_for_update=True)
+        assert cmd is not None and run is not None
+        duration_ms = None
         if cmd.started_at is not None:
             duration_ms = round((time.time() - cmd.started_at.timestamp()) * 1000, 1)
-        fresh = record_outcome(
-            s,
-            command_id=snap.command_id,
-            run_id=snap.run_id,
-            status=res.status.value,
-            code=res.code,
-            retryable=res.retryable,
-            message=res.message,
-            output=res.output,
-            attempt=snap.attempt,
-            duration_ms=duration_ms,
+        if cmd.status == "completed":  # someone else recorded it first
+            return "duplicate"
+        attempt_event = (
+            "tool.completed",
+            {
+                "tool": tool.name,
+                "status": res.status.value,
+                "code": res.code,
+                "attempt": snap.attempt,
+                "duration_ms": duration_ms,
+            },
         )
-        run = s.get(Run, snap.run_id)
-        assert run is not None
-        if not fresh:
-            if run.status == RunStatus.RUNNING and run.phase == Phase.PLANNING:
-                v = run.version
-                outbox.add(lambda: ctx.publisher.planner(snap.run_id, v))
+        if (
+            res.status is Outcome.FAILED
+            and res.retryable
+            and run.status == RunStatus.RUNNING
+            and _maybe_retry(ctx, s, run, cmd, tool, res, attempt_event, outbox)
+        ):
+            result = "retry_scheduled"
         else:
-            cmd.status, cmd.finished_at = "completed", func.now()
-            view = run_view(run)
-            events = [
-                (
-                    "tool.completed",
-                    {
-                        "tool": tool.name,
-                        "status": res.status.value,
-                        "code": res.code,
-                        "duration_ms": duration_ms,
-                    },
-                ),
-                *res.events,
-            ]
-            observation = None
-            if res.status is not Outcome.UNKNOWN:
-                content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
-                if res.output is not None:
-                    content["output"] = res.output
-                if res.code:
-                    content["code"] = res.code
-                observation = NewObservation(
-                    f"tool-{snap.step}",
-                    ObservationKind.TOOL_RESULT,
-                    tool.output_source.value,
-                    content,
-                )
-            if res.stop is not None:
-                status = RunStatus.FAILED
-                stop = Stop(status, res.stop, {"tool": tool.name, "code": res.code})
-                changes = stop_changes(stop)
-                events += stop_events(view, stop, step=snap.step)
-            else:
-                changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
-            try:
-                with s.begin_nested():
-                    new_version = transition(
-                        s,
-                        snap.run_id,
-                        version,
-                        changes=changes,
-                        events=events,
-                        step=snap.step,
-                        proposal_id=snap.proposal_id,
-                        observation=observation,
-                    )
-                if res.stop is None:
-                    outbox.add(lambda: ctx.publisher.planner(snap.run_id, new_version))
-            except StaleVersion:
-                log.warning("run %s moved on while its tool ran; outcome kept", snap.run_id)
+            result = _finish(ctx, s, run, cmd, tool, res, attempt_event, duration_ms, snap, outbox)
     outbox.flush()
+    return result
+
+
+def _maybe_retry(
+    ctx: StageContext,
+    s: Any,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    res: _Result,
+    attempt_event: tuple[str, dict[str, Any]],
+    outbox: Outbox,
+) -> bool:
+    view = run_view(run)
+    now = ctx.clock()
+    timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
+    decision = decide_retry(
+        attempt=cmd.attempts,
+        max_attempts=tool.max_attempts,
+        tool_calls=view.tool_calls,
+        max_tool_calls=view.budgets.max_tool_calls,
+        now=now,
+        deadline_at=view.deadline_at,
+        attempt_timeout_s=timeout,
+        base_s=tool.retry_base_s,
+        cap_s=tool.retry_cap_s,
+        retry_after_s=res.retry_after_s,
+    )
+    if not decision.retry:
+        res.events.insert(
+            0, ("tool.retry.refused", {"reason": decision.reason, "attempt": cmd.attempts})
+        )
+        return False
+    cmd.status = "issued"
+    attempt_timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now - decision.delay_s))
+    cmd.timeout_s = attempt_timeout
+    cmd.deadline_at = to_datetime(now + decision.delay_s + attempt_timeout)
+    by_tool = dict(run.tool_calls_by_tool or {})
+    by_tool[tool.name] = by_tool.get(tool.name, 0) + 1
+    new_version = transition(
+        s,
+        run.id,
+        run.version,
+        changes={"tool_calls": run.tool_calls + 1, "tool_calls_by_tool": by_tool},
+        events=[
+            attempt_event,
+            (
+                "tool.retry.scheduled",
+                {
+                    "attempt": cmd.attempts + 1,
+                    "delay_s": round(decision.delay_s, 3),
+                    "code": res.code,
+                    "retry_after": res.retry_after_s is not None,
+                },
+            ),
+        ],
+        step=cmd.step,
+        proposal_id=cmd.proposal_id,
+    )
+    command_id, run_id, delay = cmd.id, run.id, decision.delay_s
+    outbox.add(
+        lambda: ctx.publisher.tool(
+            run_id=run_id,
+            version=new_version,
+            command_id=command_id,
+            tool=tool.name,
+            soft_time_limit=attempt_timeout,
+            time_limit=attempt_timeout + HARD_LIMIT_GRACE_S,
+            countdown=delay,
+        )
+    )
+    return True
+
+
+def _finish(
+    ctx: StageContext,
+    s: Any,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    res: _Result,
+    attempt_event: tuple[str, dict[str, Any]],
+    duration_ms: float | None,
+    snap: _Snapshot,
+    outbox: Outbox,
+) -> str:
+    record_outcome(
+        s,
+        command_id=cmd.id,
+        run_id=run.id,
+        status=res.status.value,
+        code=res.code,
+        retryable=res.retryable,
+        message=res.message,
+        output=res.output,
+        attempt=snap.attempt,
+        duration_ms=duration_ms,
+    )
+    cmd.status, cmd.finished_at = "completed", func.now()
+    view = run_view(run)
+    events = [attempt_event, *res.events]
+    observation = None
+    if res.status is not Outcome.UNKNOWN:
+        content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
+        if res.output is not None:
+            content["output"] = res.output
+        if res.code:
+            content["code"] = res.code
+        observation = NewObservation(
+            f"tool-{cmd.step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
+        )
+    if res.status is Outcome.UNKNOWN:
+        events.append(
+            (
+                "effect.reconciliation_required",
+                {
+                    "tool": tool.name,
+                    "trigger": res.trigger,
+                    "recovery": "query" if tool.reconcile is not None else "human",
+                },
+            )
+        )
+
+    status = RunStatus(run.status)
+    changes: dict[str, Any]
+    if status is RunStatus.CANCELLING:
+        if res.status is Outcome.UNKNOWN:
+            # The effect is not known: the run stays cancelling until it is reconciled.
+            changes = {"phase": Phase.IDLE.value}
+        else:
+            applied = res.status is Outcome.SUCCEEDED and tool.side_effect is not SideEffect.READ
+            stop = Stop(
+                RunStatus.CANCELLED,
+                StopReason.CANCELLED,
+                {"effect": "applied" if applied else "none", "tool": tool.name},
+            )
+            changes = stop_changes(stop)
+            events += stop_events(view, stop, step=cmd.step)
+    elif status is not RunStatus.RUNNING:
+        changes = {}
+    elif res.status is Outcome.UNKNOWN:
+        changes = {
+            "status": RunStatus.RECONCILING.value,
+            "phase": Phase.IDLE.value,
+            "stop_reason": StopReason.UNKNOWN_EFFECT.value,
+            "stop_detail": {"tool": tool.name, "code": res.code},
+        }
+        events.append(
+            ("state.transitioned", {"from": status.value, "to": RunStatus.RECONCILING.value})
+        )
+    elif res.stop is not None:
+        stop = Stop(RunStatus.FAILED, res.stop, {"tool": tool.name, "code": res.code})
+        changes = stop_changes(stop)
+        events += stop_events(view, stop, step=cmd.step)
+    else:
+        changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
+    new_version = transition(
+        s,
+        run.id,
+        run.version,
+        changes=changes,
+        events=events,
+        step=cmd.step,
+        proposal_id=cmd.proposal_id,
+        observation=observation,
+    )
+    if status is RunStatus.RUNNING and res.stop is None and res.status is not Outcome.UNKNOWN:
+        run_id = run.id
+        outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
     return res.status.value

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from ledger.db import session_scope
-from ledger.models import Artifact, MemoryRecord
+from ledger.models import Artifact, MemoryRecord, Run
 
 __all__ = ["ArtifactStore", "LedgerToolDeps", "MemoryStore"]
 
@@ -16,6 +17,8 @@ __all__ = ["ArtifactStore", "LedgerToolDeps", "MemoryStore"]
 @dataclass(frozen=True)
 class ArtifactStore:
     engine: Engine
+    faults: Any = None
+    """Fault injector (the demo service): a ``corrupt_read`` fault falsifies the read-back."""
 
     def put(
         self, *, run_id: str, path: str, content: str, sha256: str, idempotency_token: str
@@ -38,6 +41,8 @@ class ArtifactStore:
             ).scalar_one()
 
     def get_sha256(self, *, run_id: str, path: str) -> str | None:
+        if self.faults is not None and self.faults.corrupt_read("write_artifact"):
+            return "0" * 64
         with session_scope(self.engine) as s:
             return s.execute(
                 select(Artifact.sha256)
@@ -94,6 +99,15 @@ class MemoryStore:
 class LedgerToolDeps:
     """The ``deps`` handed to tools through :class:`~tools.contract.ToolContext`."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.artifacts = ArtifactStore(engine)
+    def __init__(self, engine: Engine, *, demo_engine: Engine | None = None) -> None:
+        from tools.demo.service import DemoService
+
+        self.engine = engine
+        self.demo = DemoService(demo_engine or engine)
+        self.artifacts = ArtifactStore(engine, faults=self.demo)
         self.memory = MemoryStore(engine)
+
+    def run_status(self, run_id: str) -> str | None:
+        """The run's status, read from the ledger (backs the tools' cancellation flag)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(Run.status).where(Run.id == run_id)).scalar_one_or_none()

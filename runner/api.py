@@ -17,12 +17,28 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
+from broker.transitions import stop_changes, stop_events
 from ledger.db import engine_for, session_scope
-from ledger.models import Confirmation, GrantRow, Observation, Proposal, Run, TraceEvent
-from ledger.repo import append_events, to_datetime, transition
+from ledger.models import (
+    Command,
+    Confirmation,
+    GrantRow,
+    Observation,
+    Proposal,
+    Run,
+    TraceEvent,
+)
+from ledger.repo import append_events, run_view, to_datetime, transition
 from runner.canonical import content_hash
-from runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
-from runner.errors import ConfirmationRefused, RunNotFound, SpecError, Unauthorized
+from runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
+from runner.errors import (
+    ConfirmationRefused,
+    RunNotFound,
+    SpecError,
+    StateConflict,
+    Unauthorized,
+)
+from runner.planning import Stop
 from runner.settings import WarrantSettings, resolved_urls
 from runner.spec import Grant, RunSpec, parse_run_spec
 
@@ -256,6 +272,71 @@ class Client:
         self.publisher.policy(run_id, version)
         return version
 
+    def cancel(self, run_id: str, *, by: str, reason: str = "", revoke: bool = True) -> RunInfo:
+        """Cancel a run: no stage starts new work for it afterwards.
+
+        Nothing in flight: the run is ``cancelled`` at once and its queued messages are
+        dropped. A tool running (or an effect still unknown): the run goes to ``cancelling``,
+        the tool is interrupted (revoke with terminate; the tool also sees the ledger flag),
+        and the run ends ``cancelled`` only once the effect is known. ``revoke=False`` skips the
+        broadcast (the ledger flag alone must then stop the tool).
+        """
+        in_flight = False
+        with session_scope(self.engine) as s:
+            run = s.get(Run, run_id, with_for_update=True)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            status = RunStatus(run.status)
+            if status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
+                return RunInfo.of(run)
+            if status.terminal or status is RunStatus.HANDOFF:
+                raise StateConflict(
+                    f"run {run_id} is {status.value}; nothing to cancel", code="RUN_NOT_CANCELLABLE"
+                )
+            cmd = (
+                s.get(Command, run.active_command_id, with_for_update=True)
+                if run.active_command_id
+                else None
+            )
+            in_flight = status is RunStatus.RECONCILING or (
+                cmd is not None and cmd.status == "started"
+            )
+            requested = (
+                "cancel.requested",
+                {"by": by, "reason_chars": len(reason), "in_flight": in_flight},
+            )
+            view = run_view(run)
+            if in_flight:
+                transition(
+                    s,
+                    run_id,
+                    run.version,
+                    changes={"status": RunStatus.CANCELLING.value},
+                    events=[
+                        requested,
+                        (
+                            "state.transitioned",
+                            {"from": status.value, "to": RunStatus.CANCELLING.value},
+                        ),
+                    ],
+                    step=run.step,
+                )
+            else:
+                if cmd is not None and cmd.status == "issued":
+                    cmd.status = "discarded"
+                stop = Stop(RunStatus.CANCELLED, StopReason.CANCELLED, {"effect": "none"})
+                transition(
+                    s,
+                    run_id,
+                    run.version,
+                    changes=stop_changes(stop),
+                    events=[requested, *stop_events(view, stop, step=run.step)],
+                    step=run.step,
+                )
+        if revoke:
+            self.publisher.revoke_run(run_id, terminate=in_flight)
+        return self.get_run(run_id)
+
     def add_grant(
         self,
         run_id: str,
@@ -361,13 +442,17 @@ class Client:
                 for o in rows
             ]
 
-    def wait(self, run_id: str, *, timeout: float = 60.0) -> RunInfo:
-        """Block until the run settles (terminal or waiting for a person) or ``timeout``."""
+    def wait(
+        self, run_id: str, *, timeout: float = 60.0, until: frozenset[str] | set[str] | None = None
+    ) -> RunInfo:
+        """Block until the run settles (terminal or waiting for a person), or reaches one of
+        ``until``, or ``timeout`` passes; returns the last state seen."""
+        targets = until or SETTLED
         deadline = time.monotonic() + timeout
         pause = 0.02
         while True:
             info = self.get_run(run_id)
-            if info.status in SETTLED or time.monotonic() >= deadline:
+            if info.status in targets or time.monotonic() >= deadline:
                 return info
             time.sleep(pause)
             pause = min(pause * 1.5, 0.25)

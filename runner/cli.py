@@ -282,6 +282,19 @@ def run_grant(
     _print_json({"grant_id": grant_id}) if as_json else console.print(f"grant {grant_id} added")
 
 
+@run_app.command("cancel")
+def run_cancel(
+    run_id: str,
+    by: ByOpt,
+    reason: Annotated[str, typer.Option(help="Why (its length is traced).")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a run: no new work starts; a running tool is interrupted; the run ends
+    `cancelled` once its effects are known."""
+    info = _guard(as_json, lambda: _client().cancel(run_id, by=by, reason=reason).to_dict())
+    _print_json(info) if as_json else console.print(f"run {run_id}: {info['status']}")
+
+
 # --- tools, db ------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ class RunStatus(StrEnum):
     WAITING_CONFIRMATION = "waiting_confirmation"
     NEEDS_INPUT = "needs_input"
     CANCELLING = "cancelling"
+    RECONCILING = "reconciling"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -57,6 +58,7 @@ class StopReason(StrEnum):
     TOOL_INTERNAL_ERROR = "TOOL_INTERNAL_ERROR"
     UNKNOWN_EFFECT = "UNKNOWN_EFFECT"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    CANCELLED = "CANCELLED"
 
 
 class Rejection(StrEnum):

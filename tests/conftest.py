@@ -154,7 +154,11 @@ class WorkerProcess:
 def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     from broker.app import app
 
-    queues = [q.name for q in app.conf.task_queues if q.name != "reconciler"]
+    queues = [
+        q.name
+        for q in app.conf.task_queues
+        if q.name != "reconciler" and q.name not in DRAFT_QUEUES
+    ]
     log = tmp_path_factory.mktemp("logs") / "worker.log"
     proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log)
     try:
@@ -164,6 +168,33 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
         proc.stop()
         if os.environ.get("WARRANT_TEST_SHOW_WORKER_LOG"):
             sys.stderr.write(log.read_text())
+
+
+DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund")
+
+
+@pytest.fixture(scope="session")
+def draft_worker(
+    services: Services, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """A separate tool worker for the demo write tools, so tests can SIGKILL its pool."""
+    log = tmp_path_factory.mktemp("logs") / "drafts.log"
+    proc = WorkerProcess(list(DRAFT_QUEUES), name="drafts", concurrency=1, log=log)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def demo(services: Services) -> Any:
+    from ledger.db import engine_for
+    from tools.demo.service import DemoService
+
+    service = DemoService(engine_for(services.database_url or ""))
+    service.ensure_schema()
+    return service
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,11 @@ OutputT = TypeVar("OutputT", bound=BaseModel)
 DEFAULT_TOOL_TIMEOUT_S = 10.0
 #: Largest canonical-JSON input a tool accepts unless it says otherwise.
 DEFAULT_MAX_INPUT_BYTES = 16_384
+#: Attempts per command for retryable failures (each counts as a tool call).
+DEFAULT_MAX_ATTEMPTS = 3
+#: Backoff base and cap (full jitter) between attempts, unless the tool gives retry-after.
+DEFAULT_RETRY_BASE_S = 0.2
+DEFAULT_RETRY_CAP_S = 5.0
 
 
 class SideEffect(StrEnum):
@@ -115,6 +120,9 @@ class Tool(Generic[InputT, OutputT]):
     sensitive_fields: frozenset[str] = frozenset()
     output_source: ObservationSource = ObservationSource.TRUSTED_TOOL
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry_base_s: float = DEFAULT_RETRY_BASE_S
+    retry_cap_s: float = DEFAULT_RETRY_CAP_S
 
     @property
     def queue(self) -> str:
@@ -133,6 +141,7 @@ class Tool(Generic[InputT, OutputT]):
             "confirmation": self.confirmation.value,
             "timeoutSeconds": self.timeout_s,
             "sensitiveFields": sorted(self.sensitive_fields),
+            "maxAttempts": self.max_attempts,
             "reconcilable": self.reconcile is not None,
             "verifiesPostcondition": self.verify is not None,
             "queue": self.queue,

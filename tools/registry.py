@@ -51,6 +51,7 @@ def default_registry() -> Registry:
     global _DEFAULT
     if _DEFAULT is None:
         from tools.builtin import BUILTIN_TOOLS
+        from tools.demo.tools import DEMO_TOOLS
 
-        _DEFAULT = Registry(BUILTIN_TOOLS)
+        _DEFAULT = Registry([*BUILTIN_TOOLS, *DEMO_TOOLS])
     return _DEFAULT

@@ -1,0 +1,200 @@
+"""Demo tools over the fake external service: payments and the seed's lookup/save_draft."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.contract import ReconcileResult, SideEffect, Tool, ToolContext
+
+__all__ = ["DEMO_TOOLS", "GET_REFUND", "ISSUE_REFUND", "LOOKUP", "SAVE_DRAFT"]
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+    )
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+# --- issue_refund --------------------------------------------------------------------------
+
+
+class RefundInput(_Input):
+    order_id: str = Field(pattern=r"^ord_[A-Za-z0-9]{1,40}$")
+    """The order to refund, e.g. ``ord_123``."""
+    amount_cents: int = Field(gt=0, le=100_000)
+    """Amount in cents (at most 1000.00)."""
+    currency: Literal["EUR", "USD"]
+    """ISO currency code."""
+
+
+class RefundOutput(_Output):
+    refund_id: str
+    """The service's refund id."""
+    order_id: str
+    """The refunded order."""
+    amount_cents: int
+    """Refunded amount in cents."""
+    currency: str
+    """ISO currency code."""
+
+
+def _issue_refund(args: RefundInput, ctx: ToolContext) -> RefundOutput:
+    out = ctx.deps.demo.issue_refund(
+        key=ctx.idempotency_token,
+        order_id=args.order_id,
+        amount_cents=args.amount_cents,
+        currency=args.currency,
+        is_cancelled=ctx.is_cancelled,
+    )
+    return RefundOutput(**out)
+
+
+def _verify_refund(args: RefundInput, out: RefundOutput, ctx: ToolContext) -> bool:
+    seen = ctx.deps.demo.get_refund(key=ctx.idempotency_token)
+    return (
+        seen is not None
+        and seen["amount_cents"] == args.amount_cents
+        and seen["order_id"] == args.order_id
+    )
+
+
+def _reconcile_refund(token: str, ctx: ToolContext) -> ReconcileResult:
+    seen = ctx.deps.demo.get_refund(key=token)
+    return ReconcileResult(applied=seen is not None, output=seen)
+
+
+ISSUE_REFUND: Tool[RefundInput, RefundOutput] = Tool(
+    name="issue_refund",
+    version="1",
+    description="Refund (part of) an order through the payment service.",
+    input_model=RefundInput,
+    output_model=RefundOutput,
+    capabilities=("payments:refund",),
+    side_effect=SideEffect.COMPENSATABLE_WRITE,
+    execute=_issue_refund,
+    timeout_s=5.0,
+    resource=lambda args, subject: f"order:{args.order_id}",
+    verify=_verify_refund,
+    reconcile=_reconcile_refund,
+)
+
+
+# --- get_refund ----------------------------------------------------------------------------
+
+
+class GetRefundInput(_Input):
+    order_id: str = Field(pattern=r"^ord_[A-Za-z0-9]{1,40}$")
+    """The order whose refunds to count."""
+
+
+class GetRefundOutput(_Output):
+    order_id: str
+    """The order asked about."""
+    refunds: int
+    """How many refunds the service holds for it."""
+
+
+GET_REFUND: Tool[GetRefundInput, GetRefundOutput] = Tool(
+    name="get_refund",
+    version="1",
+    description="Count the refunds of an order (read only).",
+    input_model=GetRefundInput,
+    output_model=GetRefundOutput,
+    capabilities=("payments:read",),
+    side_effect=SideEffect.READ,
+    execute=lambda args, ctx: GetRefundOutput(
+        order_id=args.order_id, refunds=ctx.deps.demo.refund_count(order_id=args.order_id)
+    ),
+    timeout_s=5.0,
+    resource=lambda args, subject: f"order:{args.order_id}",
+)
+
+
+# --- lookup (read) and save_draft (idempotent write), the seed's pair ----------------------
+
+
+class LookupInput(_Input):
+    query: str = Field(min_length=1, max_length=200)
+    """What to look up."""
+
+
+class LookupOutput(_Output):
+    query: str
+    """The query as executed."""
+    observation: str
+    """The record found."""
+
+
+LOOKUP: Tool[LookupInput, LookupOutput] = Tool(
+    name="lookup",
+    version="1",
+    description="Look a record up in the demo service (read only).",
+    input_model=LookupInput,
+    output_model=LookupOutput,
+    capabilities=("lookup:read",),
+    side_effect=SideEffect.READ,
+    execute=lambda args, ctx: LookupOutput(
+        **ctx.deps.demo.lookup(query=args.query, is_cancelled=ctx.is_cancelled)
+    ),
+    timeout_s=3.0,
+    resource=lambda args, subject: "records",
+)
+
+
+class SaveDraftInput(_Input):
+    draft_id: str = Field(pattern=r"^[a-z0-9-]{1,50}$")
+    """Stable business id of the draft."""
+    content: str = Field(max_length=10_000)
+    """Draft text."""
+
+
+class SaveDraftOutput(_Output):
+    draft_id: str
+    """The draft saved."""
+    chars: int
+    """Stored length."""
+
+
+def _save_draft(args: SaveDraftInput, ctx: ToolContext) -> SaveDraftOutput:
+    return SaveDraftOutput(
+        **ctx.deps.demo.save_draft(
+            key=ctx.idempotency_token,
+            draft_id=args.draft_id,
+            content=args.content,
+            is_cancelled=ctx.is_cancelled,
+        )
+    )
+
+
+def _verify_draft(args: SaveDraftInput, out: SaveDraftOutput, ctx: ToolContext) -> bool:
+    seen = ctx.deps.demo.get_draft(key=ctx.idempotency_token)
+    return seen is not None and seen["chars"] == len(args.content)
+
+
+def _reconcile_draft(token: str, ctx: ToolContext) -> ReconcileResult:
+    seen = ctx.deps.demo.get_draft(key=token)
+    return ReconcileResult(applied=seen is not None, output=seen)
+
+
+SAVE_DRAFT: Tool[SaveDraftInput, SaveDraftOutput] = Tool(
+    name="save_draft",
+    version="1",
+    description="Save a draft in the demo service (idempotent per token; queryable).",
+    input_model=SaveDraftInput,
+    output_model=SaveDraftOutput,
+    capabilities=("drafts:write",),
+    side_effect=SideEffect.IDEMPOTENT_WRITE,
+    execute=_save_draft,
+    timeout_s=3.0,
+    resource=lambda args, subject: f"draft:{args.draft_id}",
+    verify=_verify_draft,
+    reconcile=_reconcile_draft,
+)
+
+DEMO_TOOLS: list[Tool] = [ISSUE_REFUND, GET_REFUND, LOOKUP, SAVE_DRAFT]
