@@ -65,6 +65,6 @@ app = make_app()
 
 
 @worker_process_init.connect
-def _fresh_connections(**_: object) -> None:
+def _init_pool_process(**_: object) -> None:
     """A forked pool process must not share its parent's database connections."""
     reset_engines()

@@ -89,7 +89,9 @@ class _Snapshot:
         )
 
 
-def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) -> str:
+def tool_execute(
+    ctx: StageContext, run_id: str, version: int, command_id: str, *, worker: str | None = None
+) -> str:
     outbox = Outbox()
     tool: Tool[Any, Any] | None = None
     with session_scope(ctx.engine) as s:
@@ -118,6 +120,7 @@ def tool_execute(ctx: StageContext, run_id: str, version: int, command_id: str) 
             else:
                 result = ""
                 cmd.status, cmd.attempts, cmd.started_at = "started", cmd.attempts + 1, func.now()
+                cmd.worker = worker
                 append_events(
                     s,
                     run_id,
@@ -158,9 +161,10 @@ def _cancel_flag(ctx: StageContext, run_id: str) -> Any:
     """A cancellation check backed by the ledger (throttled), for tools to poll."""
     last = {"at": 0.0, "value": False}
 
-    def is_cancelled() -> bool:
+    def is_cancelled(*, fresh: bool = False) -> bool:
         now = time.monotonic()
-        if not last["value"] and now - float(last["at"]) >= _CANCEL_CHECK_EVERY_S:
+        stale = now - float(last["at"]) >= _CANCEL_CHECK_EVERY_S
+        if not last["value"] and (fresh or stale):
             last["at"] = now
             last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
         return bool(last["value"])

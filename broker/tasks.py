@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from broker import interrupts
 from broker.app import app
 from broker.context import StageContext, worker_context
 from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
@@ -78,6 +80,19 @@ def evaluate_policy(run_id: str, version: int) -> str:
     return _guarded("policy", run_id, version, lambda c: policy_evaluate(c, run_id, version))
 
 
-@app.task(name=TASK_TOOL, **_RETRY)
-def execute_tool(run_id: str, version: int, command_id: str, tool: str) -> str:
-    return _guarded("tool", run_id, version, lambda c: tool_execute(c, run_id, version, command_id))
+@app.task(name=TASK_TOOL, bind=True, **_RETRY)
+def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
+    worker = self.request.hostname
+    interrupts.install()
+    try:
+        return _guarded(
+            "tool",
+            run_id,
+            version,
+            lambda c: tool_execute(c, run_id, version, command_id, worker=worker),
+        )
+    finally:
+        if interrupts.take():
+            # The outcome is committed; leave so the pool replaces this process (see
+            # broker.interrupts). billiard reports this task's result first.
+            raise SystemExit(0)

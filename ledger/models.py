@@ -123,6 +123,7 @@ class Command(Base):
     idempotency_token: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(200))
     timeout_s: Mapped[float] = mapped_column(Float)
     deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     confirmation_id: Mapped[str | None] = mapped_column(String(36))

@@ -76,13 +76,17 @@ def run_view(run: Run) -> RunView:
 
 
 def observations_of(s: Session, run_id: str) -> list[ObservationView]:
+    status = Observation.content["status"].astext
     rows = s.execute(
-        select(Observation.observation_id, Observation.kind, Observation.step)
+        select(Observation.observation_id, Observation.kind, Observation.step, status)
         .where(Observation.run_id == run_id)
         .order_by(Observation.id)
     ).all()
     return [
-        ObservationView(observation_id=o, kind=ObservationKind(k), step=st) for o, k, st in rows
+        ObservationView(
+            observation_id=o, kind=ObservationKind(k), step=st, succeeded=stat == "succeeded"
+        )
+        for o, k, st, stat in rows
     ]
 
 

@@ -58,7 +58,11 @@ def check_before_planning(run: RunView, now: float) -> Stop | None:
 
 def validate_final(answer: FinalAnswer, observations: Sequence[ObservationView]) -> Stop | Complete:
     """Every citation must be an existing tool-result observation of this run."""
-    results = {o.observation_id for o in observations if o.kind is ObservationKind.TOOL_RESULT}
+    results = {
+        o.observation_id
+        for o in observations
+        if o.kind is ObservationKind.TOOL_RESULT and o.succeeded
+    }
     unknown = [c for c in answer.citations if c not in results]
     if not answer.citations or unknown:
         return Stop(

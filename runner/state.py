@@ -57,6 +57,8 @@ class ObservationView:
     observation_id: str
     kind: ObservationKind
     step: int
+    succeeded: bool = False
+    """For tool results: the tool succeeded (only those are citable evidence)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -175,7 +175,7 @@ DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund")
 
 @pytest.fixture(scope="session")
 def draft_worker(
-    services: Services, tmp_path_factory: pytest.TempPathFactory
+    services: Services, worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """A separate tool worker for the demo write tools, so tests can SIGKILL its pool."""
     log = tmp_path_factory.mktemp("logs") / "drafts.log"

@@ -24,8 +24,7 @@ def test_a_tool_version_is_declared_once():
 def test_queues_follow_tool_names():
     registry = default_registry()
     assert registry.queues() == sorted(f"tool.{name}" for name in registry.names())
-    assert {"tool.search_public", "tool.issue_refund", "tool.save_draft"} <= set(
-        registry.queues())
+    assert {"tool.search_public", "tool.issue_refund", "tool.save_draft"} <= set(registry.queues())
 
 
 def test_router_sends_commands_to_their_tool_queue():

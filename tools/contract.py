@@ -80,7 +80,9 @@ class ToolContext:
     attempt: int
     deadline_at: float
     deps: Any
-    is_cancelled: Callable[[], bool] = field(default=lambda: False)
+    is_cancelled: Callable[..., bool] = field(default=lambda **_: False)
+    """Has the run been cancelled? Backed by the ledger; poll it at safe points
+    (``is_cancelled(fresh=True)`` skips the short cache)."""
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline_at - time.time())

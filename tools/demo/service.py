@@ -12,6 +12,9 @@ the demo can inject them into worker processes:
 ``timeout_after_commit``   the effect is committed, then the response is lost
 ``slow_after_commit``      the effect is committed, then the call hangs ``delay_s``
 ``corrupt_read``           a later read-back returns other content (postcondition tests)
+``reject``                 a business refusal (``ToolRejected``)
+``fail``                   a known, permanent failure, e.g. a missing resource
+``crash``                  an unclassified exception (a bug in the adapter)
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from runner.errors import ToolFailed, ToolUnknown
+from runner.errors import ToolFailed, ToolRejected, ToolUnknown
 
 __all__ = ["FAULT_MODES", "DemoService", "Fault", "IdempotencyConflict"]
 
@@ -52,7 +55,12 @@ FAULT_MODES = (
     "timeout_after_commit",
     "slow_after_commit",
     "corrupt_read",
+    "reject",
+    "fail",
+    "crash",
 )
+#: The modes consumed before the call acts (``corrupt_read`` is consumed by read-backs).
+CALL_FAULTS = tuple(m for m in FAULT_MODES if m != "corrupt_read")
 
 metadata = MetaData()
 
@@ -171,17 +179,10 @@ class DemoService:
             ).first()
         return Fault(row[0], row[1], row[2]) if row else None
 
-    def _before(self, tool: str, key: str | None, is_cancelled: Callable[[], bool]) -> Fault | None:
-        fault = self._take_fault(
-            tool,
-            (
-                "slow",
-                "transient",
-                "timeout_before_commit",
-                "timeout_after_commit",
-                "slow_after_commit",
-            ),
-        )
+    def _before(
+        self, tool: str, key: str | None, is_cancelled: Callable[..., bool]
+    ) -> Fault | None:
+        fault = self._take_fault(tool, CALL_FAULTS)
         with self.engine.begin() as conn:
             conn.execute(
                 insert(calls).values(
@@ -192,10 +193,24 @@ class DemoService:
             return None
         if fault.mode == "slow":
             end = time.monotonic() + fault.delay_s
-            while time.monotonic() < end:
-                if is_cancelled():
-                    raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE")
-                time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+            try:
+                while time.monotonic() < end:
+                    if is_cancelled():
+                        break
+                    time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+            except Exception:
+                # Interrupted (a revoke, a time limit) before anything was sent: if the run
+                # was cancelled, this call is known not to have taken effect.
+                if not is_cancelled(fresh=True):
+                    raise
+            if is_cancelled(fresh=True):
+                raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE")
+        if fault.mode == "reject":
+            raise ToolRejected("the service refused the request", code="REQUEST_REFUSED")
+        if fault.mode == "fail":
+            raise ToolFailed("no such resource", code="RESOURCE_NOT_FOUND")
+        if fault.mode == "crash":
+            raise RuntimeError("adapter bug")
         if fault.mode == "transient":
             raise ToolFailed(
                 "service temporarily unavailable",
@@ -227,7 +242,7 @@ class DemoService:
         order_id: str,
         amount_cents: int,
         currency: str,
-        is_cancelled: Callable[[], bool] = lambda: False,
+        is_cancelled: Callable[..., bool] = lambda **_: False,
     ) -> dict[str, Any]:
         fault = self._before("issue_refund", key, is_cancelled)
         params = {"order_id": order_id, "amount_cents": amount_cents, "currency": currency}
@@ -281,7 +296,7 @@ class DemoService:
         key: str,
         draft_id: str,
         content: str,
-        is_cancelled: Callable[[], bool] = lambda: False,
+        is_cancelled: Callable[..., bool] = lambda **_: False,
     ) -> dict[str, Any]:
         fault = self._before("save_draft", key, is_cancelled)
         with self.engine.begin() as conn:
@@ -312,7 +327,7 @@ class DemoService:
             return int(conn.execute(q).scalar_one())
 
     def lookup(
-        self, *, query: str, is_cancelled: Callable[[], bool] = lambda: False
+        self, *, query: str, is_cancelled: Callable[..., bool] = lambda **_: False
     ) -> dict[str, Any]:
         fault = self._before("lookup", None, is_cancelled)
         if fault is not None and fault.mode == "timeout_after_commit":
