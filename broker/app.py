@@ -8,7 +8,7 @@ from __future__ import annotations
 from celery import Celery
 from celery.signals import worker_process_init
 
-from broker.queues import all_queues, route_task
+from broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from ledger.db import reset_engines
 from runner.settings import WarrantSettings
 from tools.registry import default_registry
@@ -57,6 +57,14 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
+        beat_schedule={
+            "warrant-reconcile": {
+                "task": TASK_RECONCILE,
+                "schedule": settings.reconcile_interval_s,
+                # A sweep that waited longer than one interval is superseded by the next.
+                "options": {"queue": RECONCILER_QUEUE, "expires": settings.reconcile_interval_s},
+            }
+        },
     )
     return celery
 

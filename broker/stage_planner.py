@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from broker.context import StageContext
+from broker.faults import crash_point
 from broker.publish import Outbox
 from broker.transitions import stop_changes, stop_events
 from ledger.db import session_scope
@@ -147,6 +148,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", run_id, version)
         return "ignored"
+    crash_point("planner:after_commit")
     outbox.flush()
     return result
 

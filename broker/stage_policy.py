@@ -9,6 +9,8 @@ from typing import Any
 from sqlalchemy import update
 
 from broker.context import StageContext
+from broker.faults import crash_point
+from broker.handoffs import enter_handoff
 from broker.publish import Outbox
 from broker.transitions import stop_changes, stop_events
 from ledger.db import session_scope
@@ -88,6 +90,20 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 result = "rejected"
             elif isinstance(decision, policy.Stop):
                 proposal.status, proposal.fingerprint = "stopped", decision.fingerprint
+                looping = decision.reason in (
+                    StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
+                    StopReason.PROPOSAL_OSCILLATION_DETECTED,
+                )
+                if looping and run.spec.get("handoff", {}).get("on_repeated_proposal"):
+                    s.flush()
+                    enter_handoff(
+                        s,
+                        run,
+                        reason=decision.reason.value,
+                        registry=ctx.registry,
+                        events=_events(decision.events),
+                    )
+                    return "handoff"
                 stop = Stop(decision.status, decision.reason, decision.detail)
                 transition(
                     s,
@@ -136,6 +152,7 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 result = _accept(ctx, s, run, proposal, decision, version, now, outbox)
     except StaleVersion:
         return "ignored"
+    crash_point("policy:after_commit")
     outbox.flush()
     return result
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy import func
 
 from broker.context import StageContext
+from broker.faults import crash_point
 from broker.publish import Outbox
 from broker.transitions import stop_changes, stop_events
 from ledger.db import session_scope
@@ -292,6 +293,7 @@ def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Resu
             result = "retry_scheduled"
         else:
             result = _finish(ctx, s, run, cmd, tool, res, attempt_event, duration_ms, snap, outbox)
+    crash_point("tool:after_commit")
     outbox.flush()
     return result
 

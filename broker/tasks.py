@@ -11,9 +11,11 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from broker import interrupts
 from broker.app import app
 from broker.context import StageContext, worker_context
-from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
+from broker.handoffs import enter_handoff
+from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
 from broker.stage_planner import planner_step
 from broker.stage_policy import policy_evaluate
+from broker.stage_reconciler import sweep
 from broker.stage_tool import tool_execute
 from broker.transitions import stop_changes, stop_events
 from ledger.db import session_scope
@@ -22,7 +24,7 @@ from ledger.repo import StaleVersion, run_view, transition
 from runner.codes import RunStatus, StopReason
 from runner.planning import Stop
 
-__all__ = ["evaluate_policy", "execute_tool", "step_planner"]
+__all__ = ["evaluate_policy", "execute_tool", "reconcile", "step_planner"]
 
 log = logging.getLogger("warrant.tasks")
 
@@ -38,7 +40,8 @@ _RETRY = {
 
 
 def _guarded(stage: str, run_id: str, version: int, call: Callable[[StageContext], str]) -> str:
-    """Run a stage; a bug (anything not transient) stops the run instead of looping."""
+    """Run a stage; a bug (anything not transient) stops the run instead of looping, or hands
+    it to a person when the run spec asks for that on unclassifiable policy situations."""
     ctx = worker_context()
     try:
         return call(ctx)
@@ -46,16 +49,24 @@ def _guarded(stage: str, run_id: str, version: int, call: Callable[[StageContext
         raise
     except Exception as exc:
         log.exception("stage %s failed for run %s", stage, run_id)
-        stop = Stop(
-            RunStatus.FAILED,
-            StopReason.INTERNAL_ERROR,
-            {"stage": stage, "error": type(exc).__name__},
-        )
+        error = {"stage": stage, "error": type(exc).__name__}
+        stop = Stop(RunStatus.FAILED, StopReason.INTERNAL_ERROR, error)
         try:
             with session_scope(ctx.engine) as s:
-                run = s.get(Run, run_id)
+                run = s.get(Run, run_id, with_for_update=True)
                 if run is None or run.version != version:
                     return "ignored"
+                if stage == "policy" and run.spec.get("handoff", {}).get(
+                    "on_unclassified_policy", False
+                ):
+                    enter_handoff(
+                        s,
+                        run,
+                        reason=StopReason.INTERNAL_ERROR.value,
+                        registry=ctx.registry,
+                        events=[("stage.failed", error)],
+                    )
+                    return "handoff"
                 view = run_view(run)
                 transition(
                     s,
@@ -96,3 +107,9 @@ def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: st
             # The outcome is committed; leave so the pool replaces this process (see
             # broker.interrupts). billiard reports this task's result first.
             raise SystemExit(0)
+
+
+@app.task(name=TASK_RECONCILE, **_RETRY)
+def reconcile() -> dict[str, Any]:
+    """One sweep (scheduled by beat; safe to run concurrently: an advisory lock serializes)."""
+    return sweep(worker_context()).to_dict()

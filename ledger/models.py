@@ -31,10 +31,12 @@ __all__ = [
     "Command",
     "Confirmation",
     "GrantRow",
+    "Handoff",
     "MemoryRecord",
     "Observation",
     "OutcomeRow",
     "Proposal",
+    "Reconciliation",
     "Run",
     "TraceEvent",
 ]
@@ -143,9 +145,7 @@ class OutcomeRow(Base):
     __tablename__ = "outcomes"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    command_id: Mapped[str] = mapped_column(
-        ForeignKey("commands.id", ondelete="CASCADE"), unique=True
-    )
+    command_id: Mapped[str] = mapped_column(ForeignKey("commands.id", ondelete="CASCADE"))
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     status: Mapped[str] = mapped_column(String(16))
     code: Mapped[str | None] = mapped_column(String(64))
@@ -154,7 +154,16 @@ class OutcomeRow(Base):
     output: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     duration_ms: Mapped[float | None] = mapped_column(Float)
+    resolved_status: Mapped[str | None] = mapped_column(String(16))
+    """For ``unknown``: what reconciliation found (``applied``/``not_applied``/``handoff``)."""
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reconcile_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    next_reconcile_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (
+        UniqueConstraint("command_id", "attempt", name="uq_outcomes_command_attempt"),
+    )
 
 
 class Observation(Base):
@@ -253,3 +262,35 @@ class MemoryRecord(Base):
     __table_args__ = (
         UniqueConstraint("subject", "key", "version", name="uq_memory_subject_key_version"),
     )
+
+
+class Reconciliation(Base):
+    """One reconciliation attempt of an unknown effect (the history a person sees)."""
+
+    __tablename__ = "reconciliations"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    command_id: Mapped[str] = mapped_column(ForeignKey("commands.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    result: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = _now()
+
+
+class Handoff(Base):
+    """A run handed to a person, with everything they need (``bundle``)."""
+
+    __tablename__ = "handoffs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    reason: Mapped[str] = mapped_column(String(64))
+    bundle: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = _now()
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    resolved_by: Mapped[str | None] = mapped_column(String(200))
+    resolution: Mapped[str | None] = mapped_column(String(16))
+    resolution_reason: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_handoffs_open", "resolved_at"),)

@@ -236,7 +236,7 @@ def record_outcome(s: Session, **values: Any) -> bool:
     inserted = s.execute(
         insert(OutcomeRow)
         .values(**values)
-        .on_conflict_do_nothing(index_elements=[OutcomeRow.command_id])
+        .on_conflict_do_nothing(constraint="uq_outcomes_command_attempt")
         .returning(OutcomeRow.id)
     ).first()
     return inserted is not None

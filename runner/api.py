@@ -23,6 +23,7 @@ from ledger.models import (
     Command,
     Confirmation,
     GrantRow,
+    Handoff,
     Observation,
     Proposal,
     Run,
@@ -92,6 +93,23 @@ class RunInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+RESOLUTIONS = ("completed", "failed", "cancelled")
+
+
+def _handoff_dict(h: Handoff) -> dict[str, Any]:
+    return {
+        "handoff_id": h.id,
+        "run_id": h.run_id,
+        "reason": h.reason,
+        "created_at": h.created_at.isoformat(),
+        "resolved_at": h.resolved_at.isoformat() if h.resolved_at else None,
+        "resolved_by": h.resolved_by,
+        "resolution": h.resolution,
+        "resolution_reason": h.resolution_reason,
+        "bundle": h.bundle,
+    }
 
 
 class Client:
@@ -335,6 +353,80 @@ class Client:
                 )
         if revoke:
             self.publisher.revoke_run(run_id, terminate=in_flight)
+        return self.get_run(run_id)
+
+    # --- human handoff ---------------------------------------------------------------------
+
+    def handoffs(self, *, open_only: bool = True, limit: int = 50) -> list[dict[str, Any]]:
+        with session_scope(self.engine) as s:
+            q = select(Handoff).order_by(Handoff.created_at.desc()).limit(limit)
+            if open_only:
+                q = q.where(Handoff.resolved_at.is_(None))
+            return [_handoff_dict(h) for h in s.scalars(q)]
+
+    def handoff(self, handoff_id: str) -> dict[str, Any]:
+        """One handoff by its id (or the newest of a run, given the run id)."""
+        with session_scope(self.engine) as s:
+            h = (
+                s.get(Handoff, handoff_id)
+                or s.scalars(
+                    select(Handoff)
+                    .where(Handoff.run_id == handoff_id)
+                    .order_by(Handoff.created_at.desc())
+                ).first()
+            )
+            if h is None:
+                raise RunNotFound(f"no handoff {handoff_id}", code="HANDOFF_NOT_FOUND")
+            return _handoff_dict(h)
+
+    def resolve_handoff(self, handoff_id: str, *, outcome: str, by: str, reason: str) -> RunInfo:
+        """A person ends the run: a command through the state machine (compare-and-set on
+        the version, recorded with identity and reason), never a raw status edit."""
+        if outcome not in RESOLUTIONS:
+            raise StateConflict(
+                f"outcome must be one of {', '.join(RESOLUTIONS)}", code="INVALID_RESOLUTION"
+            )
+        if not by.strip() or not reason.strip():
+            raise StateConflict(
+                "a resolution needs who (--by) and why (--reason)",
+                code="RESOLUTION_IDENTITY_REQUIRED",
+            )
+        with session_scope(self.engine) as s:
+            h = s.get(Handoff, self.handoff(handoff_id)["handoff_id"], with_for_update=True)
+            assert h is not None
+            run = s.get(Run, h.run_id, with_for_update=True)
+            assert run is not None
+            if h.resolved_at is not None or run.status != RunStatus.HANDOFF:
+                raise StateConflict(
+                    f"handoff {h.id} is already resolved", code="HANDOFF_ALREADY_RESOLVED"
+                )
+            stop = Stop(
+                RunStatus(outcome),
+                StopReason.RESOLVED_BY_HUMAN,
+                {"by": by, "outcome": outcome, "previous_reason": run.stop_reason},
+            )
+            h.resolved_at, h.resolved_by = datetime.now(tz=UTC), by
+            h.resolution, h.resolution_reason = outcome, reason
+            transition(
+                s,
+                run.id,
+                run.version,
+                changes=stop_changes(stop),
+                events=[
+                    (
+                        "handoff.resolved",
+                        {
+                            "handoff_id": h.id,
+                            "by": by,
+                            "outcome": outcome,
+                            "reason_chars": len(reason),
+                        },
+                    ),
+                    *stop_events(run_view(run), stop, step=run.step),
+                ],
+                step=run.step,
+            )
+            run_id = run.id
         return self.get_run(run_id)
 
     def add_grant(

@@ -35,6 +35,8 @@ db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 app.add_typer(tools_app, name="tools")
 app.add_typer(db_app, name="db")
+handoff_app = typer.Typer(help="Runs handed to a person.", no_args_is_help=True)
+app.add_typer(handoff_app, name="handoff")
 
 console = Console()
 err = Console(stderr=True)
@@ -332,6 +334,104 @@ def db_upgrade(as_json: JsonOpt = False) -> None:
     )
 
 
+# --- handoff ---------------------------------------------------------------------------------
+
+
+@handoff_app.command("list")
+def handoff_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include resolved handoffs.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Open handoffs (newest first)."""
+    items = _guard(as_json, lambda: _client().handoffs(open_only=not all_))
+    if as_json:
+        _print_json([{k: v for k, v in h.items() if k != "bundle"} for h in items])
+        return
+    table = Table("handoff_id", "run_id", "reason", "created", "resolution")
+    for h in items:
+        table.add_row(
+            h["handoff_id"], h["run_id"], h["reason"], h["created_at"][:19], h["resolution"] or ""
+        )
+    console.print(table)
+
+
+@handoff_app.command("show")
+def handoff_show(handoff_id: str, as_json: JsonOpt = False) -> None:
+    """The whole bundle: state, goal, evidence, pending proposal, unknown effects, actions."""
+    h = _guard(as_json, lambda: _client().handoff(handoff_id))
+    if as_json:
+        _print_json(h)
+        return
+    b = h["bundle"]
+    console.print(f"[bold]handoff {h['handoff_id']}[/] run {h['run_id']} — {h['reason']}")
+    console.print(f"state: {b['state']}")
+    console.print(f"goal: {b['goal']}")
+    console.print("last trusted observations:")
+    for o in b["last_trusted_observations"]:
+        console.print(f"  {o['observation_id']} [{o['source']}] {json.dumps(o['content'])[:100]}")
+    console.print(f"pending proposal: {b['pending_proposal']}")
+    console.print(f"required: {b['required']}")
+    console.print("unknown effects:")
+    for e in b["unknown_effects"]:
+        console.print(
+            f"  {e['tool']} step {e['step']} code {e['code']} "
+            f"history {[r['result'] for r in e['reconciliation_history']]}"
+        )
+    console.print("recommended safe actions:")
+    for a in b["recommended_safe_actions"]:
+        console.print(f"  - {a}")
+    console.print("forbidden automatic actions:")
+    for a in b["forbidden_automatic_actions"]:
+        console.print(f"  - {a}")
+    if h["resolution"]:
+        console.print(f"resolved: {h['resolution']} by {h['resolved_by']}")
+
+
+@handoff_app.command("resolve")
+def handoff_resolve(
+    handoff_id: str,
+    outcome: Annotated[str, typer.Option(help="completed | failed | cancelled")],
+    by: ByOpt,
+    reason: Annotated[str, typer.Option(help="Why (recorded).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """End a handed-off run: a command through the state machine, with identity and reason."""
+    info = _guard(
+        as_json,
+        lambda: (
+            _client().resolve_handoff(handoff_id, outcome=outcome, by=by, reason=reason).to_dict()
+        ),
+    )
+    _print_json(info) if as_json else console.print(
+        f"run {info['run_id']}: {info['status']} ({info['stop_reason']})"
+    )
+
+
+@app.command("reconcile")
+def reconcile_once(as_json: JsonOpt = False) -> None:
+    """Run one reconciler sweep now, in this process (beat schedules them normally)."""
+    from broker.context import worker_context
+    from broker.stage_reconciler import sweep
+
+    report = _guard(as_json, lambda: sweep(worker_context()).to_dict())
+    _print_json(report) if as_json else console.print(report)
+
+
+@app.command("beat")
+def beat(
+    loglevel: Annotated[str, typer.Option()] = "info",
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the scheduler of reconciler sweeps (a plain `celery beat` underneath)."""
+    from runner.settings import WarrantSettings
+    from runner.stack import beat_command
+
+    command = beat_command(WarrantSettings(), loglevel=loglevel)
+    if as_json:
+        _print_json({"command": command})
+    os.execv(command[0], command)
+
+
 # --- worker, up, demo -----------------------------------------------------------------------
 
 
@@ -369,7 +469,7 @@ def _stack(as_json: bool, concurrency: int = 1) -> Any:
         _guard(as_json, stack.start_services)
         _guard(as_json, stack.migrate)
         stack.start_workers()
-        _guard(as_json, lambda: stack.wait_ready(("planner", "policy", "tool")))
+        _guard(as_json, lambda: stack.wait_ready(("planner", "policy", "tool", "reconciler")))
     return stack
 
 

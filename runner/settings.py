@@ -40,6 +40,16 @@ class WarrantSettings(BaseSettings):
     visibility_timeout_s: int = Field(default=DEFAULT_VISIBILITY_TIMEOUT_S, ge=60)
     """Seconds before Redis redelivers an unacknowledged message."""
 
+    reconcile_interval_s: float = Field(default=10.0, gt=0)
+    """How often beat schedules a reconciler sweep."""
+    stall_after_s: float = Field(default=60.0, gt=0)
+    """A non-waiting run with no progress for this long gets its expected message again."""
+    lease_margin_s: float = Field(default=30.0, ge=0)
+    """A ``started`` command older than its time limit plus this is presumed lost."""
+    sweep_batch: int = Field(default=100, ge=1)
+    """Items per category per sweep."""
+    max_reconcile_attempts: int = Field(default=5, ge=1)
+    """Still-unknown reconciliations before the run is handed to a person."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
 

@@ -25,6 +25,7 @@ __all__ = [
     "FinalAnswer",
     "FixturePlannerSpec",
     "Grant",
+    "HandoffPolicy",
     "PlannerOutput",
     "RunSpec",
     "ToolProposal",
@@ -114,6 +115,15 @@ class FixturePlannerSpec(_Strict):
 PlannerSpec = Annotated[FixturePlannerSpec, Field(discriminator="kind")]
 
 
+class HandoffPolicy(_Strict):
+    """When to hand the run to a person instead of failing it."""
+
+    on_repeated_proposal: bool = False
+    """Repeated proposals without a new observation (and oscillation) -> handoff."""
+    on_unclassified_policy: bool = False
+    """A policy situation the gate cannot classify (an internal error) -> handoff."""
+
+
 class RunSpec(_Strict):
     """What a producer submits to start one run."""
 
@@ -127,6 +137,8 @@ class RunSpec(_Strict):
     """Capabilities granted to this run."""
     budgets: Budgets = Field(default_factory=Budgets)
     """Limits; every exhaustion stops the run with its own reason."""
+    handoff: HandoffPolicy = Field(default_factory=HandoffPolicy)
+    """Situations that go to a person rather than end the run."""
 
 
 class ToolProposal(_Strict):

@@ -22,7 +22,14 @@ from typing import Any
 from runner.errors import ServiceUnavailable
 from runner.settings import WarrantSettings
 
-__all__ = ["EmbeddedServices", "Stack", "WorkerProcesses", "role_queues", "worker_command"]
+__all__ = [
+    "EmbeddedServices",
+    "Stack",
+    "WorkerProcesses",
+    "beat_command",
+    "role_queues",
+    "worker_command",
+]
 
 ROLES = ("planner", "policy", "tool", "reconciler")
 
@@ -74,6 +81,23 @@ def worker_command(
         "-E",
         "--without-mingle",
         "--without-gossip",
+    ]
+
+
+def beat_command(settings: WarrantSettings, *, loglevel: str = "warning") -> list[str]:
+    """The plain ``celery beat`` command line (schedule state under the data folder)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "broker.app",
+        "beat",
+        "-l",
+        loglevel,
+        "--schedule",
+        str(settings.data_dir / "beat-schedule"),
     ]
 
 
@@ -192,7 +216,12 @@ class Stack:
 
         return upgrade(self.database_url)
 
-    def start_workers(self, roles: Sequence[str] = ("planner", "policy", "tool")) -> None:
+    def start_workers(
+        self,
+        roles: Sequence[str] = ("planner", "policy", "tool", "reconciler"),
+        *,
+        with_beat: bool = True,
+    ) -> None:
         env = {
             **os.environ,
             "WARRANT_BROKER_URL": self.broker_url,
@@ -206,6 +235,10 @@ class Stack:
                 role,
                 worker_command(role, concurrency=self.concurrency, loglevel=self.loglevel),
                 log=logs / f"{role}.log",
+            )
+        if with_beat:
+            self.workers.spawn(
+                "beat", beat_command(self.settings, loglevel=self.loglevel), log=logs / "beat.log"
             )
 
     def wait_ready(self, roles: Sequence[str], *, timeout: float = 60.0) -> None:

@@ -170,7 +170,7 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
             sys.stderr.write(log.read_text())
 
 
-DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund")
+DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund", "tool.send_notice")
 
 
 @pytest.fixture(scope="session")

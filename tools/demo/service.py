@@ -84,6 +84,14 @@ drafts = Table(
     Column("content", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), server_default=func.now()),
 )
+notices = Table(
+    "demo_notices",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("recipient", String(200), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), server_default=func.now()),
+)
 faults = Table(
     "demo_faults",
     metadata,
@@ -325,6 +333,27 @@ class DemoService:
             q = q.where(drafts.c.draft_id == draft_id)
         with self.engine.begin() as conn:
             return int(conn.execute(q).scalar_one())
+
+    def send_notice(
+        self, *, recipient: str, body: str, is_cancelled: Callable[..., bool] = lambda **_: False
+    ) -> dict[str, Any]:
+        """Irreversible, no idempotency key and no status query: nothing can reconcile it."""
+        fault = self._before("send_notice", None, is_cancelled)
+        with self.engine.begin() as conn:
+            conn.execute(insert(notices).values(recipient=recipient, body=body))
+        self._after_commit(fault, "notice")
+        return {"recipient": recipient, "chars": len(body)}
+
+    def notice_count(self, *, recipient: str) -> int:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(notices)
+                    .where(notices.c.recipient == recipient)
+                ).scalar_one()
+            )
 
     def lookup(
         self, *, query: str, is_cancelled: Callable[..., bool] = lambda **_: False

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tools.contract import ReconcileResult, SideEffect, Tool, ToolContext
 
-__all__ = ["DEMO_TOOLS", "GET_REFUND", "ISSUE_REFUND", "LOOKUP", "SAVE_DRAFT"]
+__all__ = ["DEMO_TOOLS", "GET_REFUND", "ISSUE_REFUND", "LOOKUP", "SAVE_DRAFT", "SEND_NOTICE"]
 
 
 class _Input(BaseModel):
@@ -197,4 +197,37 @@ SAVE_DRAFT: Tool[SaveDraftInput, SaveDraftOutput] = Tool(
     reconcile=_reconcile_draft,
 )
 
-DEMO_TOOLS: list[Tool] = [ISSUE_REFUND, GET_REFUND, LOOKUP, SAVE_DRAFT]
+
+class NoticeInput(_Input):
+    recipient: str = Field(pattern=r"^[a-z0-9._-]{1,64}@example\.(com|org)$")
+    """Where to send it (example domains only)."""
+    body: str = Field(min_length=1, max_length=2_000)
+    """Message text."""
+
+
+class NoticeOutput(_Output):
+    recipient: str
+    """Who it went to."""
+    chars: int
+    """Length sent."""
+
+
+SEND_NOTICE: Tool[NoticeInput, NoticeOutput] = Tool(
+    name="send_notice",
+    version="1",
+    description="Send a notice (irreversible; the service offers no status query).",
+    input_model=NoticeInput,
+    output_model=NoticeOutput,
+    capabilities=("notices:send",),
+    side_effect=SideEffect.IRREVERSIBLE,
+    execute=lambda args, ctx: NoticeOutput(
+        **ctx.deps.demo.send_notice(
+            recipient=args.recipient, body=args.body, is_cancelled=ctx.is_cancelled
+        )
+    ),
+    timeout_s=3.0,
+    resource=lambda args, subject: f"recipient:{args.recipient}",
+    sensitive_fields=frozenset({"body"}),
+)
+
+DEMO_TOOLS: list[Tool] = [ISSUE_REFUND, GET_REFUND, LOOKUP, SAVE_DRAFT, SEND_NOTICE]

@@ -1,0 +1,23 @@
+"""Crash points for fault-injection tests: die between a ledger commit and its publish.
+
+Off unless ``WARRANT_CRASH_POINT`` names the point; ``WARRANT_CRASH_ONCE_FILE`` makes it
+one-shot (the process dies only while that file exists, and removes it first).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["crash_point"]
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get("WARRANT_CRASH_POINT") != name:
+        return
+    marker = os.environ.get("WARRANT_CRASH_ONCE_FILE")
+    if marker:
+        try:
+            os.unlink(marker)
+        except FileNotFoundError:
+            return
+    os._exit(70)  # like SIGKILL: no cleanup, no publish
