@@ -86,6 +86,9 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                 observation_version=view.observation_version,
                 status="received",
             )
+            version_raw = raw.get("tool_version") if isinstance(raw, dict) else None
+            if isinstance(version_raw, str):
+                proposal.tool_version = version_raw[:50]
             s.add(proposal)
             s.flush()
             received = (

@@ -121,6 +121,7 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 request["expires_at"] = min(now + ttl, view.deadline_at)
                 request["expires_at_step"] = step + view.budgets.confirmation_steps
                 proposal.status = "waiting_confirmation"
+                proposal.tool_version = decision.tool.version
                 proposal.fingerprint = proposal.proposal_hash = decision.proposal_hash
                 proposal.arguments = decision.arguments
                 proposal.confirmation_request = request
@@ -174,6 +175,7 @@ def _accept(
     pid = decision.proposal.proposal_id
     token = idempotency_token(run.id, pid, tool.version, decision.arguments_hash)
     proposal.status = "accepted"
+    proposal.tool_version = tool.version
     proposal.arguments = decision.arguments
     proposal.fingerprint = proposal.proposal_hash = decision.proposal_hash
     s.add(

@@ -20,6 +20,7 @@ from runner.errors import (
     RunNotFound,
     ServiceUnavailable,
     SpecError,
+    StateConflict,
     Unauthorized,
     WarrantError,
 )
@@ -52,7 +53,7 @@ def _print_json(data: Any) -> None:
 
 
 def _fail(exc: WarrantError, as_json: bool) -> None:
-    bad_input = (SpecError, ConfirmationRefused, Unauthorized, RunNotFound)
+    bad_input = (SpecError, ConfirmationRefused, Unauthorized, RunNotFound, StateConflict)
     if isinstance(exc, bad_input) or exc.code.startswith("UNKNOWN"):
         code = EXIT_BAD_INPUT
     elif isinstance(exc, ServiceUnavailable):

@@ -119,14 +119,25 @@ class WorkerProcess:
             "--without-gossip",
         ]
         self.log = log
-        out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            command,
-            env={**os.environ, **(env or {})},
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
+        self.command = command
+        self.env = {**os.environ, **(env or {})}
+        self.crash_file: Path | None = None
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        return subprocess.Popen(
+            self.command, env=self.env, stdout=out, stderr=out, start_new_session=True
         )
+
+    def kill_all(self) -> None:
+        """SIGKILL the main process and its pool: nothing is acknowledged or requeued."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def restart(self) -> None:
+        self.proc = self._spawn()
+        self.wait_ready()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         from broker.app import app
@@ -159,8 +170,15 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
         for q in app.conf.task_queues
         if q.name != "reconciler" and q.name not in DRAFT_QUEUES
     ]
-    log = tmp_path_factory.mktemp("logs") / "worker.log"
-    proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log)
+    logs = tmp_path_factory.mktemp("logs")
+    log = logs / "worker.log"
+    # A one-shot crash point between commit and publish, armed by creating the file.
+    crash = {
+        "WARRANT_CRASH_POINT": "planner:after_commit",
+        "WARRANT_CRASH_ONCE_FILE": str(logs / "crash-once"),
+    }
+    proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log, env=crash)
+    proc.crash_file = logs / "crash-once"
     try:
         proc.wait_ready()
         yield proc
@@ -180,6 +198,29 @@ def draft_worker(
     """A separate tool worker for the demo write tools, so tests can SIGKILL its pool."""
     log = tmp_path_factory.mktemp("logs") / "drafts.log"
     proc = WorkerProcess(list(DRAFT_QUEUES), name="drafts", concurrency=1, log=log)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+#: Reconciler settings for tests: short stall and lease windows.
+RECONCILER_ENV = {
+    "WARRANT_STALL_AFTER_S": "1",
+    "WARRANT_LEASE_MARGIN_S": "0.5",
+    "WARRANT_RECONCILE_INTERVAL_S": "0.5",
+}
+
+
+@pytest.fixture(scope="session")
+def reconciler_worker(
+    services: Services, worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    log = tmp_path_factory.mktemp("logs") / "reconciler.log"
+    proc = WorkerProcess(
+        ["reconciler"], name="reconciler", concurrency=2, log=log, env=RECONCILER_ENV
+    )
     try:
         proc.wait_ready()
         yield proc
