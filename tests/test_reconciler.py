@@ -13,7 +13,7 @@ from sqlalchemy import func, select, text
 
 from broker.queues import TASK_RECONCILE
 from ledger.db import session_scope
-from ledger.models import Command, OutcomeRow, Reconciliation
+from ledger.models import Command, OutcomeRow, Reconciliation, Run
 from runner import scenarios as sc
 from tests import facts
 from tests.conftest import RECONCILER_ENV, wait_for
