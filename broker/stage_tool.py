@@ -73,6 +73,7 @@ class _Snapshot:
     deadline_at: float
     timeout_s: float
     subject: str
+    confirmation_id: str | None
 
     @classmethod
     def of(cls, cmd: Command, run: Run) -> _Snapshot:
@@ -87,6 +88,7 @@ class _Snapshot:
             deadline_at=cmd.deadline_at.timestamp(),
             timeout_s=cmd.timeout_s,
             subject=run.subject,
+            confirmation_id=cmd.confirmation_id,
         )
 
 
@@ -184,13 +186,14 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
         deadline_at=snap.deadline_at,
         deps=ctx.tool_deps,
         is_cancelled=is_cancelled,
+        confirmation_id=snap.confirmation_id,
     )
     write = tool.side_effect is not SideEffect.READ
     try:
         args = tool.input_model.model_validate(snap.arguments)
         out = tool.execute(args, context)
     except ToolRejected as exc:
-        return _Result(Outcome.REJECTED, exc.code, str(exc))
+        return _Result(Outcome.REJECTED, exc.code, str(exc), output=exc.details)
     except ToolFailed as exc:
         return _Result(
             Outcome.FAILED,

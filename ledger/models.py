@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -178,6 +179,7 @@ class Observation(Base):
     content: Mapped[dict[str, Any]] = mapped_column(JSON)
     content_hash: Mapped[str] = mapped_column(String(64))
     observation_version: Mapped[int] = mapped_column(Integer)
+    expires_after_step: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _now()
 
     __table_args__ = (UniqueConstraint("run_id", "observation_id", name="uq_observations_run_obs"),)
@@ -261,6 +263,10 @@ class MemoryRecord(Base):
 
     __table_args__ = (
         UniqueConstraint("subject", "key", "version", name="uq_memory_subject_key_version"),
+        # Only user confirmations are a source, and nothing is an instruction.
+        CheckConstraint("source_kind = 'user-confirmation'", name="ck_memory_source"),
+        CheckConstraint("key <> 'system_instruction'", name="ck_memory_not_instruction"),
+        Index("ix_memory_subject_key", "subject", "key"),
     )
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
 from ledger.db import session_scope
-from ledger.models import Artifact, MemoryRecord, Run
+from ledger.memory import DEFAULT_MEMORY_KEYS, MemoryStore
+from ledger.models import Artifact, Run
 
-__all__ = ["ArtifactStore", "LedgerToolDeps", "MemoryStore"]
+__all__ = ["ArtifactStore", "LedgerToolDeps"]
 
 
 @dataclass(frozen=True)
@@ -52,60 +53,22 @@ class ArtifactStore:
             ).scalar_one_or_none()
 
 
-@dataclass(frozen=True)
-class MemoryStore:
-    engine: Engine
-
-    def write(
-        self,
-        *,
-        subject: str,
-        key: str,
-        value: str,
-        run_id: str,
-        idempotency_token: str,
-        confirmation_id: str | None = None,
-    ) -> int:
-        """Append the next version of (subject, key); idempotent per token."""
-        with session_scope(self.engine) as s:
-            existing = s.execute(
-                select(MemoryRecord.version).where(
-                    MemoryRecord.idempotency_token == idempotency_token
-                )
-            ).scalar_one_or_none()
-            if existing is not None:
-                return int(existing)
-            current = s.execute(
-                select(func.coalesce(func.max(MemoryRecord.version), 0)).where(
-                    MemoryRecord.subject == subject, MemoryRecord.key == key
-                )
-            ).scalar_one()
-            version = int(current) + 1
-            s.add(
-                MemoryRecord(
-                    subject=subject,
-                    key=key,
-                    value=value,
-                    version=version,
-                    source_kind="user-confirmation",
-                    confirmation_id=confirmation_id,
-                    created_by_run=run_id,
-                    idempotency_token=idempotency_token,
-                )
-            )
-            return version
-
-
 class LedgerToolDeps:
     """The ``deps`` handed to tools through :class:`~tools.contract.ToolContext`."""
 
-    def __init__(self, engine: Engine, *, demo_engine: Engine | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        demo_engine: Engine | None = None,
+        memory_keys: tuple[str, ...] = DEFAULT_MEMORY_KEYS,
+    ) -> None:
         from tools.demo.service import DemoService
 
         self.engine = engine
         self.demo = DemoService(demo_engine or engine)
         self.artifacts = ArtifactStore(engine, faults=self.demo)
-        self.memory = MemoryStore(engine)
+        self.memory = MemoryStore(engine, allowed_keys=memory_keys)
 
     def run_status(self, run_id: str) -> str | None:
         """The run's status, read from the ledger (backs the tools' cancellation flag)."""

@@ -94,6 +94,11 @@ class ToolError(WarrantError):
 class ToolRejected(ToolError):
     code = "TOOL_REJECTED"
 
+    @property
+    def details(self) -> dict[str, Any] | None:
+        """Structured facts for the planner (e.g. a conflict's current value)."""
+        return None
+
 
 class ToolFailed(ToolError):
     """Known not applied. ``retryable`` and ``retry_after_s`` drive the retry policy."""

@@ -170,6 +170,8 @@ class SavePreferenceInput(_Input):
     """Preference key; only whitelisted keys are accepted."""
     value: str = Field(min_length=1, max_length=4_000)
     """Preference value (at most 40 characters are accepted by policy)."""
+    expected_version: int = Field(default=0, ge=0)
+    """Version the planner saw (0 = no record yet); a different current version conflicts."""
 
 
 class SavePreferenceOutput(_Output):
@@ -192,8 +194,13 @@ def _save_preference(args: SavePreferenceInput, ctx: ToolContext) -> SavePrefere
         subject=ctx.subject,
         key=args.key,
         value=args.value,
+        expected_version=args.expected_version,
         run_id=ctx.run_id,
         idempotency_token=ctx.idempotency_token,
+        confirmation_id=ctx.confirmation_id,
+        tool="save_preference",
+        tool_version="1",
+        arguments=args.model_dump(mode="json"),
     )
     return SavePreferenceOutput(key=args.key, version=version)
 

@@ -80,6 +80,8 @@ class ToolContext:
     attempt: int
     deadline_at: float
     deps: Any
+    confirmation_id: str | None = None
+    """The user confirmation that authorized this call, if its tool needs one."""
     is_cancelled: Callable[..., bool] = field(default=lambda **_: False)
     """Has the run been cancelled? Backed by the ledger; poll it at safe points
     (``is_cancelled(fresh=True)`` skips the short cache)."""

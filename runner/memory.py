@@ -1,0 +1,164 @@
+"""Working memory: the bounded, disposable view a planner gets each step (pure).
+
+The planner never gets "all history". Each step it receives a view rebuilt from the ledger:
+the goal, the most recent observations (bounded in count and size), evidence summaries that
+keep ids, numbers, negations, times and source pointers, the tools it may propose with their
+schemas, the remaining budgets, and the subject's preferences as structured data. Every item
+carries its source (``user``, ``trusted-tool``, ``untrusted-content``, ``policy``); untrusted
+text is delimited as data. Dropping the view loses nothing: it is rebuilt from the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from runner.canonical import content_hash
+
+__all__ = [
+    "DEFAULT_MAX_ITEMS",
+    "DEFAULT_MAX_ITEM_CHARS",
+    "MemoryItem",
+    "ObservationRecord",
+    "WorkingMemoryView",
+    "build_view",
+    "delimit_untrusted",
+]
+
+#: Most recent observations kept in the view.
+DEFAULT_MAX_ITEMS = 8
+#: Characters per item after summarizing.
+DEFAULT_MAX_ITEM_CHARS = 1_500
+#: Longest string kept whole inside a summary (ids are always kept whole).
+SUMMARY_STRING_CHARS = 400
+
+UNTRUSTED_OPEN = "<untrusted-data"
+UNTRUSTED_CLOSE = "</untrusted-data>"
+
+
+class MemoryItem(BaseModel):
+    item_id: str
+    """Stable id (the observation id it summarizes)."""
+    kind: str
+    """``goal``, ``observation`` or ``evidence-summary``."""
+    source: str
+    """``user``, ``trusted-tool``, ``untrusted-content`` or ``policy``."""
+    content: str
+    """Rendered text; untrusted content is wrapped in ``<untrusted-data>`` delimiters."""
+    source_ids: list[str] = Field(default_factory=list)
+    """Observation ids this item points back to."""
+    created_at_step: int
+    """Step at which the underlying observation was made."""
+    expires_after_step: int | None = None
+    """Last step at which the item is shown; ``None`` = while in the window."""
+
+
+class WorkingMemoryView(BaseModel):
+    run_id: str
+    """The run."""
+    step: int
+    """The step this view is built for."""
+    goal: MemoryItem
+    """The user-visible goal (observation ``user-1``)."""
+    items: list[MemoryItem]
+    """Recent observations, oldest first."""
+    tools: list[dict[str, Any]]
+    """Tools the run may propose (name, version, description, inputSchema)."""
+    budgets: dict[str, Any]
+    """Remaining budgets."""
+    preferences: dict[str, dict[str, Any]]
+    """Long-term preferences of the subject: ``{key: {value, source, version}}``."""
+
+    def view_hash(self) -> str:
+        return content_hash(self.model_dump(mode="json"))[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservationRecord:
+    observation_id: str
+    kind: str
+    source: str
+    step: int
+    content: dict[str, Any]
+    expires_after_step: int | None = None
+
+
+def _summarize(value: Any, key: str = "") -> Any:
+    """Keep structure, ids and numbers; shorten long prose."""
+    if isinstance(value, dict):
+        return {k: _summarize(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_summarize(v, key) for v in value[:20]]
+    if isinstance(value, str) and len(value) > SUMMARY_STRING_CHARS and not key.endswith("id"):
+        return value[:SUMMARY_STRING_CHARS] + f"…[{len(value) - SUMMARY_STRING_CHARS} more chars]"
+    return value
+
+
+def delimit_untrusted(text: str, observation_id: str) -> str:
+    """Wrap untrusted text as data; a forged closing delimiter inside is neutralized."""
+    safe = text.replace(UNTRUSTED_CLOSE, "<\\/untrusted-data>").replace(
+        UNTRUSTED_OPEN, "<\\untrusted-data"
+    )
+    return f'{UNTRUSTED_OPEN} observation="{observation_id}">\n{safe}\n{UNTRUSTED_CLOSE}'
+
+
+def _render(obs: ObservationRecord, max_chars: int) -> str:
+    text = json.dumps(_summarize(obs.content), ensure_ascii=False, sort_keys=True)
+    if len(text) > max_chars:
+        text = text[:max_chars] + f"…[{len(text) - max_chars} more chars]"
+    if obs.source == "untrusted-content":
+        return delimit_untrusted(text, obs.observation_id)
+    return text
+
+
+def build_view(
+    *,
+    run_id: str,
+    step: int,
+    observations: Sequence[ObservationRecord],
+    tools: Sequence[dict[str, Any]],
+    budgets: dict[str, Any],
+    preferences: dict[str, dict[str, Any]],
+    max_items: int = DEFAULT_MAX_ITEMS,
+    max_item_chars: int = DEFAULT_MAX_ITEM_CHARS,
+) -> WorkingMemoryView:
+    goal_obs = next(o for o in observations if o.observation_id == "user-1")
+    goal = MemoryItem(
+        item_id="user-1",
+        kind="goal",
+        source="user",
+        content=str(goal_obs.content.get("goal", "")),
+        source_ids=["user-1"],
+        created_at_step=goal_obs.step,
+    )
+    live = [
+        o
+        for o in observations
+        if o.observation_id != "user-1"
+        and (o.expires_after_step is None or o.expires_after_step >= step)
+    ]
+    items = [
+        MemoryItem(
+            item_id=o.observation_id,
+            kind="evidence-summary" if o.kind == "tool-result" else "observation",
+            source=o.source,
+            content=_render(o, max_item_chars),
+            source_ids=[o.observation_id],
+            created_at_step=o.step,
+            expires_after_step=o.expires_after_step,
+        )
+        for o in live[-max_items:]
+    ]
+    return WorkingMemoryView(
+        run_id=run_id,
+        step=step,
+        goal=goal,
+        items=items,
+        tools=list(tools),
+        budgets=budgets,
+        preferences=preferences,
+    )
