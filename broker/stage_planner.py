@@ -9,6 +9,7 @@ from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
 from broker.transitions import stop_changes, stop_events
+from broker.views import load_view
 from ledger.db import session_scope
 from ledger.models import Proposal, Run
 from ledger.repo import StaleVersion, observations_of, run_view, transition
@@ -36,14 +37,27 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
             return "ignored"
         view = run_view(run)
         spec = RunSpec.model_validate(run.spec)
+        stop = check_before_planning(view, ctx.clock())
+        memory = (
+            None if stop else load_view(s, run, registry=ctx.registry, memory=ctx.tool_deps.memory)
+        )
 
     outbox = Outbox()
-    stop = check_before_planning(view, ctx.clock())
-    if stop is not None:
+    if stop is not None or memory is None:
+        assert stop is not None
         return _stop(ctx, view.run_id, version, view, stop, step=view.step)
+    built = (
+        "observation.built",
+        {
+            "items": len(memory.items),
+            "tools": len(memory.tools),
+            "preferences": len(memory.preferences),
+            "view_hash": memory.view_hash(),
+        },
+    )
 
     try:
-        reply = planner_for(spec).propose(view)
+        reply = planner_for(spec).propose(view, memory)
         raw: Any = reply.raw
         usage, calls, failure = reply.usage, reply.calls, None
     except PlannerFailure as exc:
@@ -66,6 +80,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                     version,
                     changes={**counters, **stop_changes(stop)},
                     events=[
+                        built,
                         ("model.failed", {"code": failure}),
                         *stop_events(view, stop, step=step, counters=counters),
                     ],
@@ -110,7 +125,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                         "phase": Phase.POLICY.value,
                         "pending_proposal_id": proposal.id,
                     },
-                    events=[received],
+                    events=[built, received],
                     step=step,
                     proposal_id=proposal.proposal_id,
                 )
@@ -130,6 +145,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                     version,
                     changes={**counters, **stop_changes(done)},
                     events=[
+                        built,
                         received,
                         ("final.validated", {"citations": decision.citations}),
                         *stop_events(view, done, step=step, counters=counters),
@@ -144,7 +160,11 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                     run_id,
                     version,
                     changes={**counters, **stop_changes(decision)},
-                    events=[received, *stop_events(view, decision, step=step, counters=counters)],
+                    events=[
+                        built,
+                        received,
+                        *stop_events(view, decision, step=step, counters=counters),
+                    ],
                     step=step,
                 )
                 result = "stopped"

@@ -13,6 +13,7 @@ from broker.faults import crash_point
 from broker.handoffs import enter_handoff
 from broker.publish import Outbox
 from broker.transitions import stop_changes, stop_events
+from broker.views import POLICY_OBSERVATION_TTL_STEPS
 from ledger.db import session_scope
 from ledger.models import Command, Confirmation, GrantRow, Proposal, Run
 from ledger.repo import (
@@ -84,6 +85,7 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                         ObservationKind.POLICY_REJECTION,
                         ObservationSource.POLICY.value,
                         {"code": decision.code, "layer": decision.layer, "tool": proposal.tool},
+                        step + POLICY_OBSERVATION_TTL_STEPS,
                     ),
                 )
                 outbox.add(lambda: ctx.publisher.planner(run_id, new_version))

@@ -50,6 +50,7 @@ class NewObservation:
     kind: ObservationKind
     source: str
     content: dict[str, Any]
+    expires_after_step: int | None = None
 
 
 def to_datetime(ts: float) -> datetime:
@@ -225,6 +226,7 @@ def transition(
                 content=observation.content,
                 content_hash=content_hash(observation.content),
                 observation_version=obs_version,
+                expires_after_step=observation.expires_after_step,
             )
         )
     append_events(s, run_id, events, step=step, proposal_id=proposal_id, last_seq=last_seq)

@@ -209,6 +209,24 @@ class Client:
                 request = pending.confirmation_request if pending else None
             return RunInfo.of(run, confirmation_request=request)
 
+    def working_memory(self, run_id: str) -> dict[str, Any]:
+        """The planner's view for the run's next step, rebuilt from the ledger."""
+        from broker.views import load_view
+        from ledger.memory import MemoryStore
+        from tools.registry import default_registry
+
+        with session_scope(self.engine) as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            view = load_view(s, run, registry=default_registry(), memory=MemoryStore(self.engine))
+            return view.model_dump(mode="json")
+
+    def memory(self) -> Any:
+        from ledger.memory import MemoryStore
+
+        return MemoryStore(self.engine)
+
     # --- operator and user actions ---------------------------------------------------------
 
     def confirm(self, run_id: str, *, proposal_hash: str, by: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from runner.memory import WorkingMemoryView
 from runner.spec import FixturePlannerSpec, RunSpec, Usage
 from runner.state import RunView
 
@@ -34,7 +35,9 @@ class PlannerReply:
 
 
 class Planner(Protocol):
-    def propose(self, run: RunView) -> PlannerReply: ...
+    def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
+        """One untrusted output for the next step, given the working-memory ``view``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class FixturePlanner:
 
     spec: FixturePlannerSpec
 
-    def propose(self, run: RunView) -> PlannerReply:
+    def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
         usage = self.spec.usage_per_call or Usage()
         if run.model_calls >= len(self.spec.outputs):
             raise PlannerFailure("FIXTURE_PLANNER_EXHAUSTED", usage=usage)

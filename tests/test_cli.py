@@ -75,7 +75,7 @@ def test_tools_list_exports_mcp_shaped_contracts():
     assert set(tools) >= {"search_public", "write_artifact", "save_preference"}
     save = tools["save_preference"]
     assert save["inputSchema"]["type"] == "object"
-    assert set(save["inputSchema"]["properties"]) == {"key", "value"}
+    assert set(save["inputSchema"]["properties"]) == {"key", "value", "expected_version"}
     assert save["inputSchema"]["additionalProperties"] is False
     assert save["confirmation"] == "per-call" and save["sensitiveFields"] == ["value"]
     assert "outputSchema" in save

@@ -146,16 +146,24 @@ def test_confirmation_round_trip_executes_exactly_once(engine, client, worker):
         ),
     )
     request = info.confirmation_request
-    h = proposal_hash("save_preference", "1", {"key": "answer_language", "value": "zh-CN"})
+    h = proposal_hash(
+        "save_preference", "1", {"key": "answer_language", "value": "zh-CN", "expected_version": 0}
+    )
     assert request["proposal_hash"] == h
-    assert request["parameters"] == {"key": "answer_language", "value": "<sensitive>"}
+    assert request["parameters"] == {
+        "key": "answer_language",
+        "value": "<sensitive>",
+        "expected_version": 0,
+    }
     assert (
         request["side_effect"] == "idempotent-write"
         and request["resource"] == f"memory:{subject}/answer_language"
     )
 
     # Wrong hash, and a hash for other arguments: refused, nothing moves.
-    other = proposal_hash("save_preference", "1", {"key": "answer_language", "value": "en"})
+    other = proposal_hash(
+        "save_preference", "1", {"key": "answer_language", "value": "en", "expected_version": 0}
+    )
     for bad in ("0" * 64, other):
         with pytest.raises(ConfirmationRefused) as caught:
             client.confirm(info.run_id, proposal_hash=bad, by="alice")

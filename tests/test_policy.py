@@ -113,7 +113,7 @@ def test_confirmation_is_bound_to_the_exact_proposal_hash():
     grants = [grant("memory:write", "memory:alice/*")]
     waiting = decide(raw, grants=grants)
     assert isinstance(waiting, policy.AwaitConfirmation)
-    h = proposal_hash("save_preference", "1", args)
+    h = proposal_hash("save_preference", "1", {**args, "expected_version": 0})
     assert waiting.proposal_hash == h
     request = waiting.request()
     assert request["parameters"]["value"] == "<sensitive>"
@@ -121,7 +121,9 @@ def test_confirmation_is_bound_to_the_exact_proposal_hash():
 
     ok = decide(raw, grants=grants, confirmations=[confirmation(h)])
     assert isinstance(ok, policy.Accept) and ok.confirmation_id == "c-1"
-    other = proposal_hash("save_preference", "1", {"key": "answer_language", "value": "en"})
+    other = proposal_hash(
+        "save_preference", "1", {"key": "answer_language", "value": "en", "expected_version": 0}
+    )
     for c in (
         confirmation(other),
         confirmation(h, used=True),
