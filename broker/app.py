@@ -6,8 +6,9 @@ Plain Celery works: ``celery -A broker.app worker -Q planner,policy,tool.search_
 from __future__ import annotations
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 
+from broker import telemetry
 from broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from ledger.db import reset_engines
 from runner.settings import WarrantSettings
@@ -74,5 +75,12 @@ app = make_app()
 
 @worker_process_init.connect
 def _init_pool_process(**_: object) -> None:
-    """A forked pool process must not share its parent's database connections."""
+    """A forked pool process must not share its parent's database connections; it traces
+    with its own provider (OTLP exporter from the ``OTEL_*`` environment)."""
     reset_engines()
+    telemetry.configure(service_name="warrant-worker")
+
+
+@worker_process_shutdown.connect
+def _flush_spans(**_: object) -> None:
+    telemetry.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from broker import telemetry
 from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
@@ -57,7 +58,8 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     )
 
     try:
-        reply = planner_for(spec).propose(view, memory)
+        with telemetry.span("planner.propose", run_id=run_id, step=view.step + 1):
+            reply = planner_for(spec).propose(view, memory)
         raw: Any = reply.raw
         usage, calls, failure = reply.usage, reply.calls, None
     except PlannerFailure as exc:

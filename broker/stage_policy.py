@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import update
 
+from broker import telemetry
 from broker.context import StageContext
 from broker.faults import crash_point
 from broker.handoffs import enter_handoff
@@ -37,6 +38,12 @@ log = logging.getLogger("warrant.policy")
 HARD_LIMIT_GRACE_S = 5.0
 
 
+def _outcome_name(decision: object) -> str:
+    code = getattr(decision, "code", None) or getattr(decision, "reason", None)
+    name = type(decision).__name__.lower()
+    return f"{name}:{code}" if code else name
+
+
 def _events(decision_events: list[policy.Event]) -> list[tuple[str, dict[str, Any]]]:
     return [(e.name, e.details) for e in decision_events]
 
@@ -53,18 +60,29 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
             view = run_view(run)
             proposal = s.get(Proposal, run.pending_proposal_id)
             assert proposal is not None
-            decision = policy.evaluate(
-                policy.GateInput(
-                    raw=proposal.raw,
-                    run=view,
-                    expected_version=version,
-                    grants=grants_of(s, run_id),
-                    confirmations=confirmations_of(s, run_id),
-                    history=history_of(s, run_id, before_step=proposal.step),
-                    registry=ctx.registry,
-                    now=now,
+            with telemetry.span(
+                "policy.evaluate",
+                run_id=run_id,
+                proposal_id=proposal.proposal_id,
+                tool=proposal.tool,
+            ) as sp:
+                decision = policy.evaluate(
+                    policy.GateInput(
+                        raw=proposal.raw,
+                        run=view,
+                        expected_version=version,
+                        grants=grants_of(s, run_id),
+                        confirmations=confirmations_of(s, run_id),
+                        history=history_of(s, run_id, before_step=proposal.step),
+                        registry=ctx.registry,
+                        now=now,
+                    ),
+                    on_event=telemetry.layer_observer(
+                        run_id=run_id, proposal_id=proposal.proposal_id
+                    ),
                 )
-            )
+                if sp is not None:
+                    sp.set_attribute("warrant.outcome", _outcome_name(decision))
             step, pid = proposal.step, proposal.proposal_id
             if isinstance(decision, policy.Ignore):
                 log.info("policy ignoring run=%s: %s", run_id, decision.reason)

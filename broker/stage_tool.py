@@ -17,6 +17,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 from sqlalchemy import func
 
+from broker import telemetry
 from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
@@ -156,7 +157,18 @@ def tool_execute(
             trigger="worker-lost",
         )
     else:
-        outcome = _run_tool(ctx, tool, snapshot)
+        with telemetry.span(
+            "tool.execute",
+            run_id=run_id,
+            proposal_id=snapshot.proposal_id,
+            tool=tool.name,
+            attempt=snapshot.attempt,
+        ) as sp:
+            outcome = _run_tool(ctx, tool, snapshot)
+            if sp is not None:
+                sp.set_attribute("warrant.outcome", outcome.status.value)
+                if outcome.code:
+                    sp.set_attribute("warrant.code", outcome.code)
     return _record(ctx, snapshot, tool, outcome)
 
 

@@ -121,17 +121,28 @@ class Client:
 
     @classmethod
     def from_env(cls) -> Client:
+        from broker import telemetry
         from broker.app import app
         from broker.publish import Publisher
 
         _, database_url = resolved_urls()
+        telemetry.configure(service_name="warrant-client")
         return cls(engine=engine_for(database_url), publisher=Publisher(app))
 
     def start_run(self, spec: RunSpec | dict[str, Any] | str, *, publish: bool = True) -> str:
         """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written."""
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
+        from broker import telemetry
+
         run_id = str(uuid.uuid4())
+        with telemetry.span("run.start", run_id=run_id):
+            self._insert_run(run_id, spec, trace_id=telemetry.current_trace_id())
+            if publish:
+                self.publisher.planner(run_id, 1)
+        return run_id
+
+    def _insert_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
         now = datetime.now(tz=UTC)
         goal = {"goal": spec.goal}
         with session_scope(self.engine) as s:
@@ -150,6 +161,7 @@ class Client:
                     goal=spec.goal,
                     subject=spec.subject,
                     spec=spec.model_dump(mode="json"),
+                    trace_id=trace_id,
                     deadline_at=now + timedelta(seconds=spec.budgets.deadline_s),
                 )
             )
@@ -194,9 +206,6 @@ class Client:
                 ],
                 step=0,
             )
-        if publish:
-            self.publisher.planner(run_id, 1)
-        return run_id
 
     def get_run(self, run_id: str) -> RunInfo:
         with session_scope(self.engine) as s:
@@ -267,6 +276,7 @@ class Client:
                 raise ConfirmationRefused(
                     "the confirmation request has expired", code="CONFIRMATION_EXPIRED"
                 )
+            trace_id = run.trace_id
             confirmation_id = str(uuid.uuid4())
             s.add(
                 Confirmation(
@@ -305,7 +315,10 @@ class Client:
                 step=run.step,
                 proposal_id=pending.proposal_id,
             )
-        self.publisher.policy(run_id, version)
+        from broker import telemetry
+
+        with telemetry.run_context(trace_id):
+            self.publisher.policy(run_id, version)
         return version
 
     def cancel(self, run_id: str, *, by: str, reason: str = "", revoke: bool = True) -> RunInfo:

@@ -11,7 +11,7 @@ registry, now), so every layer is unit-tested without Celery or a database.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from tools.contract import ConfirmationPolicy, Tool
 from tools.registry import Registry
 
 __all__ = [
+    "LAYER_OF_EVENT",
     "Accept",
     "AwaitConfirmation",
     "Event",
@@ -224,8 +225,39 @@ def _confirmation(tool: Tool[Any, Any], phash: str, inp: GateInput) -> tuple[str
     return "missing", None
 
 
-def evaluate(inp: GateInput) -> Decision:
-    events: list[Event] = []
+class _Events(list[Event]):
+    """The decision's events; each append is also reported to an observer (spans)."""
+
+    def __init__(self, observer: Callable[[Event], None] | None) -> None:
+        super().__init__()
+        self._observer = observer
+
+    def append(self, event: Event) -> None:
+        super().append(event)
+        if self._observer is not None:
+            self._observer(event)
+
+
+#: Which gate layer an event closes (for per-layer spans).
+LAYER_OF_EVENT = {
+    "proposal.parsed": "parse",
+    "proposal.registry.checked": "registry",
+    "proposal.schema.validated": "schema",
+    "proposal.semantic.validated": "semantic",
+    "policy.capability.checked": "authorization",
+    "policy.state.checked": "state_guard",
+    "policy.loop.checked": "loop_detection",
+    "proposal.loop_detected": "loop_detection",
+    "proposal.oscillation_detected": "loop_detection",
+    "policy.confirmation.checked": "confirmation",
+    "policy.budget.checked": "budget",
+}
+
+
+def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None) -> Decision:
+    """Run the layers. ``on_event`` observes each layer's event as it happens (the shell
+    turns them into spans); it cannot change the decision."""
+    events: list[Event] = _Events(on_event)
     run = inp.run
     fp = _raw_fingerprint(inp.raw)
 
