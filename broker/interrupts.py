@@ -11,6 +11,7 @@ after finishing its current task, and the pool starts a fresh one.
 from __future__ import annotations
 
 import signal
+import threading
 from typing import Any
 
 __all__ = ["install", "take"]
@@ -22,6 +23,8 @@ def install() -> None:
     """Wrap the process's SIGUSR1 handler to remember that it fired. Idempotent; called at
     the start of every tool task, because billiard sets its own handler after the
     process initializer has run."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # threads/solo pools in a thread: no signals here (and no terminate either)
     previous = signal.getsignal(signal.SIGUSR1)
     if getattr(previous, "_warrant", False):
         return

@@ -37,6 +37,8 @@ app.add_typer(run_app, name="run")
 app.add_typer(tools_app, name="tools")
 app.add_typer(db_app, name="db")
 handoff_app = typer.Typer(help="Runs handed to a person.", no_args_is_help=True)
+memory_app = typer.Typer(help="Long-term memory (preferences).", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
 app.add_typer(handoff_app, name="handoff")
 
 console = Console()
@@ -208,16 +210,33 @@ def run_list(
 
 @run_app.command("trace")
 def run_trace(run_id: str, as_json: JsonOpt = False) -> None:
-    """The run's trace events, in order."""
-    events = _guard(as_json, lambda: _client().trace(run_id))
+    """The run's timeline: ordered events, stop reason and budget snapshot."""
+
+    def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        client = _client()
+        return client.get_run(run_id).to_dict(), client.trace(run_id)
+
+    info, events = _guard(as_json, go)
     if as_json:
         _print_json(events)
         return
-    table = Table("seq", "step", "event", "details")
+    from datetime import datetime
+
+    console.print(
+        f"[bold]run {run_id}[/] — {info['status']} ({info['stop_reason'] or 'no stop reason yet'})"
+    )
+    table = Table("seq", "+ms", "step", "event", "details")
+    start = datetime.fromisoformat(events[0]["at"]) if events else None
+    budget = None
     for e in events:
-        details = ", ".join(f"{k}={v}" for k, v in (e["details"] or {}).items() if k != "budget")
-        table.add_row(str(e["seq"]), str(e["step"]), e["event"], details[:110])
+        offset = (datetime.fromisoformat(e["at"]) - start).total_seconds() * 1000 if start else 0
+        details = dict(e["details"] or {})
+        budget = details.pop("budget", budget)
+        text = ", ".join(f"{k}={v}" for k, v in details.items())
+        table.add_row(str(e["seq"]), f"{offset:.0f}", str(e["step"]), e["event"], text[:100])
     console.print(table)
+    if budget:
+        console.print("budget at stop: " + ", ".join(f"{k}={v}" for k, v in budget.items()))
 
 
 def _decision(run_id: str, proposal_hash: str, by: str, approved: bool, as_json: bool) -> None:
@@ -333,6 +352,56 @@ def db_upgrade(as_json: JsonOpt = False) -> None:
     _print_json({"revision": revision}) if as_json else console.print(
         f"ledger at revision [bold]{revision}[/]"
     )
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+@memory_app.command("list")
+def memory_list(
+    subject: Annotated[str, typer.Option(help="Whose memory.")],
+    all_: Annotated[bool, typer.Option("--all", help="Include revoked and expired.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Records of a subject (active only unless --all)."""
+    records = _guard(as_json, lambda: _client().memory().records(subject, include_inactive=all_))
+    if as_json:
+        _print_json(records)
+        return
+    table = Table("id", "key", "value", "version", "source", "expires", "active")
+    for r in records:
+        table.add_row(
+            str(r["id"]),
+            r["key"],
+            r["value"],
+            str(r["version"]),
+            r["source"],
+            (r["expires_at"] or "")[:10],
+            "yes" if r["active"] else "no",
+        )
+    console.print(table)
+
+
+@memory_app.command("revoke")
+def memory_revoke(record_id: int, by: ByOpt, as_json: JsonOpt = False) -> None:
+    """Revoke a record: it is never returned to a planner again."""
+    out = _guard(as_json, lambda: _client().memory().revoke(record_id, by=by))
+    _print_json(out) if as_json else console.print(f"revoked {record_id} ({out['key']})")
+
+
+@run_app.command("view")
+def run_view_cmd(run_id: str, as_json: JsonOpt = False) -> None:
+    """The working-memory view the planner gets for the run's next step (rebuilt)."""
+    view = _guard(as_json, lambda: _client().working_memory(run_id))
+    if as_json:
+        _print_json(view)
+        return
+    console.print(f"[bold]goal[/]: {view['goal']['content']}")
+    for item in view["items"]:
+        console.print(f"[bold]{item['item_id']}[/] [{item['source']}] {item['content'][:160]}")
+    console.print(f"tools: {', '.join(t['name'] for t in view['tools'])}")
+    console.print(f"budgets: {view['budgets']}")
+    console.print(f"preferences: {view['preferences']}")
 
 
 # --- handoff ---------------------------------------------------------------------------------
