@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from broker.publish import Publisher
 from ledger.db import engine_for
 from ledger.stores import LedgerToolDeps
-from runner.settings import resolved_urls
+from runner.settings import WarrantSettings, resolved_urls
 from tools.registry import Registry, default_registry
 
 __all__ = ["StageContext", "worker_context"]
@@ -25,6 +25,7 @@ class StageContext:
     registry: Registry
     publisher: Publisher
     tool_deps: Any
+    settings: WarrantSettings = field(default_factory=WarrantSettings)
     clock: Callable[[], float] = field(default=time.time)
 
 

@@ -10,11 +10,18 @@ from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
 from broker.transitions import stop_changes, stop_events
-from broker.views import load_view
+from broker.views import POLICY_OBSERVATION_TTL_STEPS, load_view
 from ledger.db import session_scope
 from ledger.models import Proposal, Run
-from ledger.repo import StaleVersion, observations_of, run_view, transition
-from runner.codes import Phase, RunStatus, StopReason
+from ledger.repo import NewObservation, StaleVersion, observations_of, run_view, transition
+from runner.codes import (
+    ObservationKind,
+    ObservationSource,
+    Phase,
+    Rejection,
+    RunStatus,
+    StopReason,
+)
 from runner.planners import PlannerFailure, planner_for
 from runner.planning import Complete, Forward, Stop, check_before_planning, interpret
 from runner.spec import RunSpec
@@ -59,11 +66,15 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
 
     try:
         with telemetry.span("planner.propose", run_id=run_id, step=view.step + 1):
-            reply = planner_for(spec).propose(view, memory)
+            reply = planner_for(
+                spec,
+                prices=ctx.settings.model_prices,
+                allow_remote=ctx.settings.allow_remote_models,
+            ).propose(view, memory)
         raw: Any = reply.raw
-        usage, calls, failure = reply.usage, reply.calls, None
+        usage, calls, failure, invalid = reply.usage, reply.calls, None, reply.invalid
     except PlannerFailure as exc:
-        raw, usage, calls, failure = None, exc.usage, exc.calls, exc.code
+        raw, usage, calls, failure, invalid = None, exc.usage, exc.calls, exc.code, None
 
     step = view.step + 1
     counters = {
@@ -72,10 +83,24 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
         "cost_used": view.cost_used + usage.cost,
     }
+    if invalid is not None:
+        try:
+            with session_scope(ctx.engine) as s:
+                _invalid_output(ctx, s, run_id, version, step, counters, built, invalid, outbox)
+        except StaleVersion:
+            return "ignored"
+        crash_point("planner:after_commit")
+        outbox.flush()
+        return "invalid_output"
     try:
         with session_scope(ctx.engine) as s:
             if failure is not None:
-                stop = Stop(RunStatus.FAILED, StopReason.MODEL_FAILED, {"code": failure})
+                reason = (
+                    StopReason.DEADLINE_REACHED
+                    if failure == "DEADLINE_REACHED"
+                    else StopReason.MODEL_FAILED
+                )
+                stop = Stop(RunStatus.FAILED, reason, {"code": failure})
                 transition(
                     s,
                     run_id,
@@ -192,3 +217,52 @@ def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *
     except StaleVersion:
         return "ignored"
     return "stopped"
+
+
+def _invalid_output(
+    ctx: StageContext,
+    s: Any,
+    run_id: str,
+    version: int,
+    step: int,
+    counters: dict[str, Any],
+    built: tuple[str, dict[str, Any]],
+    reason: str,
+    outbox: Outbox,
+) -> str:
+    """An unparseable model reply: refused like a policy rejection; the step is re-planned."""
+    s.add(
+        Proposal(
+            run_id=run_id,
+            step=step,
+            kind="invalid",
+            raw=None,
+            observation_version=0,
+            status="rejected",
+            rejection_code=Rejection.MODEL_OUTPUT_INVALID.value,
+        )
+    )
+    new_version = transition(
+        s,
+        run_id,
+        version,
+        changes=counters,
+        events=[
+            built,
+            ("model.output.invalid", {"reason": reason}),
+            (
+                "proposal.rejected",
+                {"code": Rejection.MODEL_OUTPUT_INVALID.value, "layer": "parse", "reason": reason},
+            ),
+        ],
+        step=step,
+        observation=NewObservation(
+            f"policy-{step}",
+            ObservationKind.POLICY_REJECTION,
+            ObservationSource.POLICY.value,
+            {"code": Rejection.MODEL_OUTPUT_INVALID.value, "reason": reason},
+            step + POLICY_OBSERVATION_TTL_STEPS,
+        ),
+    )
+    outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
+    return "invalid_output"

@@ -32,6 +32,8 @@ class PlannerReply:
     """Charged to the run's token and cost budgets."""
     calls: int = 1
     """Model calls this reply took (retries count)."""
+    invalid: str | None = None
+    """Why the reply could not be parsed into one output (then ``raw`` is None)."""
 
 
 class Planner(Protocol):
@@ -53,7 +55,11 @@ class FixturePlanner:
         return PlannerReply(self.spec.outputs[run.model_calls], usage)
 
 
-def planner_for(spec: RunSpec) -> Planner:
+def planner_for(
+    spec: RunSpec, *, prices: dict[str, dict[str, float]] | None = None, allow_remote: bool = False
+) -> Planner:
     if isinstance(spec.planner, FixturePlannerSpec):
         return FixturePlanner(spec.planner)
-    raise PlannerFailure("PLANNER_KIND_UNSUPPORTED")  # pragma: no cover - spec forbids it
+    from runner.llm import OpenAIPlanner
+
+    return OpenAIPlanner(spec.planner, prices or {}, allow_remote=allow_remote)

@@ -50,6 +50,11 @@ class WarrantSettings(BaseSettings):
     """Items per category per sweep."""
     max_reconcile_attempts: int = Field(default=5, ge=1)
     """Still-unknown reconciliations before the run is handed to a person."""
+    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Per-model prices, e.g. ``{"gpt-4o-mini": {"prompt_per_1k": 0.00015,
+    "completion_per_1k": 0.0006}}`` (JSON in ``WARRANT_MODEL_PRICES``)."""
+    allow_remote_models: bool = False
+    """Allow non-loopback model endpoints (off by default: tests can never call out)."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
 

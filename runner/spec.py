@@ -26,6 +26,7 @@ __all__ = [
     "FixturePlannerSpec",
     "Grant",
     "HandoffPolicy",
+    "OpenAIPlannerSpec",
     "PlannerOutput",
     "RunSpec",
     "ToolProposal",
@@ -112,7 +113,25 @@ class FixturePlannerSpec(_Strict):
     """Usage charged per call, to exercise the token and cost budgets."""
 
 
-PlannerSpec = Annotated[FixturePlannerSpec, Field(discriminator="kind")]
+class OpenAIPlannerSpec(_Strict):
+    """Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp, Ollama, ...)."""
+
+    kind: Literal["openai"]
+    model: str = Field(min_length=1, max_length=200)
+    """Model name sent to the endpoint (and the key of the price table)."""
+    base_url: str = Field(pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=500)
+    """Endpoint root, e.g. ``http://127.0.0.1:8000/v1``."""
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]{0,99}$")
+    """Name of the environment variable holding the key (read by the worker only)."""
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    """Sampling temperature."""
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    """Per-request timeout (cut further by the run deadline)."""
+    max_retries: int = Field(default=3, ge=0, le=10)
+    """Retries of 429/5xx/connection errors; each attempt is a model call."""
+
+
+PlannerSpec = Annotated[FixturePlannerSpec | OpenAIPlannerSpec, Field(discriminator="kind")]
 
 
 class HandoffPolicy(_Strict):

@@ -24,8 +24,14 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERVICES: Services | None = None
 
 
+#: The model API key the workers read (by variable name) in the LLM planner tests.
+MODEL_KEY_ENV = "WARRANT_TEST_MODEL_KEY"
+MODEL_KEY = "sk-test-" + os.urandom(8).hex()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global SERVICES
+    os.environ[MODEL_KEY_ENV] = MODEL_KEY  # inherited by the worker subprocesses
     SERVICES = discover()
     if SERVICES.ok:
         os.environ["WARRANT_BROKER_URL"] = SERVICES.broker_url or ""
@@ -177,7 +183,10 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "WARRANT_CRASH_POINT": "planner:after_commit",
         "WARRANT_CRASH_ONCE_FILE": str(logs / "crash-once"),
     }
-    proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log, env=crash)
+    prices = {
+        "WARRANT_MODEL_PRICES": '{"priced-model": {"prompt_per_1k": 0.5, "completion_per_1k": 1.0}}'
+    }
+    proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log, env={**crash, **prices})
     proc.crash_file = logs / "crash-once"
     try:
         proc.wait_ready()
@@ -236,6 +245,14 @@ def demo(services: Services) -> Any:
     service = DemoService(engine_for(services.database_url or ""))
     service.ensure_schema()
     return service
+
+
+@pytest.fixture(scope="session")
+def fake_openai() -> Iterator[Any]:
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
