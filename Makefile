@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install demo up test test-fast lint format bench clean
+.PHONY: install demo up test test-rabbitmq test-fast lint format bench clean
 
 install: $(STAMP)
 
@@ -19,8 +19,15 @@ demo: install        ## start the stack (embedded servers if none configured), r
 up: install          ## every worker role in the foreground; Ctrl-C stops
 	$(VENV)/bin/warrant up
 
-test: install        ## the whole suite against real Redis/RabbitMQ, PostgreSQL and Celery workers
+AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
+PIPELINE_TESTS := tests/test_pipeline.py tests/test_gate_pipeline.py tests/test_tool_execution.py tests/test_reconciler.py
+
+test: install        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
 	$(PY) -m pytest -ra
+	$(MAKE) --no-print-directory test-rabbitmq
+
+test-rabbitmq: install  ## the pipeline tests with RabbitMQ as the broker
+	WARRANT_TEST_BROKER_URL=$(AMQP_URL) $(PY) -m pytest -ra $(PIPELINE_TESTS)
 
 test-fast: install   ## pure unit tests only (no services)
 	$(PY) -m pytest -ra -m "not services"

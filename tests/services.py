@@ -59,7 +59,11 @@ def discover() -> Services:
         return Services(broker, database)
     except Exception as exc:
         first_problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    if os.environ.get("WARRANT_TEST_NO_EMBEDDED"):
+    explicit = os.environ.get("WARRANT_TEST_DATABASE_URL") or os.environ.get(
+        "WARRANT_TEST_BROKER_URL"
+    )
+    if os.environ.get("WARRANT_TEST_NO_EMBEDDED") or explicit:
+        # Asked for specific services (e.g. RabbitMQ): never swap in embedded ones.
         return Services(None, None, first_problem)
     try:
         from runner.stack import EmbeddedServices

@@ -8,7 +8,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tools.contract import ReconcileResult, SideEffect, Tool, ToolContext
 
-__all__ = ["DEMO_TOOLS", "GET_REFUND", "ISSUE_REFUND", "LOOKUP", "SAVE_DRAFT", "SEND_NOTICE"]
+__all__ = [
+    "DEMO_TOOLS",
+    "GET_REFUND",
+    "ISSUE_REFUND",
+    "LOOKUP",
+    "NOOP_READ",
+    "SAVE_DRAFT",
+    "SEND_NOTICE",
+    "SLEEP_READ",
+]
 
 
 class _Input(BaseModel):
@@ -230,4 +239,66 @@ SEND_NOTICE: Tool[NoticeInput, NoticeOutput] = Tool(
     sensitive_fields=frozenset({"body"}),
 )
 
-DEMO_TOOLS: list[Tool] = [ISSUE_REFUND, GET_REFUND, LOOKUP, SAVE_DRAFT, SEND_NOTICE]
+# --- benchmark tools ------------------------------------------------------------------------
+
+
+class NoopInput(_Input):
+    n: int = Field(ge=0, le=10_000_000)
+    """Any number (distinct per step, so loop detection sees progress)."""
+
+
+class NoopOutput(_Output):
+    n: int
+    """The number, echoed."""
+
+
+NOOP_READ: Tool[NoopInput, NoopOutput] = Tool(
+    name="noop_read",
+    version="1",
+    description="Do nothing and echo n (benchmarks: the cost of the machinery alone).",
+    input_model=NoopInput,
+    output_model=NoopOutput,
+    capabilities=("bench:read",),
+    side_effect=SideEffect.READ,
+    execute=lambda args, ctx: NoopOutput(n=args.n),
+    timeout_s=5.0,
+    resource=lambda args, subject: "bench",
+)
+
+
+class SleepInput(_Input):
+    n: int = Field(ge=0, le=10_000_000)
+    """Any number (distinct per step)."""
+    ms: int = Field(default=100, ge=0, le=2_000)
+    """How long to sleep."""
+
+
+def _sleep(args: SleepInput, ctx: ToolContext) -> NoopOutput:
+    import time
+
+    time.sleep(args.ms / 1000)
+    return NoopOutput(n=args.n)
+
+
+SLEEP_READ: Tool[SleepInput, NoopOutput] = Tool(
+    name="sleep_read",
+    version="1",
+    description="Sleep ms milliseconds (benchmarks: a tool-bound workload).",
+    input_model=SleepInput,
+    output_model=NoopOutput,
+    capabilities=("bench:read",),
+    side_effect=SideEffect.READ,
+    execute=_sleep,
+    timeout_s=5.0,
+    resource=lambda args, subject: "bench",
+)
+
+DEMO_TOOLS: list[Tool] = [
+    ISSUE_REFUND,
+    GET_REFUND,
+    LOOKUP,
+    SAVE_DRAFT,
+    SEND_NOTICE,
+    NOOP_READ,
+    SLEEP_READ,
+]

@@ -1,0 +1,362 @@
+"""Benchmark: warrant against a bare Celery pipeline of the same shape, in one run.
+
+    python -m bench [--quick]
+
+Both use the same Redis and PostgreSQL and the same worker layout (one prefork process per
+stage queue). Prints a table with ratios warrant/baseline, tool-bound scaling with 1-8 tool
+processes, and the memory of worker processes after many steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/warrant_bench"
+DEFAULT_BROKER = "redis://127.0.0.1:6379/13"
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "WARRANT_DATABASE_URL": os.environ.get("WARRANT_BENCH_DATABASE_URL", DEFAULT_DB),
+        "WARRANT_BROKER_URL": os.environ.get("WARRANT_BENCH_BROKER_URL", DEFAULT_BROKER),
+    }
+
+
+ENV = _env()
+os.environ.update({k: ENV[k] for k in ("WARRANT_DATABASE_URL", "WARRANT_BROKER_URL")})
+
+import itertools
+
+from sqlalchemy import text  # noqa: E402
+
+from ledger.db import engine_for  # noqa: E402
+from ledger.migrate import upgrade  # noqa: E402
+
+LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
+
+
+class Workers:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, app: str, queues: list[str], concurrency: int, name: str) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        out = open(LOGS / f"{name}.log", "ab")  # noqa: SIM115
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    app,
+                    "worker",
+                    "-Q",
+                    ",".join(queues),
+                    "-P",
+                    "prefork",
+                    "-c",
+                    str(concurrency),
+                    "-n",
+                    f"{name}@%h",
+                    "-l",
+                    "warning",
+                    "--without-mingle",
+                    "--without-gossip",
+                ],
+                env=ENV,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        )
+
+    def wait_ready(self, app_obj: Any, names: list[str], timeout: float = 60) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            seen = {n.split("@")[0] for r in (app_obj.control.ping(timeout=0.5) or []) for n in r}
+            if set(names) <= seen:
+                return
+        raise TimeoutError(f"workers {names} not ready")
+
+    def rss_mb(self) -> list[float]:
+        import psutil
+
+        out = []
+        for p in self.procs:
+            for child in psutil.Process(p.pid).children(recursive=True):
+                out.append(child.memory_info().rss / 2**20)
+        return out
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+# --- baseline --------------------------------------------------------------------------------
+
+
+def baseline_run(run_id: str, steps: int) -> None:
+    from bench.baseline import app
+
+    app.send_task("bench.planner", kwargs={"run_id": run_id, "step": 1, "total": steps})
+
+
+def baseline_wait(run_ids: list[str], timeout: float = 600) -> None:
+    engine = engine_for(ENV["WARRANT_DATABASE_URL"])
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with engine.connect() as conn:
+            done = conn.execute(
+                text("SELECT count(*) FROM bench_rows WHERE stage='done' AND run_id = ANY(:r)"),
+                {"r": run_ids},
+            ).scalar_one()
+        if done >= len(run_ids):
+            return
+        time.sleep(0.05)
+    raise TimeoutError("baseline runs did not finish")
+
+
+def baseline_step_latencies(run_id: str) -> list[float]:
+    with engine_for(ENV["WARRANT_DATABASE_URL"]).connect() as conn:
+        rows = (
+            conn.execute(
+                text(
+                    "SELECT at FROM bench_rows WHERE run_id=:r AND stage IN ('planner','done') "
+                    "ORDER BY step"
+                ),
+                {"r": run_id},
+            )
+            .scalars()
+            .all()
+        )
+    return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(rows)]
+
+
+# --- warrant ---------------------------------------------------------------------------------
+
+
+def warrant_spec(steps: int, tool: str = "noop_read", **extra: Any) -> dict[str, Any]:
+    outputs = [
+        {
+            "kind": "tool",
+            "proposal_id": f"p{i}",
+            "tool": tool,
+            "tool_version": "1",
+            "arguments": {"n": i, **extra},
+            "reason_summary": "",
+            "source_observation_ids": [],
+        }
+        for i in range(1, steps + 1)
+    ]
+    outputs.append({"kind": "final", "answer": "done", "citations": [f"tool-{steps}"]})
+    return {
+        "goal": "bench",
+        "subject": "bench",
+        "planner": {"kind": "fixture", "outputs": outputs},
+        "grants": [{"capability": "bench:read"}],
+        "budgets": {
+            "max_steps": steps + 1,
+            "max_model_calls": steps + 1,
+            "max_tool_calls": steps,
+            "deadline_s": 3600,
+        },
+    }
+
+
+def warrant_step_latencies(run_id: str) -> list[float]:
+    with engine_for(ENV["WARRANT_DATABASE_URL"]).connect() as conn:
+        rows = (
+            conn.execute(
+                text(
+                    "SELECT created_at FROM trace_events WHERE run_id=:r "
+                    "AND event='proposal.received' "
+                    "ORDER BY seq"
+                ),
+                {"r": run_id},
+            )
+            .scalars()
+            .all()
+        )
+    return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(rows)]
+
+
+def warrant_wait(client: Any, run_ids: list[str], timeout: float = 600) -> None:
+    for run_id in run_ids:
+        info = client.wait(run_id, timeout=timeout)
+        if info.status != "completed":
+            raise RuntimeError(f"bench run {run_id} ended {info.status} {info.stop_reason}")
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    args = parser.parse_args()
+    steps, runs, run_steps, calls, mem_steps = (
+        (20, 10, 5, 40, 1000) if args.quick else (100, 50, 20, 200, 10_000)
+    )
+
+    import psycopg
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    admin = ENV["WARRANT_DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    dbname = ENV["WARRANT_DATABASE_URL"].rsplit("/", 1)[1]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    upgrade(ENV["WARRANT_DATABASE_URL"])
+    import redis as redis_lib
+
+    redis_lib.Redis.from_url(ENV["WARRANT_BROKER_URL"]).flushdb()
+
+    from bench import baseline
+    from broker.app import app as warrant_app
+    from broker.publish import Publisher
+    from runner.api import Client
+
+    with engine_for(ENV["WARRANT_DATABASE_URL"]).begin() as conn:
+        conn.execute(text(baseline.SCHEMA))
+    client = Client(
+        engine=engine_for(ENV["WARRANT_DATABASE_URL"]), publisher=Publisher(warrant_app)
+    )
+    results: dict[str, Any] = {}
+
+    # 1. baseline
+    w = Workers()
+    for q in baseline.QUEUES:
+        w.start("bench.baseline", [q], 1, q.replace(".", "-"))
+    w.wait_ready(baseline.app, [q.replace(".", "-") for q in baseline.QUEUES])
+    with console.status("baseline: one run"):
+        rid = f"b-{uuid.uuid4().hex[:8]}"
+        baseline_run(rid, steps)
+        baseline_wait([rid])
+        lat = baseline_step_latencies(rid)
+        results["base_p50"], results["base_p95"] = _pct(lat, 0.5), _pct(lat, 0.95)
+    with console.status(f"baseline: {runs} concurrent runs"):
+        rids = [f"b-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
+        t0 = time.perf_counter()
+        for r in rids:
+            baseline_run(r, run_steps)
+        baseline_wait(rids)
+        results["base_tput"] = runs * run_steps / (time.perf_counter() - t0)
+    w.stop()
+
+    # 2. warrant
+    w = Workers()
+    w.start("broker.app", ["planner"], 1, "planner")
+    w.start("broker.app", ["policy"], 1, "policy")
+    w.start("broker.app", ["tool.noop_read"], 1, "tool")
+    w.wait_ready(warrant_app, ["planner", "policy", "tool"])
+    with console.status("warrant: one run"):
+        rid = client.start_run(warrant_spec(steps))
+        warrant_wait(client, [rid])
+        lat = warrant_step_latencies(rid)
+        results["w_p50"], results["w_p95"] = _pct(lat, 0.5), _pct(lat, 0.95)
+    with console.status(f"warrant: {runs} concurrent runs"):
+        t0 = time.perf_counter()
+        rids = [client.start_run(warrant_spec(run_steps)) for _ in range(runs)]
+        warrant_wait(client, rids)
+        results["w_tput"] = runs * run_steps / (time.perf_counter() - t0)
+    with console.status(f"warrant: memory over {mem_steps} steps"):
+        rss_start = w.rss_mb()
+        done = 0
+        rss_mid: list[float] = []
+        while done < mem_steps:
+            batch = [client.start_run(warrant_spec(100)) for _ in range(10)]
+            warrant_wait(client, batch)
+            done += 1000
+            if not rss_mid and done >= mem_steps // 10:
+                rss_mid = w.rss_mb()
+        rss_end = w.rss_mb()
+    w.stop()
+
+    # 3. tool-bound scaling
+    scaling: dict[int, float] = {}
+    for n in (1, 2, 4, 8):
+        w = Workers()
+        w.start("broker.app", ["planner"], 2, "planner")
+        w.start("broker.app", ["policy"], 2, "policy")
+        w.start("broker.app", ["tool.sleep_read"], n, "tool")
+        w.wait_ready(warrant_app, ["planner", "policy", "tool"])
+        with console.status(f"tool-bound: {calls} calls x 100 ms, {n} tool processes"):
+            per_run = 5
+            t0 = time.perf_counter()
+            rids = [
+                client.start_run(warrant_spec(per_run, tool="sleep_read", ms=100))
+                for _ in range(calls // per_run)
+            ]
+            warrant_wait(client, rids)
+            scaling[n] = calls / (time.perf_counter() - t0)
+        w.stop()
+
+    table = Table(
+        title=f"warrant vs bare Celery — {platform.processor() or platform.machine()},"
+        f" {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    table.add_column("measure")
+    table.add_column("baseline", justify="right")
+    table.add_column("warrant", justify="right")
+    table.add_column("warrant/baseline", justify="right")
+    for label, b, wv in (
+        (
+            f"per-step latency p50, 1 run x {steps} steps (ms)",
+            results["base_p50"],
+            results["w_p50"],
+        ),
+        (
+            f"per-step latency p95, 1 run x {steps} steps (ms)",
+            results["base_p95"],
+            results["w_p95"],
+        ),
+        (
+            f"throughput, {runs} runs x {run_steps} steps (steps/s)",
+            results["base_tput"],
+            results["w_tput"],
+        ),
+    ):
+        table.add_row(label, f"{b:.1f}", f"{wv:.1f}", f"{wv / b:.2f}")
+    console.print(table)
+    scale = Table(title=f"tool-bound: {calls} calls of a 100 ms tool")
+    scale.add_column("tool processes", justify="right")
+    scale.add_column("calls/s", justify="right")
+    scale.add_column("speed-up vs 1", justify="right")
+    for n, v in scaling.items():
+        scale.add_row(str(n), f"{v:.1f}", f"{v / scaling[1]:.2f}")
+    console.print(scale)
+    console.print(
+        f"memory of warrant pool processes (RSS MB): start {_fmt(rss_start)}, "
+        f"after {mem_steps // 10} steps {_fmt(rss_mid)}, after {mem_steps} steps {_fmt(rss_end)}"
+    )
+
+
+def _fmt(values: list[float]) -> str:
+    return "/".join(f"{v:.0f}" for v in values) if values else "-"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""docker-compose.yml cannot drift from the code: services, commands, queues, depends_on.
+
+No Docker engine runs here, so the file is validated structurally against the CLI and the
+queue names the code defines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from broker.app import app
+from runner.stack import role_queues, worker_command
+from tools.registry import default_registry
+
+COMPOSE = yaml.safe_load((Path(__file__).parent.parent / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+
+
+def _worker_args(command: list[str]) -> dict[str, str]:
+    assert command[0] == "worker", command
+    pairs = dict(zip(command[1::2], command[2::2], strict=True))
+    return {k.lstrip("-"): v for k, v in pairs.items()}
+
+
+def test_every_role_and_every_tool_queue_has_a_service():
+    consumed: list[str] = []
+    roles = set()
+    for svc in SERVICES.values():
+        command = svc.get("command") or []
+        if command[:1] == ["worker"]:
+            args = _worker_args(command)
+            tools = args["tools"].split(",") if "tools" in args else None
+            roles.add(args["role"])
+            queues = role_queues(args["role"], tools=tools)  # raises on unknown role/tool
+            worker_command(args["role"], tools=tools, concurrency=int(args["concurrency"]))
+            consumed += queues
+    assert roles == {"planner", "policy", "tool", "reconciler"}
+    declared = {q.name for q in app.conf.task_queues}
+    assert set(consumed) == declared  # every queue the code declares is consumed
+    single = {
+        _worker_args(s["command"]).get("tools")
+        for s in SERVICES.values()
+        if (s.get("command") or [])[:1] == ["worker"]
+    }
+    for tool in default_registry():  # one service per tool queue, scalable with --scale
+        assert tool.name in single, tool.name
+    assert len(consumed) == len(set(consumed))  # no queue consumed by two services
+
+
+def test_infrastructure_health_order_and_singletons():
+    for name in ("redis", "postgres"):
+        assert "healthcheck" in SERVICES[name] and SERVICES[name]["restart"] == "unless-stopped"
+    assert SERVICES["migrate"]["command"] == ["db", "upgrade"]
+    assert SERVICES["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    workers = [n for n, s in SERVICES.items() if (s.get("command") or [])[:1] == ["worker"]]
+    for name in workers:
+        svc = SERVICES[name]
+        assert svc["restart"] == "unless-stopped", name
+        assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert svc["environment"]["WARRANT_BROKER_URL"].startswith("redis://redis:")
+    beats = [n for n, s in SERVICES.items() if s.get("command") == ["beat"]]
+    assert beats == ["beat"] and SERVICES["beat"]["deploy"]["replicas"] == 1
+
+
+def test_flower_is_authenticated_and_persistent_and_tracing_is_optional():
+    flower = SERVICES["flower"]
+    assert "FLOWER_BASIC_AUTH" in flower["environment"]
+    assert "--persistent=True" in flower["entrypoint"]
+    assert any(v.endswith(":/data") for v in flower["volumes"])
+    assert SERVICES["jaeger"]["profiles"] == ["tracing"]
+
+
+def test_the_image_entrypoint_is_the_cli():
+    dockerfile = (Path(__file__).parent.parent / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["warrant"]' in dockerfile
+    for folder in ("runner", "tools", "broker", "ledger"):
+        assert f"COPY {folder} ./{folder}" in dockerfile
