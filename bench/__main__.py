@@ -10,6 +10,7 @@ processes, and the memory of worker processes after many steps.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import subprocess
@@ -33,8 +34,6 @@ def _env() -> dict[str, str]:
 
 ENV = _env()
 os.environ.update({k: ENV[k] for k in ("WARRANT_DATABASE_URL", "WARRANT_BROKER_URL")})
-
-import itertools
 
 from sqlalchemy import text  # noqa: E402
 
