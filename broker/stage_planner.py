@@ -114,7 +114,8 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                     step=step,
                 )
                 return "stopped"
-            decision = interpret(raw, observations_of(s, run_id))
+            final = isinstance(raw, dict) and raw.get("kind") == "final"
+            decision = interpret(raw, observations_of(s, run_id) if final else [])
             kind = raw.get("kind") if isinstance(raw, dict) else None
             proposal = Proposal(
                 run_id=run_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from sqlalchemy import select
@@ -17,6 +18,20 @@ __all__ = ["POLICY_OBSERVATION_TTL_STEPS", "load_view"]
 
 #: A refusal stays in the planner's view for this many steps after it happened.
 POLICY_OBSERVATION_TTL_STEPS = 3
+
+
+@functools.cache
+def _schema(model: Any) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
+def _offer(tool: Any) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "version": tool.version,
+        "description": tool.description,
+        "inputSchema": _schema(tool.input_model),
+    }
 
 
 def _record(o: Observation) -> ObservationRecord:
@@ -50,16 +65,7 @@ def load_view(
     )[::-1]
     view = run_view(run)
     held = {g.capability for g in grants_of(s, run.id)}
-    tools: list[dict[str, Any]] = [
-        {
-            "name": t.name,
-            "version": t.version,
-            "description": t.description,
-            "inputSchema": t.input_model.model_json_schema(),
-        }
-        for t in registry
-        if set(t.capabilities) <= held
-    ]
+    tools = [_offer(t) for t in registry if set(t.capabilities) <= held]
     b = view.budgets
     budgets = {
         "steps_left": b.max_steps - view.step,
@@ -75,5 +81,5 @@ def load_view(
         observations=[_record(goal), *(_record(o) for o in recent)],
         tools=tools,
         budgets=budgets,
-        preferences=memory.preferences(run.subject),
+        preferences=memory.preferences(run.subject, session=s),
     )

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 __all__ = ["engine_for", "normalize_url", "reset_engines", "session_scope"]
 
 _ENGINES: dict[tuple[int, str], Engine] = {}
+_FACTORIES: dict[Engine, sessionmaker[Session]] = {}
 
 
 def normalize_url(url: str) -> str:
@@ -49,6 +50,8 @@ def reset_engines() -> None:
 @contextmanager
 def session_scope(engine: Engine) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any error."""
-    factory = sessionmaker(engine, expire_on_commit=False)
+    factory = _FACTORIES.get(engine)
+    if factory is None:
+        factory = _FACTORIES[engine] = sessionmaker(engine, expire_on_commit=False)
     with factory() as session, session.begin():
         yield session

@@ -164,19 +164,29 @@ class MemoryStore:
             .limit(1)
         ).first()
 
-    def preferences(self, subject: str) -> dict[str, dict[str, Any]]:
-        """Structured preferences of ``subject``: active records only, latest version."""
-        with session_scope(self.engine) as s:
-            out: dict[str, dict[str, Any]] = {}
-            for key in self.allowed_keys:
-                record = self._active(s, subject, key)
-                if record is not None:
-                    out[key] = {
-                        "value": record.value,
-                        "source": record.source_kind,
-                        "version": record.version,
-                    }
-            return out
+    def preferences(self, subject: str, *, session: Any = None) -> dict[str, dict[str, Any]]:
+        """Structured preferences of ``subject``: active records only, latest version
+        (one query; pass ``session`` to reuse an open transaction)."""
+        now = datetime.now(tz=UTC)
+        q = (
+            select(
+                MemoryRecord.key, MemoryRecord.value, MemoryRecord.source_kind, MemoryRecord.version
+            )
+            .where(
+                MemoryRecord.subject == subject,
+                MemoryRecord.key.in_(self.allowed_keys),
+                MemoryRecord.revoked_at.is_(None),
+                (MemoryRecord.expires_at.is_(None)) | (MemoryRecord.expires_at > now),
+            )
+            .order_by(MemoryRecord.key, MemoryRecord.version.desc())
+            .distinct(MemoryRecord.key)
+        )
+        if session is not None:
+            rows = session.execute(q).all()
+        else:
+            with session_scope(self.engine) as s:
+                rows = s.execute(q).all()
+        return {k: {"value": v, "source": src, "version": ver} for k, v, src, ver in rows}
 
     def records(self, subject: str, *, include_inactive: bool = False) -> list[dict[str, Any]]:
         now = datetime.now(tz=UTC)
