@@ -89,7 +89,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                 _invalid_output(ctx, s, run_id, version, step, counters, built, invalid, outbox)
         except StaleVersion:
             return "ignored"
-        crash_point("planner:after_commit")
+        crash_point("planner:after_commit", run_id)
         outbox.flush()
         return "invalid_output"
     try:
@@ -199,7 +199,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", run_id, version)
         return "ignored"
-    crash_point("planner:after_commit")
+    crash_point("planner:after_commit", run_id)
     outbox.flush()
     return result
 

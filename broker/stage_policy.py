@@ -173,7 +173,7 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 result = _accept(ctx, s, run, proposal, decision, version, now, outbox)
     except StaleVersion:
         return "ignored"
-    crash_point("policy:after_commit")
+    crash_point("policy:after_commit", run_id)
     outbox.flush()
     return result
 

@@ -308,7 +308,7 @@ def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Resu
             result = "retry_scheduled"
         else:
             result = _finish(ctx, s, run, cmd, tool, res, attempt_event, duration_ms, snap, outbox)
-    crash_point("tool:after_commit")
+    crash_point("tool:after_commit", snap.run_id)
     outbox.flush()
     return result
 

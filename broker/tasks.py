@@ -103,9 +103,13 @@ def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: st
             lambda c: tool_execute(c, run_id, version, command_id, worker=worker),
         )
     finally:
-        if interrupts.take():
-            # The outcome is committed; leave so the pool replaces this process (see
-            # broker.interrupts). billiard reports this task's result first.
+        # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
+        # which billiard does not remember): the outcome is committed; leave so the pool
+        # replaces this process (see broker.interrupts). billiard reports the result first.
+        if interrupts.take() and worker_context().tool_deps.run_status(run_id) in (
+            RunStatus.CANCELLING.value,
+            RunStatus.CANCELLED.value,
+        ):
             raise SystemExit(0)
 
 

@@ -210,8 +210,11 @@ def test_repeated_proposals_go_to_handoff_when_the_spec_asks(engine, client, wor
 
 def test_crash_between_commit_and_publish_is_recovered(engine, client, worker, reconciler_worker):
     assert worker.crash_file is not None
-    worker.crash_file.touch()  # the next planner step dies right after its commit
-    run_id = client.start_run(sc.spec([sc.search("p1"), sc.final("Three retries.", "tool-1")]))
+    run_id = client.start_run(
+        sc.spec([sc.search("p1"), sc.final("Three retries.", "tool-1")]), publish=False
+    )
+    worker.crash_file.write_text(run_id)  # this run's next planner step dies after its commit
+    client.publisher.planner(run_id, 1)
     wait_for(lambda: not worker.crash_file.exists(), what="the crash to fire")
     info = settle(client, run_id)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
