@@ -41,7 +41,7 @@ memory_app = typer.Typer(help="Long-term memory (preferences).", no_args_is_help
 app.add_typer(memory_app, name="memory")
 app.add_typer(handoff_app, name="handoff")
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]

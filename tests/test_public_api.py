@@ -38,6 +38,8 @@ PINNED_TOOLS = {
     "SideEffect",
     "Tool",
     "ToolContext",
+    "ToolInput",
+    "ToolOutput",
     "default_registry",
 }
 

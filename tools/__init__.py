@@ -1,6 +1,14 @@
 """Tool contract, registry and the built-in tools."""
 
-from tools.contract import ConfirmationPolicy, ReconcileResult, SideEffect, Tool, ToolContext
+from tools.contract import (
+    ConfirmationPolicy,
+    ReconcileResult,
+    SideEffect,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+)
 from tools.registry import Registry, default_registry
 
 __all__ = [
@@ -10,5 +18,7 @@ __all__ = [
     "SideEffect",
     "Tool",
     "ToolContext",
+    "ToolInput",
+    "ToolOutput",
     "default_registry",
 ]

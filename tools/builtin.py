@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import posixpath
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runner.codes import ObservationSource, Rejection
 from runner.errors import ToolFailed, ToolRejected
-from tools.contract import ConfirmationPolicy, SideEffect, Tool, ToolContext
+from tools.contract import ConfirmationPolicy, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 
 __all__ = ["BUILTIN_TOOLS", "SAVE_PREFERENCE", "SEARCH_PUBLIC", "WRITE_ARTIFACT"]
 
@@ -19,14 +19,12 @@ MEMORY_VALUE_MAX = 40
 RUN_OUTPUT_ROOT = "run-output/"
 
 
-class _Input(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
-    )
+class _Input(ToolInput):
+    """Inputs of these tools."""
 
 
-class _Output(BaseModel):
-    model_config = ConfigDict(use_attribute_docstrings=True)
+class _Output(ToolOutput):
+    """Outputs of these tools."""
 
 
 # --- search_public -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from runner.codes import ObservationSource
 
@@ -25,6 +25,8 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolDeps",
+    "ToolInput",
+    "ToolOutput",
 ]
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -39,6 +41,21 @@ DEFAULT_MAX_ATTEMPTS = 3
 #: Backoff base and cap (full jitter) between attempts, unless the tool gives retry-after.
 DEFAULT_RETRY_BASE_S = 0.2
 DEFAULT_RETRY_CAP_S = 5.0
+
+
+class ToolInput(BaseModel):
+    """Base of tool inputs: unknown fields and coercions are refused; one docstring per field
+    becomes its JSON Schema description."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+    )
+
+
+class ToolOutput(BaseModel):
+    """Base of tool outputs (field docstrings become descriptions)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
 
 class SideEffect(StrEnum):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from tools.contract import ReconcileResult, SideEffect, Tool, ToolContext
+from tools.contract import ReconcileResult, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 
 __all__ = [
     "DEMO_TOOLS",
@@ -20,14 +20,12 @@ __all__ = [
 ]
 
 
-class _Input(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
-    )
+class _Input(ToolInput):
+    """Inputs of these tools."""
 
 
-class _Output(BaseModel):
-    model_config = ConfigDict(use_attribute_docstrings=True)
+class _Output(ToolOutput):
+    """Outputs of these tools."""
 
 
 # --- issue_refund --------------------------------------------------------------------------
