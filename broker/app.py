@@ -10,6 +10,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 
 from broker import telemetry
 from broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
+from broker.transitions import HARD_LIMIT_GRACE_S
 from ledger.db import reset_engines
 from runner.settings import WarrantSettings
 from tools.registry import default_registry
@@ -18,8 +19,6 @@ __all__ = ["app", "make_app"]
 
 #: Broker used when nothing is configured (plain ``celery`` against a local Redis).
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
-#: Extra seconds a tool's hard time limit allows past its soft limit.
-HARD_LIMIT_GRACE_S = 5.0
 
 
 def make_app(settings: WarrantSettings | None = None) -> Celery:

@@ -13,7 +13,7 @@ from broker.context import StageContext
 from broker.faults import crash_point
 from broker.handoffs import enter_handoff
 from broker.publish import Outbox
-from broker.transitions import stop_changes, stop_events
+from broker.transitions import HARD_LIMIT_GRACE_S, stop_changes, stop_events
 from broker.views import POLICY_OBSERVATION_TTL_STEPS
 from ledger.db import session_scope
 from ledger.models import Command, Confirmation, GrantRow, Proposal, Run
@@ -35,7 +35,6 @@ from runner.planning import Stop
 __all__ = ["policy_evaluate"]
 
 log = logging.getLogger("warrant.policy")
-HARD_LIMIT_GRACE_S = 5.0
 
 
 def _outcome_name(decision: object) -> str:

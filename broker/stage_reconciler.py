@@ -26,7 +26,7 @@ from sqlalchemy import and_, func, select, update
 from broker.context import StageContext
 from broker.handoffs import enter_handoff
 from broker.publish import Outbox
-from broker.transitions import stop_changes, stop_events
+from broker.transitions import HARD_LIMIT_GRACE_S, reissue_command, stop_changes, stop_events
 from ledger.db import session_scope
 from ledger.models import Command, OutcomeRow, Proposal, Reconciliation, Run
 from ledger.repo import NewObservation, append_events, record_outcome, run_view, to_datetime
@@ -43,7 +43,6 @@ log = logging.getLogger("warrant.reconciler")
 
 #: pg advisory lock key of the sweep ("WRRC").
 SWEEP_LOCK = 0x5752_5243
-HARD_LIMIT_GRACE_S = 5.0
 
 
 @dataclass
@@ -331,20 +330,17 @@ def _reconcile_one(
                 report.not_applied += 1
             elif view.tool_calls < view.budgets.max_tool_calls and timeout > 0.5:
                 # Known not applied: retry with the *same* command and idempotency token.
-                cmd.status, cmd.timeout_s = "issued", timeout
-                cmd.deadline_at = to_datetime(now + timeout)
-                by_tool = dict(run.tool_calls_by_tool or {})
-                by_tool[cmd.tool] = by_tool.get(cmd.tool, 0) + 1
-                v = cas(
+                reissue_command(
+                    ctx,
                     s,
-                    run.id,
-                    run.version,
+                    run,
+                    cmd,
+                    delay_s=0.0,
+                    timeout_s=timeout,
                     changes={
                         "status": RunStatus.RUNNING.value,
                         "phase": Phase.TOOL.value,
                         "stop_reason": None,
-                        "tool_calls": run.tool_calls + 1,
-                        "tool_calls_by_tool": by_tool,
                     },
                     events=[
                         event,
@@ -359,19 +355,7 @@ def _reconcile_one(
                         ),
                         ("state.transitioned", {"from": run.status, "to": RunStatus.RUNNING.value}),
                     ],
-                    step=cmd.step,
-                    proposal_id=cmd.proposal_id,
-                )
-                rid, cid, tname = run.id, cmd.id, cmd.tool
-                outbox.add(
-                    lambda: ctx.publisher.tool(
-                        run_id=rid,
-                        version=v,
-                        command_id=cid,
-                        tool=tname,
-                        soft_time_limit=timeout,
-                        time_limit=timeout + HARD_LIMIT_GRACE_S,
-                    )
+                    outbox=outbox,
                 )
                 report.retried += 1
             else:

@@ -21,7 +21,7 @@ from broker import telemetry
 from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
-from broker.transitions import stop_changes, stop_events
+from broker.transitions import reissue_command, stop_changes, stop_events
 from ledger.db import session_scope
 from ledger.models import Command, Run
 from ledger.repo import (
@@ -30,7 +30,6 @@ from ledger.repo import (
     command_for_update,
     record_outcome,
     run_view,
-    to_datetime,
     transition,
 )
 from runner.canonical import sha256_hex
@@ -43,7 +42,6 @@ from tools.contract import SideEffect, Tool, ToolContext
 __all__ = ["tool_execute"]
 
 log = logging.getLogger("warrant.tool")
-HARD_LIMIT_GRACE_S = 5.0
 _CANCEL_CHECK_EVERY_S = 0.2
 CANCELLED_STATUSES = (RunStatus.CANCELLING.value, RunStatus.CANCELLED.value)
 
@@ -343,17 +341,15 @@ def _maybe_retry(
             0, ("tool.retry.refused", {"reason": decision.reason, "attempt": cmd.attempts})
         )
         return False
-    cmd.status = "issued"
     attempt_timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now - decision.delay_s))
-    cmd.timeout_s = attempt_timeout
-    cmd.deadline_at = to_datetime(now + decision.delay_s + attempt_timeout)
-    by_tool = dict(run.tool_calls_by_tool or {})
-    by_tool[tool.name] = by_tool.get(tool.name, 0) + 1
-    new_version = transition(
+    reissue_command(
+        ctx,
         s,
-        run.id,
-        run.version,
-        changes={"tool_calls": run.tool_calls + 1, "tool_calls_by_tool": by_tool},
+        run,
+        cmd,
+        delay_s=decision.delay_s,
+        timeout_s=attempt_timeout,
+        changes={},
         events=[
             attempt_event,
             (
@@ -366,20 +362,7 @@ def _maybe_retry(
                 },
             ),
         ],
-        step=cmd.step,
-        proposal_id=cmd.proposal_id,
-    )
-    command_id, run_id, delay = cmd.id, run.id, decision.delay_s
-    outbox.add(
-        lambda: ctx.publisher.tool(
-            run_id=run_id,
-            version=new_version,
-            command_id=command_id,
-            tool=tool.name,
-            soft_time_limit=attempt_timeout,
-            time_limit=attempt_timeout + HARD_LIMIT_GRACE_S,
-            countdown=delay,
-        )
+        outbox=outbox,
     )
     return True
 

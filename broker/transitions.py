@@ -46,3 +46,51 @@ def stop_events(
             },
         ),
     ]
+
+
+#: Extra seconds a tool's hard time limit allows past its soft limit.
+HARD_LIMIT_GRACE_S = 5.0
+
+
+def reissue_command(
+    ctx: Any,
+    s: Any,
+    run: Any,
+    cmd: Any,
+    *,
+    delay_s: float,
+    timeout_s: float,
+    changes: dict[str, Any],
+    events: list[tuple[str, dict[str, Any]]],
+    outbox: Any,
+) -> int:
+    """Schedule another attempt of the *same* command (same idempotency token): it counts as a
+    tool call, and its message is published after the commit, ``delay_s`` from now."""
+    from ledger.repo import to_datetime, transition
+
+    cmd.status, cmd.timeout_s = "issued", timeout_s
+    cmd.deadline_at = to_datetime(ctx.clock() + delay_s + timeout_s)
+    by_tool = dict(run.tool_calls_by_tool or {})
+    by_tool[cmd.tool] = by_tool.get(cmd.tool, 0) + 1
+    version = transition(
+        s,
+        run.id,
+        run.version,
+        changes={**changes, "tool_calls": run.tool_calls + 1, "tool_calls_by_tool": by_tool},
+        events=events,
+        step=cmd.step,
+        proposal_id=cmd.proposal_id,
+    )
+    run_id, command_id, tool = run.id, cmd.id, cmd.tool
+    outbox.add(
+        lambda: ctx.publisher.tool(
+            run_id=run_id,
+            version=version,
+            command_id=command_id,
+            tool=tool,
+            soft_time_limit=timeout_s,
+            time_limit=timeout_s + HARD_LIMIT_GRACE_S,
+            countdown=delay_s or None,
+        )
+    )
+    return version
