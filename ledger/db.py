@@ -32,7 +32,7 @@ def engine_for(url: str) -> Engine:
             key[1],
             pool_size=5,
             max_overflow=5,
-            pool_pre_ping=True,
+            pool_pre_ping=False,  # a dead connection raises OperationalError: the task retries
             pool_recycle=1800,
         )
         _ENGINES[key] = engine
