@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from broker import telemetry
@@ -10,10 +11,16 @@ from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
 from broker.transitions import stop_changes, stop_events
-from broker.views import POLICY_OBSERVATION_TTL_STEPS, load_view
-from ledger.db import session_scope
-from ledger.models import Proposal, Run
-from ledger.repo import NewObservation, StaleVersion, observations_of, run_view, transition
+from broker.views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
+from ledger.repo import (
+    NEXT_PROPOSAL_ID,
+    NewObservation,
+    StaleVersion,
+    observations_of,
+    run_view,
+    transition,
+)
+from ledger.steps import autocommit, insert_proposal, insert_proposal_plain, load_planning
 from runner.codes import (
     ObservationKind,
     ObservationSource,
@@ -22,9 +29,11 @@ from runner.codes import (
     RunStatus,
     StopReason,
 )
+from runner.memory import DEFAULT_MAX_ITEMS
 from runner.planners import PlannerFailure, planner_for
 from runner.planning import Complete, Forward, Stop, check_before_planning, interpret
 from runner.spec import RunSpec
+from runner.state import RunView
 
 __all__ = ["planner_step"]
 
@@ -32,28 +41,33 @@ log = logging.getLogger("warrant.planner")
 
 
 def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
-    """Returns what happened: ``ignored``, ``stopped``, ``completed`` or ``forwarded``."""
-    with session_scope(ctx.engine) as s:
-        run = s.get(Run, run_id)
-        if (
-            run is None
-            or run.version != version
-            or run.status != RunStatus.RUNNING
-            or run.phase != Phase.PLANNING
-        ):
-            log.info("ignoring stale planner message run=%s v=%s", run_id, version)
-            return "ignored"
-        view = run_view(run)
-        spec = RunSpec.model_validate(run.spec)
-        stop = check_before_planning(view, ctx.clock())
-        memory = (
-            None if stop else load_view(s, run, registry=ctx.registry, memory=ctx.tool_deps.memory)
-        )
+    """Returns what happened: ``ignored``, ``stopped``, ``completed`` or ``forwarded``.
 
-    outbox = Outbox()
-    if stop is not None or memory is None:
-        assert stop is not None
+    One read (the run and everything its working-memory view shows) and one write (the
+    transition with the step's proposal), each a single statement; no connection is held
+    while the planner thinks."""
+    with autocommit(ctx.engine) as conn:
+        row = load_planning(
+            conn,
+            run_id,
+            recent=DEFAULT_MAX_ITEMS * 2,
+            memory_keys=ctx.tool_deps.memory.allowed_keys,
+        )
+    if (
+        row is None
+        or row.version != version
+        or row.status != RunStatus.RUNNING
+        or row.phase != Phase.PLANNING
+    ):
+        log.info("ignoring stale planner message run=%s v=%s", run_id, version)
+        return "ignored"
+    view = run_view(row)
+    stop = check_before_planning(view, ctx.clock())
+    if stop is not None:
         return _stop(ctx, view.run_id, version, view, stop, step=view.step)
+    spec = RunSpec.model_validate(row.spec)
+    memory = view_from_row(row, view, registry=ctx.registry)
+    outbox = Outbox()
     built = (
         "observation.built",
         {
@@ -83,132 +97,140 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
         "cost_used": view.cost_used + usage.cost,
     }
-    if invalid is not None:
-        try:
-            with session_scope(ctx.engine) as s:
-                _invalid_output(ctx, s, run_id, version, step, counters, built, invalid, outbox)
-        except StaleVersion:
-            return "ignored"
-        crash_point("planner:after_commit", run_id)
-        outbox.flush()
-        return "invalid_output"
     try:
-        with session_scope(ctx.engine) as s:
-            if failure is not None:
-                reason = (
-                    StopReason.DEADLINE_REACHED
-                    if failure == "DEADLINE_REACHED"
-                    else StopReason.MODEL_FAILED
-                )
-                stop = Stop(RunStatus.FAILED, reason, {"code": failure})
-                transition(
-                    s,
-                    run_id,
-                    version,
-                    changes={**counters, **stop_changes(stop)},
-                    events=[
-                        built,
-                        ("model.failed", {"code": failure}),
-                        *stop_events(view, stop, step=step, counters=counters),
-                    ],
-                    step=step,
-                )
-                return "stopped"
-            final = isinstance(raw, dict) and raw.get("kind") == "final"
-            decision = interpret(raw, observations_of(s, run_id) if final else [])
-            kind = raw.get("kind") if isinstance(raw, dict) else None
-            proposal = Proposal(
-                run_id=run_id,
-                step=step,
-                kind=str(kind)[:16] if kind else "invalid",
-                proposal_id=decision.proposal_id if isinstance(decision, Forward) else None,
-                tool=decision.tool[:200]
-                if isinstance(decision, Forward) and decision.tool
-                else None,
-                raw=raw,
-                observation_version=view.observation_version,
-                status="received",
-            )
-            version_raw = raw.get("tool_version") if isinstance(raw, dict) else None
-            if isinstance(version_raw, str):
-                proposal.tool_version = version_raw[:50]
-            s.add(proposal)
-            s.flush()
-            received = (
-                "proposal.received",
-                {
-                    "kind": proposal.kind,
-                    "tool": proposal.tool,
-                    "model_calls": counters["model_calls"],
-                    "tokens": usage.prompt_tokens + usage.completion_tokens,
-                },
-            )
-            if isinstance(decision, Forward):
-                new_version = transition(
-                    s,
-                    run_id,
-                    version,
-                    changes={
-                        **counters,
-                        "phase": Phase.POLICY.value,
-                        "pending_proposal_id": proposal.id,
-                    },
-                    events=[built, received],
-                    step=step,
-                    proposal_id=proposal.proposal_id,
-                )
-                outbox.add(lambda: ctx.publisher.policy(run_id, new_version))
-                result = "forwarded"
-            elif isinstance(decision, Complete):
-                proposal.status = "accepted"
-                done = Stop(
-                    RunStatus.COMPLETED,
-                    StopReason.FINAL_ANSWER_VALIDATED,
-                    {"citations": len(decision.citations)},
-                    answer=decision.answer,
-                )
-                transition(
-                    s,
-                    run_id,
-                    version,
-                    changes={**counters, **stop_changes(done)},
-                    events=[
-                        built,
-                        received,
-                        ("final.validated", {"citations": decision.citations}),
-                        *stop_events(view, done, step=step, counters=counters),
-                    ],
-                    step=step,
-                )
-                result = "completed"
+        with autocommit(ctx.engine) as conn:
+            if invalid is not None:
+                result = _invalid_output(ctx, conn, run_id, version, step, counters, built, invalid)
+            elif failure is not None:
+                result = _model_failed(conn, view, version, step, counters, built, failure)
             else:
-                proposal.status = "rejected" if decision.status is RunStatus.FAILED else "accepted"
-                transition(
-                    s,
-                    run_id,
-                    version,
-                    changes={**counters, **stop_changes(decision)},
-                    events=[
-                        built,
-                        received,
-                        *stop_events(view, decision, step=step, counters=counters),
-                    ],
-                    step=step,
+                result = _record_proposal(
+                    ctx, conn, view, version, step, counters, built, raw, usage, calls
                 )
-                result = "stopped"
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", run_id, version)
         return "ignored"
     crash_point("planner:after_commit", run_id)
+    if result[1] is not None:
+        outbox.add(result[1])
     outbox.flush()
-    return result
+    return result[0]
+
+
+_Result = tuple[str, Callable[[], None] | None]
+
+
+def _model_failed(
+    conn: Any,
+    view: RunView,
+    version: int,
+    step: int,
+    counters: dict[str, Any],
+    built: tuple[str, dict[str, Any]],
+    failure: str,
+) -> _Result:
+    deadline = failure == "DEADLINE_REACHED"
+    reason = StopReason.DEADLINE_REACHED if deadline else StopReason.MODEL_FAILED
+    stop = Stop(RunStatus.FAILED, reason, {"code": failure})
+    transition(
+        conn,
+        view.run_id,
+        version,
+        changes={**counters, **stop_changes(stop)},
+        events=[
+            built,
+            ("model.failed", {"code": failure}),
+            *stop_events(view, stop, step=step, counters=counters),
+        ],
+        step=step,
+    )
+    return "stopped", None
+
+
+def _record_proposal(
+    ctx: StageContext,
+    conn: Any,
+    view: RunView,
+    version: int,
+    step: int,
+    counters: dict[str, Any],
+    built: tuple[str, dict[str, Any]],
+    raw: Any,
+    usage: Any,
+    calls: int,
+) -> _Result:
+    run_id = view.run_id
+    final = isinstance(raw, dict) and raw.get("kind") == "final"
+    decision = interpret(raw, observations_of(conn, run_id) if final else [])
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    proposal: dict[str, Any] = {
+        "run_id": run_id,
+        "step": step,
+        "kind": str(kind)[:16] if kind else "invalid",
+        "proposal_id": decision.proposal_id if isinstance(decision, Forward) else None,
+        "tool": decision.tool[:200] if isinstance(decision, Forward) and decision.tool else None,
+        "raw": raw,
+        "observation_version": view.observation_version,
+        "status": "received",
+    }
+    version_raw = raw.get("tool_version") if isinstance(raw, dict) else None
+    if isinstance(version_raw, str):
+        proposal["tool_version"] = version_raw[:50]
+    received = (
+        "proposal.received",
+        {
+            "kind": proposal["kind"],
+            "tool": proposal["tool"],
+            "model_calls": counters["model_calls"],
+            "tokens": usage.prompt_tokens + usage.completion_tokens,
+        },
+    )
+    if isinstance(decision, Forward):
+        new_version = transition(
+            conn,
+            run_id,
+            version,
+            changes={
+                **counters,
+                "phase": Phase.POLICY.value,
+                "pending_proposal_id": NEXT_PROPOSAL_ID,
+            },
+            events=[built, received],
+            step=step,
+            proposal_id=decision.proposal_id,
+            guarded=[insert_proposal(proposal)],
+        )
+        return "forwarded", lambda: ctx.publisher.policy(run_id, new_version)
+    if isinstance(decision, Complete):
+        proposal["status"] = "accepted"
+        stop = Stop(
+            RunStatus.COMPLETED,
+            StopReason.FINAL_ANSWER_VALIDATED,
+            {"citations": len(decision.citations)},
+            answer=decision.answer,
+        )
+        extra = [("final.validated", {"citations": decision.citations})]
+        result = "completed"
+    else:
+        proposal["status"] = "rejected" if decision.status is RunStatus.FAILED else "accepted"
+        stop, extra, result = decision, [], "stopped"
+    transition(
+        conn,
+        run_id,
+        version,
+        changes={**counters, **stop_changes(stop)},
+        events=[built, received, *extra, *stop_events(view, stop, step=step, counters=counters)],
+        step=step,
+        guarded=[insert_proposal_plain(proposal)],
+    )
+    return result, None
 
 
 def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *, step: int) -> str:
     try:
-        with session_scope(ctx.engine) as s:
+        with autocommit(ctx.engine) as conn:
             transition(
-                s,
+                conn,
                 run_id,
                 version,
                 changes=stop_changes(stop),
@@ -222,29 +244,17 @@ def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *
 
 def _invalid_output(
     ctx: StageContext,
-    s: Any,
+    conn: Any,
     run_id: str,
     version: int,
     step: int,
     counters: dict[str, Any],
     built: tuple[str, dict[str, Any]],
     reason: str,
-    outbox: Outbox,
-) -> str:
+) -> _Result:
     """An unparseable model reply: refused like a policy rejection; the step is re-planned."""
-    s.add(
-        Proposal(
-            run_id=run_id,
-            step=step,
-            kind="invalid",
-            raw=None,
-            observation_version=0,
-            status="rejected",
-            rejection_code=Rejection.MODEL_OUTPUT_INVALID.value,
-        )
-    )
     new_version = transition(
-        s,
+        conn,
         run_id,
         version,
         changes=counters,
@@ -264,6 +274,18 @@ def _invalid_output(
             {"code": Rejection.MODEL_OUTPUT_INVALID.value, "reason": reason},
             step + POLICY_OBSERVATION_TTL_STEPS,
         ),
+        guarded=[
+            insert_proposal_plain(
+                {
+                    "run_id": run_id,
+                    "step": step,
+                    "kind": "invalid",
+                    "raw": None,
+                    "observation_version": 0,
+                    "status": "rejected",
+                    "rejection_code": Rejection.MODEL_OUTPUT_INVALID.value,
+                }
+            )
+        ],
     )
-    outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
-    return "invalid_output"
+    return "invalid_output", lambda: ctx.publisher.planner(run_id, new_version)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import update
@@ -12,25 +13,27 @@ from broker import telemetry
 from broker.context import StageContext
 from broker.faults import crash_point
 from broker.handoffs import enter_handoff
-from broker.publish import Outbox
 from broker.transitions import HARD_LIMIT_GRACE_S, stop_changes, stop_events
 from broker.views import POLICY_OBSERVATION_TTL_STEPS
 from ledger.db import session_scope
-from ledger.models import Command, Confirmation, GrantRow, Proposal, Run
-from ledger.repo import (
-    NewObservation,
-    StaleVersion,
-    confirmations_of,
-    grants_of,
-    history_of,
-    run_view,
-    to_datetime,
-    transition,
+from ledger.models import Proposal, Run
+from ledger.repo import NewObservation, StaleVersion, run_view, to_datetime, transition
+from ledger.steps import (
+    autocommit,
+    confirmations_from,
+    grants_from,
+    history_from,
+    insert_command,
+    load_policy,
+    update_proposal,
+    use_confirmation,
+    use_grants,
 )
 from runner import policy
 from runner.canonical import idempotency_token
 from runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
 from runner.planning import Stop
+from runner.state import RunView
 
 __all__ = ["policy_evaluate"]
 
@@ -48,49 +51,46 @@ def _events(decision_events: list[policy.Event]) -> list[tuple[str, dict[str, An
 
 
 def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
-    """Returns ``ignored``, ``rejected``, ``stopped``, ``waiting`` or ``accepted``."""
-    outbox = Outbox()
+    """Returns ``ignored``, ``rejected``, ``stopped``, ``waiting``, ``handoff`` or ``accepted``.
+
+    One read (run, pending proposal, grants, confirmations, loop history) and one write (the
+    transition with the proposal's verdict and, if accepted, the command), each a single
+    statement."""
     now = ctx.clock()
+    with autocommit(ctx.engine) as conn:
+        row = load_policy(conn, run_id)
+    if row is None or row.version != version or row.proposal is None:
+        return "ignored"
+    view = run_view(row)
+    proposal = row.proposal
+    pk, step, pid = proposal["id"], proposal["step"], proposal["proposal_id"]
+    with telemetry.span(
+        "policy.evaluate", run_id=run_id, proposal_id=pid, tool=proposal["tool"]
+    ) as sp:
+        decision = policy.evaluate(
+            policy.GateInput(
+                raw=proposal["raw"],
+                run=view,
+                expected_version=version,
+                grants=grants_from(run_id, row.grants),
+                confirmations=confirmations_from(run_id, row.confirmations),
+                history=history_from(row.history),
+                registry=ctx.registry,
+                now=now,
+            ),
+            on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
+        )
+        if sp is not None:
+            sp.set_attribute("warrant.outcome", _outcome_name(decision))
+    if isinstance(decision, policy.Ignore):
+        log.info("policy ignoring run=%s: %s", run_id, decision.reason)
+        return "ignored"
+    send: Callable[[], None] | None = None
     try:
-        with session_scope(ctx.engine) as s:
-            run = s.get(Run, run_id)
-            if run is None or run.version != version or run.pending_proposal_id is None:
-                return "ignored"
-            view = run_view(run)
-            proposal = s.get(Proposal, run.pending_proposal_id)
-            assert proposal is not None
-            with telemetry.span(
-                "policy.evaluate",
-                run_id=run_id,
-                proposal_id=proposal.proposal_id,
-                tool=proposal.tool,
-            ) as sp:
-                decision = policy.evaluate(
-                    policy.GateInput(
-                        raw=proposal.raw,
-                        run=view,
-                        expected_version=version,
-                        grants=grants_of(s, run_id),
-                        confirmations=confirmations_of(s, run_id),
-                        history=history_of(s, run_id, before_step=proposal.step),
-                        registry=ctx.registry,
-                        now=now,
-                    ),
-                    on_event=telemetry.layer_observer(
-                        run_id=run_id, proposal_id=proposal.proposal_id
-                    ),
-                )
-                if sp is not None:
-                    sp.set_attribute("warrant.outcome", _outcome_name(decision))
-            step, pid = proposal.step, proposal.proposal_id
-            if isinstance(decision, policy.Ignore):
-                log.info("policy ignoring run=%s: %s", run_id, decision.reason)
-                return "ignored"
+        with autocommit(ctx.engine) as conn:
             if isinstance(decision, policy.Reject):
-                proposal.status, proposal.rejection_code = "rejected", decision.code
-                proposal.fingerprint = decision.fingerprint
                 new_version = transition(
-                    s,
+                    conn,
                     run_id,
                     version,
                     changes={"phase": Phase.PLANNING.value, "pending_proposal_id": None},
@@ -101,144 +101,191 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                         f"policy-{step}",
                         ObservationKind.POLICY_REJECTION,
                         ObservationSource.POLICY.value,
-                        {"code": decision.code, "layer": decision.layer, "tool": proposal.tool},
+                        {"code": decision.code, "layer": decision.layer, "tool": proposal["tool"]},
                         step + POLICY_OBSERVATION_TTL_STEPS,
                     ),
+                    guarded=[
+                        update_proposal(
+                            pk,
+                            {
+                                "status": "rejected",
+                                "rejection_code": decision.code,
+                                "fingerprint": decision.fingerprint,
+                            },
+                        )
+                    ],
                 )
-                outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
-                result = "rejected"
+                send, result = (lambda: ctx.publisher.planner(run_id, new_version)), "rejected"
             elif isinstance(decision, policy.Stop):
-                proposal.status, proposal.fingerprint = "stopped", decision.fingerprint
                 looping = decision.reason in (
                     StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
                     StopReason.PROPOSAL_OSCILLATION_DETECTED,
                 )
-                if looping and run.spec.get("handoff", {}).get("on_repeated_proposal"):
-                    s.flush()
-                    enter_handoff(
-                        s,
-                        run,
-                        reason=decision.reason.value,
-                        registry=ctx.registry,
-                        events=_events(decision.events),
-                    )
-                    return "handoff"
+                if looping and row.spec.get("handoff", {}).get("on_repeated_proposal"):
+                    return _handoff(ctx, run_id, version, pk, decision)
                 stop = Stop(decision.status, decision.reason, decision.detail)
                 transition(
-                    s,
+                    conn,
                     run_id,
                     version,
                     changes=stop_changes(stop),
                     events=[*_events(decision.events), *stop_events(view, stop, step=step)],
                     step=step,
                     proposal_id=pid,
+                    guarded=[
+                        update_proposal(
+                            pk, {"status": "stopped", "fingerprint": decision.fingerprint}
+                        )
+                    ],
                 )
                 result = "stopped"
             elif isinstance(decision, policy.AwaitConfirmation):
-                request = decision.request()
-                ttl = view.budgets.confirmation_ttl_s
-                request["expires_at"] = min(now + ttl, view.deadline_at)
-                request["expires_at_step"] = step + view.budgets.confirmation_steps
-                proposal.status = "waiting_confirmation"
-                proposal.tool_version = decision.tool.version
-                proposal.fingerprint = proposal.proposal_hash = decision.proposal_hash
-                proposal.arguments = decision.arguments
-                proposal.confirmation_request = request
-                transition(
-                    s,
-                    run_id,
-                    version,
-                    changes={
-                        "status": RunStatus.WAITING_CONFIRMATION.value,
-                        "phase": Phase.IDLE.value,
-                        "stop_reason": StopReason.USER_CONFIRMATION_REQUIRED.value,
-                    },
-                    events=[
-                        *_events(decision.events),
-                        (
-                            "confirmation.requested",
-                            {"proposal_hash": decision.proposal_hash, "tool": decision.tool.name},
-                        ),
-                        (
-                            "state.transitioned",
-                            {"from": view.status.value, "to": RunStatus.WAITING_CONFIRMATION.value},
-                        ),
-                    ],
-                    step=step,
-                    proposal_id=pid,
-                )
-                result = "waiting"
+                result = _await_confirmation(conn, view, version, pk, step, pid, decision, now)
             else:
-                result = _accept(ctx, s, run, proposal, decision, version, now, outbox)
+                send = _accept(ctx, conn, view, proposal, decision, version, now)
+                result = "accepted"
     except StaleVersion:
         return "ignored"
     crash_point("policy:after_commit", run_id)
-    outbox.flush()
+    if send is not None:
+        send()
     return result
+
+
+def _handoff(ctx: StageContext, run_id: str, version: int, pk: int, decision: Any) -> str:
+    """A loop the run spec wants a person to look at (rare: the ORM path is fine)."""
+    with session_scope(ctx.engine) as s:
+        run = s.get(Run, run_id, with_for_update=True)
+        if run is None or run.version != version:
+            return "ignored"
+        s.execute(
+            update(Proposal)
+            .where(Proposal.id == pk)
+            .values(status="stopped", fingerprint=decision.fingerprint)
+        )
+        enter_handoff(
+            s,
+            run,
+            reason=decision.reason.value,
+            registry=ctx.registry,
+            events=_events(decision.events),
+        )
+    return "handoff"
+
+
+def _await_confirmation(
+    conn: Any,
+    view: RunView,
+    version: int,
+    pk: int,
+    step: int,
+    pid: str | None,
+    decision: policy.AwaitConfirmation,
+    now: float,
+) -> str:
+    request = decision.request()
+    ttl = view.budgets.confirmation_ttl_s
+    request["expires_at"] = min(now + ttl, view.deadline_at)
+    request["expires_at_step"] = step + view.budgets.confirmation_steps
+    transition(
+        conn,
+        view.run_id,
+        version,
+        changes={
+            "status": RunStatus.WAITING_CONFIRMATION.value,
+            "phase": Phase.IDLE.value,
+            "stop_reason": StopReason.USER_CONFIRMATION_REQUIRED.value,
+        },
+        events=[
+            *_events(decision.events),
+            (
+                "confirmation.requested",
+                {"proposal_hash": decision.proposal_hash, "tool": decision.tool.name},
+            ),
+            (
+                "state.transitioned",
+                {"from": view.status.value, "to": RunStatus.WAITING_CONFIRMATION.value},
+            ),
+        ],
+        step=step,
+        proposal_id=pid,
+        guarded=[
+            update_proposal(
+                pk,
+                {
+                    "status": "waiting_confirmation",
+                    "tool_version": decision.tool.version,
+                    "fingerprint": decision.proposal_hash,
+                    "proposal_hash": decision.proposal_hash,
+                    "arguments": decision.arguments,
+                    "confirmation_request": request,
+                },
+            )
+        ],
+    )
+    return "waiting"
 
 
 def _accept(
     ctx: StageContext,
-    s: Any,
-    run: Run,
-    proposal: Proposal,
+    conn: Any,
+    view: RunView,
+    proposal: dict[str, Any],
     decision: policy.Accept,
     version: int,
     now: float,
-    outbox: Outbox,
-) -> str:
+) -> Callable[[], None]:
     tool = decision.tool
-    view = run_view(run)
+    run_id = view.run_id
     timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
     command_id = str(uuid.uuid4())
     pid = decision.proposal.proposal_id
-    token = idempotency_token(run.id, pid, tool.version, decision.arguments_hash)
-    proposal.status = "accepted"
-    proposal.tool_version = tool.version
-    proposal.arguments = decision.arguments
-    proposal.fingerprint = proposal.proposal_hash = decision.proposal_hash
-    s.add(
-        Command(
-            id=command_id,
-            run_id=run.id,
-            proposal_pk=proposal.id,
-            proposal_id=pid,
-            step=proposal.step,
-            tool=tool.name,
-            tool_version=tool.version,
-            arguments=decision.arguments,
-            arguments_hash=decision.arguments_hash,
-            idempotency_token=token,
-            status="issued",
-            attempts=0,
-            timeout_s=timeout,
-            deadline_at=to_datetime(now + timeout),
-            confirmation_id=decision.confirmation_id,
-            grant_ids=list(decision.grant_ids),
-        )
-    )
+    token = idempotency_token(run_id, pid, tool.version, decision.arguments_hash)
+    guarded = [
+        update_proposal(
+            proposal["id"],
+            {
+                "status": "accepted",
+                "tool_version": tool.version,
+                "arguments": decision.arguments,
+                "fingerprint": decision.proposal_hash,
+                "proposal_hash": decision.proposal_hash,
+            },
+        ),
+        insert_command(
+            {
+                "id": command_id,
+                "run_id": run_id,
+                "proposal_pk": proposal["id"],
+                "proposal_id": pid,
+                "step": proposal["step"],
+                "tool": tool.name,
+                "tool_version": tool.version,
+                "arguments": decision.arguments,
+                "arguments_hash": decision.arguments_hash,
+                "idempotency_token": token,
+                "status": "issued",
+                "attempts": 0,
+                "timeout_s": timeout,
+                "deadline_at": to_datetime(now + timeout),
+                "confirmation_id": decision.confirmation_id,
+                "grant_ids": list(decision.grant_ids),
+            }
+        ),
+    ]
     if decision.grant_ids:
-        s.execute(
-            update(GrantRow)
-            .where(GrantRow.id.in_(decision.grant_ids))
-            .values(uses=GrantRow.uses + 1)
-        )
+        guarded.append(use_grants(list(decision.grant_ids)))
     if decision.confirmation_id:
-        s.execute(
-            update(Confirmation)
-            .where(Confirmation.id == decision.confirmation_id)
-            .values(used=True, used_at=to_datetime(now))
-        )
-    by_tool = dict(run.tool_calls_by_tool or {})
+        guarded.append(use_confirmation(decision.confirmation_id, to_datetime(now)))
+    by_tool = dict(view.tool_calls_by_tool)
     by_tool[tool.name] = by_tool.get(tool.name, 0) + 1
-    s.flush()
     new_version = transition(
-        s,
-        run.id,
+        conn,
+        run_id,
         version,
         changes={
             "phase": Phase.TOOL.value,
-            "tool_calls": run.tool_calls + 1,
+            "tool_calls": view.tool_calls + 1,
             "tool_calls_by_tool": by_tool,
             "pending_proposal_id": None,
             "active_command_id": command_id,
@@ -256,17 +303,15 @@ def _accept(
                 },
             ),
         ],
-        step=proposal.step,
+        step=proposal["step"],
         proposal_id=pid,
+        guarded=guarded,
     )
-    outbox.add(
-        lambda: ctx.publisher.tool(
-            run_id=run.id,
-            version=new_version,
-            command_id=command_id,
-            tool=tool.name,
-            soft_time_limit=timeout,
-            time_limit=timeout + HARD_LIMIT_GRACE_S,
-        )
+    return lambda: ctx.publisher.tool(
+        run_id=run_id,
+        version=new_version,
+        command_id=command_id,
+        tool=tool.name,
+        soft_time_limit=timeout,
+        time_limit=timeout + HARD_LIMIT_GRACE_S,
     )
-    return "accepted"

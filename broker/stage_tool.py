@@ -1,6 +1,7 @@
 """Tool stage: execute one command at most once per logical action, record a typed outcome.
 
-Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``). A redelivery
+Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``); a read goes
+``issued -> completed`` in one statement, its start written with its outcome. A redelivery
 that finds an outcome only re-emits the continuation; one that finds ``started`` without an
 outcome re-invokes only tools that are safe to re-invoke with the same idempotency token and
 records ``unknown`` for the others (the reconciler resolves it).
@@ -22,21 +23,31 @@ from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
 from broker.transitions import reissue_command, stop_changes, stop_events
-from ledger.db import session_scope
+from ledger.db import relaxed, session_scope
 from ledger.models import Command, Run
 from ledger.repo import (
     NewObservation,
-    append_events,
+    StaleVersion,
     command_for_update,
     record_outcome,
     run_view,
+    to_datetime,
     transition,
+)
+from ledger.steps import (
+    autocommit,
+    complete_command,
+    discard_command,
+    insert_outcome,
+    load_tool,
+    start_command,
 )
 from runner.canonical import sha256_hex
 from runner.codes import ObservationKind, Outcome, Phase, RunStatus, StopReason
 from runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from runner.planning import Stop
 from runner.retry import decide_retry
+from runner.state import RunView
 from tools.contract import SideEffect, Tool, ToolContext
 
 __all__ = ["tool_execute"]
@@ -64,8 +75,11 @@ class _Result:
 class _Snapshot:
     command_id: str
     run_id: str
+    version: int
     step: int
     proposal_id: str
+    tool: str
+    tool_version: str
     arguments: dict[str, Any]
     token: str
     attempt: int
@@ -73,100 +87,99 @@ class _Snapshot:
     timeout_s: float
     subject: str
     confirmation_id: str | None
+    started_at: float
+    view: RunView
 
-    @classmethod
-    def of(cls, cmd: Command, run: Run) -> _Snapshot:
-        return cls(
-            command_id=cmd.id,
-            run_id=run.id,
-            step=cmd.step,
-            proposal_id=cmd.proposal_id,
-            arguments=dict(cmd.arguments),
-            token=cmd.idempotency_token,
-            attempt=cmd.attempts,
-            deadline_at=cmd.deadline_at.timestamp(),
-            timeout_s=cmd.timeout_s,
-            subject=run.subject,
-            confirmation_id=cmd.confirmation_id,
-        )
+
+def _snapshot(row: Any, *, attempt: int) -> _Snapshot:
+    return _Snapshot(
+        command_id=row.cmd_id,
+        run_id=row.id,
+        version=row.version,
+        step=row.cmd_step,
+        proposal_id=row.cmd_proposal_id,
+        tool=row.cmd_tool,
+        tool_version=row.cmd_tool_version,
+        arguments=dict(row.cmd_arguments),
+        token=row.cmd_token,
+        attempt=attempt,
+        deadline_at=row.cmd_deadline_at.timestamp(),
+        timeout_s=row.cmd_timeout_s,
+        subject=row.subject,
+        confirmation_id=row.cmd_confirmation_id,
+        started_at=time.time(),
+        view=run_view(row),
+    )
 
 
 def tool_execute(
     ctx: StageContext, run_id: str, version: int, command_id: str, *, worker: str | None = None
 ) -> str:
-    outbox = Outbox()
-    tool: Tool[Any, Any] | None = None
-    with session_scope(ctx.engine) as s:
-        cmd = command_for_update(s, command_id)
-        run = s.get(Run, run_id)
-        if cmd is None or run is None:
+    """One read (run and command) and one write (outcome, command and transition).
+
+    A tool with an effect (any side effect but ``read``) gets ``started`` committed before it
+    runs: a delivery that finds it started and unfinished re-invokes it with the same token
+    only if that is safe, and records ``unknown`` otherwise; the reconciler finds it by its
+    lease. A read has no effect to protect: a lost delivery simply runs it again."""
+    with autocommit(ctx.engine) as conn:
+        row = load_tool(conn, run_id, command_id)
+    if row is None:
+        return "ignored"
+    if row.cmd_status == "completed":
+        if row.status == RunStatus.RUNNING and row.phase == Phase.PLANNING:
+            ctx.publisher.planner(run_id, row.version)
+        return "duplicate"
+    if row.cmd_status == "discarded":
+        return "discarded"
+    if row.status != RunStatus.RUNNING or row.version != version:
+        if row.status != RunStatus.RUNNING and row.cmd_status == "issued":
+            with autocommit(ctx.engine) as conn:
+                discard_command(conn, command_id)
+            return "discarded"
+        return "ignored"
+    tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
+    assert tool is not None, "the gate only issues commands for registered tools"
+    # A read's start is only informational (re-running it is harmless): its commit does not
+    # wait for the WAL flush. Any other start is the durable intent before the effect.
+    read = tool.side_effect is SideEffect.READ
+    with autocommit(relaxed(ctx.engine) if read else ctx.engine) as conn:
+        attempt = start_command(
+            conn,
+            run_id=run_id,
+            version=version,
+            command_id=command_id,
+            worker=worker,
+            reinvoke=tool.side_effect.safe_to_reinvoke,
+            key_hash=sha256_hex(row.cmd_token)[:16],
+        )
+    if attempt is None:
+        if row.cmd_status != "started" or tool.side_effect.safe_to_reinvoke:
             return "ignored"
-        if cmd.status == "completed":
-            if run.status == RunStatus.RUNNING and run.phase == Phase.PLANNING:
-                v = run.version
-                outbox.add(lambda: ctx.publisher.planner(run_id, v))
-            result = "duplicate"
-        elif cmd.status == "discarded":
-            result = "discarded"
-        elif run.status != RunStatus.RUNNING or run.version != version:
-            if run.status != RunStatus.RUNNING and cmd.status == "issued":
-                cmd.status = "discarded"
-                result = "discarded"
-            else:
-                result = "ignored"
-        else:
-            tool = ctx.registry.get(cmd.tool, cmd.tool_version)
-            assert tool is not None, "the gate only issues commands for registered tools"
-            if cmd.status == "started" and not tool.side_effect.safe_to_reinvoke:
-                result = "unknown"
-            else:
-                result = ""
-                cmd.status, cmd.attempts, cmd.started_at = "started", cmd.attempts + 1, func.now()
-                cmd.worker = worker
-                append_events(
-                    s,
-                    run_id,
-                    [
-                        (
-                            "tool.started",
-                            {
-                                "tool": cmd.tool,
-                                "version": cmd.tool_version,
-                                "attempt": cmd.attempts,
-                                "timeout_s": round(cmd.timeout_s, 3),
-                                "idempotency_key_hash": sha256_hex(cmd.idempotency_token)[:16],
-                            },
-                        )
-                    ],
-                    step=cmd.step,
-                    proposal_id=cmd.proposal_id,
-                )
-            snapshot = _Snapshot.of(cmd, run)
-    if result and result != "unknown":
-        outbox.flush()
-        return result
-    assert tool is not None
-    if result == "unknown":
-        outcome = _Result(
+        lost = _Result(
             Outcome.UNKNOWN,
             "WORKER_LOST_DURING_EXECUTION",
             "an earlier delivery started this command and did not finish",
             stop=StopReason.UNKNOWN_EFFECT,
             trigger="worker-lost",
         )
-    else:
-        with telemetry.span(
-            "tool.execute",
-            run_id=run_id,
-            proposal_id=snapshot.proposal_id,
-            tool=tool.name,
-            attempt=snapshot.attempt,
-        ) as sp:
-            outcome = _run_tool(ctx, tool, snapshot)
-            if sp is not None:
-                sp.set_attribute("warrant.outcome", outcome.status.value)
-                if outcome.code:
-                    sp.set_attribute("warrant.code", outcome.code)
+        return _record(ctx, _snapshot(row, attempt=row.cmd_attempts), tool, lost)
+    snapshot = _snapshot(row, attempt=attempt)
+    with telemetry.span(
+        "tool.execute",
+        run_id=run_id,
+        proposal_id=snapshot.proposal_id,
+        tool=tool.name,
+        attempt=snapshot.attempt,
+    ) as sp:
+        outcome = _run_tool(ctx, tool, snapshot)
+        if sp is not None:
+            sp.set_attribute("warrant.outcome", outcome.status.value)
+            if outcome.code:
+                sp.set_attribute("warrant.code", outcome.code)
+    if not (outcome.status is Outcome.FAILED and outcome.retryable):
+        done = _record_fast(ctx, snapshot, tool, outcome)
+        if done is not None:
+            return done
     return _record(ctx, snapshot, tool, outcome)
 
 
@@ -276,27 +289,83 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
     return result
 
 
+def _attempt_event(
+    tool: Tool[Any, Any], res: _Result, attempt: int, duration_ms: float | None
+) -> tuple[str, dict[str, Any]]:
+    return (
+        "tool.completed",
+        {
+            "tool": tool.name,
+            "status": res.status.value,
+            "code": res.code,
+            "attempt": attempt,
+            "duration_ms": duration_ms,
+        },
+    )
+
+
+def _outcome_values(snap: _Snapshot, res: _Result, duration_ms: float | None) -> dict[str, Any]:
+    return {
+        "command_id": snap.command_id,
+        "run_id": snap.run_id,
+        "status": res.status.value,
+        "code": res.code,
+        "retryable": res.retryable,
+        "message": res.message,
+        "output": res.output,
+        "attempt": snap.attempt,
+        "duration_ms": duration_ms,
+    }
+
+
+def _record_fast(
+    ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Result
+) -> str | None:
+    """The common case in one statement: the run is where the message left it. None when the
+    compare-and-set lost (a cancel, a duplicate delivery): :func:`_record` sorts that out."""
+    duration_ms = round((time.time() - snap.started_at) * 1000, 1)
+    attempt_event = _attempt_event(tool, res, snap.attempt, duration_ms)
+    changes, events, observation, go_on = _conclusion(
+        RunStatus.RUNNING, snap.view, tool, res, snap.step, attempt_event
+    )
+    command = {"status": "completed", "finished_at": to_datetime(time.time())}
+    try:
+        with autocommit(ctx.engine) as conn:
+            version = transition(
+                conn,
+                snap.run_id,
+                snap.version,
+                changes=changes,
+                events=events,
+                step=snap.step,
+                proposal_id=snap.proposal_id,
+                observation=observation,
+                guarded=[
+                    complete_command(snap.command_id, command),
+                    insert_outcome(_outcome_values(snap, res, duration_ms)),
+                ],
+            )
+    except StaleVersion:
+        return None
+    crash_point("tool:after_commit", snap.run_id)
+    if go_on:
+        ctx.publisher.planner(snap.run_id, version)
+    return res.status.value
+
+
 def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Result) -> str:
+    """The general case, under row locks: retries, cancellation, duplicates."""
     outbox = Outbox()
     with session_scope(ctx.engine) as s:
         cmd = command_for_update(s, snap.command_id)
         run = s.get(Run, snap.run_id, with_for_update=True)
         assert cmd is not None and run is not None
+        if cmd.status == "completed":  # someone else recorded it first
+            return "duplicate"
         duration_ms = None
         if cmd.started_at is not None:
             duration_ms = round((time.time() - cmd.started_at.timestamp()) * 1000, 1)
-        if cmd.status == "completed":  # someone else recorded it first
-            return "duplicate"
-        attempt_event = (
-            "tool.completed",
-            {
-                "tool": tool.name,
-                "status": res.status.value,
-                "code": res.code,
-                "attempt": snap.attempt,
-                "duration_ms": duration_ms,
-            },
-        )
+        attempt_event = _attempt_event(tool, res, snap.attempt, duration_ms)
         if (
             res.status is Outcome.FAILED
             and res.retryable
@@ -379,20 +448,37 @@ def _finish(
     snap: _Snapshot,
     outbox: Outbox,
 ) -> str:
-    record_outcome(
-        s,
-        command_id=cmd.id,
-        run_id=run.id,
-        status=res.status.value,
-        code=res.code,
-        retryable=res.retryable,
-        message=res.message,
-        output=res.output,
-        attempt=snap.attempt,
-        duration_ms=duration_ms,
-    )
+    record_outcome(s, **_outcome_values(snap, res, duration_ms))
     cmd.status, cmd.finished_at = "completed", func.now()
-    view = run_view(run)
+    changes, events, observation, go_on = _conclusion(
+        RunStatus(run.status), run_view(run), tool, res, cmd.step, attempt_event
+    )
+    new_version = transition(
+        s,
+        run.id,
+        run.version,
+        changes=changes,
+        events=events,
+        step=cmd.step,
+        proposal_id=cmd.proposal_id,
+        observation=observation,
+    )
+    if go_on:
+        run_id = run.id
+        outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
+    return res.status.value
+
+
+def _conclusion(
+    status: RunStatus,
+    view: RunView,
+    tool: Tool[Any, Any],
+    res: _Result,
+    step: int,
+    attempt_event: tuple[str, dict[str, Any]],
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], NewObservation | None, bool]:
+    """What an outcome does to a run at ``status``: its changes, events, observation, and
+    whether the planner goes on."""
     events = [attempt_event, *res.events]
     observation = None
     if res.status is not Outcome.UNKNOWN:
@@ -402,7 +488,7 @@ def _finish(
         if res.code:
             content["code"] = res.code
         observation = NewObservation(
-            f"tool-{cmd.step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
+            f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
         )
     if res.status is Outcome.UNKNOWN:
         events.append(
@@ -415,8 +501,6 @@ def _finish(
                 },
             )
         )
-
-    status = RunStatus(run.status)
     changes: dict[str, Any]
     if status is RunStatus.CANCELLING:
         if res.status is Outcome.UNKNOWN:
@@ -430,7 +514,7 @@ def _finish(
                 {"effect": "applied" if applied else "none", "tool": tool.name},
             )
             changes = stop_changes(stop)
-            events += stop_events(view, stop, step=cmd.step)
+            events += stop_events(view, stop, step=step)
     elif status is not RunStatus.RUNNING:
         changes = {}
     elif res.status is Outcome.UNKNOWN:
@@ -446,20 +530,8 @@ def _finish(
     elif res.stop is not None:
         stop = Stop(RunStatus.FAILED, res.stop, {"tool": tool.name, "code": res.code})
         changes = stop_changes(stop)
-        events += stop_events(view, stop, step=cmd.step)
+        events += stop_events(view, stop, step=step)
     else:
         changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
-    new_version = transition(
-        s,
-        run.id,
-        run.version,
-        changes=changes,
-        events=events,
-        step=cmd.step,
-        proposal_id=cmd.proposal_id,
-        observation=observation,
-    )
-    if status is RunStatus.RUNNING and res.stop is None and res.status is not Outcome.UNKNOWN:
-        run_id = run.id
-        outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
-    return res.status.value
+    go_on = status is RunStatus.RUNNING and res.stop is None and res.status is not Outcome.UNKNOWN
+    return changes, events, observation, go_on

@@ -5,16 +5,16 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
 from ledger.memory import MemoryStore
-from ledger.models import Observation, Run
-from ledger.repo import grants_of, run_view
+from ledger.repo import run_view
+from ledger.steps import autocommit, load_planning
 from runner.memory import DEFAULT_MAX_ITEMS, ObservationRecord, WorkingMemoryView, build_view
+from runner.state import RunView
 from tools.registry import Registry
 
-__all__ = ["POLICY_OBSERVATION_TTL_STEPS", "load_view"]
+__all__ = ["POLICY_OBSERVATION_TTL_STEPS", "load_view", "view_from_row"]
 
 #: A refusal stays in the planner's view for this many steps after it happened.
 POLICY_OBSERVATION_TTL_STEPS = 3
@@ -34,37 +34,34 @@ def _offer(tool: Any) -> dict[str, Any]:
     }
 
 
-def _record(o: Observation) -> ObservationRecord:
-    return ObservationRecord(
-        observation_id=o.observation_id,
-        kind=o.kind,
-        source=o.source,
-        step=o.step,
-        content=o.content,
-        expires_after_step=o.expires_after_step,
-    )
-
-
-def load_view(
-    s: Session, run: Run, *, registry: Registry, memory: MemoryStore, step: int | None = None
+def view_from_row(
+    row: Any, view: RunView, *, registry: Registry, step: int | None = None
 ) -> WorkingMemoryView:
-    """The view for ``step`` (default: the next step), reading only what it shows."""
-    step = run.step + 1 if step is None else step
-    goal = s.scalars(
-        select(Observation).where(
-            Observation.run_id == run.id, Observation.observation_id == "user-1"
-        )
-    ).one()
-    recent = list(
-        s.scalars(
-            select(Observation)
-            .where(Observation.run_id == run.id, Observation.observation_id != "user-1")
-            .order_by(Observation.id.desc())
-            .limit(DEFAULT_MAX_ITEMS * 2)
-        )
-    )[::-1]
-    view = run_view(run)
-    held = {g.capability for g in grants_of(s, run.id)}
+    """The view for ``step`` (default: the next step) from a :func:`ledger.steps.load_planning`
+    row: goal, recent observations, capabilities and preferences all came in that one read."""
+    step = view.step + 1 if step is None else step
+    goal_step, goal_content, goal_kind, goal_source = row.goal
+    observations = [
+        ObservationRecord(
+            observation_id="user-1",
+            kind=goal_kind,
+            source=goal_source,
+            step=goal_step,
+            content=goal_content,
+        ),
+        *(
+            ObservationRecord(
+                observation_id=o[0],
+                kind=o[1],
+                source=o[2],
+                step=o[3],
+                content=o[4],
+                expires_after_step=o[5],
+            )
+            for o in row.recent
+        ),
+    ]
+    held = set(row.capabilities)
     tools = [_offer(t) for t in registry if set(t.capabilities) <= held]
     b = view.budgets
     budgets = {
@@ -76,10 +73,23 @@ def load_view(
         "deadline_at": view.deadline_at,
     }
     return build_view(
-        run_id=run.id,
+        run_id=view.run_id,
         step=step,
-        observations=[_record(goal), *(_record(o) for o in recent)],
+        observations=observations,
         tools=tools,
         budgets=budgets,
-        preferences=memory.preferences(run.subject, session=s),
+        preferences=row.preferences,
     )
+
+
+def load_view(
+    engine: Engine, run_id: str, *, registry: Registry, memory: MemoryStore
+) -> WorkingMemoryView | None:
+    """The view a planner would get for the run's next step (None: no such run)."""
+    with autocommit(engine) as conn:
+        row = load_planning(
+            conn, run_id, recent=DEFAULT_MAX_ITEMS * 2, memory_keys=memory.allowed_keys
+        )
+    if row is None:
+        return None
+    return view_from_row(row, run_view(row), registry=registry)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["engine_for", "normalize_url", "reset_engines", "session_scope"]
+__all__ = ["engine_for", "normalize_url", "relaxed", "reset_engines", "session_scope"]
 
 _ENGINES: dict[tuple[int, str], Engine] = {}
 _FACTORIES: dict[Engine, sessionmaker[Session]] = {}
@@ -39,12 +39,35 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
+_RELAXED: dict[Engine, Engine] = {}
+
+
+def relaxed(engine: Engine) -> Engine:
+    """An engine on the same database whose commits do not wait for the WAL flush
+    (``synchronous_commit=off``), for writes that are only informational: if the server
+    crashes, the last ones may be lost, never half-applied. The next ordinary commit flushes
+    them too. Never use it for a write whose loss could repeat an effect."""
+    other = _RELAXED.get(engine)
+    if other is None:
+        other = _RELAXED[engine] = create_engine(
+            engine.url,
+            pool_size=2,
+            max_overflow=3,
+            pool_recycle=1800,
+            connect_args={"options": "-c synchronous_commit=off"},
+        )
+    return other
+
+
 def reset_engines() -> None:
     """Drop engines inherited from a parent process (call after fork)."""
     for (pid, _), engine in list(_ENGINES.items()):
         if pid != os.getpid():
             engine.dispose(close=False)
     _ENGINES.clear()
+    for engine in list(_RELAXED.values()):
+        engine.dispose(close=False)
+    _RELAXED.clear()
 
 
 @contextmanager

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    Connection,
+    Integer,
+    String,
+    bindparam,
+    case,
+    column,
+    exists,
+    func,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.functions import FunctionElement
 
 from ledger.models import (
     Command,
@@ -27,6 +40,9 @@ from runner.spec import Budgets
 from runner.state import ConfirmationView, GrantView, HistoryEntry, ObservationView, RunView
 
 __all__ = [
+    "NEXT_PROPOSAL_ID",
+    "NOW",
+    "Guarded",
     "NewObservation",
     "StaleVersion",
     "append_events",
@@ -175,8 +191,102 @@ def append_events(
     )
 
 
+@dataclass(frozen=True)
+class Guarded:
+    """A write that belongs to a transition: it runs in the transition's own statement and only
+    if the compare-and-set wins. ``shape`` names the statement's form (statements are built
+    once per shape and cached); ``build`` gets the CAS result (a CTE) and returns the DML,
+    whose bind parameters come from ``params``."""
+
+    shape: str
+    build: Callable[[Any], Any]
+    params: dict[str, Any]
+
+
+NOW = object()
+"""A change value meaning "the database's ``now()``"."""
+NEXT_PROPOSAL_ID = object()
+"""A ``pending_proposal_id`` value: a new proposal id, which a guarded
+:func:`ledger.steps.insert_proposal` in the same transition uses for its row."""
+
+_RUNS = Run.__table__
+_EVENTS = TraceEvent.__table__
+_OBSERVATIONS = Observation.__table__
+_STATEMENTS: dict[tuple[Any, ...], Any] = {}
+
+
+def _transition_statement(
+    change_keys: tuple[tuple[str, str], ...], observation: bool, guarded: tuple[Guarded, ...]
+) -> Any:
+    key = (change_keys, observation, tuple(g.shape for g in guarded))
+    stmt = _STATEMENTS.get(key)
+    if stmt is not None:
+        return stmt
+    inline = {"now": func.now(), "next_proposal_id": func.nextval("proposals_id_seq")}
+    values: dict[str, Any] = {
+        name: inline[kind] if kind in inline else bindparam(f"c_{name}", type_=_RUNS.c[name].type)
+        for name, kind in change_keys
+    }
+    n_events = bindparam("cas_n", type_=Integer)
+    if observation:
+        seen = exists().where(
+            _OBSERVATIONS.c.run_id == bindparam("cas_run"),
+            _OBSERVATIONS.c.content_hash == bindparam("o_hash"),
+        )
+        values["observation_version"] = _RUNS.c.observation_version + case((seen, 0), else_=1)
+    values["version"] = _RUNS.c.version + 1
+    values["trace_seq"] = _RUNS.c.trace_seq + n_events
+    values["updated_at"] = func.now()
+    upd = (
+        update(_RUNS)
+        .where(_RUNS.c.id == bindparam("cas_run"), _RUNS.c.version == bindparam("cas_expected"))
+        .values(values)
+        .returning(
+            _RUNS.c.version,
+            _RUNS.c.trace_seq,
+            _RUNS.c.observation_version,
+            _RUNS.c.pending_proposal_id,
+        )
+        .cte("cas")
+    )
+    elems = func.jsonb_array_elements(bindparam("cas_events", type_=JSONB)).table_valued(
+        column("value", JSONB), with_ordinality="ordinality"
+    )
+    events = insert(_EVENTS).from_select(
+        ["run_id", "seq", "event", "step", "proposal_id", "details"],
+        select(
+            bindparam("cas_run", type_=String),
+            upd.c.trace_seq - n_events + elems.c.ordinality,
+            elems.c.value[0].astext,
+            bindparam("cas_step", type_=Integer),
+            bindparam("cas_pid", type_=String),
+            elems.c.value[1],
+        ).select_from(upd.join(elems, true())),
+    )
+    ctes = [events.cte("events")]
+    if observation:
+        cols = ["observation_id", "kind", "source", "content", "content_hash", "expires_after_step"]
+        ctes.append(
+            insert(_OBSERVATIONS)
+            .from_select(
+                ["run_id", "step", "observation_version", *cols],
+                select(
+                    bindparam("cas_run", type_=String),
+                    bindparam("cas_step", type_=Integer),
+                    upd.c.observation_version,
+                    *(bindparam(f"o_{c}", type_=_OBSERVATIONS.c[c].type) for c in cols),
+                ).select_from(upd),
+            )
+            .cte("observation")
+        )
+    ctes += [g.build(upd).cte(f"w{i}") for i, g in enumerate(guarded)]
+    stmt = select(upd.c.version, upd.c.trace_seq, upd.c.observation_version).add_cte(*ctes)
+    _STATEMENTS[key] = stmt
+    return stmt
+
+
 def transition(
-    s: Session,
+    s: Session | Connection,
     run_id: str,
     expected_version: int,
     *,
@@ -185,52 +295,51 @@ def transition(
     step: int,
     proposal_id: str | None = None,
     observation: NewObservation | None = None,
+    guarded: Sequence[Guarded] = (),
 ) -> int:
-    """Compare-and-set the run from ``expected_version``; write its events and observation.
+    """Compare-and-set the run from ``expected_version``; write its events, observation and
+    ``guarded`` writes — all in one statement, so in autocommit mode one round trip.
 
-    Returns the new version, or raises :class:`StaleVersion` (the caller's transaction is
-    then rolled back, so nothing of the stale message is kept).
+    Returns the new version, or raises :class:`StaleVersion` (then nothing was written; in a
+    session the caller's transaction is rolled back, so nothing of the stale message is kept).
     """
-    values: dict[str, Any] = dict(changes)
-    new_observation = False
+    if isinstance(s, Session):
+        s.flush()
+    change_keys = tuple(sorted((k, _kind(v)) for k, v in changes.items()))
+    params: dict[str, Any] = {
+        "cas_run": run_id,
+        "cas_expected": expected_version,
+        "cas_n": len(events),
+        "cas_events": [[name, details] for name, details in events],
+        "cas_step": step,
+        "cas_pid": proposal_id,
+    }
+    for name, kind in change_keys:
+        if kind == "bind":
+            params[f"c_{name}"] = changes[name]
     if observation is not None:
-        digest = content_hash(observation.content)
-        seen = s.execute(
-            select(func.count())
-            .select_from(Observation)
-            .where(Observation.run_id == run_id, Observation.content_hash == digest)
-        ).scalar_one()
-        new_observation = seen == 0
-        if new_observation:
-            values["observation_version"] = Run.observation_version + 1
-    values["version"] = Run.version + 1
-    values["trace_seq"] = Run.trace_seq + len(events)
-    values["updated_at"] = func.now()
-    row = s.execute(
-        update(Run)
-        .where(Run.id == run_id, Run.version == expected_version)
-        .values(**values)
-        .returning(Run.version, Run.trace_seq, Run.observation_version)
-    ).first()
+        params.update(
+            o_observation_id=observation.observation_id,
+            o_kind=observation.kind.value,
+            o_source=observation.source,
+            o_content=observation.content,
+            o_hash=content_hash(observation.content),
+            o_expires_after_step=observation.expires_after_step,
+        )
+        params["o_content_hash"] = params["o_hash"]
+    for g in guarded:
+        params.update(g.params)
+    stmt = _transition_statement(change_keys, observation is not None, tuple(guarded))
+    row = s.execute(stmt, params).first()
     if row is None:
         raise StaleVersion(f"run {run_id} is no longer at version {expected_version}")
-    version, last_seq, obs_version = row
-    if observation is not None:
-        s.add(
-            Observation(
-                run_id=run_id,
-                observation_id=observation.observation_id,
-                kind=observation.kind.value,
-                source=observation.source,
-                step=step,
-                content=observation.content,
-                content_hash=content_hash(observation.content),
-                observation_version=obs_version,
-                expires_after_step=observation.expires_after_step,
-            )
-        )
-    append_events(s, run_id, events, step=step, proposal_id=proposal_id, last_seq=last_seq)
-    return int(version)
+    return int(row[0])
+
+
+def _kind(value: Any) -> str:
+    if value is NOW or (isinstance(value, FunctionElement) and getattr(value, "name", "") == "now"):
+        return "now"
+    return "next_proposal_id" if value is NEXT_PROPOSAL_ID else "bind"
 
 
 def record_outcome(s: Session, **values: Any) -> bool:

@@ -224,12 +224,12 @@ class Client:
         from ledger.memory import MemoryStore
         from tools.registry import default_registry
 
-        with session_scope(self.engine) as s:
-            run = s.get(Run, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
-            view = load_view(s, run, registry=default_registry(), memory=MemoryStore(self.engine))
-            return view.model_dump(mode="json")
+        view = load_view(
+            self.engine, run_id, registry=default_registry(), memory=MemoryStore(self.engine)
+        )
+        if view is None:
+            raise RunNotFound(f"no run {run_id}")
+        return view.model_dump(mode="json")
 
     def memory(self) -> Any:
         from ledger.memory import MemoryStore

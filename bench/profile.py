@@ -1,0 +1,148 @@
+"""Where a step's time goes: the three stages driven in-process, without a broker.
+
+    python -m bench.profile [--steps N] [--cprofile]
+
+Runs one fixture run of ``N`` no-op read steps by calling the planner, policy and tool stages
+directly (a recording publisher stands in for Celery), and prints per stage: in-process time
+per call, SQL statements and transactions per call. With ``--cprofile``, the 25 most
+expensive functions too. Uses the benchmark's database (``WARRANT_BENCH_DATABASE_URL``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import os
+import pstats
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.__main__ import ENV, warrant_spec
+
+__all__ = ["main"]
+
+
+@dataclass
+class RecordingPublisher:
+    """Publisher stand-in: remembers the next message instead of sending it."""
+
+    sent: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def planner(self, run_id: str, version: int) -> None:
+        self.sent.append(("planner", {"run_id": run_id, "version": version}))
+
+    def policy(self, run_id: str, version: int) -> None:
+        self.sent.append(("policy", {"run_id": run_id, "version": version}))
+
+    def tool(self, *, run_id: str, version: int, command_id: str, **_: Any) -> None:
+        self.sent.append(("tool", {"run_id": run_id, "version": version, "command_id": command_id}))
+
+
+class Counter:
+    """Counts statements and transactions on an engine, attributed to the current stage."""
+
+    def __init__(self, engine: Any) -> None:
+        from sqlalchemy import event
+
+        self.stage = "setup"
+        self.statements: collections.Counter[str] = collections.Counter()
+        self.transactions: collections.Counter[str] = collections.Counter()
+        self.sql_time: collections.Counter[str] = collections.Counter()
+        self.sql_count: collections.Counter[str] = collections.Counter()
+        self.sql_stage: collections.Counter[str] = collections.Counter()
+        self._t0 = 0.0
+        event.listen(engine, "before_cursor_execute", self._statement)
+        event.listen(engine, "after_cursor_execute", self._done)
+        event.listen(engine, "begin", self._begin)
+
+    def _statement(self, *_: Any) -> None:
+        self.statements[self.stage] += 1
+        self._t0 = time.perf_counter()
+
+    def _done(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        key = f"{self.stage}: {' '.join(statement.split())[:110]}"
+        spent = time.perf_counter() - self._t0
+        self.sql_time[key] += spent
+        self.sql_stage[self.stage] += spent
+        self.sql_count[key] += 1
+
+    def _begin(self, *_: Any) -> None:
+        self.transactions[self.stage] += 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument("--sql", action="store_true", help="the slowest statements too")
+    args = parser.parse_args()
+
+    from broker.context import StageContext
+    from broker.stage_planner import planner_step
+    from broker.stage_policy import policy_evaluate
+    from broker.stage_tool import tool_execute
+    from ledger.db import engine_for
+    from ledger.migrate import upgrade
+    from ledger.stores import LedgerToolDeps
+    from runner.api import Client
+    from tools.registry import default_registry
+
+    url = ENV["WARRANT_DATABASE_URL"]
+    upgrade(url)
+    engine = engine_for(url)
+    publisher = RecordingPublisher()
+    ctx = StageContext(
+        engine=engine,
+        registry=default_registry(),
+        publisher=publisher,  # type: ignore[arg-type]
+        tool_deps=LedgerToolDeps(engine),
+    )
+    counter = Counter(engine)
+    client = Client(engine=engine, publisher=publisher)  # type: ignore[arg-type]
+    run_id = client.start_run(warrant_spec(args.steps))
+    stages = {
+        "planner": lambda m: planner_step(ctx, m["run_id"], m["version"]),
+        "policy": lambda m: policy_evaluate(ctx, m["run_id"], m["version"]),
+        "tool": lambda m: tool_execute(ctx, m["run_id"], m["version"], m["command_id"]),
+    }
+    elapsed: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    profiler = cProfile.Profile() if args.cprofile else None
+    if profiler:
+        profiler.enable()
+    while publisher.sent:
+        stage, message = publisher.sent.pop(0)
+        counter.stage = stage
+        t0 = time.perf_counter()
+        stages[stage](message)
+        elapsed[stage] += time.perf_counter() - t0
+        calls[stage] += 1
+    if profiler:
+        profiler.disable()
+    status = client.get_run(run_id).status
+    print(f"run {run_id}: {status}, {calls['planner']} planner calls ({os.cpu_count()} cores)")
+    print(f"{'stage':<8} {'ms/call':>8} {'in SQL':>7} {'statements':>11} {'transactions':>13}")
+    total = 0.0
+    for stage in stages:
+        n = max(1, calls[stage])
+        ms = elapsed[stage] / n * 1000
+        total += ms
+        print(
+            f"{stage:<8} {ms:>8.2f} {counter.sql_stage[stage] / n * 1000:>7.2f}"
+            f" {counter.statements[stage] / n:>11.1f}"
+            f" {counter.transactions[stage] / n:>13.1f}"
+        )
+    print(f"{'step':<8} {total:>8.2f}")
+    if args.sql:
+        for key, spent in counter.sql_time.most_common(15):
+            n = counter.sql_count[key]
+            print(f"{spent / n * 1000:7.2f} ms x {n:<5} {key}")
+    if profiler:
+        stats = pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "cumulative"))
+        stats.print_stats(os.environ.get("PROFILE_FILTER", ""), 40)
+
+
+if __name__ == "__main__":
+    main()

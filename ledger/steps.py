@@ -1,0 +1,359 @@
+"""The stages' hot path: one read and one write per stage, each a single statement.
+
+A stage reads everything its pure decision needs in one ``SELECT`` (the run row plus JSON
+aggregates of its grants, confirmations, loop history or recent observations) and writes the
+decision back with :func:`ledger.repo.transition`, whose compare-and-set, trace events,
+observation and the :class:`~ledger.repo.Guarded` writes built here form one statement. Both
+run in autocommit mode (:func:`autocommit`): one round trip each, no ``BEGIN``/``COMMIT``,
+and a lost compare-and-set writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, bindparam, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+
+from ledger.models import Command, Confirmation, GrantRow, OutcomeRow, Proposal
+from ledger.repo import Guarded
+from runner.state import ConfirmationView, GrantView, HistoryEntry
+
+__all__ = [
+    "autocommit",
+    "complete_command",
+    "confirmations_from",
+    "discard_command",
+    "grants_from",
+    "history_from",
+    "insert_command",
+    "insert_outcome",
+    "insert_proposal",
+    "insert_proposal_plain",
+    "load_planning",
+    "load_policy",
+    "load_tool",
+    "start_command",
+    "update_proposal",
+    "use_confirmation",
+    "use_grants",
+]
+
+#: The ``runs`` columns a stage reads (everything but the goal text and the answer).
+_RUN_COLUMNS = """
+    r.id, r.status, r.phase, r.version, r.step, r.model_calls, r.tool_calls,
+    r.tool_calls_by_tool, r.observation_version, r.tokens_used, r.cost_used, r.trace_seq,
+    r.subject, r.spec, r.deadline_at, r.pending_proposal_id, r.active_command_id
+"""
+
+_PLANNING = text(
+    f"""
+SELECT {_RUN_COLUMNS},
+  (SELECT jsonb_build_array(o.step, o.content, o.kind, o.source) FROM observations o
+    WHERE o.run_id = r.id AND o.observation_id = 'user-1') AS goal,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(
+            x.observation_id, x.kind, x.source, x.step, x.content, x.expires_after_step)
+          ORDER BY x.id), '[]'::jsonb)
+     FROM (SELECT * FROM observations o
+            WHERE o.run_id = r.id AND o.observation_id <> 'user-1'
+            ORDER BY o.id DESC LIMIT :recent) x) AS recent,
+  (SELECT coalesce(array_agg(g.capability), '{{}}') FROM grants g
+    WHERE g.run_id = r.id) AS capabilities,
+  (SELECT coalesce(jsonb_object_agg(m.key, jsonb_build_object(
+            'value', m.value, 'source', m.source_kind, 'version', m.version)), '{{}}'::jsonb)
+     FROM (SELECT DISTINCT ON (key) key, value, source_kind, version FROM memory_records
+            WHERE subject = r.subject AND key = ANY(:keys) AND revoked_at IS NULL
+              AND (expires_at IS NULL OR expires_at > now())
+            ORDER BY key, version DESC) m) AS preferences
+FROM runs r WHERE r.id = :run_id
+"""
+)
+
+_POLICY = text(
+    f"""
+SELECT {_RUN_COLUMNS},
+  to_jsonb(p) AS proposal,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
+            g.expires_at_step, g.max_uses, g.uses) ORDER BY g.id), '[]'::jsonb)
+     FROM grants g WHERE g.run_id = r.id) AS grants,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.proposal_hash, c.tool, c.approved,
+            c.used, c.expires_at_step, extract(epoch FROM c.expires_at))
+          ORDER BY c.created_at), '[]'::jsonb)
+     FROM confirmations c WHERE c.run_id = r.id) AS confirmations,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(h.fingerprint, h.observation_version)
+          ORDER BY h.step), '[]'::jsonb)
+     FROM proposals h
+    WHERE h.run_id = r.id AND h.step < p.step AND h.fingerprint IS NOT NULL
+      AND h.observation_version = r.observation_version) AS history
+FROM runs r LEFT JOIN proposals p ON p.id = r.pending_proposal_id
+WHERE r.id = :run_id
+"""
+)
+"""Loop detection only looks at earlier proposals made at the run's current observation
+version (versions only grow, so those are the history's suffix; see ``runner.policy``)."""
+
+_TOOL = text(
+    f"""
+SELECT {_RUN_COLUMNS},
+  c.id AS cmd_id, c.step AS cmd_step, c.proposal_id AS cmd_proposal_id, c.tool AS cmd_tool,
+  c.tool_version AS cmd_tool_version, c.arguments AS cmd_arguments,
+  c.idempotency_token AS cmd_token, c.status AS cmd_status, c.attempts AS cmd_attempts,
+  c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
+  c.confirmation_id AS cmd_confirmation_id
+FROM runs r JOIN commands c ON c.run_id = r.id
+WHERE r.id = :run_id AND c.id = :command_id
+"""
+)
+
+
+@contextmanager
+def autocommit(engine: Engine) -> Iterator[Connection]:
+    """A pooled connection in autocommit mode: each statement is its own transaction."""
+    with engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def load_planning(
+    conn: Connection, run_id: str, *, recent: int, memory_keys: tuple[str, ...]
+) -> Row[Any] | None:
+    """The run, its goal, its ``recent`` latest observations, its capabilities and the
+    subject's live preferences."""
+    return conn.execute(
+        _PLANNING, {"run_id": run_id, "recent": recent, "keys": list(memory_keys)}
+    ).first()
+
+
+def load_policy(conn: Connection, run_id: str) -> Row[Any] | None:
+    """The run, its pending proposal and the gate's inputs (grants, confirmations, history)."""
+    return conn.execute(_POLICY, {"run_id": run_id}).first()
+
+
+def load_tool(conn: Connection, run_id: str, command_id: str) -> Row[Any] | None:
+    """The run and the command (its columns prefixed ``cmd_``)."""
+    return conn.execute(_TOOL, {"run_id": run_id, "command_id": command_id}).first()
+
+
+_START = text(
+    """
+WITH cmd AS (
+  UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
+         worker = CAST(:worker AS varchar)
+   WHERE c.id = :command_id
+     AND (c.status = 'issued' OR (c.status = 'started' AND CAST(:reinvoke AS boolean)))
+     AND EXISTS (SELECT 1 FROM runs r
+                  WHERE r.id = :run_id AND r.version = :version AND r.status = 'running')
+  RETURNING c.attempts, c.step, c.proposal_id, c.tool, c.tool_version, c.timeout_s,
+            c.idempotency_token
+), seq AS (
+  UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM cmd WHERE r.id = :run_id
+  RETURNING r.trace_seq
+), event AS (
+  INSERT INTO trace_events (run_id, seq, event, step, proposal_id, details)
+  SELECT CAST(:run_id AS varchar), seq.trace_seq, 'tool.started', cmd.step, cmd.proposal_id,
+         jsonb_build_object('tool', cmd.tool, 'version', cmd.tool_version,
+                            'attempt', cmd.attempts, 'timeout_s', round(cmd.timeout_s::numeric, 3),
+                            'idempotency_key_hash', CAST(:key_hash AS text))
+    FROM cmd, seq
+)
+SELECT attempts FROM cmd
+"""
+)
+
+
+def start_command(
+    conn: Connection,
+    *,
+    run_id: str,
+    version: int,
+    command_id: str,
+    worker: str | None,
+    reinvoke: bool,
+    key_hash: str,
+) -> int | None:
+    """Mark the command ``started`` (attempt + 1) and trace ``tool.started``, if the run is
+    still running at ``version`` and the command is ``issued`` (or ``started`` and safe to
+    re-invoke). Returns the attempt, or None if nothing was started."""
+    return conn.execute(
+        _START,
+        {
+            "run_id": run_id,
+            "version": version,
+            "command_id": command_id,
+            "worker": worker,
+            "reinvoke": reinvoke,
+            "key_hash": key_hash,
+        },
+    ).scalar()
+
+
+_DISCARD = text("UPDATE commands SET status = 'discarded' WHERE id = :id AND status = 'issued'")
+
+
+def discard_command(conn: Connection, command_id: str) -> None:
+    """A command whose run stopped before it started will never run."""
+    conn.execute(_DISCARD, {"id": command_id})
+
+
+def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
+    return [
+        GrantView(
+            grant_id=g[0],
+            run_id=run_id,
+            capability=g[1],
+            resource_scope=g[2],
+            expires_at_step=g[3],
+            max_uses=g[4],
+            uses=g[5],
+        )
+        for g in rows
+    ]
+
+
+def confirmations_from(run_id: str, rows: list[list[Any]]) -> list[ConfirmationView]:
+    return [
+        ConfirmationView(
+            confirmation_id=c[0],
+            run_id=run_id,
+            proposal_hash=c[1],
+            tool=c[2],
+            approved=c[3],
+            used=c[4],
+            expires_at_step=c[5],
+            expires_at=float(c[6]),
+        )
+        for c in rows
+    ]
+
+
+def history_from(rows: list[list[Any]]) -> list[HistoryEntry]:
+    return [HistoryEntry(fingerprint=str(f), observation_version=v) for f, v in rows]
+
+
+# --- guarded writes ---------------------------------------------------------------------------
+
+
+def _insert(table: Any, values: dict[str, Any], prefix: str, *, id_column: str | None = None):
+    keys = tuple(sorted(values))
+
+    def build(cas: Any) -> Any:
+        cols = [bindparam(f"{prefix}{k}", type_=table.c[k].type) for k in keys]
+        names = list(keys)
+        if id_column is not None:
+            cols.insert(0, cas.c[id_column])
+            names.insert(0, "id")
+        return insert(table).from_select(names, select(*cols).select_from(cas))
+
+    return keys, build
+
+
+def _guarded(shape: str, build: Any, prefix: str, values: dict[str, Any]) -> Guarded:
+    return Guarded(shape, build, {f"{prefix}{k}": v for k, v in values.items()})
+
+
+_BUILDERS: dict[str, Any] = {}
+
+
+def _cached(shape: str, factory: Any) -> Any:
+    build = _BUILDERS.get(shape)
+    if build is None:
+        build = _BUILDERS[shape] = factory()
+    return build
+
+
+def insert_proposal(values: dict[str, Any]) -> Guarded:
+    """The step's proposal; its id is the run's new ``pending_proposal_id`` (pass
+    ``NEXT_PROPOSAL_ID`` for that change)."""
+    table = Proposal.__table__
+    keys = tuple(sorted(values))
+    shape = "proposal.insert:" + ",".join(keys)
+    build = _cached(shape, lambda: _insert(table, values, "p_", id_column="pending_proposal_id")[1])
+    return _guarded(shape, build, "p_", values)
+
+
+def insert_proposal_plain(values: dict[str, Any]) -> Guarded:
+    """A proposal that does not become pending (refused, final or stopping)."""
+    table = Proposal.__table__
+    keys = tuple(sorted(values))
+    shape = "proposal.insert-plain:" + ",".join(keys)
+    build = _cached(shape, lambda: _insert(table, values, "p_")[1])
+    return _guarded(shape, build, "p_", values)
+
+
+def _update(table: Any, key_column: str, values: dict[str, Any], prefix: str) -> Any:
+    keys = tuple(sorted(values))
+
+    def build(cas: Any) -> Any:
+        return (
+            update(table)
+            .where(
+                table.c[key_column] == bindparam(f"{prefix}key", type_=table.c[key_column].type),
+                cas.c.version.is_not(None),
+            )
+            .values({k: bindparam(f"{prefix}{k}", type_=table.c[k].type) for k in keys})
+        )
+
+    return build
+
+
+def update_proposal(pk: int, values: dict[str, Any]) -> Guarded:
+    table = Proposal.__table__
+    shape = "proposal.update:" + ",".join(sorted(values))
+    build = _cached(shape, lambda: _update(table, "id", values, "pu_"))
+    return _guarded(shape, build, "pu_", {**values, "key": pk})
+
+
+def insert_command(values: dict[str, Any]) -> Guarded:
+    table = Command.__table__
+    shape = "command.insert:" + ",".join(sorted(values))
+    build = _cached(shape, lambda: _insert(table, values, "ci_")[1])
+    return _guarded(shape, build, "ci_", values)
+
+
+def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
+    table = Command.__table__
+    shape = "command.update:" + ",".join(sorted(values))
+    build = _cached(shape, lambda: _update(table, "id", values, "cu_"))
+    return _guarded(shape, build, "cu_", {**values, "key": command_id})
+
+
+def insert_outcome(values: dict[str, Any]) -> Guarded:
+    """The command's one outcome (a second one for the same attempt is not inserted)."""
+    table = OutcomeRow.__table__
+    keys = tuple(sorted(values))
+    shape = "outcome.insert:" + ",".join(keys)
+
+    def factory() -> Any:
+        base = _insert(table, values, "oi_")[1]
+        return lambda cas: base(cas).on_conflict_do_nothing(
+            constraint="uq_outcomes_command_attempt"
+        )
+
+    return _guarded(shape, _cached(shape, factory), "oi_", values)
+
+
+def use_grants(grant_ids: list[int]) -> Guarded:
+    table = GrantRow.__table__
+
+    def factory() -> Any:
+        return lambda cas: (
+            update(table)
+            .where(
+                table.c.id.in_(bindparam("gu_ids", expanding=True)),
+                cas.c.version.is_not(None),
+            )
+            .values(uses=table.c.uses + 1)
+        )
+
+    return Guarded("grants.use", _cached("grants.use", factory), {"gu_ids": list(grant_ids)})
+
+
+def use_confirmation(confirmation_id: str, at: datetime) -> Guarded:
+    table = Confirmation.__table__
+    return Guarded(
+        "confirmation.use",
+        _cached("confirmation.use", lambda: _update(table, "id", {"used": 1, "used_at": 1}, "cf_")),
+        {"cf_key": confirmation_id, "cf_used": True, "cf_used_at": at},
+    )
