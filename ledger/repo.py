@@ -73,7 +73,8 @@ def to_datetime(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
-def run_view(run: Run) -> RunView:
+def run_view(run: Run | Any) -> RunView:
+    """The pure core's view of a run (an ORM row or a ``ledger.steps`` row)."""
     return RunView(
         run_id=run.id,
         status=RunStatus(run.status),
@@ -209,9 +210,9 @@ NEXT_PROPOSAL_ID = object()
 """A ``pending_proposal_id`` value: a new proposal id, which a guarded
 :func:`ledger.steps.insert_proposal` in the same transition uses for its row."""
 
-_RUNS = Run.__table__
-_EVENTS = TraceEvent.__table__
-_OBSERVATIONS = Observation.__table__
+_RUNS: Any = Run.__table__
+_EVENTS: Any = TraceEvent.__table__
+_OBSERVATIONS: Any = Observation.__table__
 _STATEMENTS: dict[tuple[Any, ...], Any] = {}
 
 

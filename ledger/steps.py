@@ -266,7 +266,7 @@ def _cached(shape: str, factory: Any) -> Any:
 def insert_proposal(values: dict[str, Any]) -> Guarded:
     """The step's proposal; its id is the run's new ``pending_proposal_id`` (pass
     ``NEXT_PROPOSAL_ID`` for that change)."""
-    table = Proposal.__table__
+    table: Any = Proposal.__table__
     keys = tuple(sorted(values))
     shape = "proposal.insert:" + ",".join(keys)
     build = _cached(shape, lambda: _insert(table, values, "p_", id_column="pending_proposal_id")[1])
@@ -275,7 +275,7 @@ def insert_proposal(values: dict[str, Any]) -> Guarded:
 
 def insert_proposal_plain(values: dict[str, Any]) -> Guarded:
     """A proposal that does not become pending (refused, final or stopping)."""
-    table = Proposal.__table__
+    table: Any = Proposal.__table__
     keys = tuple(sorted(values))
     shape = "proposal.insert-plain:" + ",".join(keys)
     build = _cached(shape, lambda: _insert(table, values, "p_")[1])
@@ -299,21 +299,21 @@ def _update(table: Any, key_column: str, values: dict[str, Any], prefix: str) ->
 
 
 def update_proposal(pk: int, values: dict[str, Any]) -> Guarded:
-    table = Proposal.__table__
+    table: Any = Proposal.__table__
     shape = "proposal.update:" + ",".join(sorted(values))
     build = _cached(shape, lambda: _update(table, "id", values, "pu_"))
     return _guarded(shape, build, "pu_", {**values, "key": pk})
 
 
 def insert_command(values: dict[str, Any]) -> Guarded:
-    table = Command.__table__
+    table: Any = Command.__table__
     shape = "command.insert:" + ",".join(sorted(values))
     build = _cached(shape, lambda: _insert(table, values, "ci_")[1])
     return _guarded(shape, build, "ci_", values)
 
 
 def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
-    table = Command.__table__
+    table: Any = Command.__table__
     shape = "command.update:" + ",".join(sorted(values))
     build = _cached(shape, lambda: _update(table, "id", values, "cu_"))
     return _guarded(shape, build, "cu_", {**values, "key": command_id})
@@ -321,7 +321,7 @@ def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
 
 def insert_outcome(values: dict[str, Any]) -> Guarded:
     """The command's one outcome (a second one for the same attempt is not inserted)."""
-    table = OutcomeRow.__table__
+    table: Any = OutcomeRow.__table__
     keys = tuple(sorted(values))
     shape = "outcome.insert:" + ",".join(keys)
 
@@ -335,7 +335,7 @@ def insert_outcome(values: dict[str, Any]) -> Guarded:
 
 
 def use_grants(grant_ids: list[int]) -> Guarded:
-    table = GrantRow.__table__
+    table: Any = GrantRow.__table__
 
     def factory() -> Any:
         return lambda cas: (
@@ -351,7 +351,7 @@ def use_grants(grant_ids: list[int]) -> Guarded:
 
 
 def use_confirmation(confirmation_id: str, at: datetime) -> Guarded:
-    table = Confirmation.__table__
+    table: Any = Confirmation.__table__
     return Guarded(
         "confirmation.use",
         _cached("confirmation.use", lambda: _update(table, "id", {"used": 1, "used_at": 1}, "cf_")),
