@@ -42,31 +42,34 @@ class RecordingPublisher:
 
 
 class Counter:
-    """Counts statements and their time on engines, attributed to the current stage."""
+    """Counts statements and their time at the driver (psycopg), per stage."""
 
-    def __init__(self, *engines: Any) -> None:
-        from sqlalchemy import event
+    def __init__(self) -> None:
+        import psycopg
 
         self.stage = "setup"
         self.statements: collections.Counter[str] = collections.Counter()
         self.sql_time: collections.Counter[str] = collections.Counter()
         self.sql_count: collections.Counter[str] = collections.Counter()
         self.sql_stage: collections.Counter[str] = collections.Counter()
-        self._t0 = 0.0
-        for engine in engines:
-            event.listen(engine, "before_cursor_execute", self._statement)
-            event.listen(engine, "after_cursor_execute", self._done)
+        execute = psycopg.Cursor.execute
+        counter = self
 
-    def _statement(self, *_: Any) -> None:
+        def timed(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return execute(cursor, query, *args, **kwargs)
+            finally:
+                counter.record(str(query), time.perf_counter() - t0)
+
+        psycopg.Cursor.execute = timed  # type: ignore[method-assign]
+
+    def record(self, statement: str, spent: float) -> None:
         self.statements[self.stage] += 1
-        self._t0 = time.perf_counter()
-
-    def _done(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         key = f"{self.stage}: {' '.join(statement.split())[:110]}"
-        spent = time.perf_counter() - self._t0
         self.sql_time[key] += spent
-        self.sql_stage[self.stage] += spent
         self.sql_count[key] += 1
+        self.sql_stage[self.stage] += spent
 
 
 def main() -> None:
@@ -80,7 +83,7 @@ def main() -> None:
     from broker.stage_planner import planner_step
     from broker.stage_policy import policy_evaluate
     from broker.stage_tool import tool_execute
-    from ledger.db import engine_for, relaxed
+    from ledger.db import engine_for
     from ledger.migrate import upgrade
     from ledger.stores import LedgerToolDeps
     from runner.api import Client
@@ -96,7 +99,7 @@ def main() -> None:
         publisher=publisher,  # type: ignore[arg-type]
         tool_deps=LedgerToolDeps(engine),
     )
-    counter = Counter(engine, relaxed(engine))
+    counter = Counter()
     client = Client(engine=engine, publisher=publisher)  # type: ignore[arg-type]
     run_id = client.start_run(warrant_spec(args.steps))
     stages = {

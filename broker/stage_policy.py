@@ -121,7 +121,7 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                     StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
                     StopReason.PROPOSAL_OSCILLATION_DETECTED,
                 )
-                if looping and row.spec.get("handoff", {}).get("on_repeated_proposal"):
+                if looping and (row.handoff or {}).get("on_repeated_proposal"):
                     return _handoff(ctx, run_id, version, pk, decision)
                 stop = Stop(decision.status, decision.reason, decision.detail)
                 transition(

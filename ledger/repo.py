@@ -24,6 +24,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
+from ledger._compiled import Compiled
 from ledger.models import (
     Command,
     Confirmation,
@@ -86,11 +87,16 @@ def run_view(run: Run | Any) -> RunView:
         observation_version=run.observation_version,
         deadline_at=run.deadline_at.timestamp(),
         subject=run.subject,
-        budgets=Budgets.model_validate(run.spec.get("budgets", {})),
+        budgets=Budgets.model_validate(_budgets_of(run)),
         tool_calls_by_tool=dict(run.tool_calls_by_tool or {}),
         tokens_used=run.tokens_used or 0,
         cost_used=run.cost_used or 0.0,
     )
+
+
+def _budgets_of(run: Any) -> Any:
+    budgets = getattr(run, "budgets", None)  # a ledger.steps row selects only these
+    return budgets if budgets is not None else run.spec.get("budgets", {})
 
 
 def observations_of(s: Session, run_id: str) -> list[ObservationView]:
@@ -213,16 +219,16 @@ NEXT_PROPOSAL_ID = object()
 _RUNS: Any = Run.__table__
 _EVENTS: Any = TraceEvent.__table__
 _OBSERVATIONS: Any = Observation.__table__
-_STATEMENTS: dict[tuple[Any, ...], Any] = {}
+_STATEMENTS: dict[tuple[Any, ...], Compiled] = {}
 
 
 def _transition_statement(
     change_keys: tuple[tuple[str, str], ...], observation: bool, guarded: tuple[Guarded, ...]
-) -> Any:
+) -> Compiled:
     key = (change_keys, observation, tuple(g.shape for g in guarded))
-    stmt = _STATEMENTS.get(key)
-    if stmt is not None:
-        return stmt
+    cached = _STATEMENTS.get(key)
+    if cached is not None:
+        return cached
     inline = {"now": func.now(), "next_proposal_id": func.nextval("proposals_id_seq")}
     values: dict[str, Any] = {
         name: inline[kind] if kind in inline else bindparam(f"c_{name}", type_=_RUNS.c[name].type)
@@ -263,6 +269,7 @@ def _transition_statement(
             bindparam("cas_pid", type_=String),
             elems.c.value[1],
         ).select_from(upd.join(elems, true())),
+        include_defaults=False,
     )
     ctes = [events.cte("events")]
     if observation:
@@ -277,13 +284,14 @@ def _transition_statement(
                     upd.c.observation_version,
                     *(bindparam(f"o_{c}", type_=_OBSERVATIONS.c[c].type) for c in cols),
                 ).select_from(upd),
+                include_defaults=False,
             )
             .cte("observation")
         )
     ctes += [g.build(upd).cte(f"w{i}") for i, g in enumerate(guarded)]
-    stmt = select(upd.c.version, upd.c.trace_seq, upd.c.observation_version).add_cte(*ctes)
-    _STATEMENTS[key] = stmt
-    return stmt
+    statement = select(upd.c.version, upd.c.trace_seq, upd.c.observation_version).add_cte(*ctes)
+    compiled = _STATEMENTS[key] = Compiled.of(statement)
+    return compiled
 
 
 def transition(
@@ -331,7 +339,7 @@ def transition(
     for g in guarded:
         params.update(g.params)
     stmt = _transition_statement(change_keys, observation is not None, tuple(guarded))
-    row = s.execute(stmt, params).first()
+    row = stmt.first(s, params)
     if row is None:
         raise StaleVersion(f"run {run_id} is no longer at version {expected_version}")
     return int(row[0])

@@ -15,9 +15,20 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, bindparam, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    any_,
+    bindparam,
+    exists,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 
+from ledger._compiled import Compiled
 from ledger.models import Command, Confirmation, GrantRow, OutcomeRow, Proposal
 from ledger.repo import Guarded
 from runner.state import ConfirmationView, GrantView, HistoryEntry
@@ -42,16 +53,18 @@ __all__ = [
     "use_grants",
 ]
 
-#: The ``runs`` columns a stage reads (everything but the goal text and the answer).
+#: The ``runs`` columns a stage reads: not the goal text nor the answer, and of the spec only
+#: the parts it uses (a fixture planner's spec holds every output: large).
 _RUN_COLUMNS = """
     r.id, r.status, r.phase, r.version, r.step, r.model_calls, r.tool_calls,
     r.tool_calls_by_tool, r.observation_version, r.tokens_used, r.cost_used, r.trace_seq,
-    r.subject, r.spec, r.deadline_at, r.pending_proposal_id, r.active_command_id
+    r.subject, r.deadline_at, r.pending_proposal_id, r.active_command_id,
+    r.spec -> 'budgets' AS budgets
 """
 
-_PLANNING = text(
+_PLANNING = Compiled.text(
     f"""
-SELECT {_RUN_COLUMNS},
+SELECT {_RUN_COLUMNS}, r.spec,
   (SELECT jsonb_build_array(o.step, o.content, o.kind, o.source) FROM observations o
     WHERE o.run_id = r.id AND o.observation_id = 'user-1') AS goal,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(
@@ -59,22 +72,22 @@ SELECT {_RUN_COLUMNS},
           ORDER BY x.id), '[]'::jsonb)
      FROM (SELECT * FROM observations o
             WHERE o.run_id = r.id AND o.observation_id <> 'user-1'
-            ORDER BY o.id DESC LIMIT :recent) x) AS recent,
+            ORDER BY o.id DESC LIMIT %(recent)s) x) AS recent,
   (SELECT coalesce(array_agg(g.capability), '{{}}') FROM grants g
     WHERE g.run_id = r.id) AS capabilities,
   (SELECT coalesce(jsonb_object_agg(m.key, jsonb_build_object(
             'value', m.value, 'source', m.source_kind, 'version', m.version)), '{{}}'::jsonb)
      FROM (SELECT DISTINCT ON (key) key, value, source_kind, version FROM memory_records
-            WHERE subject = r.subject AND key = ANY(:keys) AND revoked_at IS NULL
+            WHERE subject = r.subject AND key = ANY(%(keys)s) AND revoked_at IS NULL
               AND (expires_at IS NULL OR expires_at > now())
             ORDER BY key, version DESC) m) AS preferences
-FROM runs r WHERE r.id = :run_id
+FROM runs r WHERE r.id = %(run_id)s
 """
 )
 
-_POLICY = text(
+_POLICY = Compiled.text(
     f"""
-SELECT {_RUN_COLUMNS},
+SELECT {_RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
   to_jsonb(p) AS proposal,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
             g.expires_at_step, g.max_uses, g.uses) ORDER BY g.id), '[]'::jsonb)
@@ -89,13 +102,13 @@ SELECT {_RUN_COLUMNS},
     WHERE h.run_id = r.id AND h.step < p.step AND h.fingerprint IS NOT NULL
       AND h.observation_version = r.observation_version) AS history
 FROM runs r LEFT JOIN proposals p ON p.id = r.pending_proposal_id
-WHERE r.id = :run_id
+WHERE r.id = %(run_id)s
 """
 )
 """Loop detection only looks at earlier proposals made at the run's current observation
 version (versions only grow, so those are the history's suffix; see ``runner.policy``)."""
 
-_TOOL = text(
+_TOOL = Compiled.text(
     f"""
 SELECT {_RUN_COLUMNS},
   c.id AS cmd_id, c.step AS cmd_step, c.proposal_id AS cmd_proposal_id, c.tool AS cmd_tool,
@@ -104,7 +117,7 @@ SELECT {_RUN_COLUMNS},
   c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
   c.confirmation_id AS cmd_confirmation_id
 FROM runs r JOIN commands c ON c.run_id = r.id
-WHERE r.id = :run_id AND c.id = :command_id
+WHERE r.id = %(run_id)s AND c.id = %(command_id)s
 """
 )
 
@@ -118,44 +131,42 @@ def autocommit(engine: Engine) -> Iterator[Connection]:
 
 def load_planning(
     conn: Connection, run_id: str, *, recent: int, memory_keys: tuple[str, ...]
-) -> Row[Any] | None:
+) -> Any:
     """The run, its goal, its ``recent`` latest observations, its capabilities and the
     subject's live preferences."""
-    return conn.execute(
-        _PLANNING, {"run_id": run_id, "recent": recent, "keys": list(memory_keys)}
-    ).first()
+    return _PLANNING.first(conn, {"run_id": run_id, "recent": recent, "keys": list(memory_keys)})
 
 
-def load_policy(conn: Connection, run_id: str) -> Row[Any] | None:
+def load_policy(conn: Connection, run_id: str) -> Any:
     """The run, its pending proposal and the gate's inputs (grants, confirmations, history)."""
-    return conn.execute(_POLICY, {"run_id": run_id}).first()
+    return _POLICY.first(conn, {"run_id": run_id})
 
 
-def load_tool(conn: Connection, run_id: str, command_id: str) -> Row[Any] | None:
+def load_tool(conn: Connection, run_id: str, command_id: str) -> Any:
     """The run and the command (its columns prefixed ``cmd_``)."""
-    return conn.execute(_TOOL, {"run_id": run_id, "command_id": command_id}).first()
+    return _TOOL.first(conn, {"run_id": run_id, "command_id": command_id})
 
 
-_START = text(
+_START = Compiled.text(
     """
 WITH cmd AS (
   UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
-         worker = CAST(:worker AS varchar)
-   WHERE c.id = :command_id
-     AND (c.status = 'issued' OR (c.status = 'started' AND CAST(:reinvoke AS boolean)))
+         worker = CAST(%(worker)s AS varchar)
+   WHERE c.id = %(command_id)s
+     AND (c.status = 'issued' OR (c.status = 'started' AND CAST(%(reinvoke)s AS boolean)))
      AND EXISTS (SELECT 1 FROM runs r
-                  WHERE r.id = :run_id AND r.version = :version AND r.status = 'running')
+                  WHERE r.id = %(run_id)s AND r.version = %(version)s AND r.status = 'running')
   RETURNING c.attempts, c.step, c.proposal_id, c.tool, c.tool_version, c.timeout_s,
             c.idempotency_token
 ), seq AS (
-  UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM cmd WHERE r.id = :run_id
+  UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM cmd WHERE r.id = %(run_id)s
   RETURNING r.trace_seq
 ), event AS (
   INSERT INTO trace_events (run_id, seq, event, step, proposal_id, details)
-  SELECT CAST(:run_id AS varchar), seq.trace_seq, 'tool.started', cmd.step, cmd.proposal_id,
+  SELECT CAST(%(run_id)s AS varchar), seq.trace_seq, 'tool.started', cmd.step, cmd.proposal_id,
          jsonb_build_object('tool', cmd.tool, 'version', cmd.tool_version,
                             'attempt', cmd.attempts, 'timeout_s', round(cmd.timeout_s::numeric, 3),
-                            'idempotency_key_hash', CAST(:key_hash AS text))
+                            'idempotency_key_hash', CAST(%(key_hash)s AS text))
     FROM cmd, seq
 )
 SELECT attempts FROM cmd
@@ -176,8 +187,8 @@ def start_command(
     """Mark the command ``started`` (attempt + 1) and trace ``tool.started``, if the run is
     still running at ``version`` and the command is ``issued`` (or ``started`` and safe to
     re-invoke). Returns the attempt, or None if nothing was started."""
-    return conn.execute(
-        _START,
+    row = _START.first(
+        conn,
         {
             "run_id": run_id,
             "version": version,
@@ -186,15 +197,18 @@ def start_command(
             "reinvoke": reinvoke,
             "key_hash": key_hash,
         },
-    ).scalar()
+    )
+    return None if row is None else int(row.attempts)
 
 
-_DISCARD = text("UPDATE commands SET status = 'discarded' WHERE id = :id AND status = 'issued'")
+_DISCARD = Compiled.text(
+    "UPDATE commands SET status = 'discarded' WHERE id = %(id)s AND status = 'issued' RETURNING id"
+)
 
 
 def discard_command(conn: Connection, command_id: str) -> None:
     """A command whose run stopped before it started will never run."""
-    conn.execute(_DISCARD, {"id": command_id})
+    _DISCARD.first(conn, {"id": command_id})
 
 
 def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
@@ -244,7 +258,9 @@ def _insert(table: Any, values: dict[str, Any], prefix: str, *, id_column: str |
         if id_column is not None:
             cols.insert(0, cas.c[id_column])
             names.insert(0, "id")
-        return insert(table).from_select(names, select(*cols).select_from(cas))
+        return insert(table).from_select(
+            names, select(*cols).select_from(cas), include_defaults=False
+        )
 
     return keys, build
 
@@ -282,6 +298,11 @@ def insert_proposal_plain(values: dict[str, Any]) -> Guarded:
     return _guarded(shape, build, "p_", values)
 
 
+def _won(cas: Any) -> Any:
+    """True when the transition's compare-and-set updated the run."""
+    return exists(select(literal(1)).select_from(cas))
+
+
 def _update(table: Any, key_column: str, values: dict[str, Any], prefix: str) -> Any:
     keys = tuple(sorted(values))
 
@@ -290,7 +311,7 @@ def _update(table: Any, key_column: str, values: dict[str, Any], prefix: str) ->
             update(table)
             .where(
                 table.c[key_column] == bindparam(f"{prefix}key", type_=table.c[key_column].type),
-                cas.c.version.is_not(None),
+                _won(cas),
             )
             .values({k: bindparam(f"{prefix}{k}", type_=table.c[k].type) for k in keys})
         )
@@ -341,8 +362,8 @@ def use_grants(grant_ids: list[int]) -> Guarded:
         return lambda cas: (
             update(table)
             .where(
-                table.c.id.in_(bindparam("gu_ids", expanding=True)),
-                cas.c.version.is_not(None),
+                table.c.id == any_(bindparam("gu_ids", type_=ARRAY(BigInteger))),
+                _won(cas),
             )
             .values(uses=table.c.uses + 1)
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from runner.canonical import content_hash
+from runner.canonical import sha256_hex
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -74,7 +74,10 @@ class WorkingMemoryView(BaseModel):
     """Long-term preferences of the subject: ``{key: {value, source, version}}``."""
 
     def view_hash(self) -> str:
-        return content_hash(self.model_dump(mode="json"))[:16]
+        """A fingerprint of exactly what the planner was shown (the view's JSON, whose field
+        order is fixed by the model; not RFC 8785, which costs more and is not needed for a
+        value only ever compared with itself)."""
+        return sha256_hex(self.model_dump_json())[:16]
 
 
 @dataclass(frozen=True, kw_only=True)
