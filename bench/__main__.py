@@ -1,6 +1,6 @@
 """Benchmark: warrant against a bare Celery pipeline of the same shape, in one run.
 
-    python -m bench [--quick]
+    python -m bench [--quick] [--events]
 
 Both use the same Redis and PostgreSQL and the same worker layout (one prefork process per
 stage queue). Prints a table with ratios warrant/baseline, tool-bound scaling with 1-8 tool
@@ -213,7 +213,16 @@ def warrant_wait(client: Any, run_ids: list[str], timeout: float = 600) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help="both pipelines send Celery task events (as `warrant worker -E` does for Flower);"
+        " default: neither, as bare Celery",
+    )
     args = parser.parse_args()
+    events = "1" if args.events else "0"
+    ENV["WARRANT_TASK_EVENTS"] = ENV["BENCH_TASK_EVENTS"] = events
+    os.environ["WARRANT_TASK_EVENTS"] = os.environ["BENCH_TASK_EVENTS"] = events
     steps, runs, run_steps, calls, mem_steps = (
         (20, 10, 5, 40, 1000) if args.quick else (100, 50, 20, 200, 10_000)
     )
@@ -315,7 +324,8 @@ def main() -> None:
 
     table = Table(
         title=f"warrant vs bare Celery — {platform.processor() or platform.machine()},"
-        f" {os.cpu_count()} cores, Python {platform.python_version()}"
+        f" {os.cpu_count()} cores, Python {platform.python_version()},"
+        f" task events {'on' if args.events else 'off'}"
     )
     table.add_column("measure")
     table.add_column("baseline", justify="right")

@@ -28,6 +28,9 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
+    # the same monitoring settings as warrant in this run (`python -m bench --events`)
+    worker_send_task_events=os.environ.get("BENCH_TASK_EVENTS") == "1",
+    task_send_sent_event=os.environ.get("BENCH_TASK_EVENTS") == "1",
     task_queues=[Queue(q, routing_key=q) for q in QUEUES],
     task_routes={
         "bench.planner": {"queue": "bench.planner"},

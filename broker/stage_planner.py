@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -40,18 +41,33 @@ __all__ = ["planner_step"]
 log = logging.getLogger("warrant.planner")
 
 
+#: A run's spec never changes once the run exists: each process keeps the specs it parsed
+#: last (a fixture planner's spec holds every scripted output, so it is not small).
+SPEC_CACHE_SIZE = 256
+_SPECS: OrderedDict[str, RunSpec] = OrderedDict()
+
+
+def _remember(run_id: str, spec: RunSpec) -> RunSpec:
+    _SPECS[run_id] = spec
+    while len(_SPECS) > SPEC_CACHE_SIZE:
+        _SPECS.popitem(last=False)
+    return spec
+
+
 def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns what happened: ``ignored``, ``stopped``, ``completed`` or ``forwarded``.
 
     One read (the run and everything its working-memory view shows) and one write (the
     transition with the step's proposal), each a single statement; no connection is held
     while the planner thinks."""
+    spec = _SPECS.get(run_id)
     with autocommit(ctx.engine) as conn:
         row = load_planning(
             conn,
             run_id,
             recent=DEFAULT_MAX_ITEMS * 2,
             memory_keys=ctx.tool_deps.memory.allowed_keys,
+            with_spec=spec is None,
         )
     if (
         row is None
@@ -65,7 +81,8 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     stop = check_before_planning(view, ctx.clock())
     if stop is not None:
         return _stop(ctx, view.run_id, version, view, stop, step=view.step)
-    spec = RunSpec.model_validate(row.spec)
+    if spec is None:
+        spec = _remember(run_id, RunSpec.model_validate(row.spec))
     memory = view_from_row(row, view, registry=ctx.registry)
     outbox = Outbox()
     built = (

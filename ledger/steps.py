@@ -62,9 +62,8 @@ _RUN_COLUMNS = """
     r.spec -> 'budgets' AS budgets
 """
 
-_PLANNING = Compiled.text(
-    f"""
-SELECT {_RUN_COLUMNS}, r.spec,
+_PLANNING_SQL = f"""
+SELECT {_RUN_COLUMNS}, {{spec}},
   (SELECT jsonb_build_array(o.step, o.content, o.kind, o.source) FROM observations o
     WHERE o.run_id = r.id AND o.observation_id = 'user-1') AS goal,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(
@@ -83,7 +82,8 @@ SELECT {_RUN_COLUMNS}, r.spec,
             ORDER BY key, version DESC) m) AS preferences
 FROM runs r WHERE r.id = %(run_id)s
 """
-)
+_PLANNING = Compiled.text(_PLANNING_SQL.replace("{spec}", "NULL::jsonb AS spec"))
+_PLANNING_WITH_SPEC = Compiled.text(_PLANNING_SQL.replace("{spec}", "r.spec"))
 
 _POLICY = Compiled.text(
     f"""
@@ -130,11 +130,17 @@ def autocommit(engine: Engine) -> Iterator[Connection]:
 
 
 def load_planning(
-    conn: Connection, run_id: str, *, recent: int, memory_keys: tuple[str, ...]
+    conn: Connection,
+    run_id: str,
+    *,
+    recent: int,
+    memory_keys: tuple[str, ...],
+    with_spec: bool = True,
 ) -> Any:
-    """The run, its goal, its ``recent`` latest observations, its capabilities and the
-    subject's live preferences."""
-    return _PLANNING.first(conn, {"run_id": run_id, "recent": recent, "keys": list(memory_keys)})
+    """The run (its ``spec`` None unless ``with_spec``), its goal, its ``recent`` latest
+    observations, its capabilities and the subject's live preferences; None if no such run."""
+    statement = _PLANNING_WITH_SPEC if with_spec else _PLANNING
+    return statement.first(conn, {"run_id": run_id, "recent": recent, "keys": list(memory_keys)})
 
 
 def load_policy(conn: Connection, run_id: str) -> Any:

@@ -57,6 +57,9 @@ class WarrantSettings(BaseSettings):
     """Allow non-loopback model endpoints (off by default: tests can never call out)."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
+    task_events: bool = True
+    """Workers send task events and producers ``task-sent`` events (what Flower shows). Off,
+    workers still start sending them when Flower (or ``celery control enable_events``) asks."""
 
     @property
     def services_file(self) -> Path:

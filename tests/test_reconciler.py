@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -209,13 +210,25 @@ def test_repeated_proposals_go_to_handoff_when_the_spec_asks(engine, client, wor
 
 
 def test_crash_between_commit_and_publish_is_recovered(engine, client, worker, reconciler_worker):
-    assert worker.crash_file is not None
     run_id = client.start_run(
         sc.spec([sc.search("p1"), sc.final("Three retries.", "tool-1")]), publish=False
     )
-    worker.crash_file.write_text(run_id)  # this run's next planner step dies after its commit
-    client.publisher.planner(run_id, 1)
-    wait_for(lambda: not worker.crash_file.exists(), what="the crash to fire")
+    # The planner task, run by a real process that dies (os._exit) right after its commit and
+    # before its publish: the run's version moved and no message carries it on.
+    died = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from broker.tasks import step_planner; step_planner(sys.argv[1], 1)",
+            run_id,
+        ],
+        env={**os.environ, "WARRANT_CRASH_POINT": "planner:after_commit"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert died.returncode == 70, died.stderr
+    assert facts.events(engine, run_id, "proposal.received")  # the step's commit happened
     info = settle(client, run_id)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
     assert facts.events(engine, run_id, "run.republished")

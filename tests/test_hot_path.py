@@ -1,0 +1,149 @@
+"""The stages' hot path: one read and one write per stage, and a lost compare-and-set writes
+nothing at all (not its events, observation or guarded writes)."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from ledger.models import GrantRow, Run, TraceEvent
+from tests import facts
+
+pytestmark = pytest.mark.services
+
+
+class Recording:
+    """Publisher stand-in: remembers messages; the test delivers them itself."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def planner(self, run_id: str, version: int) -> None:
+        self.sent.append(("planner", {"run_id": run_id, "version": version}))
+
+    def policy(self, run_id: str, version: int) -> None:
+        self.sent.append(("policy", {"run_id": run_id, "version": version}))
+
+    def tool(self, *, run_id: str, version: int, command_id: str, **_: Any) -> None:
+        self.sent.append(("tool", {"run_id": run_id, "version": version, "cid": command_id}))
+
+
+def read_spec(steps: int) -> dict[str, Any]:
+    outputs: list[dict[str, Any]] = [
+        {
+            "kind": "tool",
+            "proposal_id": f"p{i}",
+            "tool": "noop_read",
+            "tool_version": "1",
+            "arguments": {"n": i},
+            "reason_summary": "",
+            "source_observation_ids": [],
+        }
+        for i in range(1, steps + 1)
+    ]
+    outputs.append({"kind": "final", "answer": "done", "citations": [f"tool-{steps}"]})
+    return {
+        "goal": "hot path",
+        "subject": "hot-path",
+        "planner": {"kind": "fixture", "outputs": outputs},
+        "grants": [{"capability": "bench:read"}],
+        "budgets": {"max_steps": steps + 1, "max_tool_calls": steps},
+    }
+
+
+def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
+    import psycopg
+
+    from broker.context import StageContext
+    from broker.stage_planner import planner_step
+    from broker.stage_policy import policy_evaluate
+    from broker.stage_tool import tool_execute
+    from ledger.stores import LedgerToolDeps
+    from tools.registry import default_registry
+
+    publisher = Recording()
+    ctx = StageContext(
+        engine=engine,
+        registry=default_registry(),
+        publisher=publisher,  # type: ignore[arg-type]
+        tool_deps=LedgerToolDeps(engine),
+    )
+    stage = ["setup"]
+    statements: collections.Counter[str] = collections.Counter()
+    execute = psycopg.Cursor.execute
+
+    def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements[stage[0]] += 1
+        return execute(cursor, query, *args, **kwargs)
+
+    calls: collections.Counter[str] = collections.Counter()
+
+    def drive(run_id: str) -> None:
+        publisher.planner(run_id, 1)
+        while publisher.sent:
+            name, m = publisher.sent.pop(0)
+            stage[0] = name
+            calls[name] += 1
+            if name == "planner":
+                planner_step(ctx, m["run_id"], m["version"])
+            elif name == "policy":
+                policy_evaluate(ctx, m["run_id"], m["version"])
+            else:
+                tool_execute(ctx, m["run_id"], m["version"], m["cid"])
+
+    drive(client.start_run(read_spec(1), publish=False))  # warm: pools connected once
+    calls.clear()
+    run_id = client.start_run(read_spec(3), publish=False)
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    drive(run_id)
+    monkeypatch.undo()
+
+    assert client.get_run(run_id).status == "completed"
+    assert dict(calls) == {"planner": 4, "policy": 3, "tool": 3}
+    # planner: load + transition; policy: load + transition; tool: load + start + record.
+    # (The final answer's planner step reads the observations once more to check citations.)
+    assert statements["planner"] == 2 * 4 + 1
+    assert statements["policy"] == 2 * 3
+    assert statements["tool"] == 3 * 3
+    names = [e.event for e in facts.events(engine, run_id)]
+    assert names.count("tool.started") == names.count("tool.completed") == 3
+    seqs = [e.seq for e in facts.events(engine, run_id)]
+    assert seqs == list(range(1, len(seqs) + 1))  # dense: no sequence number lost
+
+
+def test_a_lost_compare_and_set_writes_nothing(engine, client):
+    from ledger.repo import StaleVersion, transition
+    from ledger.steps import autocommit, use_grants
+
+    run_id = client.start_run(read_spec(1), publish=False)
+    with engine.connect() as conn:
+        grant_id = conn.execute(select(GrantRow.id).where(GrantRow.run_id == run_id)).scalar_one()
+
+    def attempt(expected: int) -> int:
+        with autocommit(engine) as conn:
+            return transition(
+                conn,
+                run_id,
+                expected,
+                changes={"phase": "tool"},
+                events=[("test.event", {"n": 1})],
+                step=1,
+                guarded=[use_grants([grant_id])],
+            )
+
+    def state() -> tuple[int, int, int]:
+        with engine.connect() as conn:
+            version = conn.execute(select(Run.version).where(Run.id == run_id)).scalar_one()
+            uses = conn.execute(select(GrantRow.uses).where(GrantRow.id == grant_id)).scalar_one()
+            n = len(conn.execute(select(TraceEvent.id).where(TraceEvent.run_id == run_id)).all())
+        return version, uses, n
+
+    before = state()
+    with pytest.raises(StaleVersion):
+        attempt(before[0] + 5)
+    assert state() == before
+    assert attempt(before[0]) == before[0] + 1
+    assert state() == (before[0] + 1, before[1] + 1, before[2] + 1)
