@@ -24,7 +24,7 @@ from sqlalchemy import (
     func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_column
 
 __all__ = [
     "Artifact",
@@ -83,8 +83,9 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
-        Index("ix_runs_status_updated", "status", "updated_at"),
+        Index("ix_runs_status", "status"),
         Index("ix_runs_created", "created_at"),
+        {"postgresql_with": {"fillfactor": 70}},  # room for HOT updates (migration 0006)
     )
 
 
@@ -300,3 +301,9 @@ class Handoff(Base):
     resolution_reason: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_handoffs_open", "resolved_at"),)
+
+
+# Configure the mappers now, at import, not lazily at a process's first ORM query: that query
+# may run inside a tool, and a soft time limit or a cancel's SIGUSR1 arriving during lazy
+# configuration would leave every mapper of that worker process broken for good.
+configure_mappers()
