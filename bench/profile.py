@@ -17,28 +17,11 @@ import cProfile
 import os
 import pstats
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from bench.__main__ import ENV, warrant_spec
 
 __all__ = ["main"]
-
-
-@dataclass
-class RecordingPublisher:
-    """Publisher stand-in: remembers the next message instead of sending it."""
-
-    sent: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    def planner(self, run_id: str, version: int) -> None:
-        self.sent.append(("planner", {"run_id": run_id, "version": version}))
-
-    def policy(self, run_id: str, version: int) -> None:
-        self.sent.append(("policy", {"run_id": run_id, "version": version}))
-
-    def tool(self, *, run_id: str, version: int, command_id: str, **_: Any) -> None:
-        self.sent.append(("tool", {"run_id": run_id, "version": version, "command_id": command_id}))
 
 
 class Counter:
@@ -80,6 +63,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from broker.context import StageContext
+    from broker.publish import RecordingPublisher
     from broker.stage_planner import planner_step
     from broker.stage_policy import policy_evaluate
     from broker.stage_tool import tool_execute

@@ -9,7 +9,7 @@ from celery import Celery
 
 from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
 
-__all__ = ["Outbox", "Publisher"]
+__all__ = ["Outbox", "Publisher", "RecordingPublisher"]
 
 RUN_HEADER = "warrant_run_id"
 
@@ -58,6 +58,23 @@ class Publisher:
         self.app.control.revoke_by_stamped_headers(
             {RUN_HEADER: run_id}, terminate=terminate, signal="SIGUSR1"
         )
+
+
+class RecordingPublisher:
+    """A stand-in for :class:`Publisher` that remembers messages instead of sending them, so
+    a caller can drive the stages in one process (``python -m bench.profile``, tests)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def planner(self, run_id: str, version: int) -> None:
+        self.sent.append(("planner", {"run_id": run_id, "version": version}))
+
+    def policy(self, run_id: str, version: int) -> None:
+        self.sent.append(("policy", {"run_id": run_id, "version": version}))
+
+    def tool(self, *, run_id: str, version: int, command_id: str, **_: Any) -> None:
+        self.sent.append(("tool", {"run_id": run_id, "version": version, "command_id": command_id}))
 
 
 class Outbox:

@@ -27,29 +27,22 @@ from sqlalchemy.sql.functions import FunctionElement
 from ledger._compiled import Compiled
 from ledger.models import (
     Command,
-    Confirmation,
-    GrantRow,
     Observation,
     OutcomeRow,
-    Proposal,
     Run,
     TraceEvent,
 )
 from runner.canonical import content_hash
 from runner.codes import ObservationKind, Phase, RunStatus
 from runner.spec import Budgets
-from runner.state import ConfirmationView, GrantView, HistoryEntry, ObservationView, RunView
+from runner.state import ObservationView, RunView
 
 __all__ = [
     "NEXT_PROPOSAL_ID",
-    "NOW",
     "Guarded",
     "NewObservation",
     "StaleVersion",
     "append_events",
-    "confirmations_of",
-    "grants_of",
-    "history_of",
     "observations_of",
     "run_view",
     "to_datetime",
@@ -114,54 +107,6 @@ def observations_of(s: Session, run_id: str) -> list[ObservationView]:
     ]
 
 
-def grants_of(s: Session, run_id: str) -> list[GrantView]:
-    rows = s.scalars(select(GrantRow).where(GrantRow.run_id == run_id).order_by(GrantRow.id))
-    return [
-        GrantView(
-            grant_id=g.id,
-            run_id=g.run_id,
-            capability=g.capability,
-            resource_scope=g.resource_scope,
-            expires_at_step=g.expires_at_step,
-            max_uses=g.max_uses,
-            uses=g.uses,
-        )
-        for g in rows
-    ]
-
-
-def confirmations_of(s: Session, run_id: str) -> list[ConfirmationView]:
-    rows = s.scalars(
-        select(Confirmation).where(Confirmation.run_id == run_id).order_by(Confirmation.created_at)
-    )
-    return [
-        ConfirmationView(
-            confirmation_id=c.id,
-            run_id=c.run_id,
-            proposal_hash=c.proposal_hash,
-            tool=c.tool,
-            approved=c.approved,
-            used=c.used,
-            expires_at_step=c.expires_at_step,
-            expires_at=c.expires_at.timestamp(),
-        )
-        for c in rows
-    ]
-
-
-def history_of(s: Session, run_id: str, *, before_step: int) -> list[HistoryEntry]:
-    rows = s.execute(
-        select(Proposal.fingerprint, Proposal.observation_version)
-        .where(
-            Proposal.run_id == run_id,
-            Proposal.step < before_step,
-            Proposal.fingerprint.is_not(None),
-        )
-        .order_by(Proposal.step)
-    ).all()
-    return [HistoryEntry(fingerprint=str(f), observation_version=v) for f, v in rows]
-
-
 def append_events(
     s: Session,
     run_id: str,
@@ -210,8 +155,6 @@ class Guarded:
     params: dict[str, Any]
 
 
-NOW = object()
-"""A change value meaning "the database's ``now()``"."""
 NEXT_PROPOSAL_ID = object()
 """A ``pending_proposal_id`` value: a new proposal id, which a guarded
 :func:`ledger.steps.insert_proposal` in the same transition uses for its row."""
@@ -346,7 +289,7 @@ def transition(
 
 
 def _kind(value: Any) -> str:
-    if value is NOW or (isinstance(value, FunctionElement) and getattr(value, "name", "") == "now"):
+    if isinstance(value, FunctionElement) and getattr(value, "name", "") == "now":
         return "now"
     return "next_proposal_id" if value is NEXT_PROPOSAL_ID else "bind"
 

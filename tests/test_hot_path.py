@@ -15,22 +15,6 @@ from tests import facts
 pytestmark = pytest.mark.services
 
 
-class Recording:
-    """Publisher stand-in: remembers messages; the test delivers them itself."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    def planner(self, run_id: str, version: int) -> None:
-        self.sent.append(("planner", {"run_id": run_id, "version": version}))
-
-    def policy(self, run_id: str, version: int) -> None:
-        self.sent.append(("policy", {"run_id": run_id, "version": version}))
-
-    def tool(self, *, run_id: str, version: int, command_id: str, **_: Any) -> None:
-        self.sent.append(("tool", {"run_id": run_id, "version": version, "cid": command_id}))
-
-
 def read_spec(steps: int) -> dict[str, Any]:
     outputs: list[dict[str, Any]] = [
         {
@@ -58,13 +42,14 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
     import psycopg
 
     from broker.context import StageContext
+    from broker.publish import RecordingPublisher
     from broker.stage_planner import planner_step
     from broker.stage_policy import policy_evaluate
     from broker.stage_tool import tool_execute
     from ledger.stores import LedgerToolDeps
     from tools.registry import default_registry
 
-    publisher = Recording()
+    publisher = RecordingPublisher()
     ctx = StageContext(
         engine=engine,
         registry=default_registry(),
@@ -92,7 +77,7 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
             elif name == "policy":
                 policy_evaluate(ctx, m["run_id"], m["version"])
             else:
-                tool_execute(ctx, m["run_id"], m["version"], m["cid"])
+                tool_execute(ctx, m["run_id"], m["version"], m["command_id"])
 
     drive(client.start_run(read_spec(1), publish=False))  # warm: pools connected once
     calls.clear()
