@@ -21,7 +21,7 @@ from ledger.repo import (
     run_view,
     transition,
 )
-from ledger.steps import autocommit, insert_proposal, insert_proposal_plain, load_planning
+from ledger.steps import autocommit, insert_proposal, load_planning
 from runner.codes import (
     ObservationKind,
     ObservationSource,
@@ -215,7 +215,7 @@ def _record_proposal(
             events=[built, received],
             step=step,
             proposal_id=decision.proposal_id,
-            guarded=[insert_proposal(proposal)],
+            guarded=[insert_proposal(proposal, pending=True)],
         )
         return "forwarded", lambda: ctx.publisher.policy(run_id, new_version)
     if isinstance(decision, Complete):
@@ -238,7 +238,7 @@ def _record_proposal(
         changes={**counters, **stop_changes(stop)},
         events=[built, received, *extra, *stop_events(view, stop, step=step, counters=counters)],
         step=step,
-        guarded=[insert_proposal_plain(proposal)],
+        guarded=[insert_proposal(proposal)],
     )
     return result, None
 
@@ -292,7 +292,7 @@ def _invalid_output(
             step + POLICY_OBSERVATION_TTL_STEPS,
         ),
         guarded=[
-            insert_proposal_plain(
+            insert_proposal(
                 {
                     "run_id": run_id,
                     "step": step,

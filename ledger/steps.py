@@ -43,7 +43,6 @@ __all__ = [
     "insert_command",
     "insert_outcome",
     "insert_proposal",
-    "insert_proposal_plain",
     "load_planning",
     "load_policy",
     "load_tool",
@@ -256,6 +255,8 @@ def history_from(rows: list[list[Any]]) -> list[HistoryEntry]:
 
 
 def _insert(table: Any, values: dict[str, Any], prefix: str, *, id_column: str | None = None):
+    """A builder for an ``INSERT ... SELECT`` of one row from the CAS result; with
+    ``id_column``, the row's id is that column of the CAS result."""
     keys = tuple(sorted(values))
 
     def build(cas: Any) -> Any:
@@ -268,7 +269,7 @@ def _insert(table: Any, values: dict[str, Any], prefix: str, *, id_column: str |
             names, select(*cols).select_from(cas), include_defaults=False
         )
 
-    return keys, build
+    return build
 
 
 def _guarded(shape: str, build: Any, prefix: str, values: dict[str, Any]) -> Guarded:
@@ -285,22 +286,15 @@ def _cached(shape: str, factory: Any) -> Any:
     return build
 
 
-def insert_proposal(values: dict[str, Any]) -> Guarded:
-    """The step's proposal; its id is the run's new ``pending_proposal_id`` (pass
-    ``NEXT_PROPOSAL_ID`` for that change)."""
+def insert_proposal(values: dict[str, Any], *, pending: bool = False) -> Guarded:
+    """The step's proposal. ``pending``: its id is the run's new ``pending_proposal_id``
+    (pass ``NEXT_PROPOSAL_ID`` for that change); otherwise it gets its own id (refused,
+    final or stopping proposals)."""
     table: Any = Proposal.__table__
     keys = tuple(sorted(values))
-    shape = "proposal.insert:" + ",".join(keys)
-    build = _cached(shape, lambda: _insert(table, values, "p_", id_column="pending_proposal_id")[1])
-    return _guarded(shape, build, "p_", values)
-
-
-def insert_proposal_plain(values: dict[str, Any]) -> Guarded:
-    """A proposal that does not become pending (refused, final or stopping)."""
-    table: Any = Proposal.__table__
-    keys = tuple(sorted(values))
-    shape = "proposal.insert-plain:" + ",".join(keys)
-    build = _cached(shape, lambda: _insert(table, values, "p_")[1])
+    shape = f"proposal.insert:{pending}:" + ",".join(keys)
+    id_column = "pending_proposal_id" if pending else None
+    build = _cached(shape, lambda: _insert(table, values, "p_", id_column=id_column))
     return _guarded(shape, build, "p_", values)
 
 
@@ -335,7 +329,7 @@ def update_proposal(pk: int, values: dict[str, Any]) -> Guarded:
 def insert_command(values: dict[str, Any]) -> Guarded:
     table: Any = Command.__table__
     shape = "command.insert:" + ",".join(sorted(values))
-    build = _cached(shape, lambda: _insert(table, values, "ci_")[1])
+    build = _cached(shape, lambda: _insert(table, values, "ci_"))
     return _guarded(shape, build, "ci_", values)
 
 
@@ -353,7 +347,7 @@ def insert_outcome(values: dict[str, Any]) -> Guarded:
     shape = "outcome.insert:" + ",".join(keys)
 
     def factory() -> Any:
-        base = _insert(table, values, "oi_")[1]
+        base = _insert(table, values, "oi_")
         return lambda cas: base(cas).on_conflict_do_nothing(
             constraint="uq_outcomes_command_attempt"
         )
