@@ -78,8 +78,6 @@ class _Snapshot:
     version: int
     step: int
     proposal_id: str
-    tool: str
-    tool_version: str
     arguments: dict[str, Any]
     token: str
     attempt: int
@@ -98,8 +96,6 @@ def _snapshot(row: Any, *, attempt: int) -> _Snapshot:
         version=row.version,
         step=row.cmd_step,
         proposal_id=row.cmd_proposal_id,
-        tool=row.cmd_tool,
-        tool_version=row.cmd_tool_version,
         arguments=dict(row.cmd_arguments),
         token=row.cmd_token,
         attempt=attempt,

@@ -127,7 +127,6 @@ class WorkerProcess:
         self.log = log
         self.command = command
         self.env = {**os.environ, **(env or {})}
-        self.crash_file: Path | None = None
         self.proc = self._spawn()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
@@ -178,16 +177,10 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
     ]
     logs = tmp_path_factory.mktemp("logs")
     log = logs / "worker.log"
-    # A one-shot crash point between commit and publish, armed by creating the file.
-    crash = {
-        "WARRANT_CRASH_POINT": "planner:after_commit",
-        "WARRANT_CRASH_ONCE_FILE": str(logs / "crash-once"),
-    }
     prices = {
         "WARRANT_MODEL_PRICES": '{"priced-model": {"prompt_per_1k": 0.5, "completion_per_1k": 1.0}}'
     }
-    proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log, env={**crash, **prices})
-    proc.crash_file = logs / "crash-once"
+    proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log, env=prices)
     try:
         proc.wait_ready()
         yield proc
