@@ -39,6 +39,7 @@ from sqlalchemy import text  # noqa: E402
 
 from ledger.db import engine_for  # noqa: E402
 from ledger.migrate import upgrade  # noqa: E402
+from runner.scenarios import read_steps  # noqa: E402
 
 LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
 
@@ -155,34 +156,6 @@ def baseline_step_latencies(run_id: str) -> list[float]:
 # --- warrant ---------------------------------------------------------------------------------
 
 
-def warrant_spec(steps: int, tool: str = "noop_read", **extra: Any) -> dict[str, Any]:
-    outputs = [
-        {
-            "kind": "tool",
-            "proposal_id": f"p{i}",
-            "tool": tool,
-            "tool_version": "1",
-            "arguments": {"n": i, **extra},
-            "reason_summary": "",
-            "source_observation_ids": [],
-        }
-        for i in range(1, steps + 1)
-    ]
-    outputs.append({"kind": "final", "answer": "done", "citations": [f"tool-{steps}"]})
-    return {
-        "goal": "bench",
-        "subject": "bench",
-        "planner": {"kind": "fixture", "outputs": outputs},
-        "grants": [{"capability": "bench:read"}],
-        "budgets": {
-            "max_steps": steps + 1,
-            "max_model_calls": steps + 1,
-            "max_tool_calls": steps,
-            "deadline_s": 3600,
-        },
-    }
-
-
 def warrant_step_latencies(run_id: str) -> list[float]:
     with engine_for(ENV["WARRANT_DATABASE_URL"]).connect() as conn:
         rows = (
@@ -281,13 +254,13 @@ def main() -> None:
     w.start("broker.app", ["tool.noop_read"], 1, "tool")
     w.wait_ready(warrant_app, ["planner", "policy", "tool"])
     with console.status("warrant: one run"):
-        rid = client.start_run(warrant_spec(steps))
+        rid = client.start_run(read_steps(steps))
         warrant_wait(client, [rid])
         lat = warrant_step_latencies(rid)
         results["w_p50"], results["w_p95"] = _pct(lat, 0.5), _pct(lat, 0.95)
     with console.status(f"warrant: {runs} concurrent runs"):
         t0 = time.perf_counter()
-        rids = [client.start_run(warrant_spec(run_steps)) for _ in range(runs)]
+        rids = [client.start_run(read_steps(run_steps)) for _ in range(runs)]
         warrant_wait(client, rids)
         results["w_tput"] = runs * run_steps / (time.perf_counter() - t0)
     with console.status(f"warrant: memory over {mem_steps} steps"):
@@ -295,7 +268,7 @@ def main() -> None:
         done = 0
         rss_mid: list[float] = []
         while done < mem_steps:
-            batch = [client.start_run(warrant_spec(100)) for _ in range(10)]
+            batch = [client.start_run(read_steps(100)) for _ in range(10)]
             warrant_wait(client, batch)
             done += 1000
             if not rss_mid and done >= mem_steps // 10:
@@ -315,7 +288,7 @@ def main() -> None:
             per_run = 5
             t0 = time.perf_counter()
             rids = [
-                client.start_run(warrant_spec(per_run, tool="sleep_read", ms=100))
+                client.start_run(read_steps(per_run, tool="sleep_read", ms=100))
                 for _ in range(calls // per_run)
             ]
             warrant_wait(client, rids)

@@ -19,7 +19,8 @@ import pstats
 import time
 from typing import Any
 
-from bench.__main__ import ENV, warrant_spec
+from bench.__main__ import ENV
+from runner.scenarios import read_steps
 
 __all__ = ["main"]
 
@@ -85,7 +86,7 @@ def main() -> None:
     )
     counter = Counter()
     client = Client(engine=engine, publisher=publisher)  # type: ignore[arg-type]
-    run_id = client.start_run(warrant_spec(args.steps))
+    run_id = client.start_run(read_steps(args.steps))
     stages = {
         "planner": lambda m: planner_step(ctx, m["run_id"], m["version"]),
         "policy": lambda m: policy_evaluate(ctx, m["run_id"], m["version"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SCENARIOS", "Scenario", "final", "search"]
+__all__ = ["SCENARIOS", "Scenario", "final", "read_steps", "search"]
 
 GOAL = "What happens after automatic retries are exhausted?"
 SEARCH_GRANT = {"capability": "search:public", "resource_scope": "public"}
@@ -36,6 +36,31 @@ def spec(
         "grants": [SEARCH_GRANT] if grants is None else grants,
         "budgets": budgets,
     }
+
+
+def read_steps(steps: int, *, tool: str = "noop_read", **arguments: Any) -> dict[str, Any]:
+    """A run of ``steps`` calls of a demo read tool (``noop_read``, or ``sleep_read`` with
+    ``ms=``), then a final answer citing the last: the benchmark's and hot-path tests' run."""
+    outputs = [
+        {
+            "kind": "tool",
+            "proposal_id": f"p{i}",
+            "tool": tool,
+            "tool_version": "1",
+            "arguments": {"n": i, **arguments},
+            "reason_summary": "",
+            "source_observation_ids": [],
+        }
+        for i in range(1, steps + 1)
+    ]
+    return spec(
+        [*outputs, final("done", f"tool-{steps}")],
+        grants=[{"capability": "bench:read"}],
+        max_steps=steps + 1,
+        max_model_calls=steps + 1,
+        max_tool_calls=steps,
+        deadline_s=3600,
+    )
 
 
 class Scenario(dict[str, Any]):

@@ -10,32 +10,10 @@ import pytest
 from sqlalchemy import select
 
 from ledger.models import GrantRow, Run, TraceEvent
+from runner.scenarios import read_steps
 from tests import facts
 
 pytestmark = pytest.mark.services
-
-
-def read_spec(steps: int) -> dict[str, Any]:
-    outputs: list[dict[str, Any]] = [
-        {
-            "kind": "tool",
-            "proposal_id": f"p{i}",
-            "tool": "noop_read",
-            "tool_version": "1",
-            "arguments": {"n": i},
-            "reason_summary": "",
-            "source_observation_ids": [],
-        }
-        for i in range(1, steps + 1)
-    ]
-    outputs.append({"kind": "final", "answer": "done", "citations": [f"tool-{steps}"]})
-    return {
-        "goal": "hot path",
-        "subject": "hot-path",
-        "planner": {"kind": "fixture", "outputs": outputs},
-        "grants": [{"capability": "bench:read"}],
-        "budgets": {"max_steps": steps + 1, "max_tool_calls": steps},
-    }
 
 
 def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
@@ -79,9 +57,9 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
             else:
                 tool_execute(ctx, m["run_id"], m["version"], m["command_id"])
 
-    drive(client.start_run(read_spec(1), publish=False))  # warm: pools connected once
+    drive(client.start_run(read_steps(1), publish=False))  # warm: pools connected once
     calls.clear()
-    run_id = client.start_run(read_spec(3), publish=False)
+    run_id = client.start_run(read_steps(3), publish=False)
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
     drive(run_id)
     monkeypatch.undo()
@@ -103,7 +81,7 @@ def test_a_lost_compare_and_set_writes_nothing(engine, client):
     from ledger.repo import StaleVersion, transition
     from ledger.steps import autocommit, use_grants
 
-    run_id = client.start_run(read_spec(1), publish=False)
+    run_id = client.start_run(read_steps(1), publish=False)
     with engine.connect() as conn:
         grant_id = conn.execute(select(GrantRow.id).where(GrantRow.run_id == run_id)).scalar_one()
 
