@@ -90,7 +90,9 @@ def main() -> None:
     stages = {
         "planner": lambda m: planner_step(ctx, m["run_id"], m["version"]),
         "policy": lambda m: policy_evaluate(ctx, m["run_id"], m["version"]),
-        "tool": lambda m: tool_execute(ctx, m["run_id"], m["version"], m["command_id"]),
+        "tool": lambda m: tool_execute(
+            ctx, m["run_id"], m["version"], m["command_id"], tool=m["tool"]
+        ),
     }
     elapsed: collections.Counter[str] = collections.Counter()
     calls: collections.Counter[str] = collections.Counter()

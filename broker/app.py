@@ -39,6 +39,10 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
         except Exception:
             broker_url = DEFAULT_BROKER_URL
     celery = Celery("warrant", broker=broker_url, include=["broker.tasks"])
+    if broker_url.startswith("redis://"):
+        from broker._redis_transport import TRANSPORT
+
+        celery.conf.broker_transport = TRANSPORT
     celery.conf.update(
         task_serializer="json",
         accept_content=["json"],

@@ -1,7 +1,7 @@
 """Tool stage: execute one command at most once per logical action, record a typed outcome.
 
-Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``); a read goes
-``issued -> completed`` in one statement, its start written with its outcome. A redelivery
+Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``). The common
+case is two statements: the claim (load and start) and the record. A redelivery
 that finds an outcome only re-emits the continuation; one that finds ``started`` without an
 outcome re-invokes only tools that are safe to re-invoke with the same idempotency token and
 records ``unknown`` for the others (the reconciler resolves it).
@@ -23,7 +23,7 @@ from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
 from broker.transitions import reissue_command, stop_changes, stop_events
-from ledger.db import relaxed, session_scope
+from ledger.db import session_scope
 from ledger.models import Command, Run
 from ledger.repo import (
     NewObservation,
@@ -36,6 +36,7 @@ from ledger.repo import (
 )
 from ledger.steps import (
     autocommit,
+    claim_command,
     complete_command,
     discard_command,
     insert_outcome,
@@ -109,14 +110,46 @@ def _snapshot(row: Any, *, attempt: int) -> _Snapshot:
 
 
 def tool_execute(
-    ctx: StageContext, run_id: str, version: int, command_id: str, *, worker: str | None = None
+    ctx: StageContext,
+    run_id: str,
+    version: int,
+    command_id: str,
+    *,
+    worker: str | None = None,
+    tool: str | None = None,
 ) -> str:
-    """One read (run and command) and one write (outcome, command and transition).
+    """Claim the command, run the tool, record the outcome: two statements in the common case.
 
     A tool with an effect (any side effect but ``read``) gets ``started`` committed before it
     runs: a delivery that finds it started and unfinished re-invokes it with the same token
     only if that is safe, and records ``unknown`` otherwise; the reconciler finds it by its
-    lease. A read has no effect to protect: a lost delivery simply runs it again."""
+    lease. A read has no effect to protect: its start does not wait for the WAL flush (a lost
+    start simply runs the read again). ``tool`` is the message's tool name; without it the
+    start is durable."""
+    # A read's start is only informational (re-running it is harmless): its commit does not
+    # wait for the WAL flush. Any other start is the durable intent before the effect.
+    read = tool is not None and _only_reads(ctx, tool)
+    with autocommit(ctx.engine, relaxed=read) as conn:
+        row = claim_command(
+            conn, run_id=run_id, version=version, command_id=command_id, worker=worker
+        )
+    if row is not None:
+        found = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
+        assert found is not None, "the gate only issues commands for registered tools"
+        return _execute(ctx, found, _snapshot(row, attempt=row.cmd_attempts))
+    return _redelivered(ctx, run_id, version, command_id, worker=worker)
+
+
+def _only_reads(ctx: StageContext, name: str) -> bool:
+    versions = ctx.registry.by_name(name)
+    return bool(versions) and all(t.side_effect is SideEffect.READ for t in versions)
+
+
+def _redelivered(
+    ctx: StageContext, run_id: str, version: int, command_id: str, *, worker: str | None
+) -> str:
+    """The claim found nothing to start: a duplicate or late delivery, a stopped run, or a
+    started command whose tool may (or may not) be re-invoked."""
     with autocommit(ctx.engine) as conn:
         row = load_tool(conn, run_id, command_id)
     if row is None:
@@ -135,10 +168,7 @@ def tool_execute(
         return "ignored"
     tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
     assert tool is not None, "the gate only issues commands for registered tools"
-    # A read's start is only informational (re-running it is harmless): its commit does not
-    # wait for the WAL flush. Any other start is the durable intent before the effect.
-    read = tool.side_effect is SideEffect.READ
-    with autocommit(relaxed(ctx.engine) if read else ctx.engine) as conn:
+    with autocommit(ctx.engine) as conn:
         attempt = start_command(
             conn,
             run_id=run_id,
@@ -159,10 +189,13 @@ def tool_execute(
             trigger="worker-lost",
         )
         return _record(ctx, _snapshot(row, attempt=row.cmd_attempts), tool, lost)
-    snapshot = _snapshot(row, attempt=attempt)
+    return _execute(ctx, tool, _snapshot(row, attempt=attempt))
+
+
+def _execute(ctx: StageContext, tool: Tool[Any, Any], snapshot: _Snapshot) -> str:
     with telemetry.span(
         "tool.execute",
-        run_id=run_id,
+        run_id=snapshot.run_id,
         proposal_id=snapshot.proposal_id,
         tool=tool.name,
         attempt=snapshot.attempt,

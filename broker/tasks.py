@@ -100,7 +100,7 @@ def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: st
             "tool",
             run_id,
             version,
-            lambda c: tool_execute(c, run_id, version, command_id, worker=worker),
+            lambda c: tool_execute(c, run_id, version, command_id, worker=worker, tool=tool),
         )
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,

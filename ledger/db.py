@@ -9,7 +9,14 @@ from contextlib import contextmanager
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["engine_for", "normalize_url", "relaxed", "reset_engines", "session_scope"]
+__all__ = [
+    "DEFAULT_AUTOCOMMIT_POOL",
+    "autocommit_engine",
+    "engine_for",
+    "normalize_url",
+    "reset_engines",
+    "session_scope",
+]
 
 _ENGINES: dict[tuple[int, str], Engine] = {}
 _FACTORIES: dict[Engine, sessionmaker[Session]] = {}
@@ -39,22 +46,34 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
-_RELAXED: dict[Engine, Engine] = {}
+_AUTOCOMMIT: dict[tuple[Engine, bool], Engine] = {}
+
+#: Connections of an autocommit engine (per process and database; the stages hold one at a
+#: time, a tool's own ledger reads a second).
+DEFAULT_AUTOCOMMIT_POOL = 2
 
 
-def relaxed(engine: Engine) -> Engine:
-    """An engine on the same database whose commits do not wait for the WAL flush
-    (``synchronous_commit=off``), for writes that are only informational: if the server
-    crashes, the last ones may be lost, never half-applied. The next ordinary commit flushes
-    them too. Never use it for a write whose loss could repeat an effect."""
-    other = _RELAXED.get(engine)
+def autocommit_engine(engine: Engine, *, relaxed: bool = False) -> Engine:
+    """An engine on the same database whose connections are in autocommit mode for good (each
+    statement is its own transaction; no mode switch and reset on every checkout), with its
+    own small pool.
+
+    ``relaxed``: its commits also do not wait for the WAL flush (``synchronous_commit=off``),
+    for writes that are only informational: if the server crashes, the last ones may be lost,
+    never half-applied, and the next ordinary commit flushes them too. Never use it for a
+    write whose loss could repeat an effect."""
+    key = (engine, relaxed)
+    other = _AUTOCOMMIT.get(key)
     if other is None:
-        other = _RELAXED[engine] = create_engine(
+        options = {"options": "-c synchronous_commit=off"} if relaxed else {}
+        other = _AUTOCOMMIT[key] = create_engine(
             engine.url,
-            pool_size=2,
-            max_overflow=3,
+            isolation_level="AUTOCOMMIT",
+            pool_size=DEFAULT_AUTOCOMMIT_POOL,
+            max_overflow=8,
             pool_recycle=1800,
-            connect_args={"options": "-c synchronous_commit=off"},
+            pool_reset_on_return=None,  # autocommit: no transaction is ever left open
+            connect_args=options,
         )
     return other
 
@@ -65,9 +84,9 @@ def reset_engines() -> None:
         if pid != os.getpid():
             engine.dispose(close=False)
     _ENGINES.clear()
-    for engine in list(_RELAXED.values()):
+    for engine in list(_AUTOCOMMIT.values()):
         engine.dispose(close=False)
-    _RELAXED.clear()
+    _AUTOCOMMIT.clear()
 
 
 @contextmanager

@@ -29,12 +29,14 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from ledger._compiled import Compiled
+from ledger.db import autocommit_engine
 from ledger.models import Command, Confirmation, GrantRow, OutcomeRow, Proposal
 from ledger.repo import Guarded
 from runner.state import ConfirmationView, GrantView, HistoryEntry
 
 __all__ = [
     "autocommit",
+    "claim_command",
     "complete_command",
     "confirmations_from",
     "discard_command",
@@ -59,6 +61,14 @@ _RUN_COLUMNS = """
     r.tool_calls_by_tool, r.observation_version, r.tokens_used, r.cost_used, r.trace_seq,
     r.subject, r.deadline_at, r.pending_proposal_id, r.active_command_id,
     r.spec -> 'budgets' AS budgets
+"""
+
+_CMD_COLUMNS = """
+  c.id AS cmd_id, c.step AS cmd_step, c.proposal_id AS cmd_proposal_id, c.tool AS cmd_tool,
+  c.tool_version AS cmd_tool_version, c.arguments AS cmd_arguments,
+  c.idempotency_token AS cmd_token, c.status AS cmd_status, c.attempts AS cmd_attempts,
+  c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
+  c.confirmation_id AS cmd_confirmation_id
 """
 
 _PLANNING_SQL = f"""
@@ -109,12 +119,7 @@ version (versions only grow, so those are the history's suffix; see ``runner.pol
 
 _TOOL = Compiled.text(
     f"""
-SELECT {_RUN_COLUMNS},
-  c.id AS cmd_id, c.step AS cmd_step, c.proposal_id AS cmd_proposal_id, c.tool AS cmd_tool,
-  c.tool_version AS cmd_tool_version, c.arguments AS cmd_arguments,
-  c.idempotency_token AS cmd_token, c.status AS cmd_status, c.attempts AS cmd_attempts,
-  c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
-  c.confirmation_id AS cmd_confirmation_id
+SELECT {_RUN_COLUMNS}, {_CMD_COLUMNS}
 FROM runs r JOIN commands c ON c.run_id = r.id
 WHERE r.id = %(run_id)s AND c.id = %(command_id)s
 """
@@ -122,10 +127,11 @@ WHERE r.id = %(run_id)s AND c.id = %(command_id)s
 
 
 @contextmanager
-def autocommit(engine: Engine) -> Iterator[Connection]:
-    """A pooled connection in autocommit mode: each statement is its own transaction."""
-    with engine.connect() as conn:
-        yield conn.execution_options(isolation_level="AUTOCOMMIT")
+def autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connection]:
+    """A pooled connection in autocommit mode: each statement is its own transaction
+    (``relaxed``: see :func:`ledger.db.autocommit_engine`)."""
+    with autocommit_engine(engine, relaxed=relaxed).connect() as conn:
+        yield conn
 
 
 def load_planning(
@@ -204,6 +210,46 @@ def start_command(
         },
     )
     return None if row is None else int(row.attempts)
+
+
+_CLAIM = Compiled.text(
+    f"""
+WITH c AS (
+  UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
+         worker = CAST(%(worker)s AS varchar)
+   WHERE c.id = %(command_id)s AND c.run_id = %(run_id)s AND c.status = 'issued'
+     AND EXISTS (SELECT 1 FROM runs r
+                  WHERE r.id = %(run_id)s AND r.version = %(version)s AND r.status = 'running')
+  RETURNING {_CMD_COLUMNS}
+), r AS (
+  UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM c WHERE r.id = %(run_id)s
+  RETURNING {_RUN_COLUMNS}
+), event AS (
+  INSERT INTO trace_events (run_id, seq, event, step, proposal_id, details)
+  SELECT r.id, r.trace_seq, 'tool.started', c.cmd_step, c.cmd_proposal_id,
+         jsonb_build_object(
+           'tool', c.cmd_tool, 'version', c.cmd_tool_version, 'attempt', c.cmd_attempts,
+           'timeout_s', round(c.cmd_timeout_s::numeric, 3),
+           'idempotency_key_hash',
+           left(encode(sha256(convert_to(c.cmd_token, 'UTF8')), 'hex'), 16))
+    FROM c, r
+)
+SELECT r.*, c.* FROM r, c
+"""
+)
+
+
+def claim_command(
+    conn: Connection, *, run_id: str, version: int, command_id: str, worker: str | None
+) -> Any:
+    """The common case of :func:`load_tool` and :func:`start_command` in one statement: if
+    the run is running at ``version`` and the command is ``issued``, mark it ``started``
+    (attempt + 1, ``tool.started`` traced) and return the run and the command as
+    :func:`load_tool` does (``cmd_attempts`` is the new attempt). None otherwise: nothing
+    was written, and the caller sorts the case out with :func:`load_tool`."""
+    return _CLAIM.first(
+        conn, {"run_id": run_id, "version": version, "command_id": command_id, "worker": worker}
+    )
 
 
 _DISCARD = Compiled.text(

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ledger.models import GrantRow, Run, TraceEvent
+from ledger.models import Command, GrantRow, Run, TraceEvent
+from runner.canonical import sha256_hex
 from runner.scenarios import read_steps
 from tests import facts
 
@@ -55,7 +56,7 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
             elif name == "policy":
                 policy_evaluate(ctx, m["run_id"], m["version"])
             else:
-                tool_execute(ctx, m["run_id"], m["version"], m["command_id"])
+                tool_execute(ctx, m["run_id"], m["version"], m["command_id"], tool=m["tool"])
 
     drive(client.start_run(read_steps(1), publish=False))  # warm: pools connected once
     calls.clear()
@@ -66,13 +67,23 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
 
     assert client.get_run(run_id).status == "completed"
     assert dict(calls) == {"planner": 4, "policy": 3, "tool": 3}
-    # planner: load + transition; policy: load + transition; tool: load + start + record.
+    # planner: load + transition; policy: load + transition; tool: claim + record.
     # (The final answer's planner step reads the observations once more to check citations.)
     assert statements["planner"] == 2 * 4 + 1
     assert statements["policy"] == 2 * 3
-    assert statements["tool"] == 3 * 3
+    assert statements["tool"] == 2 * 3
     names = [e.event for e in facts.events(engine, run_id)]
     assert names.count("tool.started") == names.count("tool.completed") == 3
+    # the claim computes the token's hash in SQL: the same as the rest of the trace
+    with engine.connect() as conn:
+        tokens = dict(
+            conn.execute(
+                select(Command.step, Command.idempotency_token).where(Command.run_id == run_id)
+            ).all()
+        )
+    for started in facts.events(engine, run_id, "tool.started"):
+        assert started.details["idempotency_key_hash"] == sha256_hex(tokens[started.step])[:16]
+        assert started.details["attempt"] == 1
     seqs = [e.seq for e in facts.events(engine, run_id)]
     assert seqs == list(range(1, len(seqs) + 1))  # dense: no sequence number lost
 
@@ -110,3 +121,39 @@ def test_a_lost_compare_and_set_writes_nothing(engine, client):
     assert state() == before
     assert attempt(before[0]) == before[0] + 1
     assert state() == (before[0] + 1, before[1] + 1, before[2] + 1)
+
+
+def test_redis_broker_reuses_one_client_per_channel(services):
+    """kombu builds a Redis client per publish and per ack; warrant's transport builds one
+    per channel, and the messages still arrive."""
+    if not (services.broker_url or "").startswith("redis://"):
+        pytest.skip("the broker under test is not Redis")
+    import redis
+
+    from broker.app import make_app
+    from runner.settings import WarrantSettings
+
+    app = make_app(WarrantSettings(broker_url=services.broker_url))
+    assert app.conf.broker_transport == "broker._redis_transport:Transport"
+    queue = "warrant-transport-test"  # nobody consumes it
+    backlog = redis.Redis.from_url(services.broker_url)
+    backlog.delete(queue)
+    clients = []
+    try:
+        with app.producer_or_acquire() as producer:
+            for n in range(3):
+                producer.publish({"n": n}, exchange="", routing_key=queue, serializer="json")
+                with producer.channel.conn_or_acquire() as client:
+                    clients.append(client)
+        assert clients[0] is clients[1] is clients[2]
+        assert backlog.llen(queue) == 3
+    finally:
+        backlog.delete(queue)
+
+
+def test_other_brokers_keep_their_stock_transport():
+    from broker.app import make_app
+    from runner.settings import WarrantSettings
+
+    app = make_app(WarrantSettings(broker_url="amqp://guest:guest@127.0.0.1:5672//"))
+    assert app.conf.broker_transport is None
