@@ -3,8 +3,9 @@
     python -m bench [--quick] [--events]
 
 Both use the same Redis and PostgreSQL and the same worker layout (one prefork process per
-stage queue). Prints a table with ratios warrant/baseline, tool-bound scaling with 1-8 tool
-processes, and the memory of worker processes after many steps.
+stage queue), and run side by side in alternating rounds (a drift in the machine's speed
+weighs on both alike). Prints a table with ratios warrant/baseline, tool-bound scaling with
+1-8 tool processes, and the memory of worker processes after many steps.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import itertools
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -22,6 +24,9 @@ from typing import Any
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/warrant_bench"
 DEFAULT_BROKER = "redis://127.0.0.1:6379/13"
+#: Alternating rounds of the side-by-side measures (latency: pooled over rounds; throughput:
+#: the median round).
+ROUNDS = 4
 
 
 def _env() -> dict[str, str]:
@@ -196,8 +201,8 @@ def main() -> None:
     events = "1" if args.events else "0"
     ENV["WARRANT_TASK_EVENTS"] = ENV["BENCH_TASK_EVENTS"] = events
     os.environ["WARRANT_TASK_EVENTS"] = os.environ["BENCH_TASK_EVENTS"] = events
-    steps, runs, run_steps, calls, mem_steps = (
-        (20, 10, 5, 40, 1000) if args.quick else (100, 50, 20, 200, 10_000)
+    steps, runs, run_steps, calls, mem_steps, rounds = (
+        (20, 10, 5, 40, 1000, 1) if args.quick else (100, 50, 20, 200, 10_000, ROUNDS)
     )
 
     import psycopg
@@ -225,44 +230,71 @@ def main() -> None:
     client = Client(
         engine=engine_for(ENV["WARRANT_DATABASE_URL"]), publisher=Publisher(warrant_app)
     )
-    results: dict[str, Any] = {}
-
-    # 1. baseline
+    # 1. both pipelines side by side, in alternating rounds: this machine's speed drifts (a
+    # shared VM), and a drift then weighs on both the same.
     w = Workers()
     for q in baseline.QUEUES:
         w.start("bench.baseline", [q], 1, q.replace(".", "-"))
+    w.start("broker.app", ["planner"], 1, "planner")
+    w.start("broker.app", ["policy"], 1, "policy")
+    w.start("broker.app", ["tool.noop_read"], 1, "tool")
     w.wait_ready(baseline.app, [q.replace(".", "-") for q in baseline.QUEUES])
-    with console.status("baseline: one run"):
+    w.wait_ready(warrant_app, ["planner", "policy", "tool"])
+    warrant_wait(client, [client.start_run(read_steps(5))])  # connect the pools once
+    baseline_run("b-warm", 5)
+    baseline_wait(["b-warm"])
+    lat: dict[str, list[float]] = {"base": [], "warrant": []}
+    tput: dict[str, list[float]] = {"base": [], "warrant": []}
+
+    def base_latency() -> None:
         rid = f"b-{uuid.uuid4().hex[:8]}"
         baseline_run(rid, steps)
         baseline_wait([rid])
-        lat = baseline_step_latencies(rid)
-        results["base_p50"], results["base_p95"] = _pct(lat, 0.5), _pct(lat, 0.95)
-    with console.status(f"baseline: {runs} concurrent runs"):
+        lat["base"] += baseline_step_latencies(rid)
+
+    def warrant_latency() -> None:
+        rid = client.start_run(read_steps(steps))
+        warrant_wait(client, [rid])
+        lat["warrant"] += warrant_step_latencies(rid)
+
+    def base_throughput() -> None:
         rids = [f"b-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
         t0 = time.perf_counter()
         for r in rids:
             baseline_run(r, run_steps)
         baseline_wait(rids)
-        results["base_tput"] = runs * run_steps / (time.perf_counter() - t0)
+        tput["base"].append(runs * run_steps / (time.perf_counter() - t0))
+
+    def warrant_throughput() -> None:
+        t0 = time.perf_counter()
+        rids = [client.start_run(read_steps(run_steps)) for _ in range(runs)]
+        warrant_wait(client, rids)
+        tput["warrant"].append(runs * run_steps / (time.perf_counter() - t0))
+
+    for i in range(rounds):
+        order = [base_latency, warrant_latency, base_throughput, warrant_throughput]
+        if i % 2:  # ABBA: neither pipeline always goes first
+            order = [warrant_latency, base_latency, warrant_throughput, base_throughput]
+        with console.status(f"round {i + 1}/{rounds}: latency and throughput, both pipelines"):
+            for measure in order:
+                measure()
+    results: dict[str, Any] = {
+        "base_p50": _pct(lat["base"], 0.5),
+        "base_p95": _pct(lat["base"], 0.95),
+        "w_p50": _pct(lat["warrant"], 0.5),
+        "w_p95": _pct(lat["warrant"], 0.95),
+        "base_tput": statistics.median(tput["base"]),
+        "w_tput": statistics.median(tput["warrant"]),
+        "tput_ratios": [wv / b for b, wv in zip(tput["base"], tput["warrant"], strict=True)],
+    }
     w.stop()
 
-    # 2. warrant
+    # 2. memory of warrant's worker processes over many steps
     w = Workers()
     w.start("broker.app", ["planner"], 1, "planner")
     w.start("broker.app", ["policy"], 1, "policy")
     w.start("broker.app", ["tool.noop_read"], 1, "tool")
     w.wait_ready(warrant_app, ["planner", "policy", "tool"])
-    with console.status("warrant: one run"):
-        rid = client.start_run(read_steps(steps))
-        warrant_wait(client, [rid])
-        lat = warrant_step_latencies(rid)
-        results["w_p50"], results["w_p95"] = _pct(lat, 0.5), _pct(lat, 0.95)
-    with console.status(f"warrant: {runs} concurrent runs"):
-        t0 = time.perf_counter()
-        rids = [client.start_run(read_steps(run_steps)) for _ in range(runs)]
-        warrant_wait(client, rids)
-        results["w_tput"] = runs * run_steps / (time.perf_counter() - t0)
     with console.status(f"warrant: memory over {mem_steps} steps"):
         rss_start = w.rss_mb()
         done = 0
@@ -306,23 +338,26 @@ def main() -> None:
     table.add_column("warrant/baseline", justify="right")
     for label, b, wv in (
         (
-            f"per-step latency p50, 1 run x {steps} steps (ms)",
+            f"per-step latency p50, {rounds} x 1 run x {steps} steps (ms)",
             results["base_p50"],
             results["w_p50"],
         ),
         (
-            f"per-step latency p95, 1 run x {steps} steps (ms)",
+            f"per-step latency p95, {rounds} x 1 run x {steps} steps (ms)",
             results["base_p95"],
             results["w_p95"],
         ),
         (
-            f"throughput, {runs} runs x {run_steps} steps (steps/s)",
+            f"throughput, {runs} runs x {run_steps} steps, median of {rounds} (steps/s)",
             results["base_tput"],
             results["w_tput"],
         ),
     ):
         table.add_row(label, f"{b:.1f}", f"{wv:.1f}", f"{wv / b:.2f}")
     console.print(table)
+    console.print(
+        "throughput ratio per round: " + " ".join(f"{r:.2f}" for r in results["tput_ratios"])
+    )
     scale = Table(title=f"tool-bound: {calls} calls of a 100 ms tool")
     scale.add_column("tool processes", justify="right")
     scale.add_column("calls/s", justify="right")

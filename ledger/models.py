@@ -22,6 +22,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_column
@@ -138,8 +139,8 @@ class Command(Base):
 
     __table_args__ = (
         UniqueConstraint("run_id", "step", name="uq_commands_run_step"),
-        Index("ix_commands_status_started", "status", "started_at"),
-        Index("ix_commands_token", "idempotency_token"),
+        # the reconciler's lease check; completed commands take no entry (migration 0007)
+        Index("ix_commands_started", "started_at", postgresql_where=text("status = 'started'")),
     )
 
 
