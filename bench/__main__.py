@@ -11,6 +11,8 @@ weighs on both alike). Prints a table with ratios warrant/baseline, tool-bound s
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import itertools
 import os
 import platform
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +114,57 @@ class Workers:
             except subprocess.TimeoutExpired:
                 p.kill()
         self.procs.clear()
+
+
+class CpuMeter:
+    """CPU time by process group (stage workers, PostgreSQL, Redis, this client) over measured
+    spans, per pipeline: where each pipeline's steps spend the machine."""
+
+    GROUPS = ("stage workers", "postgres", "redis", "bench client")
+
+    def __init__(self) -> None:
+        self.spent: dict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
+        self.steps: collections.Counter[str] = collections.Counter()
+
+    @staticmethod
+    def _group(proc: Any) -> str | None:
+        if proc.pid == os.getpid():
+            return "bench client"
+        name = proc.info["name"] or ""
+        if "postgres" in name:
+            return "postgres"
+        if "redis" in name:
+            return "redis"
+        if "celery" in " ".join(proc.info["cmdline"] or []):
+            return "stage workers"
+        return None
+
+    def _snapshot(self) -> dict[int, tuple[str, float]]:
+        import psutil
+
+        out = {}
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            try:
+                group = self._group(proc)
+                if group:
+                    t = proc.cpu_times()
+                    out[proc.pid] = (group, t.user + t.system)
+            except psutil.Error:
+                continue
+        return out
+
+    @contextlib.contextmanager
+    def measure(self, pipeline: str, steps: int) -> Iterator[None]:
+        before = self._snapshot()
+        yield
+        for pid, (group, spent) in self._snapshot().items():
+            self.spent[pipeline][group] += spent - before.get(pid, (group, 0.0))[1]
+        self.steps[pipeline] += steps
+
+    def per_step_ms(self, pipeline: str, group: str) -> float:
+        return self.spent[pipeline][group] / max(1, self.steps[pipeline]) * 1000
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -245,6 +299,7 @@ def main() -> None:
     baseline_wait(["b-warm"])
     lat: dict[str, list[float]] = {"base": [], "warrant": []}
     tput: dict[str, list[float]] = {"base": [], "warrant": []}
+    cpu = CpuMeter()
 
     def base_latency() -> None:
         rid = f"b-{uuid.uuid4().hex[:8]}"
@@ -259,17 +314,19 @@ def main() -> None:
 
     def base_throughput() -> None:
         rids = [f"b-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
-        t0 = time.perf_counter()
-        for r in rids:
-            baseline_run(r, run_steps)
-        baseline_wait(rids)
-        tput["base"].append(runs * run_steps / (time.perf_counter() - t0))
+        with cpu.measure("base", runs * run_steps):
+            t0 = time.perf_counter()
+            for r in rids:
+                baseline_run(r, run_steps)
+            baseline_wait(rids)
+            tput["base"].append(runs * run_steps / (time.perf_counter() - t0))
 
     def warrant_throughput() -> None:
-        t0 = time.perf_counter()
-        rids = [client.start_run(read_steps(run_steps)) for _ in range(runs)]
-        warrant_wait(client, rids)
-        tput["warrant"].append(runs * run_steps / (time.perf_counter() - t0))
+        with cpu.measure("warrant", runs * run_steps):
+            t0 = time.perf_counter()
+            rids = [client.start_run(read_steps(run_steps)) for _ in range(runs)]
+            warrant_wait(client, rids)
+            tput["warrant"].append(runs * run_steps / (time.perf_counter() - t0))
 
     for i in range(rounds):
         order = [base_latency, warrant_latency, base_throughput, warrant_throughput]
@@ -358,6 +415,17 @@ def main() -> None:
     console.print(
         "throughput ratio per round: " + " ".join(f"{r:.2f}" for r in results["tput_ratios"])
     )
+    where = Table(title="CPU per step in the throughput rounds (ms; 2 cores shared by all)")
+    where.add_column("process group")
+    where.add_column("baseline", justify="right")
+    where.add_column("warrant", justify="right")
+    where.add_column("difference", justify="right")
+    for group in (*CpuMeter.GROUPS, "all"):
+        groups = CpuMeter.GROUPS if group == "all" else (group,)
+        b = sum(cpu.per_step_ms("base", g) for g in groups)
+        wv = sum(cpu.per_step_ms("warrant", g) for g in groups)
+        where.add_row(group, f"{b:.2f}", f"{wv:.2f}", f"{wv - b:+.2f}")
+    console.print(where)
     scale = Table(title=f"tool-bound: {calls} calls of a 100 ms tool")
     scale.add_column("tool processes", justify="right")
     scale.add_column("calls/s", justify="right")
