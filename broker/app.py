@@ -61,6 +61,7 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
         task_send_sent_event=settings.task_events,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
+        warrant_revoked_runs_kept=settings.revoked_runs_kept,
         beat_schedule={
             "warrant-reconcile": {
                 "task": TASK_RECONCILE,
@@ -70,6 +71,9 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
             }
         },
     )
+    from broker.revocations import TrimRevokedRuns
+
+    celery.steps["worker"].add(TrimRevokedRuns)
     return celery
 
 

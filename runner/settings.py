@@ -57,6 +57,9 @@ class WarrantSettings(BaseSettings):
     """Allow non-loopback model endpoints (off by default: tests can never call out)."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
+    revoked_runs_kept: int = Field(default=1000, ge=1)
+    """Revoked runs each worker remembers (drops their queued messages on delivery); older
+    ones are forgotten, which is safe: a stage ignores a cancelled run's stale messages."""
     task_events: bool = True
     """Workers send task events and producers ``task-sent`` events (what Flower shows). Off,
     workers still start sending them when Flower (or ``celery control enable_events``) asks."""
