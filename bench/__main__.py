@@ -18,7 +18,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -48,6 +47,7 @@ from sqlalchemy import text  # noqa: E402
 from ledger.db import engine_for  # noqa: E402
 from ledger.migrate import upgrade  # noqa: E402
 from runner.scenarios import read_steps  # noqa: E402
+from runner.stack import celery_worker_command  # noqa: E402
 
 LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
 
@@ -59,28 +59,12 @@ class Workers:
     def start(self, app: str, queues: list[str], concurrency: int, name: str) -> None:
         LOGS.mkdir(parents=True, exist_ok=True)
         out = open(LOGS / f"{name}.log", "ab")  # noqa: SIM115
+        command = celery_worker_command(
+            app, queues, node=f"{name}@%h", concurrency=concurrency, events=False
+        )
         self.procs.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    app,
-                    "worker",
-                    "-Q",
-                    ",".join(queues),
-                    "-P",
-                    "prefork",
-                    "-c",
-                    str(concurrency),
-                    "-n",
-                    f"{name}@%h",
-                    "-l",
-                    "warning",
-                    "--without-mingle",
-                    "--without-gossip",
-                ],
+                command,
                 env=ENV,
                 stdout=out,
                 stderr=out,

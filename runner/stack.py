@@ -27,6 +27,7 @@ __all__ = [
     "Stack",
     "WorkerProcesses",
     "beat_command",
+    "celery_worker_command",
     "role_queues",
     "worker_command",
 ]
@@ -52,6 +53,40 @@ def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
     )
 
 
+def celery_worker_command(
+    app: str,
+    queues: Sequence[str],
+    *,
+    node: str,
+    concurrency: int = 1,
+    loglevel: str = "warning",
+    events: bool = True,
+) -> list[str]:
+    """A plain ``celery worker`` command line on the prefork pool (revoke needs it), without
+    mingle and gossip (a worker needs neither, and they cost every start)."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        app,
+        "worker",
+        "-Q",
+        ",".join(queues),
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-n",
+        node,
+        "-l",
+        loglevel,
+        *(["-E"] if events else []),
+        "--without-mingle",
+        "--without-gossip",
+    ]
+
+
 def worker_command(
     role: str,
     *,
@@ -60,28 +95,14 @@ def worker_command(
     loglevel: str = "warning",
     name: str | None = None,
 ) -> list[str]:
-    """The plain ``celery worker`` command line for a role (prefork: revoke needs it)."""
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
+    """The plain ``celery worker`` command line for a role; its node is ``<role>@<host>``."""
+    return celery_worker_command(
         "broker.app",
-        "worker",
-        "-Q",
-        ",".join(role_queues(role, tools=tools)),
-        "-P",
-        "prefork",
-        "-c",
-        str(concurrency),
-        "-n",
-        name or f"{role}@%h",
-        "-l",
-        loglevel,
-        "-E",
-        "--without-mingle",
-        "--without-gossip",
-    ]
+        role_queues(role, tools=tools),
+        node=name or f"{role}@%h",
+        concurrency=concurrency,
+        loglevel=loglevel,
+    )
 
 
 def beat_command(settings: WarrantSettings, *, loglevel: str = "warning") -> list[str]:

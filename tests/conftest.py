@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from runner.stack import celery_worker_command
 from tests.services import Services, discover
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -104,28 +105,15 @@ class WorkerProcess:
         log: Path | None = None,
     ) -> None:
         self.name = name
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "broker.app",
-            "worker",
-            "-Q",
-            ",".join(queues),
-            "-P",
-            "prefork",
-            "-c",
-            str(concurrency),
-            "-n",
-            f"{name}@%h",
-            "-l",
-            "info",
-            "--without-mingle",
-            "--without-gossip",
-        ]
         self.log = log
-        self.command = command
+        self.command = celery_worker_command(
+            "broker.app",
+            queues,
+            node=f"{name}@%h",
+            concurrency=concurrency,
+            loglevel="info",
+            events=False,
+        )
         self.env = {**os.environ, **(env or {})}
         self.proc = self._spawn()
 
