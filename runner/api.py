@@ -143,57 +143,29 @@ class Client:
         return run_id
 
     def _insert_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
-        now = datetime.now(tz=UTC)
+        from ledger.steps import autocommit, create_run
+
         goal = {"goal": spec.goal}
-        with session_scope(self.engine) as s:
-            s.add(
-                Run(
-                    id=run_id,
-                    status=RunStatus.RUNNING.value,
-                    phase=Phase.PLANNING.value,
-                    version=1,
-                    step=0,
-                    model_calls=0,
-                    tool_calls=0,
-                    tool_calls_by_tool={},
-                    observation_version=1,
-                    trace_seq=0,
-                    goal=spec.goal,
-                    subject=spec.subject,
-                    spec=spec.model_dump(mode="json"),
-                    trace_id=trace_id,
-                    deadline_at=now + timedelta(seconds=spec.budgets.deadline_s),
-                )
-            )
-            s.flush()
-            for g in spec.grants:
-                s.add(
-                    GrantRow(
-                        run_id=run_id,
-                        capability=g.capability,
-                        resource_scope=g.resource_scope,
-                        expires_at_step=g.expires_at_step,
-                        max_uses=g.max_uses,
-                        uses=0,
-                        source="spec",
-                    )
-                )
-            s.add(
-                Observation(
-                    run_id=run_id,
-                    observation_id="user-1",
-                    kind=ObservationKind.USER.value,
-                    source=ObservationSource.USER.value,
-                    step=0,
-                    content=goal,
-                    content_hash=content_hash(goal),
-                    observation_version=1,
-                )
-            )
-            append_events(
-                s,
-                run_id,
-                [
+        with autocommit(self.engine) as conn:
+            create_run(
+                conn,
+                run_id=run_id,
+                status=RunStatus.RUNNING.value,
+                phase=Phase.PLANNING.value,
+                goal=spec.goal,
+                subject=spec.subject,
+                spec=spec.model_dump(mode="json"),
+                trace_id=trace_id,
+                deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
+                grants=[g.model_dump(mode="json") for g in spec.grants],
+                observation={
+                    "observation_id": "user-1",
+                    "kind": ObservationKind.USER.value,
+                    "source": ObservationSource.USER.value,
+                    "content": goal,
+                    "content_hash": content_hash(goal),
+                },
+                events=[
                     (
                         "run.created",
                         {
@@ -204,7 +176,6 @@ class Client:
                     ),
                     ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value}),
                 ],
-                step=0,
             )
 
     def get_run(self, run_id: str) -> RunInfo:

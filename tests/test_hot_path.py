@@ -157,3 +157,48 @@ def test_other_brokers_keep_their_stock_transport():
 
     app = make_app(WarrantSettings(broker_url="amqp://guest:guest@127.0.0.1:5672//"))
     assert app.conf.broker_transport is None
+
+
+def test_starting_a_run_is_one_statement(engine, client, monkeypatch):
+    import psycopg
+
+    from ledger.models import Observation
+    from runner import scenarios as sc
+
+    spec = sc.spec(
+        [sc.search("p1"), sc.final("x", "tool-1")],
+        grants=[
+            {"capability": "search:public", "resource_scope": "*"},
+            {"capability": "artifact:write", "resource_scope": "notes/*", "max_uses": 2},
+        ],
+    )
+    client.start_run(read_steps(1), publish=False)  # warm: the pool connected once
+    statements = []
+    execute = psycopg.Cursor.execute
+
+    def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(query)
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    run_id = client.start_run(spec, publish=False)
+    monkeypatch.undo()
+    assert len(statements) == 1
+    with engine.connect() as conn:
+        run = conn.execute(select(Run).where(Run.id == run_id)).one()
+        grants = conn.execute(
+            select(GrantRow.capability, GrantRow.resource_scope, GrantRow.max_uses, GrantRow.uses)
+            .where(GrantRow.run_id == run_id)
+            .order_by(GrantRow.id)
+        ).all()
+        goal = conn.execute(select(Observation).where(Observation.run_id == run_id)).one()
+    assert (run.status, run.phase, run.version, run.trace_seq) == ("running", "planning", 1, 2)
+    assert [tuple(g) for g in grants] == [
+        ("search:public", "*", None, 0),
+        ("artifact:write", "notes/*", 2, 0),
+    ]
+    assert (goal.observation_id, goal.kind) == ("user-1", "user-message")
+    assert goal.observation_version == 1
+    events = facts.events(engine, run_id)
+    assert [(e.seq, e.event) for e in events] == [(1, "run.created"), (2, "state.transitioned")]
+    assert events[0].details["grants"] == 2
