@@ -50,6 +50,7 @@ __all__ = [
     "load_planning",
     "load_policy",
     "load_tool",
+    "run_status",
     "start_command",
     "update_proposal",
     "use_confirmation",
@@ -494,3 +495,12 @@ def create_run(
             "events": Jsonb([[name, details] for name, details in events]),
         },
     )
+
+
+_STATUS = Compiled.text("SELECT status FROM runs WHERE id = %(id)s")
+
+
+def run_status(conn: Connection, run_id: str) -> str | None:
+    """The run's status, or None if there is no such run."""
+    row = _STATUS.first(conn, {"id": run_id})
+    return None if row is None else str(row.status)
