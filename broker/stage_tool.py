@@ -124,20 +124,22 @@ def tool_execute(
     runs: a delivery that finds it started and unfinished re-invokes it with the same token
     only if that is safe, and records ``unknown`` otherwise; the reconciler finds it by its
     lease. A read has no effect to protect: its start does not wait for the WAL flush (a lost
-    start simply runs the read again). ``tool`` is the message's tool name; without it the
-    start is durable."""
+    start simply runs the read again). ``tool`` is the message's tool name; without it (or
+    if it is not the command's) the command takes the general path, with a durable start."""
+    if tool is None:
+        return _general_path(ctx, run_id, version, command_id, worker=worker)
     # A read's start is only informational (re-running it is harmless): its commit does not
-    # wait for the WAL flush. Any other start is the durable intent before the effect.
-    read = tool is not None and _only_reads(ctx, tool)
-    with autocommit(ctx.engine, relaxed=read) as conn:
+    # wait for the WAL flush. Any other start is the durable intent before the effect. The
+    # claim matches the command's own tool, so a message naming another tool cannot relax it.
+    with autocommit(ctx.engine, relaxed=_only_reads(ctx, tool)) as conn:
         row = claim_command(
-            conn, run_id=run_id, version=version, command_id=command_id, worker=worker
+            conn, run_id=run_id, version=version, command_id=command_id, tool=tool, worker=worker
         )
     if row is not None:
         found = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
         assert found is not None, "the gate only issues commands for registered tools"
         return _execute(ctx, found, _snapshot(row, attempt=row.cmd_attempts))
-    return _redelivered(ctx, run_id, version, command_id, worker=worker)
+    return _general_path(ctx, run_id, version, command_id, worker=worker)
 
 
 def _only_reads(ctx: StageContext, name: str) -> bool:
@@ -145,11 +147,12 @@ def _only_reads(ctx: StageContext, name: str) -> bool:
     return bool(versions) and all(t.side_effect is SideEffect.READ for t in versions)
 
 
-def _redelivered(
+def _general_path(
     ctx: StageContext, run_id: str, version: int, command_id: str, *, worker: str | None
 ) -> str:
-    """The claim found nothing to start: a duplicate or late delivery, a stopped run, or a
-    started command whose tool may (or may not) be re-invoked."""
+    """The claim did not apply: a duplicate or late delivery, a stopped run, a started
+    command whose tool may (or may not) be re-invoked, or a message that does not name the
+    command's tool."""
     with autocommit(ctx.engine) as conn:
         row = load_tool(conn, run_id, command_id)
     if row is None:

@@ -221,6 +221,7 @@ WITH c AS (
   UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
          worker = CAST(%(worker)s AS varchar)
    WHERE c.id = %(command_id)s AND c.run_id = %(run_id)s AND c.status = 'issued'
+     AND c.tool = %(tool)s
      AND EXISTS (SELECT 1 FROM runs r
                   WHERE r.id = %(run_id)s AND r.version = %(version)s AND r.status = 'running')
   RETURNING {_CMD_COLUMNS}
@@ -243,15 +244,28 @@ SELECT r.*, c.* FROM r, c
 
 
 def claim_command(
-    conn: Connection, *, run_id: str, version: int, command_id: str, worker: str | None
+    conn: Connection,
+    *,
+    run_id: str,
+    version: int,
+    command_id: str,
+    tool: str,
+    worker: str | None,
 ) -> Any:
     """The common case of :func:`load_tool` and :func:`start_command` in one statement: if
-    the run is running at ``version`` and the command is ``issued``, mark it ``started``
-    (attempt + 1, ``tool.started`` traced) and return the run and the command as
+    the run is running at ``version`` and the command is ``issued`` for ``tool``, mark it
+    ``started`` (attempt + 1, ``tool.started`` traced) and return the run and the command as
     :func:`load_tool` does (``cmd_attempts`` is the new attempt). None otherwise: nothing
     was written, and the caller sorts the case out with :func:`load_tool`."""
     return _CLAIM.first(
-        conn, {"run_id": run_id, "version": version, "command_id": command_id, "worker": worker}
+        conn,
+        {
+            "run_id": run_id,
+            "version": version,
+            "command_id": command_id,
+            "tool": tool,
+            "worker": worker,
+        },
     )
 
 

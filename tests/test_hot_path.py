@@ -202,3 +202,52 @@ def test_starting_a_run_is_one_statement(engine, client, monkeypatch):
     events = facts.events(engine, run_id)
     assert [(e.seq, e.event) for e in events] == [(1, "run.created"), (2, "state.transitioned")]
     assert events[0].details["grants"] == 2
+
+
+def test_a_message_naming_another_tool_takes_the_general_path(engine, client, monkeypatch):
+    """The claim only applies to the command's own tool: a message that names a read tool for
+    a write command cannot make the write's start skip the WAL flush; the command still runs
+    once, through the general (durable) path."""
+    import broker.stage_tool as stage_tool
+    from broker.context import StageContext
+    from broker.publish import RecordingPublisher
+    from broker.stage_planner import planner_step
+    from broker.stage_policy import policy_evaluate
+    from ledger.models import Artifact
+    from ledger.stores import LedgerToolDeps
+    from runner.scenarios import SCENARIOS
+    from tools.registry import default_registry
+
+    publisher = RecordingPublisher()
+    ctx = StageContext(
+        engine=engine,
+        registry=default_registry(),
+        publisher=publisher,  # type: ignore[arg-type]
+        tool_deps=LedgerToolDeps(engine),
+    )
+    claims: list[tuple[str, bool]] = []
+    claim = stage_tool.claim_command
+
+    def recorded(conn: Any, **kwargs: Any) -> Any:
+        row = claim(conn, **kwargs)
+        claims.append((kwargs["tool"], row is not None))
+        return row
+
+    monkeypatch.setattr(stage_tool, "claim_command", recorded)
+    spec = next(s for s in SCENARIOS if s["name"] == "artifact-written")["spec"]
+    run_id = client.start_run(spec, publish=False)
+    publisher.planner(run_id, 1)
+    while publisher.sent:
+        name, m = publisher.sent.pop(0)
+        if name == "planner":
+            planner_step(ctx, m["run_id"], m["version"])
+        elif name == "policy":
+            policy_evaluate(ctx, m["run_id"], m["version"])
+        else:
+            named = "noop_read" if m["tool"] == "write_artifact" else m["tool"]
+            stage_tool.tool_execute(ctx, m["run_id"], m["version"], m["command_id"], tool=named)
+    assert claims == [("search_public", True), ("noop_read", False)]
+    assert client.get_run(run_id).status == "completed"
+    assert facts.count(engine, Artifact, run_id=run_id) == 1
+    started = facts.events(engine, run_id, "tool.started")
+    assert [e.details["tool"] for e in started] == ["search_public", "write_artifact"]
