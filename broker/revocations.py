@@ -30,10 +30,10 @@ def trim_revoked_runs(keep: int, revoked: dict[str, Any] | None = None) -> int:
     revoked = worker_state.revoked_stamps if revoked is None else revoked
     stamps = revoked.get(RUN_HEADER)
     if not isinstance(stamps, list) or len(stamps) <= keep:
-        return 0
-    recent = list(dict.fromkeys(reversed(stamps)))[:keep]  # newest first, without repeats
-    revoked[RUN_HEADER] = recent[::-1]
-    return len(stamps) - keep
+        return 0  # (repeats are only dropped once the list is over the bound)
+    distinct = list(dict.fromkeys(reversed(stamps)))  # newest first, without repeats
+    revoked[RUN_HEADER] = distinct[:keep][::-1]
+    return max(0, len(distinct) - keep)
 
 
 class TrimRevokedRuns(bootsteps.StartStopStep):

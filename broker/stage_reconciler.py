@@ -21,7 +21,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, literal_column, select, update
 
 from broker.context import StageContext
 from broker.handoffs import enter_handoff
@@ -93,7 +93,8 @@ def _stale_commands(ctx: StageContext, settings: WarrantSettings, report: SweepR
             select(Command.id)
             .join(Run, Run.id == Command.run_id)
             .where(
-                Command.status == "started",
+                # a literal, not a parameter: a generic plan can then use the partial index
+                Command.status == literal_column("'started'"),
                 Command.started_at
                 + func.make_interval(
                     0, 0, 0, 0, 0, 0, Command.timeout_s + margin + HARD_LIMIT_GRACE_S

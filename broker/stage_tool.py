@@ -18,7 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 from sqlalchemy import func
 
-from broker import telemetry
+from broker import interrupts, telemetry
 from broker.context import StageContext
 from broker.faults import crash_point
 from broker.publish import Outbox
@@ -90,11 +90,11 @@ class _Snapshot:
     view: RunView
 
 
-def _snapshot(row: Any, *, attempt: int) -> _Snapshot:
+def _snapshot(row: Any, *, attempt: int, version: int) -> _Snapshot:
     return _Snapshot(
         command_id=row.cmd_id,
         run_id=row.id,
-        version=row.version,
+        version=version,
         step=row.cmd_step,
         proposal_id=row.cmd_proposal_id,
         arguments=dict(row.cmd_arguments),
@@ -131,20 +131,25 @@ def tool_execute(
     # A read's start is only informational (re-running it is harmless): its commit does not
     # wait for the WAL flush. Any other start is the durable intent before the effect. The
     # claim matches the command's own tool, so a message naming another tool cannot relax it.
-    with autocommit(ctx.engine, relaxed=_only_reads(ctx, tool)) as conn:
+    versions = ctx.registry.by_name(tool)
+    read = bool(versions) and all(t.side_effect is SideEffect.READ for t in versions)
+    with autocommit(ctx.engine, relaxed=read) as conn:
         row = claim_command(
-            conn, run_id=run_id, version=version, command_id=command_id, tool=tool, worker=worker
+            conn,
+            run_id=run_id,
+            version=version,
+            command_id=command_id,
+            tool=tool,
+            versions=[t.version for t in versions],
+            worker=worker,
         )
     if row is not None:
         found = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
-        assert found is not None, "the gate only issues commands for registered tools"
-        return _execute(ctx, found, _snapshot(row, attempt=row.cmd_attempts))
+        assert found is not None, "the claim only starts versions this worker has"
+        # The record compares-and-sets at the version the claim checked, not at the returned
+        # row's (newer if a cancel committed meanwhile: then the locked path sorts it out).
+        return _execute(ctx, found, _snapshot(row, attempt=row.cmd_attempts, version=version))
     return _general_path(ctx, run_id, version, command_id, worker=worker)
-
-
-def _only_reads(ctx: StageContext, name: str) -> bool:
-    versions = ctx.registry.by_name(name)
-    return bool(versions) and all(t.side_effect is SideEffect.READ for t in versions)
 
 
 def _general_path(
@@ -191,8 +196,8 @@ def _general_path(
             stop=StopReason.UNKNOWN_EFFECT,
             trigger="worker-lost",
         )
-        return _record(ctx, _snapshot(row, attempt=row.cmd_attempts), tool, lost)
-    return _execute(ctx, tool, _snapshot(row, attempt=attempt))
+        return _record(ctx, _snapshot(row, attempt=row.cmd_attempts, version=version), tool, lost)
+    return _execute(ctx, tool, _snapshot(row, attempt=attempt, version=version))
 
 
 def _execute(ctx: StageContext, tool: Tool[Any, Any], snapshot: _Snapshot) -> str:
@@ -246,7 +251,8 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
     write = tool.side_effect is not SideEffect.READ
     try:
         args = tool.input_model.model_validate(snap.arguments)
-        out = tool.execute(args, context)
+        with interrupts.interruptible():  # a cancel's SIGUSR1 lands only here
+            out = tool.execute(args, context)
     except ToolRejected as exc:
         return _Result(Outcome.REJECTED, exc.code, str(exc), output=exc.details)
     except ToolFailed as exc:

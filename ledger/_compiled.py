@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import JSON, JSONB
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 __all__ = ["Compiled", "driver_connection"]
@@ -65,5 +67,21 @@ class Compiled:
         cursor = driver_connection(conn).cursor(row_factory=namedtuple_row)
         try:
             return cursor.execute(self.sql, values).fetchone()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            # SQLAlchemy did not run this statement, so it cannot see the failure: drop the
+            # connection ourselves and raise SQLAlchemy's error (the stage tasks retry it).
+            _discard(conn, exc)
+            raise DBAPIError.instance(
+                self.sql, values, exc, psycopg.Error, connection_invalidated=True
+            ) from exc
         finally:
             cursor.close()
+
+
+def _discard(conn: Connection | Session, exc: Any) -> None:
+    """Invalidate the connection; if the server went away, every pooled one predates that."""
+    connection = conn.connection() if isinstance(conn, Session) else conn
+    lost = connection.dialect.is_disconnect(exc, connection.connection.dbapi_connection, None)
+    connection.invalidate(exc)
+    if lost:
+        connection.engine.dispose(close=False)

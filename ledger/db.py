@@ -48,8 +48,8 @@ def engine_for(url: str) -> Engine:
 
 _AUTOCOMMIT: dict[tuple[Engine, bool], Engine] = {}
 
-#: Connections of an autocommit engine (per process and database; the stages hold one at a
-#: time, a tool's own ledger reads a second).
+#: Connections of an autocommit engine, per process and database (a stage holds one at a
+#: time).
 DEFAULT_AUTOCOMMIT_POOL = 2
 
 
@@ -72,7 +72,6 @@ def autocommit_engine(engine: Engine, *, relaxed: bool = False) -> Engine:
             pool_size=DEFAULT_AUTOCOMMIT_POOL,
             max_overflow=8,
             pool_recycle=1800,
-            pool_reset_on_return=None,  # autocommit: no transaction is ever left open
             connect_args=options,
         )
     return other

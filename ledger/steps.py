@@ -221,7 +221,7 @@ WITH c AS (
   UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
          worker = CAST(%(worker)s AS varchar)
    WHERE c.id = %(command_id)s AND c.run_id = %(run_id)s AND c.status = 'issued'
-     AND c.tool = %(tool)s
+     AND c.tool = %(tool)s AND c.tool_version = ANY(%(versions)s)
      AND EXISTS (SELECT 1 FROM runs r
                   WHERE r.id = %(run_id)s AND r.version = %(version)s AND r.status = 'running')
   RETURNING {_CMD_COLUMNS}
@@ -250,13 +250,19 @@ def claim_command(
     version: int,
     command_id: str,
     tool: str,
+    versions: list[str],
     worker: str | None,
 ) -> Any:
     """The common case of :func:`load_tool` and :func:`start_command` in one statement: if
-    the run is running at ``version`` and the command is ``issued`` for ``tool``, mark it
-    ``started`` (attempt + 1, ``tool.started`` traced) and return the run and the command as
-    :func:`load_tool` does (``cmd_attempts`` is the new attempt). None otherwise: nothing
-    was written, and the caller sorts the case out with :func:`load_tool`."""
+    the run is running at ``version`` and the command is ``issued`` for ``tool`` at one of
+    ``versions`` (those this worker has), mark it ``started`` (attempt + 1, ``tool.started``
+    traced) and return the run and the command as :func:`load_tool` does (``cmd_attempts``
+    is the new attempt). None otherwise: nothing was written, and the caller sorts the case
+    out with :func:`load_tool`.
+
+    The returned run row is the row as updated, which may be newer than ``version`` if a
+    concurrent writer (a cancel) committed in between: the caller must keep ``version`` for
+    its compare-and-set."""
     return _CLAIM.first(
         conn,
         {
@@ -264,6 +270,7 @@ def claim_command(
             "version": version,
             "command_id": command_id,
             "tool": tool,
+            "versions": versions,
             "worker": worker,
         },
     )

@@ -550,6 +550,8 @@ class Client:
             with autocommit(self.engine) as conn:  # poll the status alone, not the whole run
                 status = run_status(conn, run_id)
             if status is None or status in targets or time.monotonic() >= deadline:
-                return self.get_run(run_id)
+                info = self.get_run(run_id)  # no such run: RunNotFound
+                if info.status in targets or time.monotonic() >= deadline:
+                    return info
             time.sleep(pause)
             pause = min(pause * 1.5, 0.25)

@@ -251,3 +251,102 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
     assert facts.count(engine, Artifact, run_id=run_id) == 1
     started = facts.events(engine, run_id, "tool.started")
     assert [e.details["tool"] for e in started] == ["search_public", "write_artifact"]
+
+
+def test_a_lost_server_connection_is_dropped_and_the_error_is_retryable(engine, client):
+    """Hot statements run on the driver connection, out of SQLAlchemy's sight: a connection
+    the server dropped must leave the pool, and the error must be one the stage tasks retry."""
+    import time
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    from broker.tasks import TRANSIENT
+    from ledger.steps import autocommit, run_status
+
+    run_id = client.start_run(read_steps(1), publish=False)
+    name = "warrant-connection-loss-test"
+    lossy = create_engine(engine.url.update_query_dict({"application_name": name}))
+    with autocommit(lossy) as conn:
+        assert run_status(conn, run_id) == "running"
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"
+    with autocommit(engine) as admin:  # (a transaction would see one activity snapshot)
+        assert admin.execute(text(query), {"n": name}).scalar_one() >= 1
+        admin.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :n"
+            ),
+            {"n": name},
+        )
+        deadline = time.monotonic() + 10
+        while admin.execute(text(query), {"n": name}).scalar_one():
+            assert time.monotonic() < deadline, "the backend did not go away"
+            time.sleep(0.05)
+    with pytest.raises(OperationalError) as lost, autocommit(lossy) as conn:
+        run_status(conn, run_id)
+    assert isinstance(lost.value, TRANSIENT)
+    assert lost.value.connection_invalidated
+    with autocommit(lossy) as conn:  # a fresh connection: the dead ones left the pool
+        assert run_status(conn, run_id) == "running"
+    lossy.dispose()
+
+
+def test_a_cancel_committed_during_the_claim_is_not_overwritten(engine, client):
+    """The claim's run row is the row as updated: if a cancel commits while the claim waits
+    for the run's lock, the row is newer than the message. The record must compare-and-set at
+    the message's version (and lose), so the cancel is finished, not overwritten."""
+    import threading
+    import time
+
+    from sqlalchemy import text
+
+    from broker.context import StageContext
+    from broker.publish import RecordingPublisher
+    from broker.stage_planner import planner_step
+    from broker.stage_policy import policy_evaluate
+    from broker.stage_tool import tool_execute
+    from ledger.stores import LedgerToolDeps
+    from tools.registry import default_registry
+
+    publisher = RecordingPublisher()
+    ctx = StageContext(
+        engine=engine,
+        registry=default_registry(),
+        publisher=publisher,  # type: ignore[arg-type]
+        tool_deps=LedgerToolDeps(engine),
+    )
+    run_id = client.start_run(read_steps(2), publish=False)
+    planner_step(ctx, run_id, 1)
+    _, m = publisher.sent.pop()
+    policy_evaluate(ctx, run_id, m["version"])
+    _, m = publisher.sent.pop()
+    assert not publisher.sent
+    results: list[str] = []
+    with engine.connect() as cancel:
+        # a cancel's ledger write, held open: the run row stays locked until it commits
+        cancel.execute(
+            text("UPDATE runs SET status = 'cancelling', version = version + 1 WHERE id = :r"),
+            {"r": run_id},
+        )
+        worker = threading.Thread(
+            target=lambda: results.append(
+                tool_execute(ctx, run_id, m["version"], m["command_id"], tool=m["tool"])
+            )
+        )
+        worker.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE '%%UPDATE commands c SET status = ''started''%%'"
+        )
+        deadline = time.monotonic() + 10
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watch:
+            while not watch.execute(text(waiting)).scalar_one():
+                assert time.monotonic() < deadline, "the claim never waited for the run row"
+                time.sleep(0.02)
+        cancel.commit()
+    worker.join(30)
+    assert results, "the tool stage did not finish"
+    info = client.get_run(run_id)
+    assert info.status == "cancelled", (info.status, results)
+    assert not [s for s in publisher.sent if s[0] == "planner"]  # the run did not go on
+    assert facts.outcomes(engine, run_id) == 1

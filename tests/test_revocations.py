@@ -20,7 +20,7 @@ def test_trim_keeps_the_most_recent_runs_in_order():
 
 def test_trim_drops_repeats_of_a_run_revoked_twice():
     revoked = {RUN_HEADER: ["a", "b", "a", "c", "b"]}
-    trim_revoked_runs(2, revoked)
+    assert trim_revoked_runs(2, revoked) == 1  # three runs, two kept: one forgotten
     assert revoked[RUN_HEADER] == ["c", "b"]
 
 

@@ -3,7 +3,9 @@
 A command row is updated twice per step (``issued -> started -> completed``), and a status
 change cannot be heap-only, so every update added an entry to each of the table's four
 indexes. The reconciler looks only for ``started`` commands past their lease: a partial index
-on ``started_at`` of started commands serves it and takes an entry only when a command starts.
+on ``started_at`` of started commands serves it and takes an entry only when a command starts
+(the primary key and ``(run_id, step)`` still take one per update). The index is built
+without ``CONCURRENTLY``: on a large ledger, run the upgrade in a quiet window.
 No query looks commands up by idempotency token (the token is for the tools' external
 systems), so its index is dropped.
 
