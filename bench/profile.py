@@ -63,27 +63,20 @@ def main() -> None:
     parser.add_argument("--sql", action="store_true", help="the slowest statements too")
     args = parser.parse_args()
 
-    from broker.context import StageContext
+    from broker.context import context_for
     from broker.publish import RecordingPublisher
     from broker.stage_planner import planner_step
     from broker.stage_policy import policy_evaluate
     from broker.stage_tool import tool_execute
     from ledger.db import engine_for
     from ledger.migrate import upgrade
-    from ledger.stores import LedgerToolDeps
     from runner.api import Client
-    from tools.registry import default_registry
 
     url = ENV["WARRANT_DATABASE_URL"]
     upgrade(url)
     engine = engine_for(url)
     publisher = RecordingPublisher()
-    ctx = StageContext(
-        engine=engine,
-        registry=default_registry(),
-        publisher=publisher,  # type: ignore[arg-type]
-        tool_deps=LedgerToolDeps(engine),
-    )
+    ctx = context_for(engine, publisher=publisher)
     counter = Counter()
     client = Client(engine=engine, publisher=publisher)  # type: ignore[arg-type]
     run_id = client.start_run(read_steps(args.steps))

@@ -16,7 +16,7 @@ from ledger.stores import LedgerToolDeps
 from runner.settings import WarrantSettings, resolved_urls
 from tools.registry import Registry, default_registry
 
-__all__ = ["StageContext", "worker_context"]
+__all__ = ["StageContext", "context_for", "worker_context"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +29,18 @@ class StageContext:
     clock: Callable[[], float] = field(default=time.time)
 
 
+def context_for(engine: Engine, *, publisher: Any) -> StageContext:
+    """The stages' context on ``engine``: the default registry and ledger-backed tool deps
+    (a worker's, with a :class:`Publisher`; or one process driving the stages itself, with a
+    :class:`~broker.publish.RecordingPublisher`)."""
+    return StageContext(
+        engine=engine,
+        registry=default_registry(),
+        publisher=publisher,
+        tool_deps=LedgerToolDeps(engine),
+    )
+
+
 _CONTEXTS: dict[int, StageContext] = {}
 
 
@@ -39,13 +51,7 @@ def worker_context() -> StageContext:
         from broker.app import app
 
         _, database_url = resolved_urls()
-        engine = engine_for(database_url)
-        ctx = StageContext(
-            engine=engine,
-            registry=default_registry(),
-            publisher=Publisher(app),
-            tool_deps=LedgerToolDeps(engine),
-        )
+        ctx = context_for(engine_for(database_url), publisher=Publisher(app))
         _CONTEXTS.clear()
         _CONTEXTS[os.getpid()] = ctx
     return ctx

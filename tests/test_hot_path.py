@@ -20,21 +20,14 @@ pytestmark = pytest.mark.services
 def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
     import psycopg
 
-    from broker.context import StageContext
+    from broker.context import context_for
     from broker.publish import RecordingPublisher
     from broker.stage_planner import planner_step
     from broker.stage_policy import policy_evaluate
     from broker.stage_tool import tool_execute
-    from ledger.stores import LedgerToolDeps
-    from tools.registry import default_registry
 
     publisher = RecordingPublisher()
-    ctx = StageContext(
-        engine=engine,
-        registry=default_registry(),
-        publisher=publisher,  # type: ignore[arg-type]
-        tool_deps=LedgerToolDeps(engine),
-    )
+    ctx = context_for(engine, publisher=publisher)
     stage = ["setup"]
     statements: collections.Counter[str] = collections.Counter()
     execute = psycopg.Cursor.execute
@@ -209,22 +202,15 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
     a write command cannot make the write's start skip the WAL flush; the command still runs
     once, through the general (durable) path."""
     import broker.stage_tool as stage_tool
-    from broker.context import StageContext
+    from broker.context import context_for
     from broker.publish import RecordingPublisher
     from broker.stage_planner import planner_step
     from broker.stage_policy import policy_evaluate
     from ledger.models import Artifact
-    from ledger.stores import LedgerToolDeps
     from runner.scenarios import SCENARIOS
-    from tools.registry import default_registry
 
     publisher = RecordingPublisher()
-    ctx = StageContext(
-        engine=engine,
-        registry=default_registry(),
-        publisher=publisher,  # type: ignore[arg-type]
-        tool_deps=LedgerToolDeps(engine),
-    )
+    ctx = context_for(engine, publisher=publisher)
     claims: list[tuple[str, bool]] = []
     claim = stage_tool.claim_command
 
@@ -300,21 +286,14 @@ def test_a_cancel_committed_during_the_claim_is_not_overwritten(engine, client):
 
     from sqlalchemy import text
 
-    from broker.context import StageContext
+    from broker.context import context_for
     from broker.publish import RecordingPublisher
     from broker.stage_planner import planner_step
     from broker.stage_policy import policy_evaluate
     from broker.stage_tool import tool_execute
-    from ledger.stores import LedgerToolDeps
-    from tools.registry import default_registry
 
     publisher = RecordingPublisher()
-    ctx = StageContext(
-        engine=engine,
-        registry=default_registry(),
-        publisher=publisher,  # type: ignore[arg-type]
-        tool_deps=LedgerToolDeps(engine),
-    )
+    ctx = context_for(engine, publisher=publisher)
     run_id = client.start_run(read_steps(2), publish=False)
     planner_step(ctx, run_id, 1)
     _, m = publisher.sent.pop()
