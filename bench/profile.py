@@ -58,7 +58,8 @@ class Counter:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=200, help="steps per run")
+    parser.add_argument("--runs", type=int, default=1, help="runs, one after the other")
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--sql", action="store_true", help="the slowest statements too")
     args = parser.parse_args()
@@ -79,7 +80,9 @@ def main() -> None:
     ctx = context_for(engine, publisher=publisher)
     counter = Counter()
     client = Client(engine=engine, publisher=publisher)  # type: ignore[arg-type]
-    run_id = client.start_run(read_steps(args.steps))
+    server = _server_processes(engine)
+    cpu_before = _cpu(server)
+    run_ids = [client.start_run(read_steps(args.steps)) for _ in range(args.runs)]
     stages = {
         "planner": lambda m: planner_step(ctx, m["run_id"], m["version"]),
         "policy": lambda m: policy_evaluate(ctx, m["run_id"], m["version"]),
@@ -101,8 +104,12 @@ def main() -> None:
         calls[stage] += 1
     if profiler:
         profiler.disable()
-    status = client.get_run(run_id).status
-    print(f"run {run_id}: {status}, {calls['planner']} planner calls ({os.cpu_count()} cores)")
+    server_ms = (_cpu(server) - cpu_before) * 1000
+    statuses = collections.Counter(client.get_run(r).status for r in run_ids)
+    print(
+        f"{args.runs} run(s) of {args.steps} steps: {dict(statuses)},"
+        f" {calls['planner']} planner calls ({os.cpu_count()} cores)"
+    )
     print(f"{'stage':<8} {'ms/call':>8} {'in SQL':>7} {'statements':>11}")
     total = 0.0
     for stage in stages:
@@ -114,6 +121,9 @@ def main() -> None:
             f" {counter.statements[stage] / n:>11.1f}"
         )
     print(f"{'step':<8} {total:>8.2f}")
+    if server:
+        steps = max(1, calls["tool"])
+        print(f"PostgreSQL server CPU per step (all its processes): {server_ms / steps:.2f} ms")
     if args.sql:
         for key, spent in counter.sql_time.most_common(15):
             n = counter.sql_count[key]
@@ -121,6 +131,36 @@ def main() -> None:
     if profiler:
         stats = pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "cumulative"))
         stats.print_stats(os.environ.get("PROFILE_FILTER", ""), 40)
+
+
+def _server_processes(engine: Any) -> list[Any]:
+    """The PostgreSQL server's processes when it runs on this machine (else none)."""
+    import psutil
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    try:
+        postmaster = psutil.Process(pid).parent()
+    except psutil.Error:
+        return []
+    return [postmaster] if postmaster is not None else []
+
+
+def _cpu(server: list[Any]) -> float:
+    """CPU seconds of the server: the postmaster and all its children, live ones (the
+    connections' backends persist across the measure, so none is lost)."""
+    import psutil
+
+    total = 0.0
+    for root in server:
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                continue
+    return total
 
 
 if __name__ == "__main__":

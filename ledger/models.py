@@ -184,22 +184,23 @@ class Observation(Base):
     expires_after_step: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _now()
 
-    __table_args__ = (UniqueConstraint("run_id", "observation_id", name="uq_observations_run_obs"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "observation_id", name="uq_observations_run_obs"),
+        Index("ix_observations_run_order", "run_id", "id"),
+        Index("ix_observations_run_hash", "run_id", "content_hash"),
+    )
 
 
 class TraceEvent(Base):
     __tablename__ = "trace_events"
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     event: Mapped[str] = mapped_column(String(64))
     step: Mapped[int] = mapped_column(Integer)
     proposal_id: Mapped[str | None] = mapped_column(String(200))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = _now()
-
-    __table_args__ = (UniqueConstraint("run_id", "seq", name="uq_trace_run_seq"),)
 
 
 class GrantRow(Base):

@@ -105,7 +105,7 @@ def test_a_lost_compare_and_set_writes_nothing(engine, client):
         with engine.connect() as conn:
             version = conn.execute(select(Run.version).where(Run.id == run_id)).scalar_one()
             uses = conn.execute(select(GrantRow.uses).where(GrantRow.id == grant_id)).scalar_one()
-            n = len(conn.execute(select(TraceEvent.id).where(TraceEvent.run_id == run_id)).all())
+            n = len(conn.execute(select(TraceEvent.seq).where(TraceEvent.run_id == run_id)).all())
         return version, uses, n
 
     before = state()

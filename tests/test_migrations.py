@@ -1,0 +1,87 @@
+"""Migrations: the schema they build is the models' schema, and every one goes down and up.
+
+Runs in its own database (``<test database>_migrations``) so the session's ledger is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
+
+from ledger.db import engine_for
+from ledger.migrate import alembic_config, current_revision, upgrade
+from ledger.models import Base
+from tests.services import Services, ensure_database
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def url(services: Services) -> Iterator[str]:
+    url = f"{services.database_url}_migrations"
+    ensure_database(url)
+    engine = engine_for(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    yield url
+    engine.dispose()
+
+
+def _migrate(url: str, verb: str, revision: str) -> None:
+    cfg = alembic_config(url)
+    with engine_for(url).begin() as conn:
+        cfg.attributes["connection"] = conn
+        getattr(command, verb)(cfg, revision)
+
+
+def _differences(url: str) -> list[Any]:
+    with engine_for(url).connect() as conn:
+        return compare_metadata(MigrationContext.configure(conn), Base.metadata)
+
+
+def test_head_schema_is_the_models_schema(url: str) -> None:
+    upgrade(url)
+    assert _differences(url) == []
+
+
+def test_every_migration_goes_down_and_up_again_with_data(url: str) -> None:
+    upgrade(url, "0007")
+    with engine_for(url).begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (id, status, phase, version, step, model_calls,"
+                " tool_calls, tool_calls_by_tool, observation_version, tokens_used,"
+                " cost_used, trace_seq, goal, subject, spec, deadline_at)"
+                " VALUES ('r1', 'running', 'planning', 1, 0, 0, 0, '{}', 1, 0, 0, 2,"
+                " 'g', 's', '{}', now())"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO trace_events (run_id, seq, event, step, details)"
+                " VALUES ('r1', 1, 'run.created', 0, '{}'), ('r1', 2, 'x', 0, '{}')"
+            )
+        )
+    upgrade(url)
+    with engine_for(url).connect() as conn:
+        seqs = conn.execute(text("SELECT seq FROM trace_events WHERE run_id = 'r1' ORDER BY seq"))
+        assert seqs.scalars().all() == [1, 2]
+    _migrate(url, "downgrade", "0007")
+    with engine_for(url).connect() as conn:
+        ids = conn.execute(text("SELECT id FROM trace_events ORDER BY seq")).scalars().all()
+        assert len(set(ids)) == 2
+    _migrate(url, "downgrade", "base")
+    assert set(inspect(engine_for(url)).get_table_names()) <= {"alembic_version"}
+    upgrade(url)
+    assert _differences(url) == []
+    assert (
+        current_revision(url) == ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    )
