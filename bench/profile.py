@@ -1,12 +1,14 @@
 """Where a step's time goes: the three stages driven in-process, without a broker.
 
-    python -m bench.profile [--steps N] [--cprofile]
+    python -m bench.profile [--runs N] [--steps N] [--sql] [--cprofile]
 
-Runs one fixture run of ``N`` no-op read steps by calling the planner, policy and tool stages
+Runs ``--runs`` fixture runs of ``--steps`` no-op read steps, interleaved (their messages
+are handled in the order they were sent), by calling the planner, policy and tool stages
 directly (a recording publisher stands in for Celery), and prints per stage: in-process time
 per call, time spent in SQL statements and statements per call (a statement outside a
-transaction block is one round trip; BEGIN/COMMIT are not counted). With ``--cprofile``, the 25 most
-expensive functions too. Uses the benchmark's database (``WARRANT_BENCH_DATABASE_URL``).
+transaction block is one round trip; BEGIN/COMMIT are not counted), and, when PostgreSQL runs
+on this machine, its server's CPU per step. With ``--cprofile``, the 40 most expensive
+functions too. Uses the benchmark's database (``WARRANT_BENCH_DATABASE_URL``).
 """
 
 from __future__ import annotations
