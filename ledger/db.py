@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from ledger import _json
+
 __all__ = [
     "DEFAULT_AUTOCOMMIT_POOL",
     "autocommit_engine",
@@ -20,6 +22,10 @@ __all__ = [
 
 _ENGINES: dict[tuple[int, str], Engine] = {}
 _FACTORIES: dict[Engine, sessionmaker[Session]] = {}
+
+
+#: JSON parameters and columns through orjson (see ``ledger._json``).
+_JSON = {"json_serializer": _json.dumps, "json_deserializer": _json.loads}
 
 
 def normalize_url(url: str) -> str:
@@ -41,6 +47,7 @@ def engine_for(url: str) -> Engine:
             max_overflow=5,
             pool_pre_ping=False,  # a dead connection raises OperationalError: the task retries
             pool_recycle=1800,
+            **_JSON,
         )
         _ENGINES[key] = engine
     return engine
@@ -73,6 +80,7 @@ def autocommit_engine(engine: Engine, *, relaxed: bool = False) -> Engine:
             max_overflow=8,
             pool_recycle=1800,
             connect_args=options,
+            **_JSON,
         )
     return other
 
