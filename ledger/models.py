@@ -110,7 +110,10 @@ class Proposal(Base):
     confirmation_request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = _now()
 
-    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_proposals_run_step"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "step", name="uq_proposals_run_step"),
+        Index("ix_proposals_run_version", "run_id", "observation_version", "step"),
+    )
 
 
 class Command(Base):
