@@ -284,6 +284,48 @@ def test_experiment_4_cancel_during_a_tool_matches_the_effect_facts(
     assert names.count("tool.started") == 1
 
 
+def test_cancel_while_the_tool_is_still_logging_its_call_is_known_harmless(
+    engine, client, demo, draft_worker
+):
+    # The revoke's signal can reach the tool at any line: here, while the service is still
+    # logging the call (held by a table lock), before anything was sent. The adapter knows
+    # the write did not happen: cancelled, no effect, no reconciliation.
+    from sqlalchemy import text
+
+    did = uid("d")
+    with demo.engine.connect() as holder:
+        holder.execute(text("LOCK TABLE demo_calls IN EXCLUSIVE MODE"))
+        run_id = client.start_run(spec([draft(did), draft(uid("d"), pid="p2")]))
+        started(engine, run_id)
+        wait_for(
+            lambda: _waiting_on_lock(engine, "demo_calls"),
+            what="the tool's call log waiting on the lock",
+        )
+        client.cancel(run_id, by="alice")
+        info = client.wait(run_id, timeout=15)
+        holder.rollback()
+    assert (info.status, info.stop_reason) == ("cancelled", "CANCELLED")
+    with session_scope(engine) as s:
+        outcome = s.query(OutcomeRow).filter_by(run_id=run_id).one()
+    assert outcome.code == "CANCELLED_BEFORE_WRITE"
+    assert demo.draft_count(draft_id=did) == 0
+
+
+def _waiting_on_lock(engine, table: str) -> bool:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query ILIKE :q"
+                ),
+                {"q": f"INSERT INTO {table}%"},
+            ).scalar_one()
+        )
+
+
 # --- cancellation ---------------------------------------------------------------------------
 
 

@@ -190,29 +190,29 @@ class DemoService:
     def _before(
         self, tool: str, key: str | None, is_cancelled: Callable[..., bool]
     ) -> Fault | None:
-        fault = self._take_fault(tool, CALL_FAULTS)
-        with self.engine.begin() as conn:
-            conn.execute(
-                insert(calls).values(
-                    tool=tool, idempotency_key=key, fault=fault.mode if fault else None
+        try:
+            fault = self._take_fault(tool, CALL_FAULTS)
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(calls).values(
+                        tool=tool, idempotency_key=key, fault=fault.mode if fault else None
+                    )
                 )
-            )
+            if fault is not None and fault.mode == "slow":
+                end = time.monotonic() + fault.delay_s
+                while time.monotonic() < end and not is_cancelled():
+                    time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+        except Exception:
+            # Interrupted (a revoke, a time limit) anywhere before the request was sent —
+            # also while the call was being logged: if the run was cancelled, this call is
+            # known not to have taken effect.
+            if not is_cancelled(fresh=True):
+                raise
+            raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE") from None
         if fault is None:
             return None
-        if fault.mode == "slow":
-            end = time.monotonic() + fault.delay_s
-            try:
-                while time.monotonic() < end:
-                    if is_cancelled():
-                        break
-                    time.sleep(min(0.05, max(0.0, end - time.monotonic())))
-            except Exception:
-                # Interrupted (a revoke, a time limit) before anything was sent: if the run
-                # was cancelled, this call is known not to have taken effect.
-                if not is_cancelled(fresh=True):
-                    raise
-            if is_cancelled(fresh=True):
-                raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE")
+        if fault.mode == "slow" and is_cancelled(fresh=True):
+            raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE")
         if fault.mode == "reject":
             raise ToolRejected("the service refused the request", code="REQUEST_REFUSED")
         if fault.mode == "fail":
