@@ -129,6 +129,15 @@ def _hash(params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
 
+def _known_cancelled(is_cancelled: Callable[..., bool]) -> bool:
+    """Is the run cancelled (asked of the ledger)? The cancel's own interruption may land
+    while this asks: it is delivered once, so asking again gets the answer."""
+    try:
+        return bool(is_cancelled(fresh=True))
+    except Exception:
+        return bool(is_cancelled(fresh=True))
+
+
 class DemoService:
     """The external system. ``engine`` points at its own database (may share the server)."""
 
@@ -206,12 +215,12 @@ class DemoService:
             # Interrupted (a revoke, a time limit) anywhere before the request was sent —
             # also while the call was being logged: if the run was cancelled, this call is
             # known not to have taken effect.
-            if not is_cancelled(fresh=True):
+            if not _known_cancelled(is_cancelled):
                 raise
             raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE") from None
         if fault is None:
             return None
-        if fault.mode == "slow" and is_cancelled(fresh=True):
+        if fault.mode == "slow" and _known_cancelled(is_cancelled):
             raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE")
         if fault.mode == "reject":
             raise ToolRejected("the service refused the request", code="REQUEST_REFUSED")
