@@ -7,14 +7,7 @@ from typing import Any
 
 from celery import Celery
 
-from broker.queues import (
-    PLANNER_QUEUE,
-    POLICY_QUEUE,
-    TASK_PLANNER,
-    TASK_POLICY,
-    TASK_TOOL,
-    tool_queue,
-)
+from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL, route_task
 
 __all__ = ["Outbox", "Publisher", "RecordingPublisher"]
 
@@ -25,13 +18,12 @@ class Publisher:
     def __init__(self, app: Celery) -> None:
         self.app = app
 
-    def _send(
-        self, name: str, queue: str, run_id: str, kwargs: dict[str, Any], **options: Any
-    ) -> None:
+    def _send(self, name: str, run_id: str, kwargs: dict[str, Any], **options: Any) -> None:
         # Stamped with the run id, so `revoke_by_stamped_headers` can find every message of a
         # run, queued or running.
         # The arguments' display (Flower, logs) is built here: Celery's safe repr of them costs
         # about a tenth of a publish.
+        queue = route_task(name, (), kwargs, options)["queue"]
         with self.app.producer_or_acquire() as producer:
             if _declared(producer, queue):
                 options["declare"] = []
@@ -47,10 +39,10 @@ class Publisher:
             )
 
     def planner(self, run_id: str, version: int) -> None:
-        self._send(TASK_PLANNER, PLANNER_QUEUE, run_id, {"run_id": run_id, "version": version})
+        self._send(TASK_PLANNER, run_id, {"run_id": run_id, "version": version})
 
     def policy(self, run_id: str, version: int) -> None:
-        self._send(TASK_POLICY, POLICY_QUEUE, run_id, {"run_id": run_id, "version": version})
+        self._send(TASK_POLICY, run_id, {"run_id": run_id, "version": version})
 
     def tool(
         self,
@@ -65,7 +57,6 @@ class Publisher:
     ) -> None:
         self._send(
             TASK_TOOL,
-            tool_queue(tool),
             run_id,
             {"run_id": run_id, "version": version, "command_id": command_id, "tool": tool},
             soft_time_limit=soft_time_limit,
