@@ -58,8 +58,8 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns what happened: ``ignored``, ``stopped``, ``completed`` or ``forwarded``.
 
     One read (the run and everything its working-memory view shows) and one write (the
-    transition with the step's proposal), each a single statement; no connection is held
-    while the planner thinks."""
+    transition with the step's proposal), each a single statement in autocommit mode: no
+    transaction is open while the planner thinks."""
     spec = _SPECS.get(run_id)
     with autocommit(ctx.engine) as conn:
         row = load_planning(

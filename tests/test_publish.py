@@ -61,8 +61,7 @@ def test_queue_declared_once_per_connection_and_again_after_a_reconnect(
 
         # A re-established connection starts with an empty cache of declared entities
         # (kombu clears it on connecting): the queue is declared again, as kombu would.
-        with app.producer_or_acquire() as producer:
-            producer.connection.declared_entities.clear()
+        publisher._producer().connection.declared_entities.clear()
         publisher.policy("run-1", 4)
         assert declares == ["policy", "policy"]
         assert len(checks) == 2
@@ -87,3 +86,88 @@ def _bound(r: Any, queue: str) -> bool:
     """Is ``queue`` bound to the app's default exchange in kombu's Redis routing table?"""
     members = r.smembers("_kombu.binding.planner")  # the default exchange: the default queue's
     return any(m.rsplit(b"\x06\x16", 1)[-1] == queue.encode() for m in members)
+
+
+def _raw(r: Any, queue: str) -> dict[str, Any]:
+    """The oldest message on ``queue``, as kombu stored it, its body decoded."""
+    import base64
+    import json
+
+    message = json.loads(r.rpop(queue))
+    message["body"] = json.loads(base64.b64decode(message["body"]))
+    return message
+
+
+def _comparable(message: dict[str, Any]) -> dict[str, Any]:
+    """A message without what differs between any two messages: its id (also the correlation
+    id, and the root id of a message sent outside a task) and its delivery tag."""
+    headers = dict(message["headers"])
+    properties = dict(message["properties"])
+    task_id = headers.pop("id")
+    if headers["parent_id"] is None:
+        assert headers.pop("root_id") == task_id
+    assert properties.pop("correlation_id") == task_id
+    properties.pop("delivery_tag")
+    return {**message, "headers": headers, "properties": properties}
+
+
+def _parent_task() -> None:
+    """Stands for the stage task that publishes."""
+
+
+@pytest.mark.parametrize(("events", "in_task"), [(False, False), (True, False), (False, True)])
+def test_a_stage_message_is_the_message_celery_send_task_writes(
+    redis_url: str, events: bool, in_task: bool
+) -> None:
+    """The publisher builds and sends messages with Celery's own functions, without
+    ``Celery.send_task``'s bookkeeping; the message on the queue must be the same, in a task
+    (the calling task is its parent, and its root the root) or outside one."""
+    import redis
+    from celery._state import _task_stack
+
+    r = redis.Redis.from_url(redis_url)
+    r.flushdb()
+    app = make_app(WarrantSettings(broker_url=redis_url, task_events=events))
+    publisher = Publisher(app)
+    parent = app.task(name="test.parent")(_parent_task)
+    if in_task:
+        parent.push_request(id="parent-1", root_id="root-1", called_directly=False)
+        _task_stack.push(parent)
+    try:
+        kwargs = {"run_id": "run-1", "version": 3, "command_id": "c-1", "tool": "noop_read"}
+        publisher.tool(
+            run_id="run-1",
+            version=3,
+            command_id="c-1",
+            tool="noop_read",
+            soft_time_limit=1.5,
+            time_limit=3.0,
+        )
+        publisher._send_task(
+            "warrant.tool.execute",
+            "run-1",
+            kwargs,
+            "tool.noop_read",
+            soft_time_limit=1.5,
+            time_limit=3.0,
+        )
+        lean, stock = _raw(r, "tool.noop_read"), _raw(r, "tool.noop_read")
+        # send_task also copies the displays, already in the headers, into the message's
+        # properties (it passes options it does not know on as properties); nothing reads them.
+        for name in ("argsrepr", "kwargsrepr"):
+            assert stock["properties"].pop(name) == lean["headers"][name]
+        assert _comparable(lean) == _comparable(stock)
+        assert lean["headers"]["stamps"] == {"warrant_run_id": "run-1"}
+        assert lean["headers"]["timelimit"] == [3.0, 1.5]
+        assert lean["body"][1] == kwargs
+        if in_task:
+            assert (lean["headers"]["parent_id"], lean["headers"]["root_id"]) == (
+                "parent-1",
+                "root-1",
+            )
+    finally:
+        if in_task:
+            _task_stack.pop()
+            parent.pop_request()
+        r.flushdb()
+        app.close()
