@@ -124,7 +124,10 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
         raise
     if conn.in_transaction():  # a SQLAlchemy-executed statement began one (autocommit: a no-op)
         conn.commit()
-    held.connections[key] = conn
+    if key in held.connections:  # nested uses: the first one to end is kept
+        conn.close()
+    else:
+        held.connections[key] = conn
 
 
 def release_held() -> None:

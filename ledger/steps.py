@@ -10,6 +10,7 @@ and a lost compare-and-set writes nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -89,7 +90,7 @@ SELECT {_RUN_COLUMNS}, {{spec}},
   (SELECT coalesce(jsonb_object_agg(m.key, jsonb_build_object(
             'value', m.value, 'source', m.source_kind, 'version', m.version)), '{{}}'::jsonb)
      FROM (SELECT DISTINCT ON (key) key, value, source_kind, version FROM memory_records
-            WHERE subject = r.subject AND key = ANY(%(keys)s) AND revoked_at IS NULL
+            WHERE subject = r.subject AND key = ANY(CAST(%(keys)s AS text[])) AND revoked_at IS NULL
               AND (expires_at IS NULL OR expires_at > now())
             ORDER BY key, version DESC) m) AS preferences
 FROM runs r WHERE r.id = %(run_id)s
@@ -149,7 +150,18 @@ def load_planning(
     """The run (its ``spec`` None unless ``with_spec``), its goal, its ``recent`` latest
     observations, its capabilities and the subject's live preferences; None if no such run."""
     statement = _PLANNING_WITH_SPEC if with_spec else _PLANNING
-    return statement.first(conn, {"run_id": run_id, "recent": recent, "keys": list(memory_keys)})
+    return statement.first(
+        conn, {"run_id": run_id, "recent": recent, "keys": _array_literal(memory_keys)}
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _array_literal(values: tuple[str, ...]) -> str:
+    """``values`` as a PostgreSQL array literal (every element quoted), bound as text and cast
+    in the statement: psycopg adapts a list element by element on every call, and the keys
+    are the same every time."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
 
 
 def load_policy(conn: Connection, run_id: str) -> Any:

@@ -248,6 +248,7 @@ def test_a_lost_server_connection_is_dropped_and_the_error_is_retryable(engine, 
     from sqlalchemy.exc import OperationalError
 
     from broker.tasks import TRANSIENT
+    from ledger.db import release_held
     from ledger.steps import autocommit, run_status
 
     run_id = client.start_run(read_steps(1), publish=False)
@@ -274,6 +275,7 @@ def test_a_lost_server_connection_is_dropped_and_the_error_is_retryable(engine, 
     assert lost.value.connection_invalidated
     with autocommit(lossy) as conn:  # a fresh connection: the dead ones left the pool
         assert run_status(conn, run_id) == "running"
+    release_held()
     lossy.dispose()
 
 
@@ -329,3 +331,62 @@ def test_a_cancel_committed_during_the_claim_is_not_overwritten(engine, client):
     assert info.status == "cancelled", (info.status, results)
     assert not [s for s in publisher.sent if s[0] == "planner"]  # the run did not go on
     assert facts.outcomes(engine, run_id) == 1
+
+
+def test_a_thread_keeps_its_autocommit_connection_between_statements(engine, client):
+    """Checked out once per thread and kept (not once per statement); a use that raises gives
+    it back to the pool, and a nested use gets its own."""
+    import threading
+
+    from sqlalchemy import create_engine, event
+
+    from ledger.db import autocommit_engine, release_held
+    from ledger.steps import autocommit, run_status
+
+    run_id = client.start_run(read_steps(1), publish=False)
+    own = create_engine(engine.url)
+    checkouts: list[int] = []
+    event.listen(autocommit_engine(own).pool, "checkout", lambda *_: checkouts.append(1))
+    seen = set()
+    for _ in range(5):
+        with autocommit(own) as conn:
+            assert run_status(conn, run_id) == "running"
+            seen.add(id(conn))
+    assert (len(checkouts), len(seen)) == (1, 1)
+
+    with autocommit(own) as outer, autocommit(own) as inner:
+        assert outer is not inner
+    assert len(checkouts) == 2
+    assert [outer.closed, inner.closed].count(True) == 1  # one kept, the other back in the pool
+
+    with pytest.raises(RuntimeError), autocommit(own) as conn:
+        raise RuntimeError("a failing stage")
+    assert conn.closed  # back in the pool
+    with autocommit(own) as conn:
+        assert run_status(conn, run_id) == "running"
+
+    other: list[Any] = []
+
+    def in_thread() -> None:
+        with autocommit(own) as conn:
+            other.append(conn)
+        release_held()
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join()
+    assert other[0] is not conn  # each thread has its own
+    release_held()
+    assert conn.closed
+    own.dispose()
+
+
+def test_memory_keys_are_bound_as_one_array_literal(engine):
+    from sqlalchemy import text
+
+    from ledger.steps import _array_literal
+
+    keys = ("plain", 'dq"uote', "back\\slash", "", "a,b", "{braces}", "NULL", " spaced ")
+    with engine.connect() as conn:
+        got = conn.execute(text("SELECT CAST(:k AS text[])"), {"k": _array_literal(keys)})
+        assert tuple(got.scalar_one()) == keys
