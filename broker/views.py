@@ -86,7 +86,7 @@ def load_view(
     engine: Engine, run_id: str, *, registry: Registry, memory: MemoryStore
 ) -> WorkingMemoryView | None:
     """The view a planner would get for the run's next step (None: no such run)."""
-    with autocommit(engine) as conn:
+    with autocommit(engine, held=False) as conn:
         row = load_planning(
             conn, run_id, recent=DEFAULT_MAX_ITEMS * 2, memory_keys=memory.allowed_keys
         )

@@ -56,14 +56,14 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
-_AUTOCOMMIT: dict[tuple[Engine, bool], Engine] = {}
+_AUTOCOMMIT: dict[tuple[Engine, bool, bool], Engine] = {}
 
 #: Connections of an autocommit engine, per process and database (a stage holds one at a
 #: time).
 DEFAULT_AUTOCOMMIT_POOL = 2
 
 
-def autocommit_engine(engine: Engine, *, relaxed: bool = False) -> Engine:
+def autocommit_engine(engine: Engine, *, relaxed: bool = False, held: bool = False) -> Engine:
     """An engine on the same database whose connections are in autocommit mode for good (each
     statement is its own transaction; no mode switch and reset on every checkout), with its
     own small pool.
@@ -71,16 +71,19 @@ def autocommit_engine(engine: Engine, *, relaxed: bool = False) -> Engine:
     ``relaxed``: its commits also do not wait for the WAL flush (``synchronous_commit=off``),
     for writes that are only informational: if the server crashes, the last ones may be lost,
     never half-applied, and the next ordinary commit flushes them too. Never use it for a
-    write whose loss could repeat an effect."""
-    key = (engine, relaxed)
+    write whose loss could repeat an effect.
+
+    ``held``: the engine of :func:`held_autocommit`, whose threads each keep a connection:
+    its pool never makes a thread wait (one connection per thread that uses it)."""
+    key = (engine, relaxed, held)
     other = _AUTOCOMMIT.get(key)
     if other is None:
         options = {"options": "-c synchronous_commit=off"} if relaxed else {}
         other = _AUTOCOMMIT[key] = create_engine(
             engine.url,
             isolation_level="AUTOCOMMIT",
-            pool_size=DEFAULT_AUTOCOMMIT_POOL,
-            max_overflow=8,
+            pool_size=1 if held else DEFAULT_AUTOCOMMIT_POOL,
+            max_overflow=-1 if held else 8,
             pool_recycle=1800,
             connect_args=options,
             **_JSON,
@@ -105,7 +108,9 @@ _INHERITED: list[Connection] = []
 def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connection]:
     """The calling thread's connection of :func:`autocommit_engine`, kept checked out between
     uses: a stage runs two statements per message, and checking a connection out of the pool
-    and back in cost about a tenth of a stage worker's CPU per message.
+    and back in cost about a tenth of a stage worker's CPU per message. For stage workers
+    (a prefork child: one thread); a client with many threads checks one out per use
+    (:func:`ledger.steps.autocommit` with ``held=False``).
 
     A use that raises returns the connection to the pool (SQLAlchemy discards it if it was
     invalidated: the next use connects afresh); a nested use gets a connection of its own."""
@@ -116,7 +121,7 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
     key = (engine, relaxed)
     conn = held.connections.pop(key, None)
     if conn is None or conn.closed or conn.invalidated:
-        conn = autocommit_engine(engine, relaxed=relaxed).connect()
+        conn = autocommit_engine(engine, relaxed=relaxed, held=True).connect()
     try:
         yield conn
     except BaseException:

@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from ledger._compiled import Compiled
-from ledger.db import held_autocommit
+from ledger.db import autocommit_engine, held_autocommit
 from ledger.models import Command, Confirmation, GrantRow, OutcomeRow, Proposal
 from ledger.repo import Guarded
 from runner.state import ConfirmationView, GrantView, HistoryEntry
@@ -131,12 +131,17 @@ WHERE r.id = %(run_id)s AND c.id = %(command_id)s
 
 
 @contextmanager
-def autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connection]:
-    """The thread's held connection in autocommit mode: each statement is its own transaction
-    (``relaxed``: see :func:`ledger.db.autocommit_engine`; held between uses:
-    :func:`ledger.db.held_autocommit`)."""
-    with held_autocommit(engine, relaxed=relaxed) as conn:
-        yield conn
+def autocommit(engine: Engine, *, relaxed: bool = False, held: bool = True) -> Iterator[Connection]:
+    """A connection in autocommit mode: each statement is its own transaction (``relaxed``:
+    see :func:`ledger.db.autocommit_engine`). ``held``: the thread's own, kept between uses
+    (:func:`ledger.db.held_autocommit`; stage workers); otherwise checked out of the pool for
+    this use only (clients, which may have many threads)."""
+    if held:
+        with held_autocommit(engine, relaxed=relaxed) as conn:
+            yield conn
+    else:
+        with autocommit_engine(engine, relaxed=relaxed).connect() as conn:
+            yield conn
 
 
 def load_planning(

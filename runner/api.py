@@ -146,7 +146,7 @@ class Client:
         from ledger.steps import autocommit, create_run
 
         goal = {"goal": spec.goal}
-        with autocommit(self.engine) as conn:
+        with autocommit(self.engine, held=False) as conn:
             create_run(
                 conn,
                 run_id=run_id,
@@ -547,7 +547,7 @@ class Client:
         deadline = time.monotonic() + timeout
         pause = 0.02
         while True:
-            with autocommit(self.engine) as conn:  # poll the status alone, not the whole run
+            with autocommit(self.engine, held=False) as conn:  # poll the status alone
                 status = run_status(conn, run_id)
             if status is None or status in targets or time.monotonic() >= deadline:
                 info = self.get_run(run_id)  # no such run: RunNotFound

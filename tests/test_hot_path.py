@@ -346,7 +346,7 @@ def test_a_thread_keeps_its_autocommit_connection_between_statements(engine, cli
     run_id = client.start_run(read_steps(1), publish=False)
     own = create_engine(engine.url)
     checkouts: list[int] = []
-    event.listen(autocommit_engine(own).pool, "checkout", lambda *_: checkouts.append(1))
+    event.listen(autocommit_engine(own, held=True).pool, "checkout", lambda *_: checkouts.append(1))
     seen = set()
     for _ in range(5):
         with autocommit(own) as conn:
@@ -377,6 +377,10 @@ def test_a_thread_keeps_its_autocommit_connection_between_statements(engine, cli
     thread.join()
     assert other[0] is not conn  # each thread has its own
     release_held()
+    assert conn.closed
+
+    with autocommit(own, held=False) as conn:  # a client's: for this use only
+        assert run_status(conn, run_id) == "running"
     assert conn.closed
     own.dispose()
 
