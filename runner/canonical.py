@@ -28,10 +28,31 @@ def arguments_hash(arguments: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(arguments))
 
 
-def proposal_hash(tool: str, tool_version: str, arguments: dict[str, Any]) -> str:
-    """What a confirmation is bound to: exactly the action that will execute."""
+def proposal_hash(
+    tool: str,
+    tool_version: str,
+    arguments: dict[str, Any],
+    *,
+    canonical_arguments: bytes | None = None,
+) -> str:
+    """What a confirmation is bound to: exactly the action that will execute.
+
+    ``canonical_arguments``: ``canonical_json(arguments)``, when the caller already has it. An
+    object's canonical form is its members in key order (``arguments`` < ``tool`` <
+    ``tool_version``), each value in its own canonical form, so those bytes are reused as
+    they are; the hash is the same either way."""
+    if canonical_arguments is None:
+        return sha256_hex(
+            canonical_json({"tool": tool, "tool_version": tool_version, "arguments": arguments})
+        )
     return sha256_hex(
-        canonical_json({"tool": tool, "tool_version": tool_version, "arguments": arguments})
+        b'{"arguments":'
+        + canonical_arguments
+        + b',"tool":'
+        + canonical_json(tool)
+        + b',"tool_version":'
+        + canonical_json(tool_version)
+        + b"}"
     )
 
 

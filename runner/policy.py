@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runner.canonical import arguments_hash, canonical_json, proposal_hash, sha256_hex
+from runner.canonical import canonical_json, proposal_hash, sha256_hex
 from runner.codes import Phase, Rejection, RunStatus, StopReason, invalid_field_code
 from runner.spec import ToolProposal
 from runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
@@ -259,13 +259,14 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     turns them into spans); it cannot change the decision."""
     events: list[Event] = _Events(on_event)
     run = inp.run
-    fp = _raw_fingerprint(inp.raw)
 
     # parse
     try:
         proposal = ToolProposal.model_validate(inp.raw)
     except ValidationError:
-        return _reject(Rejection.PROPOSAL_PARSE_FAILED.value, "parse", fp, inp, events)
+        return _reject(
+            Rejection.PROPOSAL_PARSE_FAILED.value, "parse", _raw_fingerprint(inp.raw), inp, events
+        )
     events.append(
         Event("proposal.parsed", {"tool": proposal.tool, "version": proposal.tool_version})
     )
@@ -273,24 +274,39 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     # registry
     tool = inp.registry.get(proposal.tool, proposal.tool_version)
     if tool is None:
-        return _reject(Rejection.UNKNOWN_TOOL_OR_VERSION.value, "registry", fp, inp, events)
+        return _reject(
+            Rejection.UNKNOWN_TOOL_OR_VERSION.value,
+            "registry",
+            _raw_fingerprint(inp.raw),
+            inp,
+            events,
+        )
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
 
     # input schema
     if not isinstance(proposal.arguments, dict):
-        return _reject(Rejection.INPUT_NOT_OBJECT.value, "schema", fp, inp, events)
+        return _reject(
+            Rejection.INPUT_NOT_OBJECT.value, "schema", _raw_fingerprint(inp.raw), inp, events
+        )
     size = len(json.dumps(proposal.arguments, default=str))
     if size > tool.max_input_bytes:
-        return _reject(Rejection.INPUT_TOO_LARGE.value, "schema", fp, inp, events)
+        return _reject(
+            Rejection.INPUT_TOO_LARGE.value, "schema", _raw_fingerprint(inp.raw), inp, events
+        )
     try:
         model = tool.input_model.model_validate(proposal.arguments)
         arguments = model.model_dump(mode="json")
-        args_hash = arguments_hash(arguments)
+        canonical_arguments = canonical_json(arguments)
+        args_hash = sha256_hex(canonical_arguments)
     except ValidationError as exc:
-        return _reject(_schema_code(exc), "schema", fp, inp, events)
+        return _reject(_schema_code(exc), "schema", _raw_fingerprint(inp.raw), inp, events)
     except Exception:  # e.g. a number canonical JSON cannot represent
-        return _reject(invalid_field_code("input"), "schema", fp, inp, events)
-    phash = proposal_hash(tool.name, tool.version, arguments)
+        return _reject(
+            invalid_field_code("input"), "schema", _raw_fingerprint(inp.raw), inp, events
+        )
+    phash = proposal_hash(
+        tool.name, tool.version, arguments, canonical_arguments=canonical_arguments
+    )
     fp = phash
     events.append(Event("proposal.schema.validated", {"arguments_hash": args_hash, "bytes": size}))
 

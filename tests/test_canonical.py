@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from runner.canonical import arguments_hash, canonical_json, idempotency_token, proposal_hash
 
 
@@ -25,3 +28,24 @@ def test_idempotency_token_is_stable():
     h = arguments_hash({"x": 1})
     assert idempotency_token("r", "p", "1", h) == idempotency_token("r", "p", "1", h)
     assert idempotency_token("r", "p", "1", h) != idempotency_token("r", "p2", "1", h)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53 - 1), 2**53 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(
+    tool=st.text(),
+    version=st.text(),
+    arguments=st.dictionaries(st.text(), _json_values, max_size=5),
+)
+def test_proposal_hash_from_the_arguments_canonical_bytes_is_the_same(
+    tool: str, version: str, arguments: dict[str, object]
+) -> None:
+    """The policy gate reuses the arguments' canonical bytes (computed for their own hash)."""
+    assert proposal_hash(
+        tool, version, arguments, canonical_arguments=canonical_json(arguments)
+    ) == proposal_hash(tool, version, arguments)
