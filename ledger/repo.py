@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -80,16 +81,25 @@ def run_view(run: Run | Any) -> RunView:
         observation_version=run.observation_version,
         deadline_at=run.deadline_at.timestamp(),
         subject=run.subject,
-        budgets=Budgets.model_validate(_budgets_of(run)),
+        budgets=_budgets_of(run),
         tool_calls_by_tool=dict(run.tool_calls_by_tool or {}),
         tokens_used=run.tokens_used or 0,
         cost_used=run.cost_used or 0.0,
     )
 
 
-def _budgets_of(run: Any) -> Any:
-    budgets = getattr(run, "budgets", None)  # a ledger.steps row selects only these
-    return budgets if budgets is not None else run.spec.get("budgets", {})
+def _budgets_of(run: Any) -> Budgets:
+    text = getattr(run, "budgets_json", None)  # a ledger.steps row selects only these
+    if text is not None:
+        return _budgets_from_json(text)
+    return Budgets.model_validate(run.spec.get("budgets", {}))
+
+
+@functools.lru_cache(maxsize=256)
+def _budgets_from_json(text: str) -> Budgets:
+    """A run's budgets never change, and a stage reads them for every message: validated once
+    per text (PostgreSQL prints a ``jsonb`` value the same way every time). Frozen model."""
+    return Budgets.model_validate_json(text)
 
 
 def observations_of(s: Session, run_id: str) -> list[ObservationView]:

@@ -394,3 +394,21 @@ def test_memory_keys_are_bound_as_one_array_literal(engine):
     with engine.connect() as conn:
         got = conn.execute(text("SELECT CAST(:k AS text[])"), {"k": _array_literal(keys)})
         assert tuple(got.scalar_one()) == keys
+
+
+def test_a_stage_sees_the_run_budgets_the_spec_gave(engine, client):
+    """Stages read the budgets as ``jsonb`` text and validate each text once per process."""
+    from ledger.repo import _budgets_from_json, run_view
+    from ledger.steps import autocommit, load_policy
+    from runner.spec import Budgets
+
+    budgets = {"max_steps": 7, "max_tool_calls_per_tool": {"noop_read": 3}, "max_cost": 1.5}
+    spec = {**read_steps(1), "budgets": budgets}
+    first, second = (client.start_run(spec, publish=False) for _ in range(2))
+    with autocommit(engine) as conn:
+        views = [run_view(load_policy(conn, run_id)) for run_id in (first, second)]
+    assert views[0].budgets == Budgets.model_validate(budgets)
+    assert views[0].budgets.max_tool_calls_per_tool == {"noop_read": 3}
+    assert views[0].budgets.deadline_s == Budgets().deadline_s  # defaults filled in
+    assert views[1].budgets is views[0].budgets  # validated once: the same frozen object
+    assert _budgets_from_json.cache_info().hits >= 1
