@@ -13,18 +13,44 @@ from kombu.utils.uuid import uuid
 
 from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL, route_task
 
-__all__ = ["Outbox", "Publisher", "RecordingPublisher"]
+__all__ = ["DEFAULT_HELD_PRODUCERS", "Outbox", "Publisher", "RecordingPublisher"]
 
 RUN_HEADER = "warrant_run_id"
 
+#: Threads per process that keep a producer on a broker connection of their own (see
+#: :meth:`Publisher._producer`); a stage worker's pool child has one thread.
+DEFAULT_HELD_PRODUCERS = 4
+
+
+class _Holders:
+    """How many threads of each process hold a publisher's producer (a fork starts at
+    none)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._count: dict[int, int] = {}
+
+    def take(self, pid: int) -> bool:
+        with self._lock:
+            if self._count.get(pid, 0) >= self.limit:
+                return False
+            self._count[pid] = self._count.get(pid, 0) + 1
+            return True
+
+    def give_back(self, pid: int) -> None:
+        with self._lock:
+            self._count[pid] = max(0, self._count.get(pid, 0) - 1)
+
 
 class Publisher:
-    """Publishes stage messages through Celery's message protocol, on a producer each thread
-    holds (see :meth:`_send`)."""
+    """Publishes stage messages through Celery's message protocol, on a producer the thread
+    holds (see :meth:`_send` and :meth:`_producer`)."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
         self._held = threading.local()
+        self._holders = _Holders(DEFAULT_HELD_PRODUCERS)
 
     def _send(
         self,
@@ -42,8 +68,8 @@ class Publisher:
         What ``Celery.send_task`` adds around those two calls — a registry look-up, the router,
         a result object, a producer from the pool — was a third of a publish's CPU; the queue
         comes from :func:`~broker.queues.route_task` (the router Celery uses), the producer is
-        the thread's own, and a delayed message (``countdown``, a retry's) goes through
-        ``send_task`` itself, which also knows delayed delivery on quorum queues.
+        the thread's own (:meth:`_producer`), and a delayed message (``countdown``, a retry's)
+        goes through ``send_task`` itself, which also knows delayed delivery on quorum queues.
         ``tests/test_publish.py`` pins that both paths write the same message.
 
         Stamped with the run id, so ``revoke_by_stamped_headers`` can find every message of a
@@ -74,19 +100,26 @@ class Publisher:
             **limits,
         )
         producer = self._producer()
+        if producer is None:  # this thread holds none: one from the pool for this publish
+            with app.producer_or_acquire() as pooled:
+                self._publish(pooled, name, message, queue)
+            return
         try:
-            with producer.connection._reraise_as_library_errors():
-                app.amqp.send_task_message(
-                    producer,
-                    name,
-                    message,
-                    queue=queue,
-                    routing_key=queue,
-                    declare=[] if _declared(producer, queue) else None,
-                )
+            self._publish(producer, name, message, queue)
         except BaseException:
             self._drop_producer()
             raise
+
+    def _publish(self, producer: Any, name: str, message: Any, queue: str) -> None:
+        with producer.connection._reraise_as_library_errors():
+            self.app.amqp.send_task_message(
+                producer,
+                name,
+                message,
+                queue=queue,
+                routing_key=queue,
+                declare=[] if _declared(producer, queue) else None,
+            )
 
     def _send_task(
         self, name: str, run_id: str, kwargs: dict[str, Any], queue: str, **options: Any
@@ -106,23 +139,38 @@ class Publisher:
                 **options,
             )
 
-    def _producer(self) -> Any:
-        """This thread's producer, acquired from the app's pool once (again after a fork or a
-        failed publish) and kept: acquiring and releasing one per publish cost a sixth of it.
-        kombu re-establishes its connection when a publish fails (``retry``)."""
+    def _producer(self) -> Any | None:
+        """This thread's producer, on a broker connection of its own, made once (again after
+        a fork or a failed publish) and kept: acquiring a producer from the app's pool and
+        releasing it for every publish cost a sixth of the publish. kombu re-establishes the
+        connection when a publish fails (``retry``).
+
+        At most :data:`DEFAULT_HELD_PRODUCERS` threads of a process hold one of this
+        publisher's (a connection each); beyond them, threads publish with a producer from
+        the pool, as Celery does, and this returns None for them. Held producers are not the
+        pool's, so they never make a thread wait for one."""
         held = self._held
-        if getattr(held, "pid", None) != os.getpid():
-            held.pid = os.getpid()
-            held.producer = self.app.producer_pool.acquire(block=True)
+        pid = os.getpid()
+        if getattr(held, "pid", None) != pid:  # a new thread, or a fork: nothing held here
+            held.pid, held.producer, held.tried = pid, None, False
+        if held.producer is None and not held.tried:
+            held.tried = True
+            if self._holders.take(pid):
+                held.producer = self.app.amqp.Producer(self.app.connection_for_write())
         return held.producer
 
     def _drop_producer(self) -> None:
-        producer = getattr(self._held, "producer", None)
-        self._held.pid = None
-        self._held.producer = None
+        """Close the thread's producer and its connection (a failed publish); the next publish
+        makes another."""
+        held = self._held
+        producer = getattr(held, "producer", None)
+        held.producer, held.tried = None, False
         if producer is not None:
+            self._holders.give_back(os.getpid())
             with contextlib.suppress(Exception):
-                producer.release()
+                connection = producer.connection
+                producer.close()
+                connection.close()
 
     def planner(self, run_id: str, version: int) -> None:
         self._send(TASK_PLANNER, run_id, {"run_id": run_id, "version": version})

@@ -171,3 +171,47 @@ def test_a_stage_message_is_the_message_celery_send_task_writes(
             parent.pop_request()
         r.flushdb()
         app.close()
+
+
+def test_threads_beyond_the_held_ones_publish_with_a_producer_from_the_pool(
+    redis_url: str,
+) -> None:
+    """A publisher's held producers are bounded per process (each holds a broker connection
+    of its own, not one of the app's pool); more threads publish with one from the pool each
+    time, and every message goes through."""
+    import threading
+
+    import redis
+
+    from broker.publish import DEFAULT_HELD_PRODUCERS
+
+    r = redis.Redis.from_url(redis_url)
+    r.flushdb()
+    app = make_app(WarrantSettings(broker_url=redis_url))
+    publisher = Publisher(app)
+    threads_n = DEFAULT_HELD_PRODUCERS + 4
+    held: list[Any] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads_n)
+
+    def publish(n: int) -> None:
+        start.wait(timeout=10)
+        for version in range(3):
+            publisher.policy(f"run-{n}", version)
+        with lock:
+            held.append(publisher._producer())
+
+    threads = [threading.Thread(target=publish, args=(n,)) for n in range(threads_n)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not any(thread.is_alive() for thread in threads), "a publish never finished"
+        assert r.llen("policy") == 3 * threads_n
+        producers = [p for p in held if p is not None]
+        assert len(producers) == DEFAULT_HELD_PRODUCERS
+        assert len({id(p.connection) for p in producers}) == DEFAULT_HELD_PRODUCERS
+    finally:
+        r.flushdb()
+        app.close()
