@@ -114,10 +114,7 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
 
     A use that raises returns the connection to the pool (SQLAlchemy discards it if it was
     invalidated: the next use connects afresh); a nested use gets a connection of its own."""
-    held = _HELD
-    if held.pid != os.getpid():  # forked: the parent's connections are not this process's
-        _INHERITED.extend(held.connections.values())
-        held.pid, held.connections = os.getpid(), {}
+    held = _forget_inherited()
     key = (engine, relaxed)
     conn = held.connections.pop(key, None)
     if conn is None or conn.closed or conn.invalidated:
@@ -137,18 +134,25 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
 
 def release_held() -> None:
     """Return the calling thread's held connections to their pools."""
-    held = _HELD
-    connections = list(held.connections.values()) if held.pid == os.getpid() else []
+    held = _forget_inherited()
+    connections = list(held.connections.values())
     held.connections.clear()
     for conn in connections:
         conn.close()
 
 
+def _forget_inherited() -> _Held:
+    """The thread's held connections, none if they were the parent process's (a fork)."""
+    held = _HELD
+    if held.pid != os.getpid():
+        _INHERITED.extend(held.connections.values())
+        held.pid, held.connections = os.getpid(), {}
+    return held
+
+
 def reset_engines() -> None:
     """Drop engines inherited from a parent process (call after fork)."""
-    if _HELD.pid != os.getpid():
-        _INHERITED.extend(_HELD.connections.values())
-        _HELD.pid, _HELD.connections = os.getpid(), {}
+    _forget_inherited()
     for (pid, _), engine in list(_ENGINES.items()):
         if pid != os.getpid():
             engine.dispose(close=False)

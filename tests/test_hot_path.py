@@ -412,3 +412,37 @@ def test_a_stage_sees_the_run_budgets_the_spec_gave(engine, client):
     assert views[0].budgets.deadline_s == Budgets().deadline_s  # defaults filled in
     assert views[1].budgets is views[0].budgets  # validated once: the same frozen object
     assert _budgets_from_json.cache_info().hits >= 1
+
+
+def test_a_forked_child_never_uses_its_parents_held_connection(engine, client):
+    """A prefork pool child starts with its parent's memory, held connections included: it
+    must connect afresh, and the parent's connection must survive the child."""
+    import os
+
+    from sqlalchemy import text
+
+    from ledger.db import reset_engines
+    from ledger.steps import autocommit
+
+    backend = text("SELECT pg_backend_pid()")
+    with autocommit(engine) as conn:
+        parent_backend = conn.execute(backend).scalar_one()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: what a pool child does on start, then one stage statement
+        code = 1
+        try:
+            reset_engines()
+            with autocommit(engine) as conn:
+                os.write(write, str(conn.execute(backend).scalar_one()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    child_backend = int(os.read(read, 64) or b"0")
+    os.close(read)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert child_backend not in (0, parent_backend)
+    with autocommit(engine) as conn:  # the parent's own connection is still its own and alive
+        assert conn.execute(backend).scalar_one() == parent_backend
