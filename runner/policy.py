@@ -260,13 +260,15 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     events: list[Event] = _Events(on_event)
     run = inp.run
 
+    def refuse_raw(code: str, layer: str) -> Decision:
+        # before the arguments are validated, loops are detected on the raw proposal
+        return _reject(code, layer, _raw_fingerprint(inp.raw), inp, events)
+
     # parse
     try:
         proposal = ToolProposal.model_validate(inp.raw)
     except ValidationError:
-        return _reject(
-            Rejection.PROPOSAL_PARSE_FAILED.value, "parse", _raw_fingerprint(inp.raw), inp, events
-        )
+        return refuse_raw(Rejection.PROPOSAL_PARSE_FAILED.value, "parse")
     events.append(
         Event("proposal.parsed", {"tool": proposal.tool, "version": proposal.tool_version})
     )
@@ -274,36 +276,24 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     # registry
     tool = inp.registry.get(proposal.tool, proposal.tool_version)
     if tool is None:
-        return _reject(
-            Rejection.UNKNOWN_TOOL_OR_VERSION.value,
-            "registry",
-            _raw_fingerprint(inp.raw),
-            inp,
-            events,
-        )
+        return refuse_raw(Rejection.UNKNOWN_TOOL_OR_VERSION.value, "registry")
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
 
     # input schema
     if not isinstance(proposal.arguments, dict):
-        return _reject(
-            Rejection.INPUT_NOT_OBJECT.value, "schema", _raw_fingerprint(inp.raw), inp, events
-        )
+        return refuse_raw(Rejection.INPUT_NOT_OBJECT.value, "schema")
     size = len(json.dumps(proposal.arguments, default=str))
     if size > tool.max_input_bytes:
-        return _reject(
-            Rejection.INPUT_TOO_LARGE.value, "schema", _raw_fingerprint(inp.raw), inp, events
-        )
+        return refuse_raw(Rejection.INPUT_TOO_LARGE.value, "schema")
     try:
         model = tool.input_model.model_validate(proposal.arguments)
         arguments = model.model_dump(mode="json")
         canonical_arguments = canonical_json(arguments)
         args_hash = sha256_hex(canonical_arguments)
     except ValidationError as exc:
-        return _reject(_schema_code(exc), "schema", _raw_fingerprint(inp.raw), inp, events)
+        return refuse_raw(_schema_code(exc), "schema")
     except Exception:  # e.g. a number canonical JSON cannot represent
-        return _reject(
-            invalid_field_code("input"), "schema", _raw_fingerprint(inp.raw), inp, events
-        )
+        return refuse_raw(invalid_field_code("input"), "schema")
     phash = proposal_hash(
         tool.name, tool.version, arguments, canonical_arguments=canonical_arguments
     )
