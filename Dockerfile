@@ -7,6 +7,7 @@ COPY runner ./runner
 COPY tools ./tools
 COPY broker ./broker
 COPY ledger ./ledger
+COPY warrant ./warrant
 RUN pip install --no-cache-dir .
 RUN useradd --create-home warrant
 USER warrant

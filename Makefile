@@ -33,13 +33,13 @@ test-fast: install   ## pure unit tests only (no services)
 	$(PY) -m pytest -ra -m "not services"
 
 lint: install
-	$(VENV)/bin/ruff check runner tools broker ledger tests
-	$(VENV)/bin/ruff format --check runner tools broker ledger tests
+	$(VENV)/bin/ruff check runner tools broker ledger warrant/__init__.py tests
+	$(VENV)/bin/ruff format --check runner tools broker ledger warrant/__init__.py tests
 	$(VENV)/bin/mypy
 
 format: install
-	$(VENV)/bin/ruff format runner tools broker ledger tests
-	$(VENV)/bin/ruff check --fix runner tools broker ledger tests
+	$(VENV)/bin/ruff format runner tools broker ledger warrant/__init__.py tests
+	$(VENV)/bin/ruff check --fix runner tools broker ledger warrant/__init__.py tests
 
 bench: install       ## benchmark against bare Celery (prints ratios; see README)
 	$(PY) -m bench

@@ -44,10 +44,10 @@ os.environ.update({k: ENV[k] for k in ("WARRANT_DATABASE_URL", "WARRANT_BROKER_U
 
 from sqlalchemy import text  # noqa: E402
 
-from ledger.db import engine_for  # noqa: E402
-from ledger.migrate import upgrade  # noqa: E402
-from runner.scenarios import read_steps  # noqa: E402
-from runner.stack import celery_worker_command  # noqa: E402
+from warrant.ledger.db import engine_for  # noqa: E402
+from warrant.ledger.migrate import upgrade  # noqa: E402
+from warrant.runner.scenarios import read_steps  # noqa: E402
+from warrant.runner.stack import celery_worker_command  # noqa: E402
 
 LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
 
@@ -259,9 +259,9 @@ def main() -> None:
     redis_lib.Redis.from_url(ENV["WARRANT_BROKER_URL"]).flushdb()
 
     from bench import baseline
-    from broker.app import app as warrant_app
-    from broker.publish import Publisher
-    from runner.api import Client
+    from warrant.broker.app import app as warrant_app
+    from warrant.broker.publish import Publisher
+    from warrant.runner.api import Client
 
     with engine_for(ENV["WARRANT_DATABASE_URL"]).begin() as conn:
         conn.execute(text(baseline.SCHEMA))
@@ -273,9 +273,9 @@ def main() -> None:
     w = Workers()
     for q in baseline.QUEUES:
         w.start("bench.baseline", [q], 1, q.replace(".", "-"))
-    w.start("broker.app", ["planner"], 1, "planner")
-    w.start("broker.app", ["policy"], 1, "policy")
-    w.start("broker.app", ["tool.noop_read"], 1, "tool")
+    w.start("warrant.broker.app", ["planner"], 1, "planner")
+    w.start("warrant.broker.app", ["policy"], 1, "policy")
+    w.start("warrant.broker.app", ["tool.noop_read"], 1, "tool")
     w.wait_ready(baseline.app, [q.replace(".", "-") for q in baseline.QUEUES])
     w.wait_ready(warrant_app, ["planner", "policy", "tool"])
     warrant_wait(client, [client.start_run(read_steps(5))])  # connect the pools once
@@ -332,9 +332,9 @@ def main() -> None:
 
     # 2. memory of warrant's worker processes over many steps
     w = Workers()
-    w.start("broker.app", ["planner"], 1, "planner")
-    w.start("broker.app", ["policy"], 1, "policy")
-    w.start("broker.app", ["tool.noop_read"], 1, "tool")
+    w.start("warrant.broker.app", ["planner"], 1, "planner")
+    w.start("warrant.broker.app", ["policy"], 1, "policy")
+    w.start("warrant.broker.app", ["tool.noop_read"], 1, "tool")
     w.wait_ready(warrant_app, ["planner", "policy", "tool"])
     with console.status(f"warrant: memory over {mem_steps} steps"):
         rss_start = w.rss_mb()
@@ -353,9 +353,9 @@ def main() -> None:
     scaling: dict[int, float] = {}
     for n in (1, 2, 4, 8):
         w = Workers()
-        w.start("broker.app", ["planner"], 2, "planner")
-        w.start("broker.app", ["policy"], 2, "policy")
-        w.start("broker.app", ["tool.sleep_read"], n, "tool")
+        w.start("warrant.broker.app", ["planner"], 2, "planner")
+        w.start("warrant.broker.app", ["policy"], 2, "policy")
+        w.start("warrant.broker.app", ["tool.sleep_read"], n, "tool")
         w.wait_ready(warrant_app, ["planner", "policy", "tool"])
         with console.status(f"tool-bound: {calls} calls x 100 ms, {n} tool processes"):
             per_run = 5

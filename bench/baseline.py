@@ -12,7 +12,7 @@ from celery import Celery
 from kombu import Queue
 from sqlalchemy import text
 
-from ledger.db import engine_for
+from warrant.ledger.db import engine_for
 
 BROKER = os.environ["WARRANT_BROKER_URL"]
 DATABASE = os.environ["WARRANT_DATABASE_URL"]

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from bench.__main__ import ENV
-from runner.scenarios import read_steps
+from warrant.runner.scenarios import read_steps
 
 __all__ = ["main"]
 
@@ -66,14 +66,14 @@ def main() -> None:
     parser.add_argument("--sql", action="store_true", help="the slowest statements too")
     args = parser.parse_args()
 
-    from broker.context import context_for
-    from broker.publish import RecordingPublisher
-    from broker.stage_planner import planner_step
-    from broker.stage_policy import policy_evaluate
-    from broker.stage_tool import tool_execute
-    from ledger.db import engine_for
-    from ledger.migrate import upgrade
-    from runner.api import Client
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.stage_planner import planner_step
+    from warrant.broker.stage_policy import policy_evaluate
+    from warrant.broker.stage_tool import tool_execute
+    from warrant.ledger.db import engine_for
+    from warrant.ledger.migrate import upgrade
+    from warrant.runner.api import Client
 
     url = ENV["WARRANT_DATABASE_URL"]
     upgrade(url)

@@ -6,7 +6,7 @@ filling a dict of ~170 response callbacks each time: about a sixth of the CPU of
 This channel builds the client once per connection pool and reuses it (redis-py clients are
 thread-safe; their pool hands out connections). Behaviour is otherwise kombu's own.
 
-Used for ``redis://`` broker URLs (see :func:`broker.app.make_app`); other schemes keep
+Used for ``redis://`` broker URLs (see :func:`warrant.broker.app.make_app`); other schemes keep
 their stock transport.
 """
 
@@ -21,7 +21,7 @@ from kombu.transport import redis as kombu_redis
 __all__ = ["TRANSPORT", "Channel", "Transport"]
 
 #: ``broker_transport`` value naming this transport.
-TRANSPORT = "broker._redis_transport:Transport"
+TRANSPORT = "warrant.broker._redis_transport:Transport"
 
 
 class Channel(kombu_redis.Channel):

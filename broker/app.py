@@ -1,6 +1,6 @@
 """The Celery application: queues, routing and at-least-once settings.
 
-Plain Celery works: ``celery -A broker.app worker -Q planner,policy,tool.search_public``.
+Plain Celery works: ``celery -A warrant.broker.app worker -Q planner,policy,tool.search_public``.
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from broker import telemetry
-from broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
-from broker.transitions import HARD_LIMIT_GRACE_S
-from ledger.db import reset_engines
-from runner.settings import WarrantSettings
-from tools.registry import default_registry
+from warrant.broker import telemetry
+from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.ledger.db import reset_engines
+from warrant.runner.settings import WarrantSettings
+from warrant.tools.registry import default_registry
 
 __all__ = ["app", "make_app"]
 
@@ -33,14 +33,14 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
     broker_url = settings.broker_url
     if not broker_url:
         try:
-            from runner.settings import resolved_urls
+            from warrant.runner.settings import resolved_urls
 
             broker_url = resolved_urls(settings)[0]
         except Exception:
             broker_url = DEFAULT_BROKER_URL
-    celery = Celery("warrant", broker=broker_url, include=["broker.tasks"])
+    celery = Celery("warrant", broker=broker_url, include=["warrant.broker.tasks"])
     if broker_url.startswith("redis://"):
-        from broker._redis_transport import TRANSPORT
+        from warrant.broker._redis_transport import TRANSPORT
 
         celery.conf.broker_transport = TRANSPORT
     celery.conf.update(
@@ -71,7 +71,7 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
             }
         },
     )
-    from broker.revocations import TrimRevokedRuns
+    from warrant.broker.revocations import TrimRevokedRuns
 
     celery.steps["worker"].add(TrimRevokedRuns)
     return celery

@@ -10,11 +10,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from broker.publish import Publisher
-from ledger.db import engine_for
-from ledger.stores import LedgerToolDeps
-from runner.settings import WarrantSettings, resolved_urls
-from tools.registry import Registry, default_registry
+from warrant.broker.publish import Publisher
+from warrant.ledger.db import engine_for
+from warrant.ledger.stores import LedgerToolDeps
+from warrant.runner.settings import WarrantSettings, resolved_urls
+from warrant.tools.registry import Registry, default_registry
 
 __all__ = ["StageContext", "context_for", "worker_context"]
 
@@ -32,7 +32,7 @@ class StageContext:
 def context_for(engine: Engine, *, publisher: Any) -> StageContext:
     """The stages' context on ``engine``: the default registry and ledger-backed tool deps
     (a worker's, with a :class:`Publisher`; or one process driving the stages itself, with a
-    :class:`~broker.publish.RecordingPublisher`)."""
+    :class:`~warrant.broker.publish.RecordingPublisher`)."""
     return StageContext(
         engine=engine,
         registry=default_registry(),
@@ -48,7 +48,7 @@ def worker_context() -> StageContext:
     """The process's context, built once per (forked) process."""
     ctx = _CONTEXTS.get(os.getpid())
     if ctx is None:
-        from broker.app import app
+        from warrant.broker.app import app
 
         _, database_url = resolved_urls()
         ctx = context_for(engine_for(database_url), publisher=Publisher(app))

@@ -8,12 +8,20 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ledger.models import Command, Handoff, Observation, OutcomeRow, Proposal, Reconciliation, Run
-from ledger.repo import transition
-from runner.canonical import sha256_hex
-from runner.codes import Phase, RunStatus
-from runner.handoff import build_bundle
-from tools.registry import Registry
+from warrant.ledger.models import (
+    Command,
+    Handoff,
+    Observation,
+    OutcomeRow,
+    Proposal,
+    Reconciliation,
+    Run,
+)
+from warrant.ledger.repo import transition
+from warrant.runner.canonical import sha256_hex
+from warrant.runner.codes import Phase, RunStatus
+from warrant.runner.handoff import build_bundle
+from warrant.tools.registry import Registry
 
 __all__ = ["enter_handoff"]
 

@@ -11,7 +11,7 @@ from typing import Any
 from celery import Celery
 from kombu.utils.uuid import uuid
 
-from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL, route_task
+from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL, route_task
 
 __all__ = ["DEFAULT_HELD_PRODUCERS", "Outbox", "Publisher", "RecordingPublisher"]
 
@@ -67,8 +67,9 @@ class Publisher:
 
         What ``Celery.send_task`` adds around those two calls — a registry look-up, the router,
         a result object, a producer from the pool — was a third of a publish's CPU; the queue
-        comes from :func:`~broker.queues.route_task` (the router Celery uses), the producer is
-        the thread's own (:meth:`_producer`), and a delayed message (``countdown``, a retry's)
+        comes from :func:`~warrant.broker.queues.route_task` (the router Celery uses), the
+        producer is the thread's own (:meth:`_producer`), and a delayed message
+        (``countdown``, a retry's)
         goes through ``send_task`` itself, which also knows delayed delivery on quorum queues.
         ``tests/test_publish.py`` pins that both paths write the same message.
 

@@ -1,7 +1,7 @@
 """Keep each worker's memory of revoked runs bounded.
 
 A cancel revokes every message of a run with ``revoke_by_stamped_headers`` (see
-:meth:`broker.publish.Publisher.revoke_run`). Celery keeps those stamps in a plain list per
+:meth:`warrant.broker.publish.Publisher.revoke_run`). Celery keeps those stamps in a plain list per
 header, in every worker, for the worker's lifetime, and checks each incoming stamped message
 against the whole list: memory and per-message cost grow with every cancellation. This worker
 step trims the list to the most recent ``revoked_runs_kept`` runs, every
@@ -17,7 +17,7 @@ from typing import Any
 from celery import bootsteps
 from celery.worker import state as worker_state
 
-from broker.publish import RUN_HEADER
+from warrant.broker.publish import RUN_HEADER
 
 __all__ = ["TRIM_INTERVAL_S", "TrimRevokedRuns", "trim_revoked_runs"]
 
@@ -37,7 +37,7 @@ def trim_revoked_runs(keep: int, revoked: dict[str, Any] | None = None) -> int:
 
 
 class TrimRevokedRuns(bootsteps.StartStopStep):
-    """A worker step (registered by :func:`broker.app.make_app`)."""
+    """A worker step (registered by :func:`warrant.broker.app.make_app`)."""
 
     requires = {"celery.worker.components:Timer"}
 

@@ -7,13 +7,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from broker import telemetry
-from broker.context import StageContext
-from broker.faults import crash_point
-from broker.publish import Outbox
-from broker.transitions import stop_changes, stop_events
-from broker.views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
-from ledger.repo import (
+from warrant.broker import telemetry
+from warrant.broker.context import StageContext
+from warrant.broker.faults import crash_point
+from warrant.broker.publish import Outbox
+from warrant.broker.transitions import stop_changes, stop_events
+from warrant.broker.views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
+from warrant.ledger.repo import (
     NEXT_PROPOSAL_ID,
     NewObservation,
     StaleVersion,
@@ -21,8 +21,8 @@ from ledger.repo import (
     run_view,
     transition,
 )
-from ledger.steps import autocommit, insert_proposal, load_planning
-from runner.codes import (
+from warrant.ledger.steps import autocommit, insert_proposal, load_planning
+from warrant.runner.codes import (
     ObservationKind,
     ObservationSource,
     Phase,
@@ -30,11 +30,11 @@ from runner.codes import (
     RunStatus,
     StopReason,
 )
-from runner.memory import DEFAULT_MAX_ITEMS
-from runner.planners import PlannerFailure, planner_for
-from runner.planning import Complete, Forward, Stop, check_before_planning, interpret
-from runner.spec import RunSpec
-from runner.state import RunView
+from warrant.runner.memory import DEFAULT_MAX_ITEMS
+from warrant.runner.planners import PlannerFailure, planner_for
+from warrant.runner.planning import Complete, Forward, Stop, check_before_planning, interpret
+from warrant.runner.spec import RunSpec
+from warrant.runner.state import RunView
 
 __all__ = ["planner_step"]
 

@@ -9,16 +9,16 @@ from typing import Any
 
 from sqlalchemy import update
 
-from broker import telemetry
-from broker.context import StageContext
-from broker.faults import crash_point
-from broker.handoffs import enter_handoff
-from broker.transitions import HARD_LIMIT_GRACE_S, stop_changes, stop_events
-from broker.views import POLICY_OBSERVATION_TTL_STEPS
-from ledger.db import session_scope
-from ledger.models import Proposal, Run
-from ledger.repo import NewObservation, StaleVersion, run_view, to_datetime, transition
-from ledger.steps import (
+from warrant.broker import telemetry
+from warrant.broker.context import StageContext
+from warrant.broker.faults import crash_point
+from warrant.broker.handoffs import enter_handoff
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S, stop_changes, stop_events
+from warrant.broker.views import POLICY_OBSERVATION_TTL_STEPS
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Proposal, Run
+from warrant.ledger.repo import NewObservation, StaleVersion, run_view, to_datetime, transition
+from warrant.ledger.steps import (
     autocommit,
     confirmations_from,
     grants_from,
@@ -29,11 +29,11 @@ from ledger.steps import (
     use_confirmation,
     use_grants,
 )
-from runner import policy
-from runner.canonical import idempotency_token
-from runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
-from runner.planning import Stop
-from runner.state import RunView
+from warrant.runner import policy
+from warrant.runner.canonical import idempotency_token
+from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
+from warrant.runner.planning import Stop
+from warrant.runner.state import RunView
 
 __all__ = ["policy_evaluate"]
 

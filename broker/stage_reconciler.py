@@ -23,19 +23,24 @@ from typing import Any
 
 from sqlalchemy import and_, func, literal_column, select, update
 
-from broker.context import StageContext
-from broker.handoffs import enter_handoff
-from broker.publish import Outbox
-from broker.transitions import HARD_LIMIT_GRACE_S, reissue_command, stop_changes, stop_events
-from ledger.db import session_scope
-from ledger.models import Command, OutcomeRow, Proposal, Reconciliation, Run
-from ledger.repo import NewObservation, append_events, record_outcome, run_view, to_datetime
-from ledger.repo import transition as cas
-from runner.codes import ObservationKind, Phase, RunStatus, StopReason
-from runner.planning import Stop
-from runner.retry import backoff_delay
-from runner.settings import WarrantSettings
-from tools.contract import SideEffect, ToolContext
+from warrant.broker.context import StageContext
+from warrant.broker.handoffs import enter_handoff
+from warrant.broker.publish import Outbox
+from warrant.broker.transitions import (
+    HARD_LIMIT_GRACE_S,
+    reissue_command,
+    stop_changes,
+    stop_events,
+)
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Command, OutcomeRow, Proposal, Reconciliation, Run
+from warrant.ledger.repo import NewObservation, append_events, record_outcome, run_view, to_datetime
+from warrant.ledger.repo import transition as cas
+from warrant.runner.codes import ObservationKind, Phase, RunStatus, StopReason
+from warrant.runner.planning import Stop
+from warrant.runner.retry import backoff_delay
+from warrant.runner.settings import WarrantSettings
+from warrant.tools.contract import SideEffect, ToolContext
 
 __all__ = ["SWEEP_LOCK", "SweepReport", "sweep"]
 

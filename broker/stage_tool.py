@@ -18,14 +18,14 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 from sqlalchemy import func
 
-from broker import interrupts, telemetry
-from broker.context import StageContext
-from broker.faults import crash_point
-from broker.publish import Outbox
-from broker.transitions import reissue_command, stop_changes, stop_events
-from ledger.db import session_scope
-from ledger.models import Command, Run
-from ledger.repo import (
+from warrant.broker import interrupts, telemetry
+from warrant.broker.context import StageContext
+from warrant.broker.faults import crash_point
+from warrant.broker.publish import Outbox
+from warrant.broker.transitions import reissue_command, stop_changes, stop_events
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Command, Run
+from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
     command_for_update,
@@ -34,7 +34,7 @@ from ledger.repo import (
     to_datetime,
     transition,
 )
-from ledger.steps import (
+from warrant.ledger.steps import (
     autocommit,
     claim_command,
     complete_command,
@@ -43,13 +43,13 @@ from ledger.steps import (
     load_tool,
     start_command,
 )
-from runner.canonical import sha256_hex
-from runner.codes import ObservationKind, Outcome, Phase, RunStatus, StopReason
-from runner.errors import ToolFailed, ToolRejected, ToolUnknown
-from runner.planning import Stop
-from runner.retry import decide_retry
-from runner.state import RunView
-from tools.contract import SideEffect, Tool, ToolContext
+from warrant.runner.canonical import sha256_hex
+from warrant.runner.codes import ObservationKind, Outcome, Phase, RunStatus, StopReason
+from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.planning import Stop
+from warrant.runner.retry import decide_retry
+from warrant.runner.state import RunView
+from warrant.tools.contract import SideEffect, Tool, ToolContext
 
 __all__ = ["tool_execute"]
 

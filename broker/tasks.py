@@ -8,21 +8,21 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from broker import interrupts
-from broker.app import app
-from broker.context import StageContext, worker_context
-from broker.handoffs import enter_handoff
-from broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
-from broker.stage_planner import planner_step
-from broker.stage_policy import policy_evaluate
-from broker.stage_reconciler import sweep
-from broker.stage_tool import tool_execute
-from broker.transitions import stop_changes, stop_events
-from ledger.db import session_scope
-from ledger.models import Run
-from ledger.repo import StaleVersion, run_view, transition
-from runner.codes import RunStatus, StopReason
-from runner.planning import Stop
+from warrant.broker import interrupts
+from warrant.broker.app import app
+from warrant.broker.context import StageContext, worker_context
+from warrant.broker.handoffs import enter_handoff
+from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
+from warrant.broker.stage_planner import planner_step
+from warrant.broker.stage_policy import policy_evaluate
+from warrant.broker.stage_reconciler import sweep
+from warrant.broker.stage_tool import tool_execute
+from warrant.broker.transitions import stop_changes, stop_events
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Run
+from warrant.ledger.repo import StaleVersion, run_view, transition
+from warrant.runner.codes import RunStatus, StopReason
+from warrant.runner.planning import Stop
 
 __all__ = ["evaluate_policy", "execute_tool", "reconcile", "step_planner"]
 
@@ -105,7 +105,7 @@ def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: st
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
         # which billiard does not remember): the outcome is committed; leave so the pool
-        # replaces this process (see broker.interrupts). billiard reports the result first.
+        # replaces this process (see warrant.broker.interrupts). billiard reports the result first.
         if interrupts.take() and worker_context().tool_deps.run_status(run_id) in (
             RunStatus.CANCELLING.value,
             RunStatus.CANCELLED.value,

@@ -121,13 +121,13 @@ def run_context(trace_id: str | None) -> Iterator[None]:
 
 
 def layer_observer(**attributes: Any) -> Any:
-    """An ``on_event`` for ``runner.policy.evaluate``: one span per gate layer, timed from
+    """An ``on_event`` for ``warrant.runner.policy.evaluate``: one span per gate layer, timed from
     the previous layer's end to this one's event."""
     if _PROVIDER is None:
         return None
     import time
 
-    from runner.policy import LAYER_OF_EVENT
+    from warrant.runner.policy import LAYER_OF_EVENT
 
     attrs = {f"warrant.{k}": v for k, v in attributes.items() if v is not None}
     last = [time.time_ns()]

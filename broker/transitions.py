@@ -6,9 +6,9 @@ from typing import Any
 
 from sqlalchemy import func
 
-from runner.codes import Phase
-from runner.planning import Stop
-from runner.state import RunView
+from warrant.runner.codes import Phase
+from warrant.runner.planning import Stop
+from warrant.runner.state import RunView
 
 __all__ = ["stop_changes", "stop_events"]
 
@@ -66,7 +66,7 @@ def reissue_command(
 ) -> int:
     """Schedule another attempt of the *same* command (same idempotency token): it counts as a
     tool call, and its message is published after the commit, ``delay_s`` from now."""
-    from ledger.repo import to_datetime, transition
+    from warrant.ledger.repo import to_datetime, transition
 
     cmd.status, cmd.timeout_s = "issued", timeout_s
     cmd.deadline_at = to_datetime(ctx.clock() + delay_s + timeout_s)

@@ -1,4 +1,5 @@
-"""Building a run's working-memory view from the ledger (the shell side of runner.memory)."""
+"""Building a run's working-memory view from the ledger (the shell side of
+warrant.runner.memory)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from ledger.memory import MemoryStore
-from ledger.repo import run_view
-from ledger.steps import autocommit, load_planning
-from runner.memory import DEFAULT_MAX_ITEMS, ObservationRecord, WorkingMemoryView, build_view
-from runner.state import RunView
-from tools.registry import Registry
+from warrant.ledger.memory import MemoryStore
+from warrant.ledger.repo import run_view
+from warrant.ledger.steps import autocommit, load_planning
+from warrant.runner.memory import (
+    DEFAULT_MAX_ITEMS,
+    ObservationRecord,
+    WorkingMemoryView,
+    build_view,
+)
+from warrant.runner.state import RunView
+from warrant.tools.registry import Registry
 
 __all__ = ["POLICY_OBSERVATION_TTL_STEPS", "load_view", "view_from_row"]
 
@@ -37,8 +43,9 @@ def _offer(tool: Any) -> dict[str, Any]:
 def view_from_row(
     row: Any, view: RunView, *, registry: Registry, step: int | None = None
 ) -> WorkingMemoryView:
-    """The view for ``step`` (default: the next step) from a :func:`ledger.steps.load_planning`
-    row: goal, recent observations, capabilities and preferences all came in that one read."""
+    """The view for ``step`` (default: the next step) from a
+    :func:`warrant.ledger.steps.load_planning` row: goal, recent observations, capabilities and
+    preferences all came in that one read."""
     step = view.step + 1 if step is None else step
     goal_step, goal_content, goal_kind, goal_source = row.goal
     observations = [

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from ledger import _json
+from warrant.ledger import _json
 
 __all__ = [
     "DEFAULT_AUTOCOMMIT_POOL",
@@ -27,7 +27,7 @@ _ENGINES: dict[tuple[int, str], Engine] = {}
 _FACTORIES: dict[Engine, sessionmaker[Session]] = {}
 
 
-#: JSON parameters and columns through orjson (see ``ledger._json``).
+#: JSON parameters and columns through orjson (see ``warrant.ledger._json``).
 _JSON = {"json_serializer": _json.dumps, "json_deserializer": _json.loads}
 
 
@@ -110,7 +110,7 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
     uses: a stage runs two statements per message, and checking a connection out of the pool
     and back in cost about a tenth of a stage worker's CPU per message. For stage workers
     (a prefork child: one thread); a client with many threads checks one out per use
-    (:func:`ledger.steps.autocommit` with ``held=False``).
+    (:func:`warrant.ledger.steps.autocommit` with ``held=False``).
 
     A use that raises returns the connection to the pool (SQLAlchemy discards it if it was
     invalidated: the next use connects afresh); a nested use gets a connection of its own."""

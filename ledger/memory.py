@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select, text
 
-from ledger.db import session_scope
-from ledger.models import Confirmation, GrantRow, MemoryRecord, Run
-from runner.canonical import proposal_hash
-from runner.errors import RunNotFound, ToolRejected
-from runner.state import GrantView
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Confirmation, GrantRow, MemoryRecord, Run
+from warrant.runner.canonical import proposal_hash
+from warrant.runner.errors import RunNotFound, ToolRejected
+from warrant.runner.state import GrantView
 
 __all__ = ["DEFAULT_MEMORY_KEYS", "MemoryConflict", "MemoryStore"]
 

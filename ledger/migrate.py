@@ -6,7 +6,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
 
-from ledger.db import engine_for, normalize_url
+from warrant.ledger.db import engine_for, normalize_url
 
 __all__ = ["alembic_config", "current_revision", "upgrade"]
 
@@ -16,7 +16,7 @@ _MIGRATION_LOCK = 0x5741_5252
 
 def alembic_config(url: str) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", "ledger:migrations")
+    cfg.set_main_option("script_location", "warrant.ledger:migrations")
     cfg.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
     return cfg
 

@@ -25,18 +25,18 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
-from ledger._compiled import Compiled
-from ledger.models import (
+from warrant.ledger._compiled import Compiled
+from warrant.ledger.models import (
     Command,
     Observation,
     OutcomeRow,
     Run,
     TraceEvent,
 )
-from runner.canonical import content_hash
-from runner.codes import ObservationKind, Phase, RunStatus
-from runner.spec import Budgets
-from runner.state import ObservationView, RunView
+from warrant.runner.canonical import content_hash
+from warrant.runner.codes import ObservationKind, Phase, RunStatus
+from warrant.runner.spec import Budgets
+from warrant.runner.state import ObservationView, RunView
 
 __all__ = [
     "NEXT_PROPOSAL_ID",
@@ -69,7 +69,7 @@ def to_datetime(ts: float) -> datetime:
 
 
 def run_view(run: Run | Any) -> RunView:
-    """The pure core's view of a run (an ORM row or a ``ledger.steps`` row)."""
+    """The pure core's view of a run (an ORM row or a ``warrant.ledger.steps`` row)."""
     return RunView(
         run_id=run.id,
         status=RunStatus(run.status),
@@ -89,7 +89,7 @@ def run_view(run: Run | Any) -> RunView:
 
 
 def _budgets_of(run: Any) -> Budgets:
-    text = getattr(run, "budgets_json", None)  # a ledger.steps row selects only these
+    text = getattr(run, "budgets_json", None)  # a warrant.ledger.steps row selects only these
     if text is not None:
         return _budgets_from_json(text)
     return Budgets.model_validate(run.spec.get("budgets", {}))
@@ -167,7 +167,7 @@ class Guarded:
 
 NEXT_PROPOSAL_ID = object()
 """A ``pending_proposal_id`` value: a new proposal id, which a guarded
-:func:`ledger.steps.insert_proposal` in the same transition uses for its row."""
+:func:`warrant.ledger.steps.insert_proposal` in the same transition uses for its row."""
 
 _RUNS: Any = Run.__table__
 _EVENTS: Any = TraceEvent.__table__

@@ -2,8 +2,8 @@
 
 A stage reads everything its pure decision needs in one ``SELECT`` (the run row plus JSON
 aggregates of its grants, confirmations, loop history or recent observations) and writes the
-decision back with :func:`ledger.repo.transition`, whose compare-and-set, trace events,
-observation and the :class:`~ledger.repo.Guarded` writes built here form one statement. Both
+decision back with :func:`warrant.ledger.repo.transition`, whose compare-and-set, trace events,
+observation and the :class:`~warrant.ledger.repo.Guarded` writes built here form one statement. Both
 run in autocommit mode (:func:`autocommit`): one round trip each, no ``BEGIN``/``COMMIT``,
 and a lost compare-and-set writes nothing.
 """
@@ -30,11 +30,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
-from ledger._compiled import Compiled
-from ledger.db import autocommit_engine, held_autocommit
-from ledger.models import Command, Confirmation, GrantRow, OutcomeRow, Proposal
-from ledger.repo import Guarded
-from runner.state import ConfirmationView, GrantView, HistoryEntry
+from warrant.ledger._compiled import Compiled
+from warrant.ledger.db import autocommit_engine, held_autocommit
+from warrant.ledger.models import Command, Confirmation, GrantRow, OutcomeRow, Proposal
+from warrant.ledger.repo import Guarded
+from warrant.runner.state import ConfirmationView, GrantView, HistoryEntry
 
 __all__ = [
     "autocommit",
@@ -119,7 +119,7 @@ WHERE r.id = %(run_id)s
 """
 )
 """Loop detection only looks at earlier proposals made at the run's current observation
-version (versions only grow, so those are the history's suffix; see ``runner.policy``)."""
+version (versions only grow, so those are the history's suffix; see ``warrant.runner.policy``)."""
 
 _TOOL = Compiled.text(
     f"""
@@ -133,9 +133,9 @@ WHERE r.id = %(run_id)s AND c.id = %(command_id)s
 @contextmanager
 def autocommit(engine: Engine, *, relaxed: bool = False, held: bool = True) -> Iterator[Connection]:
     """A connection in autocommit mode: each statement is its own transaction (``relaxed``:
-    see :func:`ledger.db.autocommit_engine`). ``held``: the thread's own, kept between uses
-    (:func:`ledger.db.held_autocommit`; stage workers); otherwise checked out of the pool for
-    this use only (clients, which may have many threads)."""
+    see :func:`warrant.ledger.db.autocommit_engine`). ``held``: the thread's own, kept between
+    uses (:func:`warrant.ledger.db.held_autocommit`; stage workers); otherwise checked out of the
+    pool for this use only (clients, which may have many threads)."""
     if held:
         with held_autocommit(engine, relaxed=relaxed) as conn:
             yield conn

@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
-from ledger.db import session_scope
-from ledger.memory import DEFAULT_MEMORY_KEYS, MemoryStore
-from ledger.models import Artifact, Run
+from warrant.ledger.db import session_scope
+from warrant.ledger.memory import DEFAULT_MEMORY_KEYS, MemoryStore
+from warrant.ledger.models import Artifact, Run
 
 __all__ = ["ArtifactStore", "LedgerToolDeps"]
 
@@ -54,7 +54,7 @@ class ArtifactStore:
 
 
 class LedgerToolDeps:
-    """The ``deps`` handed to tools through :class:`~tools.contract.ToolContext`."""
+    """The ``deps`` handed to tools through :class:`~warrant.tools.contract.ToolContext`."""
 
     def __init__(
         self,
@@ -63,7 +63,7 @@ class LedgerToolDeps:
         demo_engine: Engine | None = None,
         memory_keys: tuple[str, ...] = DEFAULT_MEMORY_KEYS,
     ) -> None:
-        from tools.demo.service import DemoService
+        from warrant.tools.demo.service import DemoService
 
         self.engine = engine
         self.demo = DemoService(demo_engine or engine)

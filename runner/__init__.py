@@ -5,8 +5,8 @@ The model proposes; the program decides. See ``README.md`` for the flow.
 
 from typing import TYPE_CHECKING, Any
 
-from runner.codes import Outcome, Rejection, RunStatus, StopReason
-from runner.errors import (
+from warrant.runner.codes import Outcome, Rejection, RunStatus, StopReason
+from warrant.runner.errors import (
     ConfirmationRefused,
     RunNotFound,
     ServiceUnavailable,
@@ -19,16 +19,16 @@ from runner.errors import (
     Unauthorized,
     WarrantError,
 )
-from runner.spec import Budgets, Grant, RunSpec, parse_run_spec
+from warrant.runner.spec import Budgets, Grant, RunSpec, parse_run_spec
 
 if TYPE_CHECKING:
-    from runner.api import Client, RunInfo
+    from warrant.runner.api import Client, RunInfo
 
 
 def __getattr__(name: str) -> Any:
     # The client needs the ledger and the broker; the pure core must import neither.
     if name in ("Client", "RunInfo"):
-        from runner import api
+        from warrant.runner import api
 
         return getattr(api, name)
     raise AttributeError(name)

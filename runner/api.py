@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
-from broker.transitions import stop_changes, stop_events
-from ledger.db import engine_for, session_scope
-from ledger.models import (
+from warrant.broker.transitions import stop_changes, stop_events
+from warrant.ledger.db import engine_for, session_scope
+from warrant.ledger.models import (
     Command,
     Confirmation,
     GrantRow,
@@ -29,19 +29,19 @@ from ledger.models import (
     Run,
     TraceEvent,
 )
-from ledger.repo import append_events, run_view, to_datetime, transition
-from runner.canonical import content_hash
-from runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
-from runner.errors import (
+from warrant.ledger.repo import append_events, run_view, to_datetime, transition
+from warrant.runner.canonical import content_hash
+from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
+from warrant.runner.errors import (
     ConfirmationRefused,
     RunNotFound,
     SpecError,
     StateConflict,
     Unauthorized,
 )
-from runner.planning import Stop
-from runner.settings import WarrantSettings, resolved_urls
-from runner.spec import Grant, RunSpec, parse_run_spec
+from warrant.runner.planning import Stop
+from warrant.runner.settings import WarrantSettings, resolved_urls
+from warrant.runner.spec import Grant, RunSpec, parse_run_spec
 
 __all__ = ["Client", "RunInfo"]
 
@@ -121,9 +121,9 @@ class Client:
 
     @classmethod
     def from_env(cls) -> Client:
-        from broker import telemetry
-        from broker.app import app
-        from broker.publish import Publisher
+        from warrant.broker import telemetry
+        from warrant.broker.app import app
+        from warrant.broker.publish import Publisher
 
         _, database_url = resolved_urls()
         telemetry.configure(service_name="warrant-client")
@@ -133,7 +133,7 @@ class Client:
         """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written."""
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
-        from broker import telemetry
+        from warrant.broker import telemetry
 
         run_id = str(uuid.uuid4())
         with telemetry.span("run.start", run_id=run_id):
@@ -143,7 +143,7 @@ class Client:
         return run_id
 
     def _insert_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
-        from ledger.steps import autocommit, create_run
+        from warrant.ledger.steps import autocommit, create_run
 
         goal = {"goal": spec.goal}
         with autocommit(self.engine, held=False) as conn:
@@ -191,9 +191,9 @@ class Client:
 
     def working_memory(self, run_id: str) -> dict[str, Any]:
         """The planner's view for the run's next step, rebuilt from the ledger."""
-        from broker.views import load_view
-        from ledger.memory import MemoryStore
-        from tools.registry import default_registry
+        from warrant.broker.views import load_view
+        from warrant.ledger.memory import MemoryStore
+        from warrant.tools.registry import default_registry
 
         view = load_view(
             self.engine, run_id, registry=default_registry(), memory=MemoryStore(self.engine)
@@ -203,7 +203,7 @@ class Client:
         return view.model_dump(mode="json")
 
     def memory(self) -> Any:
-        from ledger.memory import MemoryStore
+        from warrant.ledger.memory import MemoryStore
 
         return MemoryStore(self.engine)
 
@@ -286,7 +286,7 @@ class Client:
                 step=run.step,
                 proposal_id=pending.proposal_id,
             )
-        from broker import telemetry
+        from warrant.broker import telemetry
 
         with telemetry.run_context(trace_id):
             self.publisher.policy(run_id, version)
@@ -541,7 +541,7 @@ class Client:
     ) -> RunInfo:
         """Block until the run settles (terminal or waiting for a person), or reaches one of
         ``until``, or ``timeout`` passes; returns the last state seen."""
-        from ledger.steps import autocommit, run_status
+        from warrant.ledger.steps import autocommit, run_status
 
         targets = until or SETTLED
         deadline = time.monotonic() + timeout

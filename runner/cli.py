@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from runner.errors import (
+from warrant.runner.errors import (
     ConfirmationRefused,
     RunNotFound,
     ServiceUnavailable,
@@ -85,7 +85,7 @@ def _guard(as_json: bool, fn: Callable[[], Any]) -> Any:
 
 
 def _client() -> Any:
-    from runner.api import Client
+    from warrant.runner.api import Client
 
     return Client.from_env()
 
@@ -134,7 +134,7 @@ def run_start(
     as_json: JsonOpt = False,
 ) -> None:
     """Validate a run spec, record the run and enqueue its first planner step."""
-    from runner.spec import parse_run_spec
+    from warrant.runner.spec import parse_run_spec
 
     try:
         text = sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
@@ -323,7 +323,7 @@ def run_cancel(
 @tools_app.command("list")
 def tools_list(as_json: JsonOpt = False) -> None:
     """Every tool contract, with JSON Schemas in the shape MCP uses."""
-    from tools.registry import default_registry
+    from warrant.tools.registry import default_registry
 
     tools = [t.describe() for t in default_registry()]
     if as_json:
@@ -345,8 +345,8 @@ def tools_list(as_json: JsonOpt = False) -> None:
 @db_app.command("upgrade")
 def db_upgrade(as_json: JsonOpt = False) -> None:
     """Apply the ledger's Alembic migrations."""
-    from ledger.migrate import upgrade
-    from runner.settings import resolved_urls
+    from warrant.ledger.migrate import upgrade
+    from warrant.runner.settings import resolved_urls
 
     revision = _guard(as_json, lambda: upgrade(resolved_urls()[1]))
     _print_json({"revision": revision}) if as_json else console.print(
@@ -480,8 +480,8 @@ def handoff_resolve(
 @app.command("reconcile")
 def reconcile_once(as_json: JsonOpt = False) -> None:
     """Run one reconciler sweep now, in this process (beat schedules them normally)."""
-    from broker.context import worker_context
-    from broker.stage_reconciler import sweep
+    from warrant.broker.context import worker_context
+    from warrant.broker.stage_reconciler import sweep
 
     report = _guard(as_json, lambda: sweep(worker_context()).to_dict())
     _print_json(report) if as_json else console.print(report)
@@ -493,8 +493,8 @@ def beat(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the scheduler of reconciler sweeps (a plain `celery beat` underneath)."""
-    from runner.settings import WarrantSettings
-    from runner.stack import beat_command
+    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.stack import beat_command
 
     command = beat_command(WarrantSettings(), loglevel=loglevel)
     if as_json:
@@ -514,7 +514,7 @@ def worker(
     as_json: JsonOpt = False,
 ) -> None:
     """Run one worker role in the foreground (a plain `celery worker` underneath)."""
-    from runner.stack import worker_command
+    from warrant.runner.stack import worker_command
 
     command = _guard(
         as_json,
@@ -531,8 +531,8 @@ def worker(
 
 
 def _stack(as_json: bool, concurrency: int = 1) -> Any:
-    from runner.settings import WarrantSettings
-    from runner.stack import Stack
+    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.stack import Stack
 
     stack = Stack(WarrantSettings(), concurrency=concurrency)
     with console.status("starting services …") if not as_json else _null():
@@ -581,7 +581,7 @@ def up(
 @app.command("demo")
 def demo(as_json: JsonOpt = False) -> None:
     """Start the stack, run the seed scenarios, print a result table, stop."""
-    from runner.demo import run_demo
+    from warrant.runner.demo import run_demo
 
     stack = _stack(as_json)
     try:

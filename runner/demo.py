@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from runner.api import Client
-from runner.scenarios import SCENARIOS
+from warrant.runner.api import Client
+from warrant.runner.scenarios import SCENARIOS
 
 __all__ = ["run_demo"]
 

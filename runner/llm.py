@@ -21,11 +21,11 @@ from urllib.parse import urlparse
 
 import httpx
 
-from runner.memory import WorkingMemoryView
-from runner.planners import PlannerFailure, PlannerReply
-from runner.retry import backoff_delay
-from runner.spec import OpenAIPlannerSpec, Usage
-from runner.state import RunView
+from warrant.runner.memory import WorkingMemoryView
+from warrant.runner.planners import PlannerFailure, PlannerReply
+from warrant.runner.retry import backoff_delay
+from warrant.runner.spec import OpenAIPlannerSpec, Usage
+from warrant.runner.state import RunView
 
 __all__ = ["SYSTEM_PROMPT", "OpenAIPlanner", "parse_reply"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from runner.canonical import sha256_hex
+from warrant.runner.canonical import sha256_hex
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",

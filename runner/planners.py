@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runner.memory import WorkingMemoryView
-from runner.spec import FixturePlannerSpec, RunSpec, Usage
-from runner.state import RunView
+from warrant.runner.memory import WorkingMemoryView
+from warrant.runner.spec import FixturePlannerSpec, RunSpec, Usage
+from warrant.runner.state import RunView
 
 __all__ = ["FixturePlanner", "Planner", "PlannerFailure", "PlannerReply", "planner_for"]
 
@@ -60,6 +60,6 @@ def planner_for(
 ) -> Planner:
     if isinstance(spec.planner, FixturePlannerSpec):
         return FixturePlanner(spec.planner)
-    from runner.llm import OpenAIPlanner
+    from warrant.runner.llm import OpenAIPlanner
 
     return OpenAIPlanner(spec.planner, prices or {}, allow_remote=allow_remote)

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from runner.codes import ObservationKind, RunStatus, StopReason
-from runner.spec import ClarifyRequest, FinalAnswer, PlannerOutput, ToolProposal
-from runner.state import ObservationView, RunView
+from warrant.runner.codes import ObservationKind, RunStatus, StopReason
+from warrant.runner.spec import ClarifyRequest, FinalAnswer, PlannerOutput, ToolProposal
+from warrant.runner.state import ObservationView, RunView
 
 __all__ = ["Complete", "Forward", "Stop", "check_before_planning", "interpret"]
 

@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runner.canonical import canonical_json, proposal_hash, sha256_hex
-from runner.codes import Phase, Rejection, RunStatus, StopReason, invalid_field_code
-from runner.spec import ToolProposal
-from runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
-from tools.contract import ConfirmationPolicy, Tool
-from tools.registry import Registry
+from warrant.runner.canonical import canonical_json, proposal_hash, sha256_hex
+from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason, invalid_field_code
+from warrant.runner.spec import ToolProposal
+from warrant.runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
+from warrant.tools.contract import ConfirmationPolicy, Tool
+from warrant.tools.registry import Registry
 
 __all__ = [
     "LAYER_OF_EVENT",

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runner.errors import ServiceUnavailable
+from warrant.runner.errors import ServiceUnavailable
 
 __all__ = [
     "DEFAULT_DATA_DIR",

@@ -1,7 +1,7 @@
 """The run spec a producer submits, and the shapes a planner may output.
 
 A run spec is validated before anything is written or enqueued; a bad one raises
-:class:`~runner.errors.SpecError` naming each offending field. Planner outputs are *not*
+:class:`~warrant.runner.errors.SpecError` naming each offending field. Planner outputs are *not*
 validated here: they are untrusted and go through the policy gate's parse layer, so a
 fixture may script malformed proposals on purpose.
 """
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.errors import SpecError
+from warrant.runner.errors import SpecError
 
 __all__ = [
     "DEFAULT_DEADLINE_S",

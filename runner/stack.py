@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ServiceUnavailable
-from runner.settings import WarrantSettings
+from warrant.runner.errors import ServiceUnavailable
+from warrant.runner.settings import WarrantSettings
 
 __all__ = [
     "EmbeddedServices",
@@ -37,7 +37,7 @@ ROLES = ("planner", "policy", "tool", "reconciler")
 
 def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
     """The queues a worker of ``role`` consumes."""
-    from tools.registry import default_registry
+    from warrant.tools.registry import default_registry
 
     if role == "tool":
         registry = default_registry()
@@ -97,7 +97,7 @@ def worker_command(
 ) -> list[str]:
     """The plain ``celery worker`` command line for a role; its node is ``<role>@<host>``."""
     return celery_worker_command(
-        "broker.app",
+        "warrant.broker.app",
         role_queues(role, tools=tools),
         node=name or f"{role}@%h",
         concurrency=concurrency,
@@ -113,7 +113,7 @@ def beat_command(settings: WarrantSettings, *, loglevel: str = "warning") -> lis
         "-m",
         "celery",
         "-A",
-        "broker.app",
+        "warrant.broker.app",
         "beat",
         "-l",
         loglevel,
@@ -233,7 +233,7 @@ class Stack:
         os.environ["WARRANT_DATABASE_URL"] = self.database_url
 
     def migrate(self) -> str | None:
-        from ledger.migrate import upgrade
+        from warrant.ledger.migrate import upgrade
 
         return upgrade(self.database_url)
 
@@ -264,7 +264,7 @@ class Stack:
 
     def wait_ready(self, roles: Sequence[str], *, timeout: float = 60.0) -> None:
         """Wait until every role answers a control ping (workers consume only then)."""
-        from broker.app import app
+        from warrant.broker.app import app
 
         want = {f"{r}@" for r in roles}
         end = time.monotonic() + timeout

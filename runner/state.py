@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.codes import ObservationKind, Phase, RunStatus
-from runner.spec import Budgets
+from warrant.runner.codes import ObservationKind, Phase, RunStatus
+from warrant.runner.spec import Budgets
 
 __all__ = ["ConfirmationView", "GrantView", "HistoryEntry", "ObservationView", "RunView"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from runner.stack import celery_worker_command
 from tests.services import Services, discover
+from warrant.runner.stack import celery_worker_command
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERVICES: Services | None = None
@@ -57,7 +57,7 @@ def _flush_broker(url: str) -> None:
         client.flushdb()
         client.close()
     else:
-        from broker.app import app
+        from warrant.broker.app import app
 
         with app.connection_for_write() as conn:
             for q in app.conf.task_queues:
@@ -72,8 +72,8 @@ def services() -> Iterator[Services]:
         pytest.skip(f"services unavailable: {SERVICES.problem}")
     from sqlalchemy import text
 
-    from ledger.db import engine_for
-    from ledger.migrate import upgrade
+    from warrant.ledger.db import engine_for
+    from warrant.ledger.migrate import upgrade
 
     engine = engine_for(SERVICES.database_url or "")
     with engine.begin() as conn:
@@ -87,7 +87,7 @@ def services() -> Iterator[Services]:
 
 @pytest.fixture(scope="session")
 def engine(services: Services) -> Any:
-    from ledger.db import engine_for
+    from warrant.ledger.db import engine_for
 
     return engine_for(services.database_url or "")
 
@@ -107,7 +107,7 @@ class WorkerProcess:
         self.name = name
         self.log = log
         self.command = celery_worker_command(
-            "broker.app",
+            "warrant.broker.app",
             queues,
             node=f"{name}@%h",
             concurrency=concurrency,
@@ -133,7 +133,7 @@ class WorkerProcess:
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        from broker.app import app
+        from warrant.broker.app import app
 
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -156,7 +156,7 @@ class WorkerProcess:
 
 @pytest.fixture(scope="session")
 def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
-    from broker.app import app
+    from warrant.broker.app import app
 
     queues = [
         q.name
@@ -220,8 +220,8 @@ def reconciler_worker(
 
 @pytest.fixture(scope="session")
 def demo(services: Services) -> Any:
-    from ledger.db import engine_for
-    from tools.demo.service import DemoService
+    from warrant.ledger.db import engine_for
+    from warrant.tools.demo.service import DemoService
 
     service = DemoService(engine_for(services.database_url or ""))
     service.ensure_schema()
@@ -238,10 +238,10 @@ def fake_openai() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def client(services: Services) -> Any:
-    from broker.app import app
-    from broker.publish import Publisher
-    from ledger.db import engine_for
-    from runner.api import Client
+    from warrant.broker.app import app
+    from warrant.broker.publish import Publisher
+    from warrant.ledger.db import engine_for
+    from warrant.runner.api import Client
 
     return Client(engine=engine_for(services.database_url or ""), publisher=Publisher(app))
 

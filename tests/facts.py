@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from ledger.db import session_scope
-from ledger.models import Command, MemoryRecord, OutcomeRow, Proposal, TraceEvent
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Command, MemoryRecord, OutcomeRow, Proposal, TraceEvent
 
 
 def count(engine: Any, model: Any, **where: Any) -> int:

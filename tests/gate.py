@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.codes import Phase, RunStatus
-from runner.policy import GateInput
-from runner.spec import Budgets
-from runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
-from tools.registry import default_registry
+from warrant.runner.codes import Phase, RunStatus
+from warrant.runner.policy import GateInput
+from warrant.runner.spec import Budgets
+from warrant.runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
+from warrant.tools.registry import default_registry
 
 NOW = 1_000_000.0
 

@@ -3,7 +3,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.canonical import arguments_hash, canonical_json, idempotency_token, proposal_hash
+from warrant.runner.canonical import (
+    arguments_hash,
+    canonical_json,
+    idempotency_token,
+    proposal_hash,
+)
 
 
 def test_key_order_does_not_change_identity():

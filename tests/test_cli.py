@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import scenarios as sc
+from warrant.runner import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -19,7 +19,7 @@ def warrant(
     *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "warrant.runner.cli", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -119,11 +119,11 @@ def test_demo_with_embedded_servers(tmp_path: Path):
 def test_up_runs_every_role_and_ctrl_c_stops_them(services, tmp_path: Path):
     import signal
 
-    from broker.app import app
     from tests.conftest import wait_for
+    from warrant.broker.app import app
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "up", "--json"],
+        [sys.executable, "-m", "warrant.runner.cli", "up", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

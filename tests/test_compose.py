@@ -10,9 +10,9 @@ from pathlib import Path
 
 import yaml
 
-from broker.app import app
-from runner.stack import ROLES, role_queues, worker_command
-from tools.registry import default_registry
+from warrant.broker.app import app
+from warrant.runner.stack import ROLES, role_queues, worker_command
+from warrant.tools.registry import default_registry
 
 COMPOSE = yaml.safe_load((Path(__file__).parent.parent / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
@@ -81,14 +81,15 @@ def test_the_image_entrypoint_is_the_cli():
 
 def test_a_worker_health_check_pings_its_own_container_only():
     """`inspect ping` with no destination succeeds if any worker anywhere answers: each
-    container must ping its own node (`<role>@<hostname>`, see `runner.stack.worker_command`)."""
+    container must ping its own node (`<role>@<hostname>`, see
+    `warrant.runner.stack.worker_command`)."""
     assert worker_command("planner")[worker_command("planner").index("-n") + 1] == "planner@%h"
     workers = [s for s in SERVICES.values() if (s.get("command") or [])[:1] == ["worker"]]
     for svc in workers:
         test = svc["healthcheck"]["test"]
         assert test[0] == "CMD-SHELL"
         words = test[1].split()
-        assert words[:5] == ["celery", "-A", "broker.app", "inspect", "ping"]
+        assert words[:5] == ["celery", "-A", "warrant.broker.app", "inspect", "ping"]
         destinations = words[words.index("-d") + 1].split(",")
         # "$$" is compose's escape: the shell sees $HOSTNAME, the container's host name
         assert destinations == [f"{role}@$$HOSTNAME" for role in ROLES]

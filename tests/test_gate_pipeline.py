@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from ledger.models import Artifact, MemoryRecord
-from runner import scenarios as sc
-from runner.canonical import proposal_hash
-from runner.errors import ConfirmationRefused
 from tests import facts
 from tests.conftest import wait_for
+from warrant.ledger.models import Artifact, MemoryRecord
+from warrant.runner import scenarios as sc
+from warrant.runner.canonical import proposal_hash
+from warrant.runner.errors import ConfirmationRefused
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -383,7 +383,7 @@ def test_each_budget_has_its_own_stop_reason(
 
 
 def test_operator_token_guards_api_grants(client, services, monkeypatch):
-    from runner.errors import Unauthorized
+    from warrant.runner.errors import Unauthorized
 
     run_id = client.start_run(sc.spec([CLARIFY]), publish=False)
     monkeypatch.setenv("WARRANT_OPERATOR_TOKEN", "s3cret")

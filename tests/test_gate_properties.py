@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner import policy
-from runner.canonical import proposal_hash
-from runner.codes import Rejection
-from runner.state import ConfirmationView, GrantView
 from tests.gate import NOW, gate
+from warrant.runner import policy
+from warrant.runner.canonical import proposal_hash
+from warrant.runner.codes import Rejection
+from warrant.runner.state import ConfirmationView, GrantView
 
 KNOWN = {r.value for r in Rejection}
 INVALID = re.compile(r"^INVALID_[A-Z0-9_]+$")
@@ -156,11 +156,11 @@ def test_no_tool_executes_without_grant_and_confirmation(data, raw, held):
 )
 @given(outputs=st.lists(proposals, min_size=1, max_size=4))
 def test_arbitrary_planner_outputs_over_the_real_pipeline(engine, client, worker, outputs):
-    from ledger.db import session_scope
-    from ledger.models import Command
-    from runner import scenarios as sc
-    from runner.errors import SpecError
     from tests import facts
+    from warrant.ledger.db import session_scope
+    from warrant.ledger.models import Command
+    from warrant.runner import scenarios as sc
+    from warrant.runner.errors import SpecError
 
     spec = sc.spec([*outputs, {"kind": "clarify", "question": "?"}])
     spec["subject"] = "prop-subject"

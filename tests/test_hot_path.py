@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ledger.models import Command, GrantRow, Run, TraceEvent
-from runner.canonical import sha256_hex
-from runner.scenarios import read_steps
 from tests import facts
+from warrant.ledger.models import Command, GrantRow, Run, TraceEvent
+from warrant.runner.canonical import sha256_hex
+from warrant.runner.scenarios import read_steps
 
 pytestmark = pytest.mark.services
 
@@ -20,11 +20,11 @@ pytestmark = pytest.mark.services
 def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
     import psycopg
 
-    from broker.context import context_for
-    from broker.publish import RecordingPublisher
-    from broker.stage_planner import planner_step
-    from broker.stage_policy import policy_evaluate
-    from broker.stage_tool import tool_execute
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.stage_planner import planner_step
+    from warrant.broker.stage_policy import policy_evaluate
+    from warrant.broker.stage_tool import tool_execute
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)
@@ -82,8 +82,8 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
 
 
 def test_a_lost_compare_and_set_writes_nothing(engine, client):
-    from ledger.repo import StaleVersion, transition
-    from ledger.steps import autocommit, use_grants
+    from warrant.ledger.repo import StaleVersion, transition
+    from warrant.ledger.steps import autocommit, use_grants
 
     run_id = client.start_run(read_steps(1), publish=False)
     with engine.connect() as conn:
@@ -123,11 +123,11 @@ def test_redis_broker_reuses_one_client_per_channel(services):
         pytest.skip("the broker under test is not Redis")
     import redis
 
-    from broker.app import make_app
-    from runner.settings import WarrantSettings
+    from warrant.broker.app import make_app
+    from warrant.runner.settings import WarrantSettings
 
     app = make_app(WarrantSettings(broker_url=services.broker_url))
-    assert app.conf.broker_transport == "broker._redis_transport:Transport"
+    assert app.conf.broker_transport == "warrant.broker._redis_transport:Transport"
     queue = "warrant-transport-test"  # nobody consumes it
     backlog = redis.Redis.from_url(services.broker_url)
     backlog.delete(queue)
@@ -145,8 +145,8 @@ def test_redis_broker_reuses_one_client_per_channel(services):
 
 
 def test_other_brokers_keep_their_stock_transport():
-    from broker.app import make_app
-    from runner.settings import WarrantSettings
+    from warrant.broker.app import make_app
+    from warrant.runner.settings import WarrantSettings
 
     app = make_app(WarrantSettings(broker_url="amqp://guest:guest@127.0.0.1:5672//"))
     assert app.conf.broker_transport is None
@@ -155,8 +155,8 @@ def test_other_brokers_keep_their_stock_transport():
 def test_starting_a_run_is_one_statement(engine, client, monkeypatch):
     import psycopg
 
-    from ledger.models import Observation
-    from runner import scenarios as sc
+    from warrant.ledger.models import Observation
+    from warrant.runner import scenarios as sc
 
     spec = sc.spec(
         [sc.search("p1"), sc.final("x", "tool-1")],
@@ -201,13 +201,13 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
     """The claim only applies to the command's own tool: a message that names a read tool for
     a write command cannot make the write's start skip the WAL flush; the command still runs
     once, through the general (durable) path."""
-    import broker.stage_tool as stage_tool
-    from broker.context import context_for
-    from broker.publish import RecordingPublisher
-    from broker.stage_planner import planner_step
-    from broker.stage_policy import policy_evaluate
-    from ledger.models import Artifact
-    from runner.scenarios import SCENARIOS
+    import warrant.broker.stage_tool as stage_tool
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.stage_planner import planner_step
+    from warrant.broker.stage_policy import policy_evaluate
+    from warrant.ledger.models import Artifact
+    from warrant.runner.scenarios import SCENARIOS
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)
@@ -247,9 +247,9 @@ def test_a_lost_server_connection_is_dropped_and_the_error_is_retryable(engine, 
     from sqlalchemy import create_engine, text
     from sqlalchemy.exc import OperationalError
 
-    from broker.tasks import TRANSIENT
-    from ledger.db import release_held
-    from ledger.steps import autocommit, run_status
+    from warrant.broker.tasks import TRANSIENT
+    from warrant.ledger.db import release_held
+    from warrant.ledger.steps import autocommit, run_status
 
     run_id = client.start_run(read_steps(1), publish=False)
     name = "warrant-connection-loss-test"
@@ -288,11 +288,11 @@ def test_a_cancel_committed_during_the_claim_is_not_overwritten(engine, client):
 
     from sqlalchemy import text
 
-    from broker.context import context_for
-    from broker.publish import RecordingPublisher
-    from broker.stage_planner import planner_step
-    from broker.stage_policy import policy_evaluate
-    from broker.stage_tool import tool_execute
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.stage_planner import planner_step
+    from warrant.broker.stage_policy import policy_evaluate
+    from warrant.broker.stage_tool import tool_execute
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)
@@ -340,8 +340,8 @@ def test_a_thread_keeps_its_autocommit_connection_between_statements(engine, cli
 
     from sqlalchemy import create_engine, event
 
-    from ledger.db import autocommit_engine, release_held
-    from ledger.steps import autocommit, run_status
+    from warrant.ledger.db import autocommit_engine, release_held
+    from warrant.ledger.steps import autocommit, run_status
 
     run_id = client.start_run(read_steps(1), publish=False)
     own = create_engine(engine.url)
@@ -388,7 +388,7 @@ def test_a_thread_keeps_its_autocommit_connection_between_statements(engine, cli
 def test_memory_keys_are_bound_as_one_array_literal(engine):
     from sqlalchemy import text
 
-    from ledger.steps import _array_literal
+    from warrant.ledger.steps import _array_literal
 
     keys = ("plain", 'dq"uote', "back\\slash", "", "a,b", "{braces}", "NULL", " spaced ")
     with engine.connect() as conn:
@@ -398,9 +398,9 @@ def test_memory_keys_are_bound_as_one_array_literal(engine):
 
 def test_a_stage_sees_the_run_budgets_the_spec_gave(engine, client):
     """Stages read the budgets as ``jsonb`` text and validate each text once per process."""
-    from ledger.repo import _budgets_from_json, run_view
-    from ledger.steps import autocommit, load_policy
-    from runner.spec import Budgets
+    from warrant.ledger.repo import _budgets_from_json, run_view
+    from warrant.ledger.steps import autocommit, load_policy
+    from warrant.runner.spec import Budgets
 
     budgets = {"max_steps": 7, "max_tool_calls_per_tool": {"noop_read": 3}, "max_cost": 1.5}
     spec = {**read_steps(1), "budgets": budgets}
@@ -421,8 +421,8 @@ def test_a_forked_child_never_uses_its_parents_held_connection(engine, client):
 
     from sqlalchemy import text
 
-    from ledger.db import reset_engines
-    from ledger.steps import autocommit
+    from warrant.ledger.db import reset_engines
+    from warrant.ledger.steps import autocommit
 
     backend = text("SELECT pg_backend_pid()")
     with autocommit(engine) as conn:

@@ -1,5 +1,6 @@
 """SIGUSR1 (a cancel's revoke with terminate) interrupts only the tool's own code
-(broker.interrupts): outside it, it is remembered and interrupts the next tool as it starts."""
+(warrant.broker.interrupts): outside it, it is remembered and interrupts the next tool as it
+starts."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
-from broker import interrupts
+from warrant.broker import interrupts
 
 
 class Raised(Exception):

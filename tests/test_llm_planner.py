@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from runner import scenarios as sc
-from runner.errors import SpecError
 from tests import facts
 from tests.conftest import MODEL_KEY, MODEL_KEY_ENV
+from warrant.runner import scenarios as sc
+from warrant.runner.errors import SpecError
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

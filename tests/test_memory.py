@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text, update
 
-from ledger.db import session_scope
-from ledger.models import Confirmation, MemoryRecord
-from runner import scenarios as sc
-from runner.memory import ObservationRecord, build_view, delimit_untrusted
 from tests import facts
 from tests.conftest import wait_for
 from tests.test_cli import warrant
 from tests.test_gate_pipeline import memory_spec, save
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Confirmation, MemoryRecord
+from warrant.runner import scenarios as sc
+from warrant.runner.memory import ObservationRecord, build_view, delimit_untrusted
 
 SEARCH = {"capability": "search:public", "resource_scope": "public"}
 
@@ -161,8 +161,8 @@ def test_experiment_1_with_grant_but_no_confirmation_writes_nothing(engine, clie
 
 
 def test_the_store_itself_refuses_an_unconfirmed_write(engine, client, services):
-    from ledger.memory import MemoryStore
-    from runner.errors import ToolRejected
+    from warrant.ledger.memory import MemoryStore
+    from warrant.runner.errors import ToolRejected
 
     subject = f"mem-{uuid.uuid4().hex[:6]}"
     run_id = client.start_run(memory_spec([save()], subject), publish=False)
@@ -301,8 +301,8 @@ def test_one_trace_per_run_chain_with_attributes_and_no_secrets(
     from celery.contrib.testing.worker import start_worker
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from broker import telemetry
-    from broker.app import app
+    from warrant.broker import telemetry
+    from warrant.broker.app import app
 
     queues = ["planner", "policy", "tool.search_public", "tool.send_notice"]
     others = [f"{worker.name}@", f"{draft_worker.name}@"]

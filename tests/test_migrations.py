@@ -15,10 +15,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from ledger.db import engine_for
-from ledger.migrate import alembic_config, current_revision, upgrade
-from ledger.models import Base
 from tests.services import Services, ensure_database
+from warrant.ledger.db import engine_for
+from warrant.ledger.migrate import alembic_config, current_revision, upgrade
+from warrant.ledger.models import Base
 
 pytestmark = pytest.mark.services
 

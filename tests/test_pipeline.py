@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.models import Artifact
-from runner import scenarios as sc
-from runner.errors import SpecError
 from tests import facts
 from tests.conftest import wait_for
+from warrant.ledger.models import Artifact
+from warrant.runner import scenarios as sc
+from warrant.runner.errors import SpecError
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -121,8 +121,8 @@ def test_a_duplicated_stage_message_applies_once(engine, client, worker):
     assert facts.outcomes(engine, run_id) == 1
 
     # Late duplicates of every stage after the run finished: nothing changes.
-    from ledger.db import session_scope
-    from ledger.models import Command
+    from warrant.ledger.db import session_scope
+    from warrant.ledger.models import Command
 
     with session_scope(engine) as s:
         cmd = s.query(Command).filter_by(run_id=run_id).one()
@@ -147,7 +147,7 @@ def test_a_duplicated_stage_message_applies_once(engine, client, worker):
 
 
 def test_bad_spec_is_refused_naming_the_field_and_nothing_is_enqueued(engine, client):
-    from ledger.models import Run
+    from warrant.ledger.models import Run
 
     before = facts.count(engine, Run)
     spec = sc.spec([sc.search("p1")], max_steps=0)

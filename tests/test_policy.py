@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from runner import policy
-from runner.canonical import proposal_hash
-from runner.codes import Phase, RunStatus
-from runner.spec import Budgets
-from runner.state import HistoryEntry
 from tests.gate import NOW, confirmation, gate, grant, proposal
+from warrant.runner import policy
+from warrant.runner.canonical import proposal_hash
+from warrant.runner.codes import Phase, RunStatus
+from warrant.runner.spec import Budgets
+from warrant.runner.state import HistoryEntry
 
 
 def decide(raw, **kw):

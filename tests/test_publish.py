@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from kombu import Producer, Queue
 
-from broker.app import make_app
-from broker.publish import Publisher
-from runner.settings import WarrantSettings
 from tests.services import Services
+from warrant.broker.app import make_app
+from warrant.broker.publish import Publisher
+from warrant.runner.settings import WarrantSettings
 
 pytestmark = pytest.mark.services
 
@@ -183,7 +183,7 @@ def test_threads_beyond_the_held_ones_publish_with_a_producer_from_the_pool(
 
     import redis
 
-    from broker.publish import DEFAULT_HELD_PRODUCERS
+    from warrant.broker.publish import DEFAULT_HELD_PRODUCERS
 
     r = redis.Redis.from_url(redis_url)
     r.flushdb()

@@ -12,15 +12,15 @@ import uuid
 import pytest
 from sqlalchemy import func, select, text
 
-from broker.queues import TASK_RECONCILE
-from ledger.db import session_scope
-from ledger.models import Command, OutcomeRow, Reconciliation, Run
-from runner import scenarios as sc
 from tests import facts
 from tests.conftest import RECONCILER_ENV, wait_for
 from tests.test_cli import warrant
 from tests.test_gate_pipeline import save
 from tests.test_tool_execution import command_of, draft, refund, spec, started, uid
+from warrant.broker.queues import TASK_RECONCILE
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
+from warrant.runner import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -219,7 +219,8 @@ def test_crash_between_commit_and_publish_is_recovered(engine, client, worker, r
         [
             sys.executable,
             "-c",
-            "import sys; from broker.tasks import step_planner; step_planner(sys.argv[1], 1)",
+            "import sys; from warrant.broker.tasks import step_planner; "
+            "step_planner(sys.argv[1], 1)",
             run_id,
         ],
         env={**os.environ, "WARRANT_CRASH_POINT": "planner:after_commit"},
@@ -275,7 +276,7 @@ def test_two_beats_reconcile_each_unknown_once(
                 "-m",
                 "celery",
                 "-A",
-                "broker.app",
+                "warrant.broker.app",
                 "beat",
                 "-l",
                 "warning",
@@ -305,8 +306,8 @@ def test_two_beats_reconcile_each_unknown_once(
 
 
 def test_the_sweep_lock_admits_one_sweep_at_a_time(engine, services):
-    from broker.context import worker_context
-    from broker.stage_reconciler import SWEEP_LOCK, sweep
+    from warrant.broker.context import worker_context
+    from warrant.broker.stage_reconciler import SWEEP_LOCK, sweep
 
     ctx = worker_context()
     with engine.connect() as holder:
@@ -318,8 +319,8 @@ def test_the_sweep_lock_admits_one_sweep_at_a_time(engine, services):
 
 
 def test_sweep_cost_does_not_grow_with_finished_runs(engine, services, capsys):
-    from broker.context import worker_context
-    from broker.stage_reconciler import sweep
+    from warrant.broker.context import worker_context
+    from warrant.broker.stage_reconciler import sweep
 
     ctx = worker_context()
 
@@ -361,7 +362,7 @@ def test_sweep_cost_does_not_grow_with_finished_runs(engine, services, capsys):
 
 
 def test_a_resolution_needs_a_valid_outcome_and_identity(client, services):
-    from runner.errors import StateConflict
+    from warrant.runner.errors import StateConflict
 
     with pytest.raises(StateConflict) as caught:
         client.resolve_handoff(str(uuid.uuid4()), outcome="done", by="x", reason="y")

@@ -1,4 +1,4 @@
-"""Each worker's memory of revoked runs stays bounded (broker.revocations)."""
+"""Each worker's memory of revoked runs stays bounded (warrant.broker.revocations)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from kombu.asynchronous.timer import Timer
 
-from broker.publish import RUN_HEADER
-from broker.revocations import TRIM_INTERVAL_S, TrimRevokedRuns, trim_revoked_runs
+from warrant.broker.publish import RUN_HEADER
+from warrant.broker.revocations import TRIM_INTERVAL_S, TrimRevokedRuns, trim_revoked_runs
 
 
 def test_trim_keeps_the_most_recent_runs_in_order():
@@ -25,8 +25,8 @@ def test_trim_drops_repeats_of_a_run_revoked_twice():
 
 
 def test_the_worker_step_trims_on_the_worker_timer():
-    from broker.app import make_app
-    from runner.settings import WarrantSettings
+    from warrant.broker.app import make_app
+    from warrant.runner.settings import WarrantSettings
 
     app = make_app(WarrantSettings(broker_url="redis://127.0.0.1:6379/15", revoked_runs_kept=7))
     assert TrimRevokedRuns in app.steps["worker"]

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from runner.errors import SpecError
-from runner.scenarios import SCENARIOS, spec
-from runner.spec import parse_run_spec
+from warrant.runner.errors import SpecError
+from warrant.runner.scenarios import SCENARIOS, spec
+from warrant.runner.spec import parse_run_spec
 
 
 def test_every_scenario_spec_is_valid():

@@ -15,11 +15,11 @@ import uuid
 import psutil
 import pytest
 
-from ledger.db import session_scope
-from ledger.models import Artifact, Command, OutcomeRow
-from runner import scenarios as sc
 from tests import facts
 from tests.conftest import wait_for
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Artifact, Command, OutcomeRow
+from warrant.runner import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -94,7 +94,7 @@ def _clean_faults(demo):
 
 
 def test_probe_01_canonical_arguments():
-    from runner.canonical import canonical_json
+    from warrant.runner.canonical import canonical_json
 
     assert canonical_json({"z": {"b": 2, "a": 1}, "a": [{"d": 4, "c": 3}]}) == canonical_json(
         {"a": [{"c": 3, "d": 4}], "z": {"a": 1, "b": 2}}
@@ -364,7 +364,7 @@ def test_cancel_that_no_worker_heard_still_stops_the_tool(engine, client, demo, 
 
 
 def test_cancel_of_a_finished_run_is_refused(client, run_to_end):
-    from runner.errors import StateConflict
+    from warrant.runner.errors import StateConflict
 
     info = run_to_end(spec([sc.final("x")]))
     with pytest.raises(StateConflict) as caught:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.builtin import BUILTIN_TOOLS
-from tools.registry import Registry, default_registry
+from warrant.tools.builtin import BUILTIN_TOOLS
+from warrant.tools.registry import Registry, default_registry
 
 
 def test_every_tool_field_is_documented_in_its_schema():
@@ -28,7 +28,7 @@ def test_queues_follow_tool_names():
 
 
 def test_router_sends_commands_to_their_tool_queue():
-    from broker.queues import TASK_PLANNER, TASK_TOOL, route_task
+    from warrant.broker.queues import TASK_PLANNER, TASK_TOOL, route_task
 
     assert (
         route_task(TASK_TOOL, (), {"tool": "write_artifact"}, {})["queue"] == "tool.write_artifact"

@@ -1,6 +1,6 @@
 """Tool contract, registry and the built-in tools."""
 
-from tools.contract import (
+from warrant.tools.contract import (
     ConfirmationPolicy,
     ReconcileResult,
     SideEffect,
@@ -9,7 +9,7 @@ from tools.contract import (
     ToolInput,
     ToolOutput,
 )
-from tools.registry import Registry, default_registry
+from warrant.tools.registry import Registry, default_registry
 
 __all__ = [
     "ConfirmationPolicy",

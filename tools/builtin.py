@@ -8,9 +8,16 @@ import posixpath
 
 from pydantic import Field
 
-from runner.codes import ObservationSource, Rejection
-from runner.errors import ToolFailed, ToolRejected
-from tools.contract import ConfirmationPolicy, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.runner.codes import ObservationSource, Rejection
+from warrant.runner.errors import ToolFailed, ToolRejected
+from warrant.tools.contract import (
+    ConfirmationPolicy,
+    SideEffect,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+)
 
 __all__ = ["BUILTIN_TOOLS", "SAVE_PREFERENCE", "SEARCH_PUBLIC", "WRITE_ARTIFACT"]
 

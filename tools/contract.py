@@ -1,9 +1,10 @@
 """The tool contract: a tool is declared once, typed, and only the program runs it.
 
 A tool's code reports its outcome by returning its output model (``succeeded``) or raising
-one of :class:`~runner.errors.ToolRejected`, :class:`~runner.errors.ToolFailed` (with
-``retryable``/``retry_after_s``) or :class:`~runner.errors.ToolUnknown`. Any other exception
-is an internal error: recorded with a stable code, the run stops, nothing is retried.
+one of :class:`~warrant.runner.errors.ToolRejected`,
+:class:`~warrant.runner.errors.ToolFailed` (with ``retryable``/``retry_after_s``) or
+:class:`~warrant.runner.errors.ToolUnknown`. Any other exception is an internal error: recorded with
+a stable code, the run stops, nothing is retried.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from runner.codes import ObservationSource
+from warrant.runner.codes import ObservationSource
 
 __all__ = [
     "ConfirmationPolicy",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from ledger.db import normalize_url
-from ledger.models import Base
+from warrant.ledger.db import normalize_url
+from warrant.ledger.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -1,2 +1,2 @@
-"""The demo external service (``tools.demo.service``) and the tools that call it
-(``tools.demo.tools``)."""
+"""The demo external service (``warrant.tools.demo.service``) and the tools that call it
+(``warrant.tools.demo.tools``)."""

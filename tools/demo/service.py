@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 
 __all__ = ["FAULT_MODES", "DemoService", "Fault", "IdempotencyConflict"]
 

@@ -6,7 +6,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from tools.contract import ReconcileResult, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools.contract import (
+    ReconcileResult,
+    SideEffect,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+)
 
 __all__ = [
     "DEMO_TOOLS",
