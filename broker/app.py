@@ -13,7 +13,7 @@ from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, 
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import reset_engines
 from warrant.runner.settings import WarrantSettings
-from warrant.tools.registry import default_registry
+from warrant.tools.plugins import registry_for
 
 __all__ = ["app", "make_app"]
 
@@ -23,7 +23,7 @@ DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
 def make_app(settings: WarrantSettings | None = None) -> Celery:
     settings = settings or WarrantSettings()
-    registry = default_registry()
+    registry = registry_for(settings)
     longest = registry.max_timeout_s() + HARD_LIMIT_GRACE_S
     if settings.visibility_timeout_s <= longest:
         raise ValueError(
@@ -89,5 +89,9 @@ def _init_pool_process(**_: object) -> None:
 
 
 @worker_process_shutdown.connect
-def _flush_spans(**_: object) -> None:
+def _close_process(**_: object) -> None:
+    """Close the tools' deps (their clients, engines) and flush spans."""
+    from warrant.broker.context import close_worker_context
+
+    close_worker_context()
     telemetry.shutdown()

@@ -10,13 +10,15 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from warrant.broker.deps import ToolDepsSet
 from warrant.broker.publish import Publisher
 from warrant.ledger.db import engine_for
-from warrant.ledger.stores import LedgerToolDeps
 from warrant.runner.settings import WarrantSettings, resolved_urls
-from warrant.tools.registry import Registry, default_registry
+from warrant.tools.contract import Tool
+from warrant.tools.plugins import registry_for
+from warrant.tools.registry import Registry
 
-__all__ = ["StageContext", "context_for", "worker_context"]
+__all__ = ["StageContext", "close_worker_context", "context_for", "worker_context"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,20 +26,39 @@ class StageContext:
     engine: Engine
     registry: Registry
     publisher: Publisher
-    tool_deps: Any
+    deps: ToolDepsSet
     settings: WarrantSettings = field(default_factory=WarrantSettings)
     clock: Callable[[], float] = field(default=time.time)
 
+    @property
+    def tool_deps(self) -> Any:
+        """The ledger's stores (artifacts, memory, a run's status)."""
+        return self.deps.ledger
 
-def context_for(engine: Engine, *, publisher: Any) -> StageContext:
-    """The stages' context on ``engine``: the default registry and ledger-backed tool deps
-    (a worker's, with a :class:`Publisher`; or one process driving the stages itself, with a
+    def deps_for(self, tool: Tool[Any, Any]) -> Any:
+        """What ``tool`` sees as ``ctx.deps``."""
+        return self.deps.for_tool(tool)
+
+
+def context_for(
+    engine: Engine,
+    *,
+    publisher: Any,
+    settings: WarrantSettings | None = None,
+    registry: Registry | None = None,
+    database_url: str = "",
+) -> StageContext:
+    """The stages' context on ``engine``: the deployment's registry and tool deps (a worker's,
+    with a :class:`Publisher`; or one process driving the stages itself, with a
     :class:`~warrant.broker.publish.RecordingPublisher`)."""
+    settings = settings or WarrantSettings()
+    registry = registry or registry_for(settings)
     return StageContext(
         engine=engine,
-        registry=default_registry(),
+        registry=registry,
         publisher=publisher,
-        tool_deps=LedgerToolDeps(engine),
+        deps=ToolDepsSet(registry, engine=engine, settings=settings, database_url=database_url),
+        settings=settings,
     )
 
 
@@ -51,7 +72,16 @@ def worker_context() -> StageContext:
         from warrant.broker.app import app
 
         _, database_url = resolved_urls()
-        ctx = context_for(engine_for(database_url), publisher=Publisher(app))
+        ctx = context_for(
+            engine_for(database_url), publisher=Publisher(app), database_url=database_url
+        )
         _CONTEXTS.clear()
         _CONTEXTS[os.getpid()] = ctx
     return ctx
+
+
+def close_worker_context() -> None:
+    """Close this process's tool deps (worker process shutdown)."""
+    ctx = _CONTEXTS.pop(os.getpid(), None)
+    if ctx is not None:
+        ctx.deps.close()

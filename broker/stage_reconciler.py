@@ -239,7 +239,7 @@ def _reconcile_one(
             idempotency_token=token,
             attempt=cmd.attempts,
             deadline_at=deadline.timestamp(),
-            deps=ctx.tool_deps,
+            deps=ctx.deps_for(tool),
         )
         try:
             found = tool.reconcile(token, context)

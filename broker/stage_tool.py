@@ -244,7 +244,7 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
         idempotency_token=snap.token,
         attempt=snap.attempt,
         deadline_at=snap.deadline_at,
-        deps=ctx.tool_deps,
+        deps=ctx.deps_for(tool),
         is_cancelled=is_cancelled,
         confirmation_id=snap.confirmation_id,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
@@ -18,8 +17,6 @@ __all__ = ["ArtifactStore", "LedgerToolDeps"]
 @dataclass(frozen=True)
 class ArtifactStore:
     engine: Engine
-    faults: Any = None
-    """Fault injector (the demo service): a ``corrupt_read`` fault falsifies the read-back."""
 
     def put(
         self, *, run_id: str, path: str, content: str, sha256: str, idempotency_token: str
@@ -42,8 +39,6 @@ class ArtifactStore:
             ).scalar_one()
 
     def get_sha256(self, *, run_id: str, path: str) -> str | None:
-        if self.faults is not None and self.faults.corrupt_read("write_artifact"):
-            return "0" * 64
         with session_scope(self.engine) as s:
             return s.execute(
                 select(Artifact.sha256)
@@ -54,20 +49,14 @@ class ArtifactStore:
 
 
 class LedgerToolDeps:
-    """The ``deps`` handed to tools through :class:`~warrant.tools.contract.ToolContext`."""
+    """The ``deps`` the built-in tools get through :class:`~warrant.tools.contract.ToolContext`
+    (and plug-in tools that bring no deps of their own, unless ``WARRANT_TOOL_DEPS`` is set)."""
 
     def __init__(
-        self,
-        engine: Engine,
-        *,
-        demo_engine: Engine | None = None,
-        memory_keys: tuple[str, ...] = DEFAULT_MEMORY_KEYS,
+        self, engine: Engine, *, memory_keys: tuple[str, ...] = DEFAULT_MEMORY_KEYS
     ) -> None:
-        from warrant.tools.demo.service import DemoService
-
         self.engine = engine
-        self.demo = DemoService(demo_engine or engine)
-        self.artifacts = ArtifactStore(engine, faults=self.demo)
+        self.artifacts = ArtifactStore(engine)
         self.memory = MemoryStore(engine, allowed_keys=memory_keys)
 
     def run_status(self, run_id: str) -> str | None:

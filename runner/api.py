@@ -193,10 +193,10 @@ class Client:
         """The planner's view for the run's next step, rebuilt from the ledger."""
         from warrant.broker.views import load_view
         from warrant.ledger.memory import MemoryStore
-        from warrant.tools.registry import default_registry
+        from warrant.tools.plugins import registry_for
 
         view = load_view(
-            self.engine, run_id, registry=default_registry(), memory=MemoryStore(self.engine)
+            self.engine, run_id, registry=registry_for(), memory=MemoryStore(self.engine)
         )
         if view is None:
             raise RunNotFound(f"no run {run_id}")

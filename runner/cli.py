@@ -323,9 +323,9 @@ def run_cancel(
 @tools_app.command("list")
 def tools_list(as_json: JsonOpt = False) -> None:
     """Every tool contract, with JSON Schemas in the shape MCP uses."""
-    from warrant.tools.registry import default_registry
+    from warrant.tools.plugins import registry_for
 
-    tools = [t.describe() for t in default_registry()]
+    tools = [t.describe() for t in registry_for()]
     if as_json:
         _print_json({"tools": tools})
         return

@@ -7,6 +7,7 @@
     ├── ServiceUnavailable        Redis, RabbitMQ or PostgreSQL cannot be reached
     ├── ConfirmationRefused       a confirm/decline that does not fit the pending request
     ├── Unauthorized              an operator call without a valid operator token
+    ├── PluginError               a tool/planner plug-in could not be loaded, or two clash
     └── ToolError                 raised *by tool code* to report a typed outcome
         ├── ToolRejected          valid input, business or permission refusal
         ├── ToolFailed            known not applied; ``retryable`` says if a retry may help
@@ -22,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "ConfirmationRefused",
+    "PluginError",
     "RunNotFound",
     "ServiceUnavailable",
     "SpecError",
@@ -83,6 +85,14 @@ class ConfirmationRefused(WarrantError):
 
 class Unauthorized(WarrantError):
     code = "OPERATOR_TOKEN_INVALID"
+
+
+class PluginError(WarrantError):
+    """``PLUGIN_LOAD_FAILED`` (an import or object that is not a tool source),
+    ``TOOL_CONFLICT`` (one name and version from two sources), ``PLANNER_CONFLICT``,
+    ``MCP_CONFIG_INVALID``, ``MCP_SERVER_UNAVAILABLE``."""
+
+    code = "PLUGIN_LOAD_FAILED"
 
 
 class ToolError(WarrantError):

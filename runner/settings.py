@@ -64,6 +64,21 @@ class WarrantSettings(BaseSettings):
     """Workers send task events and producers ``task-sent`` events (what Flower shows). Off,
     workers still start sending them when Flower (or ``celery control enable_events``) asks."""
 
+    tools: str = ""
+    """Extra tool sources, ``module:attr[,module:attr]`` (a Tool, a list, a Registry or a
+    Plugin); the demo and benchmark tools are ``warrant.tools.demo:plugin``."""
+    plugin_entry_points: bool = True
+    """Load the tools every installed distribution registers under the entry-point group
+    ``warrant.tools`` (and planners under ``warrant.planners``)."""
+    tool_deps: str | None = None
+    """``module:factory`` building the deps object of plug-in tools that bring no factory of
+    their own (called once per worker process with a ``DepsContext``)."""
+    planners: str = ""
+    """Extra planner kinds, ``module:attr[,module:attr]`` (a ``PlannerKind`` or a list)."""
+    mcp_config: Path | None = None
+    """A JSON or TOML file listing MCP servers and the operator's declaration of each tool
+    they expose (see README, "MCP servers as tools")."""
+
     @property
     def services_file(self) -> Path:
         return self.data_dir / "services.json"

@@ -37,10 +37,10 @@ ROLES = ("planner", "policy", "tool", "reconciler")
 
 def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
     """The queues a worker of ``role`` consumes."""
-    from warrant.tools.registry import default_registry
+    from warrant.tools.plugins import registry_for
 
     if role == "tool":
-        registry = default_registry()
+        registry = registry_for()
         names = list(tools) if tools else registry.names()
         unknown = sorted(set(names) - set(registry.names()))
         if unknown:

@@ -20,6 +20,7 @@ import pytest
 
 from tests.services import Services, discover
 from warrant.runner.stack import celery_worker_command
+from warrant.tools.plugins import DEMO_PLUGIN
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERVICES: Services | None = None
@@ -33,6 +34,7 @@ MODEL_KEY = "sk-test-" + os.urandom(8).hex()
 def pytest_configure(config: pytest.Config) -> None:
     global SERVICES
     os.environ[MODEL_KEY_ENV] = MODEL_KEY  # inherited by the worker subprocesses
+    os.environ["WARRANT_TOOLS"] = DEMO_PLUGIN  # the demo plug-in is off unless named
     SERVICES = discover()
     if SERVICES.ok:
         os.environ["WARRANT_BROKER_URL"] = SERVICES.broker_url or ""

@@ -8,7 +8,7 @@ from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.policy import GateInput
 from warrant.runner.spec import Budgets
 from warrant.runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
-from warrant.tools.registry import default_registry
+from warrant.tools.plugins import registry_for
 
 NOW = 1_000_000.0
 
@@ -90,6 +90,6 @@ def gate(
         grants=[grant("search:public", "public")] if grants is None else grants,
         confirmations=confirmations or [],
         history=history or [],
-        registry=default_registry(),
+        registry=registry_for(),
         now=NOW,
     )

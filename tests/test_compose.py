@@ -12,7 +12,7 @@ import yaml
 
 from warrant.broker.app import app
 from warrant.runner.stack import ROLES, role_queues, worker_command
-from warrant.tools.registry import default_registry
+from warrant.tools.plugins import registry_for
 
 COMPOSE = yaml.safe_load((Path(__file__).parent.parent / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
@@ -44,7 +44,7 @@ def test_every_role_and_every_tool_queue_has_a_service():
         for s in SERVICES.values()
         if (s.get("command") or [])[:1] == ["worker"]
     }
-    for tool in default_registry():  # one service per tool queue, scalable with --scale
+    for tool in registry_for():  # one service per tool queue, scalable with --scale
         assert tool.name in single, tool.name
     assert len(consumed) == len(set(consumed))  # no queue consumed by two services
 

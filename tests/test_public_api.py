@@ -39,7 +39,9 @@ PINNED_TOOLS = {
     "ToolContext",
     "ToolInput",
     "ToolOutput",
-    "default_registry",
+    "build_registry",
+    "DepsContext",
+    "Plugin",
 }
 
 

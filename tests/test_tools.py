@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from warrant.tools.builtin import BUILTIN_TOOLS
-from warrant.tools.registry import Registry, default_registry
+from warrant.tools.plugins import registry_for
+from warrant.tools.registry import Registry
 
 
 def test_every_tool_field_is_documented_in_its_schema():
-    for tool in default_registry():
+    for tool in registry_for():
         described = tool.describe()
         for schema in (described["inputSchema"], described["outputSchema"]):
             for name, prop in schema["properties"].items():
@@ -22,7 +23,7 @@ def test_a_tool_version_is_declared_once():
 
 
 def test_queues_follow_tool_names():
-    registry = default_registry()
+    registry = registry_for()
     assert registry.queues() == sorted(f"tool.{name}" for name in registry.names())
     assert {"tool.search_public", "tool.issue_refund", "tool.save_draft"} <= set(registry.queues())
 

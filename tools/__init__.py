@@ -1,4 +1,4 @@
-"""Tool contract, registry and the built-in tools."""
+"""Tool contract, registry, plug-ins and the built-in tools."""
 
 from warrant.tools.contract import (
     ConfirmationPolicy,
@@ -9,10 +9,13 @@ from warrant.tools.contract import (
     ToolInput,
     ToolOutput,
 )
-from warrant.tools.registry import Registry, default_registry
+from warrant.tools.plugins import DepsContext, Plugin, build_registry
+from warrant.tools.registry import Registry
 
 __all__ = [
     "ConfirmationPolicy",
+    "DepsContext",
+    "Plugin",
     "ReconcileResult",
     "Registry",
     "SideEffect",
@@ -20,5 +23,5 @@ __all__ = [
     "ToolContext",
     "ToolInput",
     "ToolOutput",
-    "default_registry",
+    "build_registry",
 ]

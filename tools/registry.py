@@ -1,25 +1,45 @@
-"""The registry: the only place a tool name and version resolve to code."""
+"""The registry: the only place a tool name and version resolve to code.
+
+Built from the deployment's settings by :func:`warrant.tools.plugins.build_registry`; every
+worker role, the CLI and the client use that one function.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tools.contract import Tool
+from warrant.runner.canonical import canonical_json, sha256_hex
+from warrant.tools.contract import Tool
 
-__all__ = ["Registry", "default_registry"]
+if TYPE_CHECKING:
+    from warrant.tools.plugins import Plugin
+
+__all__ = ["Registry"]
 
 
 class Registry:
-    """An immutable set of tools keyed by ``(name, version)``."""
+    """An immutable set of tools keyed by ``(name, version)``, each with the plug-in it came
+    from."""
 
-    def __init__(self, tools: Iterable[Tool[Any, Any]]) -> None:
+    def __init__(self, tools: Iterable[Tool[Any, Any]], *, plugins: Iterable[Plugin] = ()) -> None:
         self._tools: dict[tuple[str, str], Tool[Any, Any]] = {}
+        self._plugin: dict[tuple[str, str], Plugin] = {}
         for tool in tools:
             key = (tool.name, tool.version)
             if key in self._tools:
                 raise ValueError(f"tool {tool.name} version {tool.version} declared twice")
             self._tools[key] = tool
+        self._plugins = tuple(plugins)
+        for plugin in self._plugins:
+            for tool in plugin.tools:
+                self._plugin[(tool.name, tool.version)] = plugin
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def from_plugins(cls, plugins: Iterable[Plugin]) -> Registry:
+        plugins = list(plugins)
+        return cls([t for p in plugins for t in p.tools], plugins=plugins)
 
     def get(self, name: str, version: str) -> Tool[Any, Any] | None:
         return self._tools.get((name, version))
@@ -30,28 +50,38 @@ class Registry:
     def names(self) -> list[str]:
         return sorted({name for name, _ in self._tools})
 
+    def keys(self) -> list[str]:
+        """``name@version`` of every tool, sorted."""
+        return sorted(f"{n}@{v}" for n, v in self._tools)
+
     def queues(self) -> list[str]:
         return sorted({t.queue for t in self._tools.values()})
 
     def max_timeout_s(self) -> float:
         return max((t.timeout_s for t in self._tools.values()), default=0.0)
 
+    @property
+    def plugins(self) -> tuple[Plugin, ...]:
+        return self._plugins
+
+    def plugin_of(self, tool: Tool[Any, Any]) -> Plugin | None:
+        """The plug-in ``tool`` came from (``None`` for a registry built from bare tools)."""
+        return self._plugin.get((tool.name, tool.version))
+
+    def source_of(self, tool: Tool[Any, Any]) -> str:
+        plugin = self.plugin_of(tool)
+        return plugin.source if plugin is not None else "registry"
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of every contract, canonical JSON: two processes with the same tools (names,
+        versions, schemas, policies) have the same fingerprint."""
+        if self._fingerprint is None:
+            self._fingerprint = sha256_hex(canonical_json([t.describe() for t in self]))
+        return self._fingerprint
+
     def __iter__(self) -> Iterator[Tool[Any, Any]]:
         return iter(sorted(self._tools.values(), key=lambda t: (t.name, t.version)))
 
     def __len__(self) -> int:
         return len(self._tools)
-
-
-_DEFAULT: Registry | None = None
-
-
-def default_registry() -> Registry:
-    """Built-in and demo tools. Deployments build their own :class:`Registry`."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        from tools.builtin import BUILTIN_TOOLS
-        from tools.demo.tools import DEMO_TOOLS
-
-        _DEFAULT = Registry([*BUILTIN_TOOLS, *DEMO_TOOLS])
-    return _DEFAULT

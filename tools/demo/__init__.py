@@ -1,2 +1,46 @@
-"""The demo external service (``warrant.tools.demo.service``) and the tools that call it
-(``warrant.tools.demo.tools``)."""
+"""The demo plug-in: a fake external payment and drafts service with fault injection
+(``warrant.tools.demo.service``) and the tools that call it, plus the benchmark tools
+(``warrant.tools.demo.tools``).
+
+Off unless named: ``WARRANT_TOOLS=warrant.tools.demo:plugin`` (``warrant demo``, the benchmark
+and the test suite turn it on). Its tables are created by its own set-up step, never by the
+ledger's migrations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from warrant.tools.plugins import DepsContext, Plugin
+
+__all__ = ["DemoDeps", "plugin"]
+
+
+@dataclass(frozen=True)
+class DemoDeps:
+    """What the demo tools see as ``ctx.deps``."""
+
+    demo: Any
+    """The demo service (:class:`~warrant.tools.demo.service.DemoService`)."""
+
+
+def _deps(ctx: DepsContext) -> DemoDeps:
+    from warrant.tools.demo.service import DemoService
+
+    return DemoDeps(demo=DemoService(ctx.engine))
+
+
+def _setup(ctx: DepsContext) -> None:
+    from warrant.tools.demo.service import DemoService
+
+    DemoService(ctx.engine).ensure_schema()
+
+
+def _tools() -> tuple[Any, ...]:
+    from warrant.tools.demo.tools import DEMO_TOOLS
+
+    return tuple(DEMO_TOOLS)
+
+
+plugin = Plugin(name="demo", tools=_tools(), deps=_deps, setup=_setup)

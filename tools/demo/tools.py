@@ -187,6 +187,8 @@ def _save_draft(args: SaveDraftInput, ctx: ToolContext) -> SaveDraftOutput:
 
 
 def _verify_draft(args: SaveDraftInput, out: SaveDraftOutput, ctx: ToolContext) -> bool:
+    if ctx.deps.demo.corrupt_read("save_draft"):
+        return False  # the read-back was falsified (a ``corrupt_read`` fault)
     seen = ctx.deps.demo.get_draft(key=ctx.idempotency_token)
     return seen is not None and seen["chars"] == len(args.content)
 

@@ -1,0 +1,197 @@
+"""Where tools come from: built-in tools, installed plug-ins, ``WARRANT_TOOLS`` and MCP servers.
+
+One function, :func:`build_registry`, turns the settings into the :class:`Registry` that every
+worker role, the CLI and the Python client use. Sources, in order:
+
+1. the built-in tools (always);
+2. the entry-point group ``warrant.tools`` of every installed distribution (switch off with
+   ``WARRANT_PLUGIN_ENTRY_POINTS=0``);
+3. each ``module:attr`` of ``WARRANT_TOOLS`` (comma-separated), e.g. the demo plug-in
+   ``warrant.tools.demo:plugin``;
+4. the MCP servers declared in the file named by ``WARRANT_MCP_CONFIG``.
+
+An entry point or reference may name a :class:`~warrant.tools.contract.Tool`, a list of them,
+a :class:`Registry` or a :class:`Plugin` (tools plus the factory of the deps they need). The
+same ``(name, version)`` from two sources is a start-up error naming both. Nothing in a run
+spec can make a worker import code: only the deployment's settings and installed packages do.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from warrant.runner.errors import PluginError
+from warrant.runner.settings import WarrantSettings
+from warrant.tools.contract import Tool
+from warrant.tools.registry import Registry
+
+__all__ = [
+    "BUILTIN_SOURCE",
+    "DEMO_PLUGIN",
+    "TOOLS_ENTRY_POINT_GROUP",
+    "DepsContext",
+    "Plugin",
+    "build_registry",
+    "load_object",
+    "registry_for",
+]
+
+#: The entry-point group plug-in distributions register their tools under.
+TOOLS_ENTRY_POINT_GROUP = "warrant.tools"
+#: The demo and benchmark tools: off unless named in ``WARRANT_TOOLS``.
+DEMO_PLUGIN = "warrant.tools.demo:plugin"
+#: The source name of the built-in tools.
+BUILTIN_SOURCE = "builtin"
+
+
+@dataclass(frozen=True)
+class DepsContext:
+    """What a deps factory is given, once per worker process."""
+
+    settings: WarrantSettings
+    """The deployment's settings."""
+    database_url: str
+    """The ledger's URL (a plug-in may keep its own tables there, or ignore it)."""
+    engine: Any = None
+    """The ledger's SQLAlchemy engine, shared with the stages."""
+
+    def secret(self, name: str) -> str:
+        """A secret by name, from the worker's environment; missing is an error naming it."""
+        import os
+
+        value = os.environ.get(name)
+        if value is None:
+            raise PluginError(
+                f"secret {name!r} is not set in the worker's environment", code="SECRET_MISSING"
+            )
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plugin:
+    """A set of tools and what they need. Register one under the entry-point group
+    ``warrant.tools``, or name it in ``WARRANT_TOOLS=module:attr``."""
+
+    name: str
+    """Shown by ``warrant tools list`` and in errors."""
+    tools: Sequence[Tool[Any, Any]] = ()
+    """The tools; each ``(name, version)`` must be unique across all sources."""
+    deps: Callable[[DepsContext], Any] | None = None
+    """Builds the object these tools see as ``ctx.deps``, once per worker process. If it has
+    ``close()`` (or is a context manager) it is closed when the worker shuts down. Without it,
+    the tools get the deployment's ``WARRANT_TOOL_DEPS`` object, else the ledger's stores."""
+    setup: Callable[[DepsContext], None] | None = None
+    """Idempotent set-up (e.g. the plug-in's own tables), run by ``warrant db upgrade``,
+    ``warrant up`` and ``warrant demo``."""
+    source: str = field(default="", compare=False)
+    """Where it was loaded from (filled in by the loader)."""
+
+
+def load_object(ref: str) -> Any:
+    """Import ``module:attr`` (``attr`` may be dotted)."""
+    module_name, sep, attr = ref.strip().partition(":")
+    if not sep or not module_name or not attr:
+        raise PluginError(f"{ref!r} is not of the form module:attr", code="PLUGIN_LOAD_FAILED")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise PluginError(f"cannot load {ref!r}: {exc}", code="PLUGIN_LOAD_FAILED") from exc
+    return obj
+
+
+def as_plugin(obj: Any, *, source: str) -> Plugin:
+    """A :class:`Plugin` from what an entry point or reference names."""
+    if isinstance(obj, Plugin):
+        return Plugin(
+            name=obj.name, tools=tuple(obj.tools), deps=obj.deps, setup=obj.setup, source=source
+        )
+    if isinstance(obj, Tool):
+        return Plugin(name=source, tools=(obj,), source=source)
+    if isinstance(obj, Registry):
+        return Plugin(name=source, tools=tuple(obj), source=source)
+    if isinstance(obj, list | tuple) and all(isinstance(t, Tool) for t in obj):
+        return Plugin(name=source, tools=tuple(obj), source=source)
+    raise PluginError(
+        f"{source} is a {type(obj).__name__}, not a Tool, a list of tools, a Registry or a Plugin",
+        code="PLUGIN_LOAD_FAILED",
+    )
+
+
+def _entry_point_plugins() -> Iterable[Plugin]:
+    for ep in sorted(metadata.entry_points(group=TOOLS_ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = getattr(ep.dist, "name", None) or "?"
+        source = f"entry point {ep.name!r} ({ep.value}, from {dist})"
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise PluginError(f"cannot load {source}: {exc}", code="PLUGIN_LOAD_FAILED") from exc
+        yield as_plugin(obj, source=source)
+
+
+def split_refs(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def plugins_for(settings: WarrantSettings) -> list[Plugin]:
+    """Every tool source the settings name, built-in first."""
+    from warrant.tools.builtin import BUILTIN_TOOLS
+
+    plugins = [Plugin(name=BUILTIN_SOURCE, tools=tuple(BUILTIN_TOOLS), source=BUILTIN_SOURCE)]
+    if settings.plugin_entry_points:
+        plugins.extend(_entry_point_plugins())
+    for ref in split_refs(settings.tools):
+        plugins.append(as_plugin(load_object(ref), source=f"WARRANT_TOOLS {ref}"))
+    if settings.mcp_config is not None:
+        from warrant.tools.mcp import mcp_plugins
+
+        plugins.extend(mcp_plugins(settings.mcp_config))
+    return plugins
+
+
+def build_registry(settings: WarrantSettings | None = None) -> Registry:
+    """The registry the settings describe (see the module docstring). Raises
+    :class:`PluginError` (``TOOL_CONFLICT``) when two sources declare one name and version."""
+    settings = settings or WarrantSettings()
+    seen: dict[tuple[str, str], Plugin] = {}
+    unique: list[Plugin] = []
+    for plugin in plugins_for(settings):
+        if any(p.source == plugin.source for p in unique):
+            continue  # the same entry point named twice (e.g. also in WARRANT_TOOLS)
+        for tool in plugin.tools:
+            key = (tool.name, tool.version)
+            other = seen.get(key)
+            if other is not None:
+                raise PluginError(
+                    f"tool {tool.name} version {tool.version} is declared by {other.source} "
+                    f"and by {plugin.source}",
+                    code="TOOL_CONFLICT",
+                )
+            seen[key] = plugin
+        unique.append(plugin)
+    return Registry.from_plugins(unique)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached(tools: str, mcp_config: str | None, entry_points: bool) -> Registry:
+    return build_registry(
+        WarrantSettings(
+            tools=tools,
+            mcp_config=Path(mcp_config) if mcp_config else None,
+            plugin_entry_points=entry_points,
+        )
+    )
+
+
+def registry_for(settings: WarrantSettings | None = None) -> Registry:
+    """:func:`build_registry`, built once per process for the same tool settings."""
+    settings = settings or WarrantSettings()
+    mcp = str(settings.mcp_config) if settings.mcp_config is not None else None
+    return _cached(settings.tools, mcp, settings.plugin_entry_points)
