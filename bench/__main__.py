@@ -36,11 +36,15 @@ def _env() -> dict[str, str]:
         **os.environ,
         "WARRANT_DATABASE_URL": os.environ.get("WARRANT_BENCH_DATABASE_URL", DEFAULT_DB),
         "WARRANT_BROKER_URL": os.environ.get("WARRANT_BENCH_BROKER_URL", DEFAULT_BROKER),
+        # the benchmark tools (noop_read, sleep_read) live in the opt-in demo plug-in
+        "WARRANT_TOOLS": "warrant.tools.demo:plugin",
     }
 
 
 ENV = _env()
-os.environ.update({k: ENV[k] for k in ("WARRANT_DATABASE_URL", "WARRANT_BROKER_URL")})
+os.environ.update(
+    {k: ENV[k] for k in ("WARRANT_DATABASE_URL", "WARRANT_BROKER_URL", "WARRANT_TOOLS")}
+)
 
 from sqlalchemy import text  # noqa: E402
 

@@ -65,6 +65,7 @@ def main() -> None:
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--sql", action="store_true", help="the slowest statements too")
     args = parser.parse_args()
+    os.environ["WARRANT_TOOLS"] = "warrant.tools.demo:plugin"  # noop_read is a demo tool
 
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher

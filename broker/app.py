@@ -71,9 +71,11 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
             }
         },
     )
+    from warrant.broker.registration import RegisterWorker
     from warrant.broker.revocations import TrimRevokedRuns
 
     celery.steps["worker"].add(TrimRevokedRuns)
+    celery.steps["worker"].add(RegisterWorker)
     return celery
 
 

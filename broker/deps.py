@@ -81,3 +81,19 @@ class ToolDepsSet:
         with self._lock:
             self._built.clear()
             self._stack.close()
+
+
+def setup_plugins(database_url: str, settings: WarrantSettings | None = None) -> list[str]:
+    """Run every enabled plug-in's set-up step (``warrant db upgrade``, ``up``, ``demo``)."""
+    from warrant.ledger.db import engine_for
+    from warrant.tools.plugins import registry_for
+
+    settings = settings or WarrantSettings()
+    engine = engine_for(database_url)
+    deps = ToolDepsSet(
+        registry_for(settings), engine=engine, settings=settings, database_url=database_url
+    )
+    try:
+        return deps.run_setup()
+    finally:
+        deps.close()

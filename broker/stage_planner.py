@@ -31,6 +31,7 @@ from warrant.runner.codes import (
     StopReason,
 )
 from warrant.runner.memory import DEFAULT_MAX_ITEMS
+from warrant.runner.planner_kinds import planner_kinds
 from warrant.runner.planners import PlannerFailure, planner_for
 from warrant.runner.planning import Complete, Forward, Stop, check_before_planning, interpret
 from warrant.runner.spec import RunSpec
@@ -101,6 +102,9 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
                 spec,
                 prices=ctx.settings.model_prices,
                 allow_remote=ctx.settings.allow_remote_models,
+                kinds=planner_kinds(
+                    refs=ctx.settings.planners, entry_points=ctx.settings.plugin_entry_points
+                ),
             ).propose(view, memory)
         raw: Any = reply.raw
         usage, calls, failure, invalid = reply.usage, reply.calls, None, reply.invalid

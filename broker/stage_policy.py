@@ -13,6 +13,7 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoffs import enter_handoff
+from warrant.broker.registration import deployment_check
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S, stop_changes, stop_events
 from warrant.broker.views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.ledger.db import session_scope
@@ -77,6 +78,7 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 history=history_from(row.history),
                 registry=ctx.registry,
                 now=now,
+                deployment=deployment_check(ctx.engine),
             ),
             on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
         )
@@ -101,7 +103,12 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                         f"policy-{step}",
                         ObservationKind.POLICY_REJECTION,
                         ObservationSource.POLICY.value,
-                        {"code": decision.code, "layer": decision.layer, "tool": proposal["tool"]},
+                        {
+                            "code": decision.code,
+                            "layer": decision.layer,
+                            "tool": proposal["tool"],
+                            **({"message": decision.message} if decision.message else {}),
+                        },
                         step + POLICY_OBSERVATION_TTL_STEPS,
                     ),
                     guarded=[

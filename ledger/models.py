@@ -41,6 +41,7 @@ __all__ = [
     "Reconciliation",
     "Run",
     "TraceEvent",
+    "WorkerRegistration",
 ]
 
 JSON = JSONB(none_as_null=True)
@@ -306,6 +307,25 @@ class Handoff(Base):
     resolution_reason: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_handoffs_open", "resolved_at"),)
+
+
+class WorkerRegistration(Base):
+    """What tool set a running worker has: written when it starts, refreshed while it runs,
+    removed when it stops. The policy gate and ``warrant tools check`` read it to tell when
+    the roles disagree."""
+
+    __tablename__ = "worker_registrations"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    """Celery node name (``tool@host``)."""
+    roles: Mapped[list[Any]] = mapped_column(JSON)
+    queues: Mapped[list[Any]] = mapped_column(JSON)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    tools: Mapped[list[Any]] = mapped_column(JSON)
+    """``name@version`` of every tool in the worker's registry."""
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = _now()
+    seen_at: Mapped[datetime] = _now()
 
 
 # Configure the mappers now, at import, not lazily at a process's first ORM query: that query

@@ -41,7 +41,7 @@ from warrant.runner.errors import (
 )
 from warrant.runner.planning import Stop
 from warrant.runner.settings import WarrantSettings, resolved_urls
-from warrant.runner.spec import Grant, RunSpec, parse_run_spec
+from warrant.runner.spec import Grant, PluginPlannerSpec, RunSpec, parse_run_spec
 
 __all__ = ["Client", "RunInfo"]
 
@@ -133,6 +133,13 @@ class Client:
         """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written."""
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
+        if isinstance(spec.planner, PluginPlannerSpec):
+            from warrant.runner.planner_kinds import check_planner, planner_kinds
+            from warrant.runner.settings import WarrantSettings
+
+            settings = WarrantSettings()
+            kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
+            check_planner(spec, kinds)
         from warrant.broker import telemetry
 
         run_id = str(uuid.uuid4())

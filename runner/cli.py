@@ -17,6 +17,7 @@ from rich.table import Table
 
 from warrant.runner.errors import (
     ConfirmationRefused,
+    PluginError,
     RunNotFound,
     ServiceUnavailable,
     SpecError,
@@ -55,7 +56,14 @@ def _print_json(data: Any) -> None:
 
 
 def _fail(exc: WarrantError, as_json: bool) -> None:
-    bad_input = (SpecError, ConfirmationRefused, Unauthorized, RunNotFound, StateConflict)
+    bad_input = (
+        SpecError,
+        ConfirmationRefused,
+        Unauthorized,
+        RunNotFound,
+        StateConflict,
+        PluginError,
+    )
     if isinstance(exc, bad_input) or exc.code.startswith("UNKNOWN"):
         code = EXIT_BAD_INPUT
     elif isinstance(exc, ServiceUnavailable):
@@ -325,11 +333,14 @@ def tools_list(as_json: JsonOpt = False) -> None:
     """Every tool contract, with JSON Schemas in the shape MCP uses."""
     from warrant.tools.plugins import registry_for
 
-    tools = [t.describe() for t in registry_for()]
+    registry = _guard(as_json, registry_for)
+    tools = [{**t.describe(), "source": registry.source_of(t)} for t in registry]
     if as_json:
-        _print_json({"tools": tools})
+        _print_json({"tools": tools, "fingerprint": registry.fingerprint})
         return
-    table = Table("name", "version", "side effect", "confirmation", "capabilities", "timeout")
+    table = Table(
+        "name", "version", "side effect", "confirmation", "capabilities", "timeout", "source"
+    )
     for t in tools:
         table.add_row(
             t["name"],
@@ -338,19 +349,80 @@ def tools_list(as_json: JsonOpt = False) -> None:
             t["confirmation"],
             ", ".join(t["requiredCapabilities"]),
             f"{t['timeoutSeconds']}s",
+            t["source"],
         )
     console.print(table)
+    console.print(f"registry fingerprint {registry.fingerprint[:12]}")
+
+
+@tools_app.command("check")
+def tools_check(as_json: JsonOpt = False) -> None:
+    """Do the running workers (and this process) agree on the tool set? Exit 1 if not."""
+    from warrant.broker.registration import LIVE_WITHIN_S
+    from warrant.ledger.db import engine_for
+    from warrant.ledger.workers import live_workers
+    from warrant.runner.settings import resolved_urls
+    from warrant.tools.deployment import WorkerInfo, disagreements
+    from warrant.tools.plugins import registry_for
+
+    registry = _guard(as_json, registry_for)
+    url = _guard(as_json, lambda: resolved_urls()[1])
+    workers = _guard(as_json, lambda: live_workers(engine_for(url), seen_within_s=LIVE_WITHIN_S))
+    here = WorkerInfo(
+        node="(this process)",
+        roles=("cli",),
+        queues=(),
+        fingerprint=registry.fingerprint,
+        tools=frozenset(registry.keys()),
+    )
+    problems = disagreements([*workers, here])
+    report = {
+        "ok": not problems,
+        "fingerprint": registry.fingerprint,
+        "workers": [
+            {
+                "node": w.node,
+                "roles": list(w.roles),
+                "fingerprint": w.fingerprint,
+                "tools": sorted(w.tools),
+            }
+            for w in workers
+        ],
+        "disagreements": problems,
+    }
+    if as_json:
+        _print_json(report)
+    else:
+        table = Table("node", "roles", "fingerprint", "tools")
+        for w in report["workers"]:
+            table.add_row(
+                w["node"], ", ".join(w["roles"]), w["fingerprint"][:12], str(len(w["tools"]))
+            )
+        console.print(table)
+        for p in problems:
+            console.print(f"[red]disagree[/]: {p}")
+        if not problems:
+            console.print(
+                f"[green]agree[/]: {len(workers)} worker(s), fingerprint "
+                f"{registry.fingerprint[:12]}"
+            )
+    if problems:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @db_app.command("upgrade")
 def db_upgrade(as_json: JsonOpt = False) -> None:
     """Apply the ledger's Alembic migrations."""
+    from warrant.broker.deps import setup_plugins
     from warrant.ledger.migrate import upgrade
     from warrant.runner.settings import resolved_urls
 
-    revision = _guard(as_json, lambda: upgrade(resolved_urls()[1]))
-    _print_json({"revision": revision}) if as_json else console.print(
+    url = _guard(as_json, lambda: resolved_urls()[1])
+    revision = _guard(as_json, lambda: upgrade(url))
+    plugins = _guard(as_json, lambda: setup_plugins(url))
+    _print_json({"revision": revision, "plugins_set_up": plugins}) if as_json else console.print(
         f"ledger at revision [bold]{revision}[/]"
+        + (f"; set up: {', '.join(plugins)}" if plugins else "")
     )
 
 
@@ -580,8 +652,13 @@ def up(
 
 @app.command("demo")
 def demo(as_json: JsonOpt = False) -> None:
-    """Start the stack, run the seed scenarios, print a result table, stop."""
+    """Start the stack with the demo plug-in, run the seed scenarios, print a table, stop."""
     from warrant.runner.demo import run_demo
+    from warrant.tools.plugins import DEMO_PLUGIN, split_refs
+
+    refs = split_refs(os.environ.get("WARRANT_TOOLS", ""))
+    if DEMO_PLUGIN not in refs:  # the demo's tools are a plug-in, off unless named
+        os.environ["WARRANT_TOOLS"] = ",".join([*refs, DEMO_PLUGIN])
 
     stack = _stack(as_json)
     try:

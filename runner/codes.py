@@ -68,6 +68,8 @@ class Rejection(StrEnum):
 
     PROPOSAL_PARSE_FAILED = "PROPOSAL_PARSE_FAILED"
     UNKNOWN_TOOL_OR_VERSION = "UNKNOWN_TOOL_OR_VERSION"
+    TOOL_NOT_DEPLOYED = "TOOL_NOT_DEPLOYED"
+    """The policy worker has the tool, but the workers serving its queue do not."""
     INPUT_NOT_OBJECT = "INPUT_NOT_OBJECT"
     UNKNOWN_INPUT_FIELD = "UNKNOWN_INPUT_FIELD"
     INPUT_TOO_LARGE = "INPUT_TOO_LARGE"

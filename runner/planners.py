@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from warrant.runner.errors import SpecError
 from warrant.runner.memory import WorkingMemoryView
-from warrant.runner.spec import FixturePlannerSpec, RunSpec, Usage
+from warrant.runner.spec import FixturePlannerSpec, PluginPlannerSpec, RunSpec, Usage
 from warrant.runner.state import RunView
+
+if TYPE_CHECKING:
+    from warrant.runner.planner_kinds import PlannerKind
 
 __all__ = ["FixturePlanner", "Planner", "PlannerFailure", "PlannerReply", "planner_for"]
 
@@ -56,10 +61,24 @@ class FixturePlanner:
 
 
 def planner_for(
-    spec: RunSpec, *, prices: dict[str, dict[str, float]] | None = None, allow_remote: bool = False
+    spec: RunSpec,
+    *,
+    prices: dict[str, dict[str, float]] | None = None,
+    allow_remote: bool = False,
+    kinds: Mapping[str, PlannerKind] | None = None,
 ) -> Planner:
+    """The planner a spec names; a plug-in kind must be among ``kinds`` (else
+    ``PLANNER_KIND_UNKNOWN``, a planner failure: this worker cannot serve the run)."""
     if isinstance(spec.planner, FixturePlannerSpec):
         return FixturePlanner(spec.planner)
+    if isinstance(spec.planner, PluginPlannerSpec):
+        from warrant.runner.planner_kinds import resolve
+
+        try:
+            kind, settings = resolve(spec.planner, kinds or {})
+        except SpecError as exc:
+            raise PlannerFailure("PLANNER_KIND_UNKNOWN", str(exc), calls=0) from None
+        return kind.build(settings)
     from warrant.runner.llm import OpenAIPlanner
 
     return OpenAIPlanner(spec.planner, prices or {}, allow_remote=allow_remote)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from warrant.runner.errors import SpecError
 
@@ -28,6 +28,7 @@ __all__ = [
     "HandoffPolicy",
     "OpenAIPlannerSpec",
     "PlannerOutput",
+    "PluginPlannerSpec",
     "RunSpec",
     "ToolProposal",
     "Usage",
@@ -131,7 +132,30 @@ class OpenAIPlannerSpec(_Strict):
     """Retries of 429/5xx/connection errors; each attempt is a model call."""
 
 
-PlannerSpec = Annotated[FixturePlannerSpec | OpenAIPlannerSpec, Field(discriminator="kind")]
+class PluginPlannerSpec(_Strict):
+    """A planner kind registered by a plug-in (entry-point group ``warrant.planners`` or
+    ``WARRANT_PLANNERS``). The spec only names it: it can never make a worker import code."""
+
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    """The registered kind's name."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """Validated by the kind's own settings model, at start and in the planner worker."""
+
+
+BUILTIN_PLANNER_KINDS = ("fixture", "openai")
+
+
+def _planner_tag(value: Any) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in BUILTIN_PLANNER_KINDS else "plugin"
+
+
+PlannerSpec = Annotated[
+    Annotated[FixturePlannerSpec, Tag("fixture")]
+    | Annotated[OpenAIPlannerSpec, Tag("openai")]
+    | Annotated[PluginPlannerSpec, Tag("plugin")],
+    Discriminator(_planner_tag),
+]
 
 
 class HandoffPolicy(_Strict):

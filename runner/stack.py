@@ -233,9 +233,12 @@ class Stack:
         os.environ["WARRANT_DATABASE_URL"] = self.database_url
 
     def migrate(self) -> str | None:
+        from warrant.broker.deps import setup_plugins
         from warrant.ledger.migrate import upgrade
 
-        return upgrade(self.database_url)
+        revision = upgrade(self.database_url)
+        setup_plugins(self.database_url, self.settings)
+        return revision
 
     def start_workers(
         self,

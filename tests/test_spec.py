@@ -25,7 +25,8 @@ def test_json_text_is_accepted():
         (lambda s: s.update(goal=""), "goal"),
         (lambda s: s["budgets"].update(max_tool_calls=-1), "budgets.max_tool_calls"),
         (lambda s: s["budgets"].update(deadline_s=0), "budgets.deadline_s"),
-        (lambda s: s.update(planner={"kind": "oracle"}), "planner"),
+        (lambda s: s.update(planner={"kind": "Oracle!"}), "planner"),
+        (lambda s: s.update(planner={"kind": "fixture"}), "planner.fixture.outputs"),
         (lambda s: s.update(extra=1), "extra"),
         (lambda s: s["grants"].append({"capability": ""}), "grants.1.capability"),
     ],
@@ -42,3 +43,14 @@ def test_bad_specs_name_the_field(mutate, field):
 def test_malformed_planner_outputs_are_allowed_in_the_spec():
     # Untrusted outputs are the gate's business, not the spec's.
     assert parse_run_spec(spec([{"kind": "tool", "arguments": "nope"}, {"junk": True}]))
+
+
+def test_an_unregistered_planner_kind_is_refused_at_start_naming_the_field():
+    from warrant.runner.planner_kinds import check_planner
+
+    data = spec([])
+    data["planner"] = {"kind": "oracle", "settings": {"x": 1}}
+    parsed = parse_run_spec(data)  # well-formed: a plug-in kind
+    with pytest.raises(SpecError) as caught:
+        check_planner(parsed, {})
+    assert caught.value.errors[0]["field"] == "planner.kind"

@@ -1,0 +1,107 @@
+"""Each worker records its registry in the ledger; the policy stage reads them back.
+
+A worker step writes the worker's node, roles, queues and registry fingerprint when the
+worker starts, refreshes it every :data:`HEARTBEAT_S` and removes it when the worker stops.
+The policy stage asks :func:`deployment_check` whether the workers serving a tool's queue have
+that tool: a proposal no worker can run is refused ``TOOL_NOT_DEPLOYED``, naming the role.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery import bootsteps
+from sqlalchemy import Engine
+
+from warrant.ledger.workers import live_workers, register_worker, touch_worker, unregister_worker
+from warrant.tools.deployment import WorkerInfo, lacking_role, roles_of
+
+__all__ = ["HEARTBEAT_S", "LIVE_WITHIN_S", "RegisterWorker", "deployment_check"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between a worker's registration refreshes.
+HEARTBEAT_S = 30.0
+#: A registration not refreshed for this long belongs to a dead worker.
+LIVE_WITHIN_S = 3 * HEARTBEAT_S
+#: How long the policy stage reuses what it read.
+CACHE_S = 5.0
+
+
+def _engine() -> Engine:
+    from warrant.ledger.db import engine_for
+    from warrant.runner.settings import resolved_urls
+
+    return engine_for(resolved_urls()[1])
+
+
+class RegisterWorker(bootsteps.StartStopStep):
+    """A worker step (registered by :func:`warrant.broker.app.make_app`)."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.tref: Any = None
+
+    def start(self, worker: Any) -> None:
+        from warrant.tools.plugins import registry_for
+
+        registry = registry_for()
+        queues = sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues)
+        node = worker.hostname
+        try:
+            register_worker(
+                _engine(),
+                node=node,
+                roles=roles_of(queues),
+                queues=queues,
+                fingerprint=registry.fingerprint,
+                tools=registry.keys(),
+                pid=os.getpid(),
+            )
+        except Exception as exc:  # the ledger may be down at start: the worker still serves
+            log.warning("could not record this worker's registry: %s", exc)
+        self.tref = worker.timer.call_repeatedly(HEARTBEAT_S, self._touch, (node,))
+
+    @staticmethod
+    def _touch(node: str) -> None:
+        try:
+            touch_worker(_engine(), node)
+        except Exception as exc:
+            log.warning("could not refresh this worker's registration: %s", exc)
+
+    def stop(self, worker: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+        try:
+            unregister_worker(_engine(), worker.hostname)
+        except Exception as exc:
+            log.warning("could not remove this worker's registration: %s", exc)
+
+
+_cache: dict[str, Any] = {"at": float("-inf"), "workers": []}
+_lock = threading.Lock()
+
+
+def _workers(engine: Engine) -> list[WorkerInfo]:
+    with _lock:
+        if time.monotonic() - _cache["at"] > CACHE_S:
+            _cache["workers"] = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
+            _cache["at"] = time.monotonic()
+        return list(_cache["workers"])
+
+
+def deployment_check(engine: Engine) -> Callable[[str, str], str | None]:
+    """The gate's ``deployment`` question, answered from the registrations (cached briefly)."""
+
+    def lacking(name: str, version: str) -> str | None:
+        return lacking_role(_workers(engine), name, version)
+
+    return lacking

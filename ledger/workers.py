@@ -1,0 +1,75 @@
+"""Worker registrations: which tool set each running worker has (see ``tools.deployment``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+
+from warrant.ledger.models import WorkerRegistration
+from warrant.tools.deployment import WorkerInfo
+
+__all__ = ["live_workers", "register_worker", "touch_worker", "unregister_worker"]
+
+
+def register_worker(
+    engine: Engine,
+    *,
+    node: str,
+    roles: Sequence[str],
+    queues: Sequence[str],
+    fingerprint: str,
+    tools: Sequence[str],
+    pid: int,
+) -> None:
+    values = {
+        "node": node,
+        "roles": list(roles),
+        "queues": list(queues),
+        "fingerprint": fingerprint,
+        "tools": list(tools),
+        "pid": pid,
+    }
+    stmt = insert(WorkerRegistration).values(**values)
+    with engine.begin() as conn:
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[WorkerRegistration.node],
+                set_={**values, "started_at": func.now(), "seen_at": func.now()},
+            )
+        )
+
+
+def touch_worker(engine: Engine, node: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            update(WorkerRegistration)
+            .where(WorkerRegistration.node == node)
+            .values(seen_at=func.now())
+        )
+
+
+def unregister_worker(engine: Engine, node: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(delete(WorkerRegistration).where(WorkerRegistration.node == node))
+
+
+def live_workers(engine: Engine, *, seen_within_s: float) -> list[WorkerInfo]:
+    """Workers seen within ``seen_within_s`` (a killed worker's row ages out)."""
+    cutoff = func.now() - timedelta(seconds=seen_within_s)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(WorkerRegistration).where(WorkerRegistration.seen_at >= cutoff)
+        ).all()
+    return [
+        WorkerInfo(
+            node=r.node,
+            roles=tuple(r.roles),
+            queues=tuple(r.queues),
+            fingerprint=r.fingerprint,
+            tools=frozenset(r.tools),
+        )
+        for r in rows
+    ]
