@@ -22,6 +22,9 @@ from tests.services import Services, discover
 from warrant.runner.stack import celery_worker_command
 from warrant.tools.plugins import DEMO_PLUGIN
 
+#: The tool plug-ins of the test deployment (the pytest process and the pipeline worker).
+TEST_TOOL_PLUGINS = (DEMO_PLUGIN, "tests.plugin_fixtures:echo_v2")
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERVICES: Services | None = None
 
@@ -34,7 +37,10 @@ MODEL_KEY = "sk-test-" + os.urandom(8).hex()
 def pytest_configure(config: pytest.Config) -> None:
     global SERVICES
     os.environ[MODEL_KEY_ENV] = MODEL_KEY  # inherited by the worker subprocesses
-    os.environ["WARRANT_TOOLS"] = DEMO_PLUGIN  # the demo plug-in is off unless named
+    # The demo plug-in is off unless named; the echo plug-in (version 2) and a plug-in planner
+    # kind are what the plug-in pipeline tests deploy (tests/plugin_fixtures.py).
+    os.environ["WARRANT_TOOLS"] = ",".join(TEST_TOOL_PLUGINS)
+    os.environ["WARRANT_PLANNERS"] = "tests.plugin_fixtures:script_planner"
     SERVICES = discover()
     if SERVICES.ok:
         os.environ["WARRANT_BROKER_URL"] = SERVICES.broker_url or ""
@@ -163,7 +169,7 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
     queues = [
         q.name
         for q in app.conf.task_queues
-        if q.name != "reconciler" and q.name not in DRAFT_QUEUES
+        if q.name != "reconciler" and q.name not in (*DRAFT_QUEUES, *OWN_WORKER_QUEUES)
     ]
     logs = tmp_path_factory.mktemp("logs")
     log = logs / "worker.log"
@@ -181,6 +187,8 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund", "tool.send_notice")
+#: Tool queues served only by a test's own worker (never by the session's pipeline worker).
+OWN_WORKER_QUEUES = ("tool.echo",)
 
 
 @pytest.fixture(scope="session")

@@ -127,8 +127,18 @@ def test_deps_are_built_once_per_plugin_and_closed_at_shutdown(tmp_path, monkeyp
 def test_the_wheel_has_exactly_one_top_level_package(tmp_path):
     root = Path(__file__).resolve().parents[1]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(root)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(root),
+        ],
         check=True,
         capture_output=True,
     )
@@ -136,7 +146,14 @@ def test_the_wheel_has_exactly_one_top_level_package(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"warrant"}
-    for sub in ("runner/cli.py", "tools/plugins.py", "broker/app.py", "ledger/models.py",
-                "ledger/migrations/env.py", "ledger/migrations/script.py.mako",
-                "ledger/migrations/versions/0009_worker_registrations.py", "tools/demo/tools.py"):
+    for sub in (
+        "runner/cli.py",
+        "tools/plugins.py",
+        "broker/app.py",
+        "ledger/models.py",
+        "ledger/migrations/env.py",
+        "ledger/migrations/script.py.mako",
+        "ledger/migrations/versions/0009_worker_registrations.py",
+        "tools/demo/tools.py",
+    ):
         assert f"warrant/{sub}" in names, sub
