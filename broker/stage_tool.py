@@ -250,7 +250,7 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
     )
     write = tool.side_effect is not SideEffect.READ
     try:
-        args = tool.input_model.model_validate(snap.arguments)
+        args = tool.parse_input(snap.arguments)
         with interrupts.interruptible():  # a cancel's SIGUSR1 lands only here
             out = tool.execute(args, context)
     except ToolRejected as exc:

@@ -14,8 +14,52 @@ import rfc8785
 
 
 def canonical_json(value: Any) -> bytes:
-    """RFC 8785 canonical bytes of a JSON-compatible value."""
-    return rfc8785.dumps(value)
+    """RFC 8785 canonical bytes of a JSON-compatible value.
+
+    Integers beyond RFC 8785's range (±(2**53 - 1), what an IEEE double holds exactly; e.g. a
+    64-bit id) are written as their exact decimal digits; everything else is exactly RFC 8785.
+    """
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        out: list[bytes] = []
+        _dump(value, out)
+        return b"".join(out)
+
+
+def _dump(value: Any, out: list[bytes]) -> None:
+    """RFC 8785, with any integer written as its digits (the slow path of ``canonical_json``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if -_SAFE <= value <= _SAFE:
+            out.append(rfc8785.dumps(value))
+        else:
+            out.append(str(int(value)).encode())
+    elif isinstance(value, (list, tuple)):
+        out.append(b"[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(b",")
+            _dump(item, out)
+        out.append(b"]")
+    elif isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise rfc8785.CanonicalizationError("object keys must be strings")
+        # RFC 8785 3.2.3: members sorted by their keys' UTF-16 code units
+        items = sorted(value.items(), key=lambda kv: kv[0].encode("utf-16be"))
+        out.append(b"{")
+        for i, (key, item) in enumerate(items):
+            if i:
+                out.append(b",")
+            out.append(rfc8785.dumps(key))
+            out.append(b":")
+            _dump(item, out)
+        out.append(b"}")
+    else:  # strings, floats, booleans, null; anything else is refused as RFC 8785 refuses it
+        out.append(rfc8785.dumps(value))
+
+
+#: Largest integer RFC 8785 writes (``2**53 - 1``).
+_SAFE = 2**53 - 1
 
 
 def sha256_hex(data: bytes | str) -> str:

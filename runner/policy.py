@@ -53,6 +53,9 @@ class GateInput:
     history: Sequence[HistoryEntry]
     registry: Registry
     now: float
+    deployment: Callable[[str, str], str | None] | None = None
+    """Which worker role lacks a tool the registry has (``None``: every role serving it has it;
+    from the workers' registrations in the ledger)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +77,8 @@ class Reject:
     layer: str
     fingerprint: str | None
     events: list[Event]
+    message: str | None = None
+    """Why, for people (the code is the contract)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,8 +173,19 @@ def _oscillates(fp: str, inp: GateInput) -> bool:
     return same_version and seq[0] == seq[2] and seq[1] == seq[3] and seq[0] != seq[1]
 
 
-def _reject(code: str, layer: str, fp: str | None, inp: GateInput, events: list[Event]) -> Decision:
-    events.append(Event("proposal.rejected", {"code": code, "layer": layer}))
+def _reject(
+    code: str,
+    layer: str,
+    fp: str | None,
+    inp: GateInput,
+    events: list[Event],
+    *,
+    message: str | None = None,
+) -> Decision:
+    details = {"code": code, "layer": layer}
+    if message:
+        details["message"] = message
+    events.append(Event("proposal.rejected", details))
     if fp is not None and _repeats(fp, inp) > inp.run.budgets.max_repeated_proposal:
         reason = StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION
         events.append(Event("proposal.loop_detected", {"count": _repeats(fp, inp)}))
@@ -180,7 +196,7 @@ def _reject(code: str, layer: str, fp: str | None, inp: GateInput, events: list[
             events=events,
             detail={"last_code": code},
         )
-    return Reject(code=code, layer=layer, fingerprint=fp, events=events)
+    return Reject(code=code, layer=layer, fingerprint=fp, events=events, message=message)
 
 
 def _authorize(
@@ -260,9 +276,9 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     events: list[Event] = _Events(on_event)
     run = inp.run
 
-    def refuse_raw(code: str, layer: str) -> Decision:
+    def refuse_raw(code: str, layer: str, message: str | None = None) -> Decision:
         # before the arguments are validated, loops are detected on the raw proposal
-        return _reject(code, layer, _raw_fingerprint(inp.raw), inp, events)
+        return _reject(code, layer, _raw_fingerprint(inp.raw), inp, events, message=message)
 
     # parse
     try:
@@ -276,7 +292,15 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     # registry
     tool = inp.registry.get(proposal.tool, proposal.tool_version)
     if tool is None:
-        return refuse_raw(Rejection.UNKNOWN_TOOL_OR_VERSION.value, "registry")
+        return refuse_raw(
+            Rejection.UNKNOWN_TOOL_OR_VERSION.value,
+            "registry",
+            f"the policy worker's registry has no {proposal.tool}@{proposal.tool_version} "
+            f"(registry {inp.registry.fingerprint[:12]})",
+        )
+    lacking = inp.deployment(tool.name, tool.version) if inp.deployment else None
+    if lacking:
+        return refuse_raw(Rejection.TOOL_NOT_DEPLOYED.value, "registry", lacking)
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
 
     # input schema
@@ -286,7 +310,7 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     if size > tool.max_input_bytes:
         return refuse_raw(Rejection.INPUT_TOO_LARGE.value, "schema")
     try:
-        model = tool.input_model.model_validate(proposal.arguments)
+        model = tool.parse_input(proposal.arguments)
         arguments = model.model_dump(mode="json")
         canonical_arguments = canonical_json(arguments)
         args_hash = sha256_hex(canonical_arguments)

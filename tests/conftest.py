@@ -23,7 +23,7 @@ from warrant.runner.stack import celery_worker_command
 from warrant.tools.plugins import DEMO_PLUGIN
 
 #: The tool plug-ins of the test deployment (the pytest process and the pipeline worker).
-TEST_TOOL_PLUGINS = (DEMO_PLUGIN, "tests.plugin_fixtures:echo_v2")
+TEST_TOOL_PLUGINS = (DEMO_PLUGIN, "tests.plugin_fixtures:echo_v2", "tests.typed_tool:plugin")
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERVICES: Services | None = None

@@ -109,7 +109,7 @@ def _confirmations(raw: Any) -> st.SearchStrategy[list[ConfirmationView]]:
 def _holds(decision: policy.Accept, inp: policy.GateInput) -> None:
     tool = decision.tool
     assert inp.registry.get(tool.name, tool.version) is tool
-    tool.input_model.model_validate(decision.arguments)  # validated input only
+    tool.parse_input(decision.arguments)  # validated input only
     for capability in tool.capabilities:
         assert any(
             g.run_id == inp.run.run_id
@@ -127,10 +127,7 @@ def _holds(decision: policy.Accept, inp: policy.GateInput) -> None:
         assert c.proposal_hash == decision.proposal_hash
         assert c.expires_at > NOW and c.expires_at_step >= inp.run.step
     if tool.validate is not None:
-        assert (
-            tool.validate(tool.input_model.model_validate(decision.arguments), inp.run.subject)
-            is None
-        )
+        assert tool.validate(tool.parse_input(decision.arguments), inp.run.subject) is None
 
 
 @settings(max_examples=2000, deadline=None)

@@ -29,7 +29,7 @@ def test_without_plugins_only_the_builtin_tools_are_registered():
 
 
 def test_the_demo_is_a_plugin_that_is_off_unless_named():
-    assert "issue_refund@1" not in registry().keys()
+    assert "issue_refund@1" not in registry().keys()  # noqa: SIM118
     reg = registry(DEMO_PLUGIN)
     assert {"issue_refund@1", "send_notice@1", "noop_read@1", "sleep_read@1"} <= set(reg.keys())
     assert reg.source_of(reg.get("issue_refund", "1")) == f"WARRANT_TOOLS {DEMO_PLUGIN}"

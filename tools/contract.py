@@ -9,6 +9,7 @@ a stable code, the run stops, nothing is retried.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -149,6 +150,17 @@ class Tool(Generic[InputT, OutputT]):
     @property
     def queue(self) -> str:
         return f"tool.{self.name}"
+
+    def parse_input(self, arguments: dict[str, Any]) -> InputT:
+        """Validate JSON-shaped arguments (a proposal's, or the stored normalized ones).
+
+        Strict, in pydantic's JSON mode: each type is read from its JSON form (an ISO 8601
+        string for ``datetime``/``date``, a string for ``UUID`` and ``Decimal``, the value of an
+        ``Enum``), and coercions such as ``"1"`` for an integer are still refused. The standard
+        ``json`` module writes the arguments, so integers of any size stay exact.
+        Raises :class:`pydantic.ValidationError` (or ``TypeError``/``ValueError`` for
+        arguments that are not JSON data)."""
+        return self.input_model.model_validate_json(json.dumps(arguments))
 
     def describe(self) -> dict[str, Any]:
         """The contract in the shape MCP uses for tool listings, plus warrant's policy fields."""
