@@ -7,10 +7,11 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/weather_plugin/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e examples/weather_plugin --no-deps
 	rm -f $(VENV)/.installed-*; touch $@
 
 demo: install        ## start the stack (embedded servers if none configured), run the seed scenarios
@@ -20,7 +21,8 @@ up: install          ## every worker role in the foreground; Ctrl-C stops
 	$(VENV)/bin/warrant up
 
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
-PIPELINE_TESTS := tests/test_pipeline.py tests/test_gate_pipeline.py tests/test_tool_execution.py tests/test_reconciler.py
+PIPELINE_TESTS := tests/test_pipeline.py tests/test_gate_pipeline.py tests/test_tool_execution.py tests/test_reconciler.py \
+                  tests/test_plugin_pipeline.py tests/test_tool_inputs.py tests/test_mcp.py tests/test_example_plugin.py
 
 test: install        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
 	$(PY) -m pytest -ra
@@ -33,8 +35,8 @@ test-fast: install   ## pure unit tests only (no services)
 	$(PY) -m pytest -ra -m "not services"
 
 lint: install
-	$(VENV)/bin/ruff check runner tools broker ledger warrant/__init__.py tests
-	$(VENV)/bin/ruff format --check runner tools broker ledger warrant/__init__.py tests
+	$(VENV)/bin/ruff check runner tools broker ledger warrant/__init__.py tests examples
+	$(VENV)/bin/ruff format --check runner tools broker ledger warrant/__init__.py tests examples
 	$(VENV)/bin/mypy
 
 format: install

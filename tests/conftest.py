@@ -100,6 +100,10 @@ def engine(services: Services) -> Any:
     return engine_for(services.database_url or "")
 
 
+#: Every worker subprocess the session started (see ``stages_to_myself``).
+LIVE_WORKERS: list[WorkerProcess] = []
+
+
 class WorkerProcess:
     """A real ``celery worker`` subprocess (prefork) consuming the given queues."""
 
@@ -122,8 +126,10 @@ class WorkerProcess:
             loglevel="info",
             events=False,
         )
+        self.queues = list(queues)
         self.env = {**os.environ, **(env or {})}
         self.proc = self._spawn()
+        LIVE_WORKERS.append(self)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
@@ -186,9 +192,23 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
             sys.stderr.write(log.read_text())
 
 
+@pytest.fixture(scope="module")
+def stages_to_myself() -> Iterator[None]:
+    """For a module whose own workers have a registry the session's workers lack (MCP tools):
+    stop every running worker that consumes the planner, policy or reconciler queue, so none of
+    them takes the module's runs, and start them again afterwards."""
+    shared = {"planner", "policy", "reconciler"}
+    paused = [w for w in LIVE_WORKERS if w.proc.poll() is None and shared & set(w.queues)]
+    for w in paused:
+        w.stop()
+    yield
+    for w in paused:
+        w.restart()
+
+
 DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund", "tool.send_notice")
 #: Tool queues served only by a test's own worker (never by the session's pipeline worker).
-OWN_WORKER_QUEUES = ("tool.echo",)
+OWN_WORKER_QUEUES = ("tool.echo", "tool.get_weather", "tool.send_message")
 
 
 @pytest.fixture(scope="session")

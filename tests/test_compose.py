@@ -6,6 +6,7 @@ queue names the code defines.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -18,35 +19,85 @@ COMPOSE = yaml.safe_load((Path(__file__).parent.parent / "docker-compose.yml").r
 SERVICES = COMPOSE["services"]
 
 
-def _worker_args(command: list[str]) -> dict[str, str]:
+_DEFAULT = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand(value: str, env: dict[str, str] | None = None) -> str:
+    """Compose's ``${VAR:-default}`` interpolation, with ``env`` (default: none set)."""
+    env = env or {}
+    return _DEFAULT.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), value)
+
+
+def _worker_args(command: list[str], env: dict[str, str] | None = None) -> dict[str, str]:
     assert command[0] == "worker", command
-    pairs = dict(zip(command[1::2], command[2::2], strict=True))
+    words = [_expand(w, env) for w in command]
+    pairs = dict(zip(words[1::2], words[2::2], strict=True))
     return {k.lstrip("-"): v for k, v in pairs.items()}
 
 
-def test_every_role_and_every_tool_queue_has_a_service():
+def _workers() -> dict[str, dict]:
+    return {n: s for n, s in SERVICES.items() if (s.get("command") or [])[:1] == ["worker"]}
+
+
+def _consumed(env: dict[str, str] | None = None) -> tuple[list[str], set[str]]:
+    """Every queue the worker services consume (as ``warrant worker`` would resolve them)."""
     consumed: list[str] = []
     roles = set()
-    for svc in SERVICES.values():
-        command = svc.get("command") or []
-        if command[:1] == ["worker"]:
-            args = _worker_args(command)
-            tools = args["tools"].split(",") if "tools" in args else None
-            roles.add(args["role"])
-            queues = role_queues(args["role"], tools=tools)  # raises on unknown role/tool
-            worker_command(args["role"], tools=tools, concurrency=int(args["concurrency"]))
-            consumed += queues
+    for svc in _workers().values():
+        args = _worker_args(svc["command"], env)
+        # `warrant worker --tools ''` passes None: every tool of the registry
+        tools = args["tools"].split(",") if args.get("tools") else None
+        roles.add(args["role"])
+        queues = role_queues(args["role"], tools=tools)  # raises on unknown role/tool
+        worker_command(args["role"], tools=tools, concurrency=int(args["concurrency"]))
+        consumed += queues
+    return consumed, roles
+
+
+def test_every_role_and_every_tool_queue_of_the_registry_is_consumed():
+    consumed, roles = _consumed()
     assert roles == {"planner", "policy", "tool", "reconciler"}
+    registry = registry_for()  # built-ins, installed plug-ins and WARRANT_TOOLS (the demo)
+    assert {"get_weather", "send_message"} <= set(registry.names())
+    for tool in registry:
+        assert tool.queue in consumed, tool.name
     declared = {q.name for q in app.conf.task_queues}
     assert set(consumed) == declared  # every queue the code declares is consumed
-    single = {
-        _worker_args(s["command"]).get("tools")
-        for s in SERVICES.values()
-        if (s.get("command") or [])[:1] == ["worker"]
-    }
-    for tool in registry_for():  # one service per tool queue, scalable with --scale
-        assert tool.name in single, tool.name
     assert len(consumed) == len(set(consumed))  # no queue consumed by two services
+
+
+def test_one_generic_tool_worker_whose_queues_come_from_the_environment():
+    tool_services = [
+        n for n, s in _workers().items() if _worker_args(s["command"])["role"] == "tool"
+    ]
+    assert tool_services == ["tool"]
+    command = SERVICES["tool"]["command"]
+    assert "${WARRANT_TOOL_QUEUES:-}" in command
+    names = registry_for().names()
+    assert _worker_args(command)["tools"] == ""  # default: the whole registry
+    consumed, _ = _consumed({"WARRANT_TOOL_QUEUES": "search_public,get_weather"})
+    assert [q for q in consumed if q.startswith("tool.")] == [
+        "tool.search_public",
+        "tool.get_weather",
+    ]
+    consumed, _ = _consumed({"WARRANT_TOOL_CONCURRENCY": "8"})
+    assert sorted(q for q in consumed if q.startswith("tool.")) == sorted(
+        f"tool.{n}" for n in names
+    )
+
+
+def test_warrant_worker_with_empty_tools_consumes_every_tool(monkeypatch):
+    """What the compose default runs: `warrant worker --role tool --tools ''`."""
+    from typer.testing import CliRunner
+
+    from warrant.runner import cli
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, argv: seen.append(list(argv)))
+    result = CliRunner().invoke(cli.app, ["worker", "--role", "tool", "--tools", "", "--json"])
+    assert result.exit_code == 0, result.output
+    queues = seen[0][seen[0].index("-Q") + 1].split(",")
+    assert sorted(queues) == sorted({t.queue for t in registry_for()})
 
 
 def test_infrastructure_health_order_and_singletons():

@@ -18,7 +18,7 @@ import pytest
 from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Artifact, Command, OutcomeRow
+from warrant.ledger.models import Command, OutcomeRow
 from warrant.runner import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -257,12 +257,13 @@ def test_exercise_read_timeout_has_no_side_effect(engine, demo, run_to_end):
 # --- experiments 3 and 4 of 000 ------------------------------------------------------------
 
 
-def test_experiment_3_postcondition_failure_never_completes(engine, demo, run_to_end):
-    demo.set_fault("write_artifact", "corrupt_read")
-    scenario = next(s for s in sc.SCENARIOS if s["name"] == "artifact-written")
-    info = run_to_end(scenario["spec"])
+def test_experiment_3_postcondition_failure_never_completes(engine, demo, run_to_end, draft_worker):
+    # the write happens, its read-back disagrees (the demo service's corrupt_read fault)
+    did = uid("d")
+    demo.set_fault("save_draft", "corrupt_read")
+    info = run_to_end(spec([draft(did), sc.final("saved", "tool-1")]))
     assert (info.status, info.stop_reason) == ("failed", "TOOL_POSTCONDITION_FAILED")
-    assert facts.count(engine, Artifact, run_id=info.run_id) == 1  # written once
+    assert demo.draft_count(draft_id=did) == 1  # written once
     assert facts.events(engine, info.run_id, "effect.compensation_required")
     assert not facts.events(engine, info.run_id, "final.validated")  # the final never ran
 

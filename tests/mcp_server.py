@@ -1,0 +1,118 @@
+"""A real MCP server for the tests: a notes service with its own SQLite state.
+
+``python -m tests.mcp_server`` serves over stdio; ``python -m tests.mcp_server --http PORT``
+serves streamable HTTP on ``127.0.0.1:PORT/mcp``. The state lives in
+``$NOTES_STATE_DIR/notes.sqlite3``: the notes, and one ``calls`` row per tool call as it starts,
+so tests can count effects and see whether the server was called at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp.server.fastmcp import FastMCP
+
+STATE_ENV = "NOTES_STATE_DIR"
+
+
+def db_path(state_dir: str | Path | None = None) -> Path:
+    return Path(state_dir or os.environ[STATE_ENV]) / "notes.sqlite3"
+
+
+@contextmanager
+def connect(state_dir: str | Path | None = None) -> Iterator[sqlite3.Connection]:
+    """An autocommit connection to the state (tables created on first use), closed on exit."""
+    conn = sqlite3.connect(db_path(state_dir), timeout=10, isolation_level=None)
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS notes (title TEXT PRIMARY KEY, body TEXT)")
+        conn.execute("CREATE TABLE IF NOT EXISTS calls (tool TEXT NOT NULL, arguments TEXT)")
+        yield conn
+    finally:
+        conn.close()
+
+
+def _called(tool: str, arguments: str = "") -> None:
+    with connect() as conn:
+        conn.execute("INSERT INTO calls VALUES (?, ?)", (tool, arguments))
+
+
+def _add(title: str, body: str) -> dict[str, Any]:
+    if not title.strip():
+        raise ValueError("a note needs a title")
+    with connect() as conn:
+        cur = conn.execute("INSERT OR IGNORE INTO notes VALUES (?, ?)", (title, body))
+        return {"title": title, "created": cur.rowcount == 1}
+
+
+def build(port: int = 8000) -> FastMCP:
+    server = FastMCP("notes", host="127.0.0.1", port=port, log_level="WARNING")
+
+    @server.tool()
+    def list_notes(prefix: str = "") -> dict[str, Any]:
+        """List the notes whose title starts with ``prefix``."""
+        _called("list_notes", prefix)
+        with connect() as conn:
+            rows = conn.execute(
+                "SELECT title, body FROM notes WHERE title LIKE ? ORDER BY title", (prefix + "%",)
+            ).fetchall()
+        return {"notes": [{"title": t, "body": b} for t, b in rows]}
+
+    @server.tool()
+    def add_note(title: str, body: str) -> dict[str, Any]:
+        """Add a note (a title is written once: adding it again changes nothing)."""
+        _called("add_note", title)
+        return _add(title, body)
+
+    @server.tool()
+    def slow_add(title: str, body: str, delay_s: float = 5.0) -> dict[str, Any]:
+        """Wait ``delay_s`` seconds, then add a note."""
+        _called("slow_add", title)
+        time.sleep(delay_s)
+        return _add(title, body)
+
+    @server.tool()
+    def undeclared_delete(title: str) -> dict[str, Any]:
+        """Delete a note (never declared to warrant)."""
+        _called("undeclared_delete", title)
+        with connect() as conn:
+            conn.execute("DELETE FROM notes WHERE title = ?", (title,))
+        return {"deleted": title}
+
+    return server
+
+
+def notes(state_dir: str | Path, title: str | None = None) -> list[tuple[str, str]]:
+    """The notes in ``state_dir`` (with that title)."""
+    with connect(state_dir) as conn:
+        if title is None:
+            return conn.execute("SELECT title, body FROM notes").fetchall()
+        return conn.execute("SELECT title, body FROM notes WHERE title = ?", (title,)).fetchall()
+
+
+def calls(state_dir: str | Path, tool: str | None = None) -> list[tuple[str, str]]:
+    """The calls the server saw (of that tool)."""
+    with connect(state_dir) as conn:
+        if tool is None:
+            return conn.execute("SELECT tool, arguments FROM calls").fetchall()
+        return conn.execute("SELECT tool, arguments FROM calls WHERE tool = ?", (tool,)).fetchall()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP")
+    ns = parser.parse_args()
+    if ns.http:
+        build(ns.http).run("streamable-http")
+    else:
+        build().run("stdio")
+
+
+if __name__ == "__main__":
+    main()
