@@ -10,7 +10,6 @@ workers run. The built-in kinds ``fixture`` and ``openai`` are not plug-ins.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from warrant.runner.errors import PluginError, SpecError
+from warrant.runner.loading import load_object
 from warrant.runner.spec import BUILTIN_PLANNER_KINDS, PluginPlannerSpec, RunSpec
 
 if TYPE_CHECKING:
@@ -42,17 +42,6 @@ class PlannerKind:
     """Builds the planner from validated settings (in the planner worker, per step)."""
 
 
-def _load(ref: str) -> Any:
-    module_name, _, attr = ref.strip().partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise PluginError(f"cannot load planner {ref!r}: {exc}") from exc
-    return obj
-
-
 def _kinds_of(obj: Any, source: str) -> list[PlannerKind]:
     items = obj if isinstance(obj, list | tuple) else [obj]
     if not all(isinstance(k, PlannerKind) for k in items):
@@ -68,7 +57,7 @@ def _cached(refs: str, entry_points: bool) -> Mapping[str, PlannerKind]:
         for ep in metadata.entry_points(group=PLANNERS_ENTRY_POINT_GROUP):
             sources.append((f"entry point {ep.name!r} ({ep.value})", ep.load))
     for ref in (r.strip() for r in refs.split(",") if r.strip()):
-        sources.append((f"WARRANT_PLANNERS {ref}", functools.partial(_load, ref)))
+        sources.append((f"WARRANT_PLANNERS {ref}", functools.partial(load_object, ref)))
     for source, load in sources:
         for kind in _kinds_of(load(), source):
             if kind.name in BUILTIN_PLANNER_KINDS:

@@ -19,7 +19,6 @@ spec can make a worker import code: only the deployment's settings and installed
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from warrant.runner.errors import PluginError
+from warrant.runner.loading import load_object
 from warrant.runner.settings import WarrantSettings
 from warrant.tools.contract import Tool
 from warrant.tools.registry import Registry
@@ -91,20 +91,6 @@ class Plugin:
     ``warrant up`` and ``warrant demo``."""
     source: str = field(default="", compare=False)
     """Where it was loaded from (filled in by the loader)."""
-
-
-def load_object(ref: str) -> Any:
-    """Import ``module:attr`` (``attr`` may be dotted)."""
-    module_name, sep, attr = ref.strip().partition(":")
-    if not sep or not module_name or not attr:
-        raise PluginError(f"{ref!r} is not of the form module:attr", code="PLUGIN_LOAD_FAILED")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise PluginError(f"cannot load {ref!r}: {exc}", code="PLUGIN_LOAD_FAILED") from exc
-    return obj
 
 
 def as_plugin(obj: Any, *, source: str) -> Plugin:
