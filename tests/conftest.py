@@ -158,6 +158,17 @@ class WorkerProcess:
                 return
         raise TimeoutError(f"worker {self.name} not ready in {timeout}s")
 
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[WorkerProcess]:
+        """Ready on entry; stopped on exit (its log shown if WARRANT_TEST_SHOW_WORKER_LOG)."""
+        try:
+            self.wait_ready()
+            yield self
+        finally:
+            self.stop()
+            if self.log is not None and os.environ.get("WARRANT_TEST_SHOW_WORKER_LOG"):
+                sys.stderr.write(self.log.read_text())
+
     def stop(self, timeout: float = 20.0) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -183,13 +194,8 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "WARRANT_MODEL_PRICES": '{"priced-model": {"prompt_per_1k": 0.5, "completion_per_1k": 1.0}}'
     }
     proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log, env=prices)
-    try:
-        proc.wait_ready()
+    with proc.serving():
         yield proc
-    finally:
-        proc.stop()
-        if os.environ.get("WARRANT_TEST_SHOW_WORKER_LOG"):
-            sys.stderr.write(log.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -218,11 +224,8 @@ def draft_worker(
     """A separate tool worker for the demo write tools, so tests can SIGKILL its pool."""
     log = tmp_path_factory.mktemp("logs") / "drafts.log"
     proc = WorkerProcess(list(DRAFT_QUEUES), name="drafts", concurrency=1, log=log)
-    try:
-        proc.wait_ready()
+    with proc.serving():
         yield proc
-    finally:
-        proc.stop()
 
 
 #: Reconciler settings for tests: short stall and lease windows.
@@ -241,11 +244,8 @@ def reconciler_worker(
     proc = WorkerProcess(
         ["reconciler"], name="reconciler", concurrency=2, log=log, env=RECONCILER_ENV
     )
-    try:
-        proc.wait_ready()
+    with proc.serving():
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="session")

@@ -158,13 +158,8 @@ def weather_worker(
         log=log,
         env={"WEATHER_SERVICE_URL": weather_service.url},
     )
-    try:
-        proc.wait_ready()
+    with proc.serving():
         yield proc
-    finally:
-        proc.stop()
-        if os.environ.get("WARRANT_TEST_SHOW_WORKER_LOG"):
-            sys.stderr.write(log.read_text())
 
 
 def _tool(pid: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
