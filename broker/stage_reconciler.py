@@ -281,6 +281,21 @@ def _reconcile_one(
                 detail={"error": error} if error else None,
             )
         )
+        if result == "not_applied" and _attempt_may_run(s, cmd, outcome):
+            # "Not applied" is only true once no attempt can still be applying it.
+            assert cmd.started_at is not None
+            outcome.next_reconcile_at = cmd.started_at + timedelta(
+                seconds=cmd.timeout_s + HARD_LIMIT_GRACE_S
+            )
+            append_events(
+                s,
+                run.id,
+                [("effect.reconcile_deferred", {"tool": cmd.tool, "reason": "attempt-may-run"})],
+                step=cmd.step,
+                proposal_id=cmd.proposal_id,
+            )
+            report.still_unknown += 1
+            return
         outcome.reconcile_attempts = attempt
         event = ("effect.reconciled", {"tool": cmd.tool, "result": result, "attempt": attempt})
         cancelling = run.status == RunStatus.CANCELLING
@@ -397,6 +412,22 @@ def _reconcile_one(
             append_events(s, run.id, [event], step=cmd.step, proposal_id=cmd.proposal_id)
             report.still_unknown += 1
     outbox.flush()
+
+
+#: Unknown outcomes recorded by someone other than the attempt itself (the attempt may not
+#: have noticed that it was declared lost).
+_RECORDED_FOR_THE_ATTEMPT = frozenset({"WORKER_LOST_DURING_EXECUTION", "COMMAND_LEASE_EXPIRED"})
+
+
+def _attempt_may_run(s: Any, cmd: Command, outcome: OutcomeRow) -> bool:
+    """Could the attempt behind ``outcome`` still be running (its hard time limit, by the
+    database's clock, not yet passed)?"""
+    if outcome.code not in _RECORDED_FOR_THE_ATTEMPT or cmd.started_at is None:
+        return False
+    if cmd.attempts != outcome.attempt:
+        return False
+    hard_limit = cmd.started_at + timedelta(seconds=cmd.timeout_s + HARD_LIMIT_GRACE_S)
+    return bool(s.scalar(select(func.now() < hard_limit)))
 
 
 def _finish_cancel(

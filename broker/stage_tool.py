@@ -14,6 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
+import sqlalchemy.exc
+import tenacity
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 from sqlalchemy import func
@@ -21,6 +24,8 @@ from sqlalchemy import func
 from warrant.broker import interrupts, telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
+from warrant.broker.late import late_outcome, record_late
+from warrant.broker.lease import holder_lost, holder_of, lease_end
 from warrant.broker.publish import Outbox
 from warrant.broker.transitions import reissue_command, stop_changes, stop_events
 from warrant.ledger.db import session_scope
@@ -28,6 +33,7 @@ from warrant.ledger.models import Command, Run
 from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
+    append_events,
     command_for_update,
     record_outcome,
     run_view,
@@ -51,11 +57,21 @@ from warrant.runner.retry import decide_retry
 from warrant.runner.state import RunView
 from warrant.tools.contract import SideEffect, Tool, ToolContext
 
-__all__ = ["tool_execute"]
+__all__ = ["DATABASE_ERRORS", "tool_execute"]
 
 log = logging.getLogger("warrant.tool")
 _CANCEL_CHECK_EVERY_S = 0.2
 CANCELLED_STATUSES = (RunStatus.CANCELLING.value, RunStatus.CANCELLED.value)
+#: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
+RECORD_PATIENCE_S = 120.0
+LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+#: A lost or refused database connection inside a tool call (its own or a store's it uses).
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
 
 
 @dataclass
@@ -176,6 +192,9 @@ def _general_path(
         return "ignored"
     tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
     assert tool is not None, "the gate only issues commands for registered tools"
+    started = row.cmd_status == "started"
+    if started and not _attempt_lost(ctx, row, worker):
+        return _in_flight(ctx, row)
     with autocommit(ctx.engine) as conn:
         attempt = start_command(
             conn,
@@ -184,20 +203,54 @@ def _general_path(
             command_id=command_id,
             worker=worker,
             reinvoke=tool.side_effect.safe_to_reinvoke,
+            seen_attempt=row.cmd_attempts,
             key_hash=sha256_hex(row.cmd_token)[:16],
         )
     if attempt is None:
-        if row.cmd_status != "started" or tool.side_effect.safe_to_reinvoke:
+        if not started or tool.side_effect.safe_to_reinvoke:
             return "ignored"
         lost = _Result(
             Outcome.UNKNOWN,
             "WORKER_LOST_DURING_EXECUTION",
-            "an earlier delivery started this command and did not finish",
+            "an earlier delivery started this command and its process is gone",
             stop=StopReason.UNKNOWN_EFFECT,
             trigger="worker-lost",
         )
         return _record(ctx, _snapshot(row, attempt=row.cmd_attempts, version=version), tool, lost)
     return _execute(ctx, tool, _snapshot(row, attempt=attempt, version=version))
+
+
+def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
+    """May a delivery that finds the command ``started`` declare its attempt lost? Only when
+    the attempt's lease has expired or its process is known gone (see ``broker.lease``)."""
+    if row.cmd_started_at is None:
+        return True
+    end = lease_end(
+        row.cmd_started_at.timestamp(), row.cmd_timeout_s, margin_s=ctx.settings.lease_margin_s
+    )
+    if ctx.clock() >= end:
+        return True
+    this = holder_of(worker)
+    return holder_lost(holder_of(row.cmd_worker), this_node=this.node if this else None)
+
+
+def _in_flight(ctx: StageContext, row: Any) -> str:
+    """Another attempt of this command is running: leave it alone (this delivery is dropped;
+    a lost attempt is found by its lease, by the reconciler's stale sweep)."""
+    with session_scope(ctx.engine) as s:
+        append_events(
+            s,
+            row.id,
+            [
+                (
+                    "tool.delivery.in_flight",
+                    {"tool": row.cmd_tool, "attempt": row.cmd_attempts, "holder": row.cmd_worker},
+                )
+            ],
+            step=row.cmd_step,
+            proposal_id=row.cmd_proposal_id,
+        )
+    return "in_flight"
 
 
 def _execute(ctx: StageContext, tool: Tool[Any, Any], snapshot: _Snapshot) -> str:
@@ -213,11 +266,25 @@ def _execute(ctx: StageContext, tool: Tool[Any, Any], snapshot: _Snapshot) -> st
             sp.set_attribute("warrant.outcome", outcome.status.value)
             if outcome.code:
                 sp.set_attribute("warrant.code", outcome.code)
-    if not (outcome.status is Outcome.FAILED and outcome.retryable):
-        done = _record_fast(ctx, snapshot, tool, outcome)
-        if done is not None:
-            return done
-    return _record(ctx, snapshot, tool, outcome)
+    # The outcome is known only to this process: a lost ledger connection must not lose it.
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(LEDGER_ERRORS),
+        wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+        stop=tenacity.stop_after_delay(RECORD_PATIENCE_S),
+        before_sleep=lambda state: log.warning(
+            "recording the outcome of command %s failed (%s); retrying",
+            snapshot.command_id,
+            state.outcome.exception() if state.outcome else None,
+        ),
+        reraise=True,
+    ):
+        with attempt:
+            if not (outcome.status is Outcome.FAILED and outcome.retryable):
+                done = _record_fast(ctx, snapshot, tool, outcome)
+                if done is not None:
+                    return done
+            return _record(ctx, snapshot, tool, outcome)
+    raise AssertionError("unreachable: tenacity re-raises")
 
 
 def _cancel_flag(ctx: StageContext, run_id: str) -> Any:
@@ -287,6 +354,21 @@ def _run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: _Snapshot) -> _Resu
             else StopReason.TOOL_FAILED
         )
         return _Result(Outcome.FAILED, code, str(exc) or code, stop=stop)
+    except DATABASE_ERRORS as exc:  # the ledger or a tool's database went away: transient
+        if write:
+            return _Result(
+                Outcome.UNKNOWN,
+                "DATABASE_UNAVAILABLE",
+                f"a database connection failed during the call ({type(exc).__name__})",
+                stop=StopReason.UNKNOWN_EFFECT,
+                trigger="database",
+            )
+        return _Result(
+            Outcome.FAILED,
+            "DATABASE_UNAVAILABLE",
+            f"a database connection failed during the read ({type(exc).__name__})",
+            retryable=True,
+        )
     except Exception as exc:  # unclassified: an internal error; stop, never retry blindly
         log.exception("tool %s raised an unclassified exception", tool.name)
         return _Result(
@@ -382,6 +464,7 @@ def _record_fast(
                     complete_command(snap.command_id, command),
                     insert_outcome(_outcome_values(snap, res, duration_ms)),
                 ],
+                current_attempt=(snap.command_id, snap.attempt),
             )
     except StaleVersion:
         return None
@@ -398,8 +481,9 @@ def _record(ctx: StageContext, snap: _Snapshot, tool: Tool[Any, Any], res: _Resu
         cmd = command_for_update(s, snap.command_id)
         run = s.get(Run, snap.run_id, with_for_update=True)
         assert cmd is not None and run is not None
-        if cmd.status == "completed":  # someone else recorded it first
-            return "duplicate"
+        if cmd.status != "started" or cmd.attempts != snap.attempt:
+            # Not (or no longer) this attempt's command to conclude.
+            return record_late(ctx, s, run, cmd, tool, late_outcome(res, snap.attempt), outbox)
         duration_ms = None
         if cmd.started_at is not None:
             duration_ms = round((time.time() - cmd.started_at.timestamp()) * 1000, 1)
@@ -486,7 +570,8 @@ def _finish(
     snap: _Snapshot,
     outbox: Outbox,
 ) -> str:
-    record_outcome(s, **_outcome_values(snap, res, duration_ms))
+    if not record_outcome(s, **_outcome_values(snap, res, duration_ms)):
+        return "superseded"  # lost the race for this attempt's outcome: no transition follows
     cmd.status, cmd.finished_at = "completed", func.now()
     changes, events, observation, go_on = _conclusion(
         RunStatus(run.status), run_view(run), tool, res, cmd.step, attempt_event

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ from warrant.broker import interrupts
 from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
 from warrant.broker.handoffs import enter_handoff
+from warrant.broker.lease import worker_label
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
 from warrant.broker.stage_planner import planner_step
 from warrant.broker.stage_policy import policy_evaluate
@@ -93,7 +95,7 @@ def evaluate_policy(run_id: str, version: int) -> str:
 
 @app.task(name=TASK_TOOL, bind=True, **_RETRY)
 def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
-    worker = self.request.hostname
+    worker = worker_label(self.request.hostname, os.getpid())
     interrupts.install()
     try:
         return _guarded(

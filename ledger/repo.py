@@ -175,10 +175,16 @@ _OBSERVATIONS: Any = Observation.__table__
 _STATEMENTS: dict[tuple[Any, ...], Compiled] = {}
 
 
+_COMMANDS: Any = Command.__table__
+
+
 def _transition_statement(
-    change_keys: tuple[tuple[str, str], ...], observation: bool, guarded: tuple[Guarded, ...]
+    change_keys: tuple[tuple[str, str], ...],
+    observation: bool,
+    guarded: tuple[Guarded, ...],
+    attempt_guard: bool = False,
 ) -> Compiled:
-    key = (change_keys, observation, tuple(g.shape for g in guarded))
+    key = (change_keys, observation, tuple(g.shape for g in guarded), attempt_guard)
     cached = _STATEMENTS.get(key)
     if cached is not None:
         return cached
@@ -197,9 +203,18 @@ def _transition_statement(
     values["version"] = _RUNS.c.version + 1
     values["trace_seq"] = _RUNS.c.trace_seq + n_events
     values["updated_at"] = func.now()
+    where = [_RUNS.c.id == bindparam("cas_run"), _RUNS.c.version == bindparam("cas_expected")]
+    if attempt_guard:
+        where.append(
+            exists().where(
+                _COMMANDS.c.id == bindparam("cas_command", type_=String),
+                _COMMANDS.c.status == "started",
+                _COMMANDS.c.attempts == bindparam("cas_attempt", type_=Integer),
+            )
+        )
     upd = (
         update(_RUNS)
-        .where(_RUNS.c.id == bindparam("cas_run"), _RUNS.c.version == bindparam("cas_expected"))
+        .where(*where)
         .values(values)
         .returning(
             _RUNS.c.version,
@@ -258,9 +273,14 @@ def transition(
     proposal_id: str | None = None,
     observation: NewObservation | None = None,
     guarded: Sequence[Guarded] = (),
+    current_attempt: tuple[str, int] | None = None,
 ) -> int:
     """Compare-and-set the run from ``expected_version``; write its events, observation and
     ``guarded`` writes — all in one statement, so in autocommit mode one round trip.
+
+    ``current_attempt`` (command id, attempt): the set also requires that command to be
+    ``started`` at that attempt — an attempt that is no longer the command's current one
+    writes nothing.
 
     Returns the new version, or raises :class:`StaleVersion` (then nothing was written; in a
     session the caller's transaction is rolled back, so nothing of the stale message is kept).
@@ -291,7 +311,11 @@ def transition(
         params["o_content_hash"] = params["o_hash"]
     for g in guarded:
         params.update(g.params)
-    stmt = _transition_statement(change_keys, observation is not None, tuple(guarded))
+    if current_attempt is not None:
+        params["cas_command"], params["cas_attempt"] = current_attempt
+    stmt = _transition_statement(
+        change_keys, observation is not None, tuple(guarded), current_attempt is not None
+    )
     row = stmt.first(s, params)
     if row is None:
         raise StaleVersion(f"run {run_id} is no longer at version {expected_version}")

@@ -72,7 +72,8 @@ _CMD_COLUMNS = """
   c.tool_version AS cmd_tool_version, c.arguments AS cmd_arguments,
   c.idempotency_token AS cmd_token, c.status AS cmd_status, c.attempts AS cmd_attempts,
   c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
-  c.confirmation_id AS cmd_confirmation_id
+  c.confirmation_id AS cmd_confirmation_id, c.worker AS cmd_worker,
+  c.started_at AS cmd_started_at
 """
 
 _PLANNING_SQL = f"""
@@ -185,7 +186,9 @@ WITH cmd AS (
   UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
          worker = CAST(%(worker)s AS varchar)
    WHERE c.id = %(command_id)s
-     AND (c.status = 'issued' OR (c.status = 'started' AND CAST(%(reinvoke)s AS boolean)))
+     AND (c.status = 'issued'
+          OR (c.status = 'started' AND CAST(%(reinvoke)s AS boolean)
+              AND c.attempts = CAST(%(seen)s AS integer)))
      AND EXISTS (SELECT 1 FROM runs r
                   WHERE r.id = %(run_id)s AND r.version = %(version)s AND r.status = 'running')
   RETURNING c.attempts, c.step, c.proposal_id, c.tool, c.tool_version, c.timeout_s,
@@ -214,11 +217,13 @@ def start_command(
     command_id: str,
     worker: str | None,
     reinvoke: bool,
+    seen_attempt: int,
     key_hash: str,
 ) -> int | None:
     """Mark the command ``started`` (attempt + 1) and trace ``tool.started``, if the run is
-    still running at ``version`` and the command is ``issued`` (or ``started`` and safe to
-    re-invoke). Returns the attempt, or None if nothing was started."""
+    still running at ``version`` and the command is ``issued`` (or ``started`` at
+    ``seen_attempt``, whose holder is gone, and ``reinvoke``: safe to re-invoke). Returns the
+    attempt, or None if nothing was started."""
     row = _START.first(
         conn,
         {
@@ -227,6 +232,7 @@ def start_command(
             "command_id": command_id,
             "worker": worker,
             "reinvoke": reinvoke,
+            "seen": seen_attempt,
             "key_hash": key_hash,
         },
     )
