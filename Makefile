@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install demo up test test-rabbitmq test-fast lint format bench clean
+.PHONY: install demo up test test-rabbitmq test-fast lint format bench chaos clean
 
 install: $(STAMP)
 
@@ -22,7 +22,8 @@ up: install          ## every worker role in the foreground; Ctrl-C stops
 
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
 PIPELINE_TESTS := tests/test_pipeline.py tests/test_gate_pipeline.py tests/test_tool_execution.py tests/test_reconciler.py \
-                  tests/test_plugin_pipeline.py tests/test_tool_inputs.py tests/test_mcp.py tests/test_example_plugin.py
+                  tests/test_plugin_pipeline.py tests/test_tool_inputs.py tests/test_mcp.py tests/test_example_plugin.py \
+                  tests/test_live_attempt.py
 
 test: install        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
 	$(PY) -m pytest -ra
@@ -45,6 +46,9 @@ format: install
 
 bench: install       ## benchmark against bare Celery (prints ratios; see README)
 	$(PY) -m bench
+
+chaos: install       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

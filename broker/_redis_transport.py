@@ -1,21 +1,41 @@
-"""kombu's Redis transport with one client per channel.
+"""kombu's Redis transport with one client per channel, and channels that survive a restart.
 
-kombu builds a new ``redis.Redis`` client for every publish, every delivery with late
-acknowledgement and every ack (``Channel.conn_or_acquire``); with redis-py 6+ that means
-filling a dict of ~170 response callbacks each time: about a sixth of the CPU of a publish.
-This channel builds the client once per connection pool and reuses it (redis-py clients are
-thread-safe; their pool hands out connections). Behaviour is otherwise kombu's own.
+One client per channel: kombu builds a new ``redis.Redis`` client for every publish, every
+delivery with late acknowledgement and every ack (``Channel.conn_or_acquire``); with redis-py 6+
+that means filling a dict of ~170 response callbacks each time: about a sixth of the CPU of a
+publish. This channel builds the client once per connection pool and reuses it (redis-py clients
+are thread-safe; their pool hands out connections).
 
-Used for ``redis://`` broker URLs (see :func:`warrant.broker.app.make_app`); other schemes keep
-their stock transport.
+Surviving a Redis restart (issue 16): when the broker goes away, Celery closes the worker's
+``kombu.Connection``. ``Transport.close_connection`` closes the channels one by one; a channel
+whose close touches the dead socket (BRPOP read, PUNSUBSCRIBE of the control fan-out, restoring
+unacked messages) raises, the remaining channels are never detached, and
+``Connection._do_close_transport`` then sets ``transport.client = None``. A channel left behind
+still holds late-acknowledged messages; acking, rejecting or restoring one of them builds the
+channel's synchronous pool lazily (kombu creates it on first use, and drops it in
+``_disconnect_pools``), and ``_connparams`` reads ``self.connection.client.hostname``:
+``AttributeError: 'NoneType' object has no attribute 'hostname'``. Celery only tolerates
+*connection* errors there, so the worker stops with "Unrecoverable error" (kombu#582, #970 show
+the same traceback). This channel therefore
+
+* keeps the connection parameters it was created with, so a pool it builds later still points at
+  the broker (a Redis ``ConnectionPool`` reconnects on demand; the ack lands once Redis is back);
+* keeps its synchronous pool across ``_disconnect_pools`` (disconnected, not dropped);
+* raises ``redis.ConnectionError`` (which Celery handles: it logs and reconnects) rather than
+  ``AttributeError`` if it is used with no parameters at all.
+
+Used for ``redis://`` and ``redis+socket://`` broker URLs (see
+:func:`warrant.broker.app.make_app`); other schemes keep their stock transport.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
+import redis
 from kombu.transport import redis as kombu_redis
 
 __all__ = ["TRANSPORT", "Channel", "Transport"]
@@ -27,6 +47,32 @@ TRANSPORT = "warrant.broker._redis_transport:Transport"
 class Channel(kombu_redis.Channel):
     _shared: tuple[Any, Any] | None = None
     """(pool, client): the client is rebuilt when the channel replaces its pool."""
+    _origin: SimpleNamespace | None = None
+    """The transport's ``client`` and ``default_port`` when this channel was created."""
+
+    def __init__(self, connection: Any, *args: Any, **kwargs: Any) -> None:
+        self._origin = SimpleNamespace(
+            client=connection.client, default_port=connection.default_port
+        )
+        super().__init__(connection, *args, **kwargs)
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        transport = self.connection
+        if transport is not None and transport.client is not None:
+            return super()._connparams(asynchronous=asynchronous)
+        if self._origin is None or self._origin.client is None:
+            raise redis.ConnectionError("broker connection closed (channel has no parameters)")
+        # The Connection was closed under this channel: build from the parameters it had.
+        self.connection = self._origin
+        try:
+            return super()._connparams(asynchronous=asynchronous)
+        finally:
+            self.connection = transport
+
+    def _disconnect_pools(self) -> None:
+        pool = self._pool
+        super()._disconnect_pools()
+        self._pool = pool  # disconnected; reconnects on demand if a late ack still needs it
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:

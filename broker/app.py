@@ -21,6 +21,22 @@ __all__ = ["app", "make_app"]
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
 
+#: AMQP heartbeat: a silently dead RabbitMQ connection is noticed within about this long.
+BROKER_HEARTBEAT_S = 30
+
+
+def transport_options(settings: WarrantSettings) -> dict[str, object]:
+    """Broker transport options. For Redis: keepalive and a health check (PING before reusing a
+    connection idle this long), so connections to a restarted server are noticed and replaced;
+    timeouts are retried. Ignored by the AMQP transport except the visibility timeout."""
+    return {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "socket_keepalive": True,
+        "health_check_interval": 10,
+        "retry_on_timeout": True,
+    }
+
+
 def make_app(settings: WarrantSettings | None = None) -> Celery:
     settings = settings or WarrantSettings()
     registry = registry_for(settings)
@@ -39,7 +55,7 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
         except Exception:
             broker_url = DEFAULT_BROKER_URL
     celery = Celery("warrant", broker=broker_url, include=["warrant.broker.tasks"])
-    if broker_url.startswith("redis://"):
+    if broker_url.startswith(("redis://", "redis+socket://")):
         from warrant.broker._redis_transport import TRANSPORT
 
         celery.conf.broker_transport = TRANSPORT
@@ -51,8 +67,13 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options=transport_options(settings),
+        # A broker restart must not end a worker: retry the connection for as long as it takes
+        # (Celery's default gives up after 100 attempts and the worker exits).
+        broker_connection_retry=True,
         broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        broker_heartbeat=BROKER_HEARTBEAT_S,
         task_queues=all_queues(registry),
         task_default_queue="planner",
         task_routes=(route_task,),

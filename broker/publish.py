@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.utils.uuid import uuid
 
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL, route_task
+from warrant.runner.errors import BrokerUnavailable
 
-__all__ = ["DEFAULT_HELD_PRODUCERS", "Outbox", "Publisher", "RecordingPublisher"]
+__all__ = [
+    "DEFAULT_HELD_PRODUCERS",
+    "FAIL_FAST_CONNECT_TIMEOUT_S",
+    "FAIL_FAST_RETRY_POLICY",
+    "Outbox",
+    "Publisher",
+    "RecordingPublisher",
+    "log_deferred",
+]
+
+log = logging.getLogger("warrant.publish")
 
 RUN_HEADER = "warrant_run_id"
 
@@ -43,16 +56,86 @@ class _Holders:
             self._count[pid] = max(0, self._count.get(pid, 0) - 1)
 
 
+#: A caller waiting on a publish (``Client.start_run``) gives up within a few seconds (kombu's
+#: ``ensure``; measured: about 1 s when the connection is refused, 1.5 s when the broker does
+#: not answer), each connection attempt and reply bounded by :data:`FAIL_FAST_CONNECT_TIMEOUT_S`.
+FAIL_FAST_RETRY_POLICY: Mapping[str, float] = {
+    "max_retries": 2,
+    "interval_start": 0.5,
+    "interval_step": 0.0,
+    "interval_max": 0.5,
+}
+#: Seconds to connect to the broker (and, with Redis, for any one reply) for such a caller.
+FAIL_FAST_CONNECT_TIMEOUT_S = 1.5
+
+#: What a publish raises when the broker cannot be reached (kombu re-raises the transport's
+#: connection errors as its ``OperationalError``; a socket timeout is an ``OSError``).
+_BROKER_ERRORS = (KombuOperationalError, OSError)
+
+
 class Publisher:
     """Publishes stage messages through Celery's message protocol, on a producer the thread
-    holds (see :meth:`_send` and :meth:`_producer`)."""
+    holds (see :meth:`_send` and :meth:`_producer`).
 
-    def __init__(self, app: Celery) -> None:
+    A publish the broker does not take raises :class:`~warrant.runner.errors.BrokerUnavailable`
+    naming the run. ``retry_policy`` (kombu's, e.g. :data:`FAIL_FAST_RETRY_POLICY`) and
+    ``connect_timeout_s`` bound how long that takes; by default Celery's settings
+    (``task_publish_retry_policy``, ``broker_connection_timeout``) apply."""
+
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        retry_policy: Mapping[str, float] | None = None,
+        connect_timeout_s: float | None = None,
+    ) -> None:
         self.app = app
+        self.retry_policy = dict(retry_policy) if retry_policy is not None else None
+        self.connect_timeout_s = connect_timeout_s
         self._held = threading.local()
         self._holders = _Holders(DEFAULT_HELD_PRODUCERS)
 
+    @classmethod
+    def fail_fast(cls, app: Celery) -> Publisher:
+        """A publisher for a caller that waits on the publish (a client): it gives up within
+        a few seconds when the broker cannot be reached."""
+        return cls(
+            app,
+            retry_policy=FAIL_FAST_RETRY_POLICY,
+            connect_timeout_s=FAIL_FAST_CONNECT_TIMEOUT_S,
+        )
+
     def _send(
+        self,
+        name: str,
+        run_id: str,
+        kwargs: dict[str, Any],
+        *,
+        countdown: float | None = None,
+        soft_time_limit: float | None = None,
+        time_limit: float | None = None,
+    ) -> None:
+        """:meth:`_send_message`, with the broker's connection errors reported as
+        :class:`~warrant.runner.errors.BrokerUnavailable` for the run."""
+        try:
+            self._send_message(
+                name,
+                run_id,
+                kwargs,
+                countdown=countdown,
+                soft_time_limit=soft_time_limit,
+                time_limit=time_limit,
+            )
+        except _BROKER_ERRORS as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise BrokerUnavailable(
+                f"cannot reach the broker ({reason}): run {run_id} is recorded and goes on "
+                "once the broker is back (the reconciler's stalled-run sweep re-publishes "
+                "its message)",
+                run_id=run_id,
+            ) from exc
+
+    def _send_message(
         self,
         name: str,
         run_id: str,
@@ -120,13 +203,19 @@ class Publisher:
                 queue=queue,
                 routing_key=queue,
                 declare=[] if _declared(producer, queue) else None,
+                retry_policy=self.retry_policy,
             )
 
     def _send_task(
         self, name: str, run_id: str, kwargs: dict[str, Any], queue: str, **options: Any
     ) -> None:
         """Celery's ``send_task``, with this publisher's stamp and display."""
-        with self.app.producer_or_acquire() as producer:
+        if self.retry_policy is not None:
+            options["retry_policy"] = self.retry_policy
+        with (
+            self.app.producer_or_acquire() as producer,
+            producer.connection._reraise_as_library_errors(),
+        ):
             if _declared(producer, queue):
                 options["declare"] = []
             self.app.send_task(
@@ -157,8 +246,24 @@ class Publisher:
         if held.producer is None and not held.tried:
             held.tried = True
             if self._holders.take(pid):
-                held.producer = self.app.amqp.Producer(self.app.connection_for_write())
+                held.producer = self.app.amqp.Producer(self._connection())
         return held.producer
+
+    def _connection(self) -> Any:
+        """A broker connection for this publisher's producer (``connect_timeout_s``: also
+        Redis's connect and reply timeouts, a timeout not retried by redis-py itself: kombu's
+        retry policy is the one bound)."""
+        timeout = self.connect_timeout_s
+        if timeout is None:
+            return self.app.connection_for_write()
+        return self.app.connection_for_write(
+            connect_timeout=timeout,
+            transport_options={
+                "socket_connect_timeout": timeout,
+                "socket_timeout": timeout,
+                "retry_on_timeout": False,
+            },
+        )
 
     def _drop_producer(self) -> None:
         """Close the thread's producer and its connection (a failed publish); the next publish
@@ -241,7 +346,11 @@ class RecordingPublisher:
 
 
 class Outbox:
-    """Messages to publish once the ledger transaction has committed (never before)."""
+    """Messages to publish once the ledger transaction has committed (never before).
+
+    A message the broker does not take is not a stage failure: what it continues is
+    committed, and the reconciler's stalled-run sweep re-publishes it. :meth:`flush` logs a
+    warning naming the run and goes on (:func:`log_deferred`)."""
 
     def __init__(self) -> None:
         self._pending: list[Callable[[], None]] = []
@@ -250,8 +359,25 @@ class Outbox:
         self._pending.append(send)
 
     def flush(self) -> int:
+        """Publish the pending messages; returns how many the broker took."""
         sent = 0
         while self._pending:
-            self._pending.pop(0)()
+            send = self._pending.pop(0)
+            try:
+                send()
+            except BrokerUnavailable as exc:
+                log_deferred(exc)
+                continue
             sent += 1
         return sent
+
+
+def log_deferred(exc: BrokerUnavailable) -> None:
+    """Log a publish that failed after its ledger change committed: a warning, not a stage
+    failure (the reconciler's stalled-run sweep re-publishes the message)."""
+    log.warning(
+        "publish failed after commit for run %s; the reconciler's stalled-run sweep will "
+        "re-publish it once the broker is back (%s)",
+        exc.run_id,
+        exc.__cause__ or exc,
+    )

@@ -13,6 +13,7 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoffs import enter_handoff
+from warrant.broker.publish import Outbox
 from warrant.broker.registration import deployment_check
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S, stop_changes, stop_events
 from warrant.broker.views import POLICY_OBSERVATION_TTL_STEPS
@@ -155,7 +156,9 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
         return "ignored"
     crash_point("policy:after_commit", run_id)
     if send is not None:
-        send()
+        outbox = Outbox()
+        outbox.add(send)
+        outbox.flush()
     return result
 
 

@@ -14,6 +14,7 @@ from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
 from warrant.broker.handoffs import enter_handoff
 from warrant.broker.lease import worker_label
+from warrant.broker.publish import log_deferred
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
 from warrant.broker.stage_planner import planner_step
 from warrant.broker.stage_policy import policy_evaluate
@@ -24,6 +25,7 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
 from warrant.ledger.repo import StaleVersion, run_view, transition
 from warrant.runner.codes import RunStatus, StopReason
+from warrant.runner.errors import BrokerUnavailable
 from warrant.runner.planning import Stop
 
 __all__ = ["evaluate_policy", "execute_tool", "reconcile", "step_planner"]
@@ -49,6 +51,10 @@ def _guarded(stage: str, run_id: str, version: int, call: Callable[[StageContext
         return call(ctx)
     except TRANSIENT:
         raise
+    except BrokerUnavailable as exc:
+        # Stages publish only after their commit: the stalled-run sweep re-publishes.
+        log_deferred(exc)
+        return "publish_deferred"
     except Exception as exc:
         log.exception("stage %s failed for run %s", stage, run_id)
         error = {"stage": stage, "error": type(exc).__name__}

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import select
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine
+import psycopg
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from warrant.ledger import _json
@@ -17,9 +22,11 @@ __all__ = [
     "autocommit_engine",
     "engine_for",
     "held_autocommit",
+    "is_disconnect",
     "normalize_url",
     "release_held",
     "reset_engines",
+    "retry_once_on_disconnect",
     "session_scope",
 ]
 
@@ -48,10 +55,11 @@ def engine_for(url: str) -> Engine:
             key[1],
             pool_size=5,
             max_overflow=5,
-            pool_pre_ping=False,  # a dead connection raises OperationalError: the task retries
+            pool_pre_ping=False,  # checked at checkout without a round trip instead
             pool_recycle=1800,
             **_JSON,
         )
+        _check_at_checkout(engine)
         _ENGINES[key] = engine
     return engine
 
@@ -88,6 +96,7 @@ def autocommit_engine(engine: Engine, *, relaxed: bool = False, held: bool = Fal
             connect_args=options,
             **_JSON,
         )
+        _check_at_checkout(other)
     return other
 
 
@@ -112,17 +121,22 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
     (a prefork child: one thread); a client with many threads checks one out per use
     (:func:`warrant.ledger.steps.autocommit` with ``held=False``).
 
-    A use that raises returns the connection to the pool (SQLAlchemy discards it if it was
-    invalidated: the next use connects afresh); a nested use gets a connection of its own."""
+    A held connection the server has hung up on (a database restart) is replaced before the
+    use (:func:`_hung_up`, no round trip). A use that raises returns the connection to the
+    pool, invalidated if the error was a lost connection (SQLAlchemy then discards it: the next
+    use connects afresh); a nested use gets a connection of its own."""
     held = _forget_inherited()
     key = (engine, relaxed)
     conn = held.connections.pop(key, None)
+    if conn is not None and not conn.closed and not conn.invalidated and _hung_up(conn):
+        conn.invalidate()
+        conn.close()
     if conn is None or conn.closed or conn.invalidated:
         conn = autocommit_engine(engine, relaxed=relaxed, held=True).connect()
     try:
         yield conn
-    except BaseException:
-        conn.close()
+    except BaseException as exc:
+        _drop_if_lost(conn, exc)
         raise
     if conn.in_transaction():  # a SQLAlchemy-executed statement began one (autocommit: a no-op)
         conn.commit()
@@ -130,6 +144,78 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
         conn.close()
     else:
         held.connections[key] = conn
+
+
+def _hung_up(conn: Connection) -> bool:
+    """Has the server closed this idle connection (see :func:`_driver_hung_up`)?"""
+    try:
+        return _driver_hung_up(conn.connection.driver_connection)
+    except (psycopg.Error, OSError, ValueError):
+        return True
+
+
+def _driver_hung_up(driver: Any) -> bool:
+    """Has the server closed this idle psycopg connection, or sent something unasked?
+    PostgreSQL tells a session it terminates (shutdown, restart, ``pg_terminate_backend``)
+    with a FATAL message before closing it, so an idle connection with bytes to read (or a
+    hang-up) is dead. A zero-timeout poll of the socket: no round trip, unlike
+    ``pool_pre_ping``. (A connection that merely went silent, a lost network, still fails on
+    use: the caller's retry handles that.)"""
+    if driver is None or driver.closed or driver.broken:
+        return True
+    poller = select.poll()
+    poller.register(driver.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
+def _check_at_checkout(engine: Engine) -> None:
+    """Every checkout of ``engine``'s pool skips connections the server has hung up on (the
+    pool discards them and connects afresh)."""
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        try:
+            dead = _driver_hung_up(dbapi_connection)
+        except (psycopg.Error, OSError, ValueError):
+            dead = True
+        if dead:
+            raise DisconnectionError("the server closed this pooled connection")
+
+
+def _drop_if_lost(conn: Connection, exc: BaseException) -> None:
+    """Return a held connection after a failed use; invalidated first if the error says the
+    connection is gone, so the pool discards it instead of handing it out again."""
+    if not conn.closed and not conn.invalidated and is_disconnect(exc):
+        conn.invalidate(exc)
+    conn.close()
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """Did ``exc`` come from a lost database connection (server restart, terminated session,
+    broken socket) rather than from the statement itself?"""
+    if isinstance(exc, DBAPIError):
+        return bool(exc.connection_invalidated)
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def retry_once_on_disconnect(call: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Call again, once, when the first call failed on a lost connection (the pool has then
+    discarded it). Only for reads, and for writes that cannot apply twice."""
+
+    @functools.wraps(call)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return call(*args, **kwargs)
+        except (DBAPIError, psycopg.Error) as exc:
+            if not is_disconnect(exc):
+                raise
+        return call(*args, **kwargs)
+
+    return wrapper
 
 
 def release_held() -> None:

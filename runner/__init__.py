@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from warrant.runner.codes import Outcome, Rejection, RunStatus, StopReason
 from warrant.runner.errors import (
+    BrokerUnavailable,
     ConfirmationRefused,
     RunNotFound,
     ServiceUnavailable,
@@ -35,6 +36,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BrokerUnavailable",
     "Budgets",
     "Client",
     "ConfirmationRefused",

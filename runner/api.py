@@ -14,11 +14,13 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from pydantic import ValidationError
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, exists, select
+from sqlalchemy.exc import IntegrityError
 
 from warrant.broker.transitions import stop_changes, stop_events
-from warrant.ledger.db import engine_for, session_scope
+from warrant.ledger.db import engine_for, retry_once_on_disconnect, session_scope
 from warrant.ledger.models import (
     Command,
     Confirmation,
@@ -127,10 +129,14 @@ class Client:
 
         _, database_url = resolved_urls()
         telemetry.configure(service_name="warrant-client")
-        return cls(engine=engine_for(database_url), publisher=Publisher(app))
+        return cls(engine=engine_for(database_url), publisher=Publisher.fail_fast(app))
 
     def start_run(self, spec: RunSpec | dict[str, Any] | str, *, publish: bool = True) -> str:
-        """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written."""
+        """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written.
+
+        A broker that cannot be reached raises :class:`~warrant.runner.errors.BrokerUnavailable`
+        with the run's id: the run is recorded (running, planning) and the reconciler's
+        stalled-run sweep publishes its first message once the broker is back."""
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
         if isinstance(spec.planner, PluginPlannerSpec):
@@ -144,10 +150,24 @@ class Client:
 
         run_id = str(uuid.uuid4())
         with telemetry.span("run.start", run_id=run_id):
-            self._insert_run(run_id, spec, trace_id=telemetry.current_trace_id())
+            self._record_run(run_id, spec, trace_id=telemetry.current_trace_id())
             if publish:
                 self.publisher.planner(run_id, 1)
         return run_id
+
+    def _record_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
+        """Insert the run; once more if the connection was lost (a database restart). The
+        insert is keyed by the run id, so a repeat cannot write it twice: if the first one
+        committed before the connection went, the repeat's duplicate key means done."""
+        try:
+            retry_once_on_disconnect(self._insert_run)(run_id, spec, trace_id=trace_id)
+        except (IntegrityError, psycopg.IntegrityError):
+            if not self._run_exists(run_id):
+                raise
+
+    def _run_exists(self, run_id: str) -> bool:
+        with session_scope(self.engine) as s:
+            return bool(s.scalar(select(exists().where(Run.id == run_id))))
 
     def _insert_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
         from warrant.ledger.steps import autocommit, create_run
@@ -185,6 +205,7 @@ class Client:
                 ],
             )
 
+    @retry_once_on_disconnect
     def get_run(self, run_id: str) -> RunInfo:
         with session_scope(self.engine) as s:
             run = s.get(Run, run_id)
@@ -196,6 +217,7 @@ class Client:
                 request = pending.confirmation_request if pending else None
             return RunInfo.of(run, confirmation_request=request)
 
+    @retry_once_on_disconnect
     def working_memory(self, run_id: str) -> dict[str, Any]:
         """The planner's view for the run's next step, rebuilt from the ledger."""
         from warrant.broker.views import load_view
@@ -366,6 +388,7 @@ class Client:
 
     # --- human handoff ---------------------------------------------------------------------
 
+    @retry_once_on_disconnect
     def handoffs(self, *, open_only: bool = True, limit: int = 50) -> list[dict[str, Any]]:
         with session_scope(self.engine) as s:
             q = select(Handoff).order_by(Handoff.created_at.desc()).limit(limit)
@@ -373,6 +396,7 @@ class Client:
                 q = q.where(Handoff.resolved_at.is_(None))
             return [_handoff_dict(h) for h in s.scalars(q)]
 
+    @retry_once_on_disconnect
     def handoff(self, handoff_id: str) -> dict[str, Any]:
         """One handoff by its id (or the newest of a run, given the run id)."""
         with session_scope(self.engine) as s:
@@ -501,6 +525,7 @@ class Client:
             )
             return row.id
 
+    @retry_once_on_disconnect
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
         with session_scope(self.engine) as s:
             q = select(Run).order_by(Run.created_at.desc()).limit(limit)
@@ -508,6 +533,7 @@ class Client:
                 q = q.where(Run.status == status)
             return [RunInfo.of(r) for r in s.scalars(q)]
 
+    @retry_once_on_disconnect
     def trace(self, run_id: str) -> list[dict[str, Any]]:
         self.get_run(run_id)
         with session_scope(self.engine) as s:
@@ -526,6 +552,7 @@ class Client:
                 for e in rows
             ]
 
+    @retry_once_on_disconnect
     def observations(self, run_id: str) -> list[dict[str, Any]]:
         with session_scope(self.engine) as s:
             rows = s.scalars(
@@ -548,17 +575,22 @@ class Client:
     ) -> RunInfo:
         """Block until the run settles (terminal or waiting for a person), or reaches one of
         ``until``, or ``timeout`` passes; returns the last state seen."""
-        from warrant.ledger.steps import autocommit, run_status
-
         targets = until or SETTLED
         deadline = time.monotonic() + timeout
         pause = 0.02
         while True:
-            with autocommit(self.engine, held=False) as conn:  # poll the status alone
-                status = run_status(conn, run_id)
+            status = self._status(run_id)
             if status is None or status in targets or time.monotonic() >= deadline:
                 info = self.get_run(run_id)  # no such run: RunNotFound
                 if info.status in targets or time.monotonic() >= deadline:
                     return info
             time.sleep(pause)
             pause = min(pause * 1.5, 0.25)
+
+    @retry_once_on_disconnect
+    def _status(self, run_id: str) -> str | None:
+        """The run's status alone (what :meth:`wait` polls)."""
+        from warrant.ledger.steps import autocommit, run_status
+
+        with autocommit(self.engine, held=False) as conn:
+            return run_status(conn, run_id)

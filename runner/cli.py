@@ -6,13 +6,13 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from warrant.runner.errors import (
@@ -73,7 +73,8 @@ def _fail(exc: WarrantError, as_json: bool) -> None:
     if as_json:
         _print_json({"error": exc.to_dict()})
     else:
-        err.print(f"[bold red]error[/] [{exc.code}] {exc}")
+        # one line (no wrapping at the terminal's width); the message is text, not markup
+        err.print(f"[bold red]error[/] \\[{exc.code}] {escape(str(exc))}", soft_wrap=True)
         for item in getattr(exc, "errors", []):
             err.print(f"  - {item['field']}: {item['message']}")
     raise typer.Exit(code)
@@ -607,12 +608,54 @@ def _stack(as_json: bool, concurrency: int = 1) -> Any:
     from warrant.runner.stack import Stack
 
     stack = Stack(WarrantSettings(), concurrency=concurrency)
-    with console.status("starting services …") if not as_json else _null():
-        _guard(as_json, stack.start_services)
-        _guard(as_json, stack.migrate)
-        stack.start_workers()
-        _guard(as_json, lambda: stack.wait_ready(("planner", "policy", "tool", "reconciler")))
+    try:
+        with console.status("starting services …") if not as_json else _null():
+            _guard(as_json, stack.start_services)
+            _report_reaped(stack, as_json)
+            _guard(as_json, stack.migrate)
+            stack.start_workers()
+            _guard(as_json, lambda: stack.wait_ready(("planner", "policy", "tool", "reconciler")))
+    except BaseException:
+        stack.stop()  # a failed start must not leave servers or workers behind
+        raise
     return stack
+
+
+def _report_reaped(stack: Any, as_json: bool) -> None:
+    reaped = stack.embedded.reaped if stack.embedded is not None else []
+    if reaped:
+        err.print(
+            f"[yellow]stopped stray embedded server(s) left by an earlier run:[/] "
+            f"{', '.join(reaped)}"
+        )
+
+
+def _raise_on_sigterm() -> None:
+    """SIGTERM ends ``up``/``demo`` like Ctrl-C does: through ``finally``, so the workers and the
+    embedded servers are stopped."""
+
+    def _interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _report_exit(exit_: Any, as_json: bool) -> None:
+    if as_json:  # one line per event, flushed: `up --json` is read as a stream
+        event = {
+            "event": "role.died",
+            "role": exit_.label,
+            "pid": exit_.pid,
+            "returncode": exit_.returncode,
+            "how": exit_.how,
+            "log": str(exit_.log) if exit_.log else None,
+            "last_lines": exit_.last_lines,
+            "restart_in_s": exit_.restart_in,
+        }
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+    else:
+        err.print(exit_.describe(), style="red", markup=False, highlight=False)
 
 
 @app.command("up")
@@ -620,7 +663,11 @@ def up(
     concurrency: Annotated[int, typer.Option(min=1, help="Processes per role.")] = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start services (embedded if none configured), migrate, run every worker role."""
+    """Start services (embedded if none configured), migrate, run every worker role.
+
+    A role that dies is reported (exit code or signal, last log lines) and restarted with
+    back-off; Ctrl-C or SIGTERM stops the workers and the embedded servers."""
+    _raise_on_sigterm()
     stack = _stack(as_json, concurrency)
     info = {
         "broker_url": stack.broker_url.split("@")[-1],
@@ -632,19 +679,13 @@ def up(
         f"[green]up[/]: workers {', '.join(info['workers'])} "
         f"({'embedded' if info['embedded'] else 'external'} services). Ctrl-C stops."
     )
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
+    sys.stdout.flush()
     try:
-        while not stopping and stack.workers and all(stack.workers.alive().values()):
-            time.sleep(0.5)
+        stack.supervise(until=lambda: False, report=lambda e: _report_exit(e, as_json))
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the stop
         stack.stop()
         if not as_json:
             console.print("stopped")
@@ -660,10 +701,12 @@ def demo(as_json: JsonOpt = False) -> None:
     if DEMO_PLUGIN not in refs:  # the demo's tools are a plug-in, off unless named
         os.environ["WARRANT_TOOLS"] = ",".join([*refs, DEMO_PLUGIN])
 
+    _raise_on_sigterm()
     stack = _stack(as_json)
     try:
         ok = run_demo(as_json=as_json, console=console)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stack.stop()
     if not ok:
         raise typer.Exit(EXIT_FAILED)

@@ -5,6 +5,8 @@
     ├── RunNotFound               no run with that id (``RUN_NOT_FOUND``)
     ├── StateConflict             a compare-and-set on the run version lost (``STATE_CONFLICT``)
     ├── ServiceUnavailable        Redis, RabbitMQ or PostgreSQL cannot be reached
+    │   └── BrokerUnavailable     a message could not be published (``run_id`` names its run,
+    │                             recorded in the ledger: the stall sweep publishes it later)
     ├── ConfirmationRefused       a confirm/decline that does not fit the pending request
     ├── Unauthorized              an operator call without a valid operator token
     ├── PluginError               a tool/planner plug-in could not be loaded, or two clash
@@ -22,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BrokerUnavailable",
     "ConfirmationRefused",
     "PluginError",
     "RunNotFound",
@@ -74,6 +77,21 @@ class StateConflict(WarrantError):
 
 class ServiceUnavailable(WarrantError):
     code = "SERVICE_UNAVAILABLE"
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    """The broker could not be reached to publish a message of run ``run_id``. What the
+    message continues is already committed: the reconciler's stalled-run sweep re-publishes
+    it once the broker is back (after ``WARRANT_STALL_AFTER_S``)."""
+
+    code = "BROKER_UNAVAILABLE"
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "run_id": self.run_id}
 
 
 class ConfirmationRefused(WarrantError):

@@ -102,7 +102,10 @@ def test_demo_against_configured_services(services):
 
 
 def test_demo_with_embedded_servers(tmp_path: Path):
-    """No URLs configured: the demo starts its own Redis and PostgreSQL, and stops them."""
+    """No URLs configured: the demo starts its own Redis and PostgreSQL, and stops them: no
+    process is left working in the data folder (redis-server and postgres chdir there)."""
+    from tests.test_faults import processes_in
+
     env = {
         "WARRANT_BROKER_URL": "",
         "WARRANT_DATABASE_URL": "",
@@ -114,6 +117,7 @@ def test_demo_with_embedded_servers(tmp_path: Path):
     assert len(rows) == len(sc.SCENARIOS) and all(r["ok"] for r in rows)
     assert not (tmp_path / "data" / "services.json").exists()
     assert (tmp_path / "data" / "postgres" / "PG_VERSION").exists()
+    assert not processes_in(tmp_path / "data"), "embedded servers outlived the demo"
 
 
 def test_up_runs_every_role_and_ctrl_c_stops_them(services, tmp_path: Path):
@@ -144,3 +148,56 @@ def test_up_runs_every_role_and_ctrl_c_stops_them(services, tmp_path: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_run_start_with_the_broker_down_exits_3_and_names_the_recorded_run(
+    tmp_path: Path, services, engine
+):
+    """The run is recorded before its first message is published: with the broker unreachable
+    the start fails fast with exit 3 and the run's id, and the run is in the state the
+    reconciler's stalled-run sweep re-publishes."""
+    import socket
+    import time
+
+    from sqlalchemy import text
+
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.stage_reconciler import sweep
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"WARRANT_BROKER_URL": f"redis://127.0.0.1:{port}/0"}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(sc.spec([sc.search("p1"), sc.final("Three.", "tool-1")])))
+
+    t0 = time.monotonic()
+    out = warrant("run", "start", str(spec), "--json", env=env)
+    assert out.returncode == 3, out.stderr
+    assert time.monotonic() - t0 < 20  # fails fast (interpreter start-up included)
+    assert "Traceback" not in out.stderr
+    error = json.loads(out.stdout)["error"]
+    assert error["code"] == "BROKER_UNAVAILABLE"
+    run_id = error["run_id"]
+    assert run_id in error["message"] and "broker is back" in error["message"]
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT status, phase, version FROM runs WHERE id = :id"), {"id": run_id}
+        ).one()
+    assert tuple(row) == ("running", "planning", 1)
+
+    human = warrant("run", "start", str(spec), env=env)
+    assert human.returncode == 3
+    assert len(human.stderr.strip().splitlines()) == 1, human.stderr
+    assert "BROKER_UNAVAILABLE" in human.stderr and "broker is back" in human.stderr
+
+    # the stalled-run sweep starts it: its first planner message is published at version 1
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE runs SET updated_at = now() - interval '1 hour' WHERE id = :id"),
+            {"id": run_id},
+        )
+    publisher = RecordingPublisher()
+    sweep(context_for(engine, publisher=publisher))
+    assert ("planner", {"run_id": run_id, "version": 1}) in publisher.sent

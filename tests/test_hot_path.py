@@ -176,6 +176,7 @@ def test_starting_a_run_is_one_statement(engine, client, monkeypatch):
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
     run_id = client.start_run(spec, publish=False)
     monkeypatch.undo()
+    # one statement: the pool's liveness check at checkout polls the socket, no round trip
     assert len(statements) == 1
     with engine.connect() as conn:
         run = conn.execute(select(Run).where(Run.id == run_id)).one()
@@ -240,11 +241,10 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
 
 
 def test_a_lost_server_connection_is_dropped_and_the_error_is_retryable(engine, client):
-    """Hot statements run on the driver connection, out of SQLAlchemy's sight: a connection
-    the server dropped must leave the pool, and the error must be one the stage tasks retry."""
-    import time
-
-    from sqlalchemy import create_engine, text
+    """Hot statements run on the driver connection, out of SQLAlchemy's sight. A held
+    connection the server ended while it was idle is replaced before its next use; one lost
+    during a use must leave the pool, with an error the stage tasks retry."""
+    from sqlalchemy import create_engine
     from sqlalchemy.exc import OperationalError
 
     from warrant.broker.tasks import TRANSIENT
@@ -256,20 +256,13 @@ def test_a_lost_server_connection_is_dropped_and_the_error_is_retryable(engine, 
     lossy = create_engine(engine.url.update_query_dict({"application_name": name}))
     with autocommit(lossy) as conn:
         assert run_status(conn, run_id) == "running"
-    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"
-    with autocommit(engine) as admin:  # (a transaction would see one activity snapshot)
-        assert admin.execute(text(query), {"n": name}).scalar_one() >= 1
-        admin.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :n"
-            ),
-            {"n": name},
-        )
-        deadline = time.monotonic() + 10
-        while admin.execute(text(query), {"n": name}).scalar_one():
-            assert time.monotonic() < deadline, "the backend did not go away"
-            time.sleep(0.05)
+    _terminate_backends(engine, name)
+    with autocommit(lossy) as again:  # ended while idle: replaced, no error
+        assert again is not conn
+        assert run_status(again, run_id) == "running"
+
     with pytest.raises(OperationalError) as lost, autocommit(lossy) as conn:
+        _terminate_backends(engine, name)  # ended during the use
         run_status(conn, run_id)
     assert isinstance(lost.value, TRANSIENT)
     assert lost.value.connection_invalidated
@@ -277,6 +270,29 @@ def test_a_lost_server_connection_is_dropped_and_the_error_is_retryable(engine, 
         assert run_status(conn, run_id) == "running"
     release_held()
     lossy.dispose()
+
+
+def _terminate_backends(engine: Any, application_name: str) -> None:
+    """End the server sessions of ``application_name`` and wait until they are gone."""
+    import time
+
+    from sqlalchemy import text
+
+    from warrant.ledger.steps import autocommit
+
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"
+    with autocommit(engine, held=False) as admin:  # (a transaction sees one snapshot)
+        assert admin.execute(text(query), {"n": application_name}).scalar_one() >= 1
+        admin.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :n"
+            ),
+            {"n": application_name},
+        )
+        deadline = time.monotonic() + 10
+        while admin.execute(text(query), {"n": application_name}).scalar_one():
+            assert time.monotonic() < deadline, "the backend did not go away"
+            time.sleep(0.05)
 
 
 def test_a_cancel_committed_during_the_claim_is_not_overwritten(engine, client):

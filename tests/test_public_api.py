@@ -8,6 +8,7 @@ import sys
 from warrant import runner, tools
 
 PINNED_RUNNER = {
+    "BrokerUnavailable",
     "Budgets",
     "Client",
     "ConfirmationRefused",

@@ -215,3 +215,37 @@ def test_threads_beyond_the_held_ones_publish_with_a_producer_from_the_pool(
     finally:
         r.flushdb()
         app.close()
+
+
+def test_a_publish_that_fails_after_its_commit_is_a_warning_not_a_stage_failure(
+    engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The planner's step is committed; its message cannot be published (no broker). The
+    stage ends normally and the log says the stalled-run sweep re-publishes the run."""
+    import logging
+    import socket
+
+    from warrant.broker.context import context_for
+    from warrant.broker.stage_planner import planner_step
+    from warrant.runner import scenarios as sc
+    from warrant.runner.api import Client
+    from warrant.runner.errors import BrokerUnavailable
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = Publisher.fail_fast(make_app(WarrantSettings(broker_url=f"redis://127.0.0.1:{port}/0")))
+    client = Client(engine=engine, publisher=down)
+    with pytest.raises(BrokerUnavailable) as raised:
+        client.start_run(sc.spec([sc.search("p1"), sc.final("x", "tool-1")]))
+    run_id = raised.value.run_id
+    assert client.get_run(run_id).version == 1  # recorded, not started
+
+    with caplog.at_level(logging.WARNING):
+        result = planner_step(context_for(engine, publisher=down), run_id, 1)
+    assert result != "ignored"
+    assert client.get_run(run_id).version == 2  # the step committed
+    warnings = [r for r in caplog.records if r.name == "warrant.publish"]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert run_id in warnings[0].getMessage() and "stalled-run sweep" in warnings[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -1,0 +1,101 @@
+"""The mixed load: run specs over the demo tools, and the demo service's fault mix."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from warrant.runner import scenarios as sc
+
+__all__ = ["KINDS", "Planned", "plan_run", "service_fault"]
+
+#: Run kinds and their shares of the load.
+KINDS: dict[str, float] = {"read": 0.2, "refund": 0.4, "draft": 0.2, "confirm": 0.2}
+#: Share of write runs cancelled mid-way.
+CANCEL_SHARE = 0.15
+
+#: The demo service's faults for the write tools (mode, weight, delay_s).
+FAULT_MIX: dict[str, list[tuple[str, float, float]]] = {
+    "issue_refund": [
+        ("slow", 0.55, 2.5),
+        ("transient", 0.07, 0.0),
+        ("timeout_before_commit", 0.08, 0.0),
+        ("timeout_after_commit", 0.08, 0.0),
+        ("slow_after_commit", 0.08, 1.5),
+        ("reject", 0.05, 0.0),
+        ("fail", 0.05, 0.0),
+        ("crash", 0.04, 0.0),
+    ],
+    "save_draft": [
+        ("slow", 0.5, 2.0),
+        ("transient", 0.0, 0.0),
+        ("timeout_before_commit", 0.1, 0.0),
+        ("timeout_after_commit", 0.1, 0.0),
+        ("corrupt_read", 0.1, 0.0),
+        ("reject", 0.1, 0.0),
+        ("crash", 0.1, 0.0),
+    ],
+    "lookup": [("slow", 0.5, 1.0), ("transient", 0.25, 0.0), ("fail", 0.25, 0.0)],
+}
+
+
+def _tool(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "tool",
+        "proposal_id": "p1",
+        "tool": tool,
+        "tool_version": "1",
+        "arguments": arguments,
+        "reason_summary": "chaos",
+        "source_observation_ids": ["user-1"],
+    }
+
+
+@dataclass(frozen=True)
+class Planned:
+    kind: str
+    spec: dict[str, Any]
+    cancel_after_s: float | None
+    """Cancel this long after the start (None: never)."""
+
+
+def plan_run(rng: random.Random) -> Planned:
+    kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+    tag = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
+    grants: list[dict[str, Any]]
+    if kind == "read":
+        step = _tool("lookup", {"query": f"order {tag}"})
+        grants = [{"capability": "lookup:read"}]
+    elif kind == "refund":
+        step = _tool(
+            "issue_refund",
+            {"order_id": f"ord_{tag}", "amount_cents": rng.randint(100, 9_999), "currency": "EUR"},
+        )
+        grants = [{"capability": "payments:refund"}]
+    elif kind == "draft":
+        step = _tool("save_draft", {"draft_id": f"d-{tag}", "content": f"draft {tag}"})
+        grants = [{"capability": "drafts:write"}]
+    else:
+        step = _tool("save_preference", {"key": "answer_language", "value": "en"})
+        grants = [{"capability": "memory:write", "resource_scope": f"memory:chaos-{tag}/*"}]
+    spec = sc.spec(
+        [step, sc.final("Done.", "tool-1")],
+        grants=grants,
+        max_steps=4,
+        max_model_calls=4,
+        max_tool_calls=4,
+        deadline_s=900,
+    )
+    spec["subject"] = f"chaos-{tag}"
+    cancel = None
+    if kind != "read" and rng.random() < CANCEL_SHARE:
+        cancel = rng.uniform(0.3, 4.0)
+    return Planned(kind, spec, cancel)
+
+
+def service_fault(tool: str, rng: random.Random) -> tuple[str, float]:
+    mix = FAULT_MIX[tool]
+    mode, _, delay = rng.choices(mix, weights=[w for _, w, _ in mix])[0]
+    return mode, delay
