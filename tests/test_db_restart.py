@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import IN_CI
 from tests.own_postgres import OwnPostgres, postgres_binaries
 from warrant.runner import scenarios as sc
 
@@ -19,6 +20,8 @@ pytestmark = pytest.mark.slow
 def own_pg() -> Iterator[OwnPostgres]:
     bin_dir = postgres_binaries()
     if bin_dir is None:
+        if IN_CI:
+            pytest.fail("CI=true and no PostgreSQL binaries (initdb, pg_ctl) to start a server")
         pytest.skip("no PostgreSQL binaries (initdb, pg_ctl) to start a server of our own")
     server = OwnPostgres(bin_dir=bin_dir).init()
     server.start()
@@ -146,3 +149,92 @@ def test_reads_are_retried_once_on_a_lost_connection_and_other_errors_are_not() 
     with pytest.raises(ProgrammingError):
         read()
     assert len(calls) == 1
+
+
+@pytest.mark.services
+@pytest.mark.parametrize(
+    ("side_effect", "expected"),
+    [("read", ("failed", True, None)), ("idempotent-write", ("unknown", False, "UNKNOWN_EFFECT"))],
+)
+def test_a_database_lost_during_a_tool_call_is_transient(engine, side_effect, expected):
+    """A tool whose database session is ended mid-query (what a restart does): a read fails
+    retryably, a write is ``unknown`` (the reconciler asks) — never an internal error."""
+    import threading
+    import time
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    from tests.test_hot_path import _terminate_backends
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.stage_tool import _run_tool, _Snapshot
+    from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
+
+    name = f"tool-{uuid.uuid4().hex[:8]}"
+    lossy = create_engine(engine.url.update_query_dict({"application_name": name}))
+
+    class In(ToolInput):
+        n: int
+        """Anything."""
+
+    class Out(ToolOutput):
+        n: int
+        """Echoed."""
+
+    def execute(args: In, ctx: Any) -> Out:
+        with lossy.connect() as conn:
+            conn.execute(text("SELECT pg_sleep(10)"))
+        return Out(n=args.n)
+
+    tool: Tool[In, Out] = Tool(
+        name="db_call",
+        version="1",
+        description="Sleeps in its database.",
+        input_model=In,
+        output_model=Out,
+        capabilities=("db:call",),
+        side_effect=SideEffect(side_effect),
+        execute=execute,
+        timeout_s=20.0,
+    )
+    ctx = context_for(engine, publisher=RecordingPublisher())
+    snap = _Snapshot(
+        command_id="c",
+        run_id="r",
+        version=1,
+        step=1,
+        proposal_id="p1",
+        arguments={"n": 1},
+        token="t",
+        attempt=1,
+        deadline_at=time.time() + 30,
+        timeout_s=20.0,
+        subject="s",
+        confirmation_id=None,
+        started_at=time.time(),
+        view=None,  # type: ignore[arg-type]
+    )
+
+    def end_the_session() -> None:
+        from tests.conftest import wait_for
+
+        query = text(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :n AND "
+            "query LIKE 'SELECT pg_sleep%'"
+        )
+        from warrant.ledger.steps import autocommit
+
+        with autocommit(engine, held=False) as admin:  # (a transaction sees one snapshot)
+            wait_for(lambda: admin.execute(query, {"n": name}).scalar_one(), what="in the call")
+        _terminate_backends(engine, name)
+
+    killer = threading.Thread(target=end_the_session)
+    killer.start()
+    started = time.monotonic()
+    result = _run_tool(ctx, tool, snap)
+    killer.join(15)
+    lossy.dispose()
+    assert time.monotonic() - started < 9  # cut by the lost session, not by the sleep
+    assert (result.status.value, result.retryable, getattr(result.stop, "value", None)) == expected
+    assert result.code == "DATABASE_UNAVAILABLE"
