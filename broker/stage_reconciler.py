@@ -17,30 +17,29 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from sqlalchemy import and_, func, literal_column, select, update
+from sqlalchemy import func
 
 from warrant.broker.context import StageContext
-from warrant.broker.handoffs import enter_handoff
 from warrant.broker.publish import Outbox
+from warrant.broker.reconcile_effects import reconcile_unknown_effects
 from warrant.broker.transitions import (
     HARD_LIMIT_GRACE_S,
-    reissue_command,
+    finish_cancel,
     stop_changes,
     stop_events,
 )
+from warrant.ledger import sweeps
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Command, OutcomeRow, Proposal, Reconciliation, Run
-from warrant.ledger.repo import NewObservation, append_events, record_outcome, run_view, to_datetime
+from warrant.ledger.models import Command, Run
+from warrant.ledger.repo import NewObservation, append_events, record_outcome, run_view
 from warrant.ledger.repo import transition as cas
 from warrant.runner.codes import ObservationKind, Phase, RunStatus, StopReason
 from warrant.runner.planning import Stop
-from warrant.runner.retry import backoff_delay
 from warrant.runner.settings import WarrantSettings
-from warrant.tools.contract import SideEffect, ToolContext
+from warrant.tools.contract import SideEffect
 
 __all__ = ["SWEEP_LOCK", "SweepReport", "sweep"]
 
@@ -71,19 +70,13 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
     settings = settings or WarrantSettings()
     t0 = time.perf_counter()
     report = SweepReport()
-    with ctx.engine.connect() as lock_conn:
-        got = lock_conn.execute(select(func.pg_try_advisory_lock(SWEEP_LOCK))).scalar()
-        lock_conn.commit()
+    with sweeps.sweep_lock(ctx.engine, SWEEP_LOCK) as got:
         if not got:
             return SweepReport(locked=False)
-        try:
-            _stale_commands(ctx, settings, report)
-            _unknown_effects(ctx, settings, report)
-            _stalled_runs(ctx, settings, report)
-            _expired_confirmations(ctx, settings, report)
-        finally:
-            lock_conn.execute(select(func.pg_advisory_unlock(SWEEP_LOCK)))
-            lock_conn.commit()
+        _stale_commands(ctx, settings, report)
+        reconcile_unknown_effects(ctx, settings, report)
+        _stalled_runs(ctx, settings, report)
+        _expired_confirmations(ctx, settings, report)
     report.duration_ms = round((time.perf_counter() - t0) * 1000, 2)
     return report
 
@@ -94,21 +87,9 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
 def _stale_commands(ctx: StageContext, settings: WarrantSettings, report: SweepReport) -> None:
     margin = settings.lease_margin_s
     with session_scope(ctx.engine) as s:
-        ids = s.scalars(
-            select(Command.id)
-            .join(Run, Run.id == Command.run_id)
-            .where(
-                # a literal, not a parameter: a generic plan can then use the partial index
-                Command.status == literal_column("'started'"),
-                Command.started_at
-                + func.make_interval(
-                    0, 0, 0, 0, 0, 0, Command.timeout_s + margin + HARD_LIMIT_GRACE_S
-                )
-                < func.now(),
-                Run.status.in_([RunStatus.RUNNING.value, RunStatus.CANCELLING.value]),
-            )
-            .limit(settings.sweep_batch)
-        ).all()
+        ids = sweeps.stale_commands(
+            s, extra_s=margin + HARD_LIMIT_GRACE_S, limit=settings.sweep_batch
+        )
     for command_id in ids:
         outbox = Outbox()
         with session_scope(ctx.engine) as s:
@@ -153,7 +134,7 @@ def _stale_commands(ctx: StageContext, settings: WarrantSettings, report: SweepR
                     )
                     outbox.add(partial(ctx.publisher.planner, run.id, v))
                 else:
-                    _finish_cancel(s, run, effect="none", events=events, step=cmd.step)
+                    finish_cancel(s, run, effect="none", events=events, step=cmd.step)
             else:
                 events.append(
                     (
@@ -184,285 +165,14 @@ def _stale_commands(ctx: StageContext, settings: WarrantSettings, report: SweepR
         outbox.flush()
 
 
-# --- 2. unknown effects ----------------------------------------------------------------------
-
-
-def _unknown_effects(ctx: StageContext, settings: WarrantSettings, report: SweepReport) -> None:
-    with session_scope(ctx.engine) as s:
-        rows = (
-            s.execute(
-                select(OutcomeRow.id)
-                .join(
-                    Run,
-                    and_(
-                        Run.id == OutcomeRow.run_id, Run.active_command_id == OutcomeRow.command_id
-                    ),
-                )
-                .where(
-                    Run.status.in_([RunStatus.RECONCILING.value, RunStatus.CANCELLING.value]),
-                    OutcomeRow.status == "unknown",
-                    OutcomeRow.resolved_status.is_(None),
-                    (OutcomeRow.next_reconcile_at.is_(None))
-                    | (OutcomeRow.next_reconcile_at <= func.now()),
-                )
-                .limit(settings.sweep_batch)
-            )
-            .scalars()
-            .all()
-        )
-    for outcome_id in rows:
-        try:
-            _reconcile_one(ctx, settings, report, outcome_id)
-        except Exception:
-            log.exception("reconciling outcome %s failed; will retry next sweep", outcome_id)
-
-
-def _reconcile_one(
-    ctx: StageContext, settings: WarrantSettings, report: SweepReport, outcome_id: int
-) -> None:
-    with session_scope(ctx.engine) as s:
-        outcome = s.get(OutcomeRow, outcome_id)
-        if outcome is None or outcome.resolved_status is not None:
-            return
-        cmd = s.get(Command, outcome.command_id)
-        run = s.get(Run, outcome.run_id)
-        assert cmd is not None and run is not None
-        tool = ctx.registry.get(cmd.tool, cmd.tool_version)
-        token, subject, deadline = cmd.idempotency_token, run.subject, run.deadline_at
-    found = None
-    error = None
-    if tool is not None and tool.reconcile is not None:
-        context = ToolContext(
-            run_id=run.id,
-            command_id=cmd.id,
-            subject=subject,
-            idempotency_token=token,
-            attempt=cmd.attempts,
-            deadline_at=deadline.timestamp(),
-            deps=ctx.deps_for(tool),
-        )
-        try:
-            found = tool.reconcile(token, context)
-        except Exception as exc:  # the status query itself failed: still unknown
-            error = type(exc).__name__
-    outbox = Outbox()
-    with session_scope(ctx.engine) as s:
-        outcome = s.get(OutcomeRow, outcome_id, with_for_update=True)
-        run = s.get(Run, outcome.run_id, with_for_update=True) if outcome else None
-        if (
-            outcome is None
-            or run is None
-            or outcome.resolved_status is not None
-            or run.active_command_id != outcome.command_id
-        ):
-            return
-        cmd = s.get(Command, outcome.command_id, with_for_update=True)
-        assert cmd is not None
-        attempt = outcome.reconcile_attempts + 1
-        result = (
-            "unsupported"
-            if tool is None or tool.reconcile is None
-            else (
-                "error"
-                if error
-                else "unknown"
-                if found is None or found.applied is None
-                else "applied"
-                if found.applied
-                else "not_applied"
-            )
-        )
-        s.add(
-            Reconciliation(
-                run_id=run.id,
-                command_id=cmd.id,
-                attempt=attempt,
-                result=result,
-                detail={"error": error} if error else None,
-            )
-        )
-        if result == "not_applied" and _attempt_may_run(s, cmd, outcome):
-            # "Not applied" is only true once no attempt can still be applying it.
-            assert cmd.started_at is not None
-            outcome.next_reconcile_at = cmd.started_at + timedelta(
-                seconds=cmd.timeout_s + HARD_LIMIT_GRACE_S
-            )
-            append_events(
-                s,
-                run.id,
-                [("effect.reconcile_deferred", {"tool": cmd.tool, "reason": "attempt-may-run"})],
-                step=cmd.step,
-                proposal_id=cmd.proposal_id,
-            )
-            report.still_unknown += 1
-            return
-        outcome.reconcile_attempts = attempt
-        event = ("effect.reconciled", {"tool": cmd.tool, "result": result, "attempt": attempt})
-        cancelling = run.status == RunStatus.CANCELLING
-        if result == "applied":
-            outcome.resolved_status, outcome.resolved_at = "applied", func.now()
-            cmd.status = "completed"
-            observation = NewObservation(
-                f"tool-{cmd.step}",
-                ObservationKind.TOOL_RESULT,
-                tool.output_source.value if tool else "trusted-tool",
-                {
-                    "tool": cmd.tool,
-                    "status": "succeeded",
-                    "output": (found.output if found else None) or {},
-                    "reconciled": True,
-                },
-            )
-            if cancelling:
-                _finish_cancel(
-                    s, run, effect="applied", events=[event], step=cmd.step, observation=observation
-                )
-            else:
-                v = cas(
-                    s,
-                    run.id,
-                    run.version,
-                    changes={
-                        "status": RunStatus.RUNNING.value,
-                        "phase": Phase.PLANNING.value,
-                        "stop_reason": None,
-                        "active_command_id": None,
-                    },
-                    events=[
-                        event,
-                        ("state.transitioned", {"from": run.status, "to": RunStatus.RUNNING.value}),
-                    ],
-                    step=cmd.step,
-                    proposal_id=cmd.proposal_id,
-                    observation=observation,
-                )
-                rid = run.id
-                outbox.add(lambda: ctx.publisher.planner(rid, v))
-            report.applied += 1
-        elif result == "not_applied":
-            outcome.resolved_status, outcome.resolved_at = "not_applied", func.now()
-            view = run_view(run)
-            now = ctx.clock()
-            assert tool is not None
-            timeout = min(tool.timeout_s, view.deadline_at - now)
-            if cancelling:
-                cmd.status = "completed"
-                _finish_cancel(s, run, effect="none", events=[event], step=cmd.step)
-                report.not_applied += 1
-            elif view.tool_calls < view.budgets.max_tool_calls and timeout > 0.5:
-                # Known not applied: retry with the *same* command and idempotency token.
-                reissue_command(
-                    ctx,
-                    s,
-                    run,
-                    cmd,
-                    delay_s=0.0,
-                    timeout_s=timeout,
-                    changes={
-                        "status": RunStatus.RUNNING.value,
-                        "phase": Phase.TOOL.value,
-                        "stop_reason": None,
-                    },
-                    events=[
-                        event,
-                        (
-                            "tool.retry.scheduled",
-                            {
-                                "attempt": cmd.attempts + 1,
-                                "delay_s": 0,
-                                "code": outcome.code,
-                                "after": "reconciliation",
-                            },
-                        ),
-                        ("state.transitioned", {"from": run.status, "to": RunStatus.RUNNING.value}),
-                    ],
-                    outbox=outbox,
-                )
-                report.retried += 1
-            else:
-                cmd.status = "completed"
-                stop = Stop(
-                    RunStatus.FAILED,
-                    StopReason.TOOL_FAILED,
-                    {"tool": cmd.tool, "code": "NOT_APPLIED_NO_BUDGET"},
-                )
-                cas(
-                    s,
-                    run.id,
-                    run.version,
-                    changes=stop_changes(stop),
-                    events=[event, *stop_events(view, stop, step=cmd.step)],
-                    step=cmd.step,
-                )
-                report.not_applied += 1
-        elif result == "unsupported" or attempt >= settings.max_reconcile_attempts:
-            outcome.resolved_status, outcome.resolved_at = "handoff", func.now()
-            s.flush()
-            enter_handoff(
-                s,
-                run,
-                reason=StopReason.UNKNOWN_EFFECT.value,
-                registry=ctx.registry,
-                events=[event],
-            )
-            report.handed_off += 1
-        else:
-            delay = backoff_delay(attempt, base_s=2.0, cap_s=300.0)
-            outcome.next_reconcile_at = to_datetime(ctx.clock() + max(0.5, delay))
-            append_events(s, run.id, [event], step=cmd.step, proposal_id=cmd.proposal_id)
-            report.still_unknown += 1
-    outbox.flush()
-
-
-#: Unknown outcomes recorded by someone other than the attempt itself (the attempt may not
-#: have noticed that it was declared lost).
-_RECORDED_FOR_THE_ATTEMPT = frozenset({"WORKER_LOST_DURING_EXECUTION", "COMMAND_LEASE_EXPIRED"})
-
-
-def _attempt_may_run(s: Any, cmd: Command, outcome: OutcomeRow) -> bool:
-    """Could the attempt behind ``outcome`` still be running (its hard time limit, by the
-    database's clock, not yet passed)?"""
-    if outcome.code not in _RECORDED_FOR_THE_ATTEMPT or cmd.started_at is None:
-        return False
-    if cmd.attempts != outcome.attempt:
-        return False
-    hard_limit = cmd.started_at + timedelta(seconds=cmd.timeout_s + HARD_LIMIT_GRACE_S)
-    return bool(s.scalar(select(func.now() < hard_limit)))
-
-
-def _finish_cancel(
-    s: Any,
-    run: Run,
-    *,
-    effect: str,
-    events: list[tuple[str, dict[str, Any]]],
-    step: int,
-    observation: NewObservation | None = None,
-) -> None:
-    stop = Stop(RunStatus.CANCELLED, StopReason.CANCELLED, {"effect": effect})
-    cas(
-        s,
-        run.id,
-        run.version,
-        changes=stop_changes(stop),
-        events=[*events, *stop_events(run_view(run), stop, step=step)],
-        step=step,
-        observation=observation,
-    )
-
-
 # --- 3. stalled runs -------------------------------------------------------------------------
 
 
 def _stalled_runs(ctx: StageContext, settings: WarrantSettings, report: SweepReport) -> None:
-    cutoff = func.now() - timedelta(seconds=settings.stall_after_s)
     with session_scope(ctx.engine) as s:
-        ids = s.scalars(
-            select(Run.id)
-            .where(Run.status == RunStatus.RUNNING.value, Run.updated_at < cutoff)
-            .order_by(Run.updated_at)
-            .limit(settings.sweep_batch)
-        ).all()
+        ids = sweeps.stalled_runs(
+            s, older_than_s=settings.stall_after_s, limit=settings.sweep_batch
+        )
     for run_id in ids:
         outbox = Outbox()
         with session_scope(ctx.engine) as s:
@@ -496,7 +206,7 @@ def _stalled_runs(ctx: StageContext, settings: WarrantSettings, report: SweepRep
                 )
             else:
                 continue
-            s.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now()))
+            sweeps.touch_run(s, run_id)
             append_events(
                 s,
                 run_id,
@@ -515,13 +225,7 @@ def _expired_confirmations(
 ) -> None:
     now = ctx.clock()
     with session_scope(ctx.engine) as s:
-        rows = s.execute(
-            select(Run.id, Proposal.confirmation_request, Run.deadline_at)
-            .join(Proposal, Proposal.id == Run.pending_proposal_id)
-            .where(Run.status == RunStatus.WAITING_CONFIRMATION.value)
-            .order_by(Run.updated_at)
-            .limit(settings.sweep_batch * 10)
-        ).all()
+        rows = sweeps.waiting_confirmations(s, limit=settings.sweep_batch * 10)
     due = [
         (rid, req, dl)
         for rid, req, dl in rows

@@ -6,11 +6,11 @@ from typing import Any
 
 from sqlalchemy import func
 
-from warrant.runner.codes import Phase
+from warrant.runner.codes import Phase, RunStatus, StopReason
 from warrant.runner.planning import Stop
 from warrant.runner.state import RunView
 
-__all__ = ["stop_changes", "stop_events"]
+__all__ = ["HARD_LIMIT_GRACE_S", "finish_cancel", "reissue_command", "stop_changes", "stop_events"]
 
 
 def stop_changes(stop: Stop) -> dict[str, Any]:
@@ -94,3 +94,28 @@ def reissue_command(
         )
     )
     return version
+
+
+def finish_cancel(
+    s: Any,
+    run: Any,
+    *,
+    effect: str,
+    events: list[tuple[str, dict[str, Any]]],
+    step: int,
+    observation: Any = None,
+) -> int:
+    """End a ``cancelling`` run (locked by the caller) as ``cancelled`` once its in-flight
+    effect is known: ``effect`` is ``applied`` or ``none``."""
+    from warrant.ledger.repo import run_view, transition
+
+    stop = Stop(RunStatus.CANCELLED, StopReason.CANCELLED, {"effect": effect})
+    return transition(
+        s,
+        run.id,
+        run.version,
+        changes=stop_changes(stop),
+        events=[*events, *stop_events(run_view(run), stop, step=step)],
+        step=step,
+        observation=observation,
+    )

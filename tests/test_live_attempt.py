@@ -9,6 +9,8 @@ the demo service did: one effect (or none), recorded once, by the attempt that m
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +18,7 @@ import pytest
 
 from tests import facts
 from tests.conftest import DRAFT_QUEUES, WorkerProcess, wait_for
-from tests.test_reconciler import settle
+from tests.test_reconciler import reconciliations, settle
 from tests.test_tool_execution import command_of, draft, lookup, refund, spec, started, uid
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
@@ -182,7 +184,29 @@ def test_an_attempt_that_outlived_its_lease_corrects_a_not_applied_verdict(
     info = client.get_run(run_id)
     assert (info.status, info.stop_reason) == ("handoff", "UNKNOWN_EFFECT")
     assert outcomes(engine, run_id) == [(1, "unknown", "COMMAND_LEASE_EXPIRED", "applied")]
-    from tests.test_reconciler import reconciliations
-
     assert reconciliations(engine, run_id) == ["not_applied", "applied_late"]
     assert facts.events(engine, run_id, "effect.found_late")
+
+
+def test_a_killed_attempt_is_judged_not_applied_only_after_its_hard_limit(
+    engine, client, demo, racers
+):
+    """The attempt's process is killed inside the call, before the refund: the redelivery
+    declares it lost at once (same node, pid gone), but the reconciler only accepts "not
+    applied" once the attempt's hard time limit has passed; then the same token is retried."""
+    order = f"ord_{uuid.uuid4().hex[:10]}"
+    demo.set_fault("issue_refund", "slow", delay_s=30)
+    run_id = client.start_run(spec([refund(order), sc.final("Refunded.", "tool-1")]))
+    started(engine, run_id)
+    holder = command_of(engine, run_id).worker
+    os.kill(int(holder.rpartition("/")[2]), signal.SIGKILL)
+    demo.clear_faults()
+    info = settle(client, run_id, timeout=60)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert demo.refund_count(order_id=order) == 1
+    assert outcomes(engine, run_id) == [
+        (1, "unknown", "WORKER_LOST_DURING_EXECUTION", "not_applied"),
+        (2, "succeeded", None, None),
+    ]
+    assert facts.events(engine, run_id, "effect.reconcile_deferred")
+    assert reconciliations(engine, run_id) == ["not_applied"]  # a deferral records no verdict

@@ -1,0 +1,287 @@
+"""The reconciler's second category: unknown effects, resolved by asking the tool.
+
+For each due ``unknown`` outcome the tool's ``reconcile(idempotency_token)`` is asked
+(outside any lock), then the answer is applied under row locks:
+
+- ``applied`` → the real outcome and observation are recorded, the run goes on (or finishes
+  its cancellation);
+- ``not_applied`` → retried with the *same* command and token if budget and deadline allow,
+  else the run fails (a cancelling run ends ``cancelled``). Never while the attempt that was
+  declared lost could still be running: then it is asked again once its hard limit passed;
+- still unknown → counted, backed off; no ``reconcile``, or too many tries → handoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from sqlalchemy import func
+
+from warrant.broker.context import StageContext
+from warrant.broker.handoffs import enter_handoff
+from warrant.broker.publish import Outbox
+from warrant.broker.transitions import (
+    HARD_LIMIT_GRACE_S,
+    finish_cancel,
+    reissue_command,
+    stop_changes,
+    stop_events,
+)
+from warrant.ledger import sweeps
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
+from warrant.ledger.repo import NewObservation, append_events, run_view, to_datetime, transition
+from warrant.runner.codes import ObservationKind, Phase, RunStatus, StopReason
+from warrant.runner.planning import Stop
+from warrant.runner.retry import backoff_delay
+from warrant.runner.settings import WarrantSettings
+from warrant.tools.contract import ReconcileResult, Tool, ToolContext
+
+__all__ = ["reconcile_unknown_effects"]
+
+log = logging.getLogger("warrant.reconciler")
+
+#: Unknown outcomes recorded by someone other than the attempt itself (the attempt may not
+#: have noticed that it was declared lost).
+_RECORDED_FOR_THE_ATTEMPT = frozenset({"WORKER_LOST_DURING_EXECUTION", "COMMAND_LEASE_EXPIRED"})
+
+
+def reconcile_unknown_effects(ctx: StageContext, settings: WarrantSettings, report: Any) -> None:
+    with session_scope(ctx.engine) as s:
+        due = sweeps.due_unknown_outcomes(s, limit=settings.sweep_batch)
+    for outcome_id in due:
+        try:
+            _reconcile_one(ctx, settings, report, outcome_id)
+        except Exception:
+            log.exception("reconciling outcome %s failed; will retry next sweep", outcome_id)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    result: str
+    """applied, not_applied, unknown, error (the query failed) or unsupported (no query)."""
+    found: ReconcileResult | None = None
+    error: str | None = None
+
+
+def _ask(ctx: StageContext, outcome_id: int) -> tuple[Tool[Any, Any] | None, _Answer] | None:
+    """The tool's answer about the outcome's effect, asked outside any lock."""
+    with session_scope(ctx.engine) as s:
+        outcome = s.get(OutcomeRow, outcome_id)
+        if outcome is None or outcome.resolved_status is not None:
+            return None
+        cmd, run = s.get(Command, outcome.command_id), s.get(Run, outcome.run_id)
+        assert cmd is not None and run is not None
+        tool = ctx.registry.get(cmd.tool, cmd.tool_version)
+        if tool is None or tool.reconcile is None:
+            return tool, _Answer("unsupported")
+        context = ToolContext(
+            run_id=run.id,
+            command_id=cmd.id,
+            subject=run.subject,
+            idempotency_token=cmd.idempotency_token,
+            attempt=cmd.attempts,
+            deadline_at=run.deadline_at.timestamp(),
+            deps=ctx.deps_for(tool),
+        )
+        token = cmd.idempotency_token
+    try:
+        found = tool.reconcile(token, context)
+    except Exception as exc:  # the status query itself failed: still unknown
+        return tool, _Answer("error", error=type(exc).__name__)
+    if found is None or found.applied is None:
+        return tool, _Answer("unknown", found)
+    return tool, _Answer("applied" if found.applied else "not_applied", found)
+
+
+@dataclass
+class _Apply:
+    """One answer being applied, under the locks of its outcome, run and command."""
+
+    ctx: StageContext
+    s: Any
+    outcome: OutcomeRow
+    run: Run
+    cmd: Command
+    tool: Tool[Any, Any] | None
+    event: tuple[str, dict[str, Any]]
+    outbox: Outbox
+
+    def resolve(self, status: str) -> None:
+        self.outcome.resolved_status, self.outcome.resolved_at = status, func.now()
+
+    @property
+    def cancelling(self) -> bool:
+        return self.run.status == RunStatus.CANCELLING
+
+
+def _reconcile_one(
+    ctx: StageContext, settings: WarrantSettings, report: Any, outcome_id: int
+) -> None:
+    asked = _ask(ctx, outcome_id)
+    if asked is None:
+        return
+    tool, answer = asked
+    outbox = Outbox()
+    with session_scope(ctx.engine) as s:
+        locked = sweeps.lock_unknown(s, outcome_id)
+        if locked is None:
+            return
+        outcome, run, cmd = locked
+        if answer.result == "not_applied" and _defer(s, run, cmd, outcome):
+            report.still_unknown += 1
+            return
+        attempt = outcome.reconcile_attempts + 1
+        detail = {"error": answer.error} if answer.error else None
+        s.add(
+            Reconciliation(
+                run_id=run.id,
+                command_id=cmd.id,
+                attempt=attempt,
+                result=answer.result,
+                detail=detail,
+            )
+        )
+        outcome.reconcile_attempts = attempt
+        event = (
+            "effect.reconciled",
+            {"tool": cmd.tool, "result": answer.result, "attempt": attempt},
+        )
+        step = _Apply(ctx, s, outcome, run, cmd, tool, event, outbox)
+        if answer.result == "applied":
+            _applied(step, answer.found)
+            report.applied += 1
+        elif answer.result == "not_applied":
+            counter = _not_applied(step)
+            setattr(report, counter, getattr(report, counter) + 1)
+        elif answer.result == "unsupported" or attempt >= settings.max_reconcile_attempts:
+            step.resolve("handoff")
+            s.flush()
+            reason = StopReason.UNKNOWN_EFFECT.value
+            enter_handoff(s, run, reason=reason, registry=ctx.registry, events=[event])
+            report.handed_off += 1
+        else:
+            delay = backoff_delay(attempt, base_s=2.0, cap_s=300.0)
+            outcome.next_reconcile_at = to_datetime(ctx.clock() + max(0.5, delay))
+            append_events(s, run.id, [event], step=cmd.step, proposal_id=cmd.proposal_id)
+            report.still_unknown += 1
+    outbox.flush()
+
+
+def _defer(s: Any, run: Run, cmd: Command, outcome: OutcomeRow) -> bool:
+    """ "Not applied" is only true once no attempt can still be applying it: for an outcome
+    recorded on behalf of an attempt that may still run, ask again after its hard limit."""
+    if outcome.code not in _RECORDED_FOR_THE_ATTEMPT or cmd.attempts != outcome.attempt:
+        return False
+    until = sweeps.attempt_may_run(s, cmd, limit_s=cmd.timeout_s + HARD_LIMIT_GRACE_S)
+    if until is None:
+        return False
+    outcome.next_reconcile_at = until
+    append_events(
+        s,
+        run.id,
+        [("effect.reconcile_deferred", {"tool": cmd.tool, "reason": "attempt-may-run"})],
+        step=cmd.step,
+        proposal_id=cmd.proposal_id,
+    )
+    return True
+
+
+def _applied(a: _Apply, found: ReconcileResult | None) -> None:
+    a.resolve("applied")
+    a.cmd.status = "completed"
+    observation = NewObservation(
+        f"tool-{a.cmd.step}",
+        ObservationKind.TOOL_RESULT,
+        a.tool.output_source.value if a.tool else "trusted-tool",
+        {
+            "tool": a.cmd.tool,
+            "status": "succeeded",
+            "output": (found.output if found else None) or {},
+            "reconciled": True,
+        },
+    )
+    if a.cancelling:
+        finish_cancel(
+            a.s, a.run, effect="applied", events=[a.event], step=a.cmd.step, observation=observation
+        )
+        return
+    version = transition(
+        a.s,
+        a.run.id,
+        a.run.version,
+        changes={
+            "status": RunStatus.RUNNING.value,
+            "phase": Phase.PLANNING.value,
+            "stop_reason": None,
+            "active_command_id": None,
+        },
+        events=[
+            a.event,
+            ("state.transitioned", {"from": a.run.status, "to": RunStatus.RUNNING.value}),
+        ],
+        step=a.cmd.step,
+        proposal_id=a.cmd.proposal_id,
+        observation=observation,
+    )
+    a.outbox.add(partial(a.ctx.publisher.planner, a.run.id, version))
+
+
+def _not_applied(a: _Apply) -> str:
+    """Known not applied: end a cancellation, retry the same command with the same token if
+    budget and deadline allow, else fail the run. Returns the report counter to count in."""
+    a.resolve("not_applied")
+    view = run_view(a.run)
+    assert a.tool is not None
+    timeout = min(a.tool.timeout_s, view.deadline_at - a.ctx.clock())
+    if a.cancelling:
+        a.cmd.status = "completed"
+        finish_cancel(a.s, a.run, effect="none", events=[a.event], step=a.cmd.step)
+        return "not_applied"
+    if view.tool_calls < view.budgets.max_tool_calls and timeout > 0.5:
+        reissue_command(
+            a.ctx,
+            a.s,
+            a.run,
+            a.cmd,
+            delay_s=0.0,
+            timeout_s=timeout,
+            changes={
+                "status": RunStatus.RUNNING.value,
+                "phase": Phase.TOOL.value,
+                "stop_reason": None,
+            },
+            events=[
+                a.event,
+                (
+                    "tool.retry.scheduled",
+                    {
+                        "attempt": a.cmd.attempts + 1,
+                        "delay_s": 0,
+                        "code": a.outcome.code,
+                        "after": "reconciliation",
+                    },
+                ),
+                ("state.transitioned", {"from": a.run.status, "to": RunStatus.RUNNING.value}),
+            ],
+            outbox=a.outbox,
+        )
+        return "retried"
+    a.cmd.status = "completed"
+    stop = Stop(
+        RunStatus.FAILED,
+        StopReason.TOOL_FAILED,
+        {"tool": a.cmd.tool, "code": "NOT_APPLIED_NO_BUDGET"},
+    )
+    transition(
+        a.s,
+        a.run.id,
+        a.run.version,
+        changes=stop_changes(stop),
+        events=[a.event, *stop_events(view, stop, step=a.cmd.step)],
+        step=a.cmd.step,
+    )
+    return "not_applied"

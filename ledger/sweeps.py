@@ -1,0 +1,138 @@
+"""The reconciler's queries: what each sweep category finds, and the rows it locks.
+
+Each finder is an indexed query on status with a batch limit (a sweep costs what it finds);
+each locker re-reads its rows ``FOR UPDATE`` so an action sees the row as it is now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, func, literal_column, select, update
+from sqlalchemy.orm import Session
+
+from warrant.ledger.models import Command, OutcomeRow, Proposal, Run
+from warrant.runner.codes import RunStatus
+
+__all__ = [
+    "attempt_may_run",
+    "due_unknown_outcomes",
+    "lock_unknown",
+    "stale_commands",
+    "stalled_runs",
+    "sweep_lock",
+    "touch_run",
+    "waiting_confirmations",
+]
+
+
+@contextmanager
+def sweep_lock(engine: Engine, key: int) -> Iterator[bool]:
+    """Hold the advisory lock ``key`` for the block if no one else does (yields False then)."""
+    with engine.connect() as conn:
+        got = bool(conn.execute(select(func.pg_try_advisory_lock(key))).scalar())
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                conn.execute(select(func.pg_advisory_unlock(key)))
+                conn.commit()
+
+
+def stale_commands(s: Session, *, extra_s: float, limit: int) -> list[str]:
+    """``started`` commands of live runs older than their time limit plus ``extra_s``."""
+    return list(
+        s.scalars(
+            select(Command.id)
+            .join(Run, Run.id == Command.run_id)
+            .where(
+                # a literal, not a parameter: a generic plan can then use the partial index
+                Command.status == literal_column("'started'"),
+                Command.started_at
+                + func.make_interval(0, 0, 0, 0, 0, 0, Command.timeout_s + extra_s)
+                < func.now(),
+                Run.status.in_([RunStatus.RUNNING.value, RunStatus.CANCELLING.value]),
+            )
+            .limit(limit)
+        ).all()
+    )
+
+
+def due_unknown_outcomes(s: Session, *, limit: int) -> list[int]:
+    """Unresolved ``unknown`` outcomes of the command a reconciling or cancelling run waits
+    on, whose next check is due."""
+    return list(
+        s.scalars(
+            select(OutcomeRow.id)
+            .join(
+                Run,
+                and_(Run.id == OutcomeRow.run_id, Run.active_command_id == OutcomeRow.command_id),
+            )
+            .where(
+                Run.status.in_([RunStatus.RECONCILING.value, RunStatus.CANCELLING.value]),
+                OutcomeRow.status == "unknown",
+                OutcomeRow.resolved_status.is_(None),
+                (OutcomeRow.next_reconcile_at.is_(None))
+                | (OutcomeRow.next_reconcile_at <= func.now()),
+            )
+            .limit(limit)
+        ).all()
+    )
+
+
+def lock_unknown(s: Session, outcome_id: int) -> tuple[OutcomeRow, Run, Command] | None:
+    """The outcome, its run and its command, locked — if the outcome is still unresolved and
+    still the one its run waits on."""
+    outcome = s.get(OutcomeRow, outcome_id, with_for_update=True)
+    if outcome is None or outcome.resolved_status is not None:
+        return None
+    run = s.get(Run, outcome.run_id, with_for_update=True)
+    if run is None or run.active_command_id != outcome.command_id:
+        return None
+    cmd = s.get(Command, outcome.command_id, with_for_update=True)
+    return None if cmd is None else (outcome, run, cmd)
+
+
+def attempt_may_run(s: Session, cmd: Command, *, limit_s: float) -> datetime | None:
+    """When ``cmd``'s current attempt passes ``limit_s`` after its start (its hard time
+    limit), if that is still ahead by the database's clock; None if it has passed."""
+    if cmd.started_at is None:
+        return None
+    end = cmd.started_at + timedelta(seconds=limit_s)
+    return end if s.scalar(select(func.now() < end)) else None
+
+
+def stalled_runs(s: Session, *, older_than_s: float, limit: int) -> list[str]:
+    """``running`` runs with no progress for ``older_than_s``, oldest first."""
+    cutoff = func.now() - timedelta(seconds=older_than_s)
+    return list(
+        s.scalars(
+            select(Run.id)
+            .where(Run.status == RunStatus.RUNNING.value, Run.updated_at < cutoff)
+            .order_by(Run.updated_at)
+            .limit(limit)
+        ).all()
+    )
+
+
+def touch_run(s: Session, run_id: str) -> None:
+    """Mark the run as progressed now (without a version change)."""
+    s.execute(update(Run).where(Run.id == run_id).values(updated_at=func.now()))
+
+
+def waiting_confirmations(s: Session, *, limit: int) -> list[Any]:
+    """(run id, confirmation request, run deadline) of runs waiting for a confirmation,
+    the longest-waiting first."""
+    return list(
+        s.execute(
+            select(Run.id, Proposal.confirmation_request, Run.deadline_at)
+            .join(Proposal, Proposal.id == Run.pending_proposal_id)
+            .where(Run.status == RunStatus.WAITING_CONFIRMATION.value)
+            .order_by(Run.updated_at)
+            .limit(limit)
+        ).all()
+    )
