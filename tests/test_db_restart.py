@@ -168,7 +168,7 @@ def test_a_database_lost_during_a_tool_call_is_transient(engine, side_effect, ex
     from tests.test_hot_path import _terminate_backends
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_tool import _run_tool, _Snapshot
+    from warrant.broker.tool_call import Snapshot, run_tool
     from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
 
     name = f"tool-{uuid.uuid4().hex[:8]}"
@@ -199,7 +199,7 @@ def test_a_database_lost_during_a_tool_call_is_transient(engine, side_effect, ex
         timeout_s=20.0,
     )
     ctx = context_for(engine, publisher=RecordingPublisher())
-    snap = _Snapshot(
+    snap = Snapshot(
         command_id="c",
         run_id="r",
         version=1,
@@ -232,7 +232,7 @@ def test_a_database_lost_during_a_tool_call_is_transient(engine, side_effect, ex
     killer = threading.Thread(target=end_the_session)
     killer.start()
     started = time.monotonic()
-    result = _run_tool(ctx, tool, snap)
+    result = run_tool(ctx, tool, snap)
     killer.join(15)
     lossy.dispose()
     assert time.monotonic() - started < 9  # cut by the lost session, not by the sleep

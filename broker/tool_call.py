@@ -1,0 +1,218 @@
+"""Calling a tool: its context, its deadline and cancellation, and what it did, classified
+(succeeded, rejected, failed, unknown) — the tool stage's pure-ish middle, with no ledger writes."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import sqlalchemy.exc
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from warrant.broker import interrupts
+from warrant.broker.context import StageContext
+from warrant.ledger.repo import (
+    run_view,
+)
+from warrant.runner.canonical import sha256_hex
+from warrant.runner.codes import Outcome, RunStatus, StopReason
+from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.state import RunView
+from warrant.tools.contract import SideEffect, Tool, ToolContext
+
+__all__ = [
+    "CANCELLED_STATUSES",
+    "DATABASE_ERRORS",
+    "Snapshot",
+    "ToolResult",
+    "run_tool",
+    "snapshot_of",
+]
+
+log = logging.getLogger("warrant.tool")
+CANCEL_CHECK_EVERY_S = 0.2
+CANCELLED_STATUSES = (RunStatus.CANCELLING.value, RunStatus.CANCELLED.value)
+#: A lost or refused database connection inside a tool call (its own or a store's it uses).
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+@dataclass
+class ToolResult:
+    status: Outcome
+    code: str | None = None
+    message: str | None = None
+    retryable: bool = False
+    retry_after_s: float | None = None
+    output: dict[str, Any] | None = None
+    stop: StopReason | None = None
+    trigger: str | None = None
+    """For ``unknown``: what made the effect uncertain (adapter, timeout, cancellation)."""
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    command_id: str
+    run_id: str
+    version: int
+    step: int
+    proposal_id: str
+    arguments: dict[str, Any]
+    token: str
+    attempt: int
+    deadline_at: float
+    timeout_s: float
+    subject: str
+    confirmation_id: str | None
+    started_at: float
+    view: RunView
+
+
+def snapshot_of(row: Any, *, attempt: int, version: int) -> Snapshot:
+    return Snapshot(
+        command_id=row.cmd_id,
+        run_id=row.id,
+        version=version,
+        step=row.cmd_step,
+        proposal_id=row.cmd_proposal_id,
+        arguments=dict(row.cmd_arguments),
+        token=row.cmd_token,
+        attempt=attempt,
+        deadline_at=row.cmd_deadline_at.timestamp(),
+        timeout_s=row.cmd_timeout_s,
+        subject=row.subject,
+        confirmation_id=row.cmd_confirmation_id,
+        started_at=time.time(),
+        view=run_view(row),
+    )
+
+
+def cancel_flag(ctx: StageContext, run_id: str) -> Any:
+    """A cancellation check backed by the ledger (throttled), for tools to poll."""
+    last = {"at": 0.0, "value": False}
+
+    def is_cancelled(*, fresh: bool = False) -> bool:
+        now = time.monotonic()
+        stale = now - float(last["at"]) >= CANCEL_CHECK_EVERY_S
+        if not last["value"] and (fresh or stale):
+            last["at"] = now
+            last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
+        return bool(last["value"])
+
+    return is_cancelled
+
+
+def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolResult:
+    is_cancelled = cancel_flag(ctx, snap.run_id)
+    context = ToolContext(
+        run_id=snap.run_id,
+        command_id=snap.command_id,
+        subject=snap.subject,
+        idempotency_token=snap.token,
+        attempt=snap.attempt,
+        deadline_at=snap.deadline_at,
+        deps=ctx.deps_for(tool),
+        is_cancelled=is_cancelled,
+        confirmation_id=snap.confirmation_id,
+    )
+    write = tool.side_effect is not SideEffect.READ
+    try:
+        args = tool.parse_input(snap.arguments)
+        with interrupts.interruptible():  # a cancel's SIGUSR1 lands only here
+            out = tool.execute(args, context)
+    except ToolRejected as exc:
+        return ToolResult(Outcome.REJECTED, exc.code, str(exc), output=exc.details)
+    except ToolFailed as exc:
+        return ToolResult(
+            Outcome.FAILED,
+            exc.code,
+            str(exc),
+            retryable=exc.retryable,
+            retry_after_s=exc.retry_after_s,
+            stop=None if exc.retryable else StopReason.TOOL_FAILED,
+        )
+    except (ToolUnknown, SoftTimeLimitExceeded) as exc:
+        cancelled = ctx.tool_deps.run_status(snap.run_id) in CANCELLED_STATUSES
+        if isinstance(exc, ToolUnknown):
+            code, trigger = exc.code, "adapter"
+        elif cancelled:
+            code, trigger = "CANCELLED_DURING_EXECUTION", "cancellation"
+        else:
+            code, trigger = "TOOL_TIMEOUT", "timeout"
+        if write:
+            return ToolResult(
+                Outcome.UNKNOWN,
+                code,
+                str(exc) or code,
+                stop=StopReason.UNKNOWN_EFFECT,
+                trigger=trigger,
+            )
+        deadline_bound = snap.timeout_s < tool.timeout_s - 1e-6
+        stop = (
+            StopReason.DEADLINE_REACHED
+            if trigger == "timeout" and deadline_bound
+            else StopReason.TOOL_FAILED
+        )
+        return ToolResult(Outcome.FAILED, code, str(exc) or code, stop=stop)
+    except DATABASE_ERRORS as exc:  # the ledger or a tool's database went away: transient
+        if write:
+            return ToolResult(
+                Outcome.UNKNOWN,
+                "DATABASE_UNAVAILABLE",
+                f"a database connection failed during the call ({type(exc).__name__})",
+                stop=StopReason.UNKNOWN_EFFECT,
+                trigger="database",
+            )
+        return ToolResult(
+            Outcome.FAILED,
+            "DATABASE_UNAVAILABLE",
+            f"a database connection failed during the read ({type(exc).__name__})",
+            retryable=True,
+        )
+    except Exception as exc:  # unclassified: an internal error; stop, never retry blindly
+        log.exception("tool %s raised an unclassified exception", tool.name)
+        return ToolResult(
+            Outcome.FAILED,
+            "TOOL_INTERNAL_ERROR",
+            type(exc).__name__,
+            stop=StopReason.TOOL_INTERNAL_ERROR,
+        )
+    try:
+        validated = tool.output_model.model_validate(out.model_dump(mode="json"))
+    except (ValidationError, AttributeError):
+        return ToolResult(
+            Outcome.FAILED,
+            "TOOL_OUTPUT_INVALID",
+            "output failed its schema",
+            stop=StopReason.TOOL_INTERNAL_ERROR,
+        )
+    result = ToolResult(Outcome.SUCCEEDED, output=validated.model_dump(mode="json"))
+    result.events.append(("tool.result.validated", {"tool": tool.name}))
+    if tool.verify is not None:
+        ok = bool(tool.verify(args, validated, context))
+        result.events.append(("tool.postcondition.checked", {"tool": tool.name, "ok": ok}))
+        if not ok:
+            result.stop, result.code = (
+                StopReason.TOOL_POSTCONDITION_FAILED,
+                "TOOL_POSTCONDITION_FAILED",
+            )
+            result.events.append(
+                (
+                    "effect.compensation_required",
+                    {
+                        "tool": tool.name,
+                        "side_effect": tool.side_effect.value,
+                        "idempotency_key_hash": sha256_hex(snap.token)[:16],
+                    },
+                )
+            )
+    return result

@@ -1,0 +1,290 @@
+"""Recording a tool attempt's outcome: the one-statement fast path, the locked general path
+(retries, cancellation, duplicates), and what an outcome does to its run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import func
+
+from warrant.broker.context import StageContext
+from warrant.broker.faults import crash_point
+from warrant.broker.late import late_outcome, record_late
+from warrant.broker.publish import Outbox
+from warrant.broker.tool_call import Snapshot, ToolResult
+from warrant.broker.transitions import reissue_command, stop_changes, stop_events
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Command, Run
+from warrant.ledger.repo import (
+    NewObservation,
+    StaleVersion,
+    command_for_update,
+    record_outcome,
+    run_view,
+    to_datetime,
+    transition,
+)
+from warrant.ledger.steps import (
+    autocommit,
+    complete_command,
+    insert_outcome,
+)
+from warrant.runner.codes import ObservationKind, Outcome, Phase, RunStatus, StopReason
+from warrant.runner.planning import Stop
+from warrant.runner.retry import decide_retry
+from warrant.runner.state import RunView
+from warrant.tools.contract import SideEffect, Tool
+
+__all__ = ["record", "record_fast"]
+
+
+def _attempt_event(
+    tool: Tool[Any, Any], res: ToolResult, attempt: int, duration_ms: float | None
+) -> tuple[str, dict[str, Any]]:
+    return (
+        "tool.completed",
+        {
+            "tool": tool.name,
+            "status": res.status.value,
+            "code": res.code,
+            "attempt": attempt,
+            "duration_ms": duration_ms,
+        },
+    )
+
+
+def _outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) -> dict[str, Any]:
+    return {
+        "command_id": snap.command_id,
+        "run_id": snap.run_id,
+        "status": res.status.value,
+        "code": res.code,
+        "retryable": res.retryable,
+        "message": res.message,
+        "output": res.output,
+        "attempt": snap.attempt,
+        "duration_ms": duration_ms,
+    }
+
+
+def record_fast(
+    ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolResult
+) -> str | None:
+    """The common case in one statement: the run is where the message left it. None when the
+    compare-and-set lost (a cancel, a duplicate delivery): :func:`record` sorts that out."""
+    duration_ms = round((time.time() - snap.started_at) * 1000, 1)
+    attempt_event = _attempt_event(tool, res, snap.attempt, duration_ms)
+    changes, events, observation, go_on = _conclusion(
+        RunStatus.RUNNING, snap.view, tool, res, snap.step, attempt_event
+    )
+    command = {"status": "completed", "finished_at": to_datetime(time.time())}
+    try:
+        with autocommit(ctx.engine) as conn:
+            version = transition(
+                conn,
+                snap.run_id,
+                snap.version,
+                changes=changes,
+                events=events,
+                step=snap.step,
+                proposal_id=snap.proposal_id,
+                observation=observation,
+                guarded=[
+                    complete_command(snap.command_id, command),
+                    insert_outcome(_outcome_values(snap, res, duration_ms)),
+                ],
+                current_attempt=(snap.command_id, snap.attempt),
+            )
+    except StaleVersion:
+        return None
+    crash_point("tool:after_commit", snap.run_id)
+    if go_on:
+        ctx.publisher.planner(snap.run_id, version)
+    return res.status.value
+
+
+def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolResult) -> str:
+    """The general case, under row locks: retries, cancellation, duplicates."""
+    outbox = Outbox()
+    with session_scope(ctx.engine) as s:
+        cmd = command_for_update(s, snap.command_id)
+        run = s.get(Run, snap.run_id, with_for_update=True)
+        assert cmd is not None and run is not None
+        if cmd.status != "started" or cmd.attempts != snap.attempt:
+            # Not (or no longer) this attempt's command to conclude.
+            return record_late(ctx, s, run, cmd, tool, late_outcome(res, snap.attempt), outbox)
+        duration_ms = None
+        if cmd.started_at is not None:
+            duration_ms = round((time.time() - cmd.started_at.timestamp()) * 1000, 1)
+        attempt_event = _attempt_event(tool, res, snap.attempt, duration_ms)
+        if (
+            res.status is Outcome.FAILED
+            and res.retryable
+            and run.status == RunStatus.RUNNING
+            and _maybe_retry(ctx, s, run, cmd, tool, res, attempt_event, outbox)
+        ):
+            result = "retry_scheduled"
+        else:
+            result = _finish(ctx, s, run, cmd, tool, res, attempt_event, duration_ms, snap, outbox)
+    crash_point("tool:after_commit", snap.run_id)
+    outbox.flush()
+    return result
+
+
+def _maybe_retry(
+    ctx: StageContext,
+    s: Any,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    res: ToolResult,
+    attempt_event: tuple[str, dict[str, Any]],
+    outbox: Outbox,
+) -> bool:
+    view = run_view(run)
+    now = ctx.clock()
+    timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
+    decision = decide_retry(
+        attempt=cmd.attempts,
+        max_attempts=tool.max_attempts,
+        tool_calls=view.tool_calls,
+        max_tool_calls=view.budgets.max_tool_calls,
+        now=now,
+        deadline_at=view.deadline_at,
+        attempt_timeout_s=timeout,
+        base_s=tool.retry_base_s,
+        cap_s=tool.retry_cap_s,
+        retry_after_s=res.retry_after_s,
+    )
+    if not decision.retry:
+        res.events.insert(
+            0, ("tool.retry.refused", {"reason": decision.reason, "attempt": cmd.attempts})
+        )
+        return False
+    attempt_timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now - decision.delay_s))
+    reissue_command(
+        ctx,
+        s,
+        run,
+        cmd,
+        delay_s=decision.delay_s,
+        timeout_s=attempt_timeout,
+        changes={},
+        events=[
+            attempt_event,
+            (
+                "tool.retry.scheduled",
+                {
+                    "attempt": cmd.attempts + 1,
+                    "delay_s": round(decision.delay_s, 3),
+                    "code": res.code,
+                    "retry_after": res.retry_after_s is not None,
+                },
+            ),
+        ],
+        outbox=outbox,
+    )
+    return True
+
+
+def _finish(
+    ctx: StageContext,
+    s: Any,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    res: ToolResult,
+    attempt_event: tuple[str, dict[str, Any]],
+    duration_ms: float | None,
+    snap: Snapshot,
+    outbox: Outbox,
+) -> str:
+    if not record_outcome(s, **_outcome_values(snap, res, duration_ms)):
+        return "superseded"  # lost the race for this attempt's outcome: no transition follows
+    cmd.status, cmd.finished_at = "completed", func.now()
+    changes, events, observation, go_on = _conclusion(
+        RunStatus(run.status), run_view(run), tool, res, cmd.step, attempt_event
+    )
+    new_version = transition(
+        s,
+        run.id,
+        run.version,
+        changes=changes,
+        events=events,
+        step=cmd.step,
+        proposal_id=cmd.proposal_id,
+        observation=observation,
+    )
+    if go_on:
+        run_id = run.id
+        outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
+    return res.status.value
+
+
+def _conclusion(
+    status: RunStatus,
+    view: RunView,
+    tool: Tool[Any, Any],
+    res: ToolResult,
+    step: int,
+    attempt_event: tuple[str, dict[str, Any]],
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], NewObservation | None, bool]:
+    """What an outcome does to a run at ``status``: its changes, events, observation, and
+    whether the planner goes on."""
+    events = [attempt_event, *res.events]
+    observation = None
+    if res.status is not Outcome.UNKNOWN:
+        content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
+        if res.output is not None:
+            content["output"] = res.output
+        if res.code:
+            content["code"] = res.code
+        observation = NewObservation(
+            f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
+        )
+    if res.status is Outcome.UNKNOWN:
+        events.append(
+            (
+                "effect.reconciliation_required",
+                {
+                    "tool": tool.name,
+                    "trigger": res.trigger,
+                    "recovery": "query" if tool.reconcile is not None else "human",
+                },
+            )
+        )
+    changes: dict[str, Any]
+    if status is RunStatus.CANCELLING:
+        if res.status is Outcome.UNKNOWN:
+            # The effect is not known: the run stays cancelling until it is reconciled.
+            changes = {"phase": Phase.IDLE.value}
+        else:
+            applied = res.status is Outcome.SUCCEEDED and tool.side_effect is not SideEffect.READ
+            stop = Stop(
+                RunStatus.CANCELLED,
+                StopReason.CANCELLED,
+                {"effect": "applied" if applied else "none", "tool": tool.name},
+            )
+            changes = stop_changes(stop)
+            events += stop_events(view, stop, step=step)
+    elif status is not RunStatus.RUNNING:
+        changes = {}
+    elif res.status is Outcome.UNKNOWN:
+        changes = {
+            "status": RunStatus.RECONCILING.value,
+            "phase": Phase.IDLE.value,
+            "stop_reason": StopReason.UNKNOWN_EFFECT.value,
+            "stop_detail": {"tool": tool.name, "code": res.code},
+        }
+        events.append(
+            ("state.transitioned", {"from": status.value, "to": RunStatus.RECONCILING.value})
+        )
+    elif res.stop is not None:
+        stop = Stop(RunStatus.FAILED, res.stop, {"tool": tool.name, "code": res.code})
+        changes = stop_changes(stop)
+        events += stop_events(view, stop, step=step)
+    else:
+        changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
+    go_on = status is RunStatus.RUNNING and res.stop is None and res.status is not Outcome.UNKNOWN
+    return changes, events, observation, go_on
