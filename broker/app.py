@@ -12,14 +12,11 @@ from warrant.broker import telemetry
 from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import reset_engines
+from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.settings import WarrantSettings
 from warrant.tools.plugins import registry_for
 
 __all__ = ["app", "make_app"]
-
-#: Broker used when nothing is configured (plain ``celery`` against a local Redis).
-DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
-
 
 #: AMQP heartbeat: a silently dead RabbitMQ connection is noticed within about this long.
 BROKER_HEARTBEAT_S = 30
@@ -38,6 +35,10 @@ def transport_options(settings: WarrantSettings) -> dict[str, object]:
 
 
 def make_app(settings: WarrantSettings | None = None) -> Celery:
+    """The Celery app for ``settings`` (default: the environment). The broker is
+    ``settings.broker_url``, else a running ``warrant up``'s; with neither the app is still
+    built but refuses to connect (``ServiceUnavailable`` ``SERVICES_NOT_CONFIGURED`` on first
+    use) rather than fall back to a default broker."""
     settings = settings or WarrantSettings()
     registry = registry_for(settings)
     longest = registry.max_timeout_s() + HARD_LIMIT_GRACE_S
@@ -46,16 +47,22 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
             f"visibility timeout {settings.visibility_timeout_s}s must exceed the longest tool "
             f"time limit ({longest}s), or Redis would redeliver running commands"
         )
-    broker_url = settings.broker_url
+    broker_url: str | None = settings.broker_url
     if not broker_url:
-        try:
-            from warrant.runner.settings import resolved_urls
+        from warrant.runner.settings import resolved_urls
 
+        try:
             broker_url = resolved_urls(settings)[0]
-        except Exception:
-            broker_url = DEFAULT_BROKER_URL
+        except ServiceUnavailable:  # SERVICES_NOT_CONFIGURED: no fallback broker
+            broker_url = None
     celery = Celery("warrant", broker=broker_url, include=["warrant.broker.tasks"])
-    if broker_url.startswith(("redis://", "redis+socket://")):
+    if broker_url is None:
+        # Importing the app stays possible; its first connection raises
+        # SERVICES_NOT_CONFIGURED (see warrant.broker._unconfigured).
+        from warrant.broker._unconfigured import TRANSPORT as UNCONFIGURED
+
+        celery.conf.broker_transport = UNCONFIGURED
+    elif broker_url.startswith(("redis://", "redis+socket://")):
         from warrant.broker._redis_transport import TRANSPORT
 
         celery.conf.broker_transport = TRANSPORT

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, func, select, text
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, GrantRow, MemoryRecord, Run
 from warrant.runner.canonical import proposal_hash
-from warrant.runner.errors import RunNotFound, ToolRejected
+from warrant.runner.errors import MemoryNotFound, ToolRejected
 from warrant.runner.state import GrantView
 
 __all__ = ["DEFAULT_MEMORY_KEYS", "MemoryConflict", "MemoryStore"]
@@ -222,7 +222,7 @@ class MemoryStore:
         with session_scope(self.engine) as s:
             r = s.get(MemoryRecord, record_id, with_for_update=True)
             if r is None:
-                raise RunNotFound(f"no memory record {record_id}", code="MEMORY_NOT_FOUND")
+                raise MemoryNotFound(f"no memory record {record_id}")
             if r.revoked_at is None:
                 r.revoked_at, r.revoked_by = datetime.now(tz=UTC), by
             return {

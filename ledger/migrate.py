@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from alembic import command
 from alembic.config import Config
+from psycopg.errors import UndefinedTable
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from warrant.ledger.db import engine_for, normalize_url
+from warrant.runner.errors import ServiceUnavailable
 
 __all__ = ["alembic_config", "current_revision", "upgrade"]
 
@@ -33,9 +36,31 @@ def upgrade(url: str, revision: str = "head") -> str | None:
 
 
 def current_revision(url: str) -> str | None:
-    with engine_for(url).connect() as conn:
-        try:
-            row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
-        except Exception:
-            return None
-        return row[0] if row else None
+    """The revision the database at ``url`` is at; ``None`` only if it has no
+    ``alembic_version`` table (never migrated) or that table is empty.
+
+    Any other database error is reported, not read as "no revision yet": a database that
+    cannot be reached raises :class:`ServiceUnavailable` ``DATABASE_UNAVAILABLE``, one whose
+    revision cannot be read (permissions, a broken table) ``MIGRATION_STATE_UNREADABLE``."""
+    try:
+        with engine_for(url).connect() as conn:
+            try:
+                row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+            except ProgrammingError as exc:
+                if isinstance(exc.orig, UndefinedTable):
+                    return None
+                raise
+            return row[0] if row else None
+    except OperationalError as exc:
+        raise ServiceUnavailable(
+            f"cannot reach the ledger database: {_first_line(exc)}", code="DATABASE_UNAVAILABLE"
+        ) from exc
+    except SQLAlchemyError as exc:
+        raise ServiceUnavailable(
+            f"cannot read the ledger's migration revision: {_first_line(exc)}",
+            code="MIGRATION_STATE_UNREADABLE",
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

@@ -35,6 +35,7 @@ from warrant.ledger.models import (
 )
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
+from warrant.runner.errors import StateConflict
 from warrant.runner.spec import Budgets
 from warrant.runner.state import ObservationView, RunView
 
@@ -51,8 +52,13 @@ __all__ = [
 ]
 
 
-class StaleVersion(Exception):
-    """The compare-and-set lost: another message already moved the run."""
+class StaleVersion(StateConflict):
+    """The compare-and-set lost: another message already moved the run.
+
+    Raised on the hot path (every duplicate delivery): no ``__init__`` of its own, the
+    code is the class attribute."""
+
+    code = "STALE_VERSION"
 
 
 @dataclass(frozen=True)

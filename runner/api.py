@@ -16,26 +16,27 @@ from typing import Any
 
 import psycopg
 from pydantic import ValidationError
-from sqlalchemy import Engine, exists, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from warrant.broker.transitions import stop_changes, stop_events
+from warrant.ledger import reads
 from warrant.ledger.db import engine_for, retry_once_on_disconnect, session_scope
 from warrant.ledger.models import (
     Command,
     Confirmation,
     GrantRow,
     Handoff,
-    Observation,
     Proposal,
     Run,
-    TraceEvent,
 )
 from warrant.ledger.repo import append_events, run_view, to_datetime, transition
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
 from warrant.runner.errors import (
     ConfirmationRefused,
+    HandoffNotFound,
+    InvalidRequest,
     RunNotFound,
     SpecError,
     StateConflict,
@@ -167,7 +168,7 @@ class Client:
 
     def _run_exists(self, run_id: str) -> bool:
         with session_scope(self.engine) as s:
-            return bool(s.scalar(select(exists().where(Run.id == run_id))))
+            return reads.run_exists(s, run_id)
 
     def _insert_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
         from warrant.ledger.steps import autocommit, create_run
@@ -391,36 +392,27 @@ class Client:
     @retry_once_on_disconnect
     def handoffs(self, *, open_only: bool = True, limit: int = 50) -> list[dict[str, Any]]:
         with session_scope(self.engine) as s:
-            q = select(Handoff).order_by(Handoff.created_at.desc()).limit(limit)
-            if open_only:
-                q = q.where(Handoff.resolved_at.is_(None))
-            return [_handoff_dict(h) for h in s.scalars(q)]
+            rows = reads.handoffs(s, open_only=open_only, limit=limit)
+            return [_handoff_dict(h) for h in rows]
 
     @retry_once_on_disconnect
     def handoff(self, handoff_id: str) -> dict[str, Any]:
         """One handoff by its id (or the newest of a run, given the run id)."""
         with session_scope(self.engine) as s:
-            h = (
-                s.get(Handoff, handoff_id)
-                or s.scalars(
-                    select(Handoff)
-                    .where(Handoff.run_id == handoff_id)
-                    .order_by(Handoff.created_at.desc())
-                ).first()
-            )
+            h = reads.handoff_by_id_or_run(s, handoff_id)
             if h is None:
-                raise RunNotFound(f"no handoff {handoff_id}", code="HANDOFF_NOT_FOUND")
+                raise HandoffNotFound(f"no handoff {handoff_id}")
             return _handoff_dict(h)
 
     def resolve_handoff(self, handoff_id: str, *, outcome: str, by: str, reason: str) -> RunInfo:
         """A person ends the run: a command through the state machine (compare-and-set on
         the version, recorded with identity and reason), never a raw status edit."""
         if outcome not in RESOLUTIONS:
-            raise StateConflict(
+            raise InvalidRequest(
                 f"outcome must be one of {', '.join(RESOLUTIONS)}", code="INVALID_RESOLUTION"
             )
         if not by.strip() or not reason.strip():
-            raise StateConflict(
+            raise InvalidRequest(
                 "a resolution needs who (--by) and why (--reason)",
                 code="RESOLUTION_IDENTITY_REQUIRED",
             )
@@ -528,18 +520,13 @@ class Client:
     @retry_once_on_disconnect
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
         with session_scope(self.engine) as s:
-            q = select(Run).order_by(Run.created_at.desc()).limit(limit)
-            if status:
-                q = q.where(Run.status == status)
-            return [RunInfo.of(r) for r in s.scalars(q)]
+            return [RunInfo.of(r) for r in reads.runs(s, limit=limit, status=status)]
 
     @retry_once_on_disconnect
     def trace(self, run_id: str) -> list[dict[str, Any]]:
         self.get_run(run_id)
         with session_scope(self.engine) as s:
-            rows = s.scalars(
-                select(TraceEvent).where(TraceEvent.run_id == run_id).order_by(TraceEvent.seq)
-            )
+            rows = reads.trace(s, run_id)
             return [
                 {
                     "seq": e.seq,
@@ -555,9 +542,7 @@ class Client:
     @retry_once_on_disconnect
     def observations(self, run_id: str) -> list[dict[str, Any]]:
         with session_scope(self.engine) as s:
-            rows = s.scalars(
-                select(Observation).where(Observation.run_id == run_id).order_by(Observation.id)
-            )
+            rows = reads.observations(s, run_id)
             return [
                 {
                     "observation_id": o.observation_id,

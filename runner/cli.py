@@ -17,8 +17,9 @@ from rich.table import Table
 
 from warrant.runner.errors import (
     ConfirmationRefused,
+    InvalidRequest,
+    NotFound,
     PluginError,
-    RunNotFound,
     ServiceUnavailable,
     SpecError,
     StateConflict,
@@ -50,21 +51,24 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 #: Exit codes: 0 ok, 1 the run/command did not succeed, 2 bad input, 3 services unavailable.
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 1, 2, 3
 
+#: The error classes that exit ``EXIT_BAD_INPUT``: mapped by class, never by code.
+BAD_INPUT: tuple[type[WarrantError], ...] = (
+    InvalidRequest,
+    SpecError,
+    NotFound,
+    StateConflict,
+    ConfirmationRefused,
+    Unauthorized,
+    PluginError,
+)
+
 
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _fail(exc: WarrantError, as_json: bool) -> None:
-    bad_input = (
-        SpecError,
-        ConfirmationRefused,
-        Unauthorized,
-        RunNotFound,
-        StateConflict,
-        PluginError,
-    )
-    if isinstance(exc, bad_input) or exc.code.startswith("UNKNOWN"):
+    if isinstance(exc, BAD_INPUT):
         code = EXIT_BAD_INPUT
     elif isinstance(exc, ServiceUnavailable):
         code = EXIT_UNAVAILABLE

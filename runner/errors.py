@@ -1,22 +1,47 @@
 """The one rooted error tree of warrant.
 
-    WarrantError
-    ├── SpecError                 a run spec failed validation (``code`` = ``SPEC_INVALID``)
-    ├── RunNotFound               no run with that id (``RUN_NOT_FOUND``)
-    ├── StateConflict             a compare-and-set on the run version lost (``STATE_CONFLICT``)
-    ├── ServiceUnavailable        Redis, RabbitMQ or PostgreSQL cannot be reached
-    │   └── BrokerUnavailable     a message could not be published (``run_id`` names its run,
-    │                             recorded in the ledger: the stall sweep publishes it later)
-    ├── ConfirmationRefused       a confirm/decline that does not fit the pending request
-    ├── Unauthorized              an operator call without a valid operator token
-    ├── PluginError               a tool/planner plug-in could not be loaded, or two clash
-    └── ToolError                 raised *by tool code* to report a typed outcome
-        ├── ToolRejected          valid input, business or permission refusal
-        ├── ToolFailed            known not applied; ``retryable`` says if a retry may help
-        └── ToolUnknown           may have taken effect; only reconciliation can tell
+Everything warrant raises on purpose derives from :class:`WarrantError` and carries a stable
+``code`` (the class default, or a finer one given at the raise site). The tree::
 
-Every error carries a stable ``code`` that the CLI prints and ``--json`` returns; the
-message is for people and may change.
+    WarrantError                    WARRANT_ERROR
+    ├── InvalidRequest              INVALID_REQUEST      bad input that no run state could fix
+    │                               (UNKNOWN_ROLE, UNKNOWN_TOOL, INVALID_RESOLUTION,
+    │                               RESOLUTION_IDENTITY_REQUIRED)
+    ├── SpecError                   SPEC_INVALID         a run spec failed validation
+    ├── NotFound                    NOT_FOUND            no such object
+    │   ├── RunNotFound             RUN_NOT_FOUND        no run with that id
+    │   ├── HandoffNotFound         HANDOFF_NOT_FOUND    no handoff with that id (or for that run)
+    │   └── MemoryNotFound          MEMORY_NOT_FOUND     no long-term memory record with that id
+    ├── StateConflict               STATE_CONFLICT       the request does not fit the run's state
+    │   │                           (RUN_NOT_CANCELLABLE, HANDOFF_ALREADY_RESOLVED)
+    │   └── StaleVersion            STALE_VERSION        a compare-and-set on the run version
+    │                                                    lost (warrant.ledger.repo; hot path)
+    ├── ServiceUnavailable          SERVICE_UNAVAILABLE  Redis, RabbitMQ or PostgreSQL cannot be
+    │   │                           reached or is not configured (SERVICES_NOT_CONFIGURED,
+    │   │                           DATABASE_UNAVAILABLE, MIGRATION_STATE_UNREADABLE,
+    │   │                           STACK_ALREADY_RUNNING, WORKER_START_FAILED, …)
+    │   └── BrokerUnavailable       BROKER_UNAVAILABLE   a message could not be published
+    │                               (``run_id`` names its run, recorded in the ledger: the
+    │                               stall sweep publishes it later)
+    ├── ConfirmationRefused         CONFIRMATION_REFUSED a confirm/decline that does not fit the
+    │                               pending request (RUN_NOT_WAITING_CONFIRMATION, …)
+    ├── Unauthorized                OPERATOR_TOKEN_INVALID  an operator call without a valid token
+    ├── PluginError                 PLUGIN_LOAD_FAILED   a tool/planner plug-in could not be
+    │                               loaded, or two clash (TOOL_CONFLICT, …)
+    ├── PlannerFailure              PLANNER_FAILED       the planner produced nothing usable
+    │                               (warrant.runner.planners; MODEL_UNREACHABLE, …)
+    └── ToolError                   TOOL_ERROR           raised *by tool code* for a typed outcome
+        ├── ToolRejected            TOOL_REJECTED        valid input, business or permission refusal
+        ├── ToolFailed              TOOL_FAILED          known not applied; ``retryable`` says if a
+        │                                                retry may help
+        └── ToolUnknown             TOOL_OUTCOME_UNKNOWN may have taken effect; only
+                                                         reconciliation can tell
+
+The CLI maps classes to exit codes: ``InvalidRequest``, ``SpecError``, ``NotFound``,
+``StateConflict``, ``ConfirmationRefused``, ``Unauthorized`` and ``PluginError`` exit 2 (bad
+input), ``ServiceUnavailable`` exits 3, anything else 1. ``--json`` returns ``code``; the
+message is for people and may change. ``tests/test_errors.py`` checks that every exception
+class defined in ``warrant.*`` is in this tree and has a code.
 """
 
 from __future__ import annotations
@@ -26,6 +51,10 @@ from typing import Any
 __all__ = [
     "BrokerUnavailable",
     "ConfirmationRefused",
+    "HandoffNotFound",
+    "InvalidRequest",
+    "MemoryNotFound",
+    "NotFound",
     "PluginError",
     "RunNotFound",
     "ServiceUnavailable",
@@ -67,11 +96,33 @@ class SpecError(WarrantError):
         return {**super().to_dict(), "errors": self.errors}
 
 
-class RunNotFound(WarrantError):
+class InvalidRequest(WarrantError):
+    """Bad input: an unknown role or tool, an argument out of its allowed values."""
+
+    code = "INVALID_REQUEST"
+
+
+class NotFound(WarrantError):
+    """The object a request names does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class RunNotFound(NotFound):
     code = "RUN_NOT_FOUND"
 
 
+class HandoffNotFound(NotFound):
+    code = "HANDOFF_NOT_FOUND"
+
+
+class MemoryNotFound(NotFound):
+    code = "MEMORY_NOT_FOUND"
+
+
 class StateConflict(WarrantError):
+    """The request does not fit the run's current state (or lost a race for it)."""
+
     code = "STATE_CONFLICT"
 
 

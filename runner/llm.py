@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from warrant.runner.errors import WarrantError
 from warrant.runner.memory import WorkingMemoryView
 from warrant.runner.planners import PlannerFailure, PlannerReply
 from warrant.runner.retry import backoff_delay
@@ -63,9 +64,14 @@ CLARIFY_FUNCTION = {
 }
 
 
-class _Invalid(Exception):
+class _Invalid(WarrantError):
+    """A reply that holds no single usable output; never leaves this module (it becomes
+    ``PlannerReply.invalid``). ``reason`` is also its ``code``."""
+
+    code = "MODEL_OUTPUT_INVALID"
+
     def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+        super().__init__(reason, code=reason)
         self.reason = reason
 
 

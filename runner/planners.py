@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from warrant.runner.errors import SpecError
+from warrant.runner.errors import SpecError, WarrantError
 from warrant.runner.memory import WorkingMemoryView
 from warrant.runner.spec import FixturePlannerSpec, PluginPlannerSpec, RunSpec, Usage
 from warrant.runner.state import RunView
@@ -17,14 +17,17 @@ if TYPE_CHECKING:
 __all__ = ["FixturePlanner", "Planner", "PlannerFailure", "PlannerReply", "planner_for"]
 
 
-class PlannerFailure(Exception):
-    """The planner produced nothing usable; ``code`` is stable."""
+class PlannerFailure(WarrantError):
+    """The planner produced nothing usable; ``code`` is stable (e.g. ``MODEL_UNREACHABLE``).
+
+    ``usage`` and ``calls`` are what the failed attempt cost (charged to the run's budgets)."""
+
+    code = "PLANNER_FAILED"
 
     def __init__(
         self, code: str, message: str = "", *, usage: Usage | None = None, calls: int = 1
     ) -> None:
-        super().__init__(message or code)
-        self.code = code
+        super().__init__(message or code, code=code or None)
         self.usage = usage or Usage()
         self.calls = calls
 

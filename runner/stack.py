@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from warrant.runner.errors import ServiceUnavailable
+from warrant.runner.errors import InvalidRequest, ServiceUnavailable
 from warrant.runner.settings import WarrantSettings
 
 __all__ = [
@@ -51,13 +51,11 @@ def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
         names = list(tools) if tools else registry.names()
         unknown = sorted(set(names) - set(registry.names()))
         if unknown:
-            raise ServiceUnavailable(f"unknown tool(s): {', '.join(unknown)}", code="UNKNOWN_TOOL")
+            raise InvalidRequest(f"unknown tool(s): {', '.join(unknown)}", code="UNKNOWN_TOOL")
         return [f"tool.{n}" for n in names]
     if role in ("planner", "policy", "reconciler"):
         return [role]
-    raise ServiceUnavailable(
-        f"unknown role {role!r} (one of {', '.join(ROLES)})", code="UNKNOWN_ROLE"
-    )
+    raise InvalidRequest(f"unknown role {role!r} (one of {', '.join(ROLES)})", code="UNKNOWN_ROLE")
 
 
 def celery_worker_command(

@@ -85,3 +85,26 @@ def test_every_migration_goes_down_and_up_again_with_data(url: str) -> None:
     assert (
         current_revision(url) == ScriptDirectory.from_config(alembic_config(url)).get_current_head()
     )
+
+
+def test_only_a_missing_version_table_reads_as_no_revision(url: str) -> None:
+    from warrant.runner.errors import ServiceUnavailable
+
+    assert current_revision(url) is None  # never migrated: no alembic_version table
+    with engine_for(url).begin() as conn:  # a version table that cannot be read
+        conn.execute(text("CREATE TABLE alembic_version (something_else text)"))
+    with pytest.raises(ServiceUnavailable) as caught:
+        current_revision(url)
+    assert caught.value.code == "MIGRATION_STATE_UNREADABLE"
+    with engine_for(url).begin() as conn:
+        conn.execute(text("DROP TABLE alembic_version"))
+    upgrade(url)
+    assert current_revision(url) is not None
+
+
+def test_an_unreachable_database_is_reported_not_read_as_no_revision() -> None:
+    from warrant.runner.errors import ServiceUnavailable
+
+    with pytest.raises(ServiceUnavailable) as caught:
+        current_revision("postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2")
+    assert caught.value.code == "DATABASE_UNAVAILABLE"

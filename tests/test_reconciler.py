@@ -362,11 +362,11 @@ def test_sweep_cost_does_not_grow_with_finished_runs(engine, services, capsys):
 
 
 def test_a_resolution_needs_a_valid_outcome_and_identity(client, services):
-    from warrant.runner.errors import StateConflict
+    from warrant.runner.errors import InvalidRequest
 
-    with pytest.raises(StateConflict) as caught:
+    with pytest.raises(InvalidRequest) as caught:
         client.resolve_handoff(str(uuid.uuid4()), outcome="done", by="x", reason="y")
     assert caught.value.code == "INVALID_RESOLUTION"
-    with pytest.raises(StateConflict) as caught:
+    with pytest.raises(InvalidRequest) as caught:
         client.resolve_handoff(str(uuid.uuid4()), outcome="failed", by=" ", reason="y")
     assert caught.value.code == "RESOLUTION_IDENTITY_REQUIRED"
