@@ -20,7 +20,6 @@ demo: install        ## start the stack (embedded servers if none configured), r
 up: install          ## every worker role in the foreground; Ctrl-C stops
 	$(VENV)/bin/warrant up
 
-AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
 PIPELINE_TESTS := tests/test_pipeline.py tests/test_gate_pipeline.py tests/test_tool_execution.py tests/test_reconciler.py \
                   tests/test_plugin_pipeline.py tests/test_tool_inputs.py tests/test_mcp.py tests/test_example_plugin.py \
                   tests/test_live_attempt.py
@@ -29,10 +28,10 @@ test: install        ## the whole suite on Redis, then the pipeline tests again 
 	$(PY) -m pytest -ra
 	$(MAKE) --no-print-directory test-rabbitmq
 
-test-rabbitmq: install  ## the pipeline tests with RabbitMQ as the broker
-	WARRANT_TEST_BROKER_URL=$(AMQP_URL) $(PY) -m pytest -ra $(PIPELINE_TESTS)
+test-rabbitmq: install  ## the pipeline tests with RabbitMQ as the broker (WARRANT_TEST_AMQP_URL)
+	$(PY) -m pytest -ra --broker amqp $(PIPELINE_TESTS)
 
-test-fast: install   ## pure unit tests only (no services)
+test-fast: install   ## no Redis/RabbitMQ/PostgreSQL: every test using a service fixture is marked `services`
 	$(PY) -m pytest -ra -m "not services"
 
 lint: install

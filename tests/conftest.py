@@ -7,6 +7,7 @@ is dropped and migrated from scratch once per session.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.services import Services, discover
+from tests.services import DEFAULT_TEST_BROKER, Services, discover
 from warrant.runner.stack import celery_worker_command
 from warrant.tools.plugins import DEMO_PLUGIN
 
@@ -34,8 +35,51 @@ MODEL_KEY_ENV = "WARRANT_TEST_MODEL_KEY"
 MODEL_KEY = "sk-test-" + os.urandom(8).hex()
 
 
+#: RabbitMQ for ``--broker amqp`` unless ``WARRANT_TEST_AMQP_URL`` names another.
+DEFAULT_TEST_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
+
+#: Fixtures backed by the real Redis/RabbitMQ and PostgreSQL. A test whose fixture closure
+#: holds any of them is marked ``services`` (``pytest_collection_modifyitems``), so
+#: ``-m "not services"`` never collects it. Every one of them requests ``services`` (directly
+#: or through another), as must any new service-backed fixture, in conftest or a test module
+#: (``own_stack``, ``weather_worker``, ``racers``, ``echo_worker``, MCP ``stack``, ...).
+SERVICE_FIXTURES = frozenset(
+    {
+        "services",
+        "engine",
+        "client",
+        "worker",
+        "draft_worker",
+        "reconciler_worker",
+        "demo",
+        "run_to_end",
+    }
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--broker",
+        choices=("redis", "amqp"),
+        default="redis",
+        help="the session's broker: redis (WARRANT_TEST_BROKER_URL or "
+        f"{DEFAULT_TEST_BROKER}, default) or amqp (WARRANT_TEST_AMQP_URL or {DEFAULT_TEST_AMQP})",
+    )
+
+
+def _select_broker(config: pytest.Config) -> None:
+    """Name the session's broker before ``discover()`` and before any test module imports the
+    Celery app (collection comes after ``pytest_configure``; this conftest imports neither the
+    app nor settings instances)."""
+    if config.getoption("broker") == "amqp":
+        # Named explicitly, so ``discover()`` never swaps in an embedded Redis.
+        amqp = os.environ.get("WARRANT_TEST_AMQP_URL") or DEFAULT_TEST_AMQP
+        os.environ["WARRANT_TEST_BROKER_URL"] = amqp
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global SERVICES
+    _select_broker(config)
     os.environ[MODEL_KEY_ENV] = MODEL_KEY  # inherited by the worker subprocesses
     # The demo plug-in is off unless named; the echo plug-in (version 2) and a plug-in planner
     # kind are what the plug-in pipeline tests deploy (tests/plugin_fixtures.py).
@@ -47,6 +91,37 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["WARRANT_DATABASE_URL"] = SERVICES.database_url or ""
     elif IN_CI:
         pytest.exit(f"CI=true and services are unreachable: {SERVICES.problem}", returncode=3)
+
+
+def needs_services(item: pytest.Item) -> bool:
+    """Whether the test's fixture closure (``item.fixturenames``: the fixtures it requests,
+    autouse ones and everything they request in turn) holds a service-backed fixture."""
+    return not SERVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the ``-m``/``-k`` deselection of the mark plug-in
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if needs_services(item) and item.get_closest_marker("services") is None:
+            item.add_marker(pytest.mark.services)
+
+
+#: Set by ``tests/test_markers.py``: a file to write each selected test's id and fixtures to.
+COLLECTED_REPORT_ENV = "WARRANT_TEST_COLLECTED_REPORT"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    path = os.environ.get(COLLECTED_REPORT_ENV)
+    if path:
+        report = [
+            {
+                "nodeid": item.nodeid,
+                "fixtures": sorted(getattr(item, "fixturenames", ())),
+                "markers": sorted({m.name for m in item.iter_markers()}),
+            }
+            for item in session.items
+        ]
+        Path(path).write_text(json.dumps(report))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -132,10 +207,18 @@ class WorkerProcess:
         LIVE_WORKERS.append(self)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        return subprocess.Popen(
-            self.command, env=self.env, stdout=out, stderr=out, start_new_session=True
-        )
+        if self.log is None:
+            return subprocess.Popen(
+                self.command,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        with open(self.log, "ab") as out:  # the child keeps its own descriptor
+            return subprocess.Popen(
+                self.command, env=self.env, stdout=out, stderr=out, start_new_session=True
+            )
 
     def kill_all(self) -> None:
         """SIGKILL the main process and its pool: nothing is acknowledged or requeued."""
@@ -301,3 +384,16 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str =
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(pause)
         pause = min(pause * 1.5, 0.25)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Collect what the session left unreachable before pytest's own final collection: broker
+    connections of session-wide apps and clients (kombu's pools, py-amqp sockets) that nothing
+    closes explicitly would otherwise end the run with an unraisable ResourceWarning after
+    every test passed. Leaks *during* a test still fail it (warnings are errors)."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()

@@ -235,6 +235,8 @@ def test_a_stray_left_by_a_killed_owner_is_stopped_at_the_next_start(tmp_path: P
     finally:
         if owner.poll() is None:
             owner.kill()
+        if owner.stdout is not None:  # else a ResourceWarning at some later test's GC
+            owner.stdout.close()
         for proc in processes_in(data):
             proc.kill()
 
@@ -298,6 +300,7 @@ def test_workers_of_a_killed_owner_stop_with_it():
     assert psutil.pid_exists(child)
     owner.kill()
     owner.wait(10)
+    owner.stdout.close()
 
     def gone() -> bool:
         try:

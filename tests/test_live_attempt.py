@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import facts
-from tests.conftest import DRAFT_QUEUES, WorkerProcess, wait_for
+from tests.conftest import DRAFT_QUEUES, LIVE_WORKERS, WorkerProcess, wait_for
 from tests.test_reconciler import reconciliations, settle
 from tests.test_tool_execution import command_of, draft, lookup, refund, spec, started, uid
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
@@ -33,9 +33,20 @@ def racers(services, worker, reconciler_worker, tmp_path_factory) -> Iterator[Wo
     """Two more tool processes on the write queues and ``lookup``: a second delivery finds
     a free process while the first attempt is still running."""
     log = tmp_path_factory.mktemp("logs") / "racers.log"
+    # The only consumer of the write queues meanwhile: a redelivery after a killed pool
+    # process then lands on the same node, which can tell that the process is gone.
+    others = [
+        w for w in LIVE_WORKERS if w.proc.poll() is None and set(w.queues) & set(DRAFT_QUEUES)
+    ]
+    for other in others:
+        other.stop()
     proc = WorkerProcess([*DRAFT_QUEUES, "tool.lookup"], name="racers", concurrency=2, log=log)
-    with proc.serving():
-        yield proc
+    try:
+        with proc.serving():
+            yield proc
+    finally:
+        for other in others:
+            other.restart()
 
 
 @pytest.fixture(autouse=True)
