@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install demo up test test-rabbitmq test-fast lint format bench chaos clean
+.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench chaos architecture clean
 
 install: $(STAMP)
 
@@ -20,9 +20,8 @@ demo: install        ## start the stack (embedded servers if none configured), r
 up: install          ## every worker role in the foreground; Ctrl-C stops
 	$(VENV)/bin/warrant up
 
-PIPELINE_TESTS := tests/test_pipeline.py tests/test_gate_pipeline.py tests/test_tool_execution.py tests/test_reconciler.py \
-                  tests/test_plugin_pipeline.py tests/test_tool_inputs.py tests/test_mcp.py tests/test_example_plugin.py \
-                  tests/test_live_attempt.py
+PIPELINE_TESTS := $(addprefix tests/integration/test_,pipeline.py gate_pipeline.py tool_execution.py reconciler.py \
+                  plugin_pipeline.py tool_inputs.py mcp.py example_plugin.py live_attempt.py ledger_commit.py)
 
 test: install        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
 	$(PY) -m pytest -ra
@@ -32,12 +31,16 @@ test-rabbitmq: install  ## the pipeline tests with RabbitMQ as the broker (WARRA
 	$(PY) -m pytest -ra --broker amqp $(PIPELINE_TESTS)
 
 test-fast: install   ## no Redis/RabbitMQ/PostgreSQL: every test using a service fixture is marked `services`
-	$(PY) -m pytest -ra -m "not services"
+	$(PY) -m pytest -ra -m "not services and not slow"
+
+test-unit: install   ## tests/unit: the pure core and the packaging (no service fixture may be used there)
+	$(PY) -m pytest -ra tests/unit
 
 lint: install
-	$(VENV)/bin/ruff check runner tools broker ledger warrant/__init__.py tests examples
-	$(VENV)/bin/ruff format --check runner tools broker ledger warrant/__init__.py tests examples
+	$(VENV)/bin/ruff check runner tools broker ledger warrant/__init__.py tests examples bench
+	$(VENV)/bin/ruff format --check runner tools broker ledger warrant/__init__.py tests examples bench
 	$(VENV)/bin/mypy
+	$(PY) -m bench.architecture --check
 
 format: install
 	$(VENV)/bin/ruff format runner tools broker ledger warrant/__init__.py tests
@@ -45,6 +48,9 @@ format: install
 
 bench: install       ## benchmark against bare Celery (prints ratios; see README)
 	$(PY) -m bench
+
+architecture: install  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
+	$(PY) -m bench.architecture
 
 chaos: install       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
 	$(PY) -m bench.chaos $(CHAOS_ARGS)

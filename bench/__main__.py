@@ -50,8 +50,8 @@ from sqlalchemy import text  # noqa: E402
 
 from warrant.ledger.db import engine_for  # noqa: E402
 from warrant.ledger.migrate import upgrade  # noqa: E402
-from warrant.runner.scenarios import read_steps  # noqa: E402
-from warrant.runner.stack import celery_worker_command  # noqa: E402
+from warrant.runner.client.roles import celery_worker_command  # noqa: E402
+from warrant.runner.client.scenarios import read_steps  # noqa: E402
 
 LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
 
@@ -265,7 +265,7 @@ def main() -> None:
     from bench import baseline
     from warrant.broker.app import app as warrant_app
     from warrant.broker.publish import Publisher
-    from warrant.runner.api import Client
+    from warrant.runner.client.api import Client
 
     with engine_for(ENV["WARRANT_DATABASE_URL"]).begin() as conn:
         conn.execute(text(baseline.SCHEMA))

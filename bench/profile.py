@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from bench.__main__ import ENV
-from warrant.runner.scenarios import read_steps
+from warrant.runner.client.scenarios import read_steps
 
 __all__ = ["main"]
 
@@ -74,7 +74,7 @@ def main() -> None:
     from warrant.broker.stage_tool import tool_execute
     from warrant.ledger.db import engine_for
     from warrant.ledger.migrate import upgrade
-    from warrant.runner.api import Client
+    from warrant.runner.client.api import Client
 
     url = ENV["WARRANT_DATABASE_URL"]
     upgrade(url)

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from warrant.broker.celery_app import deployment_app
 from warrant.broker.deps import ToolDepsSet
 from warrant.broker.publish import Publisher
 from warrant.ledger.db import engine_for
@@ -66,14 +67,15 @@ _CONTEXTS: dict[int, StageContext] = {}
 
 
 def worker_context() -> StageContext:
-    """The process's context, built once per (forked) process."""
+    """The process's context, built once per (forked) process; it publishes with the
+    process's Celery app (:func:`~warrant.broker.celery_app.deployment_app`)."""
     ctx = _CONTEXTS.get(os.getpid())
     if ctx is None:
-        from warrant.broker.app import app
-
         _, database_url = resolved_urls()
         ctx = context_for(
-            engine_for(database_url), publisher=Publisher(app), database_url=database_url
+            engine_for(database_url),
+            publisher=Publisher(deployment_app()),
+            database_url=database_url,
         )
         _CONTEXTS.clear()
         _CONTEXTS[os.getpid()] = ctx

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from warrant.broker.handoffs import enter_handoff
-from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
+from warrant.broker.handoff_entry import enter_handoff
+from warrant.ledger import rows
+from warrant.ledger.models import Command, Reconciliation, Run
 from warrant.ledger.repo import append_events, record_outcome
 from warrant.runner.codes import Outcome, Phase, RunStatus, StopReason
 from warrant.tools.contract import SideEffect, Tool
@@ -52,14 +52,6 @@ def late_outcome(result: Any, attempt: int) -> LateOutcome:
     )
 
 
-def _prior(s: Session, command_id: str, attempt: int) -> OutcomeRow | None:
-    return s.scalars(
-        select(OutcomeRow)
-        .where(OutcomeRow.command_id == command_id, OutcomeRow.attempt == attempt)
-        .with_for_update()
-    ).first()
-
-
 def record_late(
     ctx: Any,
     s: Session,
@@ -70,7 +62,7 @@ def record_late(
     outbox: Any,
 ) -> str:
     """Record what a no-longer-current attempt found (``run`` and ``cmd`` locked)."""
-    prior = _prior(s, cmd.id, late.attempt)
+    prior = rows.attempt_outcome(s, cmd.id, late.attempt)
     if prior is not None and (prior.status, prior.code) == (late.status.value, late.code):
         # Its own record, committed before a lost connection hid the commit from it.
         if run.status == RunStatus.RUNNING and run.phase == Phase.PLANNING:
@@ -95,6 +87,28 @@ def record_late(
         _trace(s, run, cmd, [("tool.attempt.superseded", details)])
         return "superseded"
     found = "applied" if applied else "unknown"
+    _correct(s, run, cmd, late, prior, found)
+    events = [("effect.found_late", {**details, "effect": found})]
+    status = RunStatus(run.status)
+    same_command_again = not status.terminal and run.active_command_id == cmd.id
+    if same_command_again or status is RunStatus.HANDOFF:
+        _trace(s, run, cmd, events)
+        return "late_recorded"
+    s.flush()
+    enter_handoff(
+        s,
+        run,
+        reason=StopReason.UNKNOWN_EFFECT.value,
+        registry=ctx.registry,
+        events=events,
+        late_effect=True,
+    )
+    return "late_handoff"
+
+
+def _correct(s: Session, run: Run, cmd: Command, late: LateOutcome, prior: Any, found: str) -> None:
+    """Record what the attempt found: its outcome if none was recorded, else a corrected
+    verdict on the recorded one (with a reconciliation row saying it came late)."""
     if prior is None:
         record_outcome(
             s,
@@ -107,28 +121,17 @@ def record_late(
             output=late.output,
             attempt=late.attempt,
         )
-    else:
-        prior.resolved_status = "applied" if applied else "handoff"
-        s.add(
-            Reconciliation(
-                run_id=run.id,
-                command_id=cmd.id,
-                attempt=prior.reconcile_attempts + 1,
-                result=f"{found}_late",
-                detail={"attempt": late.attempt, "code": late.code},
-            )
+        return
+    prior.resolved_status = "applied" if found == "applied" else "handoff"
+    s.add(
+        Reconciliation(
+            run_id=run.id,
+            command_id=cmd.id,
+            attempt=prior.reconcile_attempts + 1,
+            result=f"{found}_late",
+            detail={"attempt": late.attempt, "code": late.code},
         )
-    events = [("effect.found_late", {**details, "effect": found})]
-    status = RunStatus(run.status)
-    same_command_again = not status.terminal and run.active_command_id == cmd.id
-    if same_command_again or status is RunStatus.HANDOFF:
-        _trace(s, run, cmd, events)
-        return "late_recorded"
-    s.flush()
-    enter_handoff(
-        s, run, reason=StopReason.UNKNOWN_EFFECT.value, registry=ctx.registry, events=events
     )
-    return "late_handoff"
 
 
 def _trace(s: Session, run: Run, cmd: Command, events: list[tuple[str, dict[str, Any]]]) -> None:

@@ -154,7 +154,7 @@ class Publisher:
         producer is the thread's own (:meth:`_producer`), and a delayed message
         (``countdown``, a retry's)
         goes through ``send_task`` itself, which also knows delayed delivery on quorum queues.
-        ``tests/test_publish.py`` pins that both paths write the same message.
+        ``tests/integration/test_publish.py`` pins that both paths write the same message.
 
         Stamped with the run id, so ``revoke_by_stamped_headers`` can find every message of a
         run, queued or running. The arguments' display (Flower, logs) is built here: Celery's

@@ -21,22 +21,17 @@ from typing import Any
 from sqlalchemy import func
 
 from warrant.broker.context import StageContext
-from warrant.broker.handoffs import enter_handoff
+from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
-from warrant.broker.transitions import (
-    HARD_LIMIT_GRACE_S,
-    finish_cancel,
-    reissue_command,
-    stop_changes,
-    stop_events,
-)
-from warrant.ledger import sweeps
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S, reissue_command
+from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
-from warrant.ledger.repo import NewObservation, append_events, run_view, to_datetime, transition
-from warrant.runner.codes import ObservationKind, Phase, RunStatus, StopReason
-from warrant.runner.planning import Stop
+from warrant.ledger.repo import NewObservation, append_events, commit, run_view, to_datetime
+from warrant.runner import run_machine as machine
+from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.retry import backoff_delay
+from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
 from warrant.tools.contract import ReconcileResult, Tool, ToolContext
 
@@ -70,10 +65,10 @@ class _Answer:
 def _ask(ctx: StageContext, outcome_id: int) -> tuple[Tool[Any, Any] | None, _Answer] | None:
     """The tool's answer about the outcome's effect, asked outside any lock."""
     with session_scope(ctx.engine) as s:
-        outcome = s.get(OutcomeRow, outcome_id)
+        outcome = rows.outcome(s, outcome_id)
         if outcome is None or outcome.resolved_status is not None:
             return None
-        cmd, run = s.get(Command, outcome.command_id), s.get(Run, outcome.run_id)
+        cmd, run = rows.command(s, outcome.command_id), rows.run(s, outcome.run_id)
         assert cmd is not None and run is not None
         tool = ctx.registry.get(cmd.tool, cmd.tool_version)
         if tool is None or tool.reconcile is None:
@@ -117,6 +112,37 @@ class _Apply:
     def cancelling(self) -> bool:
         return self.run.status == RunStatus.CANCELLING
 
+    @property
+    def in_flight(self) -> bool:
+        """The run still waits on this effect (reconciling, or cancelling until it is known)."""
+        return self.run.status in (RunStatus.RECONCILING, RunStatus.CANCELLING)
+
+
+def _after_the_run_moved_on(a: _Apply, result: str) -> None:
+    """The run no longer waits on this effect (a person has it, or it ended): the answer is
+    recorded; an effect found applied after the run ended goes to a person."""
+    a.resolve(result)
+    if result == "applied" and RunStatus(a.run.status).terminal:
+        _to_a_person(a)
+    else:
+        append_events(a.s, a.run.id, [a.event], step=a.cmd.step, proposal_id=a.cmd.proposal_id)
+
+
+def _to_a_person(a: _Apply) -> None:
+    """A handoff for this effect, unless a person already has the run."""
+    if a.run.status == RunStatus.HANDOFF:
+        append_events(a.s, a.run.id, [a.event], step=a.cmd.step, proposal_id=a.cmd.proposal_id)
+        return
+    a.s.flush()
+    enter_handoff(
+        a.s,
+        a.run,
+        reason=StopReason.UNKNOWN_EFFECT.value,
+        registry=a.ctx.registry,
+        events=[a.event],
+        late_effect=RunStatus(a.run.status).terminal,
+    )
+
 
 def _reconcile_one(
     ctx: StageContext, settings: WarrantSettings, report: Any, outcome_id: int
@@ -151,7 +177,9 @@ def _reconcile_one(
             {"tool": cmd.tool, "result": answer.result, "attempt": attempt},
         )
         step = _Apply(ctx, s, outcome, run, cmd, tool, event, outbox)
-        if answer.result == "applied":
+        if not step.in_flight and answer.result in ("applied", "not_applied"):
+            _after_the_run_moved_on(step, answer.result)
+        elif answer.result == "applied":
             _applied(step, answer.found)
             report.applied += 1
         elif answer.result == "not_applied":
@@ -159,9 +187,7 @@ def _reconcile_one(
             setattr(report, counter, getattr(report, counter) + 1)
         elif answer.result == "unsupported" or attempt >= settings.max_reconcile_attempts:
             step.resolve("handoff")
-            s.flush()
-            reason = StopReason.UNKNOWN_EFFECT.value
-            enter_handoff(s, run, reason=reason, registry=ctx.registry, events=[event])
+            _to_a_person(step)
             report.handed_off += 1
         else:
             delay = backoff_delay(attempt, base_s=2.0, cap_s=300.0)
@@ -205,27 +231,14 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
         },
     )
     if a.cancelling:
-        finish_cancel(
-            a.s, a.run, effect="applied", events=[a.event], step=a.cmd.step, observation=observation
+        change = machine.finish_cancel(
+            run_view(a.run), effect="applied", step=a.cmd.step, events=[a.event]
         )
+        commit(a.s, change, step=a.cmd.step, observation=observation)
         return
-    version = transition(
-        a.s,
-        a.run.id,
-        a.run.version,
-        changes={
-            "status": RunStatus.RUNNING.value,
-            "phase": Phase.PLANNING.value,
-            "stop_reason": None,
-            "active_command_id": None,
-        },
-        events=[
-            a.event,
-            ("state.transitioned", {"from": a.run.status, "to": RunStatus.RUNNING.value}),
-        ],
-        step=a.cmd.step,
-        proposal_id=a.cmd.proposal_id,
-        observation=observation,
+    change = machine.reconciled_applied(run_view(a.run), reconciled=a.event)
+    version = commit(
+        a.s, change, step=a.cmd.step, proposal_id=a.cmd.proposal_id, observation=observation
     )
     a.outbox.add(partial(a.ctx.publisher.planner, a.run.id, version))
 
@@ -239,7 +252,8 @@ def _not_applied(a: _Apply) -> str:
     timeout = min(a.tool.timeout_s, view.deadline_at - a.ctx.clock())
     if a.cancelling:
         a.cmd.status = "completed"
-        finish_cancel(a.s, a.run, effect="none", events=[a.event], step=a.cmd.step)
+        change = machine.finish_cancel(view, effect="none", step=a.cmd.step, events=[a.event])
+        commit(a.s, change, step=a.cmd.step)
         return "not_applied"
     if view.tool_calls < view.budgets.max_tool_calls and timeout > 0.5:
         reissue_command(
@@ -249,24 +263,13 @@ def _not_applied(a: _Apply) -> str:
             a.cmd,
             delay_s=0.0,
             timeout_s=timeout,
-            changes={
-                "status": RunStatus.RUNNING.value,
-                "phase": Phase.TOOL.value,
-                "stop_reason": None,
+            scheduled={
+                "attempt": a.cmd.attempts + 1,
+                "delay_s": 0,
+                "code": a.outcome.code,
+                "after": "reconciliation",
             },
-            events=[
-                a.event,
-                (
-                    "tool.retry.scheduled",
-                    {
-                        "attempt": a.cmd.attempts + 1,
-                        "delay_s": 0,
-                        "code": a.outcome.code,
-                        "after": "reconciliation",
-                    },
-                ),
-                ("state.transitioned", {"from": a.run.status, "to": RunStatus.RUNNING.value}),
-            ],
+            events=[a.event],
             outbox=a.outbox,
         )
         return "retried"
@@ -276,12 +279,5 @@ def _not_applied(a: _Apply) -> str:
         StopReason.TOOL_FAILED,
         {"tool": a.cmd.tool, "code": "NOT_APPLIED_NO_BUDGET"},
     )
-    transition(
-        a.s,
-        a.run.id,
-        a.run.version,
-        changes=stop_changes(stop),
-        events=[a.event, *stop_events(view, stop, step=a.cmd.step)],
-        step=a.cmd.step,
-    )
+    commit(a.s, machine.stop(view, stop, step=a.cmd.step, events=[a.event]), step=a.cmd.step)
     return "not_applied"

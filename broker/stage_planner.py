@@ -10,18 +10,12 @@ from typing import Any
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
+from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
 from warrant.broker.publish import Outbox
-from warrant.broker.transitions import stop_changes, stop_events
-from warrant.broker.views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
-from warrant.ledger.repo import (
-    NEXT_PROPOSAL_ID,
-    NewObservation,
-    StaleVersion,
-    observations_of,
-    run_view,
-    transition,
-)
-from warrant.ledger.steps import autocommit, insert_proposal, load_planning
+from warrant.ledger.guarded import insert_proposal
+from warrant.ledger.repo import NewObservation, StaleVersion, commit, observations_of, run_view
+from warrant.ledger.stage_loads import autocommit, load_planning
+from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
     ObservationKind,
     ObservationSource,
@@ -30,12 +24,13 @@ from warrant.runner.codes import (
     RunStatus,
     StopReason,
 )
-from warrant.runner.memory import DEFAULT_MAX_ITEMS
+from warrant.runner.memory_view import DEFAULT_MAX_ITEMS
 from warrant.runner.planner_kinds import planner_kinds
 from warrant.runner.planners import PlannerFailure, planner_for
-from warrant.runner.planning import Complete, Forward, Stop, check_before_planning, interpret
+from warrant.runner.run_machine import Stop
 from warrant.runner.spec import RunSpec
-from warrant.runner.state import RunView
+from warrant.runner.step_decisions import Complete, Forward, check_before_planning, interpret
+from warrant.runner.views import RunView
 
 __all__ = ["planner_step"]
 
@@ -86,31 +81,8 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         spec = _remember(run_id, RunSpec.model_validate(row.spec))
     memory = view_from_row(row, view, registry=ctx.registry)
     outbox = Outbox()
-    built = (
-        "observation.built",
-        {
-            "items": len(memory.items),
-            "tools": len(memory.tools),
-            "preferences": len(memory.preferences),
-            "view_hash": memory.view_hash(),
-        },
-    )
-
-    try:
-        with telemetry.span("planner.propose", run_id=run_id, step=view.step + 1):
-            reply = planner_for(
-                spec,
-                prices=ctx.settings.model_prices,
-                allow_remote=ctx.settings.allow_remote_models,
-                kinds=planner_kinds(
-                    refs=ctx.settings.planners, entry_points=ctx.settings.plugin_entry_points
-                ),
-            ).propose(view, memory)
-        raw: Any = reply.raw
-        usage, calls, failure, invalid = reply.usage, reply.calls, None, reply.invalid
-    except PlannerFailure as exc:
-        raw, usage, calls, failure, invalid = None, exc.usage, exc.calls, exc.code, None
-
+    built = _built(memory)
+    raw, usage, calls, failure, invalid = _ask(ctx, spec, view, memory)
     step = view.step + 1
     counters = {
         "step": step,
@@ -121,7 +93,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     try:
         with autocommit(ctx.engine) as conn:
             if invalid is not None:
-                result = _invalid_output(ctx, conn, run_id, version, step, counters, built, invalid)
+                result = _invalid_output(ctx, conn, view, step, counters, built, invalid)
             elif failure is not None:
                 result = _model_failed(conn, view, version, step, counters, built, failure)
             else:
@@ -136,6 +108,34 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         outbox.add(result[1])
     outbox.flush()
     return result[0]
+
+
+def _built(memory: Any) -> tuple[str, dict[str, Any]]:
+    """The ``observation.built`` event: what the planner was shown (sizes and a hash)."""
+    details = {
+        "items": len(memory.items),
+        "tools": len(memory.tools),
+        "preferences": len(memory.preferences),
+        "view_hash": memory.view_hash(),
+    }
+    return ("observation.built", details)
+
+
+def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> tuple[Any, ...]:
+    """The planner's reply: ``(raw, usage, calls, failure code, invalid reason)``."""
+    try:
+        with telemetry.span("planner.propose", run_id=view.run_id, step=view.step + 1):
+            reply = planner_for(
+                spec,
+                prices=ctx.settings.model_prices,
+                allow_remote=ctx.settings.allow_remote_models,
+                kinds=planner_kinds(
+                    refs=ctx.settings.planners, entry_points=ctx.settings.plugin_entry_points
+                ),
+            ).propose(view, memory)
+    except PlannerFailure as exc:
+        return None, exc.usage, exc.calls, exc.code, None
+    return reply.raw, reply.usage, reply.calls, None, reply.invalid
 
 
 _Result = tuple[str, Callable[[], None] | None]
@@ -153,19 +153,35 @@ def _model_failed(
     deadline = failure == "DEADLINE_REACHED"
     reason = StopReason.DEADLINE_REACHED if deadline else StopReason.MODEL_FAILED
     stop = Stop(RunStatus.FAILED, reason, {"code": failure})
-    transition(
-        conn,
-        view.run_id,
-        version,
-        changes={**counters, **stop_changes(stop)},
-        events=[
-            built,
-            ("model.failed", {"code": failure}),
-            *stop_events(view, stop, step=step, counters=counters),
-        ],
+    change = machine.stop(
+        view,
+        stop,
         step=step,
+        counters=counters,
+        events=[built, ("model.failed", {"code": failure})],
     )
+    commit(conn, change, step=step)
     return "stopped", None
+
+
+def _proposal_row(view: RunView, step: int, raw: Any, decision: Any) -> dict[str, Any]:
+    """The step's proposal row (lengths capped: the raw reply is untrusted)."""
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    forward = isinstance(decision, Forward)
+    proposal: dict[str, Any] = {
+        "run_id": view.run_id,
+        "step": step,
+        "kind": str(kind)[:16] if kind else "invalid",
+        "proposal_id": decision.proposal_id if forward else None,
+        "tool": decision.tool[:200] if forward and decision.tool else None,
+        "raw": raw,
+        "observation_version": view.observation_version,
+        "status": "received",
+    }
+    version_raw = raw.get("tool_version") if isinstance(raw, dict) else None
+    if isinstance(version_raw, str):
+        proposal["tool_version"] = version_raw[:50]
+    return proposal
 
 
 def _record_proposal(
@@ -183,40 +199,20 @@ def _record_proposal(
     run_id = view.run_id
     final = isinstance(raw, dict) and raw.get("kind") == "final"
     decision = interpret(raw, observations_of(conn, run_id) if final else [])
-    kind = raw.get("kind") if isinstance(raw, dict) else None
-    proposal: dict[str, Any] = {
-        "run_id": run_id,
-        "step": step,
-        "kind": str(kind)[:16] if kind else "invalid",
-        "proposal_id": decision.proposal_id if isinstance(decision, Forward) else None,
-        "tool": decision.tool[:200] if isinstance(decision, Forward) and decision.tool else None,
-        "raw": raw,
-        "observation_version": view.observation_version,
-        "status": "received",
+    proposal = _proposal_row(view, step, raw, decision)
+    received = {
+        "kind": proposal["kind"],
+        "tool": proposal["tool"],
+        "model_calls": counters["model_calls"],
+        "tokens": usage.prompt_tokens + usage.completion_tokens,
     }
-    version_raw = raw.get("tool_version") if isinstance(raw, dict) else None
-    if isinstance(version_raw, str):
-        proposal["tool_version"] = version_raw[:50]
-    received = (
-        "proposal.received",
-        {
-            "kind": proposal["kind"],
-            "tool": proposal["tool"],
-            "model_calls": counters["model_calls"],
-            "tokens": usage.prompt_tokens + usage.completion_tokens,
-        },
-    )
     if isinstance(decision, Forward):
-        new_version = transition(
+        change = machine.forward_proposal(
+            view, received=received, counters=counters, events=[built]
+        )
+        new_version = commit(
             conn,
-            run_id,
-            version,
-            changes={
-                **counters,
-                "phase": Phase.POLICY.value,
-                "pending_proposal_id": NEXT_PROPOSAL_ID,
-            },
-            events=[built, received],
+            change,
             step=step,
             proposal_id=decision.proposal_id,
             guarded=[insert_proposal(proposal, pending=True)],
@@ -235,29 +231,21 @@ def _record_proposal(
     else:
         proposal["status"] = "rejected" if decision.status is RunStatus.FAILED else "accepted"
         stop, extra, result = decision, [], "stopped"
-    transition(
-        conn,
-        run_id,
-        version,
-        changes={**counters, **stop_changes(stop)},
-        events=[built, received, *extra, *stop_events(view, stop, step=step, counters=counters)],
+    change = machine.stop(
+        view,
+        stop,
         step=step,
-        guarded=[insert_proposal(proposal)],
+        counters=counters,
+        events=[built, ("proposal.received", received), *extra],
     )
+    commit(conn, change, step=step, guarded=[insert_proposal(proposal)])
     return result, None
 
 
 def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *, step: int) -> str:
     try:
         with autocommit(ctx.engine) as conn:
-            transition(
-                conn,
-                run_id,
-                version,
-                changes=stop_changes(stop),
-                events=stop_events(view, stop, step=step),
-                step=step,
-            )
+            commit(conn, machine.stop(view, stop, step=step), step=step)
     except StaleVersion:
         return "ignored"
     return "stopped"
@@ -266,47 +254,47 @@ def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *
 def _invalid_output(
     ctx: StageContext,
     conn: Any,
-    run_id: str,
-    version: int,
+    view: RunView,
     step: int,
     counters: dict[str, Any],
     built: tuple[str, dict[str, Any]],
     reason: str,
 ) -> _Result:
     """An unparseable model reply: refused like a policy rejection; the step is re-planned."""
-    new_version = transition(
-        conn,
-        run_id,
-        version,
-        changes=counters,
-        events=[
-            built,
+    code = Rejection.MODEL_OUTPUT_INVALID.value
+    change = machine.replan(
+        view,
+        why=[
             ("model.output.invalid", {"reason": reason}),
-            (
-                "proposal.rejected",
-                {"code": Rejection.MODEL_OUTPUT_INVALID.value, "layer": "parse", "reason": reason},
-            ),
+            ("proposal.rejected", {"code": code, "layer": "parse", "reason": reason}),
         ],
+        counters=counters,
+        events=[built],
+    )
+    new_version = commit(
+        conn,
+        change,
         step=step,
         observation=NewObservation(
             f"policy-{step}",
             ObservationKind.POLICY_REJECTION,
             ObservationSource.POLICY.value,
-            {"code": Rejection.MODEL_OUTPUT_INVALID.value, "reason": reason},
+            {"code": code, "reason": reason},
             step + POLICY_OBSERVATION_TTL_STEPS,
         ),
         guarded=[
             insert_proposal(
                 {
-                    "run_id": run_id,
+                    "run_id": view.run_id,
                     "step": step,
                     "kind": "invalid",
                     "raw": None,
                     "observation_version": 0,
                     "status": "rejected",
-                    "rejection_code": Rejection.MODEL_OUTPUT_INVALID.value,
+                    "rejection_code": code,
                 }
             )
         ],
     )
+    run_id = view.run_id
     return "invalid_output", lambda: ctx.publisher.planner(run_id, new_version)

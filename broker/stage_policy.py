@@ -7,35 +7,31 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import update
-
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
-from warrant.broker.handoffs import enter_handoff
+from warrant.broker.handoff_entry import enter_handoff
+from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import deployment_check
-from warrant.broker.transitions import HARD_LIMIT_GRACE_S, stop_changes, stop_events
-from warrant.broker.views import POLICY_OBSERVATION_TTL_STEPS
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.ledger import rows
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Proposal, Run
-from warrant.ledger.repo import NewObservation, StaleVersion, run_view, to_datetime, transition
-from warrant.ledger.steps import (
+from warrant.ledger.guarded import insert_command, update_proposal, use_confirmation, use_grants
+from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
+from warrant.ledger.stage_loads import (
     autocommit,
     confirmations_from,
     grants_from,
     history_from,
-    insert_command,
     load_policy,
-    update_proposal,
-    use_confirmation,
-    use_grants,
 )
 from warrant.runner import policy
+from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
-from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus, StopReason
-from warrant.runner.planning import Stop
-from warrant.runner.state import RunView
+from warrant.runner.codes import ObservationKind, ObservationSource, StopReason
+from warrant.runner.run_machine import Stop
+from warrant.runner.views import RunView
 
 __all__ = ["policy_evaluate"]
 
@@ -64,27 +60,7 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     if row is None or row.version != version or row.proposal is None:
         return "ignored"
     view = run_view(row)
-    proposal = row.proposal
-    pk, step, pid = proposal["id"], proposal["step"], proposal["proposal_id"]
-    with telemetry.span(
-        "policy.evaluate", run_id=run_id, proposal_id=pid, tool=proposal["tool"]
-    ) as sp:
-        decision = policy.evaluate(
-            policy.GateInput(
-                raw=proposal["raw"],
-                run=view,
-                expected_version=version,
-                grants=grants_from(run_id, row.grants),
-                confirmations=confirmations_from(run_id, row.confirmations),
-                history=history_from(row.history),
-                registry=ctx.registry,
-                now=now,
-                deployment=deployment_check(ctx.engine),
-            ),
-            on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
-        )
-        if sp is not None:
-            sp.set_attribute("warrant.outcome", _outcome_name(decision))
+    decision = _decide(ctx, view, row, now)
     if isinstance(decision, policy.Ignore):
         log.info("policy ignoring run=%s: %s", run_id, decision.reason)
         return "ignored"
@@ -92,65 +68,18 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     try:
         with autocommit(ctx.engine) as conn:
             if isinstance(decision, policy.Reject):
-                new_version = transition(
-                    conn,
-                    run_id,
-                    version,
-                    changes={"phase": Phase.PLANNING.value, "pending_proposal_id": None},
-                    events=_events(decision.events),
-                    step=step,
-                    proposal_id=pid,
-                    observation=NewObservation(
-                        f"policy-{step}",
-                        ObservationKind.POLICY_REJECTION,
-                        ObservationSource.POLICY.value,
-                        {
-                            "code": decision.code,
-                            "layer": decision.layer,
-                            "tool": proposal["tool"],
-                            **({"message": decision.message} if decision.message else {}),
-                        },
-                        step + POLICY_OBSERVATION_TTL_STEPS,
-                    ),
-                    guarded=[
-                        update_proposal(
-                            pk,
-                            {
-                                "status": "rejected",
-                                "rejection_code": decision.code,
-                                "fingerprint": decision.fingerprint,
-                            },
-                        )
-                    ],
-                )
-                send, result = (lambda: ctx.publisher.planner(run_id, new_version)), "rejected"
-            elif isinstance(decision, policy.Stop):
-                looping = decision.reason in (
-                    StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
-                    StopReason.PROPOSAL_OSCILLATION_DETECTED,
-                )
-                if looping and (row.handoff or {}).get("on_repeated_proposal"):
-                    return _handoff(ctx, run_id, version, pk, decision)
-                stop = Stop(decision.status, decision.reason, decision.detail)
-                transition(
-                    conn,
-                    run_id,
-                    version,
-                    changes=stop_changes(stop),
-                    events=[*_events(decision.events), *stop_events(view, stop, step=step)],
-                    step=step,
-                    proposal_id=pid,
-                    guarded=[
-                        update_proposal(
-                            pk, {"status": "stopped", "fingerprint": decision.fingerprint}
-                        )
-                    ],
-                )
-                result = "stopped"
+                send, result = _reject(ctx, conn, view, row.proposal, decision), "rejected"
+            elif isinstance(decision, policy.Halt):
+                if _looping(decision) and (row.handoff or {}).get("on_repeated_proposal"):
+                    return _handoff(ctx, run_id, version, row.proposal["id"], decision)
+                result = _stop(conn, view, row.proposal, decision)
             elif isinstance(decision, policy.AwaitConfirmation):
-                result = _await_confirmation(conn, view, version, pk, step, pid, decision, now)
+                p = row.proposal
+                result = _await_confirmation(
+                    conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now
+                )
             else:
-                send = _accept(ctx, conn, view, proposal, decision, version, now)
+                send = _accept(ctx, conn, view, row.proposal, decision, version, now)
                 result = "accepted"
     except StaleVersion:
         return "ignored"
@@ -162,17 +91,98 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     return result
 
 
+def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.Decision:
+    """The pure gate on the loaded proposal, in a span with per-layer events."""
+    run_id, proposal = view.run_id, row.proposal
+    pid = proposal["proposal_id"]
+    with telemetry.span(
+        "policy.evaluate", run_id=run_id, proposal_id=pid, tool=proposal["tool"]
+    ) as sp:
+        decision = policy.evaluate(
+            policy.GateInput(
+                raw=proposal["raw"],
+                run=view,
+                expected_version=view.version,
+                grants=grants_from(run_id, row.grants),
+                confirmations=confirmations_from(run_id, row.confirmations),
+                history=history_from(row.history),
+                registry=ctx.registry,
+                now=now,
+                deployment=deployment_check(ctx.engine),
+            ),
+            on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
+        )
+        if sp is not None:
+            sp.set_attribute("warrant.outcome", _outcome_name(decision))
+    return decision
+
+
+def _looping(decision: policy.Halt) -> bool:
+    return decision.reason in (
+        StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
+        StopReason.PROPOSAL_OSCILLATION_DETECTED,
+    )
+
+
+def _reject(
+    ctx: StageContext, conn: Any, view: RunView, proposal: dict[str, Any], decision: policy.Reject
+) -> Callable[[], None]:
+    """A refused proposal: its observation for the planner, and the step is planned again."""
+    step = proposal["step"]
+    content = {"code": decision.code, "layer": decision.layer, "tool": proposal["tool"]}
+    if decision.message:
+        content["message"] = decision.message
+    new_version = commit(
+        conn,
+        machine.replan(view, why=_events(decision.events)),
+        step=step,
+        proposal_id=proposal["proposal_id"],
+        observation=NewObservation(
+            f"policy-{step}",
+            ObservationKind.POLICY_REJECTION,
+            ObservationSource.POLICY.value,
+            content,
+            step + POLICY_OBSERVATION_TTL_STEPS,
+        ),
+        guarded=[
+            update_proposal(
+                proposal["id"],
+                {
+                    "status": "rejected",
+                    "rejection_code": decision.code,
+                    "fingerprint": decision.fingerprint,
+                },
+            )
+        ],
+    )
+    run_id = view.run_id
+    return lambda: ctx.publisher.planner(run_id, new_version)
+
+
+def _stop(conn: Any, view: RunView, proposal: dict[str, Any], decision: policy.Halt) -> str:
+    step = proposal["step"]
+    stop = Stop(decision.status, decision.reason, decision.detail)
+    commit(
+        conn,
+        machine.stop(view, stop, step=step, events=_events(decision.events)),
+        step=step,
+        proposal_id=proposal["proposal_id"],
+        guarded=[
+            update_proposal(
+                proposal["id"], {"status": "stopped", "fingerprint": decision.fingerprint}
+            )
+        ],
+    )
+    return "stopped"
+
+
 def _handoff(ctx: StageContext, run_id: str, version: int, pk: int, decision: Any) -> str:
     """A loop the run spec wants a person to look at (rare: the ORM path is fine)."""
     with session_scope(ctx.engine) as s:
-        run = s.get(Run, run_id, with_for_update=True)
+        run = rows.lock_run(s, run_id)
         if run is None or run.version != version:
             return "ignored"
-        s.execute(
-            update(Proposal)
-            .where(Proposal.id == pk)
-            .values(status="stopped", fingerprint=decision.fingerprint)
-        )
+        rows.set_proposal(s, pk, status="stopped", fingerprint=decision.fingerprint)
         enter_handoff(
             s,
             run,
@@ -197,26 +207,15 @@ def _await_confirmation(
     ttl = view.budgets.confirmation_ttl_s
     request["expires_at"] = min(now + ttl, view.deadline_at)
     request["expires_at_step"] = step + view.budgets.confirmation_steps
-    transition(
+    change = machine.request_confirmation(
+        view,
+        proposal_hash=decision.proposal_hash,
+        tool=decision.tool.name,
+        events=_events(decision.events),
+    )
+    commit(
         conn,
-        view.run_id,
-        version,
-        changes={
-            "status": RunStatus.WAITING_CONFIRMATION.value,
-            "phase": Phase.IDLE.value,
-            "stop_reason": StopReason.USER_CONFIRMATION_REQUIRED.value,
-        },
-        events=[
-            *_events(decision.events),
-            (
-                "confirmation.requested",
-                {"proposal_hash": decision.proposal_hash, "tool": decision.tool.name},
-            ),
-            (
-                "state.transitioned",
-                {"from": view.status.value, "to": RunStatus.WAITING_CONFIRMATION.value},
-            ),
-        ],
+        change,
         step=step,
         proposal_id=pid,
         guarded=[
@@ -236,19 +235,18 @@ def _await_confirmation(
     return "waiting"
 
 
-def _accept(
-    ctx: StageContext,
-    conn: Any,
+def _command_writes(
     view: RunView,
     proposal: dict[str, Any],
     decision: policy.Accept,
-    version: int,
+    command_id: str,
+    timeout: float,
     now: float,
-) -> Callable[[], None]:
+) -> list[Any]:
+    """What an accepted proposal writes with its transition: the proposal's verdict, the
+    command (with its stable idempotency token), the grant uses and the confirmation's use."""
     tool = decision.tool
     run_id = view.run_id
-    timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
-    command_id = str(uuid.uuid4())
     pid = decision.proposal.proposal_id
     token = idempotency_token(run_id, pid, tool.version, decision.arguments_hash)
     guarded = [
@@ -287,32 +285,38 @@ def _accept(
         guarded.append(use_grants(list(decision.grant_ids)))
     if decision.confirmation_id:
         guarded.append(use_confirmation(decision.confirmation_id, to_datetime(now)))
-    by_tool = dict(view.tool_calls_by_tool)
-    by_tool[tool.name] = by_tool.get(tool.name, 0) + 1
-    new_version = transition(
-        conn,
-        run_id,
-        version,
-        changes={
-            "phase": Phase.TOOL.value,
-            "tool_calls": view.tool_calls + 1,
-            "tool_calls_by_tool": by_tool,
-            "pending_proposal_id": None,
-            "active_command_id": command_id,
+    return guarded
+
+
+def _accept(
+    ctx: StageContext,
+    conn: Any,
+    view: RunView,
+    proposal: dict[str, Any],
+    decision: policy.Accept,
+    version: int,
+    now: float,
+) -> Callable[[], None]:
+    tool = decision.tool
+    run_id = view.run_id
+    timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
+    command_id = str(uuid.uuid4())
+    pid = decision.proposal.proposal_id
+    guarded = _command_writes(view, proposal, decision, command_id, timeout, now)
+    change = machine.issue_command(
+        view,
+        command_id=command_id,
+        tool=tool.name,
+        issued={
+            "version": tool.version,
+            "timeout_s": round(timeout, 3),
+            "arguments_hash": decision.arguments_hash,
         },
-        events=[
-            *_events(decision.events),
-            (
-                "command.issued",
-                {
-                    "command_id": command_id,
-                    "tool": tool.name,
-                    "version": tool.version,
-                    "timeout_s": round(timeout, 3),
-                    "arguments_hash": decision.arguments_hash,
-                },
-            ),
-        ],
+        events=_events(decision.events),
+    )
+    new_version = commit(
+        conn,
+        change,
         step=proposal["step"],
         proposal_id=pid,
         guarded=guarded,

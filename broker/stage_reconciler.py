@@ -25,19 +25,13 @@ from sqlalchemy import func
 from warrant.broker.context import StageContext
 from warrant.broker.publish import Outbox
 from warrant.broker.reconcile_effects import reconcile_unknown_effects
-from warrant.broker.transitions import (
-    HARD_LIMIT_GRACE_S,
-    finish_cancel,
-    stop_changes,
-    stop_events,
-)
-from warrant.ledger import sweeps
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Command, Run
-from warrant.ledger.repo import NewObservation, append_events, record_outcome, run_view
-from warrant.ledger.repo import transition as cas
+from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view
+from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, Phase, RunStatus, StopReason
-from warrant.runner.planning import Stop
+from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
 from warrant.tools.contract import SideEffect
 
@@ -93,76 +87,63 @@ def _stale_commands(ctx: StageContext, settings: WarrantSettings, report: SweepR
     for command_id in ids:
         outbox = Outbox()
         with session_scope(ctx.engine) as s:
-            cmd = s.get(Command, command_id, with_for_update=True)
+            cmd = rows.lock_command(s, command_id)
             if cmd is None or cmd.status != "started":
                 continue
-            run = s.get(Run, cmd.run_id, with_for_update=True)
+            run = rows.lock_run(s, cmd.run_id)
             assert run is not None
-            tool = ctx.registry.get(cmd.tool, cmd.tool_version)
-            read = tool is not None and tool.side_effect is SideEffect.READ
-            record_outcome(
-                s,
-                command_id=cmd.id,
-                run_id=run.id,
-                status="failed" if read else "unknown",
-                code="COMMAND_LEASE_EXPIRED",
-                retryable=read,
-                message="started and never finished (worker lost)",
-                attempt=cmd.attempts,
-            )
-            cmd.status, cmd.finished_at = "completed", func.now()
-            events: list[tuple[str, dict[str, Any]]] = [
-                ("command.lease_expired", {"tool": cmd.tool, "attempt": cmd.attempts})
-            ]
-            if read:
-                # A lost read changed nothing: the planner sees the failure and goes on.
-                if run.status == RunStatus.RUNNING:
-                    v = cas(
-                        s,
-                        run.id,
-                        run.version,
-                        changes={"phase": Phase.PLANNING.value, "active_command_id": None},
-                        events=events,
-                        step=cmd.step,
-                        proposal_id=cmd.proposal_id,
-                        observation=NewObservation(
-                            f"tool-{cmd.step}",
-                            ObservationKind.TOOL_RESULT,
-                            "trusted-tool",
-                            {"tool": cmd.tool, "status": "failed", "code": "COMMAND_LEASE_EXPIRED"},
-                        ),
-                    )
-                    outbox.add(partial(ctx.publisher.planner, run.id, v))
-                else:
-                    finish_cancel(s, run, effect="none", events=events, step=cmd.step)
-            else:
-                events.append(
-                    (
-                        "effect.reconciliation_required",
-                        {
-                            "tool": cmd.tool,
-                            "trigger": "lease-expired",
-                            "recovery": "query" if tool and tool.reconcile else "human",
-                        },
-                    )
-                )
-                changes: dict[str, Any] = {"phase": Phase.IDLE.value}
-                if run.status == RunStatus.RUNNING:
-                    changes.update(
-                        status=RunStatus.RECONCILING.value,
-                        stop_reason=StopReason.UNKNOWN_EFFECT.value,
-                    )
-                cas(
-                    s,
-                    run.id,
-                    run.version,
-                    changes=changes,
-                    events=events,
-                    step=cmd.step,
-                    proposal_id=cmd.proposal_id,
-                )
+            _expire(ctx, s, cmd, run, outbox)
             report.stale += 1
         outbox.flush()
+
+
+def _expire(ctx: StageContext, s: Any, cmd: Any, run: Any, outbox: Outbox) -> None:
+    """A started command past its lease: a lost read failed (the planner goes on); a lost
+    write's effect is unknown (the reconciler asks the tool)."""
+    tool = ctx.registry.get(cmd.tool, cmd.tool_version)
+    read = tool is not None and tool.side_effect is SideEffect.READ
+    record_outcome(
+        s,
+        command_id=cmd.id,
+        run_id=run.id,
+        status="failed" if read else "unknown",
+        code="COMMAND_LEASE_EXPIRED",
+        retryable=read,
+        message="started and never finished (worker lost)",
+        attempt=cmd.attempts,
+    )
+    cmd.status, cmd.finished_at = "completed", func.now()
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("command.lease_expired", {"tool": cmd.tool, "attempt": cmd.attempts})
+    ]
+    view = run_view(run)
+    if read:
+        # A lost read changed nothing: the planner sees the failure and goes on.
+        if view.status is RunStatus.RUNNING:
+            v = commit(
+                s,
+                machine.replan(view, why=events),
+                step=cmd.step,
+                proposal_id=cmd.proposal_id,
+                observation=NewObservation(
+                    f"tool-{cmd.step}",
+                    ObservationKind.TOOL_RESULT,
+                    "trusted-tool",
+                    {"tool": cmd.tool, "status": "failed", "code": "COMMAND_LEASE_EXPIRED"},
+                ),
+            )
+            outbox.add(partial(ctx.publisher.planner, run.id, v))
+        else:
+            change = machine.finish_cancel(view, effect="none", step=cmd.step, events=events)
+            commit(s, change, step=cmd.step)
+    else:
+        required = {
+            "tool": cmd.tool,
+            "trigger": "lease-expired",
+            "recovery": "query" if tool and tool.reconcile else "human",
+        }
+        change = machine.enter_reconciliation(view, required=required, events=events)
+        commit(s, change, step=cmd.step, proposal_id=cmd.proposal_id)
 
 
 # --- 3. stalled runs -------------------------------------------------------------------------
@@ -176,7 +157,7 @@ def _stalled_runs(ctx: StageContext, settings: WarrantSettings, report: SweepRep
     for run_id in ids:
         outbox = Outbox()
         with session_scope(ctx.engine) as s:
-            run = s.get(Run, run_id, with_for_update=True)
+            run = rows.lock_run(s, run_id)
             if run is None or run.status != RunStatus.RUNNING:
                 continue
             version, phase = run.version, run.phase
@@ -185,7 +166,7 @@ def _stalled_runs(ctx: StageContext, settings: WarrantSettings, report: SweepRep
             elif phase == Phase.POLICY:
                 outbox.add(partial(ctx.publisher.policy, run_id, version))
             elif phase == Phase.TOOL and run.active_command_id:
-                cmd = s.get(Command, run.active_command_id)
+                cmd = rows.command(s, run.active_command_id)
                 due = (
                     cmd is not None
                     and cmd.status == "issued"
@@ -225,15 +206,15 @@ def _expired_confirmations(
 ) -> None:
     now = ctx.clock()
     with session_scope(ctx.engine) as s:
-        rows = sweeps.waiting_confirmations(s, limit=settings.sweep_batch * 10)
+        waiting = sweeps.waiting_confirmations(s, limit=settings.sweep_batch * 10)
     due = [
         (rid, req, dl)
-        for rid, req, dl in rows
+        for rid, req, dl in waiting
         if dl.timestamp() <= now or float((req or {}).get("expires_at", 0)) <= now
     ]
     for run_id, _request, deadline in due[: settings.sweep_batch]:
         with session_scope(ctx.engine) as s:
-            run = s.get(Run, run_id, with_for_update=True)
+            run = rows.lock_run(s, run_id)
             if run is None or run.status != RunStatus.WAITING_CONFIRMATION:
                 continue
             reason = (
@@ -242,15 +223,7 @@ def _expired_confirmations(
                 else StopReason.CONFIRMATION_EXPIRED
             )
             stop = Stop(RunStatus.CANCELLED, reason, {"effect": "none"})
-            cas(
-                s,
-                run.id,
-                run.version,
-                changes=stop_changes(stop),
-                events=[
-                    ("confirmation.expired", {"reason": reason.value}),
-                    *stop_events(run_view(run), stop, step=run.step),
-                ],
-                step=run.step,
-            )
+            expired = ("confirmation.expired", {"reason": reason.value})
+            change = machine.stop(run_view(run), stop, step=run.step, events=[expired])
+            commit(s, change, step=run.step)
             report.expired += 1

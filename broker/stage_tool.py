@@ -22,15 +22,10 @@ from warrant.broker.context import StageContext
 from warrant.broker.lease import holder_lost, holder_of, lease_end
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
+from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
-from warrant.ledger.steps import (
-    autocommit,
-    claim_command,
-    discard_command,
-    load_tool,
-    start_command,
-)
+from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import Outcome, Phase, RunStatus, StopReason
 from warrant.tools.contract import SideEffect, Tool

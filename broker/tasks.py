@@ -9,26 +9,22 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from warrant.broker import interrupts
+from warrant.broker import interrupts, stage_planner, stage_policy, stage_reconciler, stage_tool
 from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
-from warrant.broker.handoffs import enter_handoff
+from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.lease import worker_label
 from warrant.broker.publish import log_deferred
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
-from warrant.broker.stage_planner import planner_step
-from warrant.broker.stage_policy import policy_evaluate
-from warrant.broker.stage_reconciler import sweep
-from warrant.broker.stage_tool import tool_execute
-from warrant.broker.transitions import stop_changes, stop_events
+from warrant.ledger import rows
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Run
-from warrant.ledger.repo import StaleVersion, run_view, transition
+from warrant.ledger.repo import StaleVersion, commit, run_view
+from warrant.runner import run_machine as machine
 from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.errors import BrokerUnavailable
-from warrant.runner.planning import Stop
+from warrant.runner.run_machine import Stop
 
-__all__ = ["evaluate_policy", "execute_tool", "reconcile", "step_planner"]
+__all__ = ["planner_step", "policy_evaluate", "reconciler_sweep", "tool_execute"]
 
 log = logging.getLogger("warrant.tasks")
 
@@ -61,7 +57,7 @@ def _guarded(stage: str, run_id: str, version: int, call: Callable[[StageContext
         stop = Stop(RunStatus.FAILED, StopReason.INTERNAL_ERROR, error)
         try:
             with session_scope(ctx.engine) as s:
-                run = s.get(Run, run_id, with_for_update=True)
+                run = rows.lock_run(s, run_id)
                 if run is None or run.version != version:
                     return "ignored"
                 if stage == "policy" and run.spec.get("handoff", {}).get(
@@ -76,31 +72,28 @@ def _guarded(stage: str, run_id: str, version: int, call: Callable[[StageContext
                     )
                     return "handoff"
                 view = run_view(run)
-                transition(
-                    s,
-                    run_id,
-                    version,
-                    changes=stop_changes(stop),
-                    events=stop_events(view, stop, step=view.step),
-                    step=view.step,
-                )
+                commit(s, machine.stop(view, stop, step=view.step), step=view.step)
         except StaleVersion:
             return "ignored"
         return "internal_error"
 
 
 @app.task(name=TASK_PLANNER, **_RETRY)
-def step_planner(run_id: str, version: int) -> str:
-    return _guarded("planner", run_id, version, lambda c: planner_step(c, run_id, version))
+def planner_step(run_id: str, version: int) -> str:
+    return _guarded(
+        "planner", run_id, version, lambda c: stage_planner.planner_step(c, run_id, version)
+    )
 
 
 @app.task(name=TASK_POLICY, **_RETRY)
-def evaluate_policy(run_id: str, version: int) -> str:
-    return _guarded("policy", run_id, version, lambda c: policy_evaluate(c, run_id, version))
+def policy_evaluate(run_id: str, version: int) -> str:
+    return _guarded(
+        "policy", run_id, version, lambda c: stage_policy.policy_evaluate(c, run_id, version)
+    )
 
 
 @app.task(name=TASK_TOOL, bind=True, **_RETRY)
-def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
+def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
     worker = worker_label(self.request.hostname, os.getpid())
     interrupts.install()
     try:
@@ -108,7 +101,9 @@ def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: st
             "tool",
             run_id,
             version,
-            lambda c: tool_execute(c, run_id, version, command_id, worker=worker, tool=tool),
+            lambda c: stage_tool.tool_execute(
+                c, run_id, version, command_id, worker=worker, tool=tool
+            ),
         )
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
@@ -122,6 +117,6 @@ def execute_tool(self: Any, run_id: str, version: int, command_id: str, tool: st
 
 
 @app.task(name=TASK_RECONCILE, **_RETRY)
-def reconcile() -> dict[str, Any]:
+def reconciler_sweep() -> dict[str, Any]:
     """One sweep (scheduled by beat; safe to run concurrently: an advisory lock serializes)."""
-    return sweep(worker_context()).to_dict()
+    return stage_reconciler.sweep(worker_context()).to_dict()

@@ -21,7 +21,7 @@ from warrant.ledger.repo import (
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import Outcome, RunStatus, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
-from warrant.runner.state import RunView
+from warrant.runner.views import RunView
 from warrant.tools.contract import SideEffect, Tool, ToolContext
 
 __all__ = [
@@ -112,7 +112,7 @@ def cancel_flag(ctx: StageContext, run_id: str) -> Any:
 
 
 def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolResult:
-    is_cancelled = cancel_flag(ctx, snap.run_id)
+    """Call the tool once (deadline, idempotency token, cancellation) and type its outcome."""
     context = ToolContext(
         run_id=snap.run_id,
         command_id=snap.command_id,
@@ -121,17 +121,27 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         attempt=snap.attempt,
         deadline_at=snap.deadline_at,
         deps=ctx.deps_for(tool),
-        is_cancelled=is_cancelled,
+        is_cancelled=cancel_flag(ctx, snap.run_id),
         confirmation_id=snap.confirmation_id,
     )
-    write = tool.side_effect is not SideEffect.READ
     try:
         args = tool.parse_input(snap.arguments)
         with interrupts.interruptible():  # a cancel's SIGUSR1 lands only here
             out = tool.execute(args, context)
-    except ToolRejected as exc:
+    except Exception as exc:
+        return _classified(ctx, tool, snap, exc)
+    return _checked(tool, snap, args, out, context)
+
+
+def _classified(
+    ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, exc: Exception
+) -> ToolResult:
+    """The typed outcome of a call that raised: the error's type decides (rejected, failed
+    with or without retry, unknown for a write whose effect cannot be known)."""
+    write = tool.side_effect is not SideEffect.READ
+    if isinstance(exc, ToolRejected):
         return ToolResult(Outcome.REJECTED, exc.code, str(exc), output=exc.details)
-    except ToolFailed as exc:
+    if isinstance(exc, ToolFailed):
         return ToolResult(
             Outcome.FAILED,
             exc.code,
@@ -140,52 +150,70 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
             retry_after_s=exc.retry_after_s,
             stop=None if exc.retryable else StopReason.TOOL_FAILED,
         )
-    except (ToolUnknown, SoftTimeLimitExceeded) as exc:
-        cancelled = ctx.tool_deps.run_status(snap.run_id) in CANCELLED_STATUSES
-        if isinstance(exc, ToolUnknown):
-            code, trigger = exc.code, "adapter"
-        elif cancelled:
-            code, trigger = "CANCELLED_DURING_EXECUTION", "cancellation"
-        else:
-            code, trigger = "TOOL_TIMEOUT", "timeout"
-        if write:
-            return ToolResult(
-                Outcome.UNKNOWN,
-                code,
-                str(exc) or code,
-                stop=StopReason.UNKNOWN_EFFECT,
-                trigger=trigger,
-            )
-        deadline_bound = snap.timeout_s < tool.timeout_s - 1e-6
-        stop = (
-            StopReason.DEADLINE_REACHED
-            if trigger == "timeout" and deadline_bound
-            else StopReason.TOOL_FAILED
-        )
-        return ToolResult(Outcome.FAILED, code, str(exc) or code, stop=stop)
-    except DATABASE_ERRORS as exc:  # the ledger or a tool's database went away: transient
-        if write:
-            return ToolResult(
-                Outcome.UNKNOWN,
-                "DATABASE_UNAVAILABLE",
-                f"a database connection failed during the call ({type(exc).__name__})",
-                stop=StopReason.UNKNOWN_EFFECT,
-                trigger="database",
-            )
+    if isinstance(exc, ToolUnknown | SoftTimeLimitExceeded):
+        return _unknown_or_timed_out(ctx, tool, snap, exc, write=write)
+    if isinstance(exc, DATABASE_ERRORS):  # the ledger or a tool's database went away
+        return _database_lost(exc, write=write)
+    # unclassified: an internal error; stop, never retry blindly
+    log.error("tool %s raised an unclassified exception", tool.name, exc_info=exc)
+    return ToolResult(
+        Outcome.FAILED,
+        "TOOL_INTERNAL_ERROR",
+        type(exc).__name__,
+        stop=StopReason.TOOL_INTERNAL_ERROR,
+    )
+
+
+def _unknown_or_timed_out(
+    ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, exc: Exception, *, write: bool
+) -> ToolResult:
+    cancelled = ctx.tool_deps.run_status(snap.run_id) in CANCELLED_STATUSES
+    if isinstance(exc, ToolUnknown):
+        code, trigger = exc.code, "adapter"
+    elif cancelled:
+        code, trigger = "CANCELLED_DURING_EXECUTION", "cancellation"
+    else:
+        code, trigger = "TOOL_TIMEOUT", "timeout"
+    if write:
         return ToolResult(
-            Outcome.FAILED,
+            Outcome.UNKNOWN,
+            code,
+            str(exc) or code,
+            stop=StopReason.UNKNOWN_EFFECT,
+            trigger=trigger,
+        )
+    deadline_bound = snap.timeout_s < tool.timeout_s - 1e-6
+    stop = (
+        StopReason.DEADLINE_REACHED
+        if trigger == "timeout" and deadline_bound
+        else StopReason.TOOL_FAILED
+    )
+    return ToolResult(Outcome.FAILED, code, str(exc) or code, stop=stop)
+
+
+def _database_lost(exc: Exception, *, write: bool) -> ToolResult:
+    """A database connection failed during the call: transient (a read is retried, a write's
+    effect is unknown)."""
+    if write:
+        return ToolResult(
+            Outcome.UNKNOWN,
             "DATABASE_UNAVAILABLE",
-            f"a database connection failed during the read ({type(exc).__name__})",
-            retryable=True,
+            f"a database connection failed during the call ({type(exc).__name__})",
+            stop=StopReason.UNKNOWN_EFFECT,
+            trigger="database",
         )
-    except Exception as exc:  # unclassified: an internal error; stop, never retry blindly
-        log.exception("tool %s raised an unclassified exception", tool.name)
-        return ToolResult(
-            Outcome.FAILED,
-            "TOOL_INTERNAL_ERROR",
-            type(exc).__name__,
-            stop=StopReason.TOOL_INTERNAL_ERROR,
-        )
+    return ToolResult(
+        Outcome.FAILED,
+        "DATABASE_UNAVAILABLE",
+        f"a database connection failed during the read ({type(exc).__name__})",
+        retryable=True,
+    )
+
+
+def _checked(
+    tool: Tool[Any, Any], snap: Snapshot, args: Any, out: Any, context: ToolContext
+) -> ToolResult:
+    """A returned output: validated against its schema, then the postcondition checked."""
     try:
         validated = tool.output_model.model_validate(out.model_dump(mode="json"))
     except (ValidationError, AttributeError):
@@ -197,22 +225,23 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         )
     result = ToolResult(Outcome.SUCCEEDED, output=validated.model_dump(mode="json"))
     result.events.append(("tool.result.validated", {"tool": tool.name}))
-    if tool.verify is not None:
-        ok = bool(tool.verify(args, validated, context))
-        result.events.append(("tool.postcondition.checked", {"tool": tool.name, "ok": ok}))
-        if not ok:
-            result.stop, result.code = (
-                StopReason.TOOL_POSTCONDITION_FAILED,
-                "TOOL_POSTCONDITION_FAILED",
+    if tool.verify is None:
+        return result
+    ok = bool(tool.verify(args, validated, context))
+    result.events.append(("tool.postcondition.checked", {"tool": tool.name, "ok": ok}))
+    if not ok:
+        result.stop, result.code = (
+            StopReason.TOOL_POSTCONDITION_FAILED,
+            "TOOL_POSTCONDITION_FAILED",
+        )
+        result.events.append(
+            (
+                "effect.compensation_required",
+                {
+                    "tool": tool.name,
+                    "side_effect": tool.side_effect.value,
+                    "idempotency_key_hash": sha256_hex(snap.token)[:16],
+                },
             )
-            result.events.append(
-                (
-                    "effect.compensation_required",
-                    {
-                        "tool": tool.name,
-                        "side_effect": tool.side_effect.value,
-                        "idempotency_key_hash": sha256_hex(snap.token)[:16],
-                    },
-                )
-            )
+        )
     return result

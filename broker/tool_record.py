@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -13,27 +14,26 @@ from warrant.broker.faults import crash_point
 from warrant.broker.late import late_outcome, record_late
 from warrant.broker.publish import Outbox
 from warrant.broker.tool_call import Snapshot, ToolResult
-from warrant.broker.transitions import reissue_command, stop_changes, stop_events
+from warrant.broker.transitions import reissue_command
+from warrant.ledger import rows
 from warrant.ledger.db import session_scope
+from warrant.ledger.guarded import complete_command, insert_outcome
 from warrant.ledger.models import Command, Run
 from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
     command_for_update,
+    commit,
     record_outcome,
     run_view,
     to_datetime,
-    transition,
 )
-from warrant.ledger.steps import (
-    autocommit,
-    complete_command,
-    insert_outcome,
-)
-from warrant.runner.codes import ObservationKind, Outcome, Phase, RunStatus, StopReason
-from warrant.runner.planning import Stop
+from warrant.ledger.stage_loads import autocommit
+from warrant.runner import run_machine as machine
+from warrant.runner.codes import ObservationKind, Outcome, RunStatus
 from warrant.runner.retry import decide_retry
-from warrant.runner.state import RunView
+from warrant.runner.run_machine import Change
+from warrant.runner.views import RunView
 from warrant.tools.contract import SideEffect, Tool
 
 __all__ = ["record", "record_fast"]
@@ -75,18 +75,16 @@ def record_fast(
     compare-and-set lost (a cancel, a duplicate delivery): :func:`record` sorts that out."""
     duration_ms = round((time.time() - snap.started_at) * 1000, 1)
     attempt_event = _attempt_event(tool, res, snap.attempt, duration_ms)
-    changes, events, observation, go_on = _conclusion(
-        RunStatus.RUNNING, snap.view, tool, res, snap.step, attempt_event
-    )
+    # The claim saw the run running at snap.version: the compare-and-set commits only if it
+    # still is (else the locked path sorts it out), so the change is made from there.
+    at_claim = dataclasses.replace(snap.view, version=snap.version, status=RunStatus.RUNNING)
+    change, observation, go_on = _conclusion(at_claim, tool, res, snap.step, attempt_event)
     command = {"status": "completed", "finished_at": to_datetime(time.time())}
     try:
         with autocommit(ctx.engine) as conn:
-            version = transition(
+            version = commit(
                 conn,
-                snap.run_id,
-                snap.version,
-                changes=changes,
-                events=events,
+                change,
                 step=snap.step,
                 proposal_id=snap.proposal_id,
                 observation=observation,
@@ -109,7 +107,7 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
     outbox = Outbox()
     with session_scope(ctx.engine) as s:
         cmd = command_for_update(s, snap.command_id)
-        run = s.get(Run, snap.run_id, with_for_update=True)
+        run = rows.lock_run(s, snap.run_id)
         assert cmd is not None and run is not None
         if cmd.status != "started" or cmd.attempts != snap.attempt:
             # Not (or no longer) this attempt's command to conclude.
@@ -170,19 +168,13 @@ def _maybe_retry(
         cmd,
         delay_s=decision.delay_s,
         timeout_s=attempt_timeout,
-        changes={},
-        events=[
-            attempt_event,
-            (
-                "tool.retry.scheduled",
-                {
-                    "attempt": cmd.attempts + 1,
-                    "delay_s": round(decision.delay_s, 3),
-                    "code": res.code,
-                    "retry_after": res.retry_after_s is not None,
-                },
-            ),
-        ],
+        scheduled={
+            "attempt": cmd.attempts + 1,
+            "delay_s": round(decision.delay_s, 3),
+            "code": res.code,
+            "retry_after": res.retry_after_s is not None,
+        },
+        events=[attempt_event],
         outbox=outbox,
     )
     return True
@@ -203,15 +195,10 @@ def _finish(
     if not record_outcome(s, **_outcome_values(snap, res, duration_ms)):
         return "superseded"  # lost the race for this attempt's outcome: no transition follows
     cmd.status, cmd.finished_at = "completed", func.now()
-    changes, events, observation, go_on = _conclusion(
-        RunStatus(run.status), run_view(run), tool, res, cmd.step, attempt_event
-    )
-    new_version = transition(
+    change, observation, go_on = _conclusion(run_view(run), tool, res, cmd.step, attempt_event)
+    new_version = commit(
         s,
-        run.id,
-        run.version,
-        changes=changes,
-        events=events,
+        change,
         step=cmd.step,
         proposal_id=cmd.proposal_id,
         observation=observation,
@@ -223,68 +210,48 @@ def _finish(
 
 
 def _conclusion(
-    status: RunStatus,
     view: RunView,
     tool: Tool[Any, Any],
     res: ToolResult,
     step: int,
     attempt_event: tuple[str, dict[str, Any]],
-) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], NewObservation | None, bool]:
-    """What an outcome does to a run at ``status``: its changes, events, observation, and
-    whether the planner goes on."""
+) -> tuple[Change, NewObservation | None, bool]:
+    """What an outcome does to the run: the state machine's change, the observation the
+    planner sees, and whether the planner goes on."""
     events = [attempt_event, *res.events]
-    observation = None
-    if res.status is not Outcome.UNKNOWN:
-        content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
-        if res.output is not None:
-            content["output"] = res.output
-        if res.code:
-            content["code"] = res.code
-        observation = NewObservation(
-            f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
-        )
     if res.status is Outcome.UNKNOWN:
-        events.append(
-            (
-                "effect.reconciliation_required",
-                {
-                    "tool": tool.name,
-                    "trigger": res.trigger,
-                    "recovery": "query" if tool.reconcile is not None else "human",
-                },
-            )
-        )
-    changes: dict[str, Any]
-    if status is RunStatus.CANCELLING:
-        if res.status is Outcome.UNKNOWN:
-            # The effect is not known: the run stays cancelling until it is reconciled.
-            changes = {"phase": Phase.IDLE.value}
-        else:
-            applied = res.status is Outcome.SUCCEEDED and tool.side_effect is not SideEffect.READ
-            stop = Stop(
-                RunStatus.CANCELLED,
-                StopReason.CANCELLED,
-                {"effect": "applied" if applied else "none", "tool": tool.name},
-            )
-            changes = stop_changes(stop)
-            events += stop_events(view, stop, step=step)
-    elif status is not RunStatus.RUNNING:
-        changes = {}
-    elif res.status is Outcome.UNKNOWN:
-        changes = {
-            "status": RunStatus.RECONCILING.value,
-            "phase": Phase.IDLE.value,
-            "stop_reason": StopReason.UNKNOWN_EFFECT.value,
-            "stop_detail": {"tool": tool.name, "code": res.code},
+        required = {
+            "tool": tool.name,
+            "trigger": res.trigger,
+            "recovery": "query" if tool.reconcile is not None else "human",
         }
-        events.append(
-            ("state.transitioned", {"from": status.value, "to": RunStatus.RECONCILING.value})
-        )
-    elif res.stop is not None:
-        stop = Stop(RunStatus.FAILED, res.stop, {"tool": tool.name, "code": res.code})
-        changes = stop_changes(stop)
-        events += stop_events(view, stop, step=step)
-    else:
-        changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
-    go_on = status is RunStatus.RUNNING and res.stop is None and res.status is not Outcome.UNKNOWN
-    return changes, events, observation, go_on
+        if view.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
+            detail = {"tool": tool.name, "code": res.code}
+            change = machine.enter_reconciliation(
+                view, required=required, detail=detail, events=events
+            )
+        else:
+            change = machine.record_only(
+                view, events=[*events, ("effect.reconciliation_required", required)]
+            )
+        return change, None, False
+    content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
+    if res.output is not None:
+        content["output"] = res.output
+    if res.code:
+        content["code"] = res.code
+    observation = NewObservation(
+        f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
+    )
+    change = machine.conclude_tool(
+        view,
+        tool=tool.name,
+        succeeded=res.status is Outcome.SUCCEEDED,
+        write=tool.side_effect is not SideEffect.READ,
+        code=res.code,
+        stop_reason=res.stop,
+        step=step,
+        events=events,
+    )
+    go_on = view.status is RunStatus.RUNNING and res.stop is None
+    return change, observation, go_on

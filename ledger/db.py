@@ -119,7 +119,7 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
     uses: a stage runs two statements per message, and checking a connection out of the pool
     and back in cost about a tenth of a stage worker's CPU per message. For stage workers
     (a prefork child: one thread); a client with many threads checks one out per use
-    (:func:`warrant.ledger.steps.autocommit` with ``held=False``).
+    (:func:`warrant.ledger.stage_loads.autocommit` with ``held=False``).
 
     A held connection the server has hung up on (a database restart) is replaced before the
     use (:func:`_hung_up`, no round trip). A use that raises returns the connection to the

@@ -1,4 +1,5 @@
-"""What the client reads: runs, their trace and observations, handoffs — queries only."""
+"""What the client reads: runs, their pending proposal, trace and observations, handoffs —
+queries only."""
 
 from __future__ import annotations
 
@@ -7,9 +8,28 @@ from collections.abc import Sequence
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
-from warrant.ledger.models import Handoff, Observation, Run, TraceEvent
+from warrant.ledger.models import Handoff, Observation, Proposal, Run, TraceEvent
 
-__all__ = ["handoff_by_id_or_run", "handoffs", "observations", "run_exists", "runs", "trace"]
+__all__ = [
+    "handoff_by_id_or_run",
+    "handoffs",
+    "observations",
+    "pending_proposal",
+    "run",
+    "run_exists",
+    "runs",
+    "trace",
+]
+
+
+def run(s: Session, run_id: str) -> Run | None:
+    """The run ``run_id`` (``None`` if there is none)."""
+    return s.get(Run, run_id)
+
+
+def pending_proposal(s: Session, run: Run) -> Proposal | None:
+    """The proposal the run waits on (``None`` if it waits on none)."""
+    return s.get(Proposal, run.pending_proposal_id) if run.pending_proposal_id else None
 
 
 def run_exists(s: Session, run_id: str) -> bool:

@@ -36,8 +36,9 @@ from warrant.ledger.models import (
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
 from warrant.runner.errors import StateConflict
+from warrant.runner.run_rules import NEXT_PROPOSAL_ID, NOW, Change
 from warrant.runner.spec import Budgets
-from warrant.runner.state import ObservationView, RunView
+from warrant.runner.views import ObservationView, RunView
 
 __all__ = [
     "NEXT_PROPOSAL_ID",
@@ -45,6 +46,7 @@ __all__ = [
     "NewObservation",
     "StaleVersion",
     "append_events",
+    "commit",
     "observations_of",
     "run_view",
     "to_datetime",
@@ -75,7 +77,7 @@ def to_datetime(ts: float) -> datetime:
 
 
 def run_view(run: Run | Any) -> RunView:
-    """The pure core's view of a run (an ORM row or a ``warrant.ledger.steps`` row)."""
+    """The pure core's view of a run (an ORM row or a ``warrant.ledger.stage_loads`` row)."""
     return RunView(
         run_id=run.id,
         status=RunStatus(run.status),
@@ -95,7 +97,7 @@ def run_view(run: Run | Any) -> RunView:
 
 
 def _budgets_of(run: Any) -> Budgets:
-    text = getattr(run, "budgets_json", None)  # a warrant.ledger.steps row selects only these
+    text = getattr(run, "budgets_json", None)  # a warrant.ledger.stage_loads row selects only these
     if text is not None:
         return _budgets_from_json(text)
     return Budgets.model_validate(run.spec.get("budgets", {}))
@@ -170,10 +172,6 @@ class Guarded:
     build: Callable[[Any], Any]
     params: dict[str, Any]
 
-
-NEXT_PROPOSAL_ID = object()
-"""A ``pending_proposal_id`` value: a new proposal id, which a guarded
-:func:`warrant.ledger.steps.insert_proposal` in the same transition uses for its row."""
 
 _RUNS: Any = Run.__table__
 _EVENTS: Any = TraceEvent.__table__
@@ -326,6 +324,34 @@ def transition(
     if row is None:
         raise StaleVersion(f"run {run_id} is no longer at version {expected_version}")
     return int(row[0])
+
+
+def commit(
+    s: Session | Connection,
+    change: Change,
+    *,
+    step: int,
+    proposal_id: str | None = None,
+    observation: NewObservation | None = None,
+    guarded: Sequence[Guarded] = (),
+    current_attempt: tuple[str, int] | None = None,
+) -> int:
+    """Commit one change of the run state machine (:mod:`warrant.runner.run_machine`) as a
+    compare-and-set from ``change.version``, with the writes that belong to it (see
+    :func:`transition`). Returns the new version, ``change.version + 1``."""
+    changes = {k: func.now() if v is NOW else v for k, v in change.changes.items()}
+    return transition(
+        s,
+        change.run_id,
+        change.version,
+        changes=changes,
+        events=change.events,
+        step=step,
+        proposal_id=proposal_id,
+        observation=observation,
+        guarded=guarded,
+        current_attempt=current_attempt,
+    )
 
 
 def _kind(value: Any) -> str:

@@ -8,7 +8,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
 from warrant.ledger.db import session_scope
-from warrant.ledger.memory import DEFAULT_MEMORY_KEYS, MemoryStore
+from warrant.ledger.memory_store import DEFAULT_MEMORY_KEYS, MemoryStore
 from warrant.ledger.models import Artifact, Run
 
 __all__ = ["ArtifactStore", "LedgerToolDeps"]

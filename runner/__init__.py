@@ -26,13 +26,13 @@ from warrant.runner.errors import (
 from warrant.runner.spec import Budgets, Grant, RunSpec, parse_run_spec
 
 if TYPE_CHECKING:
-    from warrant.runner.api import Client, RunInfo
+    from warrant.runner.client.api import Client, RunInfo
 
 
 def __getattr__(name: str) -> Any:
     # The client needs the ledger and the broker; the pure core must import neither.
     if name in ("Client", "RunInfo"):
-        from warrant.runner import api
+        from warrant.runner.client import api
 
         return getattr(api, name)
     raise AttributeError(name)

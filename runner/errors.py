@@ -29,7 +29,7 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     ├── PluginError                 PLUGIN_LOAD_FAILED   a tool/planner plug-in could not be
     │                               loaded, or two clash (TOOL_CONFLICT, …)
     ├── PlannerFailure              PLANNER_FAILED       the planner produced nothing usable
-    │                               (warrant.runner.planners; MODEL_UNREACHABLE, …)
+    │                               (warrant.runner.step_decisions; MODEL_UNREACHABLE, …)
     └── ToolError                   TOOL_ERROR           raised *by tool code* for a typed outcome
         ├── ToolRejected            TOOL_REJECTED        valid input, business or permission refusal
         ├── ToolFailed              TOOL_FAILED          known not applied; ``retryable`` says if a
@@ -40,7 +40,7 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
 The CLI maps classes to exit codes: ``InvalidRequest``, ``SpecError``, ``NotFound``,
 ``StateConflict``, ``ConfirmationRefused``, ``Unauthorized`` and ``PluginError`` exit 2 (bad
 input), ``ServiceUnavailable`` exits 3, anything else 1. ``--json`` returns ``code``; the
-message is for people and may change. ``tests/test_errors.py`` checks that every exception
+message is for people and may change. ``tests/unit/test_errors.py`` checks that every exception
 class defined in ``warrant.*`` is in this tree and has a code.
 """
 

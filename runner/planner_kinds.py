@@ -22,7 +22,7 @@ from warrant.runner.loading import load_object
 from warrant.runner.spec import BUILTIN_PLANNER_KINDS, PluginPlannerSpec, RunSpec
 
 if TYPE_CHECKING:
-    from warrant.runner.planners import Planner
+    from warrant.runner.planner_protocol import Planner
 
 __all__ = ["PLANNERS_ENTRY_POINT_GROUP", "PlannerKind", "check_planner", "planner_kinds"]
 

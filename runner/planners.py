@@ -1,53 +1,25 @@
-"""Planners: given the run's view, return one raw (untrusted) output and its usage."""
+"""Planners: given the run's view, return one raw (untrusted) output and its usage.
+
+:func:`planner_for` picks the planner a run spec names: the scripted fixture planner (here),
+the OpenAI-compatible one (:mod:`warrant.runner.openai_planner`) or a plug-in kind. What a
+planner is and returns (:class:`Planner`, :class:`PlannerReply`, :class:`PlannerFailure`) is
+defined in :mod:`warrant.runner.planner_protocol` and re-exported here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
 
-from warrant.runner.errors import SpecError, WarrantError
-from warrant.runner.memory import WorkingMemoryView
+from warrant.runner.errors import SpecError
+from warrant.runner.memory_view import WorkingMemoryView
+from warrant.runner.openai_planner import OpenAIPlanner
+from warrant.runner.planner_kinds import PlannerKind, resolve
+from warrant.runner.planner_protocol import Planner, PlannerFailure, PlannerReply
 from warrant.runner.spec import FixturePlannerSpec, PluginPlannerSpec, RunSpec, Usage
-from warrant.runner.state import RunView
-
-if TYPE_CHECKING:
-    from warrant.runner.planner_kinds import PlannerKind
+from warrant.runner.views import RunView
 
 __all__ = ["FixturePlanner", "Planner", "PlannerFailure", "PlannerReply", "planner_for"]
-
-
-class PlannerFailure(WarrantError):
-    """The planner produced nothing usable; ``code`` is stable (e.g. ``MODEL_UNREACHABLE``).
-
-    ``usage`` and ``calls`` are what the failed attempt cost (charged to the run's budgets)."""
-
-    code = "PLANNER_FAILED"
-
-    def __init__(
-        self, code: str, message: str = "", *, usage: Usage | None = None, calls: int = 1
-    ) -> None:
-        super().__init__(message or code, code=code or None)
-        self.usage = usage or Usage()
-        self.calls = calls
-
-
-@dataclass(frozen=True)
-class PlannerReply:
-    raw: Any
-    """The untrusted output, parsed by the gate."""
-    usage: Usage
-    """Charged to the run's token and cost budgets."""
-    calls: int = 1
-    """Model calls this reply took (retries count)."""
-    invalid: str | None = None
-    """Why the reply could not be parsed into one output (then ``raw`` is None)."""
-
-
-class Planner(Protocol):
-    def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
-        """One untrusted output for the next step, given the working-memory ``view``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -75,13 +47,9 @@ def planner_for(
     if isinstance(spec.planner, FixturePlannerSpec):
         return FixturePlanner(spec.planner)
     if isinstance(spec.planner, PluginPlannerSpec):
-        from warrant.runner.planner_kinds import resolve
-
         try:
             kind, settings = resolve(spec.planner, kinds or {})
         except SpecError as exc:
             raise PlannerFailure("PLANNER_KIND_UNKNOWN", str(exc), calls=0) from None
         return kind.build(settings)
-    from warrant.runner.llm import OpenAIPlanner
-
     return OpenAIPlanner(spec.planner, prices or {}, allow_remote=allow_remote)

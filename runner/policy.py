@@ -3,128 +3,51 @@
     parse -> registry -> input schema -> semantic validation -> authorization (grants)
     -> state guard -> loop detection -> confirmation -> budget -> ExecutableCommand
 
-Each layer appends a trace event (controlled summaries only: names, codes, sizes, hashes).
-:func:`evaluate` is a pure function of (proposal, run state, grants, confirmations, history,
-registry, now), so every layer is unit-tested without Celery or a database.
+Each layer is one function and appends a trace event (controlled summaries only: names,
+codes, sizes, hashes). :func:`evaluate` is a pure function of (proposal, run state, grants,
+confirmations, history, registry, now), so every layer is unit-tested without Celery or a
+database. Its input, events and decisions are defined in :mod:`warrant.runner.gate` (and
+re-exported here).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from warrant.runner.canonical import canonical_json, proposal_hash, sha256_hex
 from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason, invalid_field_code
+from warrant.runner.gate import (
+    LAYER_OF_EVENT,
+    Accept,
+    AwaitConfirmation,
+    Decision,
+    Event,
+    EventLog,
+    GateInput,
+    Halt,
+    Ignore,
+    Reject,
+)
 from warrant.runner.spec import ToolProposal
-from warrant.runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
 from warrant.tools.contract import ConfirmationPolicy, Tool
-from warrant.tools.registry import Registry
 
 __all__ = [
     "LAYER_OF_EVENT",
     "Accept",
     "AwaitConfirmation",
+    "Decision",
     "Event",
     "GateInput",
+    "Halt",
     "Ignore",
     "Reject",
-    "Stop",
     "evaluate",
 ]
-
-
-@dataclass(frozen=True)
-class Event:
-    name: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class GateInput:
-    raw: Any
-    run: RunView
-    expected_version: int
-    grants: Sequence[GrantView]
-    confirmations: Sequence[ConfirmationView]
-    history: Sequence[HistoryEntry]
-    registry: Registry
-    now: float
-    deployment: Callable[[str, str], str | None] | None = None
-    """Which worker role lacks a tool the registry has (``None``: every role serving it has it;
-    from the workers' registrations in the ledger)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Accept:
-    proposal: ToolProposal
-    tool: Tool[Any, Any]
-    arguments: dict[str, Any]
-    arguments_hash: str
-    proposal_hash: str
-    resource: str
-    grant_ids: tuple[int, ...]
-    confirmation_id: str | None
-    events: list[Event]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reject:
-    code: str
-    layer: str
-    fingerprint: str | None
-    events: list[Event]
-    message: str | None = None
-    """Why, for people (the code is the contract)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Stop:
-    reason: StopReason
-    status: RunStatus
-    fingerprint: str | None
-    events: list[Event]
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class AwaitConfirmation:
-    proposal: ToolProposal
-    tool: Tool[Any, Any]
-    arguments: dict[str, Any]
-    proposal_hash: str
-    resource: str
-    events: list[Event]
-
-    def request(self) -> dict[str, Any]:
-        """What a person is shown: action, target, key parameters, side effect, undo."""
-        shown = {
-            k: ("<sensitive>" if k in self.tool.sensitive_fields else v)
-            for k, v in self.arguments.items()
-        }
-        return {
-            "tool": self.tool.name,
-            "tool_version": self.tool.version,
-            "action": self.tool.description,
-            "resource": self.resource,
-            "parameters": shown,
-            "side_effect": self.tool.side_effect.value,
-            "reversible": self.tool.side_effect.value in ("read", "compensatable-write"),
-            "proposal_hash": self.proposal_hash,
-        }
-
-
-@dataclass(frozen=True)
-class Ignore:
-    """The message is stale for this run state; drop it (the state guard)."""
-
-    reason: str
-
-
-Decision = Accept | Reject | Stop | AwaitConfirmation | Ignore
 
 
 def _raw_fingerprint(raw: Any) -> str | None:
@@ -187,16 +110,18 @@ def _reject(
         details["message"] = message
     events.append(Event("proposal.rejected", details))
     if fp is not None and _repeats(fp, inp) > inp.run.budgets.max_repeated_proposal:
-        reason = StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION
         events.append(Event("proposal.loop_detected", {"count": _repeats(fp, inp)}))
-        return Stop(
-            reason=reason,
-            status=RunStatus.FAILED,
-            fingerprint=fp,
-            events=events,
-            detail={"last_code": code},
+        return _fail(
+            StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events, last_code=code
         )
     return Reject(code=code, layer=layer, fingerprint=fp, events=events, message=message)
+
+
+def _fail(reason: StopReason, fp: str | None, events: list[Event], **detail: Any) -> Halt:
+    """The run fails (a loop, the deadline, a tool-call budget); ``detail`` is recorded."""
+    return Halt(
+        reason=reason, status=RunStatus.FAILED, fingerprint=fp, events=events, detail=detail
+    )
 
 
 def _authorize(
@@ -241,98 +166,156 @@ def _confirmation(tool: Tool[Any, Any], phash: str, inp: GateInput) -> tuple[str
     return "missing", None
 
 
-class _Events(list[Event]):
-    """The decision's events; each append is also reported to an observer (spans)."""
-
-    def __init__(self, observer: Callable[[Event], None] | None) -> None:
-        super().__init__()
-        self._observer = observer
-
-    def append(self, event: Event) -> None:
-        super().append(event)
-        if self._observer is not None:
-            self._observer(event)
-
-
-#: Which gate layer an event closes (for per-layer spans).
-LAYER_OF_EVENT = {
-    "proposal.parsed": "parse",
-    "proposal.registry.checked": "registry",
-    "proposal.schema.validated": "schema",
-    "proposal.semantic.validated": "semantic",
-    "policy.capability.checked": "authorization",
-    "policy.state.checked": "state_guard",
-    "policy.loop.checked": "loop_detection",
-    "proposal.loop_detected": "loop_detection",
-    "proposal.oscillation_detected": "loop_detection",
-    "policy.confirmation.checked": "confirmation",
-    "policy.budget.checked": "budget",
-}
-
-
 def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None) -> Decision:
     """Run the layers. ``on_event`` observes each layer's event as it happens (the shell
     turns them into spans); it cannot change the decision."""
-    events: list[Event] = _Events(on_event)
-    run = inp.run
+    events: list[Event] = EventLog(on_event)
+    proposal = _parse(inp, events)
+    if not isinstance(proposal, ToolProposal):
+        return proposal
+    tool = _look_up(proposal, inp, events)
+    if not isinstance(tool, Tool):
+        return tool
+    checked = _validate_input(proposal, tool, inp, events)
+    if not isinstance(checked, _Checked):
+        return checked
+    refused = _validate_semantics(checked, inp, events)
+    if refused is not None:
+        return refused
+    granted = _check_grants(checked, inp, events)
+    if not isinstance(granted, _Granted):
+        return granted
+    ignored = _guard_state(inp, events)
+    if ignored is not None:
+        return ignored
+    looping = _detect_loops(checked, inp, events)
+    if looping is not None:
+        return looping
+    confirmed = _check_confirmation(checked, granted, inp, events)
+    if not isinstance(confirmed, _Confirmed):
+        return confirmed
+    over = _check_budgets(checked, inp, events)
+    if over is not None:
+        return over
+    return Accept(
+        proposal=proposal,
+        tool=tool,
+        arguments=checked.arguments,
+        arguments_hash=checked.arguments_hash,
+        proposal_hash=checked.proposal_hash,
+        resource=granted.resource,
+        grant_ids=granted.grant_ids,
+        confirmation_id=confirmed.confirmation_id,
+        events=events,
+    )
 
-    def refuse_raw(code: str, layer: str, message: str | None = None) -> Decision:
-        # before the arguments are validated, loops are detected on the raw proposal
-        return _reject(code, layer, _raw_fingerprint(inp.raw), inp, events, message=message)
 
-    # parse
+# --- the layers, in order: each returns what the next needs, or the decision ------------------
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A proposal past the parse, registry and input-schema layers."""
+
+    proposal: ToolProposal
+    tool: Tool[Any, Any]
+    model: Any
+    """The validated input model."""
+    arguments: dict[str, Any]
+    arguments_hash: str
+    proposal_hash: str
+    """Also the proposal's fingerprint for loop detection."""
+
+
+@dataclass(frozen=True)
+class _Granted:
+    resource: str
+    grant_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Confirmed:
+    confirmation_id: str | None
+
+
+def _refuse_raw(
+    code: str, layer: str, inp: GateInput, events: list[Event], message: str | None = None
+) -> Decision:
+    """Before the arguments are validated, loops are detected on the raw proposal."""
+    return _reject(code, layer, _raw_fingerprint(inp.raw), inp, events, message=message)
+
+
+def _parse(inp: GateInput, events: list[Event]) -> ToolProposal | Decision:
     try:
         proposal = ToolProposal.model_validate(inp.raw)
     except ValidationError:
-        return refuse_raw(Rejection.PROPOSAL_PARSE_FAILED.value, "parse")
+        return _refuse_raw(Rejection.PROPOSAL_PARSE_FAILED.value, "parse", inp, events)
     events.append(
         Event("proposal.parsed", {"tool": proposal.tool, "version": proposal.tool_version})
     )
+    return proposal
 
-    # registry
+
+def _look_up(
+    proposal: ToolProposal, inp: GateInput, events: list[Event]
+) -> Tool[Any, Any] | Decision:
+    """The registry layer: the tool exists, and every worker role serving it has it."""
     tool = inp.registry.get(proposal.tool, proposal.tool_version)
     if tool is None:
-        return refuse_raw(
+        return _refuse_raw(
             Rejection.UNKNOWN_TOOL_OR_VERSION.value,
             "registry",
+            inp,
+            events,
             f"the policy worker's registry has no {proposal.tool}@{proposal.tool_version} "
             f"(registry {inp.registry.fingerprint[:12]})",
         )
     lacking = inp.deployment(tool.name, tool.version) if inp.deployment else None
     if lacking:
-        return refuse_raw(Rejection.TOOL_NOT_DEPLOYED.value, "registry", lacking)
+        return _refuse_raw(Rejection.TOOL_NOT_DEPLOYED.value, "registry", inp, events, lacking)
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
+    return tool
 
-    # input schema
+
+def _validate_input(
+    proposal: ToolProposal, tool: Tool[Any, Any], inp: GateInput, events: list[Event]
+) -> _Checked | Decision:
+    """The input-schema layer: an object, within the size limit, valid for the contract."""
     if not isinstance(proposal.arguments, dict):
-        return refuse_raw(Rejection.INPUT_NOT_OBJECT.value, "schema")
+        return _refuse_raw(Rejection.INPUT_NOT_OBJECT.value, "schema", inp, events)
     size = len(json.dumps(proposal.arguments, default=str))
     if size > tool.max_input_bytes:
-        return refuse_raw(Rejection.INPUT_TOO_LARGE.value, "schema")
+        return _refuse_raw(Rejection.INPUT_TOO_LARGE.value, "schema", inp, events)
     try:
         model = tool.parse_input(proposal.arguments)
         arguments = model.model_dump(mode="json")
         canonical_arguments = canonical_json(arguments)
         args_hash = sha256_hex(canonical_arguments)
     except ValidationError as exc:
-        return refuse_raw(_schema_code(exc), "schema")
+        return _refuse_raw(_schema_code(exc), "schema", inp, events)
     except Exception:  # e.g. a number canonical JSON cannot represent
-        return refuse_raw(invalid_field_code("input"), "schema")
+        return _refuse_raw(invalid_field_code("input"), "schema", inp, events)
     phash = proposal_hash(
         tool.name, tool.version, arguments, canonical_arguments=canonical_arguments
     )
-    fp = phash
     events.append(Event("proposal.schema.validated", {"arguments_hash": args_hash, "bytes": size}))
+    return _Checked(proposal, tool, model, arguments, args_hash, phash)
 
-    # semantic validation
+
+def _validate_semantics(checked: _Checked, inp: GateInput, events: list[Event]) -> Decision | None:
+    tool = checked.tool
     if tool.validate is not None:
-        code = tool.validate(model, run.subject)
+        code = tool.validate(checked.model, inp.run.subject)
         if code:
-            return _reject(code, "semantic", fp, inp, events)
+            return _reject(code, "semantic", checked.proposal_hash, inp, events)
     events.append(Event("proposal.semantic.validated", {"tool": tool.name}))
+    return None
 
-    # authorization
-    resource = tool.resource(model, run.subject)
+
+def _check_grants(checked: _Checked, inp: GateInput, events: list[Event]) -> _Granted | Decision:
+    """The authorization layer: a live, unexhausted grant in scope for every capability."""
+    tool = checked.tool
+    resource = tool.resource(checked.model, inp.run.subject)
     code, grant_ids = _authorize(tool, resource, inp)
     events.append(
         Event(
@@ -341,9 +324,13 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
         )
     )
     if code:
-        return _reject(code, "authorization", fp, inp, events)
+        return _reject(code, "authorization", checked.proposal_hash, inp, events)
+    return _Granted(resource, grant_ids)
 
-    # state guard
+
+def _guard_state(inp: GateInput, events: list[Event]) -> Ignore | None:
+    """A message for another run state (or version) is stale: ignored, nothing recorded."""
+    run = inp.run
     if (
         run.status is not RunStatus.RUNNING
         or run.phase is not Phase.POLICY
@@ -351,28 +338,26 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     ):
         return Ignore(f"state {run.status}/{run.phase} v{run.version}")
     events.append(Event("policy.state.checked", {"version": run.version}))
+    return None
 
-    # loop detection
+
+def _detect_loops(checked: _Checked, inp: GateInput, events: list[Event]) -> Halt | None:
+    fp = checked.proposal_hash
     repeats = _repeats(fp, inp)
-    if repeats > run.budgets.max_repeated_proposal:
+    if repeats > inp.run.budgets.max_repeated_proposal:
         events.append(Event("proposal.loop_detected", {"count": repeats}))
-        return Stop(
-            reason=StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
-            status=RunStatus.FAILED,
-            fingerprint=fp,
-            events=events,
-        )
+        return _fail(StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events)
     if _oscillates(fp, inp):
         events.append(Event("proposal.oscillation_detected", {"window": 4}))
-        return Stop(
-            reason=StopReason.PROPOSAL_OSCILLATION_DETECTED,
-            status=RunStatus.FAILED,
-            fingerprint=fp,
-            events=events,
-        )
+        return _fail(StopReason.PROPOSAL_OSCILLATION_DETECTED, fp, events)
     events.append(Event("policy.loop.checked", {"repeats": repeats}))
+    return None
 
-    # confirmation
+
+def _check_confirmation(
+    checked: _Checked, granted: _Granted, inp: GateInput, events: list[Event]
+) -> _Confirmed | Decision:
+    tool, phash = checked.tool, checked.proposal_hash
     state, confirmation_id = _confirmation(tool, phash, inp)
     events.append(
         Event(
@@ -381,51 +366,33 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
         )
     )
     if state == "declined":
-        return _reject(Rejection.CONFIRMATION_DECLINED.value, "confirmation", fp, inp, events)
+        return _reject(Rejection.CONFIRMATION_DECLINED.value, "confirmation", phash, inp, events)
     if state == "missing":
         return AwaitConfirmation(
-            proposal=proposal,
+            proposal=checked.proposal,
             tool=tool,
-            arguments=arguments,
+            arguments=checked.arguments,
             proposal_hash=phash,
-            resource=resource,
+            resource=granted.resource,
             events=events,
         )
+    return _Confirmed(confirmation_id)
 
-    # budget
+
+def _check_budgets(checked: _Checked, inp: GateInput, events: list[Event]) -> Halt | None:
+    """The deadline and the tool-call budgets (overall and per tool)."""
+    run, tool, fp = inp.run, checked.tool, checked.proposal_hash
     if inp.now >= run.deadline_at:
-        return Stop(
-            reason=StopReason.DEADLINE_REACHED,
-            status=RunStatus.FAILED,
-            fingerprint=fp,
-            events=events,
-        )
+        return _fail(StopReason.DEADLINE_REACHED, fp, events)
     per_tool = run.budgets.max_tool_calls_per_tool.get(tool.name)
     if run.tool_calls >= run.budgets.max_tool_calls or (
         per_tool is not None and run.tool_calls_by_tool.get(tool.name, 0) >= per_tool
     ):
-        return Stop(
-            reason=StopReason.MAX_TOOL_CALLS_REACHED,
-            status=RunStatus.FAILED,
-            fingerprint=fp,
-            events=events,
-            detail={"tool": tool.name},
-        )
+        return _fail(StopReason.MAX_TOOL_CALLS_REACHED, fp, events, tool=tool.name)
     events.append(
         Event(
             "policy.budget.checked",
             {"tool_calls": run.tool_calls, "max_tool_calls": run.budgets.max_tool_calls},
         )
     )
-
-    return Accept(
-        proposal=proposal,
-        tool=tool,
-        arguments=arguments,
-        arguments_hash=args_hash,
-        proposal_hash=phash,
-        resource=resource,
-        grant_ids=grant_ids,
-        confirmation_id=confirmation_id,
-        events=events,
-    )
+    return None

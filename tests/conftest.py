@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.services import DEFAULT_TEST_BROKER, Services, discover
-from warrant.runner.stack import celery_worker_command
+from warrant.runner.client.roles import celery_worker_command
 from warrant.tools.plugins import DEMO_PLUGIN
 
 #: The tool plug-ins of the test deployment (the pytest process and the pipeline worker).
@@ -99,14 +99,24 @@ def needs_services(item: pytest.Item) -> bool:
     return not SERVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
+#: Unit tests: the pure core and the packaging, no service (``tests/integration`` has the rest).
+UNIT_TESTS = Path(__file__).resolve().parent / "unit"
+
+
 @pytest.hookimpl(tryfirst=True)  # before the ``-m``/``-k`` deselection of the mark plug-in
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if needs_services(item) and item.get_closest_marker("services") is None:
+        if not needs_services(item):
+            continue
+        if UNIT_TESTS in Path(item.path).resolve().parents:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses a service fixture: it belongs in tests/integration"
+            )
+        if item.get_closest_marker("services") is None:
             item.add_marker(pytest.mark.services)
 
 
-#: Set by ``tests/test_markers.py``: a file to write each selected test's id and fixtures to.
+#: Set by ``tests/unit/test_markers.py``: a file to write each selected test's id and fixtures to.
 COLLECTED_REPORT_ENV = "WARRANT_TEST_COLLECTED_REPORT"
 
 
@@ -354,7 +364,7 @@ def client(services: Services) -> Any:
     from warrant.broker.app import app
     from warrant.broker.publish import Publisher
     from warrant.ledger.db import engine_for
-    from warrant.runner.api import Client
+    from warrant.runner.client.api import Client
 
     return Client(engine=engine_for(services.database_url or ""), publisher=Publisher(app))
 

@@ -7,7 +7,7 @@ from typing import Any
 from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.policy import GateInput
 from warrant.runner.spec import Budgets
-from warrant.runner.state import ConfirmationView, GrantView, HistoryEntry, RunView
+from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, RunView
 from warrant.tools.plugins import registry_for
 
 NOW = 1_000_000.0

@@ -9,8 +9,8 @@ from warrant.tools.contract import (
     ToolInput,
     ToolOutput,
 )
-from warrant.tools.plugins import DepsContext, Plugin, build_registry
-from warrant.tools.registry import Registry
+from warrant.tools.plugins import build_registry
+from warrant.tools.registry import DepsContext, Plugin, Registry
 
 __all__ = [
     "ConfirmationPolicy",

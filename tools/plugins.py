@@ -19,8 +19,7 @@ spec can make a worker import code: only the deployment's settings and installed
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,9 @@ from typing import Any
 from warrant.runner.errors import PluginError
 from warrant.runner.loading import load_object
 from warrant.runner.settings import WarrantSettings
+from warrant.tools.builtin import BUILTIN_TOOLS
 from warrant.tools.contract import Tool
-from warrant.tools.registry import Registry
+from warrant.tools.registry import DepsContext, Plugin, Registry
 
 __all__ = [
     "BUILTIN_SOURCE",
@@ -48,49 +48,6 @@ TOOLS_ENTRY_POINT_GROUP = "warrant.tools"
 DEMO_PLUGIN = "warrant.tools.demo:plugin"
 #: The source name of the built-in tools.
 BUILTIN_SOURCE = "builtin"
-
-
-@dataclass(frozen=True)
-class DepsContext:
-    """What a deps factory is given, once per worker process."""
-
-    settings: WarrantSettings
-    """The deployment's settings."""
-    database_url: str
-    """The ledger's URL (a plug-in may keep its own tables there, or ignore it)."""
-    engine: Any = None
-    """The ledger's SQLAlchemy engine, shared with the stages."""
-
-    def secret(self, name: str) -> str:
-        """A secret by name, from the worker's environment; missing is an error naming it."""
-        import os
-
-        value = os.environ.get(name)
-        if value is None:
-            raise PluginError(
-                f"secret {name!r} is not set in the worker's environment", code="SECRET_MISSING"
-            )
-        return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class Plugin:
-    """A set of tools and what they need. Register one under the entry-point group
-    ``warrant.tools``, or name it in ``WARRANT_TOOLS=module:attr``."""
-
-    name: str
-    """Shown by ``warrant tools list`` and in errors."""
-    tools: Sequence[Tool[Any, Any]] = ()
-    """The tools; each ``(name, version)`` must be unique across all sources."""
-    deps: Callable[[DepsContext], Any] | None = None
-    """Builds the object these tools see as ``ctx.deps``, once per worker process. If it has
-    ``close()`` (or is a context manager) it is closed when the worker shuts down. Without it,
-    the tools get the deployment's ``WARRANT_TOOL_DEPS`` object, else the ledger's stores."""
-    setup: Callable[[DepsContext], None] | None = None
-    """Idempotent set-up (e.g. the plug-in's own tables), run by ``warrant db upgrade``,
-    ``warrant up`` and ``warrant demo``."""
-    source: str = field(default="", compare=False)
-    """Where it was loaded from (filled in by the loader)."""
 
 
 def as_plugin(obj: Any, *, source: str) -> Plugin:
@@ -128,14 +85,13 @@ def split_refs(value: str) -> list[str]:
 
 def plugins_for(settings: WarrantSettings) -> list[Plugin]:
     """Every tool source the settings name, built-in first."""
-    from warrant.tools.builtin import BUILTIN_TOOLS
-
     plugins = [Plugin(name=BUILTIN_SOURCE, tools=tuple(BUILTIN_TOOLS), source=BUILTIN_SOURCE)]
     if settings.plugin_entry_points:
         plugins.extend(_entry_point_plugins())
     for ref in split_refs(settings.tools):
         plugins.append(as_plugin(load_object(ref), source=f"WARRANT_TOOLS {ref}"))
     if settings.mcp_config is not None:
+        # imported here: the MCP client (anyio, httpx, jsonschema) only when a config names it
         from warrant.tools.mcp import mcp_plugins
 
         plugins.extend(mcp_plugins(settings.mcp_config))

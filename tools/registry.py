@@ -1,4 +1,5 @@
-"""The registry: the only place a tool name and version resolve to code.
+"""The registry: the only place a tool name and version resolve to code; and the
+:class:`Plugin` (a set of tools and the factory of what they need) each tool comes from.
 
 Built from the deployment's settings by :func:`warrant.tools.plugins.build_registry`; every
 worker role, the CLI and the client use that one function.
@@ -6,16 +7,60 @@ worker role, the CLI and the client use that one function.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
+from warrant.runner.errors import PluginError
 from warrant.tools.contract import Tool
 
 if TYPE_CHECKING:
-    from warrant.tools.plugins import Plugin
+    from warrant.runner.settings import WarrantSettings
 
-__all__ = ["Registry"]
+__all__ = ["DepsContext", "Plugin", "Registry"]
+
+
+@dataclass(frozen=True)
+class DepsContext:
+    """What a deps factory is given, once per worker process."""
+
+    settings: WarrantSettings
+    """The deployment's settings."""
+    database_url: str
+    """The ledger's URL (a plug-in may keep its own tables there, or ignore it)."""
+    engine: Any = None
+    """The ledger's SQLAlchemy engine, shared with the stages."""
+
+    def secret(self, name: str) -> str:
+        """A secret by name, from the worker's environment; missing is an error naming it."""
+        value = os.environ.get(name)
+        if value is None:
+            raise PluginError(
+                f"secret {name!r} is not set in the worker's environment", code="SECRET_MISSING"
+            )
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plugin:
+    """A set of tools and what they need. Register one under the entry-point group
+    ``warrant.tools``, or name it in ``WARRANT_TOOLS=module:attr``."""
+
+    name: str
+    """Shown by ``warrant tools list`` and in errors."""
+    tools: Sequence[Tool[Any, Any]] = ()
+    """The tools; each ``(name, version)`` must be unique across all sources."""
+    deps: Callable[[DepsContext], Any] | None = None
+    """Builds the object these tools see as ``ctx.deps``, once per worker process. If it has
+    ``close()`` (or is a context manager) it is closed when the worker shuts down. Without it,
+    the tools get the deployment's ``WARRANT_TOOL_DEPS`` object, else the ledger's stores."""
+    setup: Callable[[DepsContext], None] | None = None
+    """Idempotent set-up (e.g. the plug-in's own tables), run by ``warrant db upgrade``,
+    ``warrant up`` and ``warrant demo``."""
+    source: str = field(default="", compare=False)
+    """Where it was loaded from (filled in by the loader)."""
 
 
 class Registry:

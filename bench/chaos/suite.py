@@ -163,9 +163,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         from warrant.broker.publish import Publisher
         from warrant.ledger.db import engine_for
         from warrant.ledger.migrate import upgrade
-        from warrant.runner.api import Client
+        from warrant.runner.client.api import Client
+        from warrant.runner.client.roles import beat_command, celery_worker_command, role_queues
         from warrant.runner.settings import WarrantSettings
-        from warrant.runner.stack import beat_command, celery_worker_command, role_queues
 
         settings = WarrantSettings()
         upgrade(database)

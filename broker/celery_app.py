@@ -1,0 +1,134 @@
+"""Building the Celery application: broker, queues, routing and at-least-once settings.
+
+:func:`make_app` builds an app for given settings; :func:`deployment_app` is the one app of
+this process, built from the environment on first use (``warrant.broker.app`` exposes it to
+``celery -A``; the stages' worker context publishes with it).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from celery import Celery
+
+from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
+from warrant.broker.registration import RegisterWorker
+from warrant.broker.revocations import TrimRevokedRuns
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.runner.errors import ServiceUnavailable
+from warrant.runner.settings import WarrantSettings, resolved_urls
+from warrant.tools.plugins import registry_for
+from warrant.tools.registry import Registry
+
+__all__ = ["BROKER_HEARTBEAT_S", "deployment_app", "make_app", "transport_options"]
+
+#: AMQP heartbeat: a silently dead RabbitMQ connection is noticed within about this long.
+BROKER_HEARTBEAT_S = 30
+
+
+def transport_options(settings: WarrantSettings) -> dict[str, object]:
+    """Broker transport options. For Redis: keepalive and a health check (PING before reusing a
+    connection idle this long), so connections to a restarted server are noticed and replaced;
+    timeouts are retried. Ignored by the AMQP transport except the visibility timeout."""
+    return {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "socket_keepalive": True,
+        "health_check_interval": 10,
+        "retry_on_timeout": True,
+    }
+
+
+def make_app(settings: WarrantSettings | None = None) -> Celery:
+    """The Celery app for ``settings`` (default: the environment). The broker is
+    ``settings.broker_url``, else a running ``warrant up``'s; with neither the app is still
+    built but refuses to connect (``ServiceUnavailable`` ``SERVICES_NOT_CONFIGURED`` on first
+    use) rather than fall back to a default broker.
+
+    Raises ``ValueError`` if the broker's visibility timeout does not exceed the longest tool
+    time limit (plus the hard-limit grace): Redis would redeliver running commands."""
+    settings = settings or WarrantSettings()
+    registry = registry_for(settings)
+    _check_visibility_timeout(settings, registry)
+    broker_url = _broker_url(settings)
+    celery = Celery("warrant", broker=broker_url, include=["warrant.broker.tasks"])
+    _choose_transport(celery, broker_url)
+    celery.conf.update(_configuration(settings, registry))
+    celery.steps["worker"].add(TrimRevokedRuns)
+    celery.steps["worker"].add(RegisterWorker)
+    return celery
+
+
+@functools.cache
+def deployment_app() -> Celery:
+    """This process's app, built once from the environment (a forked child keeps its
+    parent's)."""
+    return make_app()
+
+
+def _check_visibility_timeout(settings: WarrantSettings, registry: Registry) -> None:
+    longest = registry.max_timeout_s() + HARD_LIMIT_GRACE_S
+    if settings.visibility_timeout_s <= longest:
+        raise ValueError(
+            f"visibility timeout {settings.visibility_timeout_s}s must exceed the longest tool "
+            f"time limit ({longest}s), or Redis would redeliver running commands"
+        )
+
+
+def _broker_url(settings: WarrantSettings) -> str | None:
+    """The configured broker, else a running ``warrant up``'s; None with neither."""
+    if settings.broker_url:
+        return settings.broker_url
+    try:
+        return resolved_urls(settings)[0]
+    except ServiceUnavailable:  # SERVICES_NOT_CONFIGURED: no fallback broker
+        return None
+
+
+def _choose_transport(celery: Celery, broker_url: str | None) -> None:
+    if broker_url is None:
+        # Importing the app stays possible; its first connection raises
+        # SERVICES_NOT_CONFIGURED (see warrant.broker._unconfigured).
+        from warrant.broker._unconfigured import TRANSPORT as UNCONFIGURED
+
+        celery.conf.broker_transport = UNCONFIGURED
+    elif broker_url.startswith(("redis://", "redis+socket://")):
+        from warrant.broker._redis_transport import TRANSPORT
+
+        celery.conf.broker_transport = TRANSPORT
+
+
+def _configuration(settings: WarrantSettings, registry: Registry) -> dict[str, Any]:
+    return {
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_transport_options": transport_options(settings),
+        # A broker restart must not end a worker: retry the connection for as long as it takes
+        # (Celery's default gives up after 100 attempts and the worker exits).
+        "broker_connection_retry": True,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_max_retries": None,
+        "broker_heartbeat": BROKER_HEARTBEAT_S,
+        "task_queues": all_queues(registry),
+        "task_default_queue": "planner",
+        "task_routes": (route_task,),
+        "task_create_missing_queues": False,
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
+        "worker_hijack_root_logger": False,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "warrant_revoked_runs_kept": settings.revoked_runs_kept,
+        "beat_schedule": {
+            "warrant-reconcile": {
+                "task": TASK_RECONCILE,
+                "schedule": settings.reconcile_interval_s,
+                # A sweep that waited longer than one interval is superseded by the next.
+                "options": {"queue": RECONCILER_QUEUE, "expires": settings.reconcile_interval_s},
+            }
+        },
+    }

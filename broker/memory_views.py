@@ -1,0 +1,102 @@
+"""Building a run's working-memory view from the ledger (the shell side of
+warrant.runner.memory_view)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sqlalchemy import Engine
+
+from warrant.ledger.memory_store import MemoryStore
+from warrant.ledger.repo import run_view
+from warrant.ledger.stage_loads import autocommit, load_planning
+from warrant.runner.memory_view import (
+    DEFAULT_MAX_ITEMS,
+    ObservationRecord,
+    WorkingMemoryView,
+    build_view,
+)
+from warrant.runner.views import RunView
+from warrant.tools.registry import Registry
+
+__all__ = ["POLICY_OBSERVATION_TTL_STEPS", "load_view", "view_from_row"]
+
+#: A refusal stays in the planner's view for this many steps after it happened.
+POLICY_OBSERVATION_TTL_STEPS = 3
+
+
+@functools.cache
+def _schema(model: Any) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
+def _offer(tool: Any) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "version": tool.version,
+        "description": tool.description,
+        "inputSchema": _schema(tool.input_model),
+    }
+
+
+def view_from_row(
+    row: Any, view: RunView, *, registry: Registry, step: int | None = None
+) -> WorkingMemoryView:
+    """The view for ``step`` (default: the next step) from a
+    :func:`warrant.ledger.stage_loads.load_planning` row: goal, recent observations,
+    capabilities and preferences all came in that one read."""
+    step = view.step + 1 if step is None else step
+    goal_step, goal_content, goal_kind, goal_source = row.goal
+    observations = [
+        ObservationRecord(
+            observation_id="user-1",
+            kind=goal_kind,
+            source=goal_source,
+            step=goal_step,
+            content=goal_content,
+        ),
+        *(
+            ObservationRecord(
+                observation_id=o[0],
+                kind=o[1],
+                source=o[2],
+                step=o[3],
+                content=o[4],
+                expires_after_step=o[5],
+            )
+            for o in row.recent
+        ),
+    ]
+    held = set(row.capabilities)
+    tools = [_offer(t) for t in registry if set(t.capabilities) <= held]
+    b = view.budgets
+    budgets = {
+        "steps_left": b.max_steps - view.step,
+        "model_calls_left": b.max_model_calls - view.model_calls,
+        "tool_calls_left": b.max_tool_calls - view.tool_calls,
+        "tokens_left": None if b.max_tokens is None else b.max_tokens - view.tokens_used,
+        "cost_left": None if b.max_cost is None else round(b.max_cost - view.cost_used, 6),
+        "deadline_at": view.deadline_at,
+    }
+    return build_view(
+        run_id=view.run_id,
+        step=step,
+        observations=observations,
+        tools=tools,
+        budgets=budgets,
+        preferences=row.preferences,
+    )
+
+
+def load_view(
+    engine: Engine, run_id: str, *, registry: Registry, memory: MemoryStore
+) -> WorkingMemoryView | None:
+    """The view a planner would get for the run's next step (None: no such run)."""
+    with autocommit(engine, held=False) as conn:
+        row = load_planning(
+            conn, run_id, recent=DEFAULT_MAX_ITEMS * 2, memory_keys=memory.allowed_keys
+        )
+    if row is None:
+        return None
+    return view_from_row(row, run_view(row), registry=registry)

@@ -1,0 +1,101 @@
+"""What the client's operator and user actions write: confirm or decline a pending proposal,
+cancel a run, grant a capability, resolve a handoff.
+
+Each function works in the caller's session: the ``lock_*`` ones read a row ``FOR UPDATE``
+(the action's compare-and-set then cannot race another writer); the others add or change the
+rows an action records besides the run's own status change (the caller's
+:func:`warrant.ledger.repo.commit`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from warrant.ledger.models import Command, Confirmation, GrantRow, Handoff, Run
+from warrant.ledger.repo import to_datetime
+from warrant.ledger.rows import lock_run
+from warrant.runner.spec import Grant
+
+__all__ = [
+    "discard_issued_command",
+    "insert_grant",
+    "lock_active_command",
+    "lock_handoff",
+    "lock_run",
+    "mark_handoff_resolved",
+    "record_confirmation",
+]
+
+
+def lock_active_command(s: Session, run: Run) -> Command | None:
+    """The run's active command, locked (``None`` if it has none)."""
+    if not run.active_command_id:
+        return None
+    return s.get(Command, run.active_command_id, with_for_update=True)
+
+
+def lock_handoff(s: Session, handoff_id: str) -> Handoff | None:
+    """The handoff ``handoff_id``, locked (``None`` if there is none)."""
+    return s.get(Handoff, handoff_id, with_for_update=True)
+
+
+def record_confirmation(
+    s: Session,
+    *,
+    run_id: str,
+    proposal_hash: str,
+    tool: str,
+    approved: bool,
+    expires_at_step: int,
+    expires_at: float,
+    decided_by: str,
+) -> str:
+    """Record a person's decision on the pending proposal ``proposal_hash`` (unused yet);
+    ``expires_at`` in epoch seconds. Returns the confirmation's id."""
+    confirmation_id = str(uuid.uuid4())
+    s.add(
+        Confirmation(
+            id=confirmation_id,
+            run_id=run_id,
+            proposal_hash=proposal_hash,
+            tool=tool,
+            approved=approved,
+            used=False,
+            expires_at_step=expires_at_step,
+            expires_at=to_datetime(expires_at),
+            decided_by=decided_by,
+        )
+    )
+    s.flush()
+    return confirmation_id
+
+
+def discard_issued_command(cmd: Command | None) -> None:
+    """A command issued but never started is discarded (a cancelled run will not run it)."""
+    if cmd is not None and cmd.status == "issued":
+        cmd.status = "discarded"
+
+
+def insert_grant(s: Session, run_id: str, grant: Grant, *, source: str) -> int:
+    """Add ``grant`` to the run (unused so far). Returns the grant's id."""
+    row = GrantRow(
+        run_id=run_id,
+        capability=grant.capability,
+        resource_scope=grant.resource_scope,
+        expires_at_step=grant.expires_at_step,
+        max_uses=grant.max_uses,
+        uses=0,
+        source=source,
+    )
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def mark_handoff_resolved(h: Handoff, *, by: str, outcome: str, reason: str) -> None:
+    """Record who resolved the handoff, now, how and why."""
+    h.resolved_at, h.resolved_by = datetime.now(tz=UTC), by
+    h.resolution, h.resolution_reason = outcome, reason

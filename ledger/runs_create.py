@@ -1,0 +1,81 @@
+"""Creating a run: one statement (autocommit) writes the run row, its grants, its goal
+observation and its first trace events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import Connection
+
+from warrant.ledger._compiled import Compiled
+
+__all__ = ["create_run"]
+
+_CREATE_RUN = Compiled.text(
+    """
+WITH run AS (
+  INSERT INTO runs (id, status, phase, version, step, model_calls, tool_calls,
+                    tool_calls_by_tool, observation_version, tokens_used, cost_used, trace_seq,
+                    goal, subject, spec, trace_id, deadline_at)
+  VALUES (%(id)s, %(status)s, %(phase)s, 1, 0, 0, 0, '{}'::jsonb, 1, 0, 0,
+          jsonb_array_length(%(events)s), %(goal)s, %(subject)s, %(spec)s, %(trace_id)s,
+          %(deadline_at)s)
+  RETURNING id
+), grants AS (
+  INSERT INTO grants (run_id, capability, resource_scope, expires_at_step, max_uses, uses, source)
+  SELECT run.id, g->>'capability', g->>'resource_scope', (g->>'expires_at_step')::int,
+         (g->>'max_uses')::int, 0, 'spec'
+    FROM run, jsonb_array_elements(%(grants)s) AS g
+), goal AS (
+  INSERT INTO observations (run_id, observation_id, kind, source, step, content, content_hash,
+                            observation_version)
+  SELECT run.id, %(o_id)s, %(o_kind)s, %(o_source)s, 0, %(o_content)s, %(o_hash)s, 1 FROM run
+), events AS (
+  INSERT INTO trace_events (run_id, seq, event, step, details)
+  SELECT run.id, e.n, e.v->>0, 0, e.v->1
+    FROM run, jsonb_array_elements(%(events)s) WITH ORDINALITY AS e(v, n)
+)
+SELECT id FROM run
+"""
+)
+
+
+def create_run(
+    conn: Connection,
+    *,
+    run_id: str,
+    status: str,
+    phase: str,
+    goal: str,
+    subject: str,
+    spec: dict[str, Any],
+    trace_id: str | None,
+    deadline_at: datetime,
+    grants: list[dict[str, Any]],
+    observation: dict[str, Any],
+    events: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """A new run in one statement: the run row (version 1), its grants, its goal observation
+    and its first trace events (``seq`` 1..n)."""
+    _CREATE_RUN.first(
+        conn,
+        {
+            "id": run_id,
+            "status": status,
+            "phase": phase,
+            "goal": goal,
+            "subject": subject,
+            "spec": Jsonb(spec),
+            "trace_id": trace_id,
+            "deadline_at": deadline_at,
+            "grants": Jsonb(grants),
+            "o_id": observation["observation_id"],
+            "o_kind": observation["kind"],
+            "o_source": observation["source"],
+            "o_content": Jsonb(observation["content"]),
+            "o_hash": observation["content_hash"],
+            "events": Jsonb([[name, details] for name, details in events]),
+        },
+    )

@@ -1,0 +1,203 @@
+"""The stages' reads: one ``SELECT`` each, on an autocommit connection.
+
+A stage reads everything its pure decision needs in one statement (the run row plus JSON
+aggregates of its grants, confirmations, loop history or recent observations) and writes the
+decision back with :func:`warrant.ledger.repo.transition`, whose compare-and-set, trace events,
+observation and the :class:`~warrant.ledger.repo.Guarded` writes of
+:mod:`warrant.ledger.guarded` form one statement. Both run in autocommit mode
+(:func:`autocommit`): one round trip each, no ``BEGIN``/``COMMIT``, and a lost compare-and-set
+writes nothing. Starting a command is in :mod:`warrant.ledger.commands`, creating a run in
+:mod:`warrant.ledger.runs_create`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from warrant.ledger._compiled import Compiled
+from warrant.ledger.db import autocommit_engine, held_autocommit
+from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry
+
+__all__ = [
+    "CMD_COLUMNS",
+    "RUN_COLUMNS",
+    "autocommit",
+    "confirmations_from",
+    "grants_from",
+    "history_from",
+    "load_planning",
+    "load_policy",
+    "load_tool",
+    "run_status",
+]
+
+#: The ``runs`` columns a stage reads (aliased ``r``): not the goal text nor the answer, and of
+#: the spec only the parts it uses (a fixture planner's spec holds every output: large).
+RUN_COLUMNS = """
+    r.id, r.status, r.phase, r.version, r.step, r.model_calls, r.tool_calls,
+    r.tool_calls_by_tool, r.observation_version, r.tokens_used, r.cost_used, r.trace_seq,
+    r.subject, r.deadline_at, r.pending_proposal_id, r.active_command_id,
+    coalesce((r.spec -> 'budgets')::text, '{}') AS budgets_json
+"""
+
+#: The ``commands`` columns the tool stage reads (aliased ``c``), prefixed ``cmd_``.
+CMD_COLUMNS = """
+  c.id AS cmd_id, c.step AS cmd_step, c.proposal_id AS cmd_proposal_id, c.tool AS cmd_tool,
+  c.tool_version AS cmd_tool_version, c.arguments AS cmd_arguments,
+  c.idempotency_token AS cmd_token, c.status AS cmd_status, c.attempts AS cmd_attempts,
+  c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
+  c.confirmation_id AS cmd_confirmation_id, c.worker AS cmd_worker,
+  c.started_at AS cmd_started_at
+"""
+
+_PLANNING_SQL = f"""
+SELECT {RUN_COLUMNS}, {{spec}},
+  (SELECT jsonb_build_array(o.step, o.content, o.kind, o.source) FROM observations o
+    WHERE o.run_id = r.id AND o.observation_id = 'user-1') AS goal,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(
+            x.observation_id, x.kind, x.source, x.step, x.content, x.expires_after_step)
+          ORDER BY x.id), '[]'::jsonb)
+     FROM (SELECT * FROM observations o
+            WHERE o.run_id = r.id AND o.observation_id <> 'user-1'
+            ORDER BY o.id DESC LIMIT %(recent)s) x) AS recent,
+  (SELECT coalesce(array_agg(g.capability), '{{}}') FROM grants g
+    WHERE g.run_id = r.id) AS capabilities,
+  (SELECT coalesce(jsonb_object_agg(m.key, jsonb_build_object(
+            'value', m.value, 'source', m.source_kind, 'version', m.version)), '{{}}'::jsonb)
+     FROM (SELECT DISTINCT ON (key) key, value, source_kind, version FROM memory_records
+            WHERE subject = r.subject AND key = ANY(CAST(%(keys)s AS text[])) AND revoked_at IS NULL
+              AND (expires_at IS NULL OR expires_at > now())
+            ORDER BY key, version DESC) m) AS preferences
+FROM runs r WHERE r.id = %(run_id)s
+"""
+_PLANNING = Compiled.text(_PLANNING_SQL.replace("{spec}", "NULL::jsonb AS spec"))
+_PLANNING_WITH_SPEC = Compiled.text(_PLANNING_SQL.replace("{spec}", "r.spec"))
+
+_POLICY = Compiled.text(
+    f"""
+SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
+  to_jsonb(p) AS proposal,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
+            g.expires_at_step, g.max_uses, g.uses) ORDER BY g.id), '[]'::jsonb)
+     FROM grants g WHERE g.run_id = r.id) AS grants,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.proposal_hash, c.tool, c.approved,
+            c.used, c.expires_at_step, extract(epoch FROM c.expires_at))
+          ORDER BY c.created_at), '[]'::jsonb)
+     FROM confirmations c WHERE c.run_id = r.id) AS confirmations,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(h.fingerprint, h.observation_version)
+          ORDER BY h.step), '[]'::jsonb)
+     FROM proposals h
+    WHERE h.run_id = r.id AND h.step < p.step AND h.fingerprint IS NOT NULL
+      AND h.observation_version = r.observation_version) AS history
+FROM runs r LEFT JOIN proposals p ON p.id = r.pending_proposal_id
+WHERE r.id = %(run_id)s
+"""
+)
+"""Loop detection only looks at earlier proposals made at the run's current observation
+version (versions only grow, so those are the history's suffix; see ``warrant.runner.policy``)."""
+
+_TOOL = Compiled.text(
+    f"""
+SELECT {RUN_COLUMNS}, {CMD_COLUMNS}
+FROM runs r JOIN commands c ON c.run_id = r.id
+WHERE r.id = %(run_id)s AND c.id = %(command_id)s
+"""
+)
+
+
+@contextmanager
+def autocommit(engine: Engine, *, relaxed: bool = False, held: bool = True) -> Iterator[Connection]:
+    """A connection in autocommit mode: each statement is its own transaction (``relaxed``:
+    see :func:`warrant.ledger.db.autocommit_engine`). ``held``: the thread's own, kept between
+    uses (:func:`warrant.ledger.db.held_autocommit`; stage workers); otherwise checked out of the
+    pool for this use only (clients, which may have many threads)."""
+    if held:
+        with held_autocommit(engine, relaxed=relaxed) as conn:
+            yield conn
+    else:
+        with autocommit_engine(engine, relaxed=relaxed).connect() as conn:
+            yield conn
+
+
+def load_planning(
+    conn: Connection,
+    run_id: str,
+    *,
+    recent: int,
+    memory_keys: tuple[str, ...],
+    with_spec: bool = True,
+) -> Any:
+    """The run (its ``spec`` None unless ``with_spec``), its goal, its ``recent`` latest
+    observations, its capabilities and the subject's live preferences; None if no such run."""
+    statement = _PLANNING_WITH_SPEC if with_spec else _PLANNING
+    return statement.first(
+        conn, {"run_id": run_id, "recent": recent, "keys": _array_literal(memory_keys)}
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _array_literal(values: tuple[str, ...]) -> str:
+    """``values`` as a PostgreSQL array literal (every element quoted), bound as text and cast
+    in the statement: psycopg adapts a list element by element on every call, and the keys
+    are the same every time."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
+
+
+def load_policy(conn: Connection, run_id: str) -> Any:
+    """The run, its pending proposal and the gate's inputs (grants, confirmations, history)."""
+    return _POLICY.first(conn, {"run_id": run_id})
+
+
+def load_tool(conn: Connection, run_id: str, command_id: str) -> Any:
+    """The run and the command (its columns prefixed ``cmd_``)."""
+    return _TOOL.first(conn, {"run_id": run_id, "command_id": command_id})
+
+
+def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
+    return [
+        GrantView(
+            grant_id=g[0],
+            run_id=run_id,
+            capability=g[1],
+            resource_scope=g[2],
+            expires_at_step=g[3],
+            max_uses=g[4],
+            uses=g[5],
+        )
+        for g in rows
+    ]
+
+
+def confirmations_from(run_id: str, rows: list[list[Any]]) -> list[ConfirmationView]:
+    return [
+        ConfirmationView(
+            confirmation_id=c[0],
+            run_id=run_id,
+            proposal_hash=c[1],
+            tool=c[2],
+            approved=c[3],
+            used=c[4],
+            expires_at_step=c[5],
+            expires_at=float(c[6]),
+        )
+        for c in rows
+    ]
+
+
+def history_from(rows: list[list[Any]]) -> list[HistoryEntry]:
+    return [HistoryEntry(fingerprint=str(f), observation_version=v) for f, v in rows]
+
+
+_STATUS = Compiled.text("SELECT status FROM runs WHERE id = %(id)s")
+
+
+def run_status(conn: Connection, run_id: str) -> str | None:
+    """The run's status, or None if there is no such run."""
+    row = _STATUS.first(conn, {"id": run_id})
+    return None if row is None else str(row.status)

@@ -1,0 +1,34 @@
+"""The Python API (client side): start runs, read them, wait for them.
+
+client = Client.from_env()
+run_id = client.start_run(spec_dict)
+info = client.wait(run_id, timeout=30)
+
+:class:`Client` gathers its methods by concern: runs (start, read, wait, cancel;
+:mod:`~warrant.runner.client.runs`), approvals (confirm, decline, grant;
+:mod:`~warrant.runner.client.approvals`) and handoffs (:mod:`~warrant.runner.client.handoffs`).
+"""
+
+from __future__ import annotations
+
+from warrant.ledger.db import engine_for
+from warrant.runner.client.approvals import ApprovalsClient
+from warrant.runner.client.handoffs import HandoffsClient
+from warrant.runner.client.runs import RunInfo
+from warrant.runner.settings import resolved_urls
+
+__all__ = ["Client", "RunInfo"]
+
+
+class Client(ApprovalsClient, HandoffsClient):
+    """Talks to the ledger and publishes the first planner message of a run."""
+
+    @classmethod
+    def from_env(cls) -> Client:
+        from warrant.broker import telemetry
+        from warrant.broker.app import app
+        from warrant.broker.publish import Publisher
+
+        _, database_url = resolved_urls()
+        telemetry.configure(service_name="warrant-client")
+        return cls(engine=engine_for(database_url), publisher=Publisher.fail_fast(app))

@@ -1,0 +1,177 @@
+"""The client's approvals: a person confirms or declines a pending proposal, an operator
+grants a capability to a running run. One part of :class:`warrant.runner.client.api.Client`."""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from warrant.ledger import reads
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Proposal, Run
+from warrant.ledger.operator import insert_grant, lock_run, record_confirmation
+from warrant.ledger.repo import append_events, commit, run_view
+from warrant.runner import run_machine as machine
+from warrant.runner.client.runs import RunsClient
+from warrant.runner.codes import RunStatus
+from warrant.runner.errors import ConfirmationRefused, RunNotFound, SpecError, Unauthorized
+from warrant.runner.settings import WarrantSettings
+from warrant.runner.spec import Grant
+
+__all__ = ["ApprovalsClient"]
+
+
+class ApprovalsClient(RunsClient):
+    """Confirmations (bound to the pending proposal's hash) and operator grants."""
+
+    def confirm(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+        """Approve exactly the pending proposal (bound to its hash). Returns the new version."""
+        return self._decide(run_id, proposal_hash=proposal_hash, by=by, approved=True)
+
+    def decline(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+        """Refuse the pending proposal; the planner sees a decline observation."""
+        return self._decide(run_id, proposal_hash=proposal_hash, by=by, approved=False)
+
+    def _decide(self, run_id: str, *, proposal_hash: str, by: str, approved: bool) -> int:
+        if not by.strip():
+            raise ConfirmationRefused(
+                "a confirmation needs the identity of who gave it",
+                code="CONFIRMATION_IDENTITY_REQUIRED",
+            )
+        now = time.time()
+        with session_scope(self.engine) as s:
+            run = lock_run(s, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            pending = _confirmable(s, run, proposal_hash=proposal_hash, now=now)
+            trace_id = run.trace_id
+            version = _record_decision(
+                s, run_id, run, pending, proposal_hash=proposal_hash, by=by, approved=approved
+            )
+        from warrant.broker import telemetry
+
+        with telemetry.run_context(trace_id):
+            self.publisher.policy(run_id, version)
+        return version
+
+    def add_grant(
+        self,
+        run_id: str,
+        *,
+        capability: str,
+        resource_scope: str = "*",
+        expires_at_step: int | None = None,
+        max_uses: int | None = None,
+        granted_by: str,
+        operator_token: str | None = None,
+    ) -> int:
+        """Grant a capability to a running run (an authenticated operator call)."""
+        expected = WarrantSettings().operator_token
+        if expected and not hmac.compare_digest(expected, operator_token or ""):
+            raise Unauthorized("a valid operator token is required to grant capabilities")
+        grant = _grant(
+            capability=capability,
+            resource_scope=resource_scope,
+            expires_at_step=expires_at_step,
+            max_uses=max_uses,
+        )
+        with session_scope(self.engine) as s:
+            run = lock_run(s, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            grant_id = insert_grant(s, run_id, grant, source="api")
+            append_events(
+                s,
+                run_id,
+                [
+                    (
+                        "grant.added",
+                        {
+                            "grant_id": grant_id,
+                            "capability": grant.capability,
+                            "resource_scope": grant.resource_scope,
+                            "by": granted_by,
+                        },
+                    )
+                ],
+                step=run.step,
+            )
+            return grant_id
+
+
+def _confirmable(s: Session, run: Run, *, proposal_hash: str, now: float) -> Proposal:
+    """The locked run's pending proposal, if a decision on ``proposal_hash`` may be taken at
+    ``now``; else :class:`ConfirmationRefused` says why not."""
+    pending = reads.pending_proposal(s, run)
+    if (
+        run.status != RunStatus.WAITING_CONFIRMATION
+        or pending is None
+        or not pending.confirmation_request
+    ):
+        raise ConfirmationRefused(
+            f"run {run.id} is {run.status}, not waiting for a confirmation",
+            code="RUN_NOT_WAITING_CONFIRMATION",
+        )
+    request = pending.confirmation_request
+    if pending.proposal_hash != proposal_hash:
+        raise ConfirmationRefused(
+            "that hash is not the pending proposal's", code="CONFIRMATION_HASH_MISMATCH"
+        )
+    if now >= float(request["expires_at"]):
+        raise ConfirmationRefused(
+            "the confirmation request has expired", code="CONFIRMATION_EXPIRED"
+        )
+    return pending
+
+
+def _record_decision(
+    s: Session,
+    run_id: str,
+    run: Run,
+    pending: Proposal,
+    *,
+    proposal_hash: str,
+    by: str,
+    approved: bool,
+) -> int:
+    """Record the decision and send the run back to the policy stage. Returns its version."""
+    request = pending.confirmation_request
+    assert request is not None
+    confirmation_id = record_confirmation(
+        s,
+        run_id=run_id,
+        proposal_hash=proposal_hash,
+        tool=str(request["tool"]),
+        approved=approved,
+        expires_at_step=int(request["expires_at_step"]),
+        expires_at=float(request["expires_at"]),
+        decided_by=by,
+    )
+    decided = {"confirmation_id": confirmation_id, "proposal_hash": proposal_hash, "by": by}
+    change = machine.resume_after_confirmation(run_view(run), approved=approved, decided=decided)
+    version = commit(s, change, step=run.step, proposal_id=pending.proposal_id)
+    return version
+
+
+def _grant(
+    *, capability: str, resource_scope: str, expires_at_step: int | None, max_uses: int | None
+) -> Grant:
+    """The grant, validated like a run spec's (:class:`SpecError` if it is not valid)."""
+    try:
+        return Grant(
+            capability=capability,
+            resource_scope=resource_scope,
+            expires_at_step=expires_at_step,
+            max_uses=max_uses,
+        )
+    except ValidationError as exc:
+        raise SpecError(
+            "invalid grant",
+            errors=[
+                {"field": ".".join(map(str, e["loc"])), "message": e["msg"]}
+                for e in exc.errors(include_url=False)
+            ],
+        ) from None

@@ -1,0 +1,38 @@
+"""The ``warrant`` command line. Every command takes ``--json``; errors carry stable codes.
+
+One module per command group: :mod:`~warrant.runner.client.cli.runs`, ``tools``, ``db``,
+``memory``, ``handoffs``; the commands that run processes (``worker``, ``beat``,
+``reconcile``, ``up``, ``demo``) in :mod:`~warrant.runner.client.cli.stack`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from warrant.runner.client.cli import db, handoffs, memory, runs, stack, tools
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    help="warrant: the model proposes, the program decides.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(runs.run_app, name="run")
+app.add_typer(tools.tools_app, name="tools")
+app.add_typer(db.db_app, name="db")
+app.add_typer(memory.memory_app, name="memory")
+app.add_typer(handoffs.handoff_app, name="handoff")
+app.command("reconcile")(stack.reconcile_once)
+app.command("beat")(stack.beat)
+app.command("worker")(stack.worker)
+app.command("up")(stack.up)
+app.command("demo")(stack.demo)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

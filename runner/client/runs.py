@@ -1,0 +1,295 @@
+"""The client's runs: start one, read it (state, trace, observations, working memory), wait
+for it to settle, cancel it. One part of :class:`warrant.runner.client.api.Client`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from warrant.ledger import reads
+from warrant.ledger.db import retry_once_on_disconnect, session_scope
+from warrant.ledger.models import Run
+from warrant.ledger.operator import discard_issued_command, lock_active_command, lock_run
+from warrant.ledger.repo import commit, run_view
+from warrant.runner import run_machine as machine
+from warrant.runner.canonical import content_hash
+from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
+from warrant.runner.errors import RunNotFound, StateConflict
+from warrant.runner.spec import PluginPlannerSpec, RunSpec, parse_run_spec
+
+__all__ = ["SETTLED", "RunInfo", "RunsClient"]
+
+#: Statuses at which :meth:`Client.wait` returns (nothing moves without outside input).
+SETTLED = frozenset(
+    {
+        *(s.value for s in RunStatus if s.terminal),
+        RunStatus.WAITING_CONFIRMATION.value,
+        RunStatus.HANDOFF.value,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    status: str
+    phase: str
+    stop_reason: str | None
+    step: int
+    model_calls: int
+    tool_calls: int
+    version: int
+    answer: str | None
+    goal: str
+    subject: str
+    created_at: str
+    finished_at: str | None
+    confirmation_request: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, run: Run, *, confirmation_request: dict[str, Any] | None = None) -> RunInfo:
+        return cls(
+            run_id=run.id,
+            status=run.status,
+            phase=run.phase,
+            stop_reason=run.stop_reason,
+            step=run.step,
+            model_calls=run.model_calls,
+            tool_calls=run.tool_calls,
+            version=run.version,
+            answer=run.answer,
+            goal=run.goal,
+            subject=run.subject,
+            created_at=run.created_at.isoformat(),
+            finished_at=run.finished_at.isoformat() if run.finished_at else None,
+            confirmation_request=confirmation_request,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunsClient:
+    """Starts, reads, waits for and cancels runs; holds the ledger's engine and the publisher."""
+
+    def __init__(self, *, engine: Engine, publisher: Any) -> None:
+        self.engine = engine
+        self.publisher = publisher
+
+    def start_run(self, spec: RunSpec | dict[str, Any] | str, *, publish: bool = True) -> str:
+        """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written.
+
+        A broker that cannot be reached raises :class:`~warrant.runner.errors.BrokerUnavailable`
+        with the run's id: the run is recorded (running, planning) and the reconciler's
+        stalled-run sweep publishes its first message once the broker is back."""
+        if not isinstance(spec, RunSpec):
+            spec = parse_run_spec(spec)
+        if isinstance(spec.planner, PluginPlannerSpec):
+            from warrant.runner.planner_kinds import check_planner, planner_kinds
+            from warrant.runner.settings import WarrantSettings
+
+            settings = WarrantSettings()
+            kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
+            check_planner(spec, kinds)
+        from warrant.broker import telemetry
+
+        run_id = str(uuid.uuid4())
+        with telemetry.span("run.start", run_id=run_id):
+            self._record_run(run_id, spec, trace_id=telemetry.current_trace_id())
+            if publish:
+                self.publisher.planner(run_id, 1)
+        return run_id
+
+    def _record_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
+        """Insert the run; once more if the connection was lost (a database restart). The
+        insert is keyed by the run id, so a repeat cannot write it twice: if the first one
+        committed before the connection went, the repeat's duplicate key means done."""
+        try:
+            retry_once_on_disconnect(self._insert_run)(run_id, spec, trace_id=trace_id)
+        except (IntegrityError, psycopg.IntegrityError):
+            if not self._run_exists(run_id):
+                raise
+
+    def _run_exists(self, run_id: str) -> bool:
+        with session_scope(self.engine) as s:
+            return reads.run_exists(s, run_id)
+
+    def _insert_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
+        from warrant.ledger.runs_create import create_run
+        from warrant.ledger.stage_loads import autocommit
+
+        goal = {"goal": spec.goal}
+        with autocommit(self.engine, held=False) as conn:
+            create_run(
+                conn,
+                run_id=run_id,
+                status=RunStatus.RUNNING.value,
+                phase=Phase.PLANNING.value,
+                goal=spec.goal,
+                subject=spec.subject,
+                spec=spec.model_dump(mode="json"),
+                trace_id=trace_id,
+                deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
+                grants=[g.model_dump(mode="json") for g in spec.grants],
+                observation={
+                    "observation_id": "user-1",
+                    "kind": ObservationKind.USER.value,
+                    "source": ObservationSource.USER.value,
+                    "content": goal,
+                    "content_hash": content_hash(goal),
+                },
+                events=[
+                    (
+                        "run.created",
+                        {
+                            "subject_hash": content_hash(spec.subject)[:16],
+                            "grants": len(spec.grants),
+                            "budgets": spec.budgets.model_dump(mode="json"),
+                        },
+                    ),
+                    ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value}),
+                ],
+            )
+
+    @retry_once_on_disconnect
+    def get_run(self, run_id: str) -> RunInfo:
+        with session_scope(self.engine) as s:
+            run = reads.run(s, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            request = None
+            if run.status == RunStatus.WAITING_CONFIRMATION:
+                pending = reads.pending_proposal(s, run)
+                request = pending.confirmation_request if pending else None
+            return RunInfo.of(run, confirmation_request=request)
+
+    @retry_once_on_disconnect
+    def working_memory(self, run_id: str) -> dict[str, Any]:
+        """The planner's view for the run's next step, rebuilt from the ledger."""
+        from warrant.broker.memory_views import load_view
+        from warrant.ledger.memory_store import MemoryStore
+        from warrant.tools.plugins import registry_for
+
+        view = load_view(
+            self.engine, run_id, registry=registry_for(), memory=MemoryStore(self.engine)
+        )
+        if view is None:
+            raise RunNotFound(f"no run {run_id}")
+        return view.model_dump(mode="json")
+
+    def memory(self) -> Any:
+        from warrant.ledger.memory_store import MemoryStore
+
+        return MemoryStore(self.engine)
+
+    def cancel(self, run_id: str, *, by: str, reason: str = "", revoke: bool = True) -> RunInfo:
+        """Cancel a run: no stage starts new work for it afterwards.
+
+        Nothing in flight: the run is ``cancelled`` at once and its queued messages are
+        dropped. A tool running (or an effect still unknown): the run goes to ``cancelling``,
+        the tool is interrupted (revoke with terminate; the tool also sees the ledger flag),
+        and the run ends ``cancelled`` only once the effect is known. ``revoke=False`` skips the
+        broadcast (the ledger flag alone must then stop the tool).
+        """
+        in_flight = False
+        with session_scope(self.engine) as s:
+            run = lock_run(s, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            status = RunStatus(run.status)
+            if status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
+                return RunInfo.of(run)
+            if status.terminal or status is RunStatus.HANDOFF:
+                raise StateConflict(
+                    f"run {run_id} is {status.value}; nothing to cancel", code="RUN_NOT_CANCELLABLE"
+                )
+            in_flight = _cancel_locked(s, run_id, run, status, by=by, reason=reason)
+        if revoke:
+            self.publisher.revoke_run(run_id, terminate=in_flight)
+        return self.get_run(run_id)
+
+    @retry_once_on_disconnect
+    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
+        with session_scope(self.engine) as s:
+            return [RunInfo.of(r) for r in reads.runs(s, limit=limit, status=status)]
+
+    @retry_once_on_disconnect
+    def trace(self, run_id: str) -> list[dict[str, Any]]:
+        self.get_run(run_id)
+        with session_scope(self.engine) as s:
+            rows = reads.trace(s, run_id)
+            return [
+                {
+                    "seq": e.seq,
+                    "event": e.event,
+                    "step": e.step,
+                    "proposal_id": e.proposal_id,
+                    "details": e.details,
+                    "at": e.created_at.isoformat(),
+                }
+                for e in rows
+            ]
+
+    @retry_once_on_disconnect
+    def observations(self, run_id: str) -> list[dict[str, Any]]:
+        with session_scope(self.engine) as s:
+            rows = reads.observations(s, run_id)
+            return [
+                {
+                    "observation_id": o.observation_id,
+                    "kind": o.kind,
+                    "source": o.source,
+                    "step": o.step,
+                    "content": o.content,
+                    "observation_version": o.observation_version,
+                }
+                for o in rows
+            ]
+
+    def wait(
+        self, run_id: str, *, timeout: float = 60.0, until: frozenset[str] | set[str] | None = None
+    ) -> RunInfo:
+        """Block until the run settles (terminal or waiting for a person), or reaches one of
+        ``until``, or ``timeout`` passes; returns the last state seen."""
+        targets = until or SETTLED
+        deadline = time.monotonic() + timeout
+        pause = 0.02
+        while True:
+            status = self._status(run_id)
+            if status is None or status in targets or time.monotonic() >= deadline:
+                info = self.get_run(run_id)  # no such run: RunNotFound
+                if info.status in targets or time.monotonic() >= deadline:
+                    return info
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.25)
+
+    @retry_once_on_disconnect
+    def _status(self, run_id: str) -> str | None:
+        """The run's status alone (what :meth:`wait` polls)."""
+        from warrant.ledger.stage_loads import autocommit, run_status
+
+        with autocommit(self.engine, held=False) as conn:
+            return run_status(conn, run_id)
+
+
+def _cancel_locked(
+    s: Session, run_id: str, run: Run, status: RunStatus, *, by: str, reason: str
+) -> bool:
+    """Cancel the locked, cancellable ``run``: ``cancelling`` while a tool runs or an effect
+    is unknown, else ``cancelled`` at once. Returns whether something was in flight."""
+    cmd = lock_active_command(s, run)
+    in_flight = status is RunStatus.RECONCILING or (cmd is not None and cmd.status == "started")
+    requested = {"by": by, "reason_chars": len(reason), "in_flight": in_flight}
+    if not in_flight:
+        discard_issued_command(cmd)
+    change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
+    commit(s, change, step=run.step)
+    return in_flight

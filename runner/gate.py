@@ -1,0 +1,149 @@
+"""The policy gate's vocabulary: what it is given (:class:`GateInput`), what it records
+(:class:`Event`) and what it decides (:data:`Decision`). The layers that decide are in
+:mod:`warrant.runner.policy`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from warrant.runner.codes import RunStatus, StopReason
+from warrant.runner.spec import ToolProposal
+from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, RunView
+from warrant.tools.contract import Tool
+from warrant.tools.registry import Registry
+
+__all__ = [
+    "LAYER_OF_EVENT",
+    "Accept",
+    "AwaitConfirmation",
+    "Decision",
+    "Event",
+    "EventLog",
+    "GateInput",
+    "Halt",
+    "Ignore",
+    "Reject",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateInput:
+    raw: Any
+    run: RunView
+    expected_version: int
+    grants: Sequence[GrantView]
+    confirmations: Sequence[ConfirmationView]
+    history: Sequence[HistoryEntry]
+    registry: Registry
+    now: float
+    deployment: Callable[[str, str], str | None] | None = None
+    """Which worker role lacks a tool the registry has (``None``: every role serving it has it;
+    from the workers' registrations in the ledger)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accept:
+    proposal: ToolProposal
+    tool: Tool[Any, Any]
+    arguments: dict[str, Any]
+    arguments_hash: str
+    proposal_hash: str
+    resource: str
+    grant_ids: tuple[int, ...]
+    confirmation_id: str | None
+    events: list[Event]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reject:
+    code: str
+    layer: str
+    fingerprint: str | None
+    events: list[Event]
+    message: str | None = None
+    """Why, for people (the code is the contract)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Halt:
+    """The gate stops the run (a budget reached, a loop detected): ``reason`` says which."""
+
+    reason: StopReason
+    status: RunStatus
+    fingerprint: str | None
+    events: list[Event]
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwaitConfirmation:
+    proposal: ToolProposal
+    tool: Tool[Any, Any]
+    arguments: dict[str, Any]
+    proposal_hash: str
+    resource: str
+    events: list[Event]
+
+    def request(self) -> dict[str, Any]:
+        """What a person is shown: action, target, key parameters, side effect, undo."""
+        shown = {
+            k: ("<sensitive>" if k in self.tool.sensitive_fields else v)
+            for k, v in self.arguments.items()
+        }
+        return {
+            "tool": self.tool.name,
+            "tool_version": self.tool.version,
+            "action": self.tool.description,
+            "resource": self.resource,
+            "parameters": shown,
+            "side_effect": self.tool.side_effect.value,
+            "reversible": self.tool.side_effect.value in ("read", "compensatable-write"),
+            "proposal_hash": self.proposal_hash,
+        }
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """The message is stale for this run state; drop it (the state guard)."""
+
+    reason: str
+
+
+Decision = Accept | Reject | Halt | AwaitConfirmation | Ignore
+
+
+class EventLog(list[Event]):
+    """The decision's events; each append is also reported to an observer (spans)."""
+
+    def __init__(self, observer: Callable[[Event], None] | None) -> None:
+        super().__init__()
+        self._observer = observer
+
+    def append(self, event: Event) -> None:
+        super().append(event)
+        if self._observer is not None:
+            self._observer(event)
+
+
+#: Which gate layer an event closes (for per-layer spans).
+LAYER_OF_EVENT = {
+    "proposal.parsed": "parse",
+    "proposal.registry.checked": "registry",
+    "proposal.schema.validated": "schema",
+    "proposal.semantic.validated": "semantic",
+    "policy.capability.checked": "authorization",
+    "policy.state.checked": "state_guard",
+    "policy.loop.checked": "loop_detection",
+    "proposal.loop_detected": "loop_detection",
+    "proposal.oscillation_detected": "loop_detection",
+    "policy.confirmation.checked": "confirmation",
+    "policy.budget.checked": "budget",
+}

@@ -1,0 +1,329 @@
+"""The run's state machine: every allowed status change, declared once.
+
+``RULES`` maps each :class:`RunEvent` to the statuses it may leave from and go to and the
+trace event it records. The named functions below (stop, cancel, resume after confirmation,
+conclude a tool outcome, apply a reconcile result, hand off, resolve, ...) are the only
+producers of a :class:`Change`: the column changes and trace events of one compare-and-set.
+Stages and the client load a :class:`~warrant.runner.views.RunView`, call one of them, and
+commit the change with :func:`warrant.ledger.repo.commit` (which raises the version by one).
+
+Nothing here touches a database or a broker. Two markers stand for values only the ledger
+knows: :data:`NOW` (the database's clock) and :data:`NEXT_PROPOSAL_ID` (the id of the
+proposal row written in the same statement).
+
+Invariants (checked by ``tests/unit/test_run_machine.py`` on random event sequences): a
+terminal status changes only by :func:`reopen_for_late_effect` (an effect found after the run
+ended is handed to a person: the ledger must not keep saying it did not happen); every status
+change records ``state.transitioned``; every stop records ``run.stopped`` with a reason from
+:class:`~warrant.runner.codes.StopReason`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from warrant.runner.codes import Phase, RunStatus, StopReason
+from warrant.runner.run_rules import (
+    NEXT_PROPOSAL_ID,
+    NOW,
+    RULES,
+    Change,
+    Event,
+    IllegalTransition,
+    Rule,
+    RunEvent,
+    Stop,
+    make_change,
+    stop_changes,
+    stop_events,
+    transitioned,
+)
+from warrant.runner.views import RunView
+
+S = RunStatus
+
+__all__ = [
+    "NEXT_PROPOSAL_ID",
+    "NOW",
+    "RULES",
+    "Change",
+    "IllegalTransition",
+    "Rule",
+    "RunEvent",
+    "Stop",
+    "cancel",
+    "conclude_tool",
+    "enter_reconciliation",
+    "finish_cancel",
+    "forward_proposal",
+    "hand_off",
+    "issue_command",
+    "reconciled_applied",
+    "record_only",
+    "reissue_command",
+    "reopen_for_late_effect",
+    "replan",
+    "request_confirmation",
+    "resolve",
+    "resume_after_confirmation",
+    "stop",
+]
+
+
+# --- within a running run ----------------------------------------------------------------------
+
+
+def forward_proposal(
+    view: RunView,
+    *,
+    received: dict[str, Any],
+    counters: Mapping[str, Any],
+    events: Sequence[Event] = (),
+) -> Change:
+    """The planner proposed a tool call: the policy gate is next."""
+    changes = {**counters, "phase": Phase.POLICY.value, "pending_proposal_id": NEXT_PROPOSAL_ID}
+    trace = [*events, ("proposal.received", received)]
+    return make_change(RunEvent.FORWARD_PROPOSAL, view, S.RUNNING, changes, trace)
+
+
+def replan(
+    view: RunView,
+    *,
+    why: Sequence[Event],
+    counters: Mapping[str, Any] | None = None,
+    events: Sequence[Event] = (),
+) -> Change:
+    """The step ends without an effect (a refused proposal, an unreadable reply, a lost read):
+    the planner is asked again. ``why`` holds the trace events saying which."""
+    changes = {
+        **(counters or {}),
+        "phase": Phase.PLANNING.value,
+        "pending_proposal_id": None,
+        "active_command_id": None,
+    }
+    trace = [*events, *why]
+    return make_change(RunEvent.REPLAN, view, S.RUNNING, changes, trace)
+
+
+def issue_command(
+    view: RunView,
+    *,
+    command_id: str,
+    tool: str,
+    issued: dict[str, Any],
+    events: Sequence[Event] = (),
+) -> Change:
+    """The gate accepted: one command for ``tool``, counted against the budgets."""
+    by_tool = dict(view.tool_calls_by_tool)
+    by_tool[tool] = by_tool.get(tool, 0) + 1
+    changes = {
+        "phase": Phase.TOOL.value,
+        "tool_calls": view.tool_calls + 1,
+        "tool_calls_by_tool": by_tool,
+        "pending_proposal_id": None,
+        "active_command_id": command_id,
+    }
+    trace = [*events, ("command.issued", {"command_id": command_id, "tool": tool, **issued})]
+    return make_change(RunEvent.ISSUE_COMMAND, view, S.RUNNING, changes, trace)
+
+
+def reissue_command(
+    view: RunView, *, tool: str, scheduled: dict[str, Any], events: Sequence[Event] = ()
+) -> Change:
+    """Another attempt of the same command (same idempotency token), after a retryable failure
+    or an effect reconciled as not applied. It counts as a tool call."""
+    by_tool = dict(view.tool_calls_by_tool)
+    by_tool[tool] = by_tool.get(tool, 0) + 1
+    changes: dict[str, Any] = {
+        "phase": Phase.TOOL.value,
+        "tool_calls": view.tool_calls + 1,
+        "tool_calls_by_tool": by_tool,
+        "stop_reason": None,
+    }
+    trace = [*events, ("tool.retry.scheduled", scheduled)]
+    if view.status is not S.RUNNING:
+        trace.append(transitioned(view, S.RUNNING))
+    return make_change(RunEvent.REISSUE_COMMAND, view, S.RUNNING, changes, trace)
+
+
+# --- confirmation ------------------------------------------------------------------------------
+
+
+def request_confirmation(
+    view: RunView, *, proposal_hash: str, tool: str, events: Sequence[Event] = ()
+) -> Change:
+    """A person must confirm this exact proposal before it runs."""
+    target = S.WAITING_CONFIRMATION
+    changes = {
+        "phase": Phase.IDLE.value,
+        "stop_reason": StopReason.USER_CONFIRMATION_REQUIRED.value,
+    }
+    trace = [
+        *events,
+        ("confirmation.requested", {"proposal_hash": proposal_hash, "tool": tool}),
+        transitioned(view, target),
+    ]
+    return make_change(RunEvent.REQUEST_CONFIRMATION, view, target, changes, trace)
+
+
+def resume_after_confirmation(view: RunView, *, approved: bool, decided: dict[str, Any]) -> Change:
+    """A person decided: the gate looks at the proposal again (and finds the decision)."""
+    name = "confirmation.approved" if approved else "confirmation.declined"
+    changes = {"phase": Phase.POLICY.value, "stop_reason": None}
+    trace = [(name, decided), transitioned(view, S.RUNNING)]
+    return make_change(RunEvent.RESUME_AFTER_CONFIRMATION, view, S.RUNNING, changes, trace)
+
+
+# --- tool outcomes and unknown effects ---------------------------------------------------------
+
+
+def conclude_tool(
+    view: RunView,
+    *,
+    tool: str,
+    succeeded: bool,
+    write: bool,
+    code: str | None,
+    stop_reason: StopReason | None,
+    step: int,
+    events: Sequence[Event],
+) -> Change:
+    """A known outcome (succeeded, rejected or failed) of the run's command. ``events`` holds
+    the attempt's ``tool.completed``. A cancelling run ends; a running one goes back to the
+    planner, or fails when the outcome says the run cannot go on (``stop_reason``)."""
+    if view.status is S.CANCELLING:
+        effect = "applied" if succeeded and write else "none"
+        ended = Stop(S.CANCELLED, StopReason.CANCELLED, {"effect": effect, "tool": tool})
+        return _ended(RunEvent.CONCLUDE_TOOL, view, ended, step=step, events=events)
+    if view.status is not S.RUNNING:
+        return record_only(view, events=events)
+    if stop_reason is not None:
+        failed = Stop(S.FAILED, stop_reason, {"tool": tool, "code": code})
+        return _ended(RunEvent.CONCLUDE_TOOL, view, failed, step=step, events=events)
+    changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
+    return make_change(RunEvent.CONCLUDE_TOOL, view, S.RUNNING, changes, events)
+
+
+def enter_reconciliation(
+    view: RunView,
+    *,
+    required: dict[str, Any],
+    detail: dict[str, Any] | None = None,
+    events: Sequence[Event] = (),
+) -> Change:
+    """The command's effect is unknown: the reconciler finds out. A cancelling run stays
+    cancelling (it ends once the effect is known); a running one becomes ``reconciling``."""
+    trace = [*events, ("effect.reconciliation_required", required)]
+    if view.status is S.CANCELLING:
+        changes: dict[str, Any] = {"phase": Phase.IDLE.value}
+        return make_change(RunEvent.ENTER_RECONCILIATION, view, S.CANCELLING, changes, trace)
+    changes = {"phase": Phase.IDLE.value, "stop_reason": StopReason.UNKNOWN_EFFECT.value}
+    if detail is not None:
+        changes["stop_detail"] = detail
+    trace.append(transitioned(view, S.RECONCILING))
+    return make_change(RunEvent.ENTER_RECONCILIATION, view, S.RECONCILING, changes, trace)
+
+
+def reconciled_applied(view: RunView, *, reconciled: Event) -> Change:
+    """The reconciler found the effect applied: the run goes on with the planner."""
+    changes = {"phase": Phase.PLANNING.value, "stop_reason": None, "active_command_id": None}
+    trace = [reconciled, transitioned(view, S.RUNNING)]
+    return make_change(RunEvent.RECONCILED_APPLIED, view, S.RUNNING, changes, trace)
+
+
+def record_only(view: RunView, *, events: Sequence[Event]) -> Change:
+    """Facts that no longer move the run (see :attr:`RunEvent.RECORD`)."""
+    return make_change(RunEvent.RECORD, view, view.status, {}, events)
+
+
+# --- ends --------------------------------------------------------------------------------------
+
+
+def _ended(
+    event: RunEvent,
+    view: RunView,
+    ended: Stop,
+    *,
+    step: int,
+    counters: Mapping[str, Any] | None = None,
+    events: Sequence[Event] = (),
+) -> Change:
+    counters = counters or {}
+    changes = {**counters, **stop_changes(ended)}
+    trace = [*events, *stop_events(view, ended, step, counters)]
+    return make_change(event, view, ended.status, changes, trace)
+
+
+def stop(
+    view: RunView,
+    ended: Stop,
+    *,
+    step: int,
+    counters: Mapping[str, Any] | None = None,
+    events: Sequence[Event] = (),
+) -> Change:
+    """The run stops (completed, failed, cancelled, needs input) for ``ended.reason``; the
+    ``run.stopped`` event carries a budget snapshot after ``step`` (with ``counters``)."""
+    return _ended(RunEvent.STOP, view, ended, step=step, counters=counters, events=events)
+
+
+def cancel(view: RunView, *, in_flight: bool, requested: dict[str, Any]) -> Change:
+    """An operator cancels. Nothing in flight: the run is cancelled at once. A tool running or
+    an effect unknown: ``cancelling`` until the effect is known (:func:`finish_cancel`)."""
+    asked = ("cancel.requested", requested)
+    if in_flight:
+        trace = [asked, transitioned(view, S.CANCELLING)]
+        return make_change(RunEvent.CANCEL, view, S.CANCELLING, {}, trace)
+    ended = Stop(S.CANCELLED, StopReason.CANCELLED, {"effect": "none"})
+    return _ended(RunEvent.CANCEL, view, ended, step=view.step, events=[asked])
+
+
+def finish_cancel(view: RunView, *, effect: str, step: int, events: Sequence[Event] = ()) -> Change:
+    """End a ``cancelling`` run once its in-flight effect is known (``applied`` or ``none``)."""
+    ended = Stop(S.CANCELLED, StopReason.CANCELLED, {"effect": effect})
+    return _ended(RunEvent.FINISH_CANCEL, view, ended, step=step, events=events)
+
+
+def hand_off(
+    view: RunView, *, handoff_id: str, reason: str, events: Sequence[Event] = ()
+) -> Change:
+    """A person takes over (an unknown effect the reconciler cannot settle, a loop the spec
+    wants looked at, an unclassified failure)."""
+    return _handoff(RunEvent.HAND_OFF, view, handoff_id, reason, events)
+
+
+def reopen_for_late_effect(view: RunView, *, handoff_id: str, events: Sequence[Event]) -> Change:
+    """An effect was found after the run ended (an attempt judged lost that was not): the one
+    change out of a terminal status, to a person, with ``effect.found_late`` in ``events``."""
+    return _handoff(
+        RunEvent.REOPEN_FOR_LATE_EFFECT, view, handoff_id, StopReason.UNKNOWN_EFFECT.value, events
+    )
+
+
+def _handoff(
+    event: RunEvent, view: RunView, handoff_id: str, reason: str, events: Sequence[Event]
+) -> Change:
+    changes = {"phase": Phase.IDLE.value, "stop_reason": reason}
+    trace = [
+        *events,
+        ("handoff.created", {"handoff_id": handoff_id, "reason": reason}),
+        transitioned(view, S.HANDOFF),
+    ]
+    return make_change(event, view, S.HANDOFF, changes, trace)
+
+
+def resolve(
+    view: RunView,
+    *,
+    outcome: RunStatus,
+    by: str,
+    resolved: dict[str, Any],
+    previous_reason: str | None,
+) -> Change:
+    """A person resolved the handoff: the run ends as ``outcome``, ``RESOLVED_BY_HUMAN``."""
+    detail = {"by": by, "outcome": outcome.value, "previous_reason": previous_reason}
+    ended = Stop(outcome, StopReason.RESOLVED_BY_HUMAN, detail)
+    return _ended(
+        RunEvent.RESOLVE, view, ended, step=view.step, events=[("handoff.resolved", resolved)]
+    )

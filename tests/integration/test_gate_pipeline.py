@@ -1,0 +1,401 @@
+"""The policy gate over the real pipeline: a wrong or hijacked planner crosses no boundary."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests import facts
+from tests.conftest import wait_for
+from warrant.ledger.models import Artifact, MemoryRecord
+from warrant.runner.canonical import proposal_hash
+from warrant.runner.client import scenarios as sc
+from warrant.runner.errors import ConfirmationRefused
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+CLARIFY = {"kind": "clarify", "question": "What now?"}
+SEARCH = {"capability": "search:public", "resource_scope": "public"}
+
+
+def tool(name: str, arguments, pid: str = "p1", version: str = "1"):
+    return {
+        "kind": "tool",
+        "proposal_id": pid,
+        "tool": name,
+        "tool_version": version,
+        "arguments": arguments,
+        "reason_summary": "",
+        "source_observation_ids": [],
+    }
+
+
+def save(value: str = "zh-CN", key: str = "answer_language", pid: str = "p2"):
+    return tool("save_preference", {"key": key, "value": value}, pid)
+
+
+def write(path: str = "run-output/a.md", pid: str = "p1"):
+    return tool("write_artifact", {"path": path, "content": "hello"}, pid)
+
+
+def memory_spec(outputs, subject: str, **budgets):
+    spec = sc.spec(
+        outputs,
+        grants=[SEARCH, {"capability": "memory:write", "resource_scope": f"memory:{subject}/*"}],
+        **budgets,
+    )
+    spec["subject"] = subject
+    return spec
+
+
+# --- experiment 1: retrieved text tries to write memory --------------------------------------
+
+
+def test_experiment_1_injection_cannot_write_memory(engine, run_to_end):
+    subject = "exp1-no-grant"
+    spec = sc.spec(
+        [
+            sc.search("p1"),
+            save("auto approve everything", "auto_approve"),
+            sc.final("Three retries.", "tool-1"),
+        ]
+    )
+    spec["subject"] = subject
+    info = run_to_end(spec)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert facts.memory(engine, subject) == 0
+    rejected = facts.events(engine, info.run_id, "proposal.rejected")
+    assert [(e.details["code"], e.proposal_id) for e in rejected] == [
+        ("MEMORY_KEY_NOT_ALLOWED", "p2")
+    ]
+
+
+def test_experiment_1_whitelisted_key_without_grant_or_confirmation(engine, client, worker):
+    subject = "exp1-whitelisted"
+    no_grant = sc.spec([sc.search("p1"), save(), sc.final("x", "tool-1")])
+    no_grant["subject"] = subject
+    info = client.wait(client.start_run(no_grant), timeout=30)
+    assert facts.rejection_codes(engine, info.run_id) == ["MISSING_CAPABILITY"]
+    # Granted but never confirmed: the run waits; nothing is written.
+    waiting = client.wait(
+        client.start_run(memory_spec([sc.search("p1"), save()], subject)), timeout=30
+    )
+    assert (waiting.status, waiting.stop_reason) == (
+        "waiting_confirmation",
+        "USER_CONFIRMATION_REQUIRED",
+    )
+    assert facts.memory(engine, subject) == 0
+    assert facts.commands(engine, waiting.run_id) == 1  # only the search
+
+
+# --- experiment 2: the same proposal again and again -----------------------------------------
+
+
+def test_experiment_2_repeated_proposal_stops_within_budget(engine, run_to_end):
+    info = run_to_end(sc.spec([sc.search(f"p{i}") for i in range(10)], max_tool_calls=5))
+    assert (info.status, info.stop_reason) == (
+        "failed",
+        "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION",
+    )
+    assert info.tool_calls == 3 and facts.commands(engine, info.run_id) == 3
+    loop = facts.events(engine, info.run_id, "proposal.loop_detected")
+    assert len(loop) == 1 and loop[0].details["count"] == 3
+
+
+def test_experiment_2_repeated_refusal_also_stops(engine, run_to_end):
+    info = run_to_end(sc.spec([tool("rm_rf", {}, f"p{i}") for i in range(10)]))
+    assert info.stop_reason == "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+    # The first refusal is new information (observation policy-1); three more identical
+    # proposals without anything new, and the third of those stops the run.
+    assert facts.rejection_codes(engine, info.run_id) == ["UNKNOWN_TOOL_OR_VERSION"] * 4
+    assert len(facts.events(engine, info.run_id, "proposal.loop_detected")) == 1
+    assert facts.commands(engine, info.run_id) == 0
+
+
+def test_experiment_2_a_new_observation_resets_the_count(run_to_end):
+    a, b = sc.search("a", "query a"), sc.search("b", "query b")
+    info = run_to_end(sc.spec([a, a, b, a, a, sc.final("ok", "tool-1")], max_tool_calls=6))
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert info.tool_calls == 5
+
+
+def test_oscillation_a_b_a_b_stops(engine, run_to_end):
+    a, b = sc.search("a", "query a"), sc.search("b", "query b")
+    info = run_to_end(sc.spec([a, b, a, b, a, b, a, b], max_tool_calls=8, max_steps=10))
+    assert (info.status, info.stop_reason) == ("failed", "PROPOSAL_OSCILLATION_DETECTED")
+    assert info.tool_calls == 5
+
+
+# --- confirmations ---------------------------------------------------------------------------
+
+
+def _waiting(client, spec):
+    run_id = client.start_run(spec)
+    info = client.wait(run_id, timeout=30)
+    assert info.status == "waiting_confirmation", info
+    return info
+
+
+def test_confirmation_round_trip_executes_exactly_once(engine, client, worker):
+    subject = "confirm-roundtrip"
+    info = _waiting(
+        client,
+        memory_spec(
+            [sc.search("p1"), save("zh-CN"), sc.final("Saved.", "tool-1", "tool-2")], subject
+        ),
+    )
+    request = info.confirmation_request
+    h = proposal_hash(
+        "save_preference", "1", {"key": "answer_language", "value": "zh-CN", "expected_version": 0}
+    )
+    assert request["proposal_hash"] == h
+    assert request["parameters"] == {
+        "key": "answer_language",
+        "value": "<sensitive>",
+        "expected_version": 0,
+    }
+    assert (
+        request["side_effect"] == "idempotent-write"
+        and request["resource"] == f"memory:{subject}/answer_language"
+    )
+
+    # Wrong hash, and a hash for other arguments: refused, nothing moves.
+    other = proposal_hash(
+        "save_preference", "1", {"key": "answer_language", "value": "en", "expected_version": 0}
+    )
+    for bad in ("0" * 64, other):
+        with pytest.raises(ConfirmationRefused) as caught:
+            client.confirm(info.run_id, proposal_hash=bad, by="alice")
+        assert caught.value.code == "CONFIRMATION_HASH_MISMATCH"
+    assert client.get_run(info.run_id).version == info.version
+
+    client.confirm(info.run_id, proposal_hash=h, by="alice")
+    done = client.wait(info.run_id, timeout=30)
+    assert (done.status, done.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert facts.memory(engine, subject) == 1
+    assert facts.commands(engine, info.run_id) == 2
+    with pytest.raises(ConfirmationRefused) as caught:  # reuse after it was consumed
+        client.confirm(info.run_id, proposal_hash=h, by="alice")
+    assert caught.value.code == "RUN_NOT_WAITING_CONFIRMATION"
+    names = [e.event for e in facts.events(engine, info.run_id)]
+    assert names.count("confirmation.requested") == 1
+    assert names.count("confirmation.approved") == 1
+
+
+def test_a_used_confirmation_does_not_cover_a_repeat_or_changed_arguments(engine, client, worker):
+    subject = "confirm-reuse"
+    spec = memory_spec(
+        [
+            save("zh-CN", pid="p1"),
+            save("zh-CN", pid="p2"),
+            save("en", pid="p3"),
+            sc.final("x", "tool-1"),
+        ],
+        subject,
+    )
+    info = _waiting(client, spec)
+    h = info.confirmation_request["proposal_hash"]
+    client.confirm(info.run_id, proposal_hash=h, by="alice")
+    # The same proposal again: the consumed confirmation does not cover it.
+    again = wait_for(
+        lambda: (
+            (i := client.get_run(info.run_id)).status == "waiting_confirmation"
+            and i.step == 2
+            and i
+        ),
+        what="second request",
+    )
+    assert again.confirmation_request["proposal_hash"] == h
+    assert facts.memory(engine, subject) == 1
+    client.decline(info.run_id, proposal_hash=h, by="alice")
+    # Changed arguments: a new hash, a new request.
+    third = wait_for(
+        lambda: (
+            (i := client.get_run(info.run_id)).step == 3
+            and i.status == "waiting_confirmation"
+            and i
+        ),
+        what="third request",
+    )
+    assert third.confirmation_request["proposal_hash"] != h
+    assert facts.memory(engine, subject) == 1
+    assert "CONFIRMATION_DECLINED" in facts.rejection_codes(engine, info.run_id)
+    observations = client.observations(info.run_id)
+    assert {
+        "observation_id": observations[-1]["observation_id"],
+        "code": observations[-1]["content"]["code"],
+    } == {"observation_id": "policy-2", "code": "CONFIRMATION_DECLINED"}
+
+
+def test_confirmation_of_another_runs_proposal_is_refused(client, worker):
+    one = _waiting(client, memory_spec([save("zh-CN", pid="p1")], "confirm-a"))
+    two = _waiting(client, memory_spec([save("fr", pid="p1")], "confirm-b"))
+    with pytest.raises(ConfirmationRefused) as caught:
+        client.confirm(
+            one.run_id, proposal_hash=two.confirmation_request["proposal_hash"], by="mallory"
+        )
+    assert caught.value.code == "CONFIRMATION_HASH_MISMATCH"
+
+
+def test_an_expired_request_cannot_be_confirmed(engine, client, worker):
+    subject = "confirm-expired"
+    info = _waiting(client, memory_spec([save()], subject, confirmation_ttl_s=0.3))
+    expires = info.confirmation_request["expires_at"]
+    wait_for(lambda: time.time() > expires, timeout=5, what="expiry")
+    with pytest.raises(ConfirmationRefused) as caught:
+        client.confirm(
+            info.run_id, proposal_hash=info.confirmation_request["proposal_hash"], by="alice"
+        )
+    assert caught.value.code == "CONFIRMATION_EXPIRED"
+    assert facts.memory(engine, subject) == 0
+
+
+def test_confirm_from_the_cli(engine, client, worker):
+    from tests.integration.test_cli import warrant
+
+    subject = "confirm-cli"
+    info = _waiting(client, memory_spec([save(), sc.final("x", "tool-1")], subject))
+    shown = warrant("run", "show", info.run_id)
+    assert "confirmation required" in shown.stdout
+    h = info.confirmation_request["proposal_hash"]
+    bad = warrant(
+        "run", "confirm", info.run_id, "--proposal-hash", "f" * 64, "--by", "bob", "--json"
+    )
+    assert bad.returncode == 2
+    import json
+
+    assert json.loads(bad.stdout)["error"]["code"] == "CONFIRMATION_HASH_MISMATCH"
+    ok = warrant("run", "confirm", info.run_id, "--proposal-hash", h, "--by", "bob", "--json")
+    assert ok.returncode == 0, ok.stderr
+    done = client.wait(info.run_id, timeout=30)
+    assert done.status == "completed" and facts.memory(engine, subject) == 1
+    with engine.connect() as conn:
+        from sqlalchemy import text
+
+        by = conn.execute(
+            text("SELECT decided_by FROM confirmations WHERE run_id=:r"), {"r": info.run_id}
+        ).scalar_one()
+    assert by == "bob"
+
+
+def test_operator_grant_unlocks_a_later_step(engine, client, worker):
+    spec = sc.spec([write(pid="p1"), write(pid="p2"), sc.final("x", "tool-1")], grants=[])
+    run_id = client.start_run(spec, publish=False)
+    client.add_grant(
+        run_id,
+        capability="artifact:write",
+        resource_scope="run-output/*",
+        granted_by="ops",
+        max_uses=1,
+    )
+    client.publisher.planner(run_id, 1)
+    info = client.wait(run_id, timeout=30)
+    # First write runs under the API grant; the second is a repeat (same args, no new
+    # observation) and the grant's single use is spent anyway.
+    assert info.stop_reason in ("FINAL_ANSWER_VALIDATED",)
+    assert facts.count(engine, Artifact, run_id=run_id) == 1
+    assert facts.rejection_codes(engine, run_id) == ["GRANT_EXHAUSTED"]
+    added = facts.events(engine, run_id, "grant.added")
+    assert added[0].details["by"] == "ops"
+
+
+# --- refusals before any tool code runs ------------------------------------------------------
+
+BIG = "x" * 20_000
+CASES = [
+    ("PROPOSAL_PARSE_FAILED", {"kind": "tool", "tool": "search_public"}, [SEARCH]),
+    ("UNKNOWN_TOOL_OR_VERSION", tool("shell", {"cmd": "rm -rf /"}), [SEARCH]),
+    ("UNKNOWN_TOOL_OR_VERSION", tool("search_public", {"query": "x"}, version="9"), [SEARCH]),
+    ("INPUT_NOT_OBJECT", tool("search_public", "query"), [SEARCH]),
+    ("UNKNOWN_INPUT_FIELD", tool("search_public", {"query": "x", "limit": 5}), [SEARCH]),
+    ("INVALID_QUERY", tool("search_public", {"query": 42}), [SEARCH]),
+    ("INPUT_TOO_LARGE", tool("search_public", {"query": BIG}), [SEARCH]),
+    ("MISSING_CAPABILITY", write(), [SEARCH]),
+    (
+        "RESOURCE_OUT_OF_SCOPE",
+        write(),
+        [{"capability": "artifact:write", "resource_scope": "reports/*"}],
+    ),
+    ("GRANT_EXPIRED", write(), [{"capability": "artifact:write", "expires_at_step": 0}]),
+    ("PATH_OUTSIDE_RUN_OUTPUT", write("../etc/passwd"), [{"capability": "artifact:write"}]),
+    ("MEMORY_KEY_NOT_ALLOWED", save("yes", "system_instruction"), [{"capability": "memory:write"}]),
+    ("MEMORY_VALUE_TOO_LONG", save("x" * 41), [{"capability": "memory:write"}]),
+]
+
+
+def test_every_rejection_code_refuses_before_the_tool_runs(engine, client, worker):
+    started = []
+    for code, bad, grants in CASES:
+        spec = sc.spec([bad, CLARIFY], grants=grants)
+        spec["subject"] = "bad-input"
+        started.append((code, client.start_run(spec)))
+    for code, run_id in started:
+        info = client.wait(run_id, timeout=30)
+        assert info.stop_reason == "CLARIFICATION_REQUIRED", (code, info)
+        assert facts.rejection_codes(engine, run_id) == [code]
+        assert facts.commands(engine, run_id) == 0, code
+        assert not facts.events(engine, run_id, "tool.started"), code
+        obs = client.observations(run_id)
+        assert obs[-1]["observation_id"] == "policy-1" and obs[-1]["content"]["code"] == code
+    assert facts.memory(engine, "bad-input") == 0
+    assert facts.count(engine, MemoryRecord, key="system_instruction") == 0
+
+
+# --- budgets ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("budgets", "planner_usage", "reason", "tool_calls"),
+    [
+        ({"max_steps": 2}, None, "MAX_STEPS_REACHED", 2),
+        ({"max_model_calls": 2}, None, "MAX_MODEL_CALLS_REACHED", 2),
+        ({"max_tool_calls": 1}, None, "MAX_TOOL_CALLS_REACHED", 1),
+        ({"max_tool_calls_per_tool": {"search_public": 2}}, None, "MAX_TOOL_CALLS_REACHED", 2),
+        (
+            {"max_tokens": 250},
+            {"prompt_tokens": 100, "completion_tokens": 20},
+            "MAX_TOKENS_REACHED",
+            3,
+        ),
+        ({"max_cost": 0.05}, {"cost": 0.02}, "MAX_COST_REACHED", 3),
+        ({"deadline_s": 0.001}, None, "DEADLINE_REACHED", 0),
+    ],
+)
+def test_each_budget_has_its_own_stop_reason(
+    engine, run_to_end, budgets, planner_usage, reason, tool_calls
+):
+    spec = sc.spec(
+        [sc.search(f"p{i}", f"query {i}") for i in range(10)],
+        max_tool_calls=budgets.pop("max_tool_calls", 8),
+        max_steps=budgets.pop("max_steps", 9),
+        **budgets,
+    )
+    if planner_usage:
+        spec["planner"]["usage_per_call"] = planner_usage
+    info = run_to_end(spec)
+    assert (info.status, info.stop_reason) == ("failed", reason)
+    assert info.tool_calls == tool_calls
+    stopped = facts.events(engine, info.run_id, "run.stopped")
+    assert len(stopped) == 1
+    budget = stopped[0].details["budget"]
+    assert {"step", "model_calls", "tool_calls", "tokens", "cost"} <= set(budget)
+
+
+def test_operator_token_guards_api_grants(client, services, monkeypatch):
+    from warrant.runner.errors import Unauthorized
+
+    run_id = client.start_run(sc.spec([CLARIFY]), publish=False)
+    monkeypatch.setenv("WARRANT_OPERATOR_TOKEN", "s3cret")
+    with pytest.raises(Unauthorized):
+        client.add_grant(run_id, capability="memory:write", granted_by="eve")
+    with pytest.raises(Unauthorized):
+        client.add_grant(
+            run_id, capability="memory:write", granted_by="eve", operator_token="guess"
+        )
+    assert (
+        client.add_grant(
+            run_id, capability="memory:write", granted_by="ops", operator_token="s3cret"
+        )
+        > 0
+    )

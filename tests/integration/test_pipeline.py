@@ -1,0 +1,160 @@
+"""The whole pipeline on real Celery workers, Redis (or RabbitMQ) and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import facts
+from tests.conftest import wait_for
+from warrant.ledger.models import Artifact
+from warrant.runner.client import scenarios as sc
+from warrant.runner.errors import SpecError
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+def test_injected_memory_write_is_refused_and_the_cited_answer_completes(engine, run_to_end):
+    spec = sc.spec([sc.search("p1"), sc.INJECTED_SAVE, sc.final("Three retries.", "tool-1")])
+    spec["subject"] = "subject-injection"
+    info = run_to_end(spec)
+
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert info.answer == "Three retries."
+    assert (info.step, info.model_calls, info.tool_calls) == (3, 3, 1)
+    assert facts.rejection_codes(engine, info.run_id) == ["MEMORY_KEY_NOT_ALLOWED"]
+    assert facts.memory(engine, "subject-injection") == 0
+    assert facts.commands(engine, info.run_id) == 1  # save_preference never got a command
+    names = [e.event for e in facts.events(engine, info.run_id)]
+    for expected in (
+        "run.created",
+        "proposal.received",
+        "proposal.schema.validated",
+        "policy.capability.checked",
+        "command.issued",
+        "tool.started",
+        "tool.completed",
+        "tool.result.validated",
+        "final.validated",
+        "state.transitioned",
+        "run.stopped",
+    ):
+        assert expected in names, expected
+    seqs = [e.seq for e in facts.events(engine, info.run_id)]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_observation_ids_are_deterministic(client, run_to_end):
+    info = run_to_end(sc.spec([sc.search("p1"), sc.INJECTED_SAVE, sc.final("x", "tool-1")]))
+    observations = client.observations(info.run_id)
+    assert [o["observation_id"] for o in observations] == ["user-1", "tool-1", "policy-2"]
+    assert [o["source"] for o in observations] == ["user", "untrusted-content", "policy"]
+    assert observations[2]["content"]["code"] == "MEMORY_KEY_NOT_ALLOWED"
+
+
+def test_final_answer_citing_a_missing_observation_fails(run_to_end):
+    info = run_to_end(sc.spec([sc.search("p1"), sc.final("Made up.", "tool-7")]))
+    assert (info.status, info.stop_reason) == ("failed", "FINAL_CITATION_VALIDATION_FAILED")
+    assert info.answer is None
+
+
+def test_citing_the_goal_is_not_evidence(run_to_end):
+    info = run_to_end(sc.spec([sc.final("From the question itself.", "user-1")]))
+    assert info.stop_reason == "FINAL_CITATION_VALIDATION_FAILED"
+
+
+def test_step_budget_stops_the_run(engine, run_to_end):
+    outputs = [sc.search(f"p{i}", f"query {i}") for i in range(10)]
+    info = run_to_end(sc.spec(outputs, max_steps=3))
+    assert (info.status, info.stop_reason) == ("failed", "MAX_STEPS_REACHED")
+    assert info.step == 3 and info.model_calls == 3
+    stopped = facts.events(engine, info.run_id, "run.stopped")
+    assert len(stopped) == 1 and stopped[0].details["budget"]["max_steps"] == 3
+
+
+def test_tool_call_budget_is_never_exceeded(engine, run_to_end):
+    outputs = [sc.search(f"p{i}", f"query {i}") for i in range(10)]
+    info = run_to_end(sc.spec(outputs, max_tool_calls=2))
+    assert (info.status, info.stop_reason) == ("failed", "MAX_TOOL_CALLS_REACHED")
+    assert info.tool_calls == 2
+    assert facts.commands(engine, info.run_id) == 2
+    assert facts.outcomes(engine, info.run_id) == 2
+
+
+def test_model_call_budget_and_exhausted_fixture(run_to_end):
+    info = run_to_end(sc.spec([sc.search("p1")], max_model_calls=1))
+    assert info.stop_reason == "MAX_MODEL_CALLS_REACHED"
+    info = run_to_end(sc.spec([sc.search("p1")]))
+    assert (info.status, info.stop_reason) == ("failed", "MODEL_FAILED")
+
+
+def test_deadline_stops_before_asking(run_to_end):
+    info = run_to_end(sc.spec([sc.search("p1"), sc.final("x", "tool-1")], deadline_s=0.001))
+    assert (info.status, info.stop_reason) == ("failed", "DEADLINE_REACHED")
+    assert info.model_calls == 0
+
+
+def test_artifact_is_written_once_and_verified(engine, run_to_end):
+    scenario = next(s for s in sc.SCENARIOS if s["name"] == "artifact-written")
+    info = run_to_end(scenario["spec"])
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert facts.count(engine, Artifact, run_id=info.run_id) == 1
+    checks = facts.events(engine, info.run_id, "tool.postcondition.checked")
+    assert [c.details["ok"] for c in checks] == [True]
+
+
+def test_clarify_stops_with_its_reason(run_to_end):
+    info = run_to_end(sc.spec([{"kind": "clarify", "question": "Which queue?"}]))
+    assert (info.status, info.stop_reason) == ("needs_input", "CLARIFICATION_REQUIRED")
+    assert info.answer == "Which queue?"
+
+
+def test_a_duplicated_stage_message_applies_once(engine, client, worker):
+    spec = sc.spec([sc.search("p1"), sc.final("Three retries.", "tool-1")])
+    run_id = client.start_run(spec, publish=False)
+    client.publisher.planner(run_id, 1)
+    client.publisher.planner(run_id, 1)  # the same message, delivered twice
+    info = client.wait(run_id, timeout=30)
+    assert info.status == "completed"
+    assert (info.step, info.model_calls, info.tool_calls) == (2, 2, 1)
+    assert facts.proposals(engine, run_id) == 2
+    assert facts.commands(engine, run_id) == 1
+    assert facts.outcomes(engine, run_id) == 1
+
+    # Late duplicates of every stage after the run finished: nothing changes.
+    from warrant.ledger.db import session_scope
+    from warrant.ledger.models import Command
+
+    with session_scope(engine) as s:
+        cmd = s.query(Command).filter_by(run_id=run_id).one()
+        command_id = cmd.id
+    version = info.version
+    client.publisher.policy(run_id, 2)
+    client.publisher.tool(
+        run_id=run_id,
+        version=3,
+        command_id=command_id,
+        tool="search_public",
+        soft_time_limit=5,
+        time_limit=10,
+    )
+    client.publisher.planner(run_id, 1)
+    marker = client.start_run(sc.spec([sc.final("x", "tool-1")]))  # a message behind them
+    wait_for(lambda: client.get_run(marker).status == "failed", what="marker run")
+    after = client.get_run(run_id)
+    assert after.version == version
+    assert facts.outcomes(engine, run_id) == 1
+    assert facts.proposals(engine, run_id) == 2
+
+
+def test_bad_spec_is_refused_naming_the_field_and_nothing_is_enqueued(engine, client):
+    from warrant.ledger.models import Run
+
+    before = facts.count(engine, Run)
+    spec = sc.spec([sc.search("p1")], max_steps=0)
+    spec["grants"] = [{"capability": "search:public", "scope": "public"}]
+    with pytest.raises(SpecError) as caught:
+        client.start_run(spec)
+    fields = {e["field"] for e in caught.value.errors}
+    assert {"budgets.max_steps", "grants.0.scope"} <= fields
+    assert caught.value.code == "SPEC_INVALID"
+    assert facts.count(engine, Run) == before

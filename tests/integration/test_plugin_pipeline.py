@@ -1,0 +1,142 @@
+"""Plug-in tools and planners through the real pipeline: a tool worker that lacks a version,
+deps closed at shutdown, a plug-in planner kind, and ``warrant tools check``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tests import facts
+from tests.conftest import DEMO_PLUGIN, WorkerProcess, wait_for
+from warrant.broker.registration import CACHE_S
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Observation, Proposal, WorkerRegistration
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+ECHO_GRANT = {"capability": "echo:read", "resource_scope": "echo"}
+
+
+@pytest.fixture(scope="module")
+def echo_worker(engine, worker, tmp_path_factory) -> Iterator[tuple[WorkerProcess, Any]]:
+    """A tool worker deployed before echo 2: its registry has echo 1 only."""
+    logs = tmp_path_factory.mktemp("echo")
+    closed = logs / "closed"
+    proc = WorkerProcess(
+        ["tool.echo"],
+        name="echo",
+        concurrency=1,
+        log=logs / "echo.log",
+        env={
+            "WARRANT_TOOLS": f"{DEMO_PLUGIN},tests.plugin_fixtures:echo_v1",
+            "WARRANT_TEST_DEPS_CLOSED_FILE": str(closed),
+        },
+    )
+    proc.wait_ready()
+    registered = wait_for(lambda: _registration(engine, "echo@"), what="echo registration")
+    # the policy workers re-read registrations at most CACHE_S after a change
+    wait_for(lambda: time.time() > registered.started_at.timestamp() + CACHE_S, timeout=30)
+    try:
+        yield proc, closed
+    finally:
+        proc.stop()
+
+
+def _registration(engine, prefix: str) -> Any:
+    with session_scope(engine) as s:
+        return s.scalars(
+            select(WorkerRegistration).where(WorkerRegistration.node.startswith(prefix))
+        ).first()
+
+
+def _spec(outputs: list[Any]) -> dict[str, Any]:
+    return {
+        "goal": "echo things",
+        "subject": "plugin-user",
+        "planner": {"kind": "fixture", "outputs": outputs},
+        "grants": [ECHO_GRANT],
+    }
+
+
+def _echo(version: str, text: str, pid: str) -> dict[str, Any]:
+    return {
+        "kind": "tool",
+        "proposal_id": pid,
+        "tool": "echo",
+        "tool_version": version,
+        "arguments": {"text": text},
+        "reason_summary": "echo",
+        "source_observation_ids": ["user-1"],
+    }
+
+
+def test_a_tool_version_the_tool_workers_lack_is_refused_naming_the_role(
+    engine, client, echo_worker
+):
+    outputs = [
+        _echo("2", "new", "p1"),
+        _echo("1", "old", "p2"),
+        {"kind": "final", "answer": "old echoed", "citations": ["tool-2"]},
+    ]
+    info = client.wait(client.start_run(_spec(outputs)), timeout=30)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    with session_scope(engine) as s:
+        codes = s.execute(
+            select(Proposal.proposal_id, Proposal.rejection_code)
+            .where(Proposal.run_id == info.run_id)
+            .order_by(Proposal.step)
+        ).all()
+        refusal = s.scalars(
+            select(Observation).where(
+                Observation.run_id == info.run_id, Observation.observation_id == "policy-1"
+            )
+        ).one()
+        result = s.scalars(
+            select(Observation).where(
+                Observation.run_id == info.run_id, Observation.observation_id == "tool-2"
+            )
+        ).one()
+    assert [tuple(c) for c in codes][:2] == [("p1", "TOOL_NOT_DEPLOYED"), ("p2", None)]
+    assert "role tool lacks echo@2" in refusal.content["message"]
+    assert "echo@" in refusal.content["message"]  # names the worker node
+    assert result.content["output"]["deps"] == "echo-deps"  # the plug-in's own deps
+    rejected = facts.events(engine, info.run_id, "proposal.rejected")
+    assert rejected[0].details["code"] == "TOOL_NOT_DEPLOYED"
+
+
+def test_a_plugin_planner_kind_runs_a_run(client, echo_worker):
+    spec = _spec([])
+    spec["planner"] = {"kind": "script", "settings": {"texts": ["one", "two"]}}
+    info = client.wait(client.start_run(spec), timeout=30)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert info.tool_calls == 2
+
+
+def test_tools_check_reports_the_roles_that_disagree(echo_worker):
+    out = subprocess.run(
+        [sys.executable, "-m", "warrant.runner.client.cli", "tools", "check", "--json"],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        timeout=60,
+    )
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and not report["ok"]
+    assert any(p.startswith("echo@") and "lacks echo@2" in p for p in report["disagreements"])
+
+
+def test_a_worker_closes_its_deps_and_its_registration_at_shutdown(engine, echo_worker):
+    proc, closed = echo_worker
+    # the deps were built by the earlier tests' calls; stopping the worker closes them
+    proc.stop()
+    wait_for(lambda: closed.exists() and "closed" in closed.read_text(), what="deps closed")
+    assert _registration(engine, "echo@") is None
+    proc.restart()

@@ -1,0 +1,180 @@
+"""The policy gate's layers, as pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gate import NOW, confirmation, gate, grant, proposal
+from warrant.runner import policy
+from warrant.runner.canonical import proposal_hash
+from warrant.runner.codes import Phase, RunStatus
+from warrant.runner.spec import Budgets
+from warrant.runner.views import HistoryEntry
+
+
+def decide(raw, **kw):
+    return policy.evaluate(gate(raw, **kw))
+
+
+def code_of(decision) -> str:
+    assert isinstance(decision, policy.Reject), decision
+    return decision.code
+
+
+def test_a_valid_granted_read_is_accepted():
+    d = decide(proposal())
+    assert isinstance(d, policy.Accept)
+    assert d.arguments == {"query": "retries"} and d.resource == "public"
+    names = [e.name for e in d.events]
+    assert names == [
+        "proposal.parsed",
+        "proposal.registry.checked",
+        "proposal.schema.validated",
+        "proposal.semantic.validated",
+        "policy.capability.checked",
+        "policy.state.checked",
+        "policy.loop.checked",
+        "policy.confirmation.checked",
+        "policy.budget.checked",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        ("not even an object", "PROPOSAL_PARSE_FAILED"),
+        ({"kind": "tool", "tool": "search_public"}, "PROPOSAL_PARSE_FAILED"),
+        (proposal("rm_rf"), "UNKNOWN_TOOL_OR_VERSION"),
+        (proposal(tool_version="2"), "UNKNOWN_TOOL_OR_VERSION"),
+        (proposal(arguments=["query"]), "INPUT_NOT_OBJECT"),
+        (proposal(arguments={"query": "x", "sudo": True}), "UNKNOWN_INPUT_FIELD"),
+        (proposal(arguments={"query": 7}), "INVALID_QUERY"),
+        (proposal(arguments={}), "INVALID_QUERY"),
+        (proposal(arguments={"query": "x" * 20_000}), "INPUT_TOO_LARGE"),
+        (proposal(arguments={"query": "x" * 501}), "INVALID_QUERY"),
+    ],
+)
+def test_refusals_before_any_tool_code(raw, code):
+    assert code_of(decide(raw)) == code
+
+
+def test_semantic_codes():
+    save = proposal("save_preference", {"key": "auto_approve", "value": "true"})
+    assert code_of(decide(save)) == "MEMORY_KEY_NOT_ALLOWED"
+    long = proposal("save_preference", {"key": "answer_language", "value": "x" * 41})
+    assert code_of(decide(long)) == "MEMORY_VALUE_TOO_LONG"
+    for path in ("etc/passwd", "/run-output/a", "run-output/../x", "run-output/"):
+        write = proposal("write_artifact", {"path": path, "content": "x"})
+        assert (
+            code_of(decide(write, grants=[grant("artifact:write")])) == "PATH_OUTSIDE_RUN_OUTPUT"
+        ), path
+
+
+def test_grants_bind_capability_scope_expiry_uses_and_run():
+    write = proposal("write_artifact", {"path": "run-output/a.md", "content": "x"})
+    assert code_of(decide(write, grants=[])) == "MISSING_CAPABILITY"
+    assert (
+        code_of(decide(write, grants=[grant("artifact:write", "docs/*")]))
+        == "RESOURCE_OUT_OF_SCOPE"
+    )
+    assert (
+        code_of(decide(write, grants=[grant("artifact:write", "run-output/*", expires_at_step=0)]))
+        == "GRANT_EXPIRED"
+    )
+    assert (
+        code_of(decide(write, grants=[grant("artifact:write", max_uses=1, uses=1)]))
+        == "GRANT_EXHAUSTED"
+    )
+    assert (
+        code_of(decide(write, grants=[grant("artifact:write", run_id="run-2")]))
+        == "MISSING_CAPABILITY"
+    )
+    ok = decide(write, grants=[grant("artifact:write", "run-output/*", expires_at_step=1)])
+    assert isinstance(ok, policy.Accept) and ok.grant_ids == (1,)
+
+
+def test_a_capability_named_in_the_proposal_grants_nothing():
+    raw = proposal(
+        "save_preference", {"key": "answer_language", "value": "zh"}, capability="memory:write"
+    )
+    assert code_of(decide(raw, grants=[])) == "PROPOSAL_PARSE_FAILED"
+    raw.pop("capability")
+    assert code_of(decide(raw, grants=[])) == "MISSING_CAPABILITY"
+
+
+def test_state_guard_ignores_stale_messages():
+    assert isinstance(decide(proposal(), status=RunStatus.CANCELLING), policy.Ignore)
+    assert isinstance(decide(proposal(), phase=Phase.TOOL), policy.Ignore)
+
+
+def test_confirmation_is_bound_to_the_exact_proposal_hash():
+    args = {"key": "answer_language", "value": "zh-CN"}
+    raw = proposal("save_preference", args)
+    grants = [grant("memory:write", "memory:alice/*")]
+    waiting = decide(raw, grants=grants)
+    assert isinstance(waiting, policy.AwaitConfirmation)
+    h = proposal_hash("save_preference", "1", {**args, "expected_version": 0})
+    assert waiting.proposal_hash == h
+    request = waiting.request()
+    assert request["parameters"]["value"] == "<sensitive>"
+    assert request["side_effect"] == "idempotent-write"
+
+    ok = decide(raw, grants=grants, confirmations=[confirmation(h)])
+    assert isinstance(ok, policy.Accept) and ok.confirmation_id == "c-1"
+    other = proposal_hash(
+        "save_preference", "1", {"key": "answer_language", "value": "en", "expected_version": 0}
+    )
+    for c in (
+        confirmation(other),
+        confirmation(h, used=True),
+        confirmation(h, run_id="run-2"),
+        confirmation(h, expires_at_step=0),
+        confirmation(h, expires_at=NOW - 1),
+    ):
+        assert isinstance(
+            decide(raw, grants=grants, confirmations=[c]), policy.AwaitConfirmation
+        ), c
+    declined = decide(raw, grants=grants, confirmations=[confirmation(h, approved=False)])
+    assert code_of(declined) == "CONFIRMATION_DECLINED"
+
+
+def test_budget_layer():
+    d = decide(proposal(), tool_calls=4, budgets=Budgets(max_tool_calls=4))
+    assert isinstance(d, policy.Halt) and d.reason == "MAX_TOOL_CALLS_REACHED"
+    per_tool = Budgets(max_tool_calls_per_tool={"search_public": 1})
+    d = decide(proposal(), tool_calls_by_tool={"search_public": 1}, budgets=per_tool)
+    assert isinstance(d, policy.Halt) and d.detail == {"tool": "search_public"}
+    d = decide(proposal(), deadline_at=NOW)
+    assert isinstance(d, policy.Halt) and d.reason == "DEADLINE_REACHED"
+
+
+def test_repeats_without_a_new_observation_stop():
+    fp = proposal_hash("search_public", "1", {"query": "retries"})
+    same = [HistoryEntry(fingerprint=fp, observation_version=1)] * 2
+    d = decide(proposal(), history=same)
+    assert isinstance(d, policy.Halt)
+    assert d.reason == "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+    # A changed observation resets the count.
+    older = [HistoryEntry(fingerprint=fp, observation_version=0)] * 2
+    assert isinstance(decide(proposal(), history=older), policy.Accept)
+
+
+def test_repeated_refusals_also_stop():
+    raw = proposal("rm_rf")
+    first = decide(raw)
+    assert isinstance(first, policy.Reject) and first.fingerprint
+    history = [HistoryEntry(fingerprint=first.fingerprint, observation_version=1)] * 2
+    d = decide(raw, history=history)
+    assert isinstance(d, policy.Halt) and d.reason == "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+
+
+def test_oscillation_a_b_a_b():
+    a = proposal_hash("search_public", "1", {"query": "a"})
+    b = proposal_hash("search_public", "1", {"query": "b"})
+    history = [HistoryEntry(fingerprint=f, observation_version=1) for f in (a, b, a)]
+    d = decide(proposal(arguments={"query": "b"}), history=history)
+    assert isinstance(d, policy.Halt) and d.reason == "PROPOSAL_OSCILLATION_DETECTED"
+    moved = [
+        HistoryEntry(fingerprint=f, observation_version=v) for f, v in ((a, 0), (b, 1), (a, 1))
+    ]
+    assert isinstance(decide(proposal(arguments={"query": "b"}), history=moved), policy.Accept)

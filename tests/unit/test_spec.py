@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+
+from warrant.runner.client.scenarios import SCENARIOS, spec
+from warrant.runner.errors import SpecError
+from warrant.runner.spec import parse_run_spec
+
+
+def test_every_scenario_spec_is_valid():
+    for scenario in SCENARIOS:
+        assert parse_run_spec(scenario["spec"]).goal
+
+
+def test_json_text_is_accepted():
+    import json
+
+    assert parse_run_spec(json.dumps(spec([]))).subject == "demo-user"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda s: s.pop("goal"), "goal"),
+        (lambda s: s.update(goal=""), "goal"),
+        (lambda s: s["budgets"].update(max_tool_calls=-1), "budgets.max_tool_calls"),
+        (lambda s: s["budgets"].update(deadline_s=0), "budgets.deadline_s"),
+        (lambda s: s.update(planner={"kind": "Oracle!"}), "planner"),
+        (lambda s: s.update(planner={"kind": "fixture"}), "planner.fixture.outputs"),
+        (lambda s: s.update(extra=1), "extra"),
+        (lambda s: s["grants"].append({"capability": ""}), "grants.1.capability"),
+    ],
+)
+def test_bad_specs_name_the_field(mutate, field):
+    data = spec([])
+    mutate(data)
+    with pytest.raises(SpecError) as caught:
+        parse_run_spec(data)
+    assert any(e["field"].startswith(field) for e in caught.value.errors), caught.value.errors
+    assert caught.value.to_dict()["code"] == "SPEC_INVALID"
+
+
+def test_malformed_planner_outputs_are_allowed_in_the_spec():
+    # Untrusted outputs are the gate's business, not the spec's.
+    assert parse_run_spec(spec([{"kind": "tool", "arguments": "nope"}, {"junk": True}]))
+
+
+def test_an_unregistered_planner_kind_is_refused_at_start_naming_the_field():
+    from warrant.runner.planner_kinds import check_planner
+
+    data = spec([])
+    data["planner"] = {"kind": "oracle", "settings": {"x": 1}}
+    parsed = parse_run_spec(data)  # well-formed: a plug-in kind
+    with pytest.raises(SpecError) as caught:
+        check_planner(parsed, {})
+    assert caught.value.errors[0]["field"] == "planner.kind"
