@@ -34,5 +34,8 @@ def test_the_ledger_commits_a_change_once_raising_the_version_by_one(engine, cli
         "INTERNAL_ERROR",
         view.version + 1,
     )
-    names = [e.event for e in facts.events(engine, run_id)]
-    assert names.count("run.stopped") == 1 and names.count("state.transitioned") == 1
+    events = facts.events(engine, run_id)
+    assert [e.event for e in events].count("run.stopped") == 1
+    moved = [e.details for e in events if e.event == "state.transitioned"]
+    assert moved[-1] == {"from": "running", "to": "failed"}
+    assert [d["to"] for d in moved].count("failed") == 1
