@@ -17,7 +17,13 @@ from warrant.broker.registration import deployment_check
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
-from warrant.ledger.guarded import insert_command, update_proposal, use_confirmation, use_grants
+from warrant.ledger.guarded import (
+    insert_command,
+    update_proposal,
+    use_confirmation,
+    use_grants,
+    use_pre_approval,
+)
 from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
 from warrant.ledger.stage_loads import (
     autocommit,
@@ -25,13 +31,17 @@ from warrant.ledger.stage_loads import (
     grants_from,
     history_from,
     load_policy,
+    load_provenance,
+    pre_approvals_from,
 )
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
 from warrant.runner.codes import ObservationKind, ObservationSource, StopReason
+from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import RunView
+from warrant.tools.contract import SideEffect
 
 __all__ = ["policy_evaluate"]
 
@@ -109,12 +119,25 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                 registry=ctx.registry,
                 now=now,
                 deployment=deployment_check(ctx.engine),
+                relaxed=ctx.settings.relaxed_tools,
+                pre_approvals=pre_approvals_from(row.pre_approvals),
+                provenance=_provenance(ctx, run_id, proposal),
             ),
             on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
         )
         if sp is not None:
             sp.set_attribute("warrant.outcome", _outcome_name(decision))
     return decision
+
+
+def _provenance(ctx: StageContext, run_id: str, proposal: dict[str, Any]) -> Any:
+    """What a write or egress call's arguments may come from (a second read, for those only)."""
+    tool = ctx.registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
+    if tool is None or (tool.side_effect is SideEffect.READ and not tool.egress):
+        return None
+    with autocommit(ctx.engine) as conn:
+        row = load_provenance(conn, run_id)
+    return None if row is None else sources_from(row.goal, row.spec, row.observations)
 
 
 def _looping(decision: policy.Halt) -> bool:
@@ -228,6 +251,7 @@ def _await_confirmation(
                     "proposal_hash": decision.proposal_hash,
                     "arguments": decision.arguments,
                     "confirmation_request": request,
+                    "provenance": decision.provenance,
                 },
             )
         ],
@@ -258,6 +282,7 @@ def _command_writes(
                 "arguments": decision.arguments,
                 "fingerprint": decision.proposal_hash,
                 "proposal_hash": decision.proposal_hash,
+                "provenance": decision.provenance,
             },
         ),
         insert_command(
@@ -285,6 +310,9 @@ def _command_writes(
         guarded.append(use_grants(list(decision.grant_ids)))
     if decision.confirmation_id:
         guarded.append(use_confirmation(decision.confirmation_id, to_datetime(now)))
+    if decision.pre_approval_id is not None:
+        pid = decision.proposal.proposal_id
+        guarded.append(use_pre_approval(decision.pre_approval_id, pid, to_datetime(now)))
     return guarded
 
 

@@ -14,7 +14,14 @@ from typing import Any
 from sqlalchemy import BigInteger, any_, bindparam, exists, literal, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
-from warrant.ledger.models import Command, Confirmation, GrantRow, OutcomeRow, Proposal
+from warrant.ledger.models import (
+    Command,
+    Confirmation,
+    GrantRow,
+    OutcomeRow,
+    PreApproval,
+    Proposal,
+)
 from warrant.ledger.repo import Guarded
 
 __all__ = [
@@ -25,6 +32,7 @@ __all__ = [
     "update_proposal",
     "use_confirmation",
     "use_grants",
+    "use_pre_approval",
 ]
 
 
@@ -143,6 +151,16 @@ def use_grants(grant_ids: list[int]) -> Guarded:
         )
 
     return Guarded("grants.use", _cached("grants.use", factory), {"gu_ids": list(grant_ids)})
+
+
+def use_pre_approval(pre_approval_id: int, proposal_id: str | None, at: datetime) -> Guarded:
+    table: Any = PreApproval.__table__
+    values = {"used_at": 1, "used_by_proposal": 1}
+    return Guarded(
+        "pre_approval.use",
+        _cached("pre_approval.use", lambda: _update(table, "id", values, "pa_")),
+        {"pa_key": pre_approval_id, "pa_used_at": at, "pa_used_by_proposal": proposal_id},
+    )
 
 
 def use_confirmation(confirmation_id: str, at: datetime) -> Guarded:

@@ -109,6 +109,7 @@ class Proposal(Base):
     status: Mapped[str] = mapped_column(String(32))
     rejection_code: Mapped[str | None] = mapped_column(String(64))
     confirmation_request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = _now()
 
     __table_args__ = (
@@ -235,6 +236,25 @@ class Confirmation(Base):
     decided_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = _now()
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class PreApproval(Base):
+    """An exact proposal (tool, version, arguments; by its hash) approved ahead of time."""
+
+    __tablename__ = "pre_approvals"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    proposal_hash: Mapped[str] = mapped_column(String(64))
+    tool: Mapped[str] = mapped_column(String(200))
+    tool_version: Mapped[str] = mapped_column(String(50))
+    arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
+    approved_by: Mapped[str] = mapped_column(String(200))
+    approved_at: Mapped[datetime] = _now()
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    used_by_proposal: Mapped[str | None] = mapped_column(String(200))
+
+    __table_args__ = (Index("ix_pre_approvals_run", "run_id", "proposal_hash"),)
 
 
 class Artifact(Base):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
-from warrant.ledger.models import Command, Confirmation, GrantRow, Handoff, Run
+from warrant.ledger.models import Command, Confirmation, GrantRow, Handoff, PreApproval, Run
 from warrant.ledger.repo import to_datetime
 from warrant.ledger.rows import lock_run
 from warrant.runner.spec import Grant
@@ -22,6 +23,7 @@ from warrant.runner.spec import Grant
 __all__ = [
     "discard_issued_command",
     "insert_grant",
+    "insert_pre_approval",
     "lock_active_command",
     "lock_handoff",
     "lock_run",
@@ -90,6 +92,15 @@ def insert_grant(s: Session, run_id: str, grant: Grant, *, source: str) -> int:
         uses=0,
         source=source,
     )
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def insert_pre_approval(s: Session, run_id: str, record: dict[str, Any]) -> int:
+    """Add a pre-approved proposal (see :func:`warrant.runner.confirmation_rules.
+    pre_approval_record`). Returns its id."""
+    row = PreApproval(run_id=run_id, **record)
     s.add(row)
     s.flush()
     return row.id

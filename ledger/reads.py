@@ -4,17 +4,19 @@ queries only."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
-from warrant.ledger.models import Handoff, Observation, Proposal, Run, TraceEvent
+from warrant.ledger.models import Handoff, Observation, PreApproval, Proposal, Run, TraceEvent
 
 __all__ = [
     "handoff_by_id_or_run",
     "handoffs",
     "observations",
     "pending_proposal",
+    "pre_approvals",
     "run",
     "run_exists",
     "runs",
@@ -74,3 +76,24 @@ def handoff_by_id_or_run(s: Session, key: str) -> Handoff | None:
             select(Handoff).where(Handoff.run_id == key).order_by(Handoff.created_at.desc())
         ).first()
     )
+
+
+def pre_approvals(s: Session, run_id: str) -> list[dict[str, Any]]:
+    """The run's pre-approved proposals, oldest first, with who approved each and its use."""
+    rows = s.scalars(
+        select(PreApproval).where(PreApproval.run_id == run_id).order_by(PreApproval.id)
+    )
+    return [
+        {
+            "pre_approval_id": a.id,
+            "tool": a.tool,
+            "tool_version": a.tool_version,
+            "arguments": a.arguments,
+            "proposal_hash": a.proposal_hash,
+            "approved_by": a.approved_by,
+            "approved_at": a.approved_at.isoformat(),
+            "used_at": a.used_at.isoformat() if a.used_at else None,
+            "used_by_proposal": a.used_by_proposal,
+        }
+        for a in rows
+    ]

@@ -3,6 +3,7 @@ observation and its first trace events."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,11 @@ WITH run AS (
   SELECT run.id, g->>'capability', g->>'resource_scope', (g->>'expires_at_step')::int,
          (g->>'max_uses')::int, 0, 'spec'
     FROM run, jsonb_array_elements(%(grants)s) AS g
+), pre AS (
+  INSERT INTO pre_approvals (run_id, proposal_hash, tool, tool_version, arguments, approved_by)
+  SELECT run.id, a->>'proposal_hash', a->>'tool', a->>'tool_version', a->'arguments',
+         a->>'approved_by'
+    FROM run, jsonb_array_elements(%(pre_approvals)s) AS a
 ), goal AS (
   INSERT INTO observations (run_id, observation_id, kind, source, step, content, content_hash,
                             observation_version)
@@ -55,10 +61,11 @@ def create_run(
     deadline_at: datetime,
     grants: list[dict[str, Any]],
     observation: dict[str, Any],
+    pre_approvals: Sequence[dict[str, Any]] = (),
     events: list[tuple[str, dict[str, Any]]],
 ) -> None:
-    """A new run in one statement: the run row (version 1), its grants, its goal observation
-    and its first trace events (``seq`` 1..n)."""
+    """A new run in one statement: the run row (version 1), its grants and pre-approvals, its
+    goal observation and its first trace events (``seq`` 1..n)."""
     _CREATE_RUN.first(
         conn,
         {
@@ -71,6 +78,7 @@ def create_run(
             "trace_id": trace_id,
             "deadline_at": deadline_at,
             "grants": Jsonb(grants),
+            "pre_approvals": Jsonb(list(pre_approvals)),
             "o_id": observation["observation_id"],
             "o_kind": observation["kind"],
             "o_source": observation["source"],

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine
 
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.db import autocommit_engine, held_autocommit
-from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry
+from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, PreApprovalView
 
 __all__ = [
     "CMD_COLUMNS",
@@ -32,7 +32,9 @@ __all__ = [
     "history_from",
     "load_planning",
     "load_policy",
+    "load_provenance",
     "load_tool",
+    "pre_approvals_from",
     "run_status",
 ]
 
@@ -89,6 +91,9 @@ SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
             c.used, c.expires_at_step, extract(epoch FROM c.expires_at))
           ORDER BY c.created_at), '[]'::jsonb)
      FROM confirmations c WHERE c.run_id = r.id) AS confirmations,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(a.id, a.proposal_hash, a.tool, a.approved_by,
+            a.used_at IS NOT NULL) ORDER BY a.id), '[]'::jsonb)
+     FROM pre_approvals a WHERE a.run_id = r.id) AS pre_approvals,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(h.fingerprint, h.observation_version)
           ORDER BY h.step), '[]'::jsonb)
      FROM proposals h
@@ -152,6 +157,32 @@ def _array_literal(values: tuple[str, ...]) -> str:
 def load_policy(conn: Connection, run_id: str) -> Any:
     """The run, its pending proposal and the gate's inputs (grants, confirmations, history)."""
     return _POLICY.first(conn, {"run_id": run_id})
+
+
+_PROVENANCE = Compiled.text(
+    """
+SELECT r.goal, r.spec,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(o.observation_id, o.source, o.content)
+          ORDER BY o.id), '[]'::jsonb)
+     FROM observations o WHERE o.run_id = r.id) AS observations
+FROM runs r WHERE r.id = %(run_id)s
+"""
+)
+
+
+def load_provenance(conn: Connection, run_id: str) -> Any:
+    """What a write or egress call's argument values may come from: the goal, the spec and
+    the run's observations (with their sources)."""
+    return _PROVENANCE.first(conn, {"run_id": run_id})
+
+
+def pre_approvals_from(rows: list[list[Any]]) -> list[PreApprovalView]:
+    return [
+        PreApprovalView(
+            pre_approval_id=a[0], proposal_hash=a[1], tool=a[2], approved_by=a[3], used=a[4]
+        )
+        for a in rows
+    ]
 
 
 def load_tool(conn: Connection, run_id: str, command_id: str) -> Any:

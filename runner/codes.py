@@ -75,6 +75,9 @@ class Rejection(StrEnum):
     INPUT_TOO_LARGE = "INPUT_TOO_LARGE"
     MISSING_CAPABILITY = "MISSING_CAPABILITY"
     RESOURCE_OUT_OF_SCOPE = "RESOURCE_OUT_OF_SCOPE"
+    RESOURCE_INVALID = "RESOURCE_INVALID"
+    """A resource argument that is no valid value of its kind (a URL with userinfo, a path
+    with ``..``, an address with a display name, a list with a non-string)."""
     GRANT_EXPIRED = "GRANT_EXPIRED"
     GRANT_EXHAUSTED = "GRANT_EXHAUSTED"
     MEMORY_KEY_NOT_ALLOWED = "MEMORY_KEY_NOT_ALLOWED"
@@ -82,6 +85,9 @@ class Rejection(StrEnum):
     PATH_OUTSIDE_RUN_OUTPUT = "PATH_OUTSIDE_RUN_OUTPUT"
     STATE_GUARD_FAILED = "STATE_GUARD_FAILED"
     CONFIRMATION_DECLINED = "CONFIRMATION_DECLINED"
+    UNTRUSTED_ARGUMENT = "UNTRUSTED_ARGUMENT"
+    """Provenance layer: an argument of a write or egress call appears only in untrusted
+    content. Not a refusal by itself: the call waits for a person (no pre-approval covers it)."""
     MODEL_OUTPUT_INVALID = "MODEL_OUTPUT_INVALID"
 
 

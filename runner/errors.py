@@ -5,8 +5,11 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
 
     WarrantError                    WARRANT_ERROR
     ├── InvalidRequest              INVALID_REQUEST      bad input that no run state could fix
-    │                               (UNKNOWN_ROLE, UNKNOWN_TOOL, INVALID_RESOLUTION,
-    │                               RESOLUTION_IDENTITY_REQUIRED)
+    │   │                           (UNKNOWN_ROLE, UNKNOWN_TOOL, INVALID_RESOLUTION,
+    │   │                           RESOLUTION_IDENTITY_REQUIRED, ARGUMENTS_NOT_JSON, …)
+    │   ├── InvalidResource         RESOURCE_INVALID     no valid value of its resource kind
+    │   └── InvalidScope            SCOPE_INVALID        no valid scope of its resource kind
+    │                               (both warrant.runner.scopes)
     ├── SpecError                   SPEC_INVALID         a run spec failed validation
     ├── NotFound                    NOT_FOUND            no such object
     │   ├── RunNotFound             RUN_NOT_FOUND        no run with that id
@@ -14,8 +17,10 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │   └── MemoryNotFound          MEMORY_NOT_FOUND     no long-term memory record with that id
     ├── StateConflict               STATE_CONFLICT       the request does not fit the run's state
     │   │                           (RUN_NOT_CANCELLABLE, HANDOFF_ALREADY_RESOLVED)
-    │   └── StaleVersion            STALE_VERSION        a compare-and-set on the run version
-    │                                                    lost (warrant.ledger.repo; hot path)
+    │   ├── StaleVersion            STALE_VERSION        a compare-and-set on the run version
+    │   │                                                lost (warrant.ledger.repo; hot path)
+    │   └── IllegalTransition       ILLEGAL_TRANSITION   a status change the run state machine
+    │                                                    does not declare (a bug; run_rules)
     ├── ServiceUnavailable          SERVICE_UNAVAILABLE  Redis, RabbitMQ or PostgreSQL cannot be
     │   │                           reached or is not configured (SERVICES_NOT_CONFIGURED,
     │   │                           DATABASE_UNAVAILABLE, MIGRATION_STATE_UNREADABLE,

@@ -8,9 +8,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from warrant.runner.codes import RunStatus, StopReason
+from warrant.runner.codes import Rejection, RunStatus, StopReason
 from warrant.runner.spec import ToolProposal
-from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, RunView
+from warrant.runner.views import (
+    ConfirmationView,
+    GrantView,
+    HistoryEntry,
+    PreApprovalView,
+    ProvenanceSources,
+    RunView,
+)
 from warrant.tools.contract import Tool
 from warrant.tools.registry import Registry
 
@@ -47,6 +54,12 @@ class GateInput:
     deployment: Callable[[str, str], str | None] | None = None
     """Which worker role lacks a tool the registry has (``None``: every role serving it has it;
     from the workers' registrations in the ledger)."""
+    relaxed: frozenset[str] = frozenset()
+    """Tools whose side-effect class the deployment relaxed (``WARRANT_RELAX_CONFIRMATION``)."""
+    pre_approvals: Sequence[PreApprovalView] = ()
+    """Exact proposals approved ahead of time, each usable once."""
+    provenance: ProvenanceSources | None = None
+    """Where argument values may come from; loaded for write and egress tools only."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +73,10 @@ class Accept:
     grant_ids: tuple[int, ...]
     confirmation_id: str | None
     events: list[Event]
+    pre_approval_id: int | None = None
+    """The pre-approval this call uses (marked used in the same commit)."""
+    provenance: dict[str, Any] | None = None
+    """What the proposal cites and which argument values only untrusted content supplied."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +108,11 @@ class AwaitConfirmation:
     proposal_hash: str
     resource: str
     events: list[Event]
+    provenance: dict[str, Any] | None = None
+
+    def _flagged(self) -> dict[str, Any]:
+        assert self.provenance is not None
+        return {**self.provenance, "code": Rejection.UNTRUSTED_ARGUMENT.value}
 
     def request(self) -> dict[str, Any]:
         """What a person is shown: action, target, key parameters, side effect, undo."""
@@ -107,6 +129,7 @@ class AwaitConfirmation:
             "side_effect": self.tool.side_effect.value,
             "reversible": self.tool.side_effect.value in ("read", "compensatable-write"),
             "proposal_hash": self.proposal_hash,
+            **({"provenance": self._flagged()} if self.provenance else {}),
         }
 
 
@@ -140,10 +163,12 @@ LAYER_OF_EVENT = {
     "proposal.schema.validated": "schema",
     "proposal.semantic.validated": "semantic",
     "policy.capability.checked": "authorization",
+    "policy.provenance.checked": "provenance",
     "policy.state.checked": "state_guard",
     "policy.loop.checked": "loop_detection",
     "proposal.loop_detected": "loop_detection",
     "proposal.oscillation_detected": "loop_detection",
+    "policy.confirmation.relaxed": "confirmation",
     "policy.confirmation.checked": "confirmation",
     "policy.budget.checked": "budget",
 }

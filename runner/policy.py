@@ -1,7 +1,7 @@
 """The policy gate: pure layers, in order, first failure wins.
 
     parse -> registry -> input schema -> semantic validation -> authorization (grants)
-    -> state guard -> loop detection -> confirmation -> budget -> ExecutableCommand
+    -> provenance -> state guard -> loop detection -> confirmation -> budget -> command
 
 Each layer is one function and appends a trace event (controlled summaries only: names,
 codes, sizes, hashes). :func:`evaluate` is a pure function of (proposal, run state, grants,
@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from warrant.runner.canonical import canonical_json, proposal_hash, sha256_hex
 from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason, invalid_field_code
+from warrant.runner.confirmation_rules import person_decision, pre_approval, required_policy
 from warrant.runner.gate import (
     LAYER_OF_EVENT,
     Accept,
@@ -33,6 +34,8 @@ from warrant.runner.gate import (
     Ignore,
     Reject,
 )
+from warrant.runner.grants import authorize, resource_label
+from warrant.runner.provenance import provenance_of, trace_details
 from warrant.runner.spec import ToolProposal
 from warrant.tools.contract import ConfirmationPolicy, Tool
 
@@ -124,48 +127,6 @@ def _fail(reason: StopReason, fp: str | None, events: list[Event], **detail: Any
     )
 
 
-def _authorize(
-    tool: Tool[Any, Any], resource: str, inp: GateInput
-) -> tuple[str | None, tuple[int, ...]]:
-    used: list[int] = []
-    for capability in tool.capabilities:
-        held = [g for g in inp.grants if g.capability == capability and g.run_id == inp.run.run_id]
-        if not held:
-            return Rejection.MISSING_CAPABILITY.value, ()
-        in_scope = [g for g in held if g.covers(resource)]
-        if not in_scope:
-            return Rejection.RESOURCE_OUT_OF_SCOPE.value, ()
-        live = [
-            g for g in in_scope if g.expires_at_step is None or g.expires_at_step >= inp.run.step
-        ]
-        if not live:
-            return Rejection.GRANT_EXPIRED.value, ()
-        usable = [g for g in live if g.max_uses is None or g.uses < g.max_uses]
-        if not usable:
-            return Rejection.GRANT_EXHAUSTED.value, ()
-        used.append(usable[0].grant_id)
-    return None, tuple(used)
-
-
-def _confirmation(tool: Tool[Any, Any], phash: str, inp: GateInput) -> tuple[str, str | None]:
-    """('ok', id) | ('declined', None) | ('missing', None)."""
-    if tool.confirmation is ConfirmationPolicy.NEVER:
-        return "ok", None
-    run, step, now = inp.run, inp.run.step, inp.now
-    for c in inp.confirmations:
-        if c.run_id != run.run_id or c.used:
-            continue
-        bound = (
-            c.proposal_hash == phash
-            if tool.confirmation is ConfirmationPolicy.PER_CALL
-            else c.tool == tool.name
-        )
-        if not bound or c.expires_at_step < step or c.expires_at <= now:
-            continue
-        return ("ok", c.confirmation_id) if c.approved else ("declined", None)
-    return "missing", None
-
-
 def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None) -> Decision:
     """Run the layers. ``on_event`` observes each layer's event as it happens (the shell
     turns them into spans); it cannot change the decision."""
@@ -185,13 +146,14 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     granted = _check_grants(checked, inp, events)
     if not isinstance(granted, _Granted):
         return granted
+    provenance = _check_provenance(checked, inp, events)
     ignored = _guard_state(inp, events)
     if ignored is not None:
         return ignored
     looping = _detect_loops(checked, inp, events)
     if looping is not None:
         return looping
-    confirmed = _check_confirmation(checked, granted, inp, events)
+    confirmed = _check_confirmation(checked, granted, provenance, inp, events)
     if not isinstance(confirmed, _Confirmed):
         return confirmed
     over = _check_budgets(checked, inp, events)
@@ -206,6 +168,8 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
         resource=granted.resource,
         grant_ids=granted.grant_ids,
         confirmation_id=confirmed.confirmation_id,
+        pre_approval_id=confirmed.pre_approval_id,
+        provenance=provenance,
         events=events,
     )
 
@@ -235,7 +199,8 @@ class _Granted:
 
 @dataclass(frozen=True)
 class _Confirmed:
-    confirmation_id: str | None
+    confirmation_id: str | None = None
+    pre_approval_id: int | None = None
 
 
 def _refuse_raw(
@@ -313,10 +278,14 @@ def _validate_semantics(checked: _Checked, inp: GateInput, events: list[Event]) 
 
 
 def _check_grants(checked: _Checked, inp: GateInput, events: list[Event]) -> _Granted | Decision:
-    """The authorization layer: a live, unexhausted grant in scope for every capability."""
+    """The authorization layer: a live, unexhausted grant in scope for every capability (and,
+    for typed resources, for every value of every resource argument)."""
     tool = checked.tool
-    resource = tool.resource(checked.model, inp.run.subject)
-    code, grant_ids = _authorize(tool, resource, inp)
+    resource = resource_label(tool, checked.model, checked.arguments, inp.run.subject)
+    allowed = authorize(
+        tool, resource=resource, arguments=checked.arguments, grants=inp.grants, run=inp.run
+    )
+    code = allowed.code
     events.append(
         Event(
             "policy.capability.checked",
@@ -325,7 +294,17 @@ def _check_grants(checked: _Checked, inp: GateInput, events: list[Event]) -> _Gr
     )
     if code:
         return _reject(code, "authorization", checked.proposal_hash, inp, events)
-    return _Granted(resource, grant_ids)
+    return _Granted(resource, allowed.grant_ids)
+
+
+def _check_provenance(
+    checked: _Checked, inp: GateInput, events: list[Event]
+) -> dict[str, Any] | None:
+    """The provenance layer (write and egress tools): see :mod:`warrant.runner.provenance`."""
+    found = provenance_of(checked.tool, checked.arguments, checked.proposal, inp.provenance)
+    if found is not None:
+        events.append(Event("policy.provenance.checked", trace_details(found)))
+    return found
 
 
 def _guard_state(inp: GateInput, events: list[Event]) -> Ignore | None:
@@ -355,18 +334,31 @@ def _detect_loops(checked: _Checked, inp: GateInput, events: list[Event]) -> Hal
 
 
 def _check_confirmation(
-    checked: _Checked, granted: _Granted, inp: GateInput, events: list[Event]
+    checked: _Checked,
+    granted: _Granted,
+    provenance: dict[str, Any] | None,
+    inp: GateInput,
+    events: list[Event],
 ) -> _Confirmed | Decision:
+    """A person's decision bound to the proposal, or a pre-approval of it, where the tool's
+    side-effect class, its contract or the provenance layer asks for one."""
     tool, phash = checked.tool, checked.proposal_hash
-    state, confirmation_id = _confirmation(tool, phash, inp)
-    events.append(
-        Event(
-            "policy.confirmation.checked",
-            {"policy": tool.confirmation.value, "result": state, "proposal_hash": phash},
-        )
-    )
+    flagged = bool(provenance and provenance["flagged"])
+    policy, why = required_policy(tool, relaxed=inp.relaxed, flagged=flagged)
+    if why == "relaxed":
+        relaxed = {"tool": tool.name, "side_effect": tool.side_effect.value}
+        events.append(Event("policy.confirmation.relaxed", relaxed))
+    state, confirmation_id = "ok", None
+    if policy is not ConfirmationPolicy.NEVER:
+        state, confirmation_id = person_decision(tool, policy, phash, inp)
+    pre = pre_approval(phash, inp) if state == "missing" and not flagged else None
+    result = "pre-approved" if pre else state
+    details = {"policy": policy.value, "why": why, "result": result, "proposal_hash": phash}
+    events.append(Event("policy.confirmation.checked", details))
     if state == "declined":
         return _reject(Rejection.CONFIRMATION_DECLINED.value, "confirmation", phash, inp, events)
+    if pre is not None:
+        return _Confirmed(pre_approval_id=pre.pre_approval_id)
     if state == "missing":
         return AwaitConfirmation(
             proposal=checked.proposal,
@@ -375,6 +367,7 @@ def _check_confirmation(
             proposal_hash=phash,
             resource=granted.resource,
             events=events,
+            provenance=provenance if flagged else None,
         )
     return _Confirmed(confirmation_id)
 

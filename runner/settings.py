@@ -79,6 +79,18 @@ class WarrantSettings(BaseSettings):
     """A JSON or TOML file listing MCP servers and the operator's declaration of each tool
     they expose (see README, "MCP servers as tools")."""
 
+    relax_confirmation: str = ""
+    """Tools (``name[,name]``) whose side-effect class does not force a person's confirmation:
+    by default every ``irreversible`` and ``compensatable-write`` call needs one (or a
+    pre-approval of that exact proposal). Shown by ``warrant tools list``; every relaxed call
+    is traced (``policy.confirmation.relaxed``)."""
+
+    @property
+    def relaxed_tools(self) -> frozenset[str]:
+        return frozenset(
+            name.strip() for name in self.relax_confirmation.split(",") if name.strip()
+        )
+
     @property
     def services_file(self) -> Path:
         return self.data_dir / "services.json"

@@ -167,6 +167,21 @@ class HandoffPolicy(_Strict):
     """A policy situation the gate cannot classify (an internal error) -> handoff."""
 
 
+class PreApproval(_Strict):
+    """One exact proposal a person approved ahead of time: the gate takes a proposal with the
+    same tool, version and (normalised) arguments as confirmed, once. It never covers a call
+    whose arguments only untrusted content supplied."""
+
+    tool: str = Field(min_length=1, max_length=200)
+    """The tool's name."""
+    tool_version: str = Field(min_length=1, max_length=50)
+    """The tool's version."""
+    arguments: dict[str, Any]
+    """The exact arguments, as the tool's input schema reads them."""
+    approved_by: str = Field(min_length=1, max_length=200)
+    """Who approved it (recorded with the time)."""
+
+
 class RunSpec(_Strict):
     """What a producer submits to start one run."""
 
@@ -182,6 +197,8 @@ class RunSpec(_Strict):
     """Limits; every exhaustion stops the run with its own reason."""
     handoff: HandoffPolicy = Field(default_factory=HandoffPolicy)
     """Situations that go to a person rather than end the run."""
+    pre_approved: list[PreApproval] = Field(default_factory=list, max_length=100)
+    """Exact proposals approved ahead of time, each usable once (an unattended run's plan)."""
 
 
 class ToolProposal(_Strict):

@@ -12,7 +12,15 @@ from typing import Any
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
 from warrant.runner.spec import Budgets
 
-__all__ = ["ConfirmationView", "GrantView", "HistoryEntry", "ObservationView", "RunView"]
+__all__ = [
+    "ConfirmationView",
+    "GrantView",
+    "HistoryEntry",
+    "ObservationView",
+    "PreApprovalView",
+    "ProvenanceSources",
+    "RunView",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,3 +104,24 @@ class HistoryEntry:
 
     fingerprint: str
     observation_version: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreApprovalView:
+    """One exact proposal approved ahead of time (by its hash), usable once."""
+
+    pre_approval_id: int
+    proposal_hash: str
+    tool: str
+    approved_by: str
+    used: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProvenanceSources:
+    """Where argument values may come from: what the user and trusted tools said (the goal,
+    the spec, trusted observations), and the untrusted observations, by id."""
+
+    trusted: tuple[str, ...]
+    untrusted: tuple[tuple[str, str], ...]
+    """``(observation_id, text)`` pairs."""

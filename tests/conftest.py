@@ -21,10 +21,19 @@ import pytest
 
 from tests.services import DEFAULT_TEST_BROKER, Services, discover
 from warrant.runner.client.roles import celery_worker_command
+from warrant.runner.client.supervisor import stop_with_parent
 from warrant.tools.plugins import DEMO_PLUGIN
 
 #: The tool plug-ins of the test deployment (the pytest process and the pipeline worker).
-TEST_TOOL_PLUGINS = (DEMO_PLUGIN, "tests.plugin_fixtures:echo_v2", "tests.typed_tool:plugin")
+TEST_TOOL_PLUGINS = (
+    DEMO_PLUGIN,
+    "tests.plugin_fixtures:echo_v2",
+    "tests.typed_tool:plugin",
+    "tests.adversary:plugin",
+)
+
+#: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refund only.
+RELAXED_IN_TESTS = "issue_refund"
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERVICES: Services | None = None
@@ -84,6 +93,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # The demo plug-in is off unless named; the echo plug-in (version 2) and a plug-in planner
     # kind are what the plug-in pipeline tests deploy (tests/plugin_fixtures.py).
     os.environ["WARRANT_TOOLS"] = ",".join(TEST_TOOL_PLUGINS)
+    # The demo's refund runs unattended in the suite's scenarios; every other irreversible or
+    # compensatable write (the demo's notice too) needs a confirmation or a pre-approval.
+    os.environ["WARRANT_RELAX_CONFIRMATION"] = RELAXED_IN_TESTS
     os.environ["WARRANT_PLANNERS"] = "tests.plugin_fixtures:script_planner"
     SERVICES = discover()
     if SERVICES.ok:
@@ -217,6 +229,8 @@ class WorkerProcess:
         LIVE_WORKERS.append(self)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
+        # A killed test session must not leave workers consuming the next session's queues:
+        # the kernel stops them with their parent (as ``warrant up`` does for its own).
         if self.log is None:
             return subprocess.Popen(
                 self.command,
@@ -224,10 +238,16 @@ class WorkerProcess:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=stop_with_parent,
             )
         with open(self.log, "ab") as out:  # the child keeps its own descriptor
             return subprocess.Popen(
-                self.command, env=self.env, stdout=out, stderr=out, start_new_session=True
+                self.command,
+                env=self.env,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                preexec_fn=stop_with_parent,
             )
 
     def kill_all(self) -> None:

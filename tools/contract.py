@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from warrant.runner.codes import ObservationSource
+from warrant.runner.scopes import ResourceKind
 
 __all__ = [
     "ConfirmationPolicy",
@@ -146,6 +147,14 @@ class Tool(Generic[InputT, OutputT]):
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base_s: float = DEFAULT_RETRY_BASE_S
     retry_cap_s: float = DEFAULT_RETRY_CAP_S
+    resources: Mapping[str, ResourceKind] = field(default_factory=dict)
+    """Arguments that name resources, by kind: the gate checks each value (each element of a
+    list) against the scopes of the grants the call uses. Replaces ``resource`` for typed
+    matching."""
+    egress: bool = False
+    """A read that sends data out (a fetch whose URL or query the caller chooses): its
+    ``resources`` are destinations, scoped like a write's targets, and a value that only
+    untrusted content supplied needs a person's confirmation."""
 
     @property
     def queue(self) -> str:
@@ -179,4 +188,6 @@ class Tool(Generic[InputT, OutputT]):
             "reconcilable": self.reconcile is not None,
             "verifiesPostcondition": self.verify is not None,
             "queue": self.queue,
+            "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
+            "egress": self.egress,
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
@@ -12,7 +13,12 @@ from sqlalchemy.orm import Session
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Proposal, Run
-from warrant.ledger.operator import insert_grant, lock_run, record_confirmation
+from warrant.ledger.operator import (
+    insert_grant,
+    insert_pre_approval,
+    lock_run,
+    record_confirmation,
+)
 from warrant.ledger.repo import append_events, commit, run_view
 from warrant.runner import run_machine as machine
 from warrant.runner.client.runs import RunsClient
@@ -69,9 +75,7 @@ class ApprovalsClient(RunsClient):
         operator_token: str | None = None,
     ) -> int:
         """Grant a capability to a running run (an authenticated operator call)."""
-        expected = WarrantSettings().operator_token
-        if expected and not hmac.compare_digest(expected, operator_token or ""):
-            raise Unauthorized("a valid operator token is required to grant capabilities")
+        self._check_operator(operator_token, "grant capabilities")
         grant = _grant(
             capability=capability,
             resource_scope=resource_scope,
@@ -100,6 +104,47 @@ class ApprovalsClient(RunsClient):
                 step=run.step,
             )
             return grant_id
+
+    def pre_approve(
+        self,
+        run_id: str,
+        *,
+        tool: str,
+        tool_version: str,
+        arguments: dict[str, Any],
+        approved_by: str,
+        operator_token: str | None = None,
+    ) -> int:
+        """Approve one exact proposal ahead of time (an authenticated operator call): the gate
+        takes a matching proposal of this run as confirmed, once. Returns its id."""
+        self._check_operator(operator_token, "pre-approve proposals")
+        from warrant.runner.confirmation_rules import pre_approval_record
+        from warrant.runner.spec import PreApproval
+        from warrant.tools.plugins import registry_for
+
+        item = PreApproval(
+            tool=tool, tool_version=tool_version, arguments=arguments, approved_by=approved_by
+        )
+        record = pre_approval_record(item, registry_for(), field="pre_approval")
+        with session_scope(self.engine) as s:
+            run = lock_run(s, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            pre_id = insert_pre_approval(s, run_id, record)
+            added = {
+                "pre_approval_id": pre_id,
+                "tool": record["tool"],
+                "proposal_hash": record["proposal_hash"],
+                "by": approved_by,
+            }
+            append_events(s, run_id, [("pre_approval.added", added)], step=run.step)
+            return pre_id
+
+    @staticmethod
+    def _check_operator(token: str | None, what: str) -> None:
+        expected = WarrantSettings().operator_token
+        if expected and not hmac.compare_digest(expected, token or ""):
+            raise Unauthorized(f"a valid operator token is required to {what}")
 
 
 def _confirmable(s: Session, run: Run, *, proposal_hash: str, now: float) -> Proposal:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,9 +53,17 @@ class RunInfo:
     created_at: str
     finished_at: str | None
     confirmation_request: dict[str, Any] | None = None
+    pre_approvals: list[dict[str, Any]] = field(default_factory=list)
+    """What was approved ahead of time (``used_at`` once a proposal used it)."""
 
     @classmethod
-    def of(cls, run: Run, *, confirmation_request: dict[str, Any] | None = None) -> RunInfo:
+    def of(
+        cls,
+        run: Run,
+        *,
+        confirmation_request: dict[str, Any] | None = None,
+        pre_approvals: list[dict[str, Any]] | None = None,
+    ) -> RunInfo:
         return cls(
             run_id=run.id,
             status=run.status,
@@ -71,6 +79,7 @@ class RunInfo:
             created_at=run.created_at.isoformat(),
             finished_at=run.finished_at.isoformat() if run.finished_at else None,
             confirmation_request=confirmation_request,
+            pre_approvals=pre_approvals or [],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,19 +110,22 @@ class RunsClient:
             check_planner(spec, kinds)
         from warrant.broker import telemetry
 
+        pre = _pre_approval_records(spec)
         run_id = str(uuid.uuid4())
         with telemetry.span("run.start", run_id=run_id):
-            self._record_run(run_id, spec, trace_id=telemetry.current_trace_id())
+            self._record_run(run_id, spec, pre, trace_id=telemetry.current_trace_id())
             if publish:
                 self.publisher.planner(run_id, 1)
         return run_id
 
-    def _record_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
+    def _record_run(
+        self, run_id: str, spec: RunSpec, pre: list[dict[str, Any]], *, trace_id: str | None
+    ) -> None:
         """Insert the run; once more if the connection was lost (a database restart). The
         insert is keyed by the run id, so a repeat cannot write it twice: if the first one
         committed before the connection went, the repeat's duplicate key means done."""
         try:
-            retry_once_on_disconnect(self._insert_run)(run_id, spec, trace_id=trace_id)
+            retry_once_on_disconnect(self._insert_run)(run_id, spec, pre, trace_id=trace_id)
         except (IntegrityError, psycopg.IntegrityError):
             if not self._run_exists(run_id):
                 raise
@@ -122,7 +134,9 @@ class RunsClient:
         with session_scope(self.engine) as s:
             return reads.run_exists(s, run_id)
 
-    def _insert_run(self, run_id: str, spec: RunSpec, *, trace_id: str | None) -> None:
+    def _insert_run(
+        self, run_id: str, spec: RunSpec, pre: list[dict[str, Any]], *, trace_id: str | None
+    ) -> None:
         from warrant.ledger.runs_create import create_run
         from warrant.ledger.stage_loads import autocommit
 
@@ -139,6 +153,7 @@ class RunsClient:
                 trace_id=trace_id,
                 deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
                 grants=[g.model_dump(mode="json") for g in spec.grants],
+                pre_approvals=pre,
                 observation={
                     "observation_id": "user-1",
                     "kind": ObservationKind.USER.value,
@@ -152,6 +167,7 @@ class RunsClient:
                         {
                             "subject_hash": content_hash(spec.subject)[:16],
                             "grants": len(spec.grants),
+                            "pre_approved": len(pre),
                             "budgets": spec.budgets.model_dump(mode="json"),
                         },
                     ),
@@ -169,7 +185,8 @@ class RunsClient:
             if run.status == RunStatus.WAITING_CONFIRMATION:
                 pending = reads.pending_proposal(s, run)
                 request = pending.confirmation_request if pending else None
-            return RunInfo.of(run, confirmation_request=request)
+            pre = reads.pre_approvals(s, run_id)
+            return RunInfo.of(run, confirmation_request=request, pre_approvals=pre)
 
     @retry_once_on_disconnect
     def working_memory(self, run_id: str) -> dict[str, Any]:
@@ -293,3 +310,17 @@ def _cancel_locked(
     change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
     commit(s, change, step=run.step)
     return in_flight
+
+
+def _pre_approval_records(spec: RunSpec) -> list[dict[str, Any]]:
+    """The spec's pre-approvals, normalised and hashed with the deployment's registry."""
+    if not spec.pre_approved:
+        return []
+    from warrant.runner.confirmation_rules import pre_approval_record
+    from warrant.tools.plugins import registry_for
+
+    registry = registry_for()
+    return [
+        pre_approval_record(item, registry, field=f"pre_approved.{index}")
+        for index, item in enumerate(spec.pre_approved)
+    ]

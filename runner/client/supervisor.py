@@ -75,7 +75,7 @@ class Backoff:
         return current
 
 
-def _stop_with_parent() -> None:
+def stop_with_parent() -> None:
     """In the child, before exec: ask Linux for SIGTERM (a warm shutdown) when the process
     that started it dies, so a killed ``warrant up`` leaves no orphaned workers behind."""
     if sys.platform.startswith("linux"):
@@ -110,7 +110,7 @@ class WorkerProcesses:
                 stdout=out,
                 stderr=out,
                 start_new_session=True,
-                preexec_fn=_stop_with_parent,
+                preexec_fn=stop_with_parent,
             )
         finally:
             if log:

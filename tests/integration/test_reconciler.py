@@ -39,6 +39,17 @@ def notice(recipient: str, pid: str = "p1"):
     }
 
 
+def pre_approved(proposal: dict, by: str = "ops@example.com") -> dict:
+    """A pre-approval of exactly ``proposal`` (a notice is irreversible: it needs one, or a
+    person's confirmation, to run unattended)."""
+    return {
+        "tool": proposal["tool"],
+        "tool_version": proposal["tool_version"],
+        "arguments": proposal["arguments"],
+        "approved_by": by,
+    }
+
+
 @pytest.fixture(autouse=True)
 def _clean_faults(demo):
     demo.clear_faults()
@@ -121,9 +132,9 @@ def test_a_tool_without_reconcile_is_handed_to_a_person(
 ):
     recipient = f"{uuid.uuid4().hex[:8]}@example.com"
     demo.set_fault("send_notice", "timeout_after_commit")
-    run_id = client.start_run(
-        spec([notice(recipient), sc.final("Sent.", "tool-1")], grants=[NOTICES])
-    )
+    run_spec = spec([notice(recipient), sc.final("Sent.", "tool-1")], grants=[NOTICES])
+    run_spec["pre_approved"] = [pre_approved(notice(recipient))]
+    run_id = client.start_run(run_spec)
     client.wait(run_id, timeout=30, until={"reconciling"})
     info = settle(client, run_id)
     assert (info.status, info.stop_reason) == ("handoff", "UNKNOWN_EFFECT")

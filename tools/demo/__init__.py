@@ -14,7 +14,13 @@ from typing import Any
 
 from warrant.tools.plugins import DepsContext, Plugin
 
-__all__ = ["DemoDeps", "plugin"]
+__all__ = ["DEMO_RELAXED", "DemoDeps", "plugin"]
+
+#: The demo's writes that its seed scenarios run unattended (a refund is a compensatable write,
+#: a notice irreversible: both need a person's confirmation by default). The deployments that
+#: run those scenarios (``warrant demo``, the chaos suite, the test suite) relax them
+#: explicitly with ``WARRANT_RELAX_CONFIRMATION``; ``warrant tools list`` shows it.
+DEMO_RELAXED = "issue_refund,send_notice"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -20,7 +21,7 @@ from warrant.runner.client.cli.common import (
     make_client,
     print_json,
 )
-from warrant.runner.errors import SpecError
+from warrant.runner.errors import InvalidRequest, SpecError
 
 __all__ = ["run_app"]
 
@@ -41,6 +42,19 @@ def _show_run(info: dict[str, Any]) -> None:
     ):
         table.add_row(f"[bold]{key}[/]", "" if info[key] is None else str(info[key]))
     console.print(table)
+    pre = info.get("pre_approvals") or []
+    if pre:
+        table = Table("pre-approved", "tool", "approved by", "used by proposal", "at")
+        for p in pre:
+            used = p["used_by_proposal"] or ("(used)" if p["used_at"] else "(unused)")
+            table.add_row(
+                str(p["pre_approval_id"]),
+                f"{p['tool']}@{p['tool_version']}",
+                p["approved_by"],
+                used,
+                (p["used_at"] or p["approved_at"])[:19],
+            )
+        console.print(table)
     request = info.get("confirmation_request")
     if request:
         console.print("[bold yellow]confirmation required[/]")
@@ -54,6 +68,11 @@ def _show_run(info: dict[str, Any]) -> None:
             "proposal_hash",
         ):
             console.print(f"  {key}: {request.get(key)}")
+        for flag in (request.get("provenance") or {}).get("flagged", []):
+            console.print(
+                f"  [bold red]UNTRUSTED_ARGUMENT[/] {flag['argument']}={flag['value']!r} appears "
+                f"only in untrusted content ({flag['observation_id']}): …{flag['excerpt']}…"
+            )
         console.print(
             f"  warrant run confirm {info['run_id']} --proposal-hash "
             f"{request['proposal_hash']} --by NAME"
@@ -227,6 +246,48 @@ def run_grant(
         ),
     )
     print_json({"grant_id": grant_id}) if as_json else console.print(f"grant {grant_id} added")
+
+
+@run_app.command("pre-approve")
+def run_pre_approve(
+    run_id: str,
+    tool: Annotated[str, typer.Option(help="The tool's name.")],
+    tool_version: Annotated[str, typer.Option(help="The tool's version.")],
+    arguments: Annotated[str, typer.Option(help="The exact arguments, a JSON object.")],
+    by: ByOpt,
+    token: Annotated[
+        str | None,
+        typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve one exact proposal ahead of time: the run may use it once, unattended."""
+    parsed = guard(as_json, lambda: _json_object(arguments))
+    pre_id = guard(
+        as_json,
+        lambda: make_client().pre_approve(
+            run_id,
+            tool=tool,
+            tool_version=tool_version,
+            arguments=parsed,
+            approved_by=by,
+            operator_token=token,
+        ),
+    )
+    if as_json:
+        print_json({"pre_approval_id": pre_id})
+    else:
+        console.print(f"pre-approval {pre_id} added")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"--arguments is not JSON: {exc}", code="ARGUMENTS_NOT_JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("--arguments must be a JSON object", code="ARGUMENTS_NOT_OBJECT")
+    return value
 
 
 @run_app.command("cancel")

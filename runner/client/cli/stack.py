@@ -161,11 +161,19 @@ def up(
 def demo(as_json: JsonOpt = False) -> None:
     """Start the stack with the demo plug-in, run the seed scenarios, print a table, stop."""
     from warrant.runner.client.demo import run_demo
+    from warrant.tools.demo import DEMO_RELAXED
     from warrant.tools.plugins import DEMO_PLUGIN, split_refs
 
     refs = split_refs(os.environ.get("WARRANT_TOOLS", ""))
     if DEMO_PLUGIN not in refs:  # the demo's tools are a plug-in, off unless named
         os.environ["WARRANT_TOOLS"] = ",".join([*refs, DEMO_PLUGIN])
+    # The seed scenarios refund and notify unattended: relaxed explicitly, and said so.
+    os.environ.setdefault("WARRANT_RELAX_CONFIRMATION", DEMO_RELAXED)
+    if not as_json:
+        relaxed = os.environ["WARRANT_RELAX_CONFIRMATION"]
+        console.print(
+            f"[yellow]confirmation relaxed for: {relaxed}[/] (WARRANT_RELAX_CONFIRMATION)"
+        )
 
     _raise_on_sigterm()
     stack = _stack(as_json)

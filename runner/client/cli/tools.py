@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.table import Table
 
@@ -21,10 +23,17 @@ tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
 @tools_app.command("list")
 def tools_list(as_json: JsonOpt = False) -> None:
     """Every tool contract, with JSON Schemas in the shape MCP uses."""
+    from warrant.runner.confirmation_rules import required_policy
+    from warrant.runner.settings import WarrantSettings
     from warrant.tools.plugins import registry_for
 
     registry = guard(as_json, registry_for)
-    tools = [{**t.describe(), "source": registry.source_of(t)} for t in registry]
+    relaxed = WarrantSettings().relaxed_tools
+    tools = []
+    for t in registry:
+        policy, why = required_policy(t, relaxed=relaxed, flagged=False)
+        effective = {"confirmationEffective": policy.value, "confirmationWhy": why}
+        tools.append({**t.describe(), **effective, "source": registry.source_of(t)})
     if as_json:
         print_json({"tools": tools, "fingerprint": registry.fingerprint})
         return
@@ -36,7 +45,7 @@ def tools_list(as_json: JsonOpt = False) -> None:
             t["name"],
             t["version"],
             t["sideEffect"],
-            t["confirmation"],
+            _confirmation_cell(t),
             ", ".join(t["requiredCapabilities"]),
             f"{t['timeoutSeconds']}s",
             t["source"],
@@ -98,3 +107,12 @@ def tools_check(as_json: JsonOpt = False) -> None:
             )
     if problems:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _confirmation_cell(t: dict[str, Any]) -> str:
+    """The confirmation a call needs; a deployment's relaxation stands out."""
+    if t["confirmationWhy"] == "relaxed":
+        return f"[bold red]{t['confirmationEffective']} (relaxed by deployment)[/]"
+    if t["confirmationWhy"] == "side-effect":
+        return f"{t['confirmationEffective']} (side effect)"
+    return str(t["confirmationEffective"])

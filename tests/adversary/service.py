@@ -1,0 +1,482 @@
+"""The fake external services the adversarial suite attacks: mail, payments, account, files.
+
+A real implementation with its own tables (``adv_*``, created by the plug-in's set-up step,
+never by the ledger's migrations) so that every effect can be counted afterwards: a mail in
+``adv_outbox``, a transfer in ``adv_transfers``, a password change in
+``adv_password_changes``, a file write in ``adv_file_writes`` (and on disk). Writes honour
+idempotency keys the way payment APIs do (same key and parameters → the same effect; same key,
+other parameters → ``IDEMPOTENCY_KEY_REUSED``) and are queryable by key (the tools'
+``reconcile``). The web is a real HTTP server (:mod:`tests.adversary.web`) that logs every
+request into ``adv_web_requests``.
+
+Faults are switched on per tool and consumed atomically, so a test can inject them into the
+worker processes (the same modes as the demo service):
+
+``slow``                   sleep ``delay_s`` (checking for cancellation) before acting
+``transient``              fail retryably, with ``retry_after_s``
+``timeout_before_commit``  the call times out and nothing was written
+``timeout_after_commit``   the effect is committed, then the response is lost
+``reject``                 a business refusal (``ToolRejected``)
+``fail``                   a known, permanent failure
+``crash``                  an unclassified exception (a bug in the adapter)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, Table, delete, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from tests.adversary.tables import (
+    accounts,
+    calls,
+    config,
+    faults,
+    file_writes,
+    inbox,
+    metadata,
+    outbox,
+    password_changes,
+    transfers,
+    web_requests,
+)
+from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+
+__all__ = ["FAULT_MODES", "AdversaryServices", "Fault", "IdempotencyConflict"]
+
+FAULT_MODES = (
+    "slow",
+    "transient",
+    "timeout_before_commit",
+    "timeout_after_commit",
+    "reject",
+    "fail",
+    "crash",
+)
+
+#: An address as the mail service accepts it: no display name, no comments, one ``@``.
+ADDRESS = re.compile(r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+
+
+class IdempotencyConflict(ToolFailed):
+    """The key was used before with other parameters (never retryable)."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+
+
+@dataclass(frozen=True)
+class Fault:
+    mode: str
+    delay_s: float = 0.0
+    retry_after_s: float | None = None
+
+
+def _hash(params: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _never(**_: Any) -> bool:
+    return False
+
+
+class AdversaryServices:
+    """The external systems. ``engine`` points at their database (may share the ledger's)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._ready = False
+
+    def ensure_schema(self) -> None:
+        """The plug-in's set-up step: create the ``adv_*`` tables (idempotent)."""
+        if not self._ready:
+            metadata.create_all(self.engine)
+            self._ready = True
+
+    # --- configuration (what the test process tells the worker processes) -------------------
+
+    def configure(self, **values: str) -> None:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            for key, value in values.items():
+                conn.execute(
+                    pg_insert(config)
+                    .values(key=key, value=value)
+                    .on_conflict_do_update(index_elements=[config.c.key], set_={"value": value})
+                )
+
+    def setting(self, key: str) -> str | None:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            return conn.execute(select(config.c.value).where(config.c.key == key)).scalar()
+
+    # --- fault injection -------------------------------------------------------------------
+
+    def set_fault(
+        self,
+        tool: str,
+        mode: str,
+        *,
+        times: int = 1,
+        delay_s: float = 0.0,
+        retry_after_s: float | None = None,
+    ) -> None:
+        if mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault mode {mode!r}; one of {', '.join(FAULT_MODES)}")
+        self.ensure_schema()
+        values = {
+            "tool": tool,
+            "mode": mode,
+            "remaining": times,
+            "delay_s": delay_s,
+            "retry_after_s": retry_after_s,
+        }
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(faults)
+                .values(**values)
+                .on_conflict_do_update(index_elements=[faults.c.tool], set_=values)
+            )
+
+    def clear_faults(self) -> None:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            conn.execute(delete(faults))
+
+    def _take_fault(self, tool: str) -> Fault | None:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                update(faults)
+                .where(faults.c.tool == tool, faults.c.remaining > 0)
+                .values(remaining=faults.c.remaining - 1)
+                .returning(faults.c.mode, faults.c.delay_s, faults.c.retry_after_s)
+            ).first()
+        return Fault(row[0], row[1], row[2]) if row else None
+
+    def before(
+        self, tool: str, key: str | None, is_cancelled: Callable[..., bool] = _never
+    ) -> Fault | None:
+        """Log the call and apply a pending fault that acts before the service does."""
+        fault = self._take_fault(tool)
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(calls).values(
+                    tool=tool, idempotency_key=key, fault=fault.mode if fault else None
+                )
+            )
+        if fault is None:
+            return None
+        if fault.mode == "slow":
+            end = time.monotonic() + fault.delay_s
+            while time.monotonic() < end and not is_cancelled():
+                time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+            if is_cancelled(fresh=True):
+                raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE")
+        if fault.mode == "reject":
+            raise ToolRejected("the service refused the request", code="REQUEST_REFUSED")
+        if fault.mode == "fail":
+            raise ToolFailed("the service failed permanently", code="SERVICE_FAILED")
+        if fault.mode == "crash":
+            raise RuntimeError("adapter bug")
+        if fault.mode == "transient":
+            raise ToolFailed(
+                "service temporarily unavailable",
+                code="SERVICE_UNAVAILABLE",
+                retryable=True,
+                retry_after_s=fault.retry_after_s,
+            )
+        if fault.mode == "timeout_before_commit":
+            raise ToolUnknown("timed out waiting for the service", code="SERVICE_TIMEOUT")
+        return fault
+
+    @staticmethod
+    def after_commit(fault: Fault | None, what: str) -> None:
+        if fault is not None and fault.mode == "timeout_after_commit":
+            raise ToolUnknown(
+                f"the response was lost after the {what} was committed", code="SERVICE_TIMEOUT"
+            )
+
+    def call_count(self, tool: str) -> int:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            q = select(func.count()).select_from(calls).where(calls.c.tool == tool)
+            return int(conn.execute(q).scalar_one())
+
+    def _idempotent_insert(
+        self, table: Table, key: str, params: dict[str, Any], **columns: Any
+    ) -> Any:
+        """Insert once per key (``params`` and ``columns`` as columns; ``params`` define the
+        request); the same key with other parameters is a conflict."""
+        digest = _hash(params)
+        values = {**params, **columns}
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(table)
+                .values(idempotency_key=key, request_hash=digest, **values)
+                .on_conflict_do_nothing(index_elements=[table.c.idempotency_key])
+            )
+            row = conn.execute(select(table).where(table.c.idempotency_key == key)).one()
+        if row.request_hash != digest:
+            raise IdempotencyConflict("idempotency key reused with other parameters")
+        return row
+
+    def _by_key(self, table: Table, key: str) -> Any:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            return conn.execute(select(table).where(table.c.idempotency_key == key)).first()
+
+    # --- mail ------------------------------------------------------------------------------
+
+    def deliver(self, mailbox: str, *, sender: str, subject: str, body: str) -> None:
+        """Put a message into ``mailbox`` (how the test seeds an inbox)."""
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(inbox).values(mailbox=mailbox, sender=sender, subject=subject, body=body)
+            )
+
+    def read_inbox(
+        self, mailbox: str, *, limit: int, is_cancelled: Callable[..., bool] = _never
+    ) -> list[dict[str, Any]]:
+        self.before("read_inbox", None, is_cancelled)
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(inbox).where(inbox.c.mailbox == mailbox).order_by(inbox.c.id).limit(limit)
+            ).all()
+        return [
+            {"message_id": f"m{r.id}", "sender": r.sender, "subject": r.subject, "body": r.body}
+            for r in rows
+        ]
+
+    def send_mail(
+        self,
+        *,
+        key: str,
+        mailbox: str,
+        to: list[str],
+        subject: str,
+        body: str,
+        is_cancelled: Callable[..., bool] = _never,
+    ) -> dict[str, Any]:
+        bad = [a for a in to if not ADDRESS.match(a)]
+        if bad:
+            raise ToolRejected(f"not a deliverable address: {bad[0]!r}", code="INVALID_ADDRESS")
+        fault = self.before("send_mail", key, is_cancelled)
+        params = {"mailbox": mailbox, "recipients": list(to), "subject": subject, "body": body}
+        row = self._idempotent_insert(outbox, key, params)
+        self.after_commit(fault, "mail")
+        return {"message_id": f"out{row.id}", "recipients": list(row.recipients)}
+
+    def sent_mail(self, key: str) -> dict[str, Any] | None:
+        row = self._by_key(outbox, key)
+        if row is None:
+            return None
+        return {"message_id": f"out{row.id}", "recipients": list(row.recipients)}
+
+    def outbox(self, mailbox: str) -> list[dict[str, Any]]:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(outbox).where(outbox.c.mailbox == mailbox).order_by(outbox.c.id)
+            ).all()
+        return [
+            {"recipients": list(r.recipients), "subject": r.subject, "body": r.body} for r in rows
+        ]
+
+    # --- payments --------------------------------------------------------------------------
+
+    def transfer(
+        self,
+        *,
+        key: str,
+        account: str,
+        iban: str,
+        amount_cents: int,
+        currency: str,
+        reference: str,
+        is_cancelled: Callable[..., bool] = _never,
+    ) -> dict[str, Any]:
+        fault = self.before("transfer_funds", key, is_cancelled)
+        params = {
+            "account": account,
+            "iban": iban,
+            "amount_cents": amount_cents,
+            "currency": currency,
+            "reference": reference,
+        }
+        row = self._idempotent_insert(transfers, key, params)
+        self.after_commit(fault, "transfer")
+        return self._transfer_out(row)
+
+    @staticmethod
+    def _transfer_out(row: Any) -> dict[str, Any]:
+        return {
+            "transfer_id": f"tr_{row.id}",
+            "iban": row.iban,
+            "amount_cents": row.amount_cents,
+            "currency": row.currency,
+        }
+
+    def get_transfer(self, key: str) -> dict[str, Any] | None:
+        row = self._by_key(transfers, key)
+        return None if row is None else self._transfer_out(row)
+
+    def transfers(self, account: str) -> list[dict[str, Any]]:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            rows = conn.execute(select(transfers).where(transfers.c.account == account)).all()
+        return [self._transfer_out(r) for r in rows]
+
+    # --- account ---------------------------------------------------------------------------
+
+    def open_account(self, account: str, *, password: str) -> None:
+        self.ensure_schema()
+        values = {"account": account, "password_sha256": sha256_text(password), "version": 1}
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(accounts)
+                .values(**values)
+                .on_conflict_do_nothing(index_elements=[accounts.c.account])
+            )
+
+    def change_password(
+        self,
+        *,
+        key: str,
+        account: str,
+        new_password: str,
+        is_cancelled: Callable[..., bool] = _never,
+    ) -> dict[str, Any]:
+        fault = self.before("change_password", key, is_cancelled)
+        digest = sha256_text(new_password)
+        with self.engine.begin() as conn:
+            known = conn.execute(
+                select(accounts.c.account).where(accounts.c.account == account)
+            ).first()
+        if known is None:
+            raise ToolRejected(f"no account {account!r}", code="ACCOUNT_NOT_FOUND")
+        params = {"account": account, "new_password_sha256": digest}
+        digest_key = _hash(params)
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(password_changes)
+                .values(idempotency_key=key, request_hash=digest_key, account=account)
+                .on_conflict_do_nothing(index_elements=[password_changes.c.idempotency_key])
+            )
+            row = conn.execute(
+                select(password_changes).where(password_changes.c.idempotency_key == key)
+            ).one()
+            if row.request_hash != digest_key:
+                raise IdempotencyConflict("idempotency key reused with other parameters")
+            conn.execute(
+                update(accounts)
+                .where(accounts.c.account == account)
+                .values(password_sha256=digest, version=accounts.c.version + 1)
+            )
+        self.after_commit(fault, "password change")
+        return {"account": account, "change_id": f"pw_{row.id}"}
+
+    def get_password_change(self, key: str) -> dict[str, Any] | None:
+        row = self._by_key(password_changes, key)
+        return None if row is None else {"account": row.account, "change_id": f"pw_{row.id}"}
+
+    def password_changes(self, account: str) -> int:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            q = select(func.count()).select_from(password_changes)
+            return int(conn.execute(q.where(password_changes.c.account == account)).scalar_one())
+
+    # --- files -----------------------------------------------------------------------------
+
+    def files_root(self) -> Path:
+        root = self.setting("files_root")
+        if not root:
+            raise ToolFailed("the file service has no root configured", code="SERVICE_FAILED")
+        return Path(root)
+
+    def write_file(
+        self, *, key: str, path: str, content: str, is_cancelled: Callable[..., bool] = _never
+    ) -> dict[str, Any]:
+        root = os.path.realpath(self.files_root())
+        resolved = os.path.realpath(path)
+        if not os.path.isabs(path) or os.path.commonpath([root, resolved]) != root:
+            # the service's own boundary (its whole disk), not the grant's
+            raise ToolRejected("path outside the file service", code="PATH_OUTSIDE_SERVICE")
+        fault = self.before("write_file", key, is_cancelled)
+        digest = sha256_text(content)
+        self._idempotent_insert(
+            file_writes, key, {"path": path, "sha256": digest}, resolved_path=resolved
+        )
+        os.makedirs(os.path.dirname(resolved), exist_ok=True)
+        partial = f"{resolved}.{key[:12]}.part"
+        with open(partial, "w", encoding="utf-8") as out:
+            out.write(content)
+        os.replace(partial, resolved)
+        self.after_commit(fault, "file write")
+        return {"path": path, "sha256": digest, "bytes": len(content.encode())}
+
+    def file_sha256(self, path: str) -> str | None:
+        """The sha256 of the file ``path`` names (``..`` resolved as the write resolved it)."""
+        try:
+            with open(os.path.realpath(path), encoding="utf-8") as f:
+                return sha256_text(f.read())
+        except OSError:
+            return None
+
+    def get_file_write(self, key: str) -> dict[str, Any] | None:
+        row = self._by_key(file_writes, key)
+        if row is None:
+            return None
+        size = os.path.getsize(row.resolved_path) if os.path.exists(row.resolved_path) else 0
+        return {"path": row.path, "sha256": row.sha256, "bytes": size}
+
+    def logged_sha256(self, path: str) -> str | None:
+        """The sha256 of the last write the service logged for ``path`` (resolved)."""
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            return conn.execute(
+                select(file_writes.c.sha256)
+                .where(file_writes.c.resolved_path == os.path.realpath(path))
+                .order_by(file_writes.c.id.desc())
+                .limit(1)
+            ).scalar()
+
+    def file_writes(self, prefix: str) -> list[str]:
+        """Resolved paths written under ``prefix`` (by the service's own log)."""
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(file_writes.c.resolved_path).where(
+                    file_writes.c.resolved_path.startswith(prefix)
+                )
+            ).all()
+        return [r[0] for r in rows]
+
+    # --- the web's request log (written by tests.adversary.web) ----------------------------
+
+    def log_request(self, **values: Any) -> None:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            conn.execute(insert(web_requests).values(**values))
+
+    def web_log(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        self.ensure_schema()
+        q = select(web_requests).order_by(web_requests.c.id)
+        if run_id is not None:
+            q = q.where(web_requests.c.run_id == run_id)
+        with self.engine.begin() as conn:
+            rows = conn.execute(q).all()
+        return [dict(r._mapping) for r in rows]

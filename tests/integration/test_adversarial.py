@@ -1,0 +1,191 @@
+"""A hijacked planner against the real pipeline (issue "Gate hardening", item 5).
+
+The user's inbox carries injected instructions. A scripted planner does the user's task (read
+the inbox, fetch the template, write the report, send the summary to bob) and, in several
+orders, proposes what the inbox asks for: forward the figures to eve (and to mallory, inside
+the granted domain), put eve on the recipients list, pay an IBAN, reset the password, send the
+secret to the attacker's web server (directly, through a look-alike host, through userinfo),
+write outside the report folder, store an instruction as a preference. The test acts as a
+careful person: it approves the task's own writes when asked and declines everything else.
+
+Per run it asserts: no injected call has an effect in the fake services (rows and requests
+counted), each injected call is refused with its code, the legitimate task completes. The
+table of what got through is printed at the end of the module (and by
+``python -m tests.adversary.report`` from the session's database).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adversary import plugin
+from tests.adversary.person import drive
+from tests.adversary.report import RunResult, measure, render
+from tests.adversary.scenario import (
+    APPROVALS,
+    BOB,
+    CONFIGS,
+    INJECTED,
+    ORDERS,
+    Scenario,
+    inbox,
+)
+from tests.adversary.service import AdversaryServices, IdempotencyConflict
+from tests.adversary.web import FakeWeb, WebFault
+from warrant.broker.queues import TASK_RECONCILE
+from warrant.tools.plugins import DepsContext
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+#: Every measured run of the module, for the closing table.
+RESULTS: list[RunResult] = []
+
+
+@dataclass(frozen=True)
+class Adversary:
+    services: AdversaryServices
+    web: FakeWeb
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def adversary(
+    services: Any,
+    engine: Any,
+    worker: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[Adversary]:
+    """The fake services (the plug-in's set-up step creates their tables), the fake web on a
+    free port, and the file service's root; prints the table of what got through at the end."""
+    from warrant.runner.settings import WarrantSettings
+
+    assert plugin.setup is not None
+    plugin.setup(
+        DepsContext(
+            settings=WarrantSettings(), database_url=services.database_url or "", engine=engine
+        )
+    )
+    fake = AdversaryServices(engine)
+    root = tmp_path_factory.mktemp("adversary-files")
+    with FakeWeb(fake) as web:
+        fake.configure(web_proxy=web.url, files_root=str(root))
+        yield Adversary(fake, web, root)
+        errors = web.errors
+    if RESULTS:
+        _show("\n" + render(RESULTS) + "\n", request.config)
+    assert errors == [], errors
+
+
+def _show(text: str, config: pytest.Config) -> None:
+    """Write past pytest's output capture (the table is the point of a failing run)."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        if reporter is not None:
+            reporter.write_line(text)
+        else:
+            print(text)
+
+
+def _seed(adversary: Adversary, scenario: Scenario) -> None:
+    for message in inbox(scenario.subject):
+        adversary.services.deliver(scenario.subject, **message)
+    adversary.services.open_account(scenario.subject, password="Correct-Horse-Battery-1")
+
+
+@pytest.mark.parametrize("approval", APPROVALS)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_hijacked_planner_gets_no_injected_call_through(
+    adversary: Adversary, client: Any, engine: Any, config: str, order: str, approval: str
+) -> None:
+    scenario = Scenario(config, order, approval, str(adversary.root))
+    _seed(adversary, scenario)
+    run = drive(client, scenario, timeout=60)
+    result = measure(engine, adversary.services, scenario, run.run_id)
+    RESULTS.append(result)
+    problems = result.problems()
+    if run.status in ("running", "waiting_confirmation", "cancelling", "reconciling"):
+        problems.append(f"the run did not settle: {run.status} after {len(run.decisions)} answers")
+    if approval == "pre-approved" and result.pre_approved_in_spec:
+        problems += _pre_approval_problems(client, run.run_id)
+    assert not problems, f"{scenario.label} (run {run.run_id}):\n  " + "\n  ".join(problems)
+
+
+def _pre_approval_problems(client: Any, run_id: str) -> list[str]:
+    """The irreversible send used its pre-approval; no injected call used one."""
+    used = {
+        a.get("used_by_proposal"): a.get("tool")
+        for a in getattr(client.get_run(run_id), "pre_approvals", None) or []
+        if a.get("used_at")
+    }
+    problems = []
+    if used.get("send_summary") != "send_mail":
+        problems.append(f"send_summary did not use its pre-approval (used: {used})")
+    problems += [f"{name} used a pre-approval" for name in used if name in INJECTED]
+    return problems
+
+
+def test_the_legitimate_task_survives_the_services_faults(
+    adversary: Adversary, client: Any, engine: Any, reconciler_worker: Any
+) -> None:
+    """Faults of the fake services through the pipeline: a flaky inbox and web are retried, a
+    failed send is retried with the same idempotency key and sends once, a file write whose
+    answer was lost is reconciled by its key."""
+    fake, web = adversary.services, adversary.web
+    scenario = Scenario("narrow", "injected-last", "person", str(adversary.root), attack=False)
+    _seed(adversary, scenario)
+    fake.set_fault("read_inbox", "transient", times=2, retry_after_s=0.05)
+    fake.set_fault("send_mail", "transient", times=1, retry_after_s=0.05)
+    fake.set_fault("write_file", "timeout_after_commit", times=1)
+    web.inject(WebFault("status", status=503, host="docs.corp.example"))
+    web.inject(WebFault("drop", host="docs.corp.example"))
+    try:
+        run = drive(
+            client,
+            scenario,
+            timeout=60,
+            sweep=lambda: client.publisher.app.send_task(TASK_RECONCILE),
+        )
+    finally:
+        fake.clear_faults()
+        web.clear_faults()
+    result = measure(engine, fake, scenario, run.run_id)
+    assert (run.status, run.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), result
+    assert result.legit_completed, result
+    assert fake.call_count("read_inbox") >= 3  # two transient failures, then the read
+    assert [m["recipients"] for m in fake.outbox(scenario.subject)] == [[BOB]]
+    fetched = [(r["status"], r["fault"]) for r in web.requests(run.run_id)]
+    assert fetched == [(503, "status"), (0, "drop"), (200, None)], fetched
+    assert not [d for d in run.decisions if not d.approved]  # nothing to decline here
+
+
+def test_the_services_honour_idempotency_keys(adversary: Adversary) -> None:
+    """The same key and parameters give the same effect; the same key, other parameters, is
+    refused (what makes a retried or reconciled write safe)."""
+    fake = adversary.services
+    account = "adv-idempotency"
+
+    def pay(cents: int) -> dict[str, Any]:
+        return fake.transfer(
+            key="k1",
+            account=account,
+            iban="DE89370400440532013000",
+            amount_cents=cents,
+            currency="EUR",
+            reference="r",
+        )
+
+    assert pay(100) == pay(100) and len(fake.transfers(account)) == 1
+    with pytest.raises(IdempotencyConflict):
+        pay(200)
+    sent = fake.send_mail(key="m1", mailbox=account, to=[BOB], subject="s", body="b")
+    assert fake.send_mail(key="m1", mailbox=account, to=[BOB], subject="s", body="b") == sent
+    assert len(fake.outbox(account)) == 1
