@@ -500,9 +500,18 @@ def test_an_undeclared_server_tool_is_refused_and_never_called(engine, client, s
 @pytest.mark.slow
 def test_a_server_dying_mid_write_is_an_unknown_outcome_handed_to_a_person(engine, client, stack):
     title = uid()
-    run_id = client.start_run(
-        spec([call("slow_add", title=title, body="b", delay_s=30), sc.final("x", "tool-1")])
-    )
+    write = call("slow_add", title=title, body="b", delay_s=30)
+    run_spec = spec([write, sc.final("x", "tool-1")])
+    # an irreversible write runs without a person only on a pre-approval of exactly it
+    run_spec["pre_approved"] = [
+        {
+            "tool": "slow_add",
+            "tool_version": "1",
+            "arguments": write["arguments"],
+            "approved_by": "ops",
+        }
+    ]
+    run_id = client.start_run(run_spec)
     wait_for(
         lambda: notes.calls(stack.doomed.state, "slow_add"), what="the call reached the server"
     )

@@ -337,6 +337,15 @@ def test_one_trace_per_run_chain_with_attributes_and_no_secrets(
                 ],
                 grants=[SEARCH, {"capability": "notices:send"}],
             )
+            notice = run_spec["planner"]["outputs"][1]
+            run_spec["pre_approved"] = [  # a notice is irreversible: pre-approved to run alone
+                {
+                    "tool": "send_notice",
+                    "tool_version": "1",
+                    "arguments": notice["arguments"],
+                    "approved_by": "ops",
+                }
+            ]
             run_id = client.start_run(run_spec)
             info = client.wait(run_id, timeout=60)
             assert info.status == "completed", info

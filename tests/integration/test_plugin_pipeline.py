@@ -130,7 +130,12 @@ def test_tools_check_reports_the_roles_that_disagree(echo_worker):
     )
     report = json.loads(out.stdout)
     assert out.returncode == 1 and not report["ok"]
-    assert any(p.startswith("echo@") and "lacks echo@2" in p for p in report["disagreements"])
+    lacking = {
+        p.split(" ")[0]: p.split(" lacks ", 1)[1].split(", ")
+        for p in report["disagreements"]
+        if " lacks " in p
+    }
+    assert any(node.startswith("echo@") and "echo@2" in tools for node, tools in lacking.items())
 
 
 def test_a_worker_closes_its_deps_and_its_registration_at_shutdown(engine, echo_worker):
