@@ -47,6 +47,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.grants",
             "runner.provenance",
             "runner.confirmation_rules",
+            "runner.webhook_signing",
+            "runner.authz",
             "tools.contract",
             "tools.registry",
             "tools.deployment",

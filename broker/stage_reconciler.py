@@ -10,6 +10,7 @@ status and limited to a batch: a sweep costs what it finds, not the size of the 
    token, back off, or hand off to a person
 3. stalled runs: no progress for ``stall_after_s`` -> re-publish the message the state expects
 4. expired confirmations: waiting past the request's expiry or the run deadline -> cancelled
+5. webhooks: due deliveries are sent and recorded (:mod:`warrant.broker.webhooks`)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from warrant.broker.context import StageContext
 from warrant.broker.publish import Outbox
 from warrant.broker.reconcile_effects import reconcile_unknown_effects
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.broker.webhooks import deliver_webhooks
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view
@@ -54,6 +56,8 @@ class SweepReport:
     handed_off: int = 0
     republished: int = 0
     expired: int = 0
+    webhooks_delivered: int = 0
+    webhooks_failed: int = 0
     duration_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +75,8 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
         reconcile_unknown_effects(ctx, settings, report)
         _stalled_runs(ctx, settings, report)
         _expired_confirmations(ctx, settings, report)
+        sent = deliver_webhooks(ctx, settings)
+        report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed
     report.duration_ms = round((time.perf_counter() - t0) * 1000, 2)
     return report
 

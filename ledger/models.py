@@ -21,13 +21,16 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
-    func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_column
+from sqlalchemy.orm import Mapped, configure_mappers, mapped_column
+
+from warrant.ledger.model_base import JSON, Base
+from warrant.ledger.model_base import created_now as _now
+from warrant.ledger.models_api import ApiToken, WebhookDelivery
 
 __all__ = [
+    "ApiToken",
     "Artifact",
     "Base",
     "Command",
@@ -41,18 +44,9 @@ __all__ = [
     "Reconciliation",
     "Run",
     "TraceEvent",
+    "WebhookDelivery",
     "WorkerRegistration",
 ]
-
-JSON = JSONB(none_as_null=True)
-
-
-class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB}
-
-
-def _now() -> Mapped[datetime]:
-    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
 
 
 class Run(Base):
@@ -83,10 +77,21 @@ class Run(Base):
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    """The producer's key of this start: the same key again returns this run (migration 0011)."""
+    spec_hash: Mapped[str | None] = mapped_column(String(64))
+    """sha256 of the canonical JSON of the validated spec."""
+    started_by: Mapped[str | None] = mapped_column(String(200))
 
     __table_args__ = (
         Index("ix_runs_status", "status"),
         Index("ix_runs_created", "created_at"),
+        Index(
+            "uq_runs_idempotency_key",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
         {"postgresql_with": {"fillfactor": 70}},  # room for HOT updates (migration 0006)
     )
 

@@ -4,9 +4,10 @@ queries only."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import exists, or_, select
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Handoff, Observation, PreApproval, Proposal, Run, TraceEvent
@@ -19,7 +20,9 @@ __all__ = [
     "pre_approvals",
     "run",
     "run_exists",
+    "run_state",
     "runs",
+    "runs_page",
     "trace",
 ]
 
@@ -44,6 +47,43 @@ def runs(s: Session, *, limit: int, status: str | None = None) -> Sequence[Run]:
     if status:
         q = q.where(Run.status == status)
     return s.scalars(q).all()
+
+
+def runs_page(
+    s: Session,
+    *,
+    limit: int,
+    status: str | None = None,
+    subject: str | None = None,
+    created_since: datetime | None = None,
+    tool: str | None = None,
+    before: tuple[datetime, str] | None = None,
+) -> Sequence[Run]:
+    """One page of runs, newest first by ``(created_at, id)`` (the HTTP API's listing).
+
+    Filters: ``status``, ``subject``, created at or after ``created_since``, and runs that
+    proposed ``tool`` (a semi-join on proposals, by their run id). ``before`` is the last
+    ``(created_at, id)`` of the previous page (keyset pagination): the plan walks
+    ``ix_runs_created`` backwards and sorts equal ``created_at`` values by id on the way."""
+    q = select(Run).order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+    if status:
+        q = q.where(Run.status == status)
+    if subject:
+        q = q.where(Run.subject == subject)
+    if created_since is not None:
+        q = q.where(Run.created_at >= created_since)
+    if tool:
+        q = q.where(exists().where(Proposal.run_id == Run.id, Proposal.tool == tool))
+    if before is not None:
+        at, run_id = before
+        q = q.where(Run.created_at <= at, or_(Run.created_at < at, Run.id < run_id))
+    return s.scalars(q).all()
+
+
+def run_state(s: Session, run_id: str) -> tuple[str, int] | None:
+    """The run's status and version alone (what a long poll compares), ``None`` if none."""
+    row = s.execute(select(Run.status, Run.version).where(Run.id == run_id)).first()
+    return None if row is None else (row[0], row[1])
 
 
 def trace(s: Session, run_id: str) -> Sequence[TraceEvent]:

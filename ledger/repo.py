@@ -25,6 +25,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
+from warrant.ledger import webhooks
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.models import (
     Command,
@@ -340,6 +341,9 @@ def commit(
     compare-and-set from ``change.version``, with the writes that belong to it (see
     :func:`transition`). Returns the new version, ``change.version + 1``."""
     changes = {k: func.now() if v is NOW else v for k, v in change.changes.items()}
+    owed = webhooks.delivery_write(change.source, change.target)
+    if owed is not None:  # the run now waits for a person or has ended: tell its producer
+        guarded = (*guarded, Guarded(*owed))
     return transition(
         s,
         change.run_id,

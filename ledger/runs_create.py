@@ -1,5 +1,6 @@
 """Creating a run: one statement (autocommit) writes the run row, its grants, its goal
-observation and its first trace events."""
+observation and its first trace events. A run started with an idempotency key is found again
+by that key (:func:`run_for_idempotency_key`)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,18 @@ from sqlalchemy import Connection
 
 from warrant.ledger._compiled import Compiled
 
-__all__ = ["create_run"]
+__all__ = ["create_run", "run_for_idempotency_key"]
 
 _CREATE_RUN = Compiled.text(
     """
 WITH run AS (
   INSERT INTO runs (id, status, phase, version, step, model_calls, tool_calls,
                     tool_calls_by_tool, observation_version, tokens_used, cost_used, trace_seq,
-                    goal, subject, spec, trace_id, deadline_at)
+                    goal, subject, spec, trace_id, deadline_at, idempotency_key, spec_hash,
+                    started_by)
   VALUES (%(id)s, %(status)s, %(phase)s, 1, 0, 0, 0, '{}'::jsonb, 1, 0, 0,
           jsonb_array_length(%(events)s), %(goal)s, %(subject)s, %(spec)s, %(trace_id)s,
-          %(deadline_at)s)
+          %(deadline_at)s, %(idempotency_key)s, %(spec_hash)s, %(started_by)s)
   RETURNING id
 ), grants AS (
   INSERT INTO grants (run_id, capability, resource_scope, expires_at_step, max_uses, uses, source)
@@ -47,6 +49,8 @@ SELECT id FROM run
 """
 )
 
+_BY_KEY = Compiled.text("SELECT id, spec_hash FROM runs WHERE idempotency_key = %(key)s")
+
 
 def create_run(
     conn: Connection,
@@ -63,9 +67,14 @@ def create_run(
     observation: dict[str, Any],
     pre_approvals: Sequence[dict[str, Any]] = (),
     events: list[tuple[str, dict[str, Any]]],
+    spec_hash: str | None = None,
+    idempotency_key: str | None = None,
+    started_by: str | None = None,
 ) -> None:
     """A new run in one statement: the run row (version 1), its grants and pre-approvals, its
-    goal observation and its first trace events (``seq`` 1..n)."""
+    goal observation and its first trace events (``seq`` 1..n). An ``idempotency_key``
+    another run holds already violates the unique index ``uq_runs_idempotency_key``
+    (``psycopg.IntegrityError``) and writes nothing."""
     _CREATE_RUN.first(
         conn,
         {
@@ -85,5 +94,14 @@ def create_run(
             "o_content": Jsonb(observation["content"]),
             "o_hash": observation["content_hash"],
             "events": Jsonb([[name, details] for name, details in events]),
+            "idempotency_key": idempotency_key,
+            "spec_hash": spec_hash,
+            "started_by": started_by,
         },
     )
+
+
+def run_for_idempotency_key(conn: Connection, key: str) -> tuple[str, str | None] | None:
+    """(run id, spec hash) of the run started with idempotency key ``key``, or ``None``."""
+    row = _BY_KEY.first(conn, {"key": key})
+    return None if row is None else (row.id, row.spec_hash)

@@ -25,9 +25,9 @@ class RunStatus(StrEnum):
         return self in TERMINAL_STATUSES
 
 
-TERMINAL_STATUSES = frozenset(
-    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.NEEDS_INPUT}
-)
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+"""Nothing changes these (but an effect found after the end, which goes to a person).
+``needs_input`` is not one of them: an answer to the clarification lets the run go on."""
 
 
 class Phase(StrEnum):

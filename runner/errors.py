@@ -31,6 +31,11 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     ├── ConfirmationRefused         CONFIRMATION_REFUSED a confirm/decline that does not fit the
     │                               pending request (RUN_NOT_WAITING_CONFIRMATION, …)
     ├── Unauthorized                OPERATOR_TOKEN_INVALID  an operator call without a valid token
+    │   ├── TokenInvalid            TOKEN_INVALID        an API token that is missing, unknown or
+    │   │                                                revoked (warrant.runner.client.tokens)
+    │   └── Forbidden               FORBIDDEN            a known identity whose role may not do
+    │                                                    that action (warrant.runner.authz;
+    │                                                    OWN_RUN_APPROVAL_FORBIDDEN)
     ├── PluginError                 PLUGIN_LOAD_FAILED   a tool/planner plug-in could not be
     │                               loaded, or two clash (TOOL_CONFLICT, …)
     ├── PlannerFailure              PLANNER_FAILED       the planner produced nothing usable
@@ -56,6 +61,7 @@ from typing import Any
 __all__ = [
     "BrokerUnavailable",
     "ConfirmationRefused",
+    "Forbidden",
     "HandoffNotFound",
     "InvalidRequest",
     "MemoryNotFound",
@@ -65,6 +71,7 @@ __all__ = [
     "ServiceUnavailable",
     "SpecError",
     "StateConflict",
+    "TokenInvalid",
     "ToolError",
     "ToolFailed",
     "ToolRejected",
@@ -159,6 +166,19 @@ class ConfirmationRefused(WarrantError):
 
 class Unauthorized(WarrantError):
     code = "OPERATOR_TOKEN_INVALID"
+
+
+class TokenInvalid(Unauthorized):
+    """No API token, or one that is unknown or revoked (who is calling is not known)."""
+
+    code = "TOKEN_INVALID"
+
+
+class Forbidden(Unauthorized):
+    """The caller is known, but its role may not do that action (or, with
+    ``OWN_RUN_APPROVAL_FORBIDDEN``, not on a run it started itself)."""
+
+    code = "FORBIDDEN"
 
 
 class PluginError(WarrantError):

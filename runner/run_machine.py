@@ -52,6 +52,7 @@ __all__ = [
     "Rule",
     "RunEvent",
     "Stop",
+    "answer",
     "cancel",
     "conclude_tool",
     "enter_reconciliation",
@@ -327,3 +328,11 @@ def resolve(
     return _ended(
         RunEvent.RESOLVE, view, ended, step=view.step, events=[("handoff.resolved", resolved)]
     )
+
+
+def answer(view: RunView, *, answered: dict[str, Any]) -> Change:
+    """A person answered the run's clarifying question: the planner goes on (the answer is
+    the commit's observation)."""
+    changes = {"phase": Phase.PLANNING.value, "stop_reason": None, "stop_detail": None}
+    trace = [("clarification.answered", answered), transitioned(view, S.RUNNING)]
+    return make_change(RunEvent.ANSWER, view, S.RUNNING, changes, trace)

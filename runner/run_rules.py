@@ -81,6 +81,7 @@ class RunEvent(StrEnum):
     HAND_OFF = "hand_off"
     RESOLVE = "resolve"
     REOPEN_FOR_LATE_EFFECT = "reopen_for_late_effect"
+    ANSWER = "answer"
     RECORD = "record"
     """Facts about a run whose status they no longer change (an outcome arriving after a
     cancel or a handoff): recorded with a version bump, the status stays."""
@@ -98,6 +99,7 @@ class Rule:
 S = RunStatus
 _ALL = frozenset(RunStatus)
 _ACTIVE = frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.CANCELLING})
+_ENDED = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
 _STOPS = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.NEEDS_INPUT})
 
 
@@ -145,15 +147,18 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
     ),
     RunEvent.STOP: _R(_ACTIVE, _STOPS, "run.stopped"),
     RunEvent.CANCEL: _R(
-        frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING}),
+        frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.NEEDS_INPUT}),
         frozenset({S.CANCELLING, S.CANCELLED}),
         "cancel.requested",
     ),
     RunEvent.FINISH_CANCEL: _R(frozenset({S.CANCELLING}), frozenset({S.CANCELLED}), "run.stopped"),
-    RunEvent.HAND_OFF: _R(_ACTIVE, frozenset({S.HANDOFF}), "handoff.created"),
+    RunEvent.HAND_OFF: _R(_ACTIVE | {S.NEEDS_INPUT}, frozenset({S.HANDOFF}), "handoff.created"),
+    RunEvent.ANSWER: _R(
+        frozenset({S.NEEDS_INPUT}), frozenset({S.RUNNING}), "clarification.answered"
+    ),
     RunEvent.RESOLVE: _R(frozenset({S.HANDOFF}), _STOPS, "handoff.resolved"),
     RunEvent.REOPEN_FOR_LATE_EFFECT: _R(
-        frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.NEEDS_INPUT}),
+        _ENDED,
         frozenset({S.HANDOFF}),
         "handoff.created",
     ),

@@ -57,6 +57,11 @@ class WarrantSettings(BaseSettings):
     """Allow non-loopback model endpoints (off by default: tests can never call out)."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
+    approver_may_approve_own_runs: bool = True
+    """Whether whoever started a run may also confirm or decline its proposals. Off, a
+    decision whose ``by`` names who started the run (``started_by``; an API token's
+    ``NAME (role)``, compared by name whatever the role) raises ``Forbidden``
+    ``OWN_RUN_APPROVAL_FORBIDDEN``: a second person must decide (four eyes)."""
     revoked_runs_kept: int = Field(default=1000, ge=1)
     """Revoked runs each worker remembers (drops their queued messages on delivery); older
     ones are forgotten, which is safe: a stage ignores a cancelled run's stale messages."""
@@ -84,6 +89,18 @@ class WarrantSettings(BaseSettings):
     by default every ``irreversible`` and ``compensatable-write`` call needs one (or a
     pre-approval of that exact proposal). Shown by ``warrant tools list``; every relaxed call
     is traced (``policy.confirmation.relaxed``)."""
+
+    webhook_secret: str | None = None
+    """The HMAC key that signs every webhook call (``X-Warrant-Signature``); without it a
+    spec with a ``webhook`` is refused at start. A deployment setting, never in a spec."""
+    webhook_max_attempts: int = Field(default=8, ge=1, le=100)
+    """Attempts of one webhook call before it is marked ``failed``."""
+    webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """Timeout of one webhook call (connect and read)."""
+    webhook_retry_base_s: float = Field(default=5.0, ge=0)
+    """Backoff of a failed webhook call: full jitter up to ``base * 2**(attempt-1)`` ..."""
+    webhook_retry_cap_s: float = Field(default=3600.0, ge=0)
+    """... and never more than this."""
 
     @property
     def relaxed_tools(self) -> frozenset[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "RunSpec",
     "ToolProposal",
     "Usage",
+    "Webhook",
     "parse_run_spec",
 ]
 
@@ -55,6 +56,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: The largest value an integer column of the ledger holds.
+MAX_INT = 2**31 - 1
+
+
 class Grant(_Strict):
     """A capability the run holds; the only source of permission besides an API call."""
 
@@ -62,9 +67,9 @@ class Grant(_Strict):
     """Capability name, e.g. ``search:public``."""
     resource_scope: str = Field(default="*", min_length=1, max_length=500)
     """Resources it covers: exact, ``*`` for all, or a prefix ending in ``*``."""
-    expires_at_step: int | None = Field(default=None, ge=0)
+    expires_at_step: int | None = Field(default=None, ge=0, le=MAX_INT)
     """Last step (inclusive) at which the grant is valid; ``None`` = the whole run."""
-    max_uses: int | None = Field(default=None, ge=1)
+    max_uses: int | None = Field(default=None, ge=1, le=MAX_INT)
     """How many executions it may authorize; ``None`` = unlimited."""
 
 
@@ -81,15 +86,17 @@ class Budgets(_Strict):
     """Same-fingerprint proposals allowed without a new observation."""
     deadline_s: float = Field(default=DEFAULT_DEADLINE_S, gt=0, le=7 * 24 * 3600)
     """Seconds from creation after which no new work starts."""
-    max_tool_calls_per_tool: dict[str, int] = Field(default_factory=dict)
+    max_tool_calls_per_tool: dict[str, Annotated[int, Field(ge=0, le=10_000)]] = Field(
+        default_factory=dict
+    )
     """Optional per-tool caps, by tool name."""
     max_tokens: int | None = Field(default=None, ge=0)
     """Prompt + completion tokens charged by the planner; ``None`` = unlimited."""
     max_cost: float | None = Field(default=None, ge=0)
     """Planner cost in the price table's currency; ``None`` = unlimited."""
-    confirmation_ttl_s: float = Field(default=DEFAULT_CONFIRMATION_TTL_S, gt=0)
+    confirmation_ttl_s: float = Field(default=DEFAULT_CONFIRMATION_TTL_S, gt=0, le=7 * 24 * 3600)
     """How long a confirmation request (and the confirmation) stays valid."""
-    confirmation_steps: int = Field(default=DEFAULT_CONFIRMATION_STEPS, ge=0)
+    confirmation_steps: int = Field(default=DEFAULT_CONFIRMATION_STEPS, ge=0, le=10_000)
     """Steps after the request during which a confirmation may be used."""
 
 
@@ -182,6 +189,15 @@ class PreApproval(_Strict):
     """Who approved it (recorded with the time)."""
 
 
+class Webhook(_Strict):
+    """Where the producer is told that the run waits for a person (``waiting``: a
+    confirmation, a clarification or a handoff) or has ended (``ended``). Each call is signed
+    with the deployment's ``WARRANT_WEBHOOK_SECRET`` (never part of the spec)."""
+
+    url: str = Field(pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=2000)
+    """The ``http``/``https`` URL that receives a signed JSON ``POST`` per event."""
+
+
 class RunSpec(_Strict):
     """What a producer submits to start one run."""
 
@@ -199,6 +215,8 @@ class RunSpec(_Strict):
     """Situations that go to a person rather than end the run."""
     pre_approved: list[PreApproval] = Field(default_factory=list, max_length=100)
     """Exact proposals approved ahead of time, each usable once (an unattended run's plan)."""
+    webhook: Webhook | None = None
+    """Notify the producer when the run waits for a person or ends; ``None`` = no calls."""
 
 
 class ToolProposal(_Strict):

@@ -21,9 +21,16 @@ from warrant.ledger.operator import (
 )
 from warrant.ledger.repo import append_events, commit, run_view
 from warrant.runner import run_machine as machine
+from warrant.runner.authz import name_of
 from warrant.runner.client.runs import RunsClient
 from warrant.runner.codes import RunStatus
-from warrant.runner.errors import ConfirmationRefused, RunNotFound, SpecError, Unauthorized
+from warrant.runner.errors import (
+    ConfirmationRefused,
+    Forbidden,
+    RunNotFound,
+    SpecError,
+    Unauthorized,
+)
 from warrant.runner.settings import WarrantSettings
 from warrant.runner.spec import Grant
 
@@ -52,6 +59,7 @@ class ApprovalsClient(RunsClient):
             run = lock_run(s, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
+            _check_not_own_run(run, by=by)
             pending = _confirmable(s, run, proposal_hash=proposal_hash, now=now)
             trace_id = run.trace_id
             version = _record_decision(
@@ -145,6 +153,18 @@ class ApprovalsClient(RunsClient):
         expected = WarrantSettings().operator_token
         if expected and not hmac.compare_digest(expected, token or ""):
             raise Unauthorized(f"a valid operator token is required to {what}")
+
+
+def _check_not_own_run(run: Run, *, by: str) -> None:
+    """Raise :class:`Forbidden` ``OWN_RUN_APPROVAL_FORBIDDEN`` when who decides started the
+    run and the deployment bars that (``WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS=0``). Compared
+    by name: ``alice (approver)`` is who started a run ``alice (producer)`` started."""
+    own = run.started_by is not None and name_of(by) == name_of(run.started_by)
+    if own and not WarrantSettings().approver_may_approve_own_runs:
+        raise Forbidden(
+            f"{by} started run {run.id} and may not decide on its proposals",
+            code="OWN_RUN_APPROVAL_FORBIDDEN",
+        )
 
 
 def _confirmable(s: Session, run: Run, *, proposal_hash: str, now: float) -> Proposal:

@@ -21,6 +21,8 @@ from warrant.ledger.operator import discard_issued_command, lock_active_command,
 from warrant.ledger.repo import commit, run_view
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import content_hash
+from warrant.runner.client.idempotency import origin as start_origin
+from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
 from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.spec import PluginPlannerSpec, RunSpec, parse_run_spec
@@ -31,6 +33,7 @@ __all__ = ["SETTLED", "RunInfo", "RunsClient"]
 SETTLED = frozenset(
     {
         *(s.value for s in RunStatus if s.terminal),
+        RunStatus.NEEDS_INPUT.value,
         RunStatus.WAITING_CONFIRMATION.value,
         RunStatus.HANDOFF.value,
     }
@@ -55,6 +58,10 @@ class RunInfo:
     confirmation_request: dict[str, Any] | None = None
     pre_approvals: list[dict[str, Any]] = field(default_factory=list)
     """What was approved ahead of time (``used_at`` once a proposal used it)."""
+    idempotency_key: str | None = None
+    """The key the run was started with (the same key again returns this run)."""
+    started_by: str | None = None
+    """Who started it, if known (an API token's ``Identity.label``)."""
 
     @classmethod
     def of(
@@ -80,6 +87,8 @@ class RunInfo:
             finished_at=run.finished_at.isoformat() if run.finished_at else None,
             confirmation_request=confirmation_request,
             pre_approvals=pre_approvals or [],
+            idempotency_key=run.idempotency_key,
+            started_by=run.started_by,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,12 +102,24 @@ class RunsClient:
         self.engine = engine
         self.publisher = publisher
 
-    def start_run(self, spec: RunSpec | dict[str, Any] | str, *, publish: bool = True) -> str:
+    def start_run(
+        self,
+        spec: RunSpec | dict[str, Any] | str,
+        *,
+        publish: bool = True,
+        idempotency_key: str | None = None,
+        started_by: str | None = None,
+    ) -> str:
         """Validate, record and enqueue a run. A bad spec raises SpecError; nothing is written.
 
         A broker that cannot be reached raises :class:`~warrant.runner.errors.BrokerUnavailable`
         with the run's id: the run is recorded (running, planning) and the reconciler's
-        stalled-run sweep publishes its first message once the broker is back."""
+        stalled-run sweep publishes its first message once the broker is back.
+
+        With an ``idempotency_key``, a start that repeats one (the same key and the same
+        validated spec) returns the run the first one recorded and publishes nothing; the
+        same key with another spec raises :class:`StateConflict` ``IDEMPOTENCY_KEY_REUSED``.
+        Two concurrent starts with one key record one run (the unique index decides)."""
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
         if isinstance(spec.planner, PluginPlannerSpec):
@@ -108,34 +129,62 @@ class RunsClient:
             settings = WarrantSettings()
             kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
             check_planner(spec, kinds)
+        if spec.webhook is not None:
+            from warrant.runner.settings import WarrantSettings
+            from warrant.runner.webhook_signing import check_webhook
+
+            check_webhook(spec, WarrantSettings())
         from warrant.broker import telemetry
 
+        origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)
+        if (known := run_for_key(self.engine, origin)) is not None:
+            return known
         pre = _pre_approval_records(spec)
         run_id = str(uuid.uuid4())
         with telemetry.span("run.start", run_id=run_id):
-            self._record_run(run_id, spec, pre, trace_id=telemetry.current_trace_id())
-            if publish:
+            recorded = self._record_run(
+                run_id, spec, pre, trace_id=telemetry.current_trace_id(), origin=origin
+            )
+            if publish and recorded == run_id:
                 self.publisher.planner(run_id, 1)
-        return run_id
+        return recorded
 
     def _record_run(
-        self, run_id: str, spec: RunSpec, pre: list[dict[str, Any]], *, trace_id: str | None
-    ) -> None:
+        self,
+        run_id: str,
+        spec: RunSpec,
+        pre: list[dict[str, Any]],
+        *,
+        trace_id: str | None,
+        origin: dict[str, str | None],
+    ) -> str:
         """Insert the run; once more if the connection was lost (a database restart). The
         insert is keyed by the run id, so a repeat cannot write it twice: if the first one
-        committed before the connection went, the repeat's duplicate key means done."""
+        committed before the connection went, the repeat's duplicate key means done. A
+        duplicate idempotency key means another start recorded the run: that run's id is
+        returned (or ``IDEMPOTENCY_KEY_REUSED`` raised). Returns the id of the run recorded."""
+        write = retry_once_on_disconnect(self._insert_run)
         try:
-            retry_once_on_disconnect(self._insert_run)(run_id, spec, pre, trace_id=trace_id)
+            write(run_id, spec, pre, trace_id=trace_id, origin=origin)
         except (IntegrityError, psycopg.IntegrityError):
+            if (known := run_for_key(self.engine, origin)) is not None:
+                return known
             if not self._run_exists(run_id):
                 raise
+        return run_id
 
     def _run_exists(self, run_id: str) -> bool:
         with session_scope(self.engine) as s:
             return reads.run_exists(s, run_id)
 
     def _insert_run(
-        self, run_id: str, spec: RunSpec, pre: list[dict[str, Any]], *, trace_id: str | None
+        self,
+        run_id: str,
+        spec: RunSpec,
+        pre: list[dict[str, Any]],
+        *,
+        trace_id: str | None,
+        origin: dict[str, str | None],
     ) -> None:
         from warrant.ledger.runs_create import create_run
         from warrant.ledger.stage_loads import autocommit
@@ -173,6 +222,9 @@ class RunsClient:
                     ),
                     ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value}),
                 ],
+                idempotency_key=origin["idempotency_key"],
+                spec_hash=origin["spec_hash"],
+                started_by=origin["started_by"],
             )
 
     @retry_once_on_disconnect

@@ -25,9 +25,11 @@ from warrant.runner.views import RunView
 STOP_REASONS = {r.value for r in StopReason}
 EVENT: tuple[str, dict[str, Any]] = ("tool.completed", {"tool": "t", "status": "succeeded"})
 
+#: Where a stop may end: a terminal status, or waiting for the user's answer.
+STOP_STATUSES = sorted(TERMINAL_STATUSES | {RunStatus.NEEDS_INPUT})
 stops = st.builds(
     Stop,
-    st.sampled_from(sorted(TERMINAL_STATUSES)),
+    st.sampled_from(STOP_STATUSES),
     st.sampled_from(list(StopReason)),
     st.dictionaries(st.sampled_from(["code", "tool"]), st.text(max_size=5), max_size=2),
 )
@@ -60,6 +62,7 @@ producers: list[st.SearchStrategy[Producer]] = [
     st.just(lambda v: machine.enter_reconciliation(v, required={"tool": "t"})),
     st.just(lambda v: machine.reconciled_applied(v, reconciled=("effect.reconciled", {}))),
     st.just(lambda v: machine.record_only(v, events=[EVENT])),
+    st.just(lambda v: machine.answer(v, answered={"by": "alice"})),
     stops.map(lambda s: lambda v: machine.stop(v, s, step=v.step)),
     st.booleans().map(lambda f: lambda v: machine.cancel(v, in_flight=f, requested={})),
     st.sampled_from(["applied", "none"]).map(
@@ -101,7 +104,7 @@ def _check(view: RunView, change: Change) -> None:
         assert change.event is RunEvent.REOPEN_FOR_LATE_EFFECT
         assert change.target is RunStatus.HANDOFF
         assert "effect.found_late" in names
-    if change.target.terminal and change.target is not view.status:
+    if change.target in STOP_STATUSES and change.target is not view.status:
         stopped = [d for n, d in change.events if n == "run.stopped"]
         assert len(stopped) == 1 and stopped[0]["reason"] in STOP_REASONS
         assert change.changes["stop_reason"] in STOP_REASONS

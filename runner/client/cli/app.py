@@ -1,7 +1,7 @@
 """The ``warrant`` command line. Every command takes ``--json``; errors carry stable codes.
 
 One module per command group: :mod:`~warrant.runner.client.cli.runs`, ``tools``, ``db``,
-``memory``, ``handoffs``; the commands that run processes (``worker``, ``beat``,
+``memory``, ``handoffs``, ``tokens``; the commands that run processes (``worker``, ``beat``,
 ``reconcile``, ``up``, ``demo``) in :mod:`~warrant.runner.client.cli.stack`.
 """
 
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import typer
 
-from warrant.runner.client.cli import db, handoffs, memory, runs, stack, tools
+from warrant.runner.client.cli import answers, db, handoffs, memory, runs, stack, tokens, tools
+from warrant.runner.client.cli.serve import serve
 
 __all__ = ["app", "main"]
+
+_REGISTERED = (answers.run_answer,)  # importing it registers `warrant run answer`
 
 app = typer.Typer(
     help="warrant: the model proposes, the program decides.",
@@ -23,11 +26,13 @@ app.add_typer(tools.tools_app, name="tools")
 app.add_typer(db.db_app, name="db")
 app.add_typer(memory.memory_app, name="memory")
 app.add_typer(handoffs.handoff_app, name="handoff")
+app.add_typer(tokens.token_app, name="token")
 app.command("reconcile")(stack.reconcile_once)
 app.command("beat")(stack.beat)
 app.command("worker")(stack.worker)
 app.command("up")(stack.up)
 app.command("demo")(stack.demo)
+app.command("serve")(serve)
 
 
 def main() -> None:

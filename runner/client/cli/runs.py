@@ -84,6 +84,10 @@ def run_start(
     spec_file: Annotated[Path, typer.Argument(help="Run spec JSON file ('-' for stdin).")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the run settles.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 120.0,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="Start at most once: the same key again returns the same run."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Validate a run spec, record the run and enqueue its first planner step."""
@@ -103,9 +107,10 @@ def run_start(
     def go() -> dict[str, Any]:
         spec = parse_run_spec(text)
         client = make_client()
-        run_id = client.start_run(spec)
-        if not wait:
-            return {"run_id": run_id, "status": "running"}
+        run_id = client.start_run(spec, idempotency_key=idempotency_key)
+        if not wait:  # a repeated key's run may have moved on: read its status
+            status = client.get_run(run_id).status if idempotency_key else "running"
+            return {"run_id": run_id, "status": status}
         with console.status(f"run {run_id} …", spinner="dots") if not as_json else nullcontext():
             return client.wait(run_id, timeout=timeout).to_dict()
 

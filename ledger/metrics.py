@@ -1,0 +1,156 @@
+"""The ledger's figures for ``/metrics``: a handful of aggregate queries, one snapshot.
+
+Cheap by construction where an index serves: runs by status and the confirmations waiting
+(``ix_runs_status``), the reconciler's backlog (live runs by status, then their outcomes by
+``run_id``; started commands by the partial ``ix_commands_started``), pending webhook deliveries
+(``ix_webhook_deliveries_due``). Gate refusals and tool outcomes are whole-ledger totals: one
+scan of ``proposals`` and of ``outcomes`` per scrape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import and_, func, literal_column, select
+from sqlalchemy.orm import Session
+
+from warrant.ledger.models import Command, OutcomeRow, Proposal, Run, WebhookDelivery
+from warrant.runner.codes import RunStatus
+
+__all__ = ["LATENCY_BUCKETS_MS", "LedgerMetrics", "ToolLatency", "snapshot"]
+
+#: Upper bounds (ms) of the tool latency histogram's buckets (``+Inf`` is the count).
+LATENCY_BUCKETS_MS: tuple[float, ...] = (
+    10,
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+)
+
+
+@dataclass(frozen=True)
+class ToolLatency:
+    count: int
+    sum_ms: float
+    buckets: tuple[int, ...]
+    """Cumulative counts, one per :data:`LATENCY_BUCKETS_MS` bound."""
+
+
+@dataclass(frozen=True)
+class LedgerMetrics:
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    refusals_by_code: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(tool, outcome status) -> outcomes."""
+    latency: dict[str, ToolLatency] = field(default_factory=dict)
+    """Per tool: outcomes with a measured duration."""
+    confirmations_waiting: int = 0
+    unknown_outcomes: int = 0
+    """Unresolved ``unknown`` outcomes that a reconciling or cancelling run waits on."""
+    stale_commands: int = 0
+    """``started`` commands of live runs past their time limit plus the lease margin."""
+    webhooks_pending: int = 0
+
+
+def snapshot(s: Session, *, stale_extra_s: float) -> LedgerMetrics:
+    """Every figure, read in ``s`` (one transaction: a consistent snapshot if the caller's
+    isolation level gives one). ``stale_extra_s``: the reconciler's margin past a command's
+    time limit before it is presumed lost."""
+    by_status = s.execute(select(Run.status, func.count()).group_by(Run.status))
+    runs = {str(k): int(n) for k, n in by_status}
+    return LedgerMetrics(
+        runs_by_status=runs,
+        refusals_by_code=_refusals(s),
+        outcomes=_outcomes(s),
+        latency=_latency(s),
+        confirmations_waiting=runs.get(RunStatus.WAITING_CONFIRMATION.value, 0),
+        unknown_outcomes=_unknown(s),
+        stale_commands=_stale(s, stale_extra_s),
+        webhooks_pending=int(
+            s.scalar(
+                select(func.count())
+                .select_from(WebhookDelivery)
+                .where(WebhookDelivery.status == literal_column("'pending'"))
+            )
+            or 0
+        ),
+    )
+
+
+def _refusals(s: Session) -> dict[str, int]:
+    rows = s.execute(
+        select(Proposal.rejection_code, func.count())
+        .where(Proposal.rejection_code.is_not(None))
+        .group_by(Proposal.rejection_code)
+    )
+    return {str(code): int(n) for code, n in rows}
+
+
+def _outcomes(s: Session) -> dict[tuple[str, str], int]:
+    rows = s.execute(
+        select(Command.tool, OutcomeRow.status, func.count())
+        .join(Command, Command.id == OutcomeRow.command_id)
+        .group_by(Command.tool, OutcomeRow.status)
+    )
+    return {(str(tool), str(status)): int(n) for tool, status, n in rows}
+
+
+def _latency(s: Session) -> dict[str, ToolLatency]:
+    duration = OutcomeRow.duration_ms
+    buckets = [func.count().filter(duration <= bound) for bound in LATENCY_BUCKETS_MS]
+    rows = s.execute(
+        select(Command.tool, func.count(), func.coalesce(func.sum(duration), 0.0), *buckets)
+        .join(Command, Command.id == OutcomeRow.command_id)
+        .where(duration.is_not(None))
+        .group_by(Command.tool)
+    )
+    return {
+        str(tool): ToolLatency(int(n), float(total or 0), tuple(int(b) for b in counts))
+        for tool, n, total, *counts in rows
+    }
+
+
+def _unknown(s: Session) -> int:
+    live = (RunStatus.RECONCILING.value, RunStatus.CANCELLING.value)
+    return int(
+        s.scalar(
+            select(func.count())
+            .select_from(OutcomeRow)
+            .join(
+                Run,
+                and_(Run.id == OutcomeRow.run_id, Run.active_command_id == OutcomeRow.command_id),
+            )
+            .where(
+                Run.status.in_(live),
+                OutcomeRow.status == "unknown",
+                OutcomeRow.resolved_status.is_(None),
+            )
+        )
+        or 0
+    )
+
+
+def _stale(s: Session, extra_s: float) -> int:
+    live = (RunStatus.RUNNING.value, RunStatus.CANCELLING.value)
+    return int(
+        s.scalar(
+            select(func.count())
+            .select_from(Command)
+            .join(Run, Run.id == Command.run_id)
+            .where(
+                Command.status == literal_column("'started'"),
+                Command.started_at
+                + func.make_interval(0, 0, 0, 0, 0, 0, Command.timeout_s + extra_s)
+                < func.now(),
+                Run.status.in_(live),
+            )
+        )
+        or 0
+    )

@@ -1,0 +1,62 @@
+"""Who calls, and whether they may: ``Authorization: Bearer <token>`` → an
+:class:`~warrant.runner.authz.Identity` (``401 TOKEN_INVALID`` if missing, unknown or revoked),
+then its role against the operation's action (``403 FORBIDDEN``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from warrant.runner.authz import Action, Identity, require
+from warrant.runner.errors import TokenInvalid
+
+__all__ = ["Deps", "authenticated", "deps", "requires"]
+
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="An API token (`warrant token create NAME --role ROLE`).",
+)
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What the routes use, kept on ``app.state.deps``."""
+
+    client: Any
+    """The :class:`~warrant.runner.client.api.Client`."""
+    tokens: Any
+    """The :class:`~warrant.runner.client.tokens.Tokens` that authenticate tokens."""
+    operator_token: str | None
+    """Passed to the client's operator calls (the HTTP roles replace that check)."""
+
+
+def deps(request: Request) -> Deps:
+    found: Deps = request.app.state.deps
+    return found
+
+
+def authenticated(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Identity:
+    """The caller's identity; ``401 TOKEN_INVALID`` without a valid bearer token."""
+    if credentials is None or not credentials.credentials:
+        raise TokenInvalid("an API token is required (Authorization: Bearer <token>)")
+    identity: Identity = deps(request).tokens.authenticate(credentials.credentials)
+    return identity
+
+
+def requires(action: Action) -> Callable[..., Identity]:
+    """A dependency: the caller's identity, if its role may take ``action`` (else 403)."""
+
+    def dependency(identity: Annotated[Identity, Depends(authenticated)]) -> Identity:
+        require(identity, action)
+        return identity
+
+    dependency.__name__ = f"requires_{action.value}"
+    return dependency

@@ -1,0 +1,226 @@
+"""The HTTP API's request and response bodies (pydantic; they make the OpenAPI document).
+
+Every string a request carries is refused (``REQUEST_INVALID``) if it holds a NUL character or
+a lone surrogate: PostgreSQL stores neither, and bad input must never become a server error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "INT32_MAX",
+    "AnswerIn",
+    "CancelIn",
+    "DecisionIn",
+    "DecisionOut",
+    "ErrorBody",
+    "ErrorDetail",
+    "GrantIn",
+    "GrantOut",
+    "Health",
+    "IdentityOut",
+    "MemoryRevokedOut",
+    "PreApprovalIn",
+    "PreApprovalOut",
+    "ResolveIn",
+    "RunOut",
+    "RunPage",
+    "TraceEventOut",
+    "TraceOut",
+    "bad_text",
+]
+
+#: The largest value an ``integer`` column holds (steps, uses, versions).
+INT32_MAX = 2**31 - 1
+
+
+def bad_text(value: Any) -> str | None:
+    """Where ``value`` (any JSON value) holds a string PostgreSQL cannot store: a short
+    description, or ``None`` if there is none."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "NUL characters are not allowed"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "text must be valid Unicode (no lone surrogates)"
+        return None
+    if isinstance(value, dict):
+        items: list[Any] = [*value.keys(), *value.values()]
+        return next((p for p in map(bad_text, items) if p), None)
+    if isinstance(value, list | tuple):
+        return next((p for p in map(bad_text, value) if p), None)
+    return None
+
+
+def _storable(value: str) -> str:
+    problem = bad_text(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _storable_values(self) -> _In:
+        problem = bad_text(self.model_dump(mode="python"))
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="Stable error code (e.g. RUN_NOT_FOUND, FORBIDDEN).")
+    message: str = Field(description="For people; may change.")
+    errors: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Field errors ({field, message}) of SPEC_INVALID and REQUEST_INVALID.",
+    )
+    run_id: str | None = Field(
+        default=None, description="BROKER_UNAVAILABLE: the run that was recorded anyway."
+    )
+
+
+class ErrorBody(BaseModel):
+    """Every error: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorDetail
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+class RunOut(BaseModel):
+    """A run's state, as ``warrant run show --json`` prints it."""
+
+    run_id: str
+    status: str = Field(description="running, waiting_confirmation, needs_input, completed, …")
+    phase: str
+    stop_reason: str | None = Field(description="Why the run stopped (a stable code).")
+    step: int
+    model_calls: int
+    tool_calls: int
+    version: int = Field(description="Raised by one at every change (for /wait?version=).")
+    answer: str | None
+    goal: str
+    subject: str
+    created_at: str = Field(description="ISO 8601 time.")
+    finished_at: str | None
+    confirmation_request: dict[str, Any] | None = Field(
+        default=None,
+        description="While waiting_confirmation: what is to be approved, with proposal_hash.",
+    )
+    pre_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    idempotency_key: str | None = Field(default=None, description="The key it was started with.")
+    started_by: str | None = Field(default=None, description="Who started it (token label).")
+
+
+class RunPage(BaseModel):
+    runs: list[RunOut] = Field(description="Newest first.")
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next page; null on the last page."
+    )
+
+
+class TraceEventOut(BaseModel):
+    seq: int
+    event: str
+    step: int
+    proposal_id: str | None
+    details: dict[str, Any] | None
+    at: str = Field(description="ISO 8601 time.")
+
+
+class TraceOut(BaseModel):
+    run_id: str
+    events: list[TraceEventOut] = Field(description="The run's timeline, in order.")
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+class DecisionIn(_In):
+    proposal_hash: Text = Field(
+        min_length=1,
+        max_length=128,
+        description="The pending proposal's hash (confirmation_request.proposal_hash).",
+    )
+
+
+class DecisionOut(BaseModel):
+    run_id: str
+    decision: Literal["approved", "declined"]
+    version: int = Field(description="The run's version after the decision.")
+
+
+class AnswerIn(_In):
+    text: Text = Field(min_length=1, max_length=8_000, description="The answer to the question.")
+
+
+class CancelIn(_In):
+    reason: Text = Field(default="", max_length=2_000, description="Why (only its length is kept).")
+
+
+class GrantIn(_In):
+    capability: Text = Field(min_length=1, max_length=100, examples=["artifact:write"])
+    resource_scope: Text = Field(
+        default="*", min_length=1, max_length=500, description="Exact, *, or a prefix ending in *."
+    )
+    expires_at_step: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    max_uses: int | None = Field(default=None, ge=1, le=INT32_MAX)
+
+
+class GrantOut(BaseModel):
+    run_id: str
+    grant_id: int
+
+
+class PreApprovalIn(_In):
+    tool: Text = Field(min_length=1, max_length=200)
+    tool_version: Text = Field(min_length=1, max_length=50)
+    arguments: dict[str, Any] = Field(description="The exact arguments approved ahead of time.")
+
+
+class PreApprovalOut(BaseModel):
+    run_id: str
+    pre_approval_id: int
+
+
+class ResolveIn(_In):
+    outcome: Literal["completed", "failed", "cancelled"]
+    reason: Text = Field(min_length=1, max_length=2_000, description="Why (recorded).")
+
+
+class MemoryRevokedOut(BaseModel):
+    id: int
+    key: str
+    subject: str
+    revoked_at: str
+    revoked_by: str | None
+
+
+# --- identity and health ---------------------------------------------------------------------
+
+
+class IdentityOut(BaseModel):
+    token_id: str
+    name: str
+    role: str = Field(description="producer, approver, operator or viewer.")
+    label: str = Field(description="What is recorded as who acted.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
