@@ -55,6 +55,13 @@ class WarrantSettings(BaseSettings):
     "completion_per_1k": 0.0006}}`` (JSON in ``WARRANT_MODEL_PRICES``)."""
     allow_remote_models: bool = False
     """Allow non-loopback model endpoints (off by default: tests can never call out)."""
+    server_url: str | None = None
+    """A remote ``warrant serve`` (``http://host:port``): set, the CLI's run commands
+    (``warrant run …``, ``handoff resolve``) go through its HTTP API with ``api_token``
+    instead of the database; the administrators' commands keep using the database."""
+    api_token: str | None = None
+    """The API token the CLI presents to ``server_url`` (``warrant token create``); what the
+    server records as who acted, whatever ``--by`` says."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
     approver_may_approve_own_runs: bool = True

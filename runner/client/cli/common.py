@@ -20,6 +20,7 @@ from warrant.runner.errors import (
     ServiceUnavailable,
     SpecError,
     StateConflict,
+    TokenInvalid,
     Unauthorized,
     WarrantError,
 )
@@ -95,7 +96,23 @@ def guard(as_json: bool, fn: Callable[[], Any]) -> Any:
         raise
 
 
-def make_client() -> Any:
+def make_client(*, remote_ok: bool = True) -> Any:
+    """The client a command works with: a :class:`~warrant.runner.client.remote.RemoteClient`
+    of ``WARRANT_SERVER_URL`` (with ``WARRANT_API_TOKEN``; none: ``TokenInvalid``) when that is
+    set and ``remote_ok``, else the database-backed :class:`~warrant.runner.client.api.Client`
+    (``remote_ok=False``: commands the HTTP API has no equivalent of)."""
+    if remote_ok:
+        from warrant.runner.settings import WarrantSettings
+
+        settings = WarrantSettings()
+        if settings.server_url:
+            from warrant.runner.client.remote import RemoteClient
+
+            if not settings.api_token:
+                raise TokenInvalid(
+                    "WARRANT_SERVER_URL is set: WARRANT_API_TOKEN must name an API token"
+                )
+            return RemoteClient(settings.server_url, settings.api_token)
     from warrant.runner.client.api import Client
 
     return Client.from_env()

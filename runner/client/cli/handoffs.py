@@ -21,7 +21,7 @@ def handoff_list(
     as_json: JsonOpt = False,
 ) -> None:
     """Open handoffs (newest first)."""
-    items = guard(as_json, lambda: make_client().handoffs(open_only=not all_))
+    items = guard(as_json, lambda: make_client(remote_ok=False).handoffs(open_only=not all_))
     if as_json:
         print_json([{k: v for k, v in h.items() if k != "bundle"} for h in items])
         return
@@ -36,7 +36,7 @@ def handoff_list(
 @handoff_app.command("show")
 def handoff_show(handoff_id: str, as_json: JsonOpt = False) -> None:
     """The whole bundle: state, goal, evidence, pending proposal, unknown effects, actions."""
-    h = guard(as_json, lambda: make_client().handoff(handoff_id))
+    h = guard(as_json, lambda: make_client(remote_ok=False).handoff(handoff_id))
     if as_json:
         print_json(h)
         return

@@ -1,0 +1,309 @@
+"""A client of a remote ``warrant serve`` (its ``/v1`` HTTP API), with an API token.
+
+:class:`RemoteClient` offers the run methods of :class:`~warrant.runner.client.api.Client`
+that the CLI's ``warrant run …`` commands use, with the same signatures and return types, so
+``make_client()`` can hand out either (``WARRANT_SERVER_URL`` picks this one). Who acted is
+always the token's identity, recorded by the server: the ``by``/``granted_by``/``approved_by``
+arguments are accepted for the same signature and ignored, as are ``operator_token`` (the
+token's role is checked instead) and ``publish``/``started_by``.
+
+An error response ``{"error": {"code", "message"}}`` is raised again as the
+:class:`~warrant.runner.errors.WarrantError` subclass its HTTP status stands for, keeping the
+server's ``code`` (:func:`error_from`), so the CLI's exit codes and ``--json`` errors are
+those of the database-backed client. A server that cannot be reached raises
+:class:`~warrant.runner.errors.ServiceUnavailable` ``SERVER_UNREACHABLE``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+from typing import Any
+
+import httpx
+
+from warrant.runner.client.runs import SETTLED, RunInfo
+from warrant.runner.errors import (
+    BrokerUnavailable,
+    ConfirmationRefused,
+    Forbidden,
+    HandoffNotFound,
+    InvalidRequest,
+    MemoryNotFound,
+    NotFound,
+    RunNotFound,
+    ServiceUnavailable,
+    SpecError,
+    StateConflict,
+    TokenInvalid,
+    Unauthorized,
+    WarrantError,
+)
+
+__all__ = ["MAX_POLL_S", "RemoteClient", "error_from"]
+
+#: The longest one ``/wait`` long poll is asked to last (the server allows up to 60 s).
+MAX_POLL_S = 30.0
+
+_NOT_FOUND: dict[str, type[NotFound]] = {
+    "RUN_NOT_FOUND": RunNotFound,
+    "HANDOFF_NOT_FOUND": HandoffNotFound,
+    "MEMORY_NOT_FOUND": MemoryNotFound,
+}
+
+
+def _conflict(code: str, message: str) -> WarrantError:
+    if code.startswith("CONFIRMATION_") or code == "RUN_NOT_WAITING_CONFIRMATION":
+        return ConfirmationRefused(message, code=code)
+    return StateConflict(message, code=code)
+
+
+def _invalid(code: str, message: str, body: dict[str, Any]) -> WarrantError:
+    if code == "SPEC_INVALID":
+        return SpecError(message, errors=list(body.get("errors") or []))
+    return InvalidRequest(message, code=code)
+
+
+def _unavailable(code: str, message: str, body: dict[str, Any]) -> WarrantError:
+    if code == "BROKER_UNAVAILABLE" and body.get("run_id"):
+        return BrokerUnavailable(message, run_id=str(body["run_id"]))
+    return ServiceUnavailable(message, code=code)
+
+
+def _forbidden(code: str, message: str) -> WarrantError:
+    if code == "OPERATOR_TOKEN_INVALID":
+        return Unauthorized(message, code=code)
+    return Forbidden(message, code=code)
+
+
+def error_from(status: int, payload: Any) -> WarrantError:
+    """The :class:`WarrantError` an error response of ``status`` stands for (its code kept)."""
+    body = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(body, dict):
+        body = {}
+    code = str(body.get("code") or f"HTTP_{status}")
+    message = str(body.get("message") or f"the server answered {status}")
+    if status == 401:
+        return TokenInvalid(message, code=code)
+    if status == 403:
+        return _forbidden(code, message)
+    if status == 404:
+        return _NOT_FOUND.get(code, NotFound)(message, code=code)
+    if status == 409:
+        return _conflict(code, message)
+    if status in (400, 422):
+        return _invalid(code, message, body)
+    if status == 503:
+        return _unavailable(code, message, body)
+    return WarrantError(message, code=code)
+
+
+def run_info(data: dict[str, Any]) -> RunInfo:
+    """A :class:`RunInfo` from a ``RunOut`` body (fields it does not know are left out)."""
+    known = {f.name for f in fields(RunInfo)}
+    values = {k: v for k, v in data.items() if k in known}
+    values["pre_approvals"] = list(values.get("pre_approvals") or [])
+    return RunInfo(**values)
+
+
+class RemoteClient:
+    """The run operations of ``warrant serve`` at ``base_url`` (``http://host:port``), with
+    an API token (``Authorization: Bearer``). Thread-safe as far as :class:`httpx.Client` is."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RemoteClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transport -----------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """The JSON of a 2xx answer; an error answer raises its :class:`WarrantError`."""
+        try:
+            r = self._http.request(
+                method,
+                "/v1" + path,
+                json=json,
+                params={k: v for k, v in (params or {}).items() if v is not None},
+                headers=headers,
+                timeout=timeout if timeout is not None else self.timeout,
+            )
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"warrant server {self.base_url} cannot be reached: {exc or type(exc).__name__}",
+                code="SERVER_UNREACHABLE",
+            ) from None
+        try:
+            payload = r.json()
+        except ValueError:
+            payload = None
+        if r.is_success:
+            return payload
+        raise error_from(r.status_code, payload)
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        spec: Any,
+        *,
+        publish: bool = True,
+        idempotency_key: str | None = None,
+        started_by: str | None = None,
+    ) -> str:
+        """``POST /v1/runs``: validate, record and enqueue a run; its id. ``spec`` is a
+        :class:`~warrant.runner.spec.RunSpec`, a dict or JSON text. ``publish`` and
+        ``started_by`` are ignored: the server publishes, and records the token's label."""
+        import json as jsonlib
+
+        if isinstance(spec, str):
+            try:
+                spec = jsonlib.loads(spec)
+            except ValueError as exc:
+                raise InvalidRequest(
+                    f"the spec is not JSON: {exc}", code="REQUEST_INVALID"
+                ) from None
+        elif hasattr(spec, "model_dump"):
+            spec = spec.model_dump(mode="json")
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        data = self._call("POST", "/runs", json=spec, headers=headers)
+        return str(data["run_id"])
+
+    def get_run(self, run_id: str) -> RunInfo:
+        return run_info(self._call("GET", f"/runs/{run_id}"))
+
+    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
+        """The newest runs first (the server pages by 200 at most; more pages are followed)."""
+        runs: list[RunInfo] = []
+        cursor: str | None = None
+        while len(runs) < limit:
+            params = {"limit": min(200, limit - len(runs)), "status": status, "cursor": cursor}
+            page = self._call("GET", "/runs", params=params)
+            runs.extend(run_info(r) for r in page["runs"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        return runs
+
+    def trace(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's events in order (``seq``, ``event``, ``step``, ``proposal_id``,
+        ``details``, ``at``), as :meth:`Client.trace` returns them."""
+        events: list[dict[str, Any]] = self._call("GET", f"/runs/{run_id}/trace")["events"]
+        return events
+
+    def working_memory(self, run_id: str) -> dict[str, Any]:
+        view: dict[str, Any] = self._call("GET", f"/runs/{run_id}/view")
+        return view
+
+    def wait(
+        self, run_id: str, *, timeout: float = 60.0, until: frozenset[str] | set[str] | None = None
+    ) -> RunInfo:
+        """Long-poll ``GET /v1/runs/{id}/wait`` until the run settles (terminal or waiting for
+        a person), or reaches one of ``until``, or ``timeout`` passes; the last state seen."""
+        targets = until or SETTLED
+        deadline = time.monotonic() + timeout
+        version: int | None = None
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            poll = min(MAX_POLL_S, left)
+            data = self._call(
+                "GET",
+                f"/runs/{run_id}/wait",
+                params={"version": version, "timeout": round(poll, 3)},
+                timeout=poll + self.timeout,
+            )
+            info = run_info(data)
+            if info.status in targets or time.monotonic() >= deadline:
+                return info
+            if info.status in SETTLED and version == info.version:
+                time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            version = info.version
+
+    # --- people's actions ----------------------------------------------------------------
+
+    def confirm(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+        """Approve exactly the pending proposal; the run's version after it. ``by`` is
+        ignored: the server records the token's identity (``name (role)``)."""
+        return self._decide(run_id, "confirm", proposal_hash)
+
+    def decline(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+        """Refuse the pending proposal; the run's version after it. ``by`` is ignored: the
+        server records the token's identity."""
+        return self._decide(run_id, "decline", proposal_hash)
+
+    def _decide(self, run_id: str, action: str, proposal_hash: str) -> int:
+        body = {"proposal_hash": proposal_hash}
+        return int(self._call("POST", f"/runs/{run_id}/{action}", json=body)["version"])
+
+    def answer(self, run_id: str, *, text: str, by: str) -> RunInfo:
+        """Answer a ``needs_input`` run's question. ``by`` is ignored (the token's identity)."""
+        return run_info(self._call("POST", f"/runs/{run_id}/answer", json={"text": text}))
+
+    def cancel(self, run_id: str, *, by: str, reason: str = "", revoke: bool = True) -> RunInfo:
+        """Cancel the run. ``by`` is ignored (the token's identity); the server revokes."""
+        data = self._call("POST", f"/runs/{run_id}/cancel", json={"reason": reason})
+        return run_info(data)
+
+    def add_grant(
+        self,
+        run_id: str,
+        *,
+        capability: str,
+        resource_scope: str = "*",
+        expires_at_step: int | None = None,
+        max_uses: int | None = None,
+        granted_by: str = "",
+        operator_token: str | None = None,
+    ) -> int:
+        """Grant a capability (an operator token's role is needed); the grant's id.
+        ``granted_by`` and ``operator_token`` are ignored: the token decides and is recorded."""
+        body = {
+            "capability": capability,
+            "resource_scope": resource_scope,
+            "expires_at_step": expires_at_step,
+            "max_uses": max_uses,
+        }
+        return int(self._call("POST", f"/runs/{run_id}/grants", json=body)["grant_id"])
+
+    def pre_approve(
+        self,
+        run_id: str,
+        *,
+        tool: str,
+        tool_version: str,
+        arguments: dict[str, Any],
+        approved_by: str = "",
+        operator_token: str | None = None,
+    ) -> int:
+        """Approve one exact proposal ahead of time; the pre-approval's id. ``approved_by``
+        and ``operator_token`` are ignored: the token decides and is recorded."""
+        body = {"tool": tool, "tool_version": tool_version, "arguments": arguments}
+        data = self._call("POST", f"/runs/{run_id}/pre-approvals", json=body)
+        return int(data["pre_approval_id"])
+
+    def resolve_handoff(self, handoff_id: str, *, outcome: str, by: str, reason: str) -> RunInfo:
+        """A person ends a handed-off run. ``by`` is ignored (the token's identity)."""
+        body = {"outcome": outcome, "reason": reason}
+        return run_info(self._call("POST", f"/handoffs/{handoff_id}/resolve", json=body))

@@ -1,0 +1,217 @@
+"""The ``warrant`` CLI against a remote ``warrant serve`` (``WARRANT_SERVER_URL`` and
+``WARRANT_API_TOKEN``), with no database or broker in the CLI's environment: a real
+``warrant serve`` subprocess over the real stack and a real Celery worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import facts
+from tests.integration.test_gate_pipeline import memory_spec, save
+from warrant.ledger.models import Confirmation
+from warrant.runner.client import scenarios as sc
+from warrant.runner.client.remote import RemoteClient
+from warrant.runner.client.supervisor import stop_with_parent
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``warrant serve`` on a free port (the session's database and broker)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "warrant.runner.client.cli", "serve", "--port", str(port)],
+            env=dict(os.environ),
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            preexec_fn=stop_with_parent,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, f"warrant serve exited: {log.read_text()}"
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < end, f"warrant serve did not start: {log.read_text()}"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def tokens(engine: Any) -> dict[str, str]:
+    from warrant.runner.client.tokens import Tokens
+
+    made: dict[str, str] = {}
+    suffix = uuid.uuid4().hex[:6]
+    for role in ("producer", "approver"):
+        token, _ = Tokens(engine).create(f"remote-{role}-{suffix}", role, created_by="tests")
+        made[role] = token
+        made[f"label:{role}"] = f"remote-{role}-{suffix} ({role})"
+    return made
+
+
+def remote(
+    url: str, token: str, *args: str, tmp: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``warrant ARGS`` with only the server's URL and a token: no database, no broker."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WARRANT_DATABASE_URL", "WARRANT_BROKER_URL")
+    }
+    env.update(WARRANT_SERVER_URL=url, WARRANT_API_TOKEN=token, WARRANT_DATA_DIR=str(tmp))
+    return subprocess.run(
+        [sys.executable, "-m", "warrant.runner.client.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def error_code(out: subprocess.CompletedProcess[str]) -> str:
+    return str(json.loads(out.stdout)["error"]["code"])
+
+
+def test_a_producer_starts_waits_shows_lists_and_traces_remotely(server, tokens, worker, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(sc.spec([sc.search("p1"), sc.final("Three.", "tool-1")])))
+    started = remote(
+        server, tokens["producer"], "run", "start", str(spec), "--wait", "--json", tmp=tmp_path
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    info = json.loads(started.stdout)
+    assert (info["status"], info["stop_reason"]) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert info["started_by"] == tokens["label:producer"]
+
+    shown = remote(
+        server, tokens["producer"], "run", "show", info["run_id"], "--json", tmp=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == info
+    listed = remote(server, tokens["producer"], "run", "list", "--json", tmp=tmp_path)
+    assert info["run_id"] in [r["run_id"] for r in json.loads(listed.stdout)]
+    trace = remote(
+        server, tokens["producer"], "run", "trace", info["run_id"], "--json", tmp=tmp_path
+    )
+    events = json.loads(trace.stdout)
+    assert events[0]["event"] == "run.created" and events[-1]["event"] == "run.stopped"
+    readable = remote(server, tokens["producer"], "run", "trace", info["run_id"], tmp=tmp_path)
+    assert readable.returncode == 0 and "run.stopped" in readable.stdout
+
+
+def test_an_approver_confirms_remotely_under_the_tokens_identity(
+    server, tokens, worker, engine, tmp_path
+):
+    subject = f"remote-confirm-{uuid.uuid4().hex[:8]}"
+    spec = tmp_path / "spec.json"
+    outputs = [sc.search("p1"), save("zh-CN"), sc.final("Saved.", "tool-1", "tool-2")]
+    spec.write_text(json.dumps(memory_spec(outputs, subject)))
+    producer, approver = tokens["producer"], tokens["approver"]
+    started = remote(server, producer, "run", "start", str(spec), "--wait", "--json", tmp=tmp_path)
+    assert started.returncode == 1, started.stdout + started.stderr  # settled, not completed
+    waiting = json.loads(started.stdout)
+    assert waiting["status"] == "waiting_confirmation", waiting
+    run_id, h = waiting["run_id"], waiting["confirmation_request"]["proposal_hash"]
+    confirm = ("run", "confirm", run_id, "--proposal-hash", h, "--by", "x", "--json")
+
+    denied = remote(server, producer, *confirm, tmp=tmp_path)
+    assert (denied.returncode, error_code(denied)) == (2, "FORBIDDEN")
+    wrong = remote(server, approver, *confirm[:4], "0" * 64, *confirm[5:], tmp=tmp_path)
+    assert (wrong.returncode, error_code(wrong)) == (2, "CONFIRMATION_HASH_MISMATCH")
+    ok = remote(server, approver, *confirm, tmp=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert json.loads(ok.stdout) == {
+        "run_id": run_id,
+        "decision": "approved",
+        "version": waiting["version"] + 1,
+    }
+
+    with RemoteClient(server, producer) as client:
+        done = client.wait(run_id, timeout=60)
+    assert (done.status, done.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    label = tokens["label:approver"]
+    assert facts.count(engine, Confirmation, run_id=run_id, decided_by=label) == 1
+    assert facts.count(engine, Confirmation, run_id=run_id, decided_by="x") == 0
+
+
+def test_bad_tokens_and_an_unreachable_server_keep_the_exit_codes(server, tokens, tmp_path):
+    wrong = remote(server, "wrt_not-a-token", "run", "list", "--json", tmp=tmp_path)
+    assert (wrong.returncode, error_code(wrong)) == (2, "TOKEN_INVALID")
+    none = remote(server, "", "run", "list", "--json", tmp=tmp_path)
+    assert (none.returncode, error_code(none)) == (2, "TOKEN_INVALID")
+    missing = remote(
+        server, tokens["producer"], "run", "show", "no-such-run", "--json", tmp=tmp_path
+    )
+    assert (missing.returncode, error_code(missing)) == (2, "RUN_NOT_FOUND")
+    bad = tmp_path / "bad.json"
+    spec = sc.spec([])
+    spec["budgets"]["max_steps"] = "many"
+    bad.write_text(json.dumps(spec))
+    invalid = remote(server, tokens["producer"], "run", "start", str(bad), "--json", tmp=tmp_path)
+    assert (invalid.returncode, error_code(invalid)) == (2, "SPEC_INVALID")
+
+    gone = f"http://127.0.0.1:{free_port()}"
+    down = remote(gone, tokens["producer"], "run", "list", "--json", tmp=tmp_path)
+    assert (down.returncode, error_code(down)) == (3, "SERVER_UNREACHABLE")
+    human = remote(gone, tokens["producer"], "run", "show", "x", tmp=tmp_path)
+    assert human.returncode == 3 and "SERVER_UNREACHABLE" in human.stderr
+
+
+def test_database_commands_still_use_the_database_with_a_server_url(
+    server, tokens, engine, tmp_path
+):
+    """``memory list`` has no remote equivalent: with the database in the environment it keeps
+    working when WARRANT_SERVER_URL is set (make_client(remote_ok=False))."""
+    env = {**os.environ, "WARRANT_SERVER_URL": server, "WARRANT_API_TOKEN": tokens["producer"]}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "warrant.runner.client.cli",
+            "memory",
+            "list",
+            "--subject",
+            "s",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout) == []
