@@ -192,7 +192,9 @@ def _memory_record(engine: Any, subject: str) -> int:
 
 
 def test_operator_actions_record_the_token_label(api, tokens, client, engine):
-    run_id = client.start_run(sc.spec([sc.search("p1")]), publish=False)
+    run_id = client.start_run(
+        sc.spec([sc.search("p1")]), publish=False, started_by=tokens["label:producer"]
+    )
     base = f"/v1/runs/{run_id}"
     grant = {"capability": "artifact:write", "resource_scope": "run-output/*", "max_uses": 1}
     r = call(api, tokens["operator"], "POST", f"{base}/grants", json=grant)
@@ -208,6 +210,17 @@ def test_operator_actions_record_the_token_label(api, tokens, client, engine):
     [pre_row] = client.get_run(run_id).pre_approvals
     assert pre_row["approved_by"] == tokens["label:operator"]
     assert by["cancel.requested"] == tokens["label:producer"]
+
+
+def test_a_producer_cancels_only_its_own_runs(api, tokens, client):
+    """Started by someone else (or by an administrator on the database): 403 NOT_YOUR_RUN; an
+    operator may cancel it."""
+    run_id = client.start_run(sc.spec([sc.search("p1")]), publish=False, started_by="someone")
+    r = call(api, tokens["producer"], "POST", f"/v1/runs/{run_id}/cancel", json={})
+    assert (r.status_code, error(r)) == (403, "NOT_YOUR_RUN")
+    assert client.get_run(run_id).status == "running"
+    r = call(api, tokens["operator"], "POST", f"/v1/runs/{run_id}/cancel", json={})
+    assert (r.status_code, r.json()["status"]) == (200, "cancelled")
 
 
 # --- idempotency -----------------------------------------------------------------------------

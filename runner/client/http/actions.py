@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Request
 
-from warrant.runner.authz import Action, Identity
+from warrant.runner.authz import Action, Identity, Role, name_of
 from warrant.runner.client.http.auth import deps, requires
 from warrant.runner.client.http.errors import ERROR_RESPONSES
 from warrant.runner.client.http.models import (
@@ -29,6 +29,7 @@ from warrant.runner.client.http.models import (
     RunOut,
 )
 from warrant.runner.client.http.runs import RUN_ID, run_out
+from warrant.runner.errors import Forbidden
 
 __all__ = ["router"]
 
@@ -80,9 +81,15 @@ def cancel(
     identity: Canceller,
     body: Annotated[CancelIn | None, Body()] = None,
 ) -> RunOut:
-    """No new work for the run; a running tool is interrupted."""
+    """No new work for the run; a running tool is interrupted. A producer may cancel only
+    the runs it started (``NOT_YOUR_RUN``); an operator any run."""
     reason = body.reason if body else ""
-    return run_out(deps(request).client.cancel(run_id, by=identity.label, reason=reason))
+    client = deps(request).client
+    if identity.role is Role.PRODUCER:
+        started_by = client.get_run(run_id).started_by
+        if started_by is None or name_of(started_by) != identity.name:
+            raise Forbidden(f"{identity.label} did not start run {run_id}", code="NOT_YOUR_RUN")
+    return run_out(client.cancel(run_id, by=identity.label, reason=reason))
 
 
 @router.post("/runs/{run_id}/grants", status_code=201, response_model=GrantOut, summary="Grant")
