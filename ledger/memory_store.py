@@ -18,6 +18,7 @@ from sqlalchemy import Engine, func, select, text
 
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, GrantRow, MemoryRecord, Run
+from warrant.ledger.repo import append_events
 from warrant.runner.canonical import proposal_hash
 from warrant.runner.errors import MemoryNotFound, ToolRejected
 from warrant.runner.views import GrantView
@@ -251,6 +252,7 @@ class MemoryStore:
                 raise MemoryNotFound(f"no memory record {record_id}")
             if r.revoked_at is None:
                 r.revoked_at, r.revoked_by = datetime.now(tz=UTC), by
+                _trace_revocation(s, r, by)
             return {
                 "id": r.id,
                 "key": r.key,
@@ -258,3 +260,11 @@ class MemoryStore:
                 "revoked_at": r.revoked_at.isoformat(),
                 "revoked_by": r.revoked_by,
             }
+
+
+def _trace_revocation(s: Any, record: MemoryRecord, by: str) -> None:
+    """A revocation is an operator action: traced on the run that wrote the record."""
+    run = s.get(Run, record.created_by_run) if record.created_by_run else None
+    if run is not None:
+        revoked = {"record_id": record.id, "key": record.key, "by": by}
+        append_events(s, run.id, [("memory.revoked", revoked)], step=run.step)

@@ -180,6 +180,12 @@ def test_an_approver_confirms_by_hash_and_the_run_completes(api, tokens, engine,
     assert (r.status_code, error(r)) == (403, "FORBIDDEN")
     r = call(api, tokens["operator"], "DELETE", f"/v1/memory/{record}")
     assert r.status_code == 200 and r.json()["revoked_by"] == tokens["label:operator"]
+    [revoked] = facts.events(engine, run_id, "memory.revoked")  # traced on the writing run
+    assert revoked.details == {
+        "record_id": record,
+        "key": "answer_language",
+        "by": tokens["label:operator"],
+    }
 
 
 def _memory_record(engine: Any, subject: str) -> int:
