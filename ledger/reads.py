@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from warrant.ledger.models import Handoff, Observation, PreApproval, Proposal, Run, TraceEvent
 
 __all__ = [
+    "cited_observations",
     "handoff_by_id_or_run",
     "handoffs",
     "observations",
@@ -24,6 +25,7 @@ __all__ = [
     "runs",
     "runs_page",
     "trace",
+    "waiting_confirmations",
 ]
 
 
@@ -35,6 +37,31 @@ def run(s: Session, run_id: str) -> Run | None:
 def pending_proposal(s: Session, run: Run) -> Proposal | None:
     """The proposal the run waits on (``None`` if it waits on none)."""
     return s.get(Proposal, run.pending_proposal_id) if run.pending_proposal_id else None
+
+
+def waiting_confirmations(s: Session, *, limit: int) -> list[tuple[Run, Proposal]]:
+    """The runs waiting for a person's confirmation, each with its pending proposal, the one
+    waiting longest first."""
+    q = (
+        select(Run, Proposal)
+        .join(Proposal, Proposal.id == Run.pending_proposal_id)
+        .where(Run.status == "waiting_confirmation")
+        .order_by(Run.updated_at, Run.id)
+        .limit(limit)
+    )
+    return [(run, proposal) for run, proposal in s.execute(q)]
+
+
+def cited_observations(s: Session, run_id: str, ids: Sequence[str]) -> Sequence[Observation]:
+    """The run's observations among ``ids``, in the order they were made."""
+    if not ids:
+        return []
+    q = (
+        select(Observation)
+        .where(Observation.run_id == run_id, Observation.observation_id.in_(list(ids)))
+        .order_by(Observation.id)
+    )
+    return s.scalars(q).all()
 
 
 def run_exists(s: Session, run_id: str) -> bool:

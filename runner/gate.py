@@ -117,7 +117,7 @@ class AwaitConfirmation:
     def request(self) -> dict[str, Any]:
         """What a person is shown: action, target, key parameters, side effect, undo."""
         shown = {
-            k: ("<sensitive>" if k in self.tool.sensitive_fields else v)
+            k: ("<sensitive>" if k in self.tool.masked_fields else v)
             for k, v in self.arguments.items()
         }
         return {

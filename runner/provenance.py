@@ -67,7 +67,7 @@ def provenance_of(
         cites=list(proposal.source_observation_ids),
         sources=sources,
         resources=tool.resources,
-        sensitive=tool.sensitive_fields,
+        sensitive=tool.masked_fields,
     )
 
 

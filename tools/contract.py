@@ -142,6 +142,11 @@ class Tool(Generic[InputT, OutputT]):
     verify: Callable[[InputT, OutputT, ToolContext], bool] | None = None
     reconcile: Callable[[str, ToolContext], ReconcileResult] | None = None
     sensitive_fields: frozenset[str] = frozenset()
+    """Arguments kept out of traces, handoff bundles and webhooks (``<sensitive>`` there). The
+    person asked to confirm the call sees their values: that is what they approve."""
+    secret_fields: frozenset[str] = frozenset()
+    """Arguments nobody is shown, the approver included (a password, a key): ``<secret>``
+    wherever arguments are displayed. Also kept out of traces like ``sensitive_fields``."""
     output_source: ObservationSource = ObservationSource.TRUSTED_TOOL
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -155,6 +160,11 @@ class Tool(Generic[InputT, OutputT]):
     """A read that sends data out (a fetch whose URL or query the caller chooses): its
     ``resources`` are destinations, scoped like a write's targets, and a value that only
     untrusted content supplied needs a person's confirmation."""
+
+    @property
+    def masked_fields(self) -> frozenset[str]:
+        """Arguments masked in traces, handoff bundles and webhooks: sensitive or secret."""
+        return self.sensitive_fields | self.secret_fields
 
     @property
     def queue(self) -> str:
@@ -184,6 +194,7 @@ class Tool(Generic[InputT, OutputT]):
             "confirmation": self.confirmation.value,
             "timeoutSeconds": self.timeout_s,
             "sensitiveFields": sorted(self.sensitive_fields),
+            "secretFields": sorted(self.secret_fields),
             "maxAttempts": self.max_attempts,
             "reconcilable": self.reconcile is not None,
             "verifiesPostcondition": self.verify is not None,

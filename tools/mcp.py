@@ -217,7 +217,7 @@ def _tool(
             code="MCP_SERVER_UNAVAILABLE",
         ) from exc
     properties = input_model.input_schema.get("properties", {})
-    for field in [decl.resource_argument, *decl.sensitive_fields]:
+    for field in [decl.resource_argument, *decl.sensitive_fields, *decl.secret_fields]:
         if field is not None and field not in properties:
             raise config_error(path, f"{where}: {field!r} is not an argument of {remote.name}")
     return Tool(
@@ -235,6 +235,7 @@ def _tool(
         timeout_s=decl.timeout_s,
         resource=_resource(decl.resource_argument),
         sensitive_fields=frozenset(decl.sensitive_fields),
+        secret_fields=frozenset(decl.secret_fields),
         output_source=ObservationSource.UNTRUSTED_CONTENT,
         max_attempts=decl.max_attempts,
     )

@@ -51,7 +51,9 @@ class ToolDeclaration(BaseModel):
     timeout_s: float = Field(default=DEFAULT_TOOL_TIMEOUT_S, gt=0, le=3600)
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=20)
     sensitive_fields: list[str] = Field(default_factory=list)
-    """Arguments masked in confirmation requests and handoff bundles."""
+    """Arguments masked in traces and handoff bundles (shown to the approver of the call)."""
+    secret_fields: list[str] = Field(default_factory=list)
+    """Arguments shown to nobody, the approver included (masked everywhere)."""
 
     @property
     def capabilities(self) -> tuple[str, ...]:

@@ -7,7 +7,8 @@ info = client.wait(run_id, timeout=30)
 :class:`Client` gathers its methods by concern: runs (start, read, wait, cancel;
 :mod:`~warrant.runner.client.runs`), approvals (confirm, decline, grant;
 :mod:`~warrant.runner.client.approvals`), answers to a clarifying question
-(:mod:`~warrant.runner.client.answers`) and handoffs (:mod:`~warrant.runner.client.handoffs`).
+(:mod:`~warrant.runner.client.answers`), handoffs (:mod:`~warrant.runner.client.handoffs`) and
+the approval inbox's reads (:mod:`~warrant.runner.client.inbox`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from warrant.ledger.db import engine_for
 from warrant.runner.client.answers import AnswersClient
 from warrant.runner.client.approvals import ApprovalsClient
 from warrant.runner.client.handoffs import HandoffsClient
+from warrant.runner.client.inbox import InboxClient
 from warrant.runner.client.runs import RunInfo
 from warrant.runner.settings import resolved_urls
 
 __all__ = ["Client", "RunInfo"]
 
 
-class Client(ApprovalsClient, AnswersClient, HandoffsClient):
+class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient):
     """Talks to the ledger and publishes the first planner message of a run."""
 
     @classmethod

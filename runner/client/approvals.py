@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -34,21 +35,47 @@ from warrant.runner.errors import (
 from warrant.runner.settings import WarrantSettings
 from warrant.runner.spec import Grant
 
-__all__ = ["ApprovalsClient"]
+__all__ = ["ApprovalsClient", "Origin"]
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a person's decision came from, recorded in its trace event beside who."""
+
+    via: str
+    """``"web"`` (the inbox), ``"api"`` (HTTP) or ``"cli"``."""
+    address: str | None = None
+    """The client's address as the server saw it."""
+    user_agent: str | None = None
+
+    def details(self) -> dict[str, str]:
+        out = {"via": self.via}
+        if self.address:
+            out["from"] = self.address
+        if self.user_agent:
+            out["user_agent"] = self.user_agent[:200]
+        return out
 
 
 class ApprovalsClient(RunsClient):
     """Confirmations (bound to the pending proposal's hash) and operator grants."""
 
-    def confirm(self, run_id: str, *, proposal_hash: str, by: str) -> int:
-        """Approve exactly the pending proposal (bound to its hash). Returns the new version."""
-        return self._decide(run_id, proposal_hash=proposal_hash, by=by, approved=True)
+    def confirm(
+        self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
+    ) -> int:
+        """Approve exactly the pending proposal (bound to its hash). Returns the new version.
+        ``origin`` (where the decision came from) goes into the trace event beside ``by``."""
+        return self._decide(run_id, proposal_hash, by=by, approved=True, origin=origin)
 
-    def decline(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+    def decline(
+        self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
+    ) -> int:
         """Refuse the pending proposal; the planner sees a decline observation."""
-        return self._decide(run_id, proposal_hash=proposal_hash, by=by, approved=False)
+        return self._decide(run_id, proposal_hash, by=by, approved=False, origin=origin)
 
-    def _decide(self, run_id: str, *, proposal_hash: str, by: str, approved: bool) -> int:
+    def _decide(
+        self, run_id: str, proposal_hash: str, *, by: str, approved: bool, origin: Origin | None
+    ) -> int:
         if not by.strip():
             raise ConfirmationRefused(
                 "a confirmation needs the identity of who gave it",
@@ -62,8 +89,9 @@ class ApprovalsClient(RunsClient):
             _check_not_own_run(run, by=by)
             pending = _confirmable(s, run, proposal_hash=proposal_hash, now=now)
             trace_id = run.trace_id
+            decider = {"by": by, **(origin.details() if origin else {"via": "cli"})}
             version = _record_decision(
-                s, run_id, run, pending, proposal_hash=proposal_hash, by=by, approved=approved
+                s, run_id, run, pending, proposal_hash, decider=decider, approved=approved
             )
         from warrant.broker import telemetry
 
@@ -197,9 +225,9 @@ def _record_decision(
     run_id: str,
     run: Run,
     pending: Proposal,
-    *,
     proposal_hash: str,
-    by: str,
+    *,
+    decider: dict[str, str],
     approved: bool,
 ) -> int:
     """Record the decision and send the run back to the policy stage. Returns its version."""
@@ -213,9 +241,9 @@ def _record_decision(
         approved=approved,
         expires_at_step=int(request["expires_at_step"]),
         expires_at=float(request["expires_at"]),
-        decided_by=by,
+        decided_by=decider["by"],
     )
-    decided = {"confirmation_id": confirmation_id, "proposal_hash": proposal_hash, "by": by}
+    decided = {"confirmation_id": confirmation_id, "proposal_hash": proposal_hash, **decider}
     change = machine.resume_after_confirmation(run_view(run), approved=approved, decided=decided)
     version = commit(s, change, step=run.step, proposal_id=pending.proposal_id)
     return version

@@ -271,7 +271,7 @@ CHANGE_PASSWORD: Tool[ChangePasswordInput, ChangePasswordOutput] = Tool(
     resource=lambda args, subject: args.account,
     resources={"account": ResourceKind.IDENTIFIER},
     reconcile=_reconcile_password,
-    sensitive_fields=frozenset({"new_password"}),
+    secret_fields=frozenset({"new_password"}),
     retry_base_s=0.05,
 )
 

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Path, Request
 
 from warrant.runner.authz import Action, Identity, Role, name_of
-from warrant.runner.client.http.auth import deps, requires
+from warrant.runner.client.http.auth import deps, origin, requires
 from warrant.runner.client.http.errors import ERROR_RESPONSES
 from warrant.runner.client.http.models import (
     AnswerIn,
@@ -56,7 +56,9 @@ MemoryRevoker = Annotated[Identity, Depends(requires(Action.REVOKE_MEMORY))]
 def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
     """Approve exactly the pending proposal (bound to its hash); the run goes on."""
     client = deps(request).client
-    version = client.confirm(run_id, proposal_hash=body.proposal_hash, by=identity.label)
+    version = client.confirm(
+        run_id, proposal_hash=body.proposal_hash, by=identity.label, origin=origin(request, "api")
+    )
     return DecisionOut(run_id=run_id, decision="approved", version=version)
 
 
@@ -64,7 +66,9 @@ def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirm
 def decline(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
     """Refuse the pending proposal; the planner sees a decline observation."""
     client = deps(request).client
-    version = client.decline(run_id, proposal_hash=body.proposal_hash, by=identity.label)
+    version = client.decline(
+        run_id, proposal_hash=body.proposal_hash, by=identity.label, origin=origin(request, "api")
+    )
     return DecisionOut(run_id=run_id, decision="declined", version=version)
 
 

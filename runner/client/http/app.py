@@ -2,7 +2,8 @@
 
 Routes: ``/v1/runs…`` (:mod:`~warrant.runner.client.http.runs`), the actions on runs, handoffs
 and memory (:mod:`~warrant.runner.client.http.actions`), and here ``/v1/tokens/me``,
-``/metrics`` and ``/healthz``. The OpenAPI document is at ``/openapi.json`` (``/docs``).
+``/metrics`` and ``/healthz``; the browser pages under ``/ui``
+(:mod:`~warrant.runner.client.web`). The OpenAPI document is at ``/openapi.json`` (``/docs``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(actions.router)
     _system_routes(app)
+    from warrant.runner.client import web
+
+    web.install(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -14,7 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from warrant.runner.authz import Action, Identity, require
 from warrant.runner.errors import TokenInvalid
 
-__all__ = ["Deps", "authenticated", "deps", "requires"]
+__all__ = ["Deps", "authenticated", "deps", "origin", "requires"]
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -60,3 +60,12 @@ def requires(action: Action) -> Callable[..., Identity]:
 
     dependency.__name__ = f"requires_{action.value}"
     return dependency
+
+
+def origin(request: Request, via: str) -> Any:
+    """Where a request came from (:class:`~warrant.runner.client.approvals.Origin`): the peer
+    address uvicorn reports (behind a proxy, run uvicorn with ``--proxy-headers``)."""
+    from warrant.runner.client.approvals import Origin
+
+    address = request.client.host if request.client else None
+    return Origin(via=via, address=address, user_agent=request.headers.get("user-agent"))

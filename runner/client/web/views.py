@@ -1,0 +1,85 @@
+"""What each page shows, read from the client: one function per live view, returning the
+template's context. ``mark`` changes exactly when what the view shows changes (the live
+stream sends a new fragment then); each item's ``key`` and ``mark`` let the page replace only
+the items that changed, so focus and half-typed text elsewhere stay put."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from warrant.runner.authz import Action, Identity, allowed
+from warrant.runner.codes import RunStatus
+
+__all__ = ["VIEWS", "clock", "handoffs", "inbox", "run", "runs"]
+
+RUNS_PAGE = 50
+STATUSES = [s.value for s in RunStatus]
+
+
+def _mark(parts: list[str]) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def clock(epoch: float) -> str:
+    """``HH:MM:SS UTC`` (the page's script shows local time instead)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def left(epoch: float, now: float | None = None) -> str:
+    """How long until ``epoch``, for a page read without its script."""
+    seconds = int(epoch - (time.time() if now is None else now))
+    if seconds <= 0:
+        return "expired"
+    if seconds < 120:
+        return f"{seconds} s left"
+    return f"about {seconds // 60} min left"
+
+
+def inbox(client: Any, who: Identity, **_: Any) -> dict[str, Any]:
+    items = client.pending_confirmations(reveal_sensitive=allowed(who.role, Action.CONFIRM))
+    marks = [f"{p.run_id}:{p.version}:{p.proposal_hash}" for p in items]
+    return {"items": items, "mark": _mark(marks), "keys": marks}
+
+
+def runs(client: Any, who: Identity, *, status: str | None = None, **_: Any) -> dict[str, Any]:
+    status = status if status in STATUSES else None
+    found = client.list_runs(limit=RUNS_PAGE, status=status)
+    return {
+        "runs": found,
+        "status": status,
+        "statuses": STATUSES,
+        "mark": _mark([f"{r.run_id}:{r.version}" for r in found] + [status or ""]),
+    }
+
+
+def run(client: Any, who: Identity, *, run_id: str = "", **_: Any) -> dict[str, Any]:
+    info = client.get_run(run_id)
+    trace = client.trace(run_id)
+    return {
+        "run": info,
+        "trace": trace,
+        "budgets": client.budgets(run_id),
+        "mark": _mark([f"{info.version}", f"{len(trace)}"]),
+    }
+
+
+def handoffs(client: Any, who: Identity, **_: Any) -> dict[str, Any]:
+    found = client.handoffs(open_only=True)
+    return {
+        "handoffs": found,
+        "may_resolve": allowed(who.role, Action.RESOLVE_HANDOFF),
+        "mark": _mark([f"{h['handoff_id']}:{h['resolved_at']}" for h in found]),
+    }
+
+
+#: The live views: name → (loader, fragment template).
+VIEWS: dict[str, tuple[Callable[..., dict[str, Any]], str]] = {
+    "inbox": (inbox, "_inbox.html"),
+    "runs": (runs, "_runs.html"),
+    "run": (run, "_run.html"),
+    "handoffs": (handoffs, "_handoffs.html"),
+}

@@ -1,0 +1,273 @@
+"""The approval inbox in a real browser: Debian's Chromium, driven by Playwright, against
+``warrant serve``'s pages on a real uvicorn server over the real stack (PostgreSQL, Redis, a
+Celery worker). Facts are read back from the ledger."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import facts
+from tests.browser import launch
+from tests.integration.test_gate_pipeline import memory_spec, save
+from tests.integration.test_http_api import LiveServer, call, wait_until
+from warrant.ledger.models import Confirmation
+from warrant.runner.client import scenarios as sc
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+SCREENSHOT = Path(__file__).parents[2] / "docs" / "inbox.png"
+PHONE = {"width": 375, "height": 740}
+
+
+@pytest.fixture(scope="module")
+def api(client: Any) -> Iterator[str]:
+    from warrant.runner.client.http import create_app
+
+    with LiveServer(create_app(client=client)) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def browser(api: str) -> Iterator[Any]:
+    yield from launch()
+
+
+@pytest.fixture(scope="module")
+def people(engine: Any) -> dict[str, str]:
+    """A token per person: an approver, a second approver, a viewer, a producer, an operator."""
+    from warrant.runner.client.tokens import Tokens
+
+    suffix = uuid.uuid4().hex[:6]
+    made = {}
+    for who, role in [
+        ("alice", "approver"),
+        ("bob", "approver"),
+        ("vic", "viewer"),
+        ("pat", "producer"),
+        ("olga", "operator"),
+    ]:
+        name = f"{who}-{suffix}"
+        made[who], _ = Tokens(engine).create(name, role, created_by="tests")
+        made[f"label:{who}"] = f"{name} ({role})"
+    return made
+
+
+def log_in(context: Any, api: str, token: str, *, to: str = "/ui/inbox") -> Any:
+    page = context.new_page()
+    page.goto(api + to)
+    assert page.url.startswith(api + "/ui/login"), page.url
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(api + to)
+    return page
+
+
+def _start(api: str, people: dict[str, str], outputs: list[dict[str, Any]]) -> tuple[str, str]:
+    subject = f"inbox-{uuid.uuid4().hex[:8]}"
+    spec = memory_spec(outputs, subject)
+    r = call(api, people["pat"], "POST", "/v1/runs", json=spec)
+    assert r.status_code == 201, r.text
+    return r.json()["run_id"], subject
+
+
+def cited_save(value: str, pid: str) -> dict[str, Any]:
+    proposal = save(value, pid=pid)
+    proposal["source_observation_ids"] = ["user-1", "tool-1"]
+    proposal["reason_summary"] = "the user asked for answers in this language"
+    return proposal
+
+
+def test_an_approver_sees_a_request_appear_approves_it_and_watches_the_run_complete(
+    api, browser, people, engine, worker, tmp_path
+):
+    context = browser.new_context()
+    requested: list[str] = []
+    context.on("request", lambda r: requested.append(r.url))
+    page = log_in(context, api, people["alice"])
+    assert page.locator("#empty").is_visible()
+    page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+
+    outputs = [sc.search("p1"), cited_save("zh-CN", "p2"), sc.final("Saved.", "tool-1", "tool-2")]
+    run_id, subject = _start(api, people, outputs)
+    card = page.locator(f"#req-{run_id}")
+    card.wait_for(timeout=30_000)  # pushed by the live stream: nobody reloads
+    assert page.evaluate("window.loadedOnce") is True
+
+    # What the approver is shown: the exact proposal, the sensitive value included.
+    assert card.locator(".tool").inner_text() == "save_preference"
+    assert card.locator(".goal").inner_text() == sc.GOAL
+    assert card.locator(".resource").inner_text() == f"memory:{subject}/answer_language"
+    assert card.locator("[data-param=value] .value").inner_text() == '"zh-CN"'
+    assert card.locator("[data-param=value] .tag").inner_text() == "sensitive"
+    assert card.locator("[data-param=key] .value").inner_text() == '"answer_language"'
+    assert card.locator(".badge.se-idempotent-write").is_visible()
+    assert "again changes nothing more" in card.locator(".undo").inner_text()
+    assert re.fullmatch(r"(\d+ min )?\d+ s left", card.locator(".left").inner_text())
+    assert card.locator("[data-observation=user-1]").get_attribute("class") == "trusted"
+    assert card.locator("[data-observation=tool-1] .badge.untrusted").count() == 1
+    stored = call(api, people["vic"], "GET", f"/v1/runs/{run_id}").json()["confirmation_request"]
+    assert stored["parameters"]["value"] == "<sensitive>"  # what the API and webhooks carry
+    hash_field = card.locator("input[name=proposal_hash]")
+    assert hash_field.get_attribute("value") == stored["proposal_hash"]
+
+    page.set_viewport_size({"width": 1100, "height": 900})
+    shot = tmp_path / "inbox.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("WARRANT_UPDATE_SCREENSHOTS") == "1":  # make screenshots
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        shutil.copyfile(shot, SCREENSHOT)
+
+    # Keyboard only: Tab to the approve button, press Enter.
+    _tab_to(page, f"approve-{run_id}")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/ui/inbox\?done=.*"))
+    assert "approved" in page.locator("#notice").inner_text()
+
+    run_page = context.new_page()
+    run_page.goto(f"{api}/ui/runs/{run_id}")
+    run_page.locator("#run-status", has_text="completed").wait_for(timeout=30_000)
+    assert run_page.locator("#stop-reason").inner_text() == "FINAL_ANSWER_VALIDATED"
+    assert run_page.locator("[data-event='confirmation.approved']").count() == 1
+    assert run_page.locator("table.budgets th", has_text="tool calls").count() == 1
+
+    [approved] = facts.events(engine, run_id, "confirmation.approved")
+    assert approved.details["by"] == people["label:alice"]
+    assert (approved.details["via"], approved.details["from"]) == ("web", "127.0.0.1")
+    assert "Chrome" in approved.details["user_agent"]
+    assert facts.count(engine, Confirmation, run_id=run_id, decided_by=people["label:alice"]) == 1
+    assert requested and all(u.startswith(api) for u in requested), requested  # nothing else
+    context.close()
+
+
+def _tab_to(page: Any, element_id: str, *, limit: int = 200) -> None:
+    page.locator("body").focus()
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement && document.activeElement.id") == element_id:
+            return
+    raise AssertionError(f"#{element_id} cannot be reached with the keyboard")
+
+
+def test_a_stale_page_cannot_approve_a_changed_proposal(api, browser, people, engine, worker):
+    """Without JavaScript and on a phone-sized screen: the form works; the page drawn for one
+    proposal cannot approve the next one."""
+    context = browser.new_context(java_script_enabled=False, viewport=PHONE)
+    outputs = [
+        sc.search("p1"),
+        cited_save("zh-CN", "p2"),
+        cited_save("fr-FR", "p3"),
+        sc.final("Saved.", "tool-1"),
+    ]
+    run_id, _ = _start(api, people, outputs)
+    first = wait_until(api, people["alice"], run_id, {"waiting_confirmation", "failed"})
+    stale = log_in(context, api, people["alice"])
+    assert stale.locator(f"#req-{run_id} [data-param=value] .value").inner_text() == '"zh-CN"'
+    width = stale.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"the page scrolls sideways on a phone: {width}"
+
+    # Another approver declines; the planner proposes something else, also to be confirmed.
+    h = first["confirmation_request"]["proposal_hash"]
+    r = call(api, people["bob"], "POST", f"/v1/runs/{run_id}/decline", json={"proposal_hash": h})
+    assert r.status_code == 200, r.text
+    second = wait_until(api, people["alice"], run_id, {"waiting_confirmation", "failed"})
+    while second["version"] <= first["version"] + 1 or second["status"] != "waiting_confirmation":
+        second = wait_until(api, people["alice"], run_id, {"waiting_confirmation", "failed"})
+    assert second["confirmation_request"]["proposal_hash"] != h
+
+    stale.click(f"#approve-{run_id}")  # the page still shows zh-CN
+    refusal = stale.locator("#refusal")
+    assert refusal.locator(".code").inner_text() == "CONFIRMATION_HASH_MISMATCH"
+    assert facts.count(engine, Confirmation, run_id=run_id, approved=True) == 0
+    # The page now shows the current proposal, which can be approved.
+    fresh = stale.locator(f"#req-{run_id}")
+    assert fresh.locator("[data-param=value] .value").inner_text() == '"fr-FR"'
+    stale.click(f"#approve-{run_id}")
+    assert "approved" in stale.locator("#notice").inner_text()
+    done = wait_until(api, people["alice"], run_id, {"completed", "failed"})
+    assert done["status"] == "completed", done
+    context.close()
+
+
+def test_forms_are_bound_to_the_session_and_roles(api, people, engine, worker):
+    """CSRF, origin and role checks, in plain HTTP with the browser's cookie."""
+    outputs = [sc.search("p1"), cited_save("de-DE", "p2"), sc.final("Saved.", "tool-1")]
+    run_id, _ = _start(api, people, outputs)
+    waiting = wait_until(api, people["alice"], run_id, {"waiting_confirmation", "failed"})
+    h = waiting["confirmation_request"]["proposal_hash"]
+
+    opened: list[httpx.Client] = []
+
+    def session(who: str) -> httpx.Client:
+        c = httpx.Client(base_url=api, timeout=30)
+        opened.append(c)
+        r = c.post("/ui/login", data={"token": people[who], "next": "/ui/inbox"})
+        assert r.status_code == 303 and "warrant_token" in r.cookies, r.text
+        assert "httponly" in r.headers["set-cookie"].lower()
+        assert "samesite=strict" in r.headers["set-cookie"].lower()
+        return c
+
+    def csrf(c: httpx.Client) -> str:
+        page = c.get("/ui/inbox")
+        assert page.status_code == 200
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        found = re.search(r'name="csrf" value="([0-9a-f]{64})"', page.text)
+        assert found, "no CSRF value on the page"
+        return found.group(1)
+
+    decide = f"/ui/runs/{run_id}/decide"
+    alice = session("alice")
+    form = {"decision": "approve", "proposal_hash": h, "csrf": "0" * 64}
+    assert alice.post(decide, data=form).status_code == 403
+    form["csrf"] = csrf(alice)
+    other_site = alice.post(decide, data=form, headers={"Origin": "https://evil.example"})
+    assert other_site.status_code == 403 and "CSRF_FAILED" in other_site.text
+    # A form field never names who decides: the token does.
+    vic = session("vic")
+    page = vic.get("/ui/inbox").text
+    assert "&#34;de-DE&#34;" not in page and "hidden from your role" in page  # viewer: masked
+    viewer_form = {**form, "csrf": csrf(vic), "by": people["label:alice"]}
+    refused = vic.post(decide, data=viewer_form)
+    assert refused.status_code == 403 and "FORBIDDEN" in refused.text
+    assert facts.count(engine, Confirmation, run_id=run_id) == 0
+    # No cookie: the login form, and the API's own tokens do not open pages.
+    anonymous = httpx.get(api + "/ui/inbox", timeout=30)
+    assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/ui/login")
+    ok = alice.post(decide, data=form)
+    assert ok.status_code == 303 and ok.headers["location"].endswith("decision=approved")
+    assert wait_until(api, people["alice"], run_id, {"completed", "failed"})["status"] == (
+        "completed"
+    )
+    for c in opened:
+        c.close()
+
+
+def test_the_handoff_queue_resolves_a_run(api, browser, people, engine, client, worker):
+    run_spec = sc.spec([sc.search(f"p{i}") for i in range(6)])
+    run_spec["handoff"] = {"on_repeated_proposal": True}
+    info = client.wait(client.start_run(run_spec), timeout=30)
+    assert info.status == "handoff", info
+    handoff_id = client.handoff(info.run_id)["handoff_id"]
+
+    context = browser.new_context()
+    page = log_in(context, api, people["olga"], to="/ui/handoffs")
+    item = page.locator(f"#handoff-{handoff_id}")
+    item.locator("summary", has_text="Bundle").click()
+    assert "pending_proposal" in item.locator(".bundle").inner_text()
+    item.locator("input[value=failed]").check()
+    item.locator("textarea").fill("checked by hand: nothing to do")
+    item.locator("button", has_text="Resolve").click()
+    assert "resolved" in page.locator("#notice").inner_text()
+    assert page.locator(f"#handoff-{handoff_id}").count() == 0
+    [event] = facts.events(engine, info.run_id, "handoff.resolved")
+    assert (event.details["by"], event.details["outcome"]) == (people["label:olga"], "failed")
+    context.close()
