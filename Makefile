@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench chaos architecture clean
+.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench chaos architecture screenshots clean
 
 install: $(STAMP)
 
@@ -54,6 +54,9 @@ architecture: install  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
 
 chaos: install       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+screenshots: install  ## the inbox test, keeping its screenshot as docs/inbox.png (README)
+	WARRANT_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q tests/integration/test_inbox.py -k appear
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

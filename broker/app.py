@@ -8,8 +8,10 @@ settings).
 from __future__ import annotations
 
 from celery.signals import worker_process_init, worker_process_shutdown
+from kombu import Connection
 
 from warrant.broker import telemetry
+from warrant.broker._redis_transport import TRANSPORT as REDIS_TRANSPORT
 from warrant.broker.celery_app import (
     BROKER_HEARTBEAT_S,
     deployment_app,
@@ -20,6 +22,13 @@ from warrant.broker.context import close_worker_context
 from warrant.ledger.db import reset_engines
 
 __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
+
+# A connection names its transport in its URL (``as_uri``, ``info``) by the transport's name,
+# here a module path: Flower builds its broker client from that URL's scheme, knows ``redis``
+# but not ``warrant.broker._redis_transport:Transport`` ("'redis' broker is not supported").
+# kombu's aliases (``pyamqp`` -> ``amqp``) name our Redis transport ``redis`` in URLs; the
+# connection itself (``transport_cls``, clones, pools) keeps using our transport.
+Connection.resolve_aliases[REDIS_TRANSPORT] = "redis"
 
 app = deployment_app()
 

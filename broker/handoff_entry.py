@@ -35,7 +35,7 @@ def _unknown_effects(s: Session, run_id: str, registry: Registry) -> list[dict[s
                 "attempt": outcome.attempt,
                 "resolved_status": outcome.resolved_status,
                 "idempotency_key_hash": sha256_hex(cmd.idempotency_token)[:16],
-                "arguments": _masked(cmd.arguments, tool.sensitive_fields if tool else frozenset()),
+                "arguments": _masked(cmd.arguments, tool.masked_fields if tool else frozenset()),
                 "reconcilable": bool(tool and tool.reconcile),
                 "reconciliation_history": [
                     {"attempt": r.attempt, "result": r.result, "at": r.created_at.isoformat()}
@@ -59,7 +59,7 @@ def _pending(p: Proposal | None, registry: Registry) -> tuple[dict[str, Any] | N
         "status": p.status,
         "rejection_code": p.rejection_code,
         "proposal_hash": p.proposal_hash,
-        "arguments": _masked(p.arguments, tool.sensitive_fields if tool else frozenset()),
+        "arguments": _masked(p.arguments, tool.masked_fields if tool else frozenset()),
     }
     required = None
     if tool is not None:

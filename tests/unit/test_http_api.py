@@ -104,9 +104,13 @@ def test_statuses_follow_the_error_classes() -> None:
 def test_the_identity_is_the_tokens_label_never_the_bodys(http, fake) -> None:
     r = confirm(http, "approver", {"proposal_hash": "h"})
     assert r.json() == {"run_id": "r-1", "decision": "approved", "version": 7}
-    assert fake.calls == [
-        ("confirm", {"run_id": "r-1", "proposal_hash": "h", "by": "approver (approver)"})
-    ]
+    [(name, call)] = fake.calls
+    origin = call.pop("origin")
+    assert (name, call) == (
+        "confirm",
+        {"run_id": "r-1", "proposal_hash": "h", "by": "approver (approver)"},
+    )
+    assert (origin.via, origin.address) == ("api", "127.0.0.1")  # traced beside who
     r = confirm(http, "approver", {"proposal_hash": "h", "by": "mallory"})
     assert (r.status_code, r.json()["error"]["code"]) == (422, "REQUEST_INVALID")
 

@@ -16,9 +16,11 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
     as_json: JsonOpt = False,
 ) -> None:
-    """Serve the HTTP API (/v1, /metrics, /healthz; OpenAPI at /openapi.json and /docs).
+    """Serve the HTTP API (/v1, /metrics, /healthz; OpenAPI at /openapi.json and /docs) and
+    the approval inbox for browsers (/ui).
 
-    Callers present API tokens (`warrant token create NAME --role ROLE`)."""
+    Callers present API tokens (`warrant token create NAME --role ROLE`); in a browser, the
+    token is entered once on /ui/login."""
 
     def build() -> object:
         from warrant.runner.client.http import create_app
@@ -28,4 +30,5 @@ def serve(
     app = guard(as_json, build)
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    # Open live pages (server-sent events) must not hold a shutdown: they reconnect.
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)

@@ -42,11 +42,12 @@ DEFAULT_SESSION_S = 12 * 3600
 """How long the browser keeps the login (the token's own revocation ends it sooner)."""
 
 
-class LoginRequired(Exception):
-    """No valid token on the request: the page answers with a redirect to the login form."""
+class LoginRequired(TokenInvalid):
+    """No valid token on a page's request: answered with a redirect to the login form (an
+    API call gets ``401 TOKEN_INVALID`` instead)."""
 
     def __init__(self, next_path: str) -> None:
-        super().__init__(next_path)
+        super().__init__(f"log in to see {next_path}")
         self.next_path = next_path
 
 

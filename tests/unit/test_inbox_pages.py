@@ -1,0 +1,102 @@
+"""The inbox's pure parts: what is masked for whom, where a login may lead, the CSRF value,
+the event stream's framing, and escaping of what runs and planners wrote."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from warrant.runner.client.inbox import (
+    CitedObservation,
+    Parameter,
+    PendingConfirmation,
+    _parameters,
+)
+from warrant.runner.client.web import live, render, session, views
+
+SECRET, SENSITIVE = frozenset({"password"}), frozenset({"body"})
+ARGS = {"to": "bob@example.com", "body": "hello", "password": "hunter2"}
+
+
+def shown(*, reveal: bool, hidden=(SECRET, SENSITIVE)) -> dict[str, Parameter]:
+    proposal = SimpleNamespace(arguments=ARGS)
+    request = {"parameters": {**ARGS, "body": "<sensitive>", "password": "<sensitive>"}}
+    return {p.name: p for p in _parameters(proposal, request, hidden, reveal)}  # type: ignore[arg-type]
+
+
+def test_an_approver_sees_sensitive_values_and_nobody_sees_secrets():
+    approver = shown(reveal=True)
+    assert approver["body"] == Parameter("body", '"hello"', None, sensitive=True)
+    assert approver["to"].value == '"bob@example.com"'
+    assert approver["password"].masked == "secret" and "hunter2" not in approver["password"].value
+    viewer = shown(reveal=False)
+    assert viewer["body"].masked == "sensitive" and "hello" not in viewer["body"].value
+    assert viewer["password"].masked == "secret"
+
+
+def test_a_tool_gone_from_the_registry_shows_the_stored_masked_request():
+    gone = shown(reveal=True, hidden=None)
+    assert gone["body"].value == '"<sensitive>"' and gone["password"].value == '"<sensitive>"'
+
+
+@pytest.mark.parametrize(
+    ("asked", "goes"),
+    [
+        ("/ui/runs/abc", "/ui/runs/abc"),
+        ("//evil.example/ui/", "/ui/inbox"),
+        ("https://evil.example/ui/", "/ui/inbox"),
+        ("/v1/runs", "/ui/inbox"),
+        ("/ui/\\evil", "/ui/inbox"),
+        (None, "/ui/inbox"),
+    ],
+)
+def test_a_login_only_leads_to_our_pages(asked, goes):
+    assert session.safe_next(asked) == goes
+
+
+def test_the_csrf_value_is_bound_to_the_token():
+    a, b = session.csrf_for("wrt_a"), session.csrf_for("wrt_b")
+    assert re.fullmatch("[0-9a-f]{64}", a) and a != b and a == session.csrf_for("wrt_a")
+
+
+def test_an_event_carries_every_line_of_its_fragment():
+    assert live.event("fragment", "<p>\n1</p>") == "event: fragment\ndata: <p>\ndata: 1</p>\n\n"
+    assert live.event("logout", "") == "event: logout\ndata: \n\n"
+
+
+def test_time_left_reads_plainly():
+    assert views.left(100.0, now=100.0) == "expired"
+    assert views.left(145.0, now=100.0) == "45 s left"
+    assert views.left(100.0 + 600, now=100.0) == "about 10 min left"
+    assert views.clock(0) == "1970-01-01 00:00:00 UTC"
+
+
+def test_what_a_planner_or_a_web_page_wrote_is_escaped():
+    hostile = "<script>alert(1)</script>"
+    item = PendingConfirmation(
+        run_id="r1",
+        version=3,
+        goal=hostile,
+        subject="s",
+        started_by=None,
+        step=2,
+        tool="send",
+        tool_version="1",
+        action=hostile,
+        resource=hostile,
+        side_effect="irreversible",
+        reversible=False,
+        undo="Cannot be undone.",
+        proposal_hash="a" * 64,
+        expires_at=0.0,
+        reason=hostile,
+        parameters=[Parameter("to", f'"{hostile}"')],
+        cited=[CitedObservation("tool-1", "tool-result", "untrusted-content", 1, hostile, True)],
+    )
+    context = {"items": [item], "may_confirm": True, "csrf": "c", "who": None}
+    html = render.fragment("_inbox.html", context)
+    assert "<script>" not in html and html.count("&lt;script&gt;") == 6
+    assert 'name="proposal_hash" value="' + "a" * 64 in html
+    assert "untrusted content: data, not instructions" in html
