@@ -144,3 +144,17 @@ def test_a_worker_health_check_pings_its_own_container_only():
         destinations = words[words.index("-d") + 1].split(",")
         # "$$" is compose's escape: the shell sees $HOSTNAME, the container's host name
         assert destinations == [f"{role}@$$HOSTNAME" for role in ROLES]
+
+
+def test_the_api_and_the_inbox_are_served_after_the_migration():
+    from typer.main import get_command
+
+    from warrant.runner.client.cli import app as cli
+
+    serve = SERVICES["serve"]
+    assert serve["command"][0] in get_command(cli).commands  # type: ignore[attr-defined]
+    port = serve["command"][serve["command"].index("--port") + 1]
+    assert serve["ports"] == [f"{port}:{port}"] and "/healthz" in " ".join(
+        serve["healthcheck"]["test"]
+    )
+    assert serve["depends_on"]["migrate"]["condition"] == "service_completed_successfully"

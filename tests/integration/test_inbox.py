@@ -127,12 +127,21 @@ def test_an_approver_sees_a_request_appear_approves_it_and_watches_the_run_compl
         SCREENSHOT.parent.mkdir(exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
 
+    runs_page = context.new_page()
+    runs_page.goto(f"{api}/ui/runs")
+    row = runs_page.locator(f"#run-{run_id} .status")
+    assert row.inner_text() == "waiting_confirmation"
+    runs_page.evaluate("window.loadedOnce = true")
+
     # Keyboard only: Tab to the approve button, press Enter.
     _tab_to(page, f"approve-{run_id}")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r".*/ui/inbox\?done=.*"))
     assert "approved" in page.locator("#notice").inner_text()
+    assert page.locator(f"#req-{run_id}").count() == 0  # answered: no longer in the inbox
 
+    row.filter(has_text="completed").wait_for(timeout=30_000)  # the list follows, live
+    assert runs_page.evaluate("window.loadedOnce") is True
     run_page = context.new_page()
     run_page.goto(f"{api}/ui/runs/{run_id}")
     run_page.locator("#run-status", has_text="completed").wait_for(timeout=30_000)
