@@ -31,6 +31,7 @@ app.command("reconcile")(stack.reconcile_once)
 app.command("beat")(stack.beat)
 app.command("worker")(stack.worker)
 app.command("up")(stack.up)
+app.command("down")(stack.down)
 app.command("demo")(stack.demo)
 app.command("serve")(serve)
 

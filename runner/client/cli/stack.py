@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from warrant.runner.client.cli import background
 from warrant.runner.client.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -21,7 +22,7 @@ from warrant.runner.client.cli.common import (
     print_json,
 )
 
-__all__ = ["beat", "demo", "reconcile_once", "up", "worker"]
+__all__ = ["beat", "demo", "down", "reconcile_once", "up", "worker"]
 
 
 def reconcile_once(as_json: JsonOpt = False) -> None:
@@ -128,12 +129,22 @@ def _report_exit(exit_: Any, as_json: bool) -> None:
 
 def up(
     concurrency: Annotated[int, typer.Option(min=1, help="Processes per role.")] = 1,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach", "-d", help="Run in the background; return once ready (`warrant down`)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start services (embedded if none configured), migrate, run every worker role.
 
     A role that dies is reported (exit code or signal, last log lines) and restarted with
-    back-off; Ctrl-C or SIGTERM stops the workers and the embedded servers."""
+    back-off; Ctrl-C or SIGTERM stops the workers and the embedded servers. With --detach it
+    runs in the background (output in <data dir>/up.log) until `warrant down`."""
+    if detach:
+        _up_detached(concurrency, as_json)
+        return
     _raise_on_sigterm()
     stack = _stack(as_json, concurrency)
     info = {
@@ -147,6 +158,7 @@ def up(
         f"({'embedded' if info['embedded'] else 'external'} services). Ctrl-C stops."
     )
     sys.stdout.flush()
+    background.write_ready(info)
     try:
         stack.supervise(until=lambda: False, report=lambda e: _report_exit(e, as_json))
     except KeyboardInterrupt:
@@ -156,6 +168,31 @@ def up(
         stack.stop()
         if not as_json:
             console.print("stopped")
+
+
+def _up_detached(concurrency: int, as_json: bool) -> None:
+    from warrant.runner.settings import WarrantSettings
+
+    data_dir = WarrantSettings().data_dir
+    with console.status("starting services and workers …") if not as_json else nullcontext():
+        info = guard(as_json, lambda: background.detach(data_dir, concurrency=concurrency))
+    if as_json:
+        print_json(info)
+        return
+    console.print(
+        f"[green]up[/] in the background (pid {info['pid']}): workers "
+        f"{', '.join(info['workers'])}; log {info['log']}. `warrant down` stops it."
+    )
+
+
+def down(as_json: JsonOpt = False) -> None:
+    """Stop the stack that `warrant up --detach` started (SIGTERM; waits for a clean stop)."""
+    from warrant.runner.settings import WarrantSettings
+
+    data_dir = WarrantSettings().data_dir
+    with console.status("stopping …") if not as_json else nullcontext():
+        out = guard(as_json, lambda: background.stop(data_dir))
+    print_json(out) if as_json else console.print(f"stopped (pid {out['stopped']})")
 
 
 def demo(as_json: JsonOpt = False) -> None:
