@@ -25,7 +25,7 @@ from warrant.runner.views import GrantView
 
 __all__ = ["DEFAULT_MEMORY_KEYS", "MemoryConflict", "MemoryStore"]
 
-#: Keys a deployment allows by default (``WARRANT_MEMORY_KEYS`` overrides).
+#: Keys a deployment allows by default (``Stores(engine, memory_keys=...)`` sets others).
 DEFAULT_MEMORY_KEYS = ("answer_language", "citation_style")
 MAX_VALUE_CHARS = 40
 
