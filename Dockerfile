@@ -9,7 +9,11 @@ COPY broker ./broker
 COPY ledger ./ledger
 COPY warrant ./warrant
 RUN pip install --no-cache-dir .
-RUN useradd --create-home warrant
+# Every path a compose volume is mounted on exists and belongs to `warrant`: Docker copies an
+# image directory's ownership into a new named volume, which would otherwise be root's.
+RUN useradd --create-home warrant \
+    && mkdir -p /data \
+    && chown warrant:warrant /data
 USER warrant
 ENTRYPOINT ["warrant"]
 CMD ["--help"]

@@ -11,7 +11,9 @@ import functools
 from typing import Any
 
 from celery import Celery
+from celery.signals import beat_init, worker_init
 
+from warrant.broker import telemetry
 from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from warrant.broker.registration import RegisterWorker
 from warrant.broker.revocations import TrimRevokedRuns
@@ -64,6 +66,20 @@ def deployment_app() -> Celery:
     """This process's app, built once from the environment (a forked child keeps its
     parent's)."""
     return make_app()
+
+
+@worker_init.connect
+def _name_worker_for_tracing(sender: Any = None, **_: Any) -> None:
+    """Before the pool forks: the worker's service name is its role's, from the queues it
+    consumes (``-Q``), so its pool processes trace as ``warrant-planner``, ... ."""
+    queues = sender.app.amqp.queues.consume_from if sender is not None else None
+    telemetry.name_worker(list(queues) if queues else None)
+
+
+@beat_init.connect
+def _trace_beat(**_: Any) -> None:
+    """Beat publishes the reconciler's sweeps: traced as ``warrant-beat``."""
+    telemetry.configure(service_name=telemetry.SERVICE_NAMES["beat"])
 
 
 def _check_visibility_timeout(settings: WarrantSettings, registry: Registry) -> None:

@@ -278,8 +278,11 @@ class Publisher:
                 producer.close()
                 connection.close()
 
-    def planner(self, run_id: str, version: int) -> None:
-        self._send(TASK_PLANNER, run_id, {"run_id": run_id, "version": version})
+    def planner(self, run_id: str, version: int, *, countdown: float | None = None) -> None:
+        """The run's planner step; ``countdown``: not before that many seconds (a model
+        retry's wait, spent in the broker, not in a worker)."""
+        kwargs = {"run_id": run_id, "version": version}
+        self._send(TASK_PLANNER, run_id, kwargs, countdown=countdown)
 
     def policy(self, run_id: str, version: int) -> None:
         self._send(TASK_POLICY, run_id, {"run_id": run_id, "version": version})
@@ -333,8 +336,8 @@ class RecordingPublisher:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
 
-    def planner(self, run_id: str, version: int) -> None:
-        self.sent.append(("planner", {"run_id": run_id, "version": version}))
+    def planner(self, run_id: str, version: int, *, countdown: float | None = None) -> None:
+        self.sent.append(("planner", {"run_id": run_id, "version": version}))  # at once
 
     def policy(self, run_id: str, version: int) -> None:
         self.sent.append(("policy", {"run_id": run_id, "version": version}))

@@ -1,10 +1,18 @@
-"""Planner step: load, check budgets, ask the planner, record, hand on. Shell only."""
+"""Planner step: load, check budgets, ask the planner, record, hand on. Shell only.
+
+A model that cannot answer now (:class:`~warrant.runner.retry.PlannerRetryLater`: a 429, a
+5xx, a timeout) does not hold the worker: the step records a ``model.retry.scheduled`` event
+(no version change) and re-publishes the same run and version with a countdown
+(``Retry-After`` capped, else backoff; :class:`~warrant.runner.retry.ModelRetries`). After the
+planner's last attempt the run fails with ``MODEL_FAILED``.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from warrant.broker import telemetry
@@ -12,9 +20,19 @@ from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
 from warrant.broker.publish import Outbox
+from warrant.ledger import reads
+from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import insert_proposal
-from warrant.ledger.repo import NewObservation, StaleVersion, commit, observations_of, run_view
+from warrant.ledger.repo import (
+    NewObservation,
+    StaleVersion,
+    append_events,
+    commit,
+    observations_of,
+    run_view,
+)
 from warrant.ledger.stage_loads import autocommit, load_planning
+from warrant.ledger.sweeps import touch_run
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
     ObservationKind,
@@ -26,9 +44,10 @@ from warrant.runner.codes import (
 )
 from warrant.runner.memory_view import DEFAULT_MAX_ITEMS
 from warrant.runner.planner_kinds import planner_kinds
-from warrant.runner.planners import PlannerFailure, planner_for
+from warrant.runner.planners import PlannerFailure, PlannerRetryLater, planner_for
+from warrant.runner.retry import MODEL_RETRY_CAP_S, MODEL_RETRY_EVENT, ModelRetries
 from warrant.runner.run_machine import Stop
-from warrant.runner.spec import RunSpec
+from warrant.runner.spec import FixturePlannerSpec, RunSpec, Usage
 from warrant.runner.step_decisions import Complete, Forward, check_before_planning, interpret
 from warrant.runner.views import RunView
 
@@ -41,6 +60,9 @@ log = logging.getLogger("warrant.planner")
 #: last (a fixture planner's spec holds every scripted output, so it is not small).
 SPEC_CACHE_SIZE = 256
 _SPECS: OrderedDict[str, RunSpec] = OrderedDict()
+#: Seconds before its retry time a waiting step may run (clocks differ); an earlier delivery (a
+#: duplicate, a stall sweep's copy) is dropped: the delayed one is on its way, else the sweep's.
+EARLY_TOLERANCE_S = 0.5
 
 
 def _remember(run_id: str, spec: RunSpec) -> RunSpec:
@@ -50,12 +72,26 @@ def _remember(run_id: str, spec: RunSpec) -> RunSpec:
     return spec
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """What asking the planner gave: an output, an invalid reply, a failure, or "later"."""
+
+    raw: Any = None
+    usage: Usage = field(default_factory=Usage)
+    calls: int = 0
+    failed: dict[str, Any] | None = None
+    """``code`` (and after retries ``attempts`` and the ``last`` attempt's code)."""
+    invalid: str | None = None
+    later: PlannerRetryLater | None = None
+
+
 def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
-    """Returns what happened: ``ignored``, ``stopped``, ``completed`` or ``forwarded``.
+    """Returns what happened: ``ignored``, ``stopped``, ``completed``, ``forwarded``,
+    ``invalid_output`` or ``retry_scheduled``.
 
     One read (the run and everything its working-memory view shows) and one write (the
     transition with the step's proposal), each a single statement in autocommit mode: no
-    transaction is open while the planner thinks."""
+    transaction is open while the planner thinks (a model's step also reads :func:`_retries`)."""
     spec = _SPECS.get(run_id)
     with autocommit(ctx.engine) as conn:
         row = load_planning(
@@ -73,41 +109,94 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     ):
         log.info("ignoring stale planner message run=%s v=%s", run_id, version)
         return "ignored"
-    view = run_view(row)
-    stop = check_before_planning(view, ctx.clock())
-    if stop is not None:
-        return _stop(ctx, view.run_id, version, view, stop, step=view.step)
     if spec is None:
         spec = _remember(run_id, RunSpec.model_validate(row.spec))
+    retries = _retries(ctx, spec, run_id, version)
+    if retries.not_before > ctx.clock() + EARLY_TOLERANCE_S:
+        log.info("planner message before its retry time run=%s v=%s", run_id, version)
+        return "ignored"
+    view = replace(run_view(row), model_calls=row.model_calls + retries.calls)
+    stop = check_before_planning(view, ctx.clock())
+    if stop is not None:
+        counters = {"model_calls": view.model_calls} if retries.calls else None
+        return _stop(ctx, view, stop, counters=counters)
     memory = view_from_row(row, view, registry=ctx.registry)
-    outbox = Outbox()
     built = _built(memory)
-    raw, usage, calls, failure, invalid = _ask(ctx, spec, view, memory)
+    answer = _ask(ctx, spec, view, memory)
+    later = answer.later
+    if later is not None:
+        cap_s = min(MODEL_RETRY_CAP_S, ctx.settings.stall_after_s / 2)
+        decision = retries.decide(later, run=view, now=ctx.clock(), cap_s=cap_s)
+        if decision.retry:
+            event = retries.event(later, decision, version=version, now=ctx.clock())
+            return _retry_later(ctx, view, event)
+        answer = replace(answer, later=None, failed=retries.failure(later, decision))
+    return _conclude(ctx, view, built, answer)
+
+
+def _conclude(
+    ctx: StageContext, view: RunView, built: tuple[str, dict[str, Any]], answer: _Answer
+) -> str:
+    """Commit what the planner's answer means (one statement), then hand on."""
+    usage, version = answer.usage, view.version
     step = view.step + 1
     counters = {
         "step": step,
-        "model_calls": view.model_calls + calls,
+        "model_calls": view.model_calls + answer.calls,
         "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
         "cost_used": view.cost_used + usage.cost,
     }
+    outbox = Outbox()
     try:
         with autocommit(ctx.engine) as conn:
-            if invalid is not None:
-                result = _invalid_output(ctx, conn, view, step, counters, built, invalid)
-            elif failure is not None:
-                result = _model_failed(conn, view, version, step, counters, built, failure)
+            if answer.invalid is not None:
+                result = _invalid_output(ctx, conn, view, step, counters, built, answer.invalid)
+            elif answer.failed is not None:
+                failed = answer.failed
+                result = _model_failed(conn, view, version, step, counters, built, failed)
             else:
+                raw, calls = answer.raw, answer.calls
                 result = _record_proposal(
                     ctx, conn, view, version, step, counters, built, raw, usage, calls
                 )
     except StaleVersion:
-        log.info("planner step lost the race run=%s v=%s", run_id, version)
+        log.info("planner step lost the race run=%s v=%s", view.run_id, version)
         return "ignored"
-    crash_point("planner:after_commit", run_id)
+    crash_point("planner:after_commit", view.run_id)
     if result[1] is not None:
         outbox.add(result[1])
     outbox.flush()
     return result[0]
+
+
+def _retries(ctx: StageContext, spec: RunSpec, run_id: str, version: int) -> ModelRetries:
+    """The step's earlier attempts (its retry events). A fixture planner never asks for
+    later: its steps skip this read."""
+    if isinstance(spec.planner, FixturePlannerSpec):
+        return ModelRetries()
+    with session_scope(ctx.engine) as s:
+        return ModelRetries.of(
+            e.details
+            for e in reads.trace(s, run_id)
+            if e.event == MODEL_RETRY_EVENT and (e.details or {}).get("version") == version
+        )
+
+
+def _retry_later(ctx: StageContext, view: RunView, event: dict[str, Any]) -> str:
+    """Record the attempt (its cost, when to try again) and re-publish the step with that
+    countdown: nothing waits in this process."""
+    with session_scope(ctx.engine) as s:
+        append_events(s, view.run_id, [(MODEL_RETRY_EVENT, event)], step=view.step + 1)
+        touch_run(s, view.run_id)  # progress: the stall sweep leaves the waiting step alone
+    outbox = Outbox()
+    outbox.add(lambda: _planner_later(ctx, view.run_id, view.version, event["delay_s"]))
+    outbox.flush()
+    return "retry_scheduled"
+
+
+def _planner_later(ctx: StageContext, run_id: str, version: int, delay_s: float) -> None:
+    """The planner message, delivered after ``delay_s`` (the broker holds it, no worker)."""
+    ctx.publisher.planner(run_id, version, countdown=delay_s if delay_s > 0 else None)
 
 
 def _built(memory: Any) -> tuple[str, dict[str, Any]]:
@@ -121,8 +210,8 @@ def _built(memory: Any) -> tuple[str, dict[str, Any]]:
     return ("observation.built", details)
 
 
-def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> tuple[Any, ...]:
-    """The planner's reply: ``(raw, usage, calls, failure code, invalid reason)``."""
+def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> _Answer:
+    """The planner's reply, its failure, or its request to be asked later."""
     try:
         with telemetry.span("planner.propose", run_id=view.run_id, step=view.step + 1):
             reply = planner_for(
@@ -133,9 +222,11 @@ def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> tuple[
                     refs=ctx.settings.planners, entry_points=ctx.settings.plugin_entry_points
                 ),
             ).propose(view, memory)
+    except PlannerRetryLater as exc:  # before PlannerFailure: it is one
+        return _Answer(usage=exc.usage, calls=exc.calls, later=exc)
     except PlannerFailure as exc:
-        return None, exc.usage, exc.calls, exc.code, None
-    return reply.raw, reply.usage, reply.calls, None, reply.invalid
+        return _Answer(usage=exc.usage, calls=exc.calls, failed={"code": exc.code})
+    return _Answer(reply.raw, reply.usage, reply.calls, invalid=reply.invalid)
 
 
 _Result = tuple[str, Callable[[], None] | None]
@@ -148,17 +239,17 @@ def _model_failed(
     step: int,
     counters: dict[str, Any],
     built: tuple[str, dict[str, Any]],
-    failure: str,
+    failed: dict[str, Any],
 ) -> _Result:
-    deadline = failure == "DEADLINE_REACHED"
+    deadline = failed["code"] == "DEADLINE_REACHED"
     reason = StopReason.DEADLINE_REACHED if deadline else StopReason.MODEL_FAILED
-    stop = Stop(RunStatus.FAILED, reason, {"code": failure})
+    stop = Stop(RunStatus.FAILED, reason, dict(failed))
     change = machine.stop(
         view,
         stop,
         step=step,
         counters=counters,
-        events=[built, ("model.failed", {"code": failure})],
+        events=[built, ("model.failed", dict(failed))],
     )
     commit(conn, change, step=step)
     return "stopped", None
@@ -242,10 +333,12 @@ def _record_proposal(
     return result, None
 
 
-def _stop(ctx: StageContext, run_id: str, version: int, view: Any, stop: Stop, *, step: int) -> str:
+def _stop(ctx: StageContext, view: RunView, stop: Stop, *, counters: Any = None) -> str:
+    """A stop before the planner is asked (``counters``: earlier attempts' model calls)."""
+    step = view.step
     try:
         with autocommit(ctx.engine) as conn:
-            commit(conn, machine.stop(view, stop, step=step), step=step)
+            commit(conn, machine.stop(view, stop, step=step, counters=counters), step=step)
     except StaleVersion:
         return "ignored"
     return "stopped"

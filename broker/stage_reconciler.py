@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
 from sqlalchemy import func
 
+from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.publish import Outbox
 from warrant.broker.reconcile_effects import reconcile_unknown_effects
@@ -68,6 +69,7 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
     settings = settings or WarrantSettings()
     t0 = time.perf_counter()
     report = SweepReport()
+    ctx = _in_run_traces(ctx)
     with sweeps.sweep_lock(ctx.engine, SWEEP_LOCK) as got:
         if not got:
             return SweepReport(locked=False)
@@ -79,6 +81,21 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
         report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed
     report.duration_ms = round((time.perf_counter() - t0) * 1000, 2)
     return report
+
+
+def _in_run_traces(ctx: StageContext) -> StageContext:
+    """The sweep's context, publishing every message in its run's trace (the run's recorded
+    ``trace_id``) rather than the sweep's own: a stalled run re-published, a command retried
+    after reconciliation, an effect found applied — the run stays one trace."""
+    if not telemetry.enabled():
+        return ctx
+
+    def trace_of(run_id: str) -> str | None:
+        with session_scope(ctx.engine) as s:
+            return sweeps.run_trace_id(s, run_id)
+
+    publisher: Any = telemetry.RunTracedPublisher(ctx.publisher, trace_of)
+    return replace(ctx, publisher=publisher)
 
 
 # --- 1. stale commands -----------------------------------------------------------------------
@@ -167,6 +184,7 @@ def _stalled_runs(ctx: StageContext, settings: WarrantSettings, report: SweepRep
             if run is None or run.status != RunStatus.RUNNING:
                 continue
             version, phase = run.version, run.phase
+            # ctx.publisher publishes in the run's trace (see _in_run_traces)
             if phase == Phase.PLANNING:
                 outbox.add(partial(ctx.publisher.planner, run_id, version))
             elif phase == Phase.POLICY:

@@ -16,6 +16,7 @@ __all__ = [
     "cited_observations",
     "handoff_by_id_or_run",
     "handoffs",
+    "ids_by_prefix",
     "observations",
     "pending_proposal",
     "pre_approvals",
@@ -164,3 +165,23 @@ def pre_approvals(s: Session, run_id: str) -> list[dict[str, Any]]:
         }
         for a in rows
     ]
+
+
+def ids_by_prefix(s: Session, key: str, *, kind: str, min_length: int) -> list[str]:
+    """What id ``key`` names, for commands that accept an id prefix: ``[key]`` if a run
+    (``kind="handoff"``: a handoff, or a run with one) has that id; else the ids (two at most:
+    enough to tell unique from ambiguous) that start with ``key``, if it has at least
+    ``min_length`` characters. A handoff prefix matches handoff ids first, then run ids."""
+    exact = handoff_by_id_or_run(s, key) if kind == "handoff" else s.get(Run, key)
+    if exact is not None:
+        return [key]
+    if len(key) < min_length:
+        return []
+    pattern = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    columns = (Handoff.id, Handoff.run_id) if kind == "handoff" else (Run.id,)
+    for column in columns:
+        q = select(column).where(column.like(pattern, escape="\\")).distinct().limit(2)
+        found = list(s.scalars(q))
+        if found:
+            return found
+    return []

@@ -21,6 +21,7 @@ __all__ = [
     "attempt_may_run",
     "due_unknown_outcomes",
     "lock_unknown",
+    "run_trace_id",
     "stale_commands",
     "stalled_runs",
     "sweep_lock",
@@ -117,6 +118,12 @@ def stalled_runs(s: Session, *, older_than_s: float, limit: int) -> list[str]:
             .limit(limit)
         ).all()
     )
+
+
+def run_trace_id(s: Session, run_id: str) -> str | None:
+    """The trace id recorded at the run's start (None: untraced or no such run), so what the
+    reconciler re-publishes continues the run's trace."""
+    return s.scalar(select(Run.trace_id).where(Run.id == run_id))
 
 
 def touch_run(s: Session, run_id: str) -> None:

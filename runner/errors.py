@@ -6,10 +6,16 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     WarrantError                    WARRANT_ERROR
     ├── InvalidRequest              INVALID_REQUEST      bad input that no run state could fix
     │   │                           (UNKNOWN_ROLE, UNKNOWN_TOOL, INVALID_RESOLUTION,
-    │   │                           RESOLUTION_IDENTITY_REQUIRED, ARGUMENTS_NOT_JSON, …)
+    │   │                           RESOLUTION_IDENTITY_REQUIRED, ARGUMENTS_NOT_JSON,
+    │   │                           USAGE_ERROR: a command line click/typer refused, …)
+    │   ├── InvalidChoice           INVALID_CHOICE       a value outside a fixed set; ``valid``
+    │   │                                                lists the set (STATUS_INVALID)
+    │   ├── IdAmbiguous             ID_AMBIGUOUS         an id prefix that several ids share
     │   ├── InvalidResource         RESOURCE_INVALID     no valid value of its resource kind
     │   └── InvalidScope            SCOPE_INVALID        no valid scope of its resource kind
     │                               (both warrant.runner.scopes)
+    ├── SettingsInvalid             SETTINGS_INVALID     a WARRANT_* setting that cannot be read
+    │                                                    (not a number, not a database URL, …)
     ├── SpecError                   SPEC_INVALID         a run spec failed validation
     ├── NotFound                    NOT_FOUND            no such object
     │   ├── RunNotFound             RUN_NOT_FOUND        no run with that id
@@ -17,6 +23,8 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │   └── MemoryNotFound          MEMORY_NOT_FOUND     no long-term memory record with that id
     ├── StateConflict               STATE_CONFLICT       the request does not fit the run's state
     │   │                           (RUN_NOT_CANCELLABLE, HANDOFF_ALREADY_RESOLVED)
+    │   ├── RunFinished             RUN_FINISHED         a grant or pre-approval for a run that
+    │   │                                                is completed, failed or cancelled
     │   ├── StaleVersion            STALE_VERSION        a compare-and-set on the run version
     │   │                                                lost (warrant.ledger.repo; hot path)
     │   └── IllegalTransition       ILLEGAL_TRANSITION   a status change the run state machine
@@ -39,7 +47,9 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     ├── PluginError                 PLUGIN_LOAD_FAILED   a tool/planner plug-in could not be
     │                               loaded, or two clash (TOOL_CONFLICT, …)
     ├── PlannerFailure              PLANNER_FAILED       the planner produced nothing usable
-    │                               (warrant.runner.step_decisions; MODEL_UNREACHABLE, …)
+    │   │                           (warrant.runner.step_decisions; MODEL_UNREACHABLE, …)
+    │   └── PlannerRetryLater       PLANNER_RETRY_LATER  ask again after a delay (429, 5xx):
+    │                               the step is re-published with a countdown (runner.retry)
     └── ToolError                   TOOL_ERROR           raised *by tool code* for a typed outcome
         ├── ToolRejected            TOOL_REJECTED        valid input, business or permission refusal
         ├── ToolFailed              TOOL_FAILED          known not applied; ``retryable`` says if a
@@ -48,10 +58,11 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
                                                          reconciliation can tell
 
 The CLI maps classes to exit codes: ``InvalidRequest``, ``SpecError``, ``NotFound``,
-``StateConflict``, ``ConfirmationRefused``, ``Unauthorized`` and ``PluginError`` exit 2 (bad
-input), ``ServiceUnavailable`` exits 3, anything else 1. ``--json`` returns ``code``; the
-message is for people and may change. ``tests/unit/test_errors.py`` checks that every exception
-class defined in ``warrant.*`` is in this tree and has a code.
+``StateConflict``, ``ConfirmationRefused``, ``Unauthorized``, ``PluginError`` and
+``SettingsInvalid`` exit 2 (bad input), ``ServiceUnavailable`` exits 3, anything else 1.
+``--json`` returns ``code``; the message is for people and may change.
+``tests/unit/test_errors.py`` checks that every exception class defined in ``warrant.*`` is in
+this tree and has a code.
 """
 
 from __future__ import annotations
@@ -63,12 +74,16 @@ __all__ = [
     "ConfirmationRefused",
     "Forbidden",
     "HandoffNotFound",
+    "IdAmbiguous",
+    "InvalidChoice",
     "InvalidRequest",
     "MemoryNotFound",
     "NotFound",
     "PluginError",
+    "RunFinished",
     "RunNotFound",
     "ServiceUnavailable",
+    "SettingsInvalid",
     "SpecError",
     "StateConflict",
     "TokenInvalid",
@@ -114,6 +129,41 @@ class InvalidRequest(WarrantError):
     code = "INVALID_REQUEST"
 
 
+class InvalidChoice(InvalidRequest):
+    """A value outside a fixed set (a ``--status`` filter, …): ``valid`` lists the set, so a
+    caller can correct itself without reading the message."""
+
+    code = "INVALID_CHOICE"
+
+    def __init__(self, message: str, *, valid: list[str], code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.valid = valid
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "valid": self.valid}
+
+
+class IdAmbiguous(InvalidRequest):
+    """An id prefix that more than one id starts with: ``matches`` names some of them (a
+    longer prefix picks one)."""
+
+    code = "ID_AMBIGUOUS"
+
+    def __init__(self, message: str, *, matches: list[str]) -> None:
+        super().__init__(message)
+        self.matches = matches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "matches": self.matches}
+
+
+class SettingsInvalid(WarrantError):
+    """A ``WARRANT_*`` setting that cannot be used (pydantic refused it, or the database URL
+    does not parse): the deployment's fault, not the request's, so a server answers 500."""
+
+    code = "SETTINGS_INVALID"
+
+
 class NotFound(WarrantError):
     """The object a request names does not exist."""
 
@@ -136,6 +186,13 @@ class StateConflict(WarrantError):
     """The request does not fit the run's current state (or lost a race for it)."""
 
     code = "STATE_CONFLICT"
+
+
+class RunFinished(StateConflict):
+    """The run is completed, failed or cancelled: a grant or pre-approval could never be used
+    (it would only sit in the ledger as if it mattered)."""
+
+    code = "RUN_FINISHED"
 
 
 class ServiceUnavailable(WarrantError):

@@ -7,6 +7,11 @@ reply must be exactly one function call, parsed into one tool proposal, final an
 clarification; anything else is ``MODEL_OUTPUT_INVALID`` with a reason, and the step is
 re-planned. Usage is charged to the token and cost budgets; every HTTP attempt is a model
 call. The API key is read from the environment by the worker and goes nowhere else.
+
+One step is one HTTP attempt: a 429, a 5xx, a timeout or a refused connection raises
+:class:`~warrant.runner.retry.PlannerRetryLater` (with the server's ``Retry-After``), and the
+planner stage re-publishes the step with a countdown instead of this process sleeping; the
+spec's ``max_retries`` bounds those re-publications.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
@@ -24,7 +30,7 @@ import httpx
 from warrant.runner.errors import WarrantError
 from warrant.runner.memory_view import WorkingMemoryView
 from warrant.runner.planner_protocol import PlannerFailure, PlannerReply
-from warrant.runner.retry import backoff_delay
+from warrant.runner.retry import PlannerRetryLater
 from warrant.runner.spec import OpenAIPlannerSpec, Usage
 from warrant.runner.views import RunView
 
@@ -167,7 +173,7 @@ def _loopback(url: str) -> bool:
 
 @dataclass(frozen=True)
 class _Request:
-    """One chat-completions request, the same for every attempt of a step."""
+    """One chat-completions request (URL, body, headers)."""
 
     url: str
     payload: dict[str, Any]
@@ -191,25 +197,20 @@ class OpenAIPlanner:
         return Usage(prompt_tokens=prompt, completion_tokens=completion, cost=cost)
 
     def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
+        """One HTTP attempt. Raises :class:`PlannerRetryLater` when the model may answer
+        later, :class:`PlannerFailure` when it will not (4xx, deadline, budget)."""
         if view is None:
             raise PlannerFailure("VIEW_REQUIRED")
         if not self.allow_remote and not _loopback(self.spec.base_url):
             raise PlannerFailure("REMOTE_MODEL_NOT_ALLOWED", calls=0)
-        request = self._request(view)
-        calls = 0
-        calls_left = run.budgets.max_model_calls - run.model_calls
-        for attempt in range(1, self.spec.max_retries + 2):
-            remaining = run.deadline_at - time.time()
-            if remaining <= 0:
-                raise PlannerFailure("DEADLINE_REACHED", calls=calls)
-            if calls >= calls_left:
-                raise PlannerFailure("MODEL_CALL_BUDGET", calls=calls)
-            calls += 1
-            timeout = min(self.spec.timeout_s, remaining)
-            response = self._attempt(request, run, attempt=attempt, calls=calls, timeout=timeout)
-            if response is not None:
-                return self._reply(response, run, view, calls=calls)
-        raise PlannerFailure("MODEL_RETRIES_EXHAUSTED", calls=calls)
+        remaining = run.deadline_at - time.time()
+        if remaining <= 0:
+            raise PlannerFailure("DEADLINE_REACHED", calls=0)
+        if run.model_calls >= run.budgets.max_model_calls:
+            raise PlannerFailure("MODEL_CALL_BUDGET", calls=0)
+        timeout = min(self.spec.timeout_s, remaining)
+        response = self._attempt(self._request(view), timeout=timeout)
+        return self._reply(response, run, view, calls=1)
 
     def _request(self, view: WorkingMemoryView) -> _Request:
         key = os.environ.get(self.spec.api_key_env, "") if self.spec.api_key_env else ""
@@ -229,39 +230,30 @@ class OpenAIPlanner:
             headers={"Authorization": f"Bearer {key}"} if key else {},
         )
 
-    def _attempt(
-        self, request: _Request, run: RunView, *, attempt: int, calls: int, timeout: float
-    ) -> httpx.Response | None:
-        """One HTTP attempt: the response to read, or None to retry (after backing off).
-        Raises :class:`PlannerFailure` when no retry is left or the deadline would pass."""
-        last = attempt > self.spec.max_retries
+    def _attempt(self, request: _Request, *, timeout: float) -> httpx.Response:
+        """The response to read, or the typed reason there is none (this attempt is one model
+        call either way)."""
         try:
             response = httpx.post(
                 request.url, json=request.payload, headers=request.headers, timeout=timeout
             )
         except httpx.TimeoutException:
-            code = "DEADLINE_REACHED" if timeout < self.spec.timeout_s else "MODEL_TIMEOUT"
-            if code == "DEADLINE_REACHED" or last:
-                raise PlannerFailure(code, calls=calls) from None
-            time.sleep(backoff_delay(attempt, base_s=0.2, cap_s=5.0))
-            return None
+            if timeout < self.spec.timeout_s:  # cut by the run deadline: no later
+                raise PlannerFailure("DEADLINE_REACHED") from None
+            raise self._later("MODEL_TIMEOUT") from None
         except httpx.HTTPError:
-            if last:
-                raise PlannerFailure("MODEL_UNREACHABLE", calls=calls) from None
-            time.sleep(backoff_delay(attempt, base_s=0.2, cap_s=5.0))
-            return None
+            raise self._later("MODEL_UNREACHABLE") from None
         status = response.status_code
         if status == 429 or status >= 500:
-            if last:
-                raise PlannerFailure(f"HTTP_{status}", calls=calls)
-            delay = _retry_after(response) or backoff_delay(attempt, base_s=0.2, cap_s=5.0)
-            if time.time() + delay >= run.deadline_at:
-                raise PlannerFailure("DEADLINE_REACHED", calls=calls)
-            time.sleep(delay)
-            return None
+            raise self._later(f"HTTP_{status}", retry_after_s=_retry_after(response))
         if status >= 400:
-            raise PlannerFailure(f"HTTP_{status}", calls=calls)
+            raise PlannerFailure(f"HTTP_{status}")
         return response
+
+    def _later(self, code: str, *, retry_after_s: float | None = None) -> PlannerRetryLater:
+        return PlannerRetryLater(
+            code, retry_after_s=retry_after_s, max_attempts=self.spec.max_retries + 1
+        )
 
     def _reply(
         self, response: httpx.Response, run: RunView, view: WorkingMemoryView, *, calls: int
@@ -280,8 +272,18 @@ class OpenAIPlanner:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date), None without a usable one."""
     value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT; a zone-less one is not one
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -3,7 +3,9 @@
 :func:`planner_for` picks the planner a run spec names: the scripted fixture planner (here),
 the OpenAI-compatible one (:mod:`warrant.runner.openai_planner`) or a plug-in kind. What a
 planner is and returns (:class:`Planner`, :class:`PlannerReply`, :class:`PlannerFailure`) is
-defined in :mod:`warrant.runner.planner_protocol` and re-exported here.
+defined in :mod:`warrant.runner.planner_protocol` and re-exported here, with
+:class:`PlannerRetryLater` (:mod:`warrant.runner.retry`): a plug-in planner whose model is busy
+raises it, and the stage asks again later without holding a worker.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from warrant.runner.memory_view import WorkingMemoryView
 from warrant.runner.openai_planner import OpenAIPlanner
 from warrant.runner.planner_kinds import PlannerKind, resolve
 from warrant.runner.planner_protocol import Planner, PlannerFailure, PlannerReply
+from warrant.runner.retry import PlannerRetryLater
 from warrant.runner.spec import FixturePlannerSpec, PluginPlannerSpec, RunSpec, Usage
 from warrant.runner.views import RunView
 
-__all__ = ["FixturePlanner", "Planner", "PlannerFailure", "PlannerReply", "planner_for"]
+__all__ = [
+    "FixturePlanner",
+    "Planner",
+    "PlannerFailure",
+    "PlannerReply",
+    "PlannerRetryLater",
+    "planner_for",
+]
 
 
 @dataclass(frozen=True)

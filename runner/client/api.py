@@ -28,11 +28,19 @@ class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient):
     """Talks to the ledger and publishes the first planner message of a run."""
 
     @classmethod
-    def from_env(cls) -> Client:
+    def from_env(cls, *, service_name: str = "warrant-client") -> Client:
+        """A client from the environment. With tracing on (``OTEL_*``), its spans are
+        ``service_name``'s (``warrant-serve`` for the HTTP API); the command-line client
+        (``warrant-client``) spends at most ``telemetry.CLIENT_EXIT_FLUSH_S`` exporting them
+        (at exit): a command must not wait on a collector that is slow or not there."""
         from warrant.broker import telemetry
         from warrant.broker.app import app
         from warrant.broker.publish import Publisher
 
         _, database_url = resolved_urls()
-        telemetry.configure(service_name="warrant-client")
+        short_lived = service_name == telemetry.SERVICE_NAMES["client"]
+        telemetry.configure(
+            service_name=service_name,
+            exit_flush_s=telemetry.CLIENT_EXIT_FLUSH_S if short_lived else None,
+        )
         return cls(engine=engine_for(database_url), publisher=Publisher.fail_fast(app))

@@ -28,6 +28,7 @@ from warrant.runner.codes import RunStatus
 from warrant.runner.errors import (
     ConfirmationRefused,
     Forbidden,
+    RunFinished,
     RunNotFound,
     SpecError,
     Unauthorized,
@@ -119,9 +120,7 @@ class ApprovalsClient(RunsClient):
             max_uses=max_uses,
         )
         with session_scope(self.engine) as s:
-            run = lock_run(s, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
+            run = _open_run(s, run_id, "grant capabilities to")
             grant_id = insert_grant(s, run_id, grant, source="api")
             append_events(
                 s,
@@ -163,9 +162,7 @@ class ApprovalsClient(RunsClient):
         )
         record = pre_approval_record(item, registry_for(), field="pre_approval")
         with session_scope(self.engine) as s:
-            run = lock_run(s, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
+            run = _open_run(s, run_id, "pre-approve proposals of")
             pre_id = insert_pre_approval(s, run_id, record)
             added = {
                 "pre_approval_id": pre_id,
@@ -181,6 +178,17 @@ class ApprovalsClient(RunsClient):
         expected = WarrantSettings().operator_token
         if expected and not hmac.compare_digest(expected, token or ""):
             raise Unauthorized(f"a valid operator token is required to {what}")
+
+
+def _open_run(s: Session, run_id: str, what: str) -> Run:
+    """The locked run, unless it is finished: then :class:`RunFinished` (a grant or
+    pre-approval it could never use must not be recorded as if it mattered)."""
+    run = lock_run(s, run_id)
+    if run is None:
+        raise RunNotFound(f"no run {run_id}")
+    if RunStatus(run.status).terminal:
+        raise RunFinished(f"run {run_id} is {run.status}: no one can {what} it any more")
+    return run
 
 
 def _check_not_own_run(run: Run, *, by: str) -> None:

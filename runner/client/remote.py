@@ -40,10 +40,17 @@ from warrant.runner.errors import (
     WarrantError,
 )
 
-__all__ = ["MAX_POLL_S", "RemoteClient", "error_from"]
+__all__ = ["MAX_POLL_S", "PREFIX_SCAN", "RemoteClient", "error_from"]
 
 #: The longest one ``/wait`` long poll is asked to last (the server allows up to 60 s).
 MAX_POLL_S = 30.0
+
+#: How many of the newest runs an id prefix is matched against over the API (which has no
+#: prefix query): an older run needs its whole id.
+PREFIX_SCAN = 2000
+
+#: The length of a whole id (a UUID's text): no prefix of anything else.
+WHOLE_ID = 36
 
 _NOT_FOUND: dict[str, type[NotFound]] = {
     "RUN_NOT_FOUND": RunNotFound,
@@ -240,6 +247,39 @@ class RemoteClient:
             if info.status in SETTLED and version == info.version:
                 time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
             version = info.version
+
+    def wait_change(self, run_id: str, *, version: int | None, timeout: float) -> RunInfo:
+        """One long poll: the run once its version differs from ``version`` or it is settled,
+        else after ``timeout`` (at most :data:`MAX_POLL_S`) as it was: what ``warrant run
+        wait`` follows, one progress line per change."""
+        poll = round(min(MAX_POLL_S, max(0.0, timeout)), 3)
+        data = self._call(
+            "GET",
+            f"/runs/{run_id}/wait",
+            params={"version": version, "timeout": poll},
+            timeout=poll + self.timeout,
+        )
+        return run_info(data)
+
+    def ids_like(self, key: str, *, kind: str = "run", min_length: int = 6) -> list[str]:
+        """As :meth:`Client.ids_like <warrant.runner.client.runs.RunsClient.ids_like>`, over
+        the API: a whole run id is asked for, a prefix is looked for among the newest
+        :data:`PREFIX_SCAN` runs (handoffs: among runs handed off, whose ids the server's
+        handoff routes accept)."""
+        whole = len(key) >= WHOLE_ID
+        if kind == "run":
+            try:
+                return [self.get_run(key).run_id]
+            except RunNotFound:
+                if whole:
+                    return []
+        elif whole:
+            return [key]  # the server's handoff routes say if there is one
+        if len(key) < min_length:
+            return []
+        status = "handoff" if kind == "handoff" else None
+        runs = self.list_runs(limit=PREFIX_SCAN, status=status)
+        return [r.run_id for r in runs if r.run_id.startswith(key)][:2]
 
     # --- people's actions ----------------------------------------------------------------
 

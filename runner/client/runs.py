@@ -62,6 +62,9 @@ class RunInfo:
     """The key the run was started with (the same key again returns this run)."""
     started_by: str | None = None
     """Who started it, if known (an API token's ``Identity.label``)."""
+    trace_id: str | None = None
+    """The run's OpenTelemetry trace id (32 hex digits) when tracing was on at its start:
+    every stage and re-publish of the run continues this one trace."""
 
     @classmethod
     def of(
@@ -89,6 +92,7 @@ class RunInfo:
             pre_approvals=pre_approvals or [],
             idempotency_key=run.idempotency_key,
             started_by=run.started_by,
+            trace_id=run.trace_id,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -284,6 +288,13 @@ class RunsClient:
         if revoke:
             self.publisher.revoke_run(run_id, terminate=in_flight)
         return self.get_run(run_id)
+
+    @retry_once_on_disconnect
+    def ids_like(self, key: str, *, kind: str = "run", min_length: int = 6) -> list[str]:
+        """``[key]`` if it is a whole run id (``kind="handoff"``: a handoff's, or a run's with
+        one), else the ids (two at most) it is a prefix of, when at least ``min_length`` long."""
+        with session_scope(self.engine) as s:
+            return reads.ids_by_prefix(s, key, kind=kind, min_length=min_length)
 
     @retry_once_on_disconnect
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:

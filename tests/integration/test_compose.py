@@ -1,22 +1,35 @@
 """docker-compose.yml cannot drift from the code: services, commands, queues, depends_on.
 
-No Docker engine runs here, so the file is validated structurally against the CLI and the
-queue names the code defines.
+No Docker engine runs here, so the files are validated structurally: against the Compose
+Specification's JSON schema (vendored as tests/compose-spec.json, source URL in its
+``$comment``; no network), the CLI, the queue names the code defines and the Dockerfile.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
+import jsonschema
+import pytest
 import yaml
 
 from warrant.broker.app import app
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.runner.client.roles import ROLES, role_queues, worker_command
 from warrant.tools.plugins import registry_for
 
-COMPOSE = yaml.safe_load((Path(__file__).parents[2] / "docker-compose.yml").read_text())
+ROOT = Path(__file__).parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+TRACING = yaml.safe_load((ROOT / "docker-compose.tracing.yml").read_text())
 SERVICES = COMPOSE["services"]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+IMAGE = "warrant-runner:local"
+#: Seconds a tool worker's grace must leave beyond the longest hard time limit (Celery's warm
+#: shutdown reports the outcome and acknowledges the message after the call returns).
+STOP_MARGIN_S = 10.0
 
 
 _DEFAULT = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}")
@@ -115,12 +128,13 @@ def test_infrastructure_health_order_and_singletons():
     assert beats == ["beat"] and SERVICES["beat"]["deploy"]["replicas"] == 1
 
 
-def test_flower_is_authenticated_and_persistent_and_tracing_is_optional():
+def test_flower_is_authenticated_and_persistent():
     flower = SERVICES["flower"]
     assert "FLOWER_BASIC_AUTH" in flower["environment"]
     assert "--persistent=True" in flower["entrypoint"]
-    assert any(v.endswith(":/data") for v in flower["volumes"])
-    assert SERVICES["jaeger"]["profiles"] == ["tracing"]
+    db = next(a.split("=", 1)[1] for a in flower["entrypoint"] if a.startswith("--db="))
+    mounts = [v.split(":", 1)[1] for v in flower["volumes"]]
+    assert str(Path(db).parent) in mounts  # the database lives on the volume
 
 
 def test_the_image_entrypoint_is_the_cli():
@@ -158,3 +172,111 @@ def test_the_api_and_the_inbox_are_served_after_the_migration():
         serve["healthcheck"]["test"]
     )
     assert serve["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+# --- schema, tracing, volumes, stopping -------------------------------------------------------
+
+
+def _merged(base: Any, override: Any) -> Any:
+    """``docker compose -f base -f override``: mappings merge key by key, the override's
+    scalars win (the files use no sequence both of them set)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = _merged(base[key], value) if key in base else value
+        return out
+    return override
+
+
+def _schema_errors(document: Any) -> list[str]:
+    schema = json.loads((ROOT / "tests" / "compose-spec.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def test_the_compose_files_are_valid_compose_files():
+    assert _schema_errors(COMPOSE) == []
+    assert _schema_errors(TRACING) == []
+    assert _schema_errors(_merged(COMPOSE, TRACING)) == []
+    broken = _merged(COMPOSE, {"services": {"tool": {"stop_grace_periods": "60s"}}})
+    assert _schema_errors(broken)  # the schema does catch a misspelt key
+
+
+def _warrant_services() -> set[str]:
+    return {n for n, s in SERVICES.items() if s.get("image") == IMAGE}
+
+
+def test_without_the_tracing_file_nothing_exports_spans():
+    assert "jaeger" not in SERVICES  # no collector that nothing would send to
+    for name in _warrant_services():
+        env = SERVICES[name]["environment"]
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${OTEL_EXPORTER_OTLP_ENDPOINT:-}", name
+        assert _expand(env["OTEL_EXPORTER_OTLP_ENDPOINT"]) == ""  # telemetry stays off
+    assert "jaeger" not in json.dumps(COMPOSE)
+
+
+def test_the_tracing_file_starts_jaeger_and_points_every_warrant_service_at_it():
+    jaeger = TRACING["services"]["jaeger"]
+    assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    assert "profiles" not in jaeger  # the file is the switch: no second one to forget
+    merged = _merged(COMPOSE, TRACING)["services"]
+    traced = {n for n, s in TRACING["services"].items() if n != "jaeger"}
+    assert traced == _warrant_services()  # a new service of the image must be listed there
+    for name in traced:
+        env = merged[name]["environment"]
+        endpoint = _expand(env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+        assert endpoint == "http://jaeger:4318", name
+        mine = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+        assert (
+            _expand(env["OTEL_EXPORTER_OTLP_ENDPOINT"], mine) == mine["OTEL_EXPORTER_OTLP_ENDPOINT"]
+        )
+        assert merged[name]["depends_on"]["jaeger"] == {"condition": "service_started"}
+        assert env["WARRANT_BROKER_URL"] == SERVICES[name]["environment"]["WARRANT_BROKER_URL"]
+    port = endpoint.rsplit(":", 1)[1]
+    assert f"{port}:{port}" in jaeger["ports"] and "16686:16686" in jaeger["ports"]
+
+
+def _image_user() -> str:
+    users = re.findall(r"^USER\s+(\S+)", DOCKERFILE, flags=re.M)
+    assert len(users) == 1, users
+    return users[0]
+
+
+def test_every_volume_of_the_image_is_writable_by_its_user():
+    """A new named volume takes the ownership of the image's directory at the mount path:
+    without one created and chowned in the image, it is root's and ``warrant`` cannot write."""
+    user = _image_user()
+    assert user != "root"
+    before_user = DOCKERFILE.split(f"USER {user}")[0]
+    run = " ".join(re.findall(r"^RUN\s+((?:.*\\\n)*.*)$", before_user, flags=re.M))
+    mounts = [
+        volume.split(":")[1]
+        for name in _warrant_services()
+        for volume in SERVICES[name].get("volumes", [])
+        if volume.split(":")[0] in COMPOSE["volumes"]  # named volumes, not bind mounts
+    ]
+    assert mounts, "no named volume on the image: this test checks nothing"
+    for path in mounts:
+        assert re.search(rf"mkdir -p (\S+ )*{re.escape(path)}( |$)", run), path
+        assert re.search(rf"chown {user}:{user} (\S+ )*{re.escape(path)}( |$)", run), path
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _seconds(duration: str) -> float:
+    """A compose duration (``1m30s``, ``90s``) in seconds."""
+    parts = _DURATION.findall(duration)
+    assert "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+@pytest.mark.parametrize("env", [None, {"WARRANT_TOOL_STOP_GRACE_PERIOD": "5m"}])
+def test_a_tool_worker_may_finish_its_longest_tool_call_before_it_is_killed(env):
+    """`docker compose stop` waits ``stop_grace_period`` (10 s by default) after SIGTERM before
+    SIGKILL; Celery's warm shutdown lets running calls finish, up to their hard time limit."""
+    longest = registry_for().max_timeout_s() + HARD_LIMIT_GRACE_S
+    grace = SERVICES["tool"]["stop_grace_period"]
+    assert grace.startswith("${WARRANT_TOOL_STOP_GRACE_PERIOD:-")
+    assert _seconds(_expand(grace, env)) >= longest + STOP_MARGIN_S

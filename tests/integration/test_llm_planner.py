@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tests import facts
-from tests.conftest import MODEL_KEY, MODEL_KEY_ENV
+from tests.conftest import LIVE_WORKERS, MODEL_KEY, MODEL_KEY_ENV, WorkerProcess, wait_for
 from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import SpecError
 
@@ -147,7 +147,10 @@ def test_malformed_replies_are_refused_counted_and_replanned(
     assert facts.commands(engine, info.run_id) == 1  # only the valid search ran
 
 
-def test_429_with_retry_after_then_success(client, worker, fake_openai):
+RETRY = "model.retry.scheduled"
+
+
+def test_429_with_retry_after_then_success(engine, client, worker, fake_openai):
     m = model()
     fake_openai.script(
         m, [{"status": 429, "retry_after": 1}, {"call": SEARCH_CALL}, {"call": FINAL}]
@@ -157,6 +160,26 @@ def test_429_with_retry_after_then_success(client, worker, fake_openai):
     assert info.model_calls == 3  # the 429 attempt counts as a model call
     times = [r["at"] for r in fake_openai.requests_for(m)]
     assert times[1] - times[0] >= 0.95  # Retry-After honoured
+    [retry] = facts.events(engine, info.run_id, RETRY)
+    assert {k: retry.details[k] for k in ("attempt", "code", "calls", "delay_s")} == {
+        "attempt": 1,
+        "code": "HTTP_429",
+        "calls": 1,
+        "delay_s": 1.0,
+    }
+    assert retry.step == 1  # the step it belongs to, committed after the wait
+
+
+def test_a_retry_that_would_pass_the_deadline_fails_at_once(engine, client, worker, fake_openai):
+    m = model()
+    fake_openai.script(m, [{"status": 429, "retry_after": 20}, {"call": FINAL}])
+    t0 = time.monotonic()
+    info = client.wait(client.start_run(llm_spec(fake_openai, m, deadline_s=3)), timeout=30)
+    assert (info.status, info.stop_reason, info.model_calls) == ("failed", "DEADLINE_REACHED", 1)
+    assert time.monotonic() - t0 < 3  # not after waiting out the deadline
+    assert facts.events(engine, info.run_id, RETRY) == []
+    [failed] = facts.events(engine, info.run_id, "model.failed")
+    assert failed.details == {"code": "DEADLINE_REACHED", "attempts": 1, "last": "HTTP_429"}
 
 
 def test_4xx_is_not_retried(client, worker, fake_openai):
@@ -167,12 +190,19 @@ def test_4xx_is_not_retried(client, worker, fake_openai):
     assert len(fake_openai.requests_for(m)) == 1
 
 
-def test_5xx_is_retried_within_budget(client, worker, fake_openai):
+def test_5xx_is_retried_within_budget(engine, client, worker, fake_openai):
     m = model()
     fake_openai.script(m, [{"status": 503}, {"status": 502}, {"status": 500}])
     info = client.wait(client.start_run(llm_spec(fake_openai, m)), timeout=30)
     assert (info.status, info.stop_reason) == ("failed", "MODEL_FAILED")
     assert info.model_calls == 3 and len(fake_openai.requests_for(m)) == 3
+    retries = facts.events(engine, info.run_id, RETRY)  # max_retries=2: two re-publications
+    assert [(e.details["attempt"], e.details["code"]) for e in retries] == [
+        (1, "HTTP_503"),
+        (2, "HTTP_502"),
+    ]
+    [failed] = facts.events(engine, info.run_id, "model.failed")
+    assert failed.details == {"code": "HTTP_500", "attempts": 3, "last": "HTTP_500"}
 
 
 def test_a_slow_reply_is_cut_by_the_deadline(client, worker, fake_openai):
@@ -235,3 +265,46 @@ def test_the_spec_keeps_the_key_out(client):
             }
         )
     assert any(e["field"] == "planner.openai.api_key" for e in caught.value.errors)
+
+
+@pytest.fixture
+def one_process(worker, tmp_path):
+    """The pipeline's queues served by one worker process (concurrency 1): the session's
+    workers that consume the planner queue are stopped meanwhile and started again after."""
+    paused = [w for w in LIVE_WORKERS if w.proc.poll() is None and "planner" in w.queues]
+    for w in paused:
+        w.stop()
+    try:
+        single = WorkerProcess(
+            list(worker.queues), name="single", concurrency=1, log=tmp_path / "single.log"
+        )
+        with single.serving():
+            yield single
+    finally:
+        for w in paused:
+            w.restart()
+
+
+def test_a_model_retry_waits_in_the_broker_not_in_the_planner_process(
+    engine, client, one_process, fake_openai
+):
+    """A 429 with Retry-After: 2 does not hold the planner process for 2 s: with one process
+    for every stage, another run's planner step is done while the first run waits."""
+    first, second = model(), model()
+    fake_openai.script(
+        first, [{"status": 429, "retry_after": 2}, {"call": SEARCH_CALL}, {"call": FINAL}]
+    )
+    fake_openai.script(second, [{"call": ("clarify", {"question": "Which service?"})}])
+    a = client.start_run(llm_spec(fake_openai, first))
+    [retry] = wait_for(lambda: facts.events(engine, a, RETRY), timeout=20, what="retry event")
+    b = client.start_run(llm_spec(fake_openai, second))
+    info_b, info_a = client.wait(b, timeout=30), client.wait(a, timeout=30)
+    assert (info_a.status, info_a.model_calls) == ("completed", 3)  # the 429 counted
+    assert info_b.stop_reason == "CLARIFICATION_REQUIRED"
+    assert (retry.details["code"], retry.details["retry_after_s"]) == ("HTTP_429", 2.0)
+    # ledger facts, PostgreSQL's clock: b's planner step committed inside a's wait
+    a_step = next(e for e in facts.events(engine, a, "observation.built") if e.step == 1)
+    [b_step] = facts.events(engine, b, "observation.built")
+    assert retry.created_at < b_step.created_at < a_step.created_at
+    assert (a_step.created_at - retry.created_at).total_seconds() >= 1.9  # Retry-After kept
+    assert (b_step.created_at - retry.created_at).total_seconds() < 1.5

@@ -46,9 +46,7 @@ def test_the_readme_quick_start_works_as_written(tmp_path):
         )
     finally:
         if (tmp_path / "data" / "up.pid").exists():  # a failed step must not leave a stack
-            subprocess.run(
-                [str(ROOT / ".venv" / "bin" / "warrant"), "down"], env=env, timeout=120
-            )
+            subprocess.run([str(ROOT / ".venv" / "bin" / "warrant"), "down"], env=env, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "injection-refused" in out and "as expected" in out  # the demo's table

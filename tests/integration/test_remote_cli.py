@@ -76,7 +76,7 @@ def tokens(engine: Any) -> dict[str, str]:
 
     made: dict[str, str] = {}
     suffix = uuid.uuid4().hex[:6]
-    for role in ("producer", "approver"):
+    for role in ("producer", "approver", "operator"):
         token, _ = Tokens(engine).create(f"remote-{role}-{suffix}", role, created_by="tests")
         made[role] = token
         made[f"label:{role}"] = f"remote-{role}-{suffix} ({role})"
@@ -117,11 +117,13 @@ def test_a_producer_starts_waits_shows_lists_and_traces_remotely(server, tokens,
     assert (info["status"], info["stop_reason"]) == ("completed", "FINAL_ANSWER_VALIDATED")
     assert info["started_by"] == tokens["label:producer"]
 
+    assert info["warnings"] == [] and info["why"]["stop_reason"] == "FINAL_ANSWER_VALIDATED"
+    assert started.stderr.splitlines()[0] == f"run {info['run_id']}"  # at once, on stderr
     shown = remote(
-        server, tokens["producer"], "run", "show", info["run_id"], "--json", tmp=tmp_path
+        server, tokens["producer"], "run", "show", info["run_id"][:8], "--json", tmp=tmp_path
     )
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout) == info
+    assert json.loads(shown.stdout) == {k: v for k, v in info.items() if k != "warnings"}
     listed = remote(server, tokens["producer"], "run", "list", "--json", tmp=tmp_path)
     assert info["run_id"] in [r["run_id"] for r in json.loads(listed.stdout)]
     trace = remote(
@@ -142,10 +144,18 @@ def test_an_approver_confirms_remotely_under_the_tokens_identity(
     spec.write_text(json.dumps(memory_spec(outputs, subject)))
     producer, approver = tokens["producer"], tokens["approver"]
     started = remote(server, producer, "run", "start", str(spec), "--wait", "--json", tmp=tmp_path)
-    assert started.returncode == 1, started.stdout + started.stderr  # settled, not completed
+    assert started.returncode == 4, started.stdout + started.stderr  # waits for a person
     waiting = json.loads(started.stdout)
     assert waiting["status"] == "waiting_confirmation", waiting
     run_id, h = waiting["run_id"], waiting["confirmation_request"]["proposal_hash"]
+    assert waiting["why"]["waiting_for"]["proposal_hash"] == h
+    # re-attached through the API's long poll: the same state, the same exit code
+    again = remote(
+        server, producer, "run", "wait", run_id[:8], "--timeout", "5", "--json", tmp=tmp_path
+    )
+    assert again.returncode == 4, again.stdout + again.stderr
+    assert json.loads(again.stdout)["version"] == waiting["version"]
+    assert f"run {run_id}: step" in again.stderr
     confirm = ("run", "confirm", run_id, "--proposal-hash", h, "--by", "x", "--json")
 
     denied = remote(server, producer, *confirm, tmp=tmp_path)
@@ -163,6 +173,9 @@ def test_an_approver_confirms_remotely_under_the_tokens_identity(
     with RemoteClient(server, producer) as client:
         done = client.wait(run_id, timeout=60)
     assert (done.status, done.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    late = ("run", "grant", run_id, "--capability", "memory:write", "--by", "x", "--json")
+    refused = remote(server, tokens["operator"], *late, tmp=tmp_path)
+    assert (refused.returncode, error_code(refused)) == (2, "RUN_FINISHED")  # a 409
     label = tokens["label:approver"]
     assert facts.count(engine, Confirmation, run_id=run_id, decided_by=label) == 1
     assert facts.count(engine, Confirmation, run_id=run_id, decided_by="x") == 0

@@ -110,9 +110,7 @@ def stop(data_dir: Path, *, timeout: float = DEFAULT_DOWN_TIMEOUT_S) -> dict[str
     pid = _running_pid(pid_file)
     if pid is None:
         pid_file.unlink(missing_ok=True)
-        raise InvalidRequest(
-            "no warrant up runs in the background here", code="STACK_NOT_RUNNING"
-        )
+        raise InvalidRequest("no warrant up runs in the background here", code="STACK_NOT_RUNNING")
     os.kill(pid, signal.SIGTERM)
     end = time.monotonic() + timeout
     while _alive(pid) and not _reaped(pid):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -18,6 +18,7 @@ from warrant.runner.errors import (
     NotFound,
     PluginError,
     ServiceUnavailable,
+    SettingsInvalid,
     SpecError,
     StateConflict,
     TokenInvalid,
@@ -28,16 +29,24 @@ from warrant.runner.errors import (
 __all__ = [
     "BAD_INPUT",
     "EXIT_BAD_INPUT",
+    "EXIT_BY_STATUS",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TIMED_OUT",
     "EXIT_UNAVAILABLE",
+    "EXIT_WAITING",
     "ByOpt",
     "JsonOpt",
     "console",
     "err",
+    "exit_code_for",
     "fail",
     "guard",
     "make_client",
     "print_json",
+    "report",
+    "settings_error",
 ]
 
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -45,8 +54,35 @@ err = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
-#: Exit codes: 0 ok, 1 the run/command did not succeed, 2 bad input, 3 services unavailable.
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 1, 2, 3
+EXIT_OK = 0
+"""The command did what it was asked; a waited-for run ``completed``."""
+EXIT_FAILED = 1
+"""The command or the run did not succeed: a waited-for run ``failed`` or ``cancelled``; an
+error that is nobody's input (``WarrantError`` outside the classes below)."""
+EXIT_BAD_INPUT = 2
+"""Bad input: a usage error (``USAGE_ERROR``), a setting that cannot be read
+(``SETTINGS_INVALID``), or an error in :data:`BAD_INPUT` (``RUN_NOT_FOUND``, ``ID_AMBIGUOUS``,
+``RUN_FINISHED``, ``STATUS_INVALID``, …)."""
+EXIT_UNAVAILABLE = 3
+"""Redis, RabbitMQ, PostgreSQL or the warrant server cannot be reached."""
+EXIT_WAITING = 4
+"""A waited-for run waits for a person: ``waiting_confirmation``, ``needs_input`` or
+``handoff`` (``warrant run show`` says what it waits for)."""
+EXIT_TIMED_OUT = 5
+"""The wait's ``--timeout`` passed while the run was still moving (it goes on; ``warrant run
+wait RUN_ID`` re-attaches)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C while waiting: the run goes on, only the wait stopped (the shell's 128 + SIGINT)."""
+
+#: The exit code of a wait that ended at each run status (any other: :data:`EXIT_TIMED_OUT`).
+EXIT_BY_STATUS = {
+    "completed": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "cancelled": EXIT_FAILED,
+    "waiting_confirmation": EXIT_WAITING,
+    "needs_input": EXIT_WAITING,
+    "handoff": EXIT_WAITING,
+}
 
 #: The error classes that exit ``EXIT_BAD_INPUT``: mapped by class, never by code.
 BAD_INPUT: tuple[type[WarrantError], ...] = (
@@ -57,6 +93,7 @@ BAD_INPUT: tuple[type[WarrantError], ...] = (
     ConfirmationRefused,
     Unauthorized,
     PluginError,
+    SettingsInvalid,
 )
 
 ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded with the decision).")]
@@ -66,7 +103,9 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def fail(exc: WarrantError, as_json: bool) -> None:
+def report(exc: WarrantError, as_json: bool) -> int:
+    """Print ``exc`` (``{"error": {"code", "message", …}}`` on stdout with ``--json``, else
+    one line on stderr); its exit code, by class."""
     if isinstance(exc, BAD_INPUT):
         code = EXIT_BAD_INPUT
     elif isinstance(exc, ServiceUnavailable):
@@ -80,7 +119,11 @@ def fail(exc: WarrantError, as_json: bool) -> None:
         err.print(f"[bold red]error[/] \\[{exc.code}] {escape(str(exc))}", soft_wrap=True)
         for item in getattr(exc, "errors", []):
             err.print(f"  - {item['field']}: {item['message']}")
-    raise typer.Exit(code)
+    return code
+
+
+def fail(exc: WarrantError, as_json: bool) -> NoReturn:
+    raise typer.Exit(report(exc, as_json))
 
 
 def guard(as_json: bool, fn: Callable[[], Any]) -> Any:
@@ -93,7 +136,31 @@ def guard(as_json: bool, fn: Callable[[], Any]) -> Any:
 
         if isinstance(exc, OperationalError | ConnectionError | OSError):
             fail(ServiceUnavailable(str(exc).splitlines()[0]), as_json)
+        if (settings := settings_error(exc)) is not None:
+            fail(settings, as_json)
         raise
+
+
+def settings_error(exc: BaseException) -> SettingsInvalid | None:
+    """``exc`` as :class:`SettingsInvalid` if it is a setting that cannot be read: pydantic
+    refusing a ``WARRANT_*`` variable, or SQLAlchemy a database URL; else ``None``."""
+    from pydantic import ValidationError
+    from sqlalchemy.exc import ArgumentError
+
+    if isinstance(exc, ValidationError):
+        fields = "; ".join(
+            f"WARRANT_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        return SettingsInvalid(f"invalid setting: {fields or exc.title}")
+    if isinstance(exc, ArgumentError) and "URL" in str(exc):
+        return SettingsInvalid(f"WARRANT_DATABASE_URL is not a database URL: {exc}")
+    return None
+
+
+def exit_code_for(status: str) -> int:
+    """The exit code of a wait that ended with the run at ``status``."""
+    return EXIT_BY_STATUS.get(status, EXIT_TIMED_OUT)
 
 
 def make_client(*, remote_ok: bool = True) -> Any:

@@ -6,11 +6,18 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
+from warrant.runner.client.cli import ids
 from warrant.runner.client.cli.common import ByOpt, JsonOpt, console, guard, make_client, print_json
+from warrant.runner.client.cli.runs import id_column
 
 __all__ = ["handoff_app"]
+
+HandoffIdArg = Annotated[
+    str,
+    typer.Argument(help="The handoff's id (or its run's), or a unique prefix (6+ chars)."),
+]
 
 handoff_app = typer.Typer(help="Runs handed to a person.", no_args_is_help=True)
 
@@ -25,7 +32,13 @@ def handoff_list(
     if as_json:
         print_json([{k: v for k, v in h.items() if k != "bundle"} for h in items])
         return
-    table = Table("handoff_id", "run_id", "reason", "created", "resolution")
+    table = Table(
+        id_column("handoff_id"),
+        id_column("run_id"),
+        Column("reason", overflow="fold"),
+        "created",
+        "resolution",
+    )
     for h in items:
         table.add_row(
             h["handoff_id"], h["run_id"], h["reason"], h["created_at"][:19], h["resolution"] or ""
@@ -34,9 +47,11 @@ def handoff_list(
 
 
 @handoff_app.command("show")
-def handoff_show(handoff_id: str, as_json: JsonOpt = False) -> None:
+def handoff_show(handoff_id: HandoffIdArg, as_json: JsonOpt = False) -> None:
     """The whole bundle: state, goal, evidence, pending proposal, unknown effects, actions."""
-    h = guard(as_json, lambda: make_client(remote_ok=False).handoff(handoff_id))
+    client = guard(as_json, lambda: make_client(remote_ok=False))
+    whole = guard(as_json, lambda: ids.handoff_id(client, handoff_id))
+    h = guard(as_json, lambda: client.handoff(whole))
     if as_json:
         print_json(h)
         return
@@ -67,20 +82,18 @@ def handoff_show(handoff_id: str, as_json: JsonOpt = False) -> None:
 
 @handoff_app.command("resolve")
 def handoff_resolve(
-    handoff_id: str,
+    handoff_id: HandoffIdArg,
     outcome: Annotated[str, typer.Option(help="completed | failed | cancelled")],
     by: ByOpt,
     reason: Annotated[str, typer.Option(help="Why (recorded).")],
     as_json: JsonOpt = False,
 ) -> None:
     """End a handed-off run: a command through the state machine, with identity and reason."""
+    client = guard(as_json, make_client)
+    whole = guard(as_json, lambda: ids.handoff_id(client, handoff_id))
     info = guard(
         as_json,
-        lambda: (
-            make_client()
-            .resolve_handoff(handoff_id, outcome=outcome, by=by, reason=reason)
-            .to_dict()
-        ),
+        lambda: client.resolve_handoff(whole, outcome=outcome, by=by, reason=reason).to_dict(),
     )
     print_json(info) if as_json else console.print(
         f"run {info['run_id']}: {info['status']} ({info['stop_reason']})"

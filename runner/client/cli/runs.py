@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import nullcontext
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
+from warrant.runner.client.cli import ids
 from warrant.runner.client.cli.common import (
-    EXIT_FAILED,
     ByOpt,
     JsonOpt,
     console,
@@ -21,15 +19,32 @@ from warrant.runner.client.cli.common import (
     make_client,
     print_json,
 )
-from warrant.runner.errors import InvalidRequest, SpecError
+from warrant.runner.client.cli.why import why, why_lines
+from warrant.runner.codes import RunStatus
+from warrant.runner.errors import InvalidChoice, InvalidRequest
 
-__all__ = ["run_app"]
+__all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
 
 run_app = typer.Typer(help="Start, inspect and steer runs.", no_args_is_help=True)
 
 
-def _show_run(info: dict[str, Any]) -> None:
+def id_column(header: str) -> Column:
+    """A table column for ids: never wrapped nor cut (``run show`` and the other commands
+    take them whole, or a prefix of at least six characters)."""
+    return Column(header, no_wrap=True, min_width=36, overflow="ignore")
+
+
+def show_run(info: dict[str, Any]) -> None:
+    """One run for people: why it stopped or what it waits for first (``info["why"]``, if
+    there), then its fields, pre-approvals and the pending confirmation request."""
+    if info.get("why"):
+        lines = why_lines(info["why"])
+        console.print(f"[bold]why[/]: {escape(lines[0])}", soft_wrap=True)
+        for line in lines[1:]:
+            console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
     table = Table(show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     for key in (
         "run_id",
         "status",
@@ -39,9 +54,17 @@ def _show_run(info: dict[str, Any]) -> None:
         "tool_calls",
         "version",
         "answer",
+        "trace_id",
     ):
-        table.add_row(f"[bold]{key}[/]", "" if info[key] is None else str(info[key]))
+        if key == "trace_id" and not info.get(key):
+            continue
+        table.add_row(f"[bold]{key}[/]", "" if info[key] is None else escape(str(info[key])))
     console.print(table)
+    _show_pre_approvals(info)
+    _show_request(info)
+
+
+def _show_pre_approvals(info: dict[str, Any]) -> None:
     pre = info.get("pre_approvals") or []
     if pre:
         table = Table("pre-approved", "tool", "approved by", "used by proposal", "at")
@@ -55,6 +78,9 @@ def _show_run(info: dict[str, Any]) -> None:
                 (p["used_at"] or p["approved_at"])[:19],
             )
         console.print(table)
+
+
+def _show_request(info: dict[str, Any]) -> None:
     request = info.get("confirmation_request")
     if request:
         console.print("[bold yellow]confirmation required[/]")
@@ -79,73 +105,67 @@ def _show_run(info: dict[str, Any]) -> None:
         )
 
 
-@run_app.command("start")
-def run_start(
-    spec_file: Annotated[Path, typer.Argument(help="Run spec JSON file ('-' for stdin).")],
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until the run settles.")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 120.0,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(help="Start at most once: the same key again returns the same run."),
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Validate a run spec, record the run and enqueue its first planner step."""
-    from warrant.runner.spec import parse_run_spec
+RunIdArg = Annotated[str, typer.Argument(help="The run's id, or a unique prefix (6+ chars).")]
 
-    try:
-        text = sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
-    except OSError as exc:
-        fail(
-            SpecError(
-                f"cannot read {spec_file}: {exc.strerror}",
-                errors=[{"field": "SPEC_FILE", "message": str(exc.strerror)}],
-            ),
-            as_json,
-        )
 
-    def go() -> dict[str, Any]:
-        spec = parse_run_spec(text)
-        client = make_client()
-        run_id = client.start_run(spec, idempotency_key=idempotency_key)
-        if not wait:  # a repeated key's run may have moved on: read its status
-            status = client.get_run(run_id).status if idempotency_key else "running"
-            return {"run_id": run_id, "status": status}
-        with console.status(f"run {run_id} …", spinner="dots") if not as_json else nullcontext():
-            return client.wait(run_id, timeout=timeout).to_dict()
-
-    result = guard(as_json, go)
-    if as_json:
-        print_json(result)
-    elif "goal" in result:
-        _show_run(result)
-    else:
-        console.print(f"started [bold]{result['run_id']}[/]")
-    if wait and result.get("status") not in ("completed",):
-        raise typer.Exit(EXIT_FAILED)
+def _client_and_id(as_json: bool, key: str) -> tuple[Any, str]:
+    """The client, and the whole id of the run ``key`` names (a prefix is resolved)."""
+    client = guard(as_json, make_client)
+    return client, guard(as_json, lambda: ids.run_id(client, key))
 
 
 @run_app.command("show")
-def run_show(run_id: str, as_json: JsonOpt = False) -> None:
-    """Status, stop reason, counters, version and answer of one run."""
-    info = guard(as_json, lambda: make_client().get_run(run_id).to_dict())
-    print_json(info) if as_json else _show_run(info)
+def run_show(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
+    """Why the run stopped or what it waits for (the stop reason, the last refusal), then its
+    status, counters, version and answer."""
+    client, whole = _client_and_id(as_json, run_id)
+
+    def go() -> dict[str, Any]:
+        info = client.get_run(whole)
+        data: dict[str, Any] = info.to_dict()
+        data["trace_id"] = getattr(info, "trace_id", None)
+        return {**data, "why": why(data, client.trace(whole))}
+
+    info = guard(as_json, go)
+    print_json(info) if as_json else show_run(info)
+
+
+#: The values ``run list --status`` accepts.
+STATUSES = [s.value for s in RunStatus]
 
 
 @run_app.command("list")
 def run_list(
-    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    status: Annotated[
+        str | None, typer.Option(help=f"Only runs with this status: {', '.join(STATUSES)}.")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     as_json: JsonOpt = False,
 ) -> None:
-    """The most recent runs."""
+    """The most recent runs (ids whole)."""
+    if status is not None and status not in STATUSES:
+        fail(
+            InvalidChoice(
+                f"--status {status!r} is no run status; valid: {', '.join(STATUSES)}",
+                valid=STATUSES,
+                code="STATUS_INVALID",
+            ),
+            as_json,
+        )
     runs = guard(
         as_json, lambda: [r.to_dict() for r in make_client().list_runs(limit=limit, status=status)]
     )
     if as_json:
         print_json(runs)
         return
-    table = Table("run_id", "status", "stop_reason", "step", "tools", "created")
+    table = Table(
+        id_column("run_id"),
+        "status",
+        Column("stop_reason", overflow="fold"),
+        "step",
+        "tools",
+        "created",
+    )
     for r in runs:
         table.add_row(
             r["run_id"],
@@ -159,11 +179,11 @@ def run_list(
 
 
 @run_app.command("trace")
-def run_trace(run_id: str, as_json: JsonOpt = False) -> None:
+def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
     """The run's timeline: ordered events, stop reason and budget snapshot."""
+    client, run_id = _client_and_id(as_json, run_id)
 
     def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        client = make_client()
         return client.get_run(run_id).to_dict(), client.trace(run_id)
 
     info, events = guard(as_json, go)
@@ -190,8 +210,9 @@ def run_trace(run_id: str, as_json: JsonOpt = False) -> None:
 
 
 def _decision(run_id: str, proposal_hash: str, by: str, approved: bool, as_json: bool) -> None:
+    client, run_id = _client_and_id(as_json, run_id)
+
     def go() -> dict[str, Any]:
-        client = make_client()
         if approved:
             version = client.confirm(run_id, proposal_hash=proposal_hash, by=by)
         else:
@@ -212,20 +233,24 @@ HashOpt = Annotated[str, typer.Option("--proposal-hash", help="Hash shown by `ru
 
 
 @run_app.command("confirm")
-def run_confirm(run_id: str, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False) -> None:
+def run_confirm(
+    run_id: RunIdArg, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False
+) -> None:
     """Approve exactly the pending proposal; it is re-checked by every layer, then executed."""
     _decision(run_id, proposal_hash, by, True, as_json)
 
 
 @run_app.command("decline")
-def run_decline(run_id: str, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False) -> None:
+def run_decline(
+    run_id: RunIdArg, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False
+) -> None:
     """Refuse the pending proposal; the planner sees a decline observation."""
     _decision(run_id, proposal_hash, by, False, as_json)
 
 
 @run_app.command("grant")
 def run_grant(
-    run_id: str,
+    run_id: RunIdArg,
     capability: Annotated[str, typer.Option(help="e.g. artifact:write")],
     by: ByOpt,
     scope: Annotated[str, typer.Option("--scope", help="Resource scope.")] = "*",
@@ -237,10 +262,12 @@ def run_grant(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Grant a capability to a run (an operator action, recorded in the trace)."""
+    """Grant a capability to a run (an operator action, recorded in the trace). A finished
+    run (completed, failed, cancelled) is refused: RUN_FINISHED."""
+    client, run_id = _client_and_id(as_json, run_id)
     grant_id = guard(
         as_json,
-        lambda: make_client().add_grant(
+        lambda: client.add_grant(
             run_id,
             capability=capability,
             resource_scope=scope,
@@ -255,7 +282,7 @@ def run_grant(
 
 @run_app.command("pre-approve")
 def run_pre_approve(
-    run_id: str,
+    run_id: RunIdArg,
     tool: Annotated[str, typer.Option(help="The tool's name.")],
     tool_version: Annotated[str, typer.Option(help="The tool's version.")],
     arguments: Annotated[str, typer.Option(help="The exact arguments, a JSON object.")],
@@ -266,11 +293,13 @@ def run_pre_approve(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Approve one exact proposal ahead of time: the run may use it once, unattended."""
+    """Approve one exact proposal ahead of time: the run may use it once, unattended. A
+    finished run is refused: RUN_FINISHED."""
     parsed = guard(as_json, lambda: _json_object(arguments))
+    client, run_id = _client_and_id(as_json, run_id)
     pre_id = guard(
         as_json,
-        lambda: make_client().pre_approve(
+        lambda: client.pre_approve(
             run_id,
             tool=tool,
             tool_version=tool_version,
@@ -297,21 +326,23 @@ def _json_object(text: str) -> dict[str, Any]:
 
 @run_app.command("cancel")
 def run_cancel(
-    run_id: str,
+    run_id: RunIdArg,
     by: ByOpt,
     reason: Annotated[str, typer.Option(help="Why (its length is traced).")] = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel a run: no new work starts; a running tool is interrupted; the run ends
     `cancelled` once its effects are known."""
-    info = guard(as_json, lambda: make_client().cancel(run_id, by=by, reason=reason).to_dict())
+    client, run_id = _client_and_id(as_json, run_id)
+    info = guard(as_json, lambda: client.cancel(run_id, by=by, reason=reason).to_dict())
     print_json(info) if as_json else console.print(f"run {run_id}: {info['status']}")
 
 
 @run_app.command("view")
-def run_view_cmd(run_id: str, as_json: JsonOpt = False) -> None:
+def run_view_cmd(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
     """The working-memory view the planner gets for the run's next step (rebuilt)."""
-    view = guard(as_json, lambda: make_client().working_memory(run_id))
+    client, run_id = _client_and_id(as_json, run_id)
+    view = guard(as_json, lambda: client.working_memory(run_id))
     if as_json:
         print_json(view)
         return

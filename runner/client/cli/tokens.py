@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from warrant.runner.client.cli.common import JsonOpt, console, err, guard, print_json
+from warrant.runner.client.cli.runs import id_column
 
 __all__ = ["token_app"]
 
@@ -64,7 +65,7 @@ def token_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(records)
         return
-    table = Table("id", "name", "role", "created by", "created", "last used", "revoked")
+    table = Table(id_column("id"), "name", "role", "created by", "created", "last used", "revoked")
     for r in records:
         table.add_row(
             r["token_id"],

@@ -40,7 +40,7 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     if client is None:
         from warrant.runner.client.api import Client
 
-        client = Client.from_env()
+        client = Client.from_env(service_name="warrant-serve")
     if tokens is None:
         from warrant.runner.client.tokens import Tokens
 

@@ -126,6 +126,11 @@ class RunOut(BaseModel):
     pre_approvals: list[dict[str, Any]] = Field(default_factory=list)
     idempotency_key: str | None = Field(default=None, description="The key it was started with.")
     started_by: str | None = Field(default=None, description="Who started it (token label).")
+    trace_id: str | None = Field(
+        default=None,
+        description="The run's OpenTelemetry trace id (32 hex digits), if traced: one trace "
+        "for the whole run.",
+    )
 
 
 class RunPage(BaseModel):

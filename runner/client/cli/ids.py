@@ -1,0 +1,38 @@
+"""Run and handoff ids as people type them: whole, or a unique prefix of at least
+:data:`MIN_PREFIX` characters (what fits on a screen and is read off a table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warrant.runner.errors import HandoffNotFound, IdAmbiguous, RunNotFound
+
+__all__ = ["MIN_PREFIX", "handoff_id", "run_id"]
+
+#: The shortest prefix accepted: shorter ones would too often name several runs.
+MIN_PREFIX = 6
+
+
+def _resolve(client: Any, key: str, kind: str) -> str:
+    found: list[str] = client.ids_like(key, kind=kind, min_length=MIN_PREFIX)
+    if len(found) > 1:
+        raise IdAmbiguous(
+            f"{key!r} starts more than one {kind} id ({', '.join(found)}, …): give more characters",
+            matches=found,
+        )
+    if not found:
+        missing = HandoffNotFound if kind == "handoff" else RunNotFound
+        hint = f" (a prefix needs {MIN_PREFIX} characters)" if len(key) < MIN_PREFIX else ""
+        raise missing(f"no {kind} {key}{hint}")
+    return found[0]
+
+
+def run_id(client: Any, key: str) -> str:
+    """The whole id of the run ``key`` names (``RUN_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
+    return _resolve(client, key, "run")
+
+
+def handoff_id(client: Any, key: str) -> str:
+    """The whole id of the handoff (or of the run handed off) ``key`` names
+    (``HANDOFF_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
+    return _resolve(client, key, "handoff")

@@ -1,0 +1,160 @@
+"""``warrant run start`` and ``warrant run wait``: start a run, and follow one until it
+settles, with a progress line and an exit code that says how it ended
+(:data:`~warrant.runner.client.cli.common.EXIT_BY_STATUS`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from warrant.runner.client.cli import ids
+from warrant.runner.client.cli.common import (
+    EXIT_INTERRUPTED,
+    JsonOpt,
+    console,
+    err,
+    exit_code_for,
+    fail,
+    guard,
+    make_client,
+    print_json,
+)
+from warrant.runner.client.cli.follow import Progress, follow
+from warrant.runner.client.cli.runs import run_app, show_run
+from warrant.runner.client.cli.why import why
+from warrant.runner.errors import SpecError, WarrantError
+
+__all__ = ["fixture_warnings", "run_start", "run_wait"]
+
+TimeoutOpt = Annotated[
+    float, typer.Option(min=0, help="Seconds to wait; then exit 5 (the run goes on).")
+]
+
+
+@run_app.command("start")
+def run_start(
+    spec_file: Annotated[Path, typer.Argument(help="Run spec JSON file ('-' for stdin).")],
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Follow the run until it settles. Exit 0 completed, 1 failed or cancelled, "
+            "4 waiting for a person, 5 timed out.",
+        ),
+    ] = False,
+    timeout: TimeoutOpt = 120.0,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="Start at most once: the same key again returns the same run."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate a run spec, record the run and enqueue its first planner step.
+
+    The run's id is printed at once (first line; on stderr with --json). A fixture plan that
+    names a tool this deployment's registry lacks is started, with a warning."""
+    from warrant.runner.spec import parse_run_spec
+
+    text = _read_spec(spec_file, as_json)
+    spec = guard(as_json, lambda: parse_run_spec(text))
+    warnings = fixture_warnings(spec)
+    for warning in warnings:
+        err.print(f"[yellow]warning[/] {escape(warning)}", soft_wrap=True)
+    client = guard(as_json, make_client)
+    run_id = guard(as_json, lambda: client.start_run(spec, idempotency_key=idempotency_key))
+    if not wait:  # a repeated key's run may have moved on: read its status
+        status = guard(as_json, lambda: client.get_run(run_id).status) if idempotency_key else None
+        result = {"run_id": run_id, "status": status or "running", "warnings": warnings}
+        print_json(result) if as_json else console.print(
+            f"started [bold]{run_id}[/]", soft_wrap=True
+        )
+        return
+    if as_json:
+        err.print(f"run {run_id}", soft_wrap=True, highlight=False)
+    else:
+        console.print(f"started [bold]{run_id}[/]", soft_wrap=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _attach(client, run_id, timeout=timeout, as_json=as_json, extra={"warnings": warnings})
+
+
+@run_app.command("wait")
+def run_wait(
+    run_id: Annotated[str, typer.Argument(help="The run's id, or a unique prefix of it.")],
+    timeout: TimeoutOpt = 120.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-attach to a run: follow it until it settles, as `run start --wait` does (same
+    progress line, same exit codes: 0 completed, 1 failed or cancelled, 4 waiting for a
+    person, 5 timed out)."""
+    client = guard(as_json, make_client)
+    whole = guard(as_json, lambda: ids.run_id(client, run_id))
+    _attach(client, whole, timeout=timeout, as_json=as_json, extra={})
+
+
+def _attach(
+    client: Any, run_id: str, *, timeout: float, as_json: bool, extra: dict[str, Any]
+) -> None:
+    """Follow the run, print where it ended (with why) and exit with its exit code."""
+    progress = Progress.for_output(as_json=as_json)
+    try:
+        info = guard(as_json, lambda: follow(client, run_id, timeout=timeout, progress=progress))
+        events = guard(as_json, lambda: client.trace(run_id))
+    except KeyboardInterrupt:
+        progress.close()
+        err.print(
+            f"stopped waiting; run {run_id} goes on. Re-attach: warrant run wait {run_id}",
+            soft_wrap=True,
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        progress.close()
+    data = {**info.to_dict(), "why": why(info.to_dict(), events), **extra}
+    if as_json:
+        print_json(data)
+    else:
+        show_run(data)
+    raise typer.Exit(exit_code_for(info.status))
+
+
+def _read_spec(spec_file: Path, as_json: bool) -> str:
+    try:
+        return sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
+    except OSError as exc:
+        fail(
+            SpecError(
+                f"cannot read {spec_file}: {exc.strerror}",
+                errors=[{"field": "SPEC_FILE", "message": str(exc.strerror)}],
+            ),
+            as_json,
+        )
+
+
+def fixture_warnings(spec: Any) -> list[str]:
+    """What a fixture plan calls that this process's tool registry (``WARRANT_TOOLS``, …)
+    lacks: the gate refuses each such call (``UNKNOWN_TOOL_OR_VERSION``), and the run usually
+    ends with another reason, so it is said before the run starts."""
+    if getattr(spec.planner, "kind", None) != "fixture":
+        return []
+    from warrant.tools.plugins import registry_for
+
+    try:
+        registry = registry_for()
+    except WarrantError as exc:
+        return [f"the plan's tools were not checked: [{exc.code}] {exc}"]
+    missing: list[str] = []
+    for index, output in enumerate(spec.planner.outputs):
+        if not isinstance(output, dict) or output.get("kind") != "tool":
+            continue
+        name, version = output.get("tool"), output.get("tool_version")
+        if isinstance(name, str) and isinstance(version, str) and not registry.get(name, version):
+            missing.append(
+                f"fixture output {index} calls {name}@{version}, which the tool registry lacks: "
+                "the gate will refuse it (UNKNOWN_TOOL_OR_VERSION)"
+            )
+    return missing
