@@ -47,7 +47,8 @@ format: install
 	$(VENV)/bin/ruff format runner tools broker ledger warrant/__init__.py tests
 	$(VENV)/bin/ruff check --fix runner tools broker ledger warrant/__init__.py tests
 
-bench: install       ## benchmark against bare Celery (prints ratios; see README)
+bench: install       ## benchmark against bare Celery and DBOS (prints ratios; see README)
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
 
 architecture: install  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)

@@ -4,8 +4,11 @@
 
 Both use the same Redis and PostgreSQL and the same worker layout (one prefork process per
 stage queue), and run side by side in alternating rounds (a drift in the machine's speed
-weighs on both alike). Prints a table with ratios warrant/baseline, tool-bound scaling with
-1-8 tool processes, and the memory of worker processes after many steps.
+weighs on both alike). With the ``dbos`` package installed (the ``bench`` extra), a third
+pipeline of the same shape runs in the same rounds: DBOS durable workflows on a DBOS queue
+(``bench.dbos_pipeline``). Prints a table with ratios warrant/baseline (and warrant/DBOS),
+tool-bound scaling with 1-8 tool processes, and the memory of worker processes after many
+steps.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ os.environ.update(
 
 from sqlalchemy import text  # noqa: E402
 
+from bench import dbos_pipeline  # noqa: E402
 from warrant.ledger.db import engine_for  # noqa: E402
 from warrant.ledger.migrate import upgrade  # noqa: E402
 from warrant.runner.client.roles import celery_worker_command  # noqa: E402
@@ -125,7 +129,8 @@ class CpuMeter:
             return "postgres"
         if "redis" in name:
             return "redis"
-        if "celery" in " ".join(proc.info["cmdline"] or []):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "celery" in cmdline or dbos_pipeline.WORKER_MODULE in cmdline:
             return "stage workers"
         return None
 
@@ -285,8 +290,20 @@ def main() -> None:
     warrant_wait(client, [client.start_run(read_steps(5))])  # connect the pools once
     baseline_run("b-warm", 5)
     baseline_wait(["b-warm"])
-    lat: dict[str, list[float]] = {"base": [], "warrant": []}
-    tput: dict[str, list[float]] = {"base": [], "warrant": []}
+    dbos_skipped = dbos_pipeline.missing()
+    dbos = None if dbos_skipped else dbos_pipeline.DbosPipeline(ENV, LOGS)
+    if dbos is not None:
+        with console.status("DBOS: system database, worker, queue"):
+            try:
+                dbos.start()
+                dbos.run("d-warm", 5)
+                baseline_wait(["d-warm"])
+            except BaseException:
+                dbos.stop()
+                w.stop()
+                raise
+    lat: dict[str, list[float]] = {"base": [], "warrant": [], "dbos": []}
+    tput: dict[str, list[float]] = {"base": [], "warrant": [], "dbos": []}
     cpu = CpuMeter()
 
     def base_latency() -> None:
@@ -316,12 +333,35 @@ def main() -> None:
             warrant_wait(client, rids)
             tput["warrant"].append(runs * run_steps / (time.perf_counter() - t0))
 
+    def dbos_latency() -> None:
+        assert dbos is not None
+        rid = f"d-{uuid.uuid4().hex[:8]}"
+        dbos.run(rid, steps)
+        baseline_wait([rid])  # the same rows as the baseline's, read the same way
+        lat["dbos"] += baseline_step_latencies(rid)
+
+    def dbos_throughput() -> None:
+        assert dbos is not None
+        rids = [f"d-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
+        with cpu.measure("dbos", runs * run_steps):
+            t0 = time.perf_counter()
+            for r in rids:
+                dbos.run(r, run_steps)
+            baseline_wait(rids)
+            tput["dbos"].append(runs * run_steps / (time.perf_counter() - t0))
+
+    pipelines = [(base_latency, base_throughput), (warrant_latency, warrant_throughput)]
+    if dbos is not None:
+        pipelines.append((dbos_latency, dbos_throughput))
     for i in range(rounds):
-        order = [base_latency, warrant_latency, base_throughput, warrant_throughput]
-        if i % 2:  # ABBA: neither pipeline always goes first
-            order = [warrant_latency, base_latency, warrant_throughput, base_throughput]
-        with console.status(f"round {i + 1}/{rounds}: latency and throughput, both pipelines"):
-            for measure in order:
+        # ABBA, extended to three: rotate the order every other round and reverse it in the
+        # rounds between, so no pipeline always goes first or last.
+        shift = (i // 2) % len(pipelines)
+        order = pipelines[shift:] + pipelines[:shift]
+        if i % 2:
+            order.reverse()
+        with console.status(f"round {i + 1}/{rounds}: latency and throughput, all pipelines"):
+            for measure in [lat_m for lat_m, _ in order] + [tput_m for _, tput_m in order]:
                 measure()
     results: dict[str, Any] = {
         "base_p50": _pct(lat["base"], 0.5),
@@ -332,6 +372,14 @@ def main() -> None:
         "w_tput": statistics.median(tput["warrant"]),
         "tput_ratios": [wv / b for b, wv in zip(tput["base"], tput["warrant"], strict=True)],
     }
+    if dbos is not None:
+        results |= {
+            "d_p50": _pct(lat["dbos"], 0.5),
+            "d_p95": _pct(lat["dbos"], 0.95),
+            "d_tput": statistics.median(tput["dbos"]),
+            "d_tput_ratios": [wv / d for d, wv in zip(tput["dbos"], tput["warrant"], strict=True)],
+        }
+        dbos.stop()
     w.stop()
 
     # 2. memory of warrant's worker processes over many steps
@@ -372,53 +420,15 @@ def main() -> None:
             scaling[n] = calls / (time.perf_counter() - t0)
         w.stop()
 
-    table = Table(
-        title=f"warrant vs bare Celery — {platform.processor() or platform.machine()},"
-        f" {os.cpu_count()} cores, Python {platform.python_version()},"
-        f" task events {'on' if args.events else 'off'}"
+    _print_comparison(
+        console,
+        results,
+        cpu,
+        title=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores,"
+        f" Python {platform.python_version()}, task events {'on' if args.events else 'off'}",
+        sizes=(rounds, steps, runs, run_steps),
+        dbos_skipped=dbos_skipped,
     )
-    table.add_column("measure")
-    table.add_column("baseline", justify="right")
-    table.add_column("warrant", justify="right")
-    table.add_column("warrant/baseline", justify="right")
-    for label, b, wv, ratio in (
-        (
-            f"per-step latency p50, {rounds} x 1 run x {steps} steps (ms)",
-            results["base_p50"],
-            results["w_p50"],
-            results["w_p50"] / results["base_p50"],
-        ),
-        (
-            f"per-step latency p95, {rounds} x 1 run x {steps} steps (ms)",
-            results["base_p95"],
-            results["w_p95"],
-            results["w_p95"] / results["base_p95"],
-        ),
-        (
-            f"throughput, {runs} runs x {run_steps} steps, median of {rounds} (steps/s;"
-            " ratio: median of the rounds' ratios)",
-            results["base_tput"],
-            results["w_tput"],
-            statistics.median(results["tput_ratios"]),
-        ),
-    ):
-        table.add_row(label, f"{b:.1f}", f"{wv:.1f}", f"{ratio:.2f}")
-    console.print(table)
-    console.print(
-        "throughput ratio per round (each round's pipelines ran a minute apart at most): "
-        + " ".join(f"{r:.2f}" for r in results["tput_ratios"])
-    )
-    where = Table(title="CPU per step in the throughput rounds (ms; 2 cores shared by all)")
-    where.add_column("process group")
-    where.add_column("baseline", justify="right")
-    where.add_column("warrant", justify="right")
-    where.add_column("difference", justify="right")
-    for group in (*CpuMeter.GROUPS, "all"):
-        groups = CpuMeter.GROUPS if group == "all" else (group,)
-        b = sum(cpu.per_step_ms("base", g) for g in groups)
-        wv = sum(cpu.per_step_ms("warrant", g) for g in groups)
-        where.add_row(group, f"{b:.2f}", f"{wv:.2f}", f"{wv - b:+.2f}")
-    console.print(where)
     scale = Table(title=f"tool-bound: {calls} calls of a 100 ms tool")
     scale.add_column("tool processes", justify="right")
     scale.add_column("calls/s", justify="right")
@@ -430,6 +440,80 @@ def main() -> None:
         f"memory of warrant pool processes (RSS MB): start {_fmt(rss_start)}, "
         f"after {mem_steps // 10} steps {_fmt(rss_mid)}, after {mem_steps} steps {_fmt(rss_end)}"
     )
+
+
+def _print_comparison(
+    console: Any,
+    results: dict[str, Any],
+    cpu: CpuMeter,
+    *,
+    title: str,
+    sizes: tuple[int, int, int, int],
+    dbos_skipped: str | None,
+) -> None:
+    """The side-by-side table (and where the CPU went), with the DBOS columns when it ran."""
+    from rich.table import Table
+
+    rounds, steps, runs, run_steps = sizes
+    with_dbos = dbos_skipped is None
+    table = Table(
+        title=f"warrant vs bare Celery{' and DBOS ' + dbos_pipeline.version() if with_dbos else ''}"
+        f" — {title}"
+    )
+    table.add_column("measure")
+    for name in ("baseline", "warrant", *(("DBOS",) if with_dbos else ())):
+        table.add_column(name, justify="right")
+    table.add_column("warrant/baseline", justify="right")
+    if with_dbos:
+        table.add_column("warrant/DBOS", justify="right")
+    lat = f"{rounds} x 1 run x {steps} steps (ms)"
+    tput = (
+        f"throughput, {runs} runs x {run_steps} steps, median of {rounds} (steps/s;"
+        " ratio: median of the rounds' ratios)"
+    )
+    for label, key, ratio_key in (
+        (f"per-step latency p50, {lat}", "p50", None),
+        (f"per-step latency p95, {lat}", "p95", None),
+        (tput, "tput", "tput_ratios"),
+    ):
+        b, wv = results[f"base_{key}"], results[f"w_{key}"]
+        cells = [f"{b:.1f}", f"{wv:.1f}"]
+        ratios = [
+            statistics.median(results[ratio_key]) if ratio_key else wv / b,
+        ]
+        if with_dbos:
+            d = results[f"d_{key}"]
+            cells.append(f"{d:.1f}")
+            ratios.append(statistics.median(results[f"d_{ratio_key}"]) if ratio_key else wv / d)
+        table.add_row(label, *cells, *(f"{r:.2f}" for r in ratios))
+    console.print(table)
+    console.print(
+        "throughput ratio per round (each round's pipelines ran a minute apart at most): "
+        + " ".join(f"{r:.2f}" for r in results["tput_ratios"])
+        + (
+            "; warrant/DBOS: " + " ".join(f"{r:.2f}" for r in results["d_tput_ratios"])
+            if with_dbos
+            else ""
+        )
+    )
+    if not with_dbos:
+        console.print(f"DBOS column skipped: {dbos_skipped}", markup=False)
+    pipelines = {"baseline": "base", "warrant": "warrant"} | ({"DBOS": "dbos"} if with_dbos else {})
+    where = Table(title="CPU per step in the throughput rounds (ms; 2 cores shared by all)")
+    where.add_column("process group")
+    for name in pipelines:
+        where.add_column(name, justify="right")
+    where.add_column("warrant - baseline", justify="right")
+    if with_dbos:
+        where.add_column("warrant - DBOS", justify="right")
+    for group in (*CpuMeter.GROUPS, "all"):
+        groups = CpuMeter.GROUPS if group == "all" else (group,)
+        ms = {n: sum(cpu.per_step_ms(key, g) for g in groups) for n, key in pipelines.items()}
+        diffs = [ms["warrant"] - ms["baseline"]]
+        if with_dbos:
+            diffs.append(ms["warrant"] - ms["DBOS"])
+        where.add_row(group, *(f"{v:.2f}" for v in ms.values()), *(f"{d:+.2f}" for d in diffs))
+    console.print(where)
 
 
 def _fmt(values: list[float]) -> str:

@@ -92,6 +92,12 @@ class Run(Base):
             unique=True,
             postgresql_where=text("idempotency_key IS NOT NULL"),
         ),
+        # the oldest finished runs first (ledger prune; migration 0012)
+        Index(
+            "ix_runs_finished",
+            "finished_at",
+            postgresql_where=text("status IN ('completed', 'failed', 'cancelled')"),
+        ),
         {"postgresql_with": {"fillfactor": 70}},  # room for HOT updates (migration 0006)
     )
 
@@ -151,6 +157,8 @@ class Command(Base):
         UniqueConstraint("run_id", "step", name="uq_commands_run_step"),
         # the reconciler's lease check; completed commands take no entry (migration 0007)
         Index("ix_commands_started", "started_at", postgresql_where=text("status = 'started'")),
+        # the foreign-key check when a proposal is deleted (ledger prune; migration 0012)
+        Index("ix_commands_proposal", "proposal_pk"),
     )
 
 
@@ -314,6 +322,8 @@ class Reconciliation(Base):
     result: Mapped[str] = mapped_column(String(16))
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (Index("ix_reconciliations_command", "command_id"),)  # migration 0012
 
 
 class Handoff(Base):
