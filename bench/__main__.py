@@ -440,6 +440,11 @@ def main() -> None:
         f"memory of warrant pool processes (RSS MB): start {_fmt(rss_start)}, "
         f"after {mem_steps // 10} steps {_fmt(rss_mid)}, after {mem_steps} steps {_fmt(rss_end)}"
     )
+    # 4. flat as the ledger grows (bench/growth.py): empty vs loaded ledger, bytes per step
+    from bench import growth
+
+    runs_loaded = os.environ.get("WARRANT_BENCH_GROWTH_RUNS", "10000" if args.quick else "100000")
+    growth.main(["--runs", runs_loaded, *(["--quick"] if args.quick else [])])
 
 
 def _print_comparison(
