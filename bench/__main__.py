@@ -32,6 +32,8 @@ DEFAULT_BROKER = "redis://127.0.0.1:6379/13"
 #: Alternating rounds of the side-by-side measures (latency: pooled over rounds; throughput:
 #: the median round).
 ROUNDS = 4
+#: The parts of a full run, in order (``--only`` picks some).
+PARTS = ("compare", "memory", "scaling", "growth")
 
 
 def _env() -> dict[str, str]:
@@ -54,7 +56,7 @@ from sqlalchemy import text  # noqa: E402
 from bench import dbos_pipeline  # noqa: E402
 from warrant.ledger.db import engine_for  # noqa: E402
 from warrant.ledger.migrate import upgrade  # noqa: E402
-from warrant.runner.client.roles import celery_worker_command  # noqa: E402
+from warrant.runner.client.roles import celery_worker_command, worker_command  # noqa: E402
 from warrant.runner.client.scenarios import read_steps  # noqa: E402
 
 LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
@@ -65,11 +67,20 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, app: str, queues: list[str], concurrency: int, name: str) -> None:
+        """A worker of ``app`` on ``queues``: warrant's roles by the product's own command line
+        (:func:`worker_command`: its pool and options), the baseline's as plain Celery's."""
         LOGS.mkdir(parents=True, exist_ok=True)
         out = open(LOGS / f"{name}.log", "ab")  # noqa: SIM115
-        command = celery_worker_command(
-            app, queues, node=f"{name}@%h", concurrency=concurrency, events=False
-        )
+        if app == "warrant.broker.app":
+            role = "tool" if queues[0].startswith("tool.") else queues[0]
+            tools = [q.removeprefix("tool.") for q in queues] if role == "tool" else None
+            command = worker_command(
+                role, tools=tools, concurrency=concurrency, name=f"{name}@%h", events=False
+            )
+        else:
+            command = celery_worker_command(
+                app, queues, node=f"{name}@%h", concurrency=concurrency, events=False
+            )
         self.procs.append(
             subprocess.Popen(
                 command,
@@ -93,8 +104,10 @@ class Workers:
 
         out = []
         for p in self.procs:
-            for child in psutil.Process(p.pid).children(recursive=True):
-                out.append(child.memory_info().rss / 2**20)
+            main = psutil.Process(p.pid)
+            # the processes that run tasks: the pool's children, or a solo worker itself
+            for proc in main.children(recursive=True) or [main]:
+                out.append(proc.memory_info().rss / 2**20)
         return out
 
     def stop(self) -> None:
@@ -244,17 +257,27 @@ def main() -> None:
         help="both pipelines send Celery task events (as `warrant worker -E` does for Flower);"
         " default: neither, as bare Celery",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=PARTS,
+        help="run only this part (repeatable); default: all of " + ", ".join(PARTS),
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help=f"side-by-side rounds (default {ROUNDS})"
+    )
     args = parser.parse_args()
+    parts = set(args.only or PARTS)
     events = "1" if args.events else "0"
     ENV["WARRANT_TASK_EVENTS"] = ENV["BENCH_TASK_EVENTS"] = events
     os.environ["WARRANT_TASK_EVENTS"] = os.environ["BENCH_TASK_EVENTS"] = events
     steps, runs, run_steps, calls, mem_steps, rounds = (
         (20, 10, 5, 40, 1000, 1) if args.quick else (100, 50, 20, 200, 10_000, ROUNDS)
     )
+    rounds = args.rounds or rounds
 
     import psycopg
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     admin = ENV["WARRANT_DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
@@ -277,6 +300,37 @@ def main() -> None:
     client = Client(
         engine=engine_for(ENV["WARRANT_DATABASE_URL"]), publisher=Publisher(warrant_app)
     )
+    results = cpu = dbos_skipped = None
+    if "compare" in parts:
+        results, cpu, dbos_skipped = _compare(console, client, (rounds, steps, runs, run_steps))
+        _print_comparison(
+            console,
+            results,
+            cpu,
+            title=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores,"
+            f" Python {platform.python_version()}, task events {'on' if args.events else 'off'}",
+            sizes=(rounds, steps, runs, run_steps),
+            dbos_skipped=dbos_skipped,
+        )
+    if "memory" in parts:
+        _memory(console, client, mem_steps)
+    if "scaling" in parts:
+        _scaling(console, client, calls)
+    if "growth" in parts:
+        from bench import growth
+
+        runs_loaded = os.environ.get(
+            "WARRANT_BENCH_GROWTH_RUNS", "10000" if args.quick else "100000"
+        )
+        growth.main(["--runs", runs_loaded, *(["--quick"] if args.quick else [])])
+
+
+def _compare(console: Any, client: Any, sizes: tuple[int, int, int, int]) -> tuple[Any, Any, Any]:
+    """Baseline, warrant and DBOS side by side in alternating rounds."""
+    from bench import baseline
+    from warrant.broker.app import app as warrant_app
+
+    rounds, steps, runs, run_steps = sizes
     # 1. both pipelines side by side, in alternating rounds: this machine's speed drifts (a
     # shared VM), and a drift then weighs on both the same.
     w = Workers()
@@ -382,6 +436,13 @@ def main() -> None:
         dbos.stop()
     w.stop()
 
+    return results, cpu, dbos_skipped
+
+
+def _memory(console: Any, client: Any, mem_steps: int) -> None:
+    """RSS of warrant's pool processes over many steps."""
+    from warrant.broker.app import app as warrant_app
+
     # 2. memory of warrant's worker processes over many steps
     w = Workers()
     w.start("warrant.broker.app", ["planner"], 1, "planner")
@@ -400,6 +461,17 @@ def main() -> None:
                 rss_mid = w.rss_mb()
         rss_end = w.rss_mb()
     w.stop()
+    console.print(
+        f"memory of warrant's task-running processes (RSS MB; planner/policy/tool): start {_fmt(rss_start)}, "
+        f"after {mem_steps // 10} steps {_fmt(rss_mid)}, after {mem_steps} steps {_fmt(rss_end)}"
+    )
+
+
+def _scaling(console: Any, client: Any, calls: int) -> None:
+    """Tool-bound throughput with 1-8 tool processes."""
+    from rich.table import Table
+
+    from warrant.broker.app import app as warrant_app
 
     # 3. tool-bound scaling
     scaling: dict[int, float] = {}
@@ -419,16 +491,6 @@ def main() -> None:
             warrant_wait(client, rids)
             scaling[n] = calls / (time.perf_counter() - t0)
         w.stop()
-
-    _print_comparison(
-        console,
-        results,
-        cpu,
-        title=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores,"
-        f" Python {platform.python_version()}, task events {'on' if args.events else 'off'}",
-        sizes=(rounds, steps, runs, run_steps),
-        dbos_skipped=dbos_skipped,
-    )
     scale = Table(title=f"tool-bound: {calls} calls of a 100 ms tool")
     scale.add_column("tool processes", justify="right")
     scale.add_column("calls/s", justify="right")
@@ -436,15 +498,6 @@ def main() -> None:
     for n, v in scaling.items():
         scale.add_row(str(n), f"{v:.1f}", f"{v / scaling[1]:.2f}")
     console.print(scale)
-    console.print(
-        f"memory of warrant pool processes (RSS MB): start {_fmt(rss_start)}, "
-        f"after {mem_steps // 10} steps {_fmt(rss_mid)}, after {mem_steps} steps {_fmt(rss_end)}"
-    )
-    # 4. flat as the ledger grows (bench/growth.py): empty vs loaded ledger, bytes per step
-    from bench import growth
-
-    runs_loaded = os.environ.get("WARRANT_BENCH_GROWTH_RUNS", "10000" if args.quick else "100000")
-    growth.main(["--runs", runs_loaded, *(["--quick"] if args.quick else [])])
 
 
 def _print_comparison(

@@ -7,7 +7,14 @@ settings).
 
 from __future__ import annotations
 
-from celery.signals import worker_process_init, worker_process_shutdown
+from typing import Any
+
+from celery.signals import (
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutdown,
+)
 from kombu import Connection
 
 from warrant.broker import telemetry
@@ -46,3 +53,26 @@ def _close_process(**_: object) -> None:
     """Close the tools' deps (their clients, engines) and flush spans."""
     close_worker_context()
     telemetry.shutdown()
+
+
+def _is_solo(worker: Any) -> bool:
+    pool = worker.pool_cls  # at worker_init: the ``-P`` name or a class
+    return pool == "solo" or getattr(pool, "__module__", "").endswith(".solo")
+
+
+@worker_init.connect
+def _init_solo_worker(sender: Any = None, **_: object) -> None:
+    """A solo worker (a one-process planner or policy worker) runs its tasks in this process:
+    it traces here, having no pool process to do it. It sends no AMQP heartbeats: a task holds
+    the event loop that sends them, and a model call longer than two beats would make RabbitMQ
+    close the connection (py-amqp's TCP keepalive still notices a dead peer)."""
+    if sender is None or not _is_solo(sender):
+        return
+    sender.app.conf.broker_heartbeat = 0
+    telemetry.configure(service_name=telemetry.WORKER_SERVICE)
+
+
+@worker_shutdown.connect
+def _close_solo_worker(sender: Any = None, **_: object) -> None:
+    if sender is not None and _is_solo(sender):
+        _close_process()

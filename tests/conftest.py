@@ -202,7 +202,7 @@ LIVE_WORKERS: list[WorkerProcess] = []
 
 
 class WorkerProcess:
-    """A real ``celery worker`` subprocess (prefork) consuming the given queues."""
+    """A real ``celery worker`` subprocess (prefork unless ``pool``) consuming the queues."""
 
     def __init__(
         self,
@@ -212,6 +212,7 @@ class WorkerProcess:
         concurrency: int = 2,
         env: dict[str, str] | None = None,
         log: Path | None = None,
+        pool: str = "prefork",
     ) -> None:
         self.name = name
         self.log = log
@@ -222,6 +223,7 @@ class WorkerProcess:
             concurrency=concurrency,
             loglevel="info",
             events=False,
+            pool=pool,
         )
         self.queues = list(queues)
         self.env = {**os.environ, **(env or {})}

@@ -20,7 +20,9 @@ from bench.chaos.servers import TempPostgres, TempRedis
 __all__ = ["main"]
 
 SETTLED = {"completed", "failed", "cancelled", "needs_input", "handoff"}
-ROLES: dict[str, int] = {"planner": 2, "policy": 2, "tool": 3, "reconciler": 1}
+#: Processes per role. One planner process: its worker runs on the solo pool (``role_pool``),
+#: so both pools of the stage roles are under the faults.
+ROLES: dict[str, int] = {"planner": 1, "policy": 2, "tool": 3, "reconciler": 1}
 
 
 def _say(msg: str, quiet: bool = False) -> None:
@@ -167,7 +169,12 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         from warrant.ledger.db import engine_for
         from warrant.ledger.migrate import upgrade
         from warrant.runner.client.api import Client
-        from warrant.runner.client.roles import beat_command, celery_worker_command, role_queues
+        from warrant.runner.client.roles import (
+            beat_command,
+            celery_worker_command,
+            role_pool,
+            role_queues,
+        )
         from warrant.runner.settings import WarrantSettings
 
         settings = WarrantSettings()
@@ -183,6 +190,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                         node=f"{role}@chaos",
                         concurrency=conc,
                         events=False,
+                        pool=role_pool(role, conc),
                     )
                 ),
             )

@@ -128,9 +128,16 @@ class Supervisor:
         except psutil.Error:
             return []
 
+    def _solo(self, label: str) -> bool:
+        command = next(s.command for s in self._specs if s.label == label)
+        return "-P" in command and command[command.index("-P") + 1] == "solo"
+
     def kill(self, label: str, what: str, rng: random.Random) -> str | None:
         """SIGKILL ``label``'s main process or one of its pool children; None if there was
-        nothing alive to kill (the caller tries again later)."""
+        nothing alive to kill (the caller tries again later). A solo worker (no pool child)
+        runs its tasks in its main process: "child" kills that."""
+        if what == "child" and self._solo(label):
+            what = "parent"
         if what == "child":
             kids = self.children(label)
             if not kids:

@@ -27,6 +27,7 @@ from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TAS
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
 from warrant.runner.client import scenarios as sc
+from warrant.runner.client.roles import role_pool
 
 pytestmark = [pytest.mark.services]
 
@@ -65,8 +66,10 @@ def queues_to_myself(queues: list[str]) -> Iterator[None]:
 def traced_workers(
     services: Any, stages_to_myself: None, otlp: LocalOTLP, tmp_path: Path
 ) -> Iterator[dict[str, WorkerProcess]]:
-    """One worker per role, each exporting to ``otlp``; no other worker consumes their queues
-    meanwhile (:func:`queues_to_myself`), so these take every message of the test's run."""
+    """One worker per role, each exporting to ``otlp``, on the pool ``warrant worker`` would
+    choose (planner and policy: solo, tracing in the consuming process); no other worker
+    consumes their queues meanwhile (:func:`queues_to_myself`), so these take every message of
+    the test's run."""
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
         "OTEL_SERVICE_NAME": NAMESPACE,
@@ -87,6 +90,7 @@ def traced_workers(
                 queues,
                 name=f"traced-{role}",
                 concurrency=1,
+                pool=role_pool(role, 1),
                 env=env,
                 log=tmp_path / f"traced-{role}.log",
             )
