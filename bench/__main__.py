@@ -462,7 +462,8 @@ def _memory(console: Any, client: Any, mem_steps: int) -> None:
         rss_end = w.rss_mb()
     w.stop()
     console.print(
-        f"memory of warrant's task-running processes (RSS MB; planner/policy/tool): start {_fmt(rss_start)}, "
+        "memory of warrant's task-running processes (RSS MB; planner/policy/tool): "
+        f"start {_fmt(rss_start)}, "
         f"after {mem_steps // 10} steps {_fmt(rss_mid)}, after {mem_steps} steps {_fmt(rss_end)}"
     )
 
