@@ -102,8 +102,10 @@ def _ledger_tables(conn: psycopg.Connection[Any], run_id: str) -> list[_Table]:
     """Every table holding rows of ``run_id``, with its template rows in ``tpl_<table>``."""
     cols: dict[str, list[tuple[str, str]]] = {}
     for table, column, dtype in conn.execute(
-        "SELECT table_name, column_name, data_type FROM information_schema.columns"
-        " WHERE table_schema = 'public' ORDER BY table_name, ordinal_position"
+        "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c"
+        " JOIN information_schema.tables t USING (table_schema, table_name)"
+        " WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'"  # not the views
+        " ORDER BY c.table_name, c.ordinal_position"
     ):
         cols.setdefault(table, []).append((column, dtype))
     out = []

@@ -30,11 +30,12 @@ WITH cmd AS (
   UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM cmd WHERE r.id = %(run_id)s
   RETURNING r.trace_seq
 ), event AS (
-  INSERT INTO trace_events (run_id, seq, event, step, proposal_id, details)
-  SELECT CAST(%(run_id)s AS varchar), seq.trace_seq, 'tool.started', cmd.step, cmd.proposal_id,
-         jsonb_build_object('tool', cmd.tool, 'version', cmd.tool_version,
-                            'attempt', cmd.attempts, 'timeout_s', round(cmd.timeout_s::numeric, 3),
-                            'idempotency_key_hash', CAST(%(key_hash)s AS text))
+  INSERT INTO trace_records (run_id, seq, step, proposal_id, events)
+  SELECT CAST(%(run_id)s AS varchar), seq.trace_seq, cmd.step, cmd.proposal_id,
+         jsonb_build_array(jsonb_build_array('tool.started', jsonb_build_object(
+           'tool', cmd.tool, 'version', cmd.tool_version,
+           'attempt', cmd.attempts, 'timeout_s', round(cmd.timeout_s::numeric, 3),
+           'idempotency_key_hash', CAST(%(key_hash)s AS text))))
     FROM cmd, seq
 )
 SELECT attempts FROM cmd
@@ -86,13 +87,13 @@ WITH c AS (
   UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM c WHERE r.id = %(run_id)s
   RETURNING {RUN_COLUMNS}
 ), event AS (
-  INSERT INTO trace_events (run_id, seq, event, step, proposal_id, details)
-  SELECT r.id, r.trace_seq, 'tool.started', c.cmd_step, c.cmd_proposal_id,
-         jsonb_build_object(
+  INSERT INTO trace_records (run_id, seq, step, proposal_id, events)
+  SELECT r.id, r.trace_seq, c.cmd_step, c.cmd_proposal_id,
+         jsonb_build_array(jsonb_build_array('tool.started', jsonb_build_object(
            'tool', c.cmd_tool, 'version', c.cmd_tool_version, 'attempt', c.cmd_attempts,
            'timeout_s', round(c.cmd_timeout_s::numeric, 3),
            'idempotency_key_hash',
-           left(encode(sha256(convert_to(c.cmd_token, 'UTF8')), 'hex'), 16))
+           left(encode(sha256(convert_to(c.cmd_token, 'UTF8')), 'hex'), 16))))
     FROM c, r
 )
 SELECT r.*, c.* FROM r, c

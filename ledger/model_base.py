@@ -10,12 +10,19 @@ from sqlalchemy import DateTime, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["JSON", "Base", "created_now"]
+__all__ = ["JSON", "Base", "ViewBase", "created_now"]
 
 JSON = JSONB(none_as_null=True)
 
 
 class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB}
+
+
+class ViewBase(DeclarativeBase):
+    """Models of views (read only): a metadata of their own, which migrations, retention and
+    ``create_all`` never see."""
+
     type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB}
 
 

@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, configure_mappers, mapped_column
 
-from warrant.ledger.model_base import JSON, Base
+from warrant.ledger.model_base import JSON, Base, ViewBase
 from warrant.ledger.model_base import created_now as _now
 from warrant.ledger.models_api import ApiToken, WebhookDelivery
 
@@ -44,6 +44,7 @@ __all__ = [
     "Reconciliation",
     "Run",
     "TraceEvent",
+    "TraceRecord",
     "WebhookDelivery",
     "WorkerRegistration",
 ]
@@ -209,16 +210,35 @@ class Observation(Base):
     )
 
 
-class TraceEvent(Base):
-    __tablename__ = "trace_events"
+class TraceRecord(Base):
+    """One transition's trace events, in order, in one row (migration 0013): ``events`` is
+    ``[[name, details], …]`` and ``seq`` the first event's number (the next ones follow it).
+    Append-only. Read them one event per row through :class:`TraceEvent`."""
+
+    __tablename__ = "trace_records"
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    step: Mapped[int] = mapped_column(Integer)
+    proposal_id: Mapped[str | None] = mapped_column(String(200))
+    events: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = _now()
+
+
+class TraceEvent(ViewBase):
+    """One trace event per row: the ``trace_events`` view over :class:`TraceRecord` (read
+    only; not in ``Base.metadata``, so neither migrations nor retention take it for a
+    table)."""
+
+    __tablename__ = "trace_events"
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     event: Mapped[str] = mapped_column(String(64))
     step: Mapped[int] = mapped_column(Integer)
     proposal_id: Mapped[str | None] = mapped_column(String(200))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class GrantRow(Base):

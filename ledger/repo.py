@@ -14,11 +14,9 @@ from sqlalchemy import (
     String,
     bindparam,
     case,
-    column,
     exists,
     func,
     select,
-    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB, insert
@@ -32,7 +30,7 @@ from warrant.ledger.models import (
     Observation,
     OutcomeRow,
     Run,
-    TraceEvent,
+    TraceRecord,
 )
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
@@ -135,7 +133,8 @@ def append_events(
     proposal_id: str | None = None,
     last_seq: int | None = None,
 ) -> None:
-    """Append trace events with per-run sequence numbers (allocated on the run row)."""
+    """Append trace events, one record, with per-run sequence numbers (allocated on the run
+    row)."""
     if not events:
         return
     if last_seq is None:
@@ -145,20 +144,14 @@ def append_events(
             .values(trace_seq=Run.trace_seq + len(events))
             .returning(Run.trace_seq)
         ).scalar_one()
-    first = last_seq - len(events) + 1
     s.execute(
-        insert(TraceEvent),
-        [
-            {
-                "run_id": run_id,
-                "seq": first + i,
-                "event": name,
-                "step": step,
-                "proposal_id": proposal_id,
-                "details": details,
-            }
-            for i, (name, details) in enumerate(events)
-        ],
+        insert(TraceRecord).values(
+            run_id=run_id,
+            seq=last_seq - len(events) + 1,
+            step=step,
+            proposal_id=proposal_id,
+            events=[[name, details] for name, details in events],
+        )
     )
 
 
@@ -175,7 +168,7 @@ class Guarded:
 
 
 _RUNS: Any = Run.__table__
-_EVENTS: Any = TraceEvent.__table__
+_EVENTS: Any = TraceRecord.__table__
 _OBSERVATIONS: Any = Observation.__table__
 _STATEMENTS: dict[tuple[Any, ...], Compiled] = {}
 
@@ -229,19 +222,17 @@ def _transition_statement(
         )
         .cte("cas")
     )
-    elems = func.jsonb_array_elements(bindparam("cas_events", type_=JSONB)).table_valued(
-        column("value", JSONB), with_ordinality="ordinality"
-    )
     events = insert(_EVENTS).from_select(
-        ["run_id", "seq", "event", "step", "proposal_id", "details"],
+        ["run_id", "seq", "step", "proposal_id", "events"],
         select(
             bindparam("cas_run", type_=String),
-            upd.c.trace_seq - n_events + elems.c.ordinality,
-            elems.c.value[0].astext,
+            upd.c.trace_seq - n_events + 1,
             bindparam("cas_step", type_=Integer),
             bindparam("cas_pid", type_=String),
-            elems.c.value[1],
-        ).select_from(upd.join(elems, true())),
+            bindparam("cas_events", type_=JSONB),
+        )
+        .select_from(upd)
+        .where(n_events > 0),  # a transition without events writes no record
         include_defaults=False,
     )
     ctes = [events.cte("events")]

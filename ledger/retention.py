@@ -9,7 +9,7 @@ looked at; :data:`OWNED` lists them and ``tests/unit/test_retention_archive.py``
 new one appears without a decision here:
 
 * ``proposals``, ``commands``, ``outcomes`` (the attempts), ``reconciliations``,
-  ``observations``, ``trace_events``, ``grants``, ``confirmations``, ``pre_approvals``,
+  ``observations``, ``trace_records``, ``grants``, ``confirmations``, ``pre_approvals``,
   ``artifacts``, ``webhook_deliveries``: facts of that run only; removed with it (the cascade
   would remove them anyway: they are deleted explicitly, children first, to count them and to
   archive exactly the rows deleted, ``DELETE … RETURNING``).
@@ -55,7 +55,7 @@ from warrant.ledger.models import (
     Proposal,
     Reconciliation,
     Run,
-    TraceEvent,
+    TraceRecord,
     WebhookDelivery,
 )
 
@@ -81,7 +81,7 @@ _RUNS: Table = Run.__table__  # type: ignore[assignment]
 OWNED: tuple[Table, ...] = tuple(
     m.__table__  # type: ignore[misc]
     for m in (
-        TraceEvent,
+        TraceRecord,
         Observation,
         Reconciliation,
         OutcomeRow,
@@ -193,7 +193,7 @@ def decode_record(record: Record) -> Record:
     """An archived record (JSON: timestamps as ISO 8601 text) with its timestamps as
     ``datetime`` again; an unknown table or column raises ``KeyError``."""
     tables: dict[str, list[dict[str, Any]]] = {}
-    for name, rows in record["tables"].items():
+    for name, rows in _current_tables(record["tables"]).items():
         table, stamps = _TABLES[name], _DATETIMES[name]
         decoded = []
         for row in rows:
@@ -207,6 +207,26 @@ def decode_record(record: Record) -> Record:
             )
         tables[name] = decoded
     return {"run_id": record["run_id"], "tables": tables}
+
+
+def _current_tables(tables: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """An archive written before migration 0013 holds ``trace_events`` rows: each becomes a
+    ``trace_records`` row of one event (its number kept)."""
+    old = tables.get("trace_events")
+    if old is None:
+        return tables
+    records = [
+        {
+            "run_id": e["run_id"],
+            "seq": e["seq"],
+            "step": e["step"],
+            "proposal_id": e.get("proposal_id"),
+            "events": [[e["event"], e.get("details", {})]],
+            "created_at": e["created_at"],
+        }
+        for e in old
+    ]
+    return {k: v for k, v in tables.items() if k != "trace_events"} | {"trace_records": records}
 
 
 def restore_records(engine: Engine, records: Iterable[Record]) -> tuple[int, int, dict[str, int]]:

@@ -41,9 +41,8 @@ WITH run AS (
                             observation_version)
   SELECT run.id, %(o_id)s, %(o_kind)s, %(o_source)s, 0, %(o_content)s, %(o_hash)s, 1 FROM run
 ), events AS (
-  INSERT INTO trace_events (run_id, seq, event, step, details)
-  SELECT run.id, e.n, e.v->>0, 0, e.v->1
-    FROM run, jsonb_array_elements(%(events)s) WITH ORDINALITY AS e(v, n)
+  INSERT INTO trace_records (run_id, seq, step, events)
+  SELECT run.id, 1, 0, %(events)s FROM run WHERE jsonb_array_length(%(events)s) > 0
 )
 SELECT id FROM run
 """

@@ -114,7 +114,9 @@ def test_prune_archive_restore(engine, client, worker, tmp_path: Path):
     kept = [waiting.run_id, newer.run_id]
     age(engine, [*old, waiting.run_id], days=400)
     before_old, before_kept = rows_of(engine, old), rows_of(engine, kept)
-    assert all(before_old[t] for t in ("runs", "proposals", "commands", "outcomes", "trace_events"))
+    assert all(
+        before_old[t] for t in ("runs", "proposals", "commands", "outcomes", "trace_records")
+    )
     assert before_old["confirmations"] and before_old["observations"] and before_old["grants"]
     memory_before = facts.count(engine, MemoryRecord, created_by_run=remembered)
     assert memory_before == 1
@@ -249,7 +251,7 @@ def test_prune_while_runs_go_through_the_pipeline(engine, client, worker):
     assert summary["runs_pruned"] >= 200 and summary["batches"] >= 40
     assert sum(counts(engine, old).values()) == 0
     assert [r.status for r in results] == ["completed"] * 20
-    assert all(counts(engine, [r])["trace_events"] > 0 for r in started)
+    assert all(counts(engine, [r])["trace_records"] > 0 for r in started)
 
 
 def _sizes(engine: Any) -> int:

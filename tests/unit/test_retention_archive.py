@@ -85,3 +85,29 @@ def test_decode_restores_timestamps_and_refuses_unknown_columns():
     assert row["finished_at"] == datetime.fromisoformat(stamp) and row["id"] == "r"
     with pytest.raises(KeyError):
         ledger_retention.decode_record({"run_id": "r", "tables": {"runs": [{"nope": 1}]}})
+
+
+def test_an_archive_from_before_trace_records_is_read_as_records():
+    """Archives written before migration 0013 hold ``trace_events`` rows: each is restored as
+    a record of one event, its number and time kept."""
+    at = "2026-11-01T10:30:00+00:00"
+    old = {
+        "run_id": "r1",
+        "tables": {
+            "runs": [{"id": "r1", "created_at": at}],
+            "trace_events": [
+                {"run_id": "r1", "seq": 1, "event": "run.created", "step": 0,
+                 "proposal_id": None, "details": {"goal": "g"}, "created_at": at},
+                {"run_id": "r1", "seq": 2, "event": "proposal.received", "step": 1,
+                 "proposal_id": "p1", "details": {}, "created_at": at},
+            ],
+        },
+    }  # fmt: skip
+    decoded = ledger_retention.decode_record(old)
+    assert "trace_events" not in decoded["tables"]
+    assert decoded["tables"]["trace_records"] == [
+        {"run_id": "r1", "seq": 1, "step": 0, "proposal_id": None,
+         "events": [["run.created", {"goal": "g"}]], "created_at": datetime.fromisoformat(at)},
+        {"run_id": "r1", "seq": 2, "step": 1, "proposal_id": "p1",
+         "events": [["proposal.received", {}]], "created_at": datetime.fromisoformat(at)},
+    ]  # fmt: skip
