@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench chaos architecture screenshots clean
+.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench bench-series chaos architecture screenshots clean
 
 install: $(STAMP)
 
@@ -50,6 +50,10 @@ format: install
 bench: install       ## benchmark against bare Celery and DBOS (prints ratios; see README)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
+
+bench-series: install  ## the verdict: the side-by-side part 5 times, task events off and on, medians vs targets
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) -m bench.series $(SERIES_ARGS)
 
 architecture: install  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
 	$(PY) -m bench.architecture

@@ -218,7 +218,34 @@ def baseline_step_latencies(run_id: str) -> list[float]:
     return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(rows)]
 
 
+def rows_done_at(run_ids: list[str]) -> float:
+    """When the last of the baseline's (or DBOS's) runs wrote its ``done`` row (epoch seconds,
+    the database's clock: the same host's). Throughput ends there for every pipeline, not
+    when a poller noticed (warrant's client polls with a growing pause, up to 250 ms)."""
+    with engine_for(ENV["WARRANT_DATABASE_URL"]).connect() as conn:
+        return float(
+            conn.execute(
+                text(
+                    "SELECT extract(epoch FROM max(at)) FROM bench_rows"
+                    " WHERE stage = 'done' AND run_id = ANY(:r)"
+                ),
+                {"r": run_ids},
+            ).scalar_one()
+        )
+
+
 # --- warrant ---------------------------------------------------------------------------------
+
+
+def runs_finished_at(run_ids: list[str]) -> float:
+    """When the last of warrant's runs finished (``runs.finished_at``, epoch seconds)."""
+    with engine_for(ENV["WARRANT_DATABASE_URL"]).connect() as conn:
+        return float(
+            conn.execute(
+                text("SELECT extract(epoch FROM max(finished_at)) FROM runs WHERE id = ANY(:r)"),
+                {"r": run_ids},
+            ).scalar_one()
+        )
 
 
 def warrant_step_latencies(run_id: str) -> list[float]:
@@ -266,6 +293,12 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=None, help=f"side-by-side rounds (default {ROUNDS})"
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="also write the side-by-side figures as JSON to this file (bench.series reads it)",
+    )
     args = parser.parse_args()
     parts = set(args.only or PARTS)
     events = "1" if args.events else "0"
@@ -312,6 +345,8 @@ def main() -> None:
             sizes=(rounds, steps, runs, run_steps),
             dbos_skipped=dbos_skipped,
         )
+        if args.results is not None:
+            _write_results(args.results, results, cpu, events=args.events, rounds=rounds)
     if "memory" in parts:
         _memory(console, client, mem_steps)
     if "scaling" in parts:
@@ -374,18 +409,18 @@ def _compare(console: Any, client: Any, sizes: tuple[int, int, int, int]) -> tup
     def base_throughput() -> None:
         rids = [f"b-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
         with cpu.measure("base", runs * run_steps):
-            t0 = time.perf_counter()
+            t0 = time.time()
             for r in rids:
                 baseline_run(r, run_steps)
             baseline_wait(rids)
-            tput["base"].append(runs * run_steps / (time.perf_counter() - t0))
+            tput["base"].append(runs * run_steps / (rows_done_at(rids) - t0))
 
     def warrant_throughput() -> None:
         with cpu.measure("warrant", runs * run_steps):
-            t0 = time.perf_counter()
+            t0 = time.time()
             rids = [client.start_run(read_steps(run_steps)) for _ in range(runs)]
             warrant_wait(client, rids)
-            tput["warrant"].append(runs * run_steps / (time.perf_counter() - t0))
+            tput["warrant"].append(runs * run_steps / (runs_finished_at(rids) - t0))
 
     def dbos_latency() -> None:
         assert dbos is not None
@@ -398,11 +433,11 @@ def _compare(console: Any, client: Any, sizes: tuple[int, int, int, int]) -> tup
         assert dbos is not None
         rids = [f"d-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
         with cpu.measure("dbos", runs * run_steps):
-            t0 = time.perf_counter()
+            t0 = time.time()
             for r in rids:
                 dbos.run(r, run_steps)
             baseline_wait(rids)
-            tput["dbos"].append(runs * run_steps / (time.perf_counter() - t0))
+            tput["dbos"].append(runs * run_steps / (rows_done_at(rids) - t0))
 
     pipelines = [(base_latency, base_throughput), (warrant_latency, warrant_throughput)]
     if dbos is not None:
@@ -573,6 +608,18 @@ def _print_comparison(
             diffs.append(ms["warrant"] - ms["DBOS"])
         where.add_row(group, *(f"{v:.2f}" for v in ms.values()), *(f"{d:+.2f}" for d in diffs))
     console.print(where)
+
+
+def _write_results(
+    path: Path, results: dict[str, Any], cpu: CpuMeter, *, events: bool, rounds: int
+) -> None:
+    """The comparison's figures and the CPU per step of each pipeline's process groups."""
+    import json
+
+    pipelines = ("base", "warrant", *(("dbos",) if "d_p50" in results else ()))
+    cpu_ms = {p: {g: cpu.per_step_ms(p, g) for g in CpuMeter.GROUPS} for p in pipelines}
+    record = {"events": events, "rounds": rounds, **results, "cpu_ms_per_step": cpu_ms}
+    path.write_text(json.dumps(record, indent=1))
 
 
 def _fmt(values: list[float]) -> str:
