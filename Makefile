@@ -22,7 +22,7 @@ up: install          ## every worker role in the foreground; Ctrl-C stops
 
 PIPELINE_TESTS := $(addprefix tests/integration/test_,pipeline.py gate_pipeline.py tool_execution.py reconciler.py \
                   plugin_pipeline.py tool_inputs.py mcp.py example_plugin.py live_attempt.py ledger_commit.py \
-                  flower.py)
+                  flower.py solo_heartbeat.py)
 
 test: install        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
 	$(PY) -m pytest -ra

@@ -3,15 +3,15 @@ holding months of finished runs, and the disk each step leaves behind.
 
     python -m bench.growth [--runs N] [--quick] [--rounds N] [--reuse]
 
-Two databases next to the benchmark's (``<db>_empty`` and ``<db>_loaded``); the loaded one
-gets ``--runs`` finished copies of a real 3-step run (:mod:`bench.loader`). Both are then
-measured in alternating rounds (ABBA; this machine's speed drifts and a drift weighs on both
-alike), each round: the warrant pipeline of ``python -m bench`` (one prefork worker per stage
-queue, restarted on the round's database) for per-step latency and throughput; the
-reconciler's sweep (best of 5, as ``tests/integration/test_reconciler.py`` times it); the
-planner's read (:func:`warrant.ledger.stage_loads.load_planning`) of runs of the template's
-shape (on the loaded ledger: copies from the middle of the load). Prints each figure empty
-vs loaded with the ratio and whether it is within 10 %, then the bytes per step of every
+Two databases next to the benchmark's (``<db>_empty`` and ``<db>_loaded``); the loaded one gets
+``--runs`` finished copies of a real 3-step run (:mod:`bench.loader`). Both are then measured in
+alternating rounds (ABBA; this machine's speed drifts and a drift weighs on both alike), each
+round: the warrant pipeline of ``python -m bench`` (one worker per stage queue, started as
+``warrant worker`` would, restarted on the round's database) for per-step latency and
+throughput; the reconciler's sweep (best of 5, as ``tests/integration/test_reconciler.py`` times
+it); the planner's read (:func:`warrant.ledger.stage_loads.load_planning`) of runs of the
+template's shape (on the loaded ledger: copies from the middle of the load). Prints each figure
+empty vs loaded with the ratio and whether it is within 10 %, then the bytes per step of every
 ledger table and its indexes, with ``EXPLAIN ANALYZE`` of a read that is not flat.
 """
 
@@ -23,7 +23,15 @@ import statistics
 import time
 from typing import Any
 
-from bench.__main__ import ENV, ROUNDS, Workers, _pct, warrant_step_latencies, warrant_wait
+from bench.__main__ import (
+    ENV,
+    ROUNDS,
+    Workers,
+    _pct,
+    runs_finished_at,
+    warrant_step_latencies,
+    warrant_wait,
+)
 from bench.loader import load, recreate, template_run, vacuum
 
 __all__ = ["main"]
@@ -110,9 +118,10 @@ def _pipeline(ledger: Ledger, app: Any, *, steps: int, runs: int, run_steps: int
         run_id = client.start_run(read_steps(steps))
         warrant_wait(client, [run_id])
         ledger.latency += warrant_step_latencies(run_id)
-        t0 = time.perf_counter()
-        warrant_wait(client, [client.start_run(read_steps(run_steps)) for _ in range(runs)])
-        ledger.throughput.append(runs * run_steps / (time.perf_counter() - t0))
+        t0 = time.time()
+        rids = [client.start_run(read_steps(run_steps)) for _ in range(runs)]
+        warrant_wait(client, rids)
+        ledger.throughput.append(runs * run_steps / (runs_finished_at(rids) - t0))
     finally:
         workers.stop()
 
