@@ -3,23 +3,120 @@
 One import namespace for the design card's folders: ``warrant.runner`` (the domain, the
 client and the CLI), ``warrant.tools`` (the tool contract, the registry, built-in tools),
 ``warrant.broker`` (Celery app, queues, worker roles) and ``warrant.ledger`` (the PostgreSQL
-ledger). The public API of :mod:`warrant.runner` is re-exported here.
+ledger).
+
+The public API is pinned in ``__all__``: the client, the run spec, the codes and the error
+tree from :mod:`warrant.runner`, and what a tool author needs from :mod:`warrant.tools`. Each
+name is imported on first use, so ``import warrant`` (and the CLI's start-up) stays cheap.
 """
 
 from __future__ import annotations
 
+import importlib
 from importlib import metadata as _metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = _metadata.version("warrant-runner")
 except _metadata.PackageNotFoundError:  # pragma: no cover - running from an unbuilt tree
     __version__ = "0+unknown"
 
+if TYPE_CHECKING:
+    from warrant.runner import (
+        BrokerUnavailable,
+        Budgets,
+        Client,
+        ConfirmationRefused,
+        Grant,
+        HandoffNotFound,
+        InvalidRequest,
+        NotFound,
+        Outcome,
+        Rejection,
+        RunInfo,
+        RunNotFound,
+        RunSpec,
+        RunStatus,
+        ServiceUnavailable,
+        SpecError,
+        StateConflict,
+        StopReason,
+        ToolError,
+        ToolFailed,
+        ToolRejected,
+        ToolUnknown,
+        Unauthorized,
+        WarrantError,
+        parse_run_spec,
+    )
+    from warrant.tools import (
+        ConfirmationPolicy,
+        DepsContext,
+        Plugin,
+        ReconcileResult,
+        SideEffect,
+        Tool,
+        ToolContext,
+        ToolInput,
+        ToolOutput,
+    )
+
+#: Which module each public name comes from (checked against both modules' ``__all__``).
+_RUNNER_NAMES = (
+    "BrokerUnavailable",
+    "Budgets",
+    "Client",
+    "ConfirmationRefused",
+    "Grant",
+    "HandoffNotFound",
+    "InvalidRequest",
+    "NotFound",
+    "Outcome",
+    "Rejection",
+    "RunInfo",
+    "RunNotFound",
+    "RunSpec",
+    "RunStatus",
+    "ServiceUnavailable",
+    "SpecError",
+    "StateConflict",
+    "StopReason",
+    "ToolError",
+    "ToolFailed",
+    "ToolRejected",
+    "ToolUnknown",
+    "Unauthorized",
+    "WarrantError",
+    "parse_run_spec",
+)
+_TOOLS_NAMES = (
+    "ConfirmationPolicy",
+    "DepsContext",
+    "Plugin",
+    "ReconcileResult",
+    "SideEffect",
+    "Tool",
+    "ToolContext",
+    "ToolInput",
+    "ToolOutput",
+)
+_SOURCES = {name: "warrant.runner" for name in _RUNNER_NAMES} | {
+    name: "warrant.tools" for name in _TOOLS_NAMES
+}
+
+__all__ = ["__version__", *sorted(_SOURCES)]
+
 
 def __getattr__(name: str) -> Any:
-    from warrant import runner
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module 'warrant' has no attribute {name!r}")
+    # importlib, not ``from warrant import runner``: that form asks this very __getattr__ for
+    # the submodule before it is imported, and recursed.
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
 
-    if name in runner.__all__:
-        return getattr(runner, name)
-    raise AttributeError(f"module 'warrant' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

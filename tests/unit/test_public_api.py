@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from bench import architecture
 from warrant import runner, tools
 
@@ -55,6 +57,43 @@ def test_all_is_pinned():
     assert set(tools.__all__) == PINNED_TOOLS
     for name in runner.__all__:
         assert hasattr(runner, name)
+
+
+def test_the_top_level_names_are_runner_and_tool_author_names():
+    import warrant
+
+    tool_author = set(tools.__all__) - {"Registry", "build_registry"}
+    assert set(warrant.__all__) == PINNED_RUNNER | tool_author | {"__version__"}
+
+
+def test_the_top_level_api_imports_in_a_fresh_interpreter():
+    """Nothing imported first: ``from warrant import Client`` recursed in ``__getattr__``."""
+    import warrant
+
+    names = sorted(set(warrant.__all__) - {"__version__"})
+    code = (
+        f"from warrant import {', '.join(names)}\n"
+        "import warrant\n"
+        "assert warrant.Client is Client and warrant.WarrantError is WarrantError\n"
+        "assert issubclass(ToolRejected, WarrantError)\n"
+        "print('ok')\n"
+    )
+    for snippet in (code, "import warrant; print(warrant.WarrantError.__name__)"):
+        out = subprocess.run(
+            [sys.executable, "-c", snippet], capture_output=True, text=True, cwd="/", timeout=60
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+    star = "from warrant import *\nprint(sorted(n for n in dir() if not n.startswith('_')))"
+    out = subprocess.run([sys.executable, "-c", star], capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert eval(out.stdout) == names
+
+
+def test_an_unknown_top_level_name_is_an_attribute_error():
+    import warrant
+
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        warrant.Nope  # noqa: B018
 
 
 def test_every_error_is_a_warrant_error_with_a_code():
