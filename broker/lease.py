@@ -1,12 +1,14 @@
 """Who holds a started command, and until when: one live attempt per command.
 
 A tool attempt is ``started`` by one worker process, recorded on the command as
-``<node>/<pid>``. Its lease lasts until the attempt's hard time limit (the pool kills the
-process then) plus a margin for clocks. Until then a second delivery of the same message
-must leave the command alone, unless the holder is known dead: a process of the *same*
-node (so of this machine) that no longer exists. Every doubt keeps the attempt live, so
-the worst a wrong guess costs is waiting for the lease to expire (the reconciler's stale
-sweep), never a second attempt over a running one.
+``<node>/<pid>.<started>.<space>`` (:func:`worker_label`; see
+:mod:`warrant.broker.process_identity`). Its lease lasts until the attempt's hard time limit
+(the pool kills the process then) plus a margin for clocks. Until then a second delivery of
+the same message must leave the command alone, unless the holder is known dead: a process of
+the *same* kernel and pid namespace (``space``) whose pid no longer names the process that
+started the attempt. The node name is never used for that: two hosts may share one. Every
+doubt keeps the attempt live, so the worst a wrong guess costs is waiting for the lease to
+expire (the reconciler's stale sweep), never a second attempt over a running one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from warrant.broker.process_identity import ProcessIdentity, process_started
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 
 __all__ = ["Holder", "holder_lost", "holder_of", "lease_end", "process_gone", "worker_label"]
@@ -23,23 +26,33 @@ __all__ = ["Holder", "holder_lost", "holder_of", "lease_end", "process_gone", "w
 @dataclass(frozen=True)
 class Holder:
     node: str
-    """The Celery node name (``name@host``) whose pool ran the attempt."""
+    """The Celery node name (``name@host``) whose pool ran the attempt: for people only."""
     pid: int | None
     """The pool process, if recorded."""
+    started: int | None = None
+    """The process's start time (clock ticks since boot), if recorded."""
+    space: str | None = None
+    """Kernel boot and pid namespace the pid belongs to; None for labels written before it
+    was recorded (such a holder is never judged lost by pid)."""
 
 
-def worker_label(node: str, pid: int) -> str:
-    """What a tool attempt records as its worker: ``<node>/<pid>``."""
-    return f"{node}/{pid}"
+def worker_label(node: str, process: ProcessIdentity) -> str:
+    """What a tool attempt records as its worker: ``<node>/<pid>.<started>.<space>``."""
+    return f"{node}/{process.label}"
 
 
 def holder_of(worker: str | None) -> Holder | None:
     if not worker:
         return None
-    node, _, pid = worker.rpartition("/")
-    if not node or not pid.isdigit():
+    node, _, ident = worker.rpartition("/")
+    if not node:
         return Holder(worker, None)
-    return Holder(node, int(pid))
+    parts = ident.split(".")
+    if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and parts[2]:
+        return Holder(node, int(parts[0]), int(parts[1]), parts[2])
+    if ident.isdigit():  # an earlier release's ``<node>/<pid>``
+        return Holder(node, int(ident))
+    return Holder(worker, None)
 
 
 def lease_end(started_at: float, timeout_s: float, *, margin_s: float) -> float:
@@ -48,8 +61,9 @@ def lease_end(started_at: float, timeout_s: float, *, margin_s: float) -> float:
     return started_at + timeout_s + HARD_LIMIT_GRACE_S + margin_s
 
 
-def process_gone(pid: int) -> bool:
-    """True only if no live process has this pid on this machine (a zombie is gone)."""
+def process_gone(pid: int, *, started: int | None = None) -> bool:
+    """True only if no live process has this pid on this machine (a zombie is gone), or the
+    one that has it started at another time than ``started`` (the pid was reused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -60,14 +74,24 @@ def process_gone(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+        return True
+    if started:
+        now = process_started(pid)
+        return now is not None and now != started
+    return False
 
 
-def holder_lost(holder: Holder | None, *, this_node: str | None) -> bool:
-    """Is the attempt's process known to be no longer in it? Only decidable for a holder of
-    this very node (same machine, same pool); anyone else is presumed alive until the lease
-    ends. A prefork process runs one task at a time: if the holder is this process, its
-    attempt is over (a stage retry after a connection error brought the message back)."""
-    if holder is None or holder.pid is None or this_node is None or holder.node != this_node:
+def holder_lost(holder: Holder | None, *, here: Holder | None) -> bool:
+    """Is the attempt's process known to be no longer in it? Only decidable for a holder in
+    this process's own pid space (same kernel boot, same pid namespace); anyone else is
+    presumed alive until the lease ends. A prefork process runs one task at a time: if the
+    holder is this very process, its attempt is over (a stage retry after a connection error
+    brought the message back)."""
+    if holder is None or holder.pid is None or holder.space is None:
         return False
-    return holder.pid == os.getpid() or process_gone(holder.pid)
+    if here is None or here.space is None or holder.space != here.space:
+        return False
+    if holder.pid == here.pid and holder.started == here.started:
+        return True
+    return process_gone(holder.pid, started=holder.started)

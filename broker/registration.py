@@ -1,7 +1,8 @@
 """Each worker records its registry in the ledger; the policy stage reads them back.
 
-A worker step writes the worker's node, roles, queues and registry fingerprint when the
-worker starts, refreshes it every :data:`HEARTBEAT_S` and removes it when the worker stops.
+A worker step writes the worker process's identity (unique across hosts), its node, roles,
+queues and registry fingerprint when the worker starts, refreshes it every
+:data:`HEARTBEAT_S` and removes its own row (never another process's) when the worker stops.
 The policy stage asks :func:`deployment_check` whether the workers serving a tool's queue have
 that tool: a proposal no worker can run is refused ``TOOL_NOT_DEPLOYED``, naming the role.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from celery import bootsteps
 from sqlalchemy import Engine
 
+from warrant.broker.process_identity import this_process
 from warrant.ledger.workers import live_workers, register_worker, touch_worker, unregister_worker
 from warrant.tools.deployment import WorkerInfo, lacking_role, roles_of
 
@@ -48,6 +50,7 @@ class RegisterWorker(bootsteps.StartStopStep):
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self.tref: Any = None
+        self.process = this_process().label
 
     def start(self, worker: Any) -> None:
         from warrant.tools.plugins import registry_for
@@ -55,9 +58,11 @@ class RegisterWorker(bootsteps.StartStopStep):
         registry = registry_for()
         queues = sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues)
         node = worker.hostname
+        self.process = this_process().label
         try:
             register_worker(
                 _engine(),
+                process=self.process,
                 node=node,
                 roles=roles_of(queues),
                 queues=queues,
@@ -67,12 +72,12 @@ class RegisterWorker(bootsteps.StartStopStep):
             )
         except Exception as exc:  # the ledger may be down at start: the worker still serves
             log.warning("could not record this worker's registry: %s", exc)
-        self.tref = worker.timer.call_repeatedly(HEARTBEAT_S, self._touch, (node,))
+        self.tref = worker.timer.call_repeatedly(HEARTBEAT_S, self._touch, (self.process,))
 
     @staticmethod
-    def _touch(node: str) -> None:
+    def _touch(process: str) -> None:
         try:
-            touch_worker(_engine(), node)
+            touch_worker(_engine(), process)
         except Exception as exc:
             log.warning("could not refresh this worker's registration: %s", exc)
 
@@ -81,7 +86,7 @@ class RegisterWorker(bootsteps.StartStopStep):
             self.tref.cancel()
             self.tref = None
         try:
-            unregister_worker(_engine(), worker.hostname)
+            unregister_worker(_engine(), self.process)
         except Exception as exc:
             log.warning("could not remove this worker's registration: %s", exc)
 

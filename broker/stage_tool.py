@@ -143,8 +143,7 @@ def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
     )
     if ctx.clock() >= end:
         return True
-    this = holder_of(worker)
-    return holder_lost(holder_of(row.cmd_worker), this_node=this.node if this else None)
+    return holder_lost(holder_of(row.cmd_worker), here=holder_of(worker))
 
 
 def _in_flight(ctx: StageContext, row: Any) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.lease import worker_label
+from warrant.broker.process_identity import this_process
 from warrant.broker.publish import log_deferred
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
 from warrant.ledger import rows
@@ -94,7 +94,7 @@ def policy_evaluate(run_id: str, version: int) -> str:
 
 @app.task(name=TASK_TOOL, bind=True, **_RETRY)
 def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
-    worker = worker_label(self.request.hostname, os.getpid())
+    worker = worker_label(self.request.hostname, this_process())
     interrupts.install()
     try:
         return _guarded(

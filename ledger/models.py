@@ -371,8 +371,10 @@ class WorkerRegistration(Base):
 
     __tablename__ = "worker_registrations"
 
-    node: Mapped[str] = mapped_column(String(255), primary_key=True)
-    """Celery node name (``tool@host``)."""
+    process: Mapped[str] = mapped_column(String(80), primary_key=True)
+    """The worker process's identity (``<pid>.<started>.<space>``; unique across hosts)."""
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    """Celery node name (``tool-1234@host``): for people; two workers may share one."""
     roles: Mapped[list[Any]] = mapped_column(JSON)
     queues: Mapped[list[Any]] = mapped_column(JSON)
     fingerprint: Mapped[str] = mapped_column(String(64))

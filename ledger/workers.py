@@ -17,6 +17,7 @@ __all__ = ["live_workers", "register_worker", "touch_worker", "unregister_worker
 def register_worker(
     engine: Engine,
     *,
+    process: str,
     node: str,
     roles: Sequence[str],
     queues: Sequence[str],
@@ -25,6 +26,7 @@ def register_worker(
     pid: int,
 ) -> None:
     values = {
+        "process": process,
         "node": node,
         "roles": list(roles),
         "queues": list(queues),
@@ -36,24 +38,25 @@ def register_worker(
     with engine.begin() as conn:
         conn.execute(
             stmt.on_conflict_do_update(
-                index_elements=[WorkerRegistration.node],
+                index_elements=[WorkerRegistration.process],
                 set_={**values, "started_at": func.now(), "seen_at": func.now()},
             )
         )
 
 
-def touch_worker(engine: Engine, node: str) -> None:
+def touch_worker(engine: Engine, process: str) -> None:
     with engine.begin() as conn:
         conn.execute(
             update(WorkerRegistration)
-            .where(WorkerRegistration.node == node)
+            .where(WorkerRegistration.process == process)
             .values(seen_at=func.now())
         )
 
 
-def unregister_worker(engine: Engine, node: str) -> None:
+def unregister_worker(engine: Engine, process: str) -> None:
+    """Remove this process's registration only (another worker may share its node name)."""
     with engine.begin() as conn:
-        conn.execute(delete(WorkerRegistration).where(WorkerRegistration.node == node))
+        conn.execute(delete(WorkerRegistration).where(WorkerRegistration.process == process))
 
 
 def live_workers(engine: Engine, *, seen_within_s: float) -> list[WorkerInfo]:
@@ -61,7 +64,9 @@ def live_workers(engine: Engine, *, seen_within_s: float) -> list[WorkerInfo]:
     cutoff = func.now() - timedelta(seconds=seen_within_s)
     with engine.connect() as conn:
         rows = conn.execute(
-            select(WorkerRegistration).where(WorkerRegistration.seen_at >= cutoff)
+            select(WorkerRegistration)
+            .where(WorkerRegistration.seen_at >= cutoff)
+            .order_by(WorkerRegistration.node, WorkerRegistration.process)
         ).all()
     return [
         WorkerInfo(
@@ -70,6 +75,8 @@ def live_workers(engine: Engine, *, seen_within_s: float) -> list[WorkerInfo]:
             queues=tuple(r.queues),
             fingerprint=r.fingerprint,
             tools=frozenset(r.tools),
+            process=r.process,
+            pid=r.pid,
         )
         for r in rows
     ]

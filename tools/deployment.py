@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["WorkerInfo", "disagreements", "lacking_role"]
+__all__ = ["WorkerInfo", "disagreements", "lacking_role", "unserved"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,9 @@ class WorkerInfo:
     fingerprint: str
     tools: frozenset[str]
     """``name@version`` of every tool in its registry."""
+    process: str = ""
+    """The worker process's identity (unique across hosts; node names are not)."""
+    pid: int | None = None
 
 
 def roles_of(queues: Sequence[str]) -> tuple[str, ...]:
@@ -44,7 +47,7 @@ def disagreements(workers: Sequence[WorkerInfo]) -> list[str]:
         return []
     every = frozenset().union(*(w.tools for w in workers))
     found = []
-    for w in sorted(workers, key=lambda w: w.node):
+    for w in sorted(workers, key=lambda w: (w.node, w.process)):
         missing = sorted(every - w.tools)
         if missing:
             found.append(f"{w.node} ({', '.join(w.roles)}) lacks {', '.join(missing)}")
@@ -52,3 +55,10 @@ def disagreements(workers: Sequence[WorkerInfo]) -> list[str]:
         prints = ", ".join(f"{w.node}={w.fingerprint[:12]}" for w in workers)
         found.append(f"same tools, different contracts: {prints}")
     return found
+
+
+def unserved(workers: Sequence[WorkerInfo], tool_names: Sequence[str]) -> list[str]:
+    """The tools of ``tool_names`` whose queue (``tool.<name>``) no live worker consumes: a
+    proposal for one is accepted and then waits for a worker that is not there."""
+    consumed = {q for w in workers for q in w.queues}
+    return sorted(n for n in tool_names if f"tool.{n}" not in consumed)

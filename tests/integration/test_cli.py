@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from warrant.runner.client import scenarios as sc
+from warrant.runner.client.roles import role_of_node
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -122,14 +123,22 @@ def test_demo_with_embedded_servers(tmp_path: Path):
 
 # The test leaves the ``up`` process's stdout/stderr pipes open (to fix there: close them).
 @pytest.mark.filterwarnings(r"ignore:unclosed file <_io\.TextIOWrapper name=\d+:ResourceWarning")
-def test_up_runs_every_role_and_ctrl_c_stops_them(services, tmp_path: Path):
+def test_up_runs_every_role_and_the_server_and_ctrl_c_stops_them(services, tmp_path: Path):
+    """``up --serve PORT`` runs ``warrant serve`` with the workers, on the stack's own URLs
+    (a separate ``serve`` went stale when the stack restarted), and stops it with them."""
     import signal
+    import socket
+
+    import httpx
 
     from tests.conftest import wait_for
     from warrant.broker.app import app
 
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warrant.runner.client.cli", "up", "--json"],
+        [sys.executable, "-m", "warrant.runner.client.cli", "up", "--serve", str(port), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -141,12 +150,25 @@ def test_up_runs_every_role_and_ctrl_c_stops_them(services, tmp_path: Path):
 
         def roles() -> set[str]:
             replies = app.control.ping(timeout=0.5) or []
-            return {name.split("@")[0] for reply in replies for name in reply}
+            return {role_of_node(name) for reply in replies for name in reply}
 
         wait_for(lambda: {"planner", "policy", "tool"} <= roles(), what="up's workers")
+        lines = [first]
+        while proc.stdout and lines[-1].rstrip() != "}":  # `up --json` prints one document
+            lines.append(proc.stdout.readline())
+        info = json.loads("".join(lines))
+        assert info["server_url"] == f"http://127.0.0.1:{port}" and "serve" in info["workers"]
+        health = httpx.get(f"{info['server_url']}/healthz", timeout=10).json()
+        assert (health["status"], health["broker"]["ok"], health["database"]["ok"]) == (
+            "ok",
+            True,
+            True,
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
         wait_for(lambda: not ({"planner", "policy", "tool"} & roles()), what="workers gone")
+        with pytest.raises(httpx.ConnectError):  # the server stopped with the stack
+            httpx.get(f"{info['server_url']}/healthz", timeout=5)
     finally:
         if proc.poll() is None:
             proc.kill()

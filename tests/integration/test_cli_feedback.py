@@ -348,3 +348,23 @@ def test_grants_and_pre_approvals_on_a_finished_run_are_refused(tmp_path, client
     assert facts.count(engine, GrantRow, run_id=run_id) == grants
     assert facts.count(engine, PreApproval, run_id=run_id) == 0
     assert not facts.events(engine, run_id, "grant.added")
+
+
+def test_start_warns_from_the_policy_workers_registrations_not_its_own_registry(
+    tmp_path, worker, engine
+):
+    """The CLI's environment lacks the typed plug-in; the policy worker has it (its
+    registration says so): no warning for ``typed_echo@1``, one for a tool nobody has."""
+    typed = {
+        **UNKNOWN_TOOL,
+        "proposal_id": "p1",
+        "tool": "typed_echo",
+        "arguments": {"n": 1, "amount": "1.5"},
+    }
+    spec = sc.spec([typed, UNKNOWN_TOOL, sc.final("x", "tool-1")])
+    own = {"WARRANT_TOOLS": "warrant.tools.demo:plugin"}  # no tests.typed_tool:plugin here
+    out = warrant("run", "start", spec_file(tmp_path, spec), "--json", env=own)
+    assert out.returncode == 0, out.stderr
+    warnings = json.loads(out.stdout)["warnings"]
+    assert len(warnings) == 1, warnings
+    assert "no_such_tool@1" in warnings[0] and "policy workers" in warnings[0]

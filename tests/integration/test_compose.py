@@ -146,11 +146,15 @@ def test_the_image_entrypoint_is_the_cli():
 
 def test_a_worker_health_check_pings_its_own_container_only():
     """`inspect ping` with no destination succeeds if any worker anywhere answers: each
-    container must ping its own node (`<role>@<hostname>`, see
-    `warrant.runner.client.roles.worker_command`)."""
-    assert worker_command("planner")[worker_command("planner").index("-n") + 1] == "planner@%h"
+    container must ping its own node, the `<role>@<hostname>` its command names (the default,
+    `<role>-<pid>@%h`, would not match)."""
+    command = worker_command("planner", name="planner@%h")
+    assert command[command.index("-n") + 1] == "planner@%h"
     workers = [s for s in SERVICES.values() if (s.get("command") or [])[:1] == ["worker"]]
     for svc in workers:
+        words = svc["command"]
+        role = words[words.index("--role") + 1]
+        assert words[words.index("--hostname") + 1] == f"{role}@%h"
         test = svc["healthcheck"]["test"]
         assert test[0] == "CMD-SHELL"
         words = test[1].split()

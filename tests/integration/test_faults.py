@@ -24,6 +24,7 @@ import pytest
 
 from tests.conftest import wait_for
 from warrant.runner.client import scenarios as sc
+from warrant.runner.client.roles import role_of_node
 from warrant.runner.client.stack import Backoff, EmbeddedServices, Stack, reap_stray_servers
 from warrant.runner.errors import ServiceUnavailable
 
@@ -86,7 +87,7 @@ def _roles_answering(app: Any) -> set[str]:
         replies = app.control.ping(timeout=0.5) or []
     except Exception:  # the broker is restarting
         return set()
-    return {name.split("@")[0] for reply in replies for name in reply}
+    return {role_of_node(name) for reply in replies for name in reply}
 
 
 @dataclass

@@ -307,13 +307,46 @@ def test_a_long_poll_returns_at_the_change_settled_or_timeout(api, tokens, clien
     assert (r.status_code, error(r)) == (404, "RUN_NOT_FOUND")
 
 
+# --- health -----------------------------------------------------------------------------------
+
+
+def test_healthz_says_which_service_is_unreachable(client):
+    """A ledger nobody answers at: 503 naming the database; the broker still ok. (It said
+    ``ok`` whatever was down: a stale server passed every health check.)"""
+    from warrant.ledger.db import engine_for
+    from warrant.runner.client.api import Client
+    from warrant.runner.client.http import create_app
+
+    gone = Client(engine=engine_for("postgresql://postgres@127.0.0.1:1/none"), publisher=None)
+    with LiveServer(create_app(client=gone, tokens=object())) as server:
+        r = httpx.get(server.url + "/healthz", timeout=30)
+    body = r.json()
+    assert (r.status_code, body["status"]) == (503, "unavailable")
+    assert body["broker"]["ok"] and not body["database"]["ok"]
+    assert "OperationalError" in body["database"]["error"]
+
+
+def test_a_broker_that_is_gone_fails_its_check_within_the_deadline():
+    from celery import Celery
+
+    from warrant.runner.client.health import check_broker
+
+    started = time.monotonic()
+    check = check_broker(Celery(broker="redis://127.0.0.1:1/0"), timeout=2.0)
+    assert not check.ok and check.error
+    assert time.monotonic() - started < 5
+
+
 # --- authentication, authorization and errors ------------------------------------------------
 
 
 def test_tokens_are_required_and_checked(api, tokens, engine):
     from warrant.runner.client.tokens import Tokens
 
-    assert call(api, None, "GET", "/healthz").json() == {"status": "ok"}
+    health = call(api, None, "GET", "/healthz").json()
+    assert (health["status"], health["broker"]["ok"], health["database"]["ok"]) == ("ok",) + (
+        True,
+    ) * 2
     for token in (None, "wrt_not-a-token"):
         r = call(api, token, "GET", "/v1/runs")
         assert (r.status_code, error(r)) == (401, "TOKEN_INVALID")

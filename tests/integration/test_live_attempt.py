@@ -28,6 +28,7 @@ from tests.integration.test_tool_execution import (
     started,
     uid,
 )
+from warrant.broker.lease import holder_of
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, Run
@@ -217,8 +218,9 @@ def test_a_killed_attempt_is_judged_not_applied_only_after_its_hard_limit(
     demo.set_fault("issue_refund", "slow", delay_s=30)
     run_id = client.start_run(spec([refund(order), sc.final("Refunded.", "tool-1")]))
     started(engine, run_id)
-    holder = command_of(engine, run_id).worker
-    os.kill(int(holder.rpartition("/")[2]), signal.SIGKILL)
+    holder = holder_of(command_of(engine, run_id).worker)
+    assert holder is not None and holder.pid is not None and holder.space is not None
+    os.kill(holder.pid, signal.SIGKILL)
     demo.clear_faults()
     info = settle(client, run_id, timeout=60)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")

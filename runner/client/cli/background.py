@@ -66,7 +66,11 @@ def _running_pid(pid_file: Path) -> int | None:
 
 
 def detach(
-    data_dir: Path, *, concurrency: int, timeout: float = DEFAULT_UP_TIMEOUT_S
+    data_dir: Path,
+    *,
+    concurrency: int,
+    extra: list[str] | None = None,
+    timeout: float = DEFAULT_UP_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Start ``warrant up`` in the background; return what it started once it is ready."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +84,7 @@ def detach(
         )
     ready_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "warrant.runner.client.cli", "up"]
-    command += ["--concurrency", str(concurrency)]
+    command += ["--concurrency", str(concurrency), *(extra or [])]
     env = {**os.environ, READY_FILE_ENV: str(ready_file)}
     with log_file.open("ab") as log:
         proc = subprocess.Popen(

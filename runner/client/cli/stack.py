@@ -51,6 +51,19 @@ def beat(
 def worker(
     role: Annotated[str, typer.Option(help="planner | policy | tool | reconciler")],
     tools: Annotated[str | None, typer.Option(help="Comma-separated tools (role tool).")] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated queues: only these of the role's own (tool.<name>)."),
+    ] = None,
+    hostname: Annotated[
+        str | None,
+        typer.Option(
+            "--hostname",
+            "-n",
+            help="Celery node name (%h is the host name); default <role>-<pid>@%h, unique per "
+            "process.",
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1)] = 1,
     loglevel: Annotated[str, typer.Option()] = "info",
     as_json: JsonOpt = False,
@@ -63,6 +76,8 @@ def worker(
         lambda: worker_command(
             role,
             tools=tools.split(",") if tools else None,
+            queues=queues.split(",") if queues else None,
+            name=hostname,
             concurrency=concurrency,
             loglevel=loglevel,
         ),
@@ -72,7 +87,9 @@ def worker(
     os.execv(command[0], command)
 
 
-def _stack(as_json: bool, concurrency: int = 1) -> Any:
+def _stack(
+    as_json: bool, concurrency: int = 1, *, serve: int | None = None, serve_host: str = ""
+) -> Any:
     from warrant.runner.client.stack import Stack
     from warrant.runner.settings import WarrantSettings
 
@@ -83,7 +100,11 @@ def _stack(as_json: bool, concurrency: int = 1) -> Any:
             _report_reaped(stack, as_json)
             guard(as_json, stack.migrate)
             stack.start_workers()
+            if serve is not None:
+                stack.start_server(serve_host, serve)
             guard(as_json, lambda: stack.wait_ready(("planner", "policy", "tool", "reconciler")))
+            if serve is not None:
+                guard(as_json, stack.wait_serving)
     except BaseException:
         stack.stop()  # a failed start must not leave servers or workers behind
         raise
@@ -135,6 +156,17 @@ def up(
             "--detach", "-d", help="Run in the background; return once ready (`warrant down`)."
         ),
     ] = False,
+    serve: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            metavar="PORT",
+            help="Also run `warrant serve` (HTTP API and inbox) on PORT, supervised with the "
+            "workers and stopped with them.",
+        ),
+    ] = None,
+    serve_host: Annotated[str, typer.Option(help="Address `--serve` listens on.")] = "127.0.0.1",
     as_json: JsonOpt = False,
 ) -> None:
     """Start services (embedded if none configured), migrate, run every worker role.
@@ -143,19 +175,21 @@ def up(
     back-off; Ctrl-C or SIGTERM stops the workers and the embedded servers. With --detach it
     runs in the background (output in <data dir>/up.log) until `warrant down`."""
     if detach:
-        _up_detached(concurrency, as_json)
+        _up_detached(concurrency, as_json, serve=serve, serve_host=serve_host)
         return
     _raise_on_sigterm()
-    stack = _stack(as_json, concurrency)
+    stack = _stack(as_json, concurrency, serve=serve, serve_host=serve_host)
     info = {
         "broker_url": stack.broker_url.split("@")[-1],
         "database": "ready",
         "workers": list(stack.workers.procs) if stack.workers else [],
         "embedded": stack.embedded is not None,
+        "server_url": stack.server_url,
     }
+    served = f"; API and inbox on {stack.server_url}" if stack.server_url else ""
     print_json(info) if as_json else console.print(
         f"[green]up[/]: workers {', '.join(info['workers'])} "
-        f"({'embedded' if info['embedded'] else 'external'} services). Ctrl-C stops."
+        f"({'embedded' if info['embedded'] else 'external'} services){served}. Ctrl-C stops."
     )
     sys.stdout.flush()
     background.write_ready(info)
@@ -170,18 +204,22 @@ def up(
             console.print("stopped")
 
 
-def _up_detached(concurrency: int, as_json: bool) -> None:
+def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_host: str) -> None:
     from warrant.runner.settings import WarrantSettings
 
     data_dir = WarrantSettings().data_dir
+    extra = ["--serve", str(serve), "--serve-host", serve_host] if serve is not None else []
     with console.status("starting services and workers …") if not as_json else nullcontext():
-        info = guard(as_json, lambda: background.detach(data_dir, concurrency=concurrency))
+        info = guard(
+            as_json, lambda: background.detach(data_dir, concurrency=concurrency, extra=extra)
+        )
     if as_json:
         print_json(info)
         return
+    served = f"; API and inbox on {info['server_url']}" if info.get("server_url") else ""
     console.print(
         f"[green]up[/] in the background (pid {info['pid']}): workers "
-        f"{', '.join(info['workers'])}; log {info['log']}. `warrant down` stops it."
+        f"{', '.join(info['workers'])}{served}; log {info['log']}. `warrant down` stops it."
     )
 
 

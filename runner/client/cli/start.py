@@ -61,10 +61,10 @@ def run_start(
 
     text = _read_spec(spec_file, as_json)
     spec = guard(as_json, lambda: parse_run_spec(text))
-    warnings = fixture_warnings(spec)
+    client = guard(as_json, make_client)
+    warnings = fixture_warnings(spec, deployed=_policy_tools(client))
     for warning in warnings:
         err.print(f"[yellow]warning[/] {escape(warning)}", soft_wrap=True)
-    client = guard(as_json, make_client)
     run_id = guard(as_json, lambda: client.start_run(spec, idempotency_key=idempotency_key))
     if not wait:  # a repeated key's run may have moved on: read its status
         status = guard(as_json, lambda: client.get_run(run_id).status) if idempotency_key else None
@@ -135,26 +135,59 @@ def _read_spec(spec_file: Path, as_json: bool) -> str:
         )
 
 
-def fixture_warnings(spec: Any) -> list[str]:
-    """What a fixture plan calls that this process's tool registry (``WARRANT_TOOLS``, …)
-    lacks: the gate refuses each such call (``UNKNOWN_TOOL_OR_VERSION``), and the run usually
-    ends with another reason, so it is said before the run starts."""
-    if getattr(spec.planner, "kind", None) != "fixture":
-        return []
-    from warrant.tools.plugins import registry_for
+def _policy_tools(client: Any) -> frozenset[str] | None:
+    """``name@version`` of every tool the live policy workers have (their registrations: the
+    gate runs there), or None when that cannot be read (a remote client, no policy worker
+    registered, the ledger unreachable)."""
+    engine = getattr(client, "engine", None)
+    if engine is None:
+        return None
+    from warrant.broker.registration import LIVE_WITHIN_S
+    from warrant.ledger.workers import live_workers
 
     try:
-        registry = registry_for()
-    except WarrantError as exc:
-        return [f"the plan's tools were not checked: [{exc.code}] {exc}"]
-    missing: list[str] = []
+        workers = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
+    except Exception:  # the start itself reports an unreachable ledger, with its code
+        return None
+    policy = [w for w in workers if "policy" in w.roles]
+    return frozenset().union(*(w.tools for w in policy)) if policy else None
+
+
+def _fixture_calls(spec: Any) -> list[tuple[int, str, str]]:
+    calls = []
     for index, output in enumerate(spec.planner.outputs):
         if not isinstance(output, dict) or output.get("kind") != "tool":
             continue
         name, version = output.get("tool"), output.get("tool_version")
-        if isinstance(name, str) and isinstance(version, str) and not registry.get(name, version):
-            missing.append(
-                f"fixture output {index} calls {name}@{version}, which the tool registry lacks: "
-                "the gate will refuse it (UNKNOWN_TOOL_OR_VERSION)"
-            )
-    return missing
+        if isinstance(name, str) and isinstance(version, str):
+            calls.append((index, name, version))
+    return calls
+
+
+def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> list[str]:
+    """What a fixture plan calls that the gate does not know: the gate refuses each such call
+    (``UNKNOWN_TOOL_OR_VERSION``), and the run usually ends with another reason, so it is said
+    before the run starts. ``deployed`` is what the live policy workers registered
+    (:func:`_policy_tools`); without it, this process's own registry (``WARRANT_TOOLS``, …)
+    stands in, and the warning says so."""
+    if getattr(spec.planner, "kind", None) != "fixture":
+        return []
+    calls = _fixture_calls(spec)
+    if not calls:
+        return []
+    if deployed is not None:
+        known, lacks = deployed, "which the policy workers' registries lack"
+    else:
+        from warrant.tools.plugins import registry_for
+
+        try:
+            known = frozenset(registry_for().keys())
+        except WarrantError as exc:
+            return [f"the plan's tools were not checked: [{exc.code}] {exc}"]
+        lacks = "which this process's tool registry lacks (no policy worker is registered)"
+    return [
+        f"fixture output {index} calls {name}@{version}, {lacks}: "
+        "the gate will refuse it (UNKNOWN_TOOL_OR_VERSION)"
+        for index, name, version in calls
+        if f"{name}@{version}" not in known
+    ]

@@ -56,12 +56,13 @@ def tools_list(as_json: JsonOpt = False) -> None:
 
 @tools_app.command("check")
 def tools_check(as_json: JsonOpt = False) -> None:
-    """Do the running workers (and this process) agree on the tool set? Exit 1 if not."""
+    """Do the running workers (and this process) agree on the tool set, and does a worker
+    consume every tool's queue? Exit 1 if not."""
     from warrant.broker.registration import LIVE_WITHIN_S
     from warrant.ledger.db import engine_for
     from warrant.ledger.workers import live_workers
     from warrant.runner.settings import resolved_urls
-    from warrant.tools.deployment import WorkerInfo, disagreements
+    from warrant.tools.deployment import WorkerInfo, disagreements, unserved
     from warrant.tools.plugins import registry_for
 
     registry = guard(as_json, registry_for)
@@ -75,38 +76,55 @@ def tools_check(as_json: JsonOpt = False) -> None:
         tools=frozenset(registry.keys()),
     )
     problems = disagreements([*workers, here])
+    idle = unserved(workers, registry.names())
     report = {
-        "ok": not problems,
+        "ok": not problems and not idle,
         "fingerprint": registry.fingerprint,
         "workers": [
             {
                 "node": w.node,
+                "process": w.process,
+                "pid": w.pid,
                 "roles": list(w.roles),
+                "queues": list(w.queues),
                 "fingerprint": w.fingerprint,
                 "tools": sorted(w.tools),
             }
             for w in workers
         ],
         "disagreements": problems,
+        "unserved": idle,
     }
     if as_json:
         print_json(report)
     else:
-        table = Table("node", "roles", "fingerprint", "tools")
-        for w in report["workers"]:
-            table.add_row(
-                w["node"], ", ".join(w["roles"]), w["fingerprint"][:12], str(len(w["tools"]))
-            )
-        console.print(table)
-        for p in problems:
-            console.print(f"[red]disagree[/]: {p}")
-        if not problems:
-            console.print(
-                f"[green]agree[/]: {len(workers)} worker(s), fingerprint "
-                f"{registry.fingerprint[:12]}"
-            )
-    if problems:
+        _print_check(report, registry.fingerprint)
+    if not report["ok"]:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _print_check(report: dict[str, Any], fingerprint: str) -> None:
+    table = Table("node", "pid", "roles", "fingerprint", "tools")
+    for w in report["workers"]:
+        table.add_row(
+            w["node"],
+            str(w["pid"]),
+            ", ".join(w["roles"]),
+            w["fingerprint"][:12],
+            str(len(w["tools"])),
+        )
+    console.print(table)
+    for p in report["disagreements"]:
+        console.print(f"[red]disagree[/]: {p}")
+    if report["unserved"]:
+        console.print(
+            f"[red]no worker[/] consumes the queue of: {', '.join(report['unserved'])} "
+            "(start `warrant worker --role tool`)"
+        )
+    if report["ok"]:
+        console.print(
+            f"[green]agree[/]: {len(report['workers'])} worker(s), fingerprint {fingerprint[:12]}"
+        )
 
 
 def _confirmation_cell(t: dict[str, Any]) -> str:

@@ -94,9 +94,21 @@ def _system_routes(app: FastAPI) -> None:
         body, content_type = metrics_response(deps(request).client.engine)
         return Response(content=body, media_type=content_type)
 
-    @app.get("/healthz", response_model=Health, tags=["system"], summary="Liveness")
-    def healthz() -> Health:
-        return Health()
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        tags=["system"],
+        summary="Can this server reach the broker and the ledger?",
+        responses={503: {"model": Health, "description": "The broker or the ledger is down."}},
+    )
+    def healthz(request: Request) -> Any:
+        from fastapi.responses import JSONResponse
+
+        from warrant.broker.app import app as celery_app
+        from warrant.runner.client.health import health
+
+        report = health(deps(request).client.engine, celery_app)
+        return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -227,5 +227,16 @@ class IdentityOut(BaseModel):
     label: str = Field(description="What is recorded as who acted.")
 
 
+class HealthCheck(BaseModel):
+    ok: bool
+    latency_ms: float
+    error: str | None = Field(default=None, description="Why the check failed.")
+
+
 class Health(BaseModel):
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "unavailable"] = Field(
+        description="ok when the broker and the ledger both answered (HTTP 200), else "
+        "unavailable (HTTP 503)."
+    )
+    broker: HealthCheck
+    database: HealthCheck
