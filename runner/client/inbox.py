@@ -5,19 +5,29 @@ the trace, webhooks and handoff bundles). The approver must see what they approv
 reads the proposal's own normalized arguments and masks only the tool's ``secret_fields``
 (and, for a reader who may not confirm, the ``sensitive_fields`` too). One part of
 :class:`warrant.runner.client.api.Client`.
+
+:meth:`InboxClient.reveal` is the same view of one run's pending proposal for ``warrant run
+show --reveal`` and ``GET /v1/runs/{id}?reveal=true``: the values as they will run (secrets
+still hidden), each reveal recorded on the run as a ``sensitive.revealed`` trace event (who,
+from where, which fields; never the values).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.models import Observation, Proposal, Run
+from warrant.ledger.repo import append_events
 from warrant.runner.client.runs import RunsClient
-from warrant.runner.codes import ObservationSource
+from warrant.runner.codes import ObservationSource, RunStatus
+from warrant.runner.errors import InvalidRequest, RunNotFound
+
+if TYPE_CHECKING:
+    from warrant.runner.client.approvals import Origin
 
 __all__ = [
     "DEFAULT_INBOX_LIMIT",
@@ -25,11 +35,15 @@ __all__ = [
     "InboxClient",
     "Parameter",
     "PendingConfirmation",
+    "Revealed",
     "budget_rows",
 ]
 
 DEFAULT_INBOX_LIMIT = 100
 """How many waiting runs the inbox shows at most (the longest waiting first)."""
+
+REVEALED_EVENT = "sensitive.revealed"
+"""The trace event of a reveal: ``by``, ``via``, ``from``, ``fields``, ``proposal_hash``."""
 
 SECRET = "<secret>"
 SENSITIVE = "<sensitive>"
@@ -100,6 +114,25 @@ class PendingConfirmation:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Revealed:
+    """A pending proposal's arguments as they will run, for who may confirm it: sensitive
+    values shown, ``secret_fields`` still ``<secret>``."""
+
+    run_id: str
+    proposal_hash: str
+    """The proposal these values belong to (compare with ``confirmation_request``)."""
+    tool: str
+    tool_version: str
+    arguments: dict[str, Any]
+    """Every argument: its value (a JSON value), or ``"<secret>"``."""
+    fields: list[str]
+    """The sensitive fields whose values are shown here (what the trace event names)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 class InboxClient(RunsClient):
     """The approval inbox's reads."""
 
@@ -124,6 +157,49 @@ class InboxClient(RunsClient):
                 hidden = (tool.secret_fields, tool.sensitive_fields) if tool else None
                 found.append(_pending(run, proposal, cited, hidden, reveal_sensitive, raw))
         return found
+
+    def reveal(self, run_id: str, *, by: str, origin: Origin | None = None) -> Revealed | None:
+        """The pending proposal's arguments with its sensitive values shown, and the trace
+        event ``sensitive.revealed`` (``by``, where from, which fields) on the run in the same
+        transaction. ``None`` (nothing traced) when the run waits for no confirmation; a
+        proposal without sensitive values is shown without an event. Who may see them is the
+        caller's check (the HTTP API: a role that may confirm). :class:`RunNotFound` if there
+        is no run; ``REVEAL_IDENTITY_REQUIRED`` without ``by``."""
+        from warrant.tools.plugins import registry_for
+
+        if not by.strip():
+            raise InvalidRequest(
+                "a reveal needs the identity of who looks", code="REVEAL_IDENTITY_REQUIRED"
+            )
+        registry = registry_for()
+        with session_scope(self.engine) as s:
+            run = reads.run(s, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            pending = reads.pending_proposal(s, run)
+            if run.status != RunStatus.WAITING_CONFIRMATION or pending is None:
+                return None
+            if not pending.confirmation_request:
+                return None
+            tool = registry.get(pending.tool or "", pending.tool_version or "")
+            hidden = (tool.secret_fields, tool.sensitive_fields) if tool else None
+            revealed = _revealed(run, pending, hidden)
+            if revealed.fields:
+                where = origin.details() if origin else {"via": "cli"}
+                details = {
+                    "by": by,
+                    **where,
+                    "fields": revealed.fields,
+                    "proposal_hash": revealed.proposal_hash,
+                }
+                append_events(
+                    s,
+                    run_id,
+                    [(REVEALED_EVENT, details)],
+                    step=run.step,
+                    proposal_id=pending.proposal_id,
+                )
+            return revealed
 
     @retry_once_on_disconnect
     def budgets(self, run_id: str) -> list[dict[str, Any]]:
@@ -191,6 +267,22 @@ def _parameters(
         else:
             shown.append(Parameter(name=name, value=_json(value), sensitive=name in sensitive))
     return shown
+
+
+def _revealed(
+    run: Run, proposal: Proposal, hidden: tuple[frozenset[str], frozenset[str]] | None
+) -> Revealed:
+    """What an approver is shown of the proposal (the inbox's own masking), as JSON values."""
+    request = dict(proposal.confirmation_request or {})
+    shown = _parameters(proposal, request, hidden, True)
+    return Revealed(
+        run_id=run.id,
+        proposal_hash=str(proposal.proposal_hash),
+        tool=str(request.get("tool", proposal.tool)),
+        tool_version=str(request.get("tool_version", proposal.tool_version)),
+        arguments={p.name: p.value if p.masked else json.loads(p.value) for p in shown},
+        fields=[p.name for p in shown if p.sensitive and not p.masked],
+    )
 
 
 def _cited(o: Observation) -> CitedObservation:

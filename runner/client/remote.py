@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from warrant.runner.client.inbox import Revealed
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.errors import (
     BrokerUnavailable,
@@ -200,6 +201,17 @@ class RemoteClient:
 
     def get_run(self, run_id: str) -> RunInfo:
         return run_info(self._call("GET", f"/runs/{run_id}"))
+
+    def reveal(self, run_id: str, *, by: str = "", origin: Any = None) -> Revealed | None:
+        """``GET /v1/runs/{id}?reveal=true``: the pending proposal's sensitive values (a token
+        that may confirm; else ``Forbidden`` ``REVEAL_FORBIDDEN``), ``None`` when the run
+        waits for no confirmation. ``by`` and ``origin`` are ignored: the server traces the
+        token's identity and the address it saw."""
+        data = self._call("GET", f"/runs/{run_id}", params={"reveal": "true"})
+        shown = data.get("revealed")
+        if not shown:
+            return None
+        return Revealed(**{f.name: shown[f.name] for f in fields(Revealed)})
 
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
         """The newest runs first (the server pages by 200 at most; more pages are followed)."""

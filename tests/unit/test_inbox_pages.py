@@ -13,6 +13,7 @@ from warrant.runner.client.inbox import (
     Parameter,
     PendingConfirmation,
     _parameters,
+    _revealed,
 )
 from warrant.runner.client.web import live, render, session, views
 
@@ -39,6 +40,26 @@ def test_an_approver_sees_sensitive_values_and_nobody_sees_secrets():
 def test_a_tool_gone_from_the_registry_shows_the_stored_masked_request():
     gone = shown(reveal=True, hidden=None)
     assert gone["body"].value == '"<sensitive>"' and gone["password"].value == '"<sensitive>"'
+
+
+def revealed(hidden=(SECRET, SENSITIVE)):
+    request = {"tool": "send", "tool_version": "1", "parameters": {**ARGS, "body": "<sensitive>"}}
+    proposal = SimpleNamespace(
+        arguments=ARGS,
+        confirmation_request=request,
+        proposal_hash="h1",
+        tool="send",
+        tool_version="1",
+    )
+    return _revealed(SimpleNamespace(id="run-1"), proposal, hidden)  # type: ignore[arg-type]
+
+
+def test_a_reveal_shows_sensitive_values_as_json_values_and_never_a_secret():
+    shown = revealed()
+    assert shown.arguments == {"to": "bob@example.com", "body": "hello", "password": "<secret>"}
+    assert (shown.fields, shown.proposal_hash, shown.tool_version) == (["body"], "h1", "1")
+    gone = revealed(hidden=None)  # the tool left the registry: only the stored, masked request
+    assert gone.arguments["body"] == "<sensitive>" and gone.fields == []
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from warrant.runner.client.cli.common import (
     make_client,
     print_json,
 )
+from warrant.runner.client.cli.reveal import RevealByOpt, RevealOpt, reveal_note, revealed
 from warrant.runner.client.cli.why import why, why_lines
 from warrant.runner.codes import RunStatus
 from warrant.runner.errors import InvalidChoice, InvalidRequest
@@ -82,7 +83,9 @@ def _show_pre_approvals(info: dict[str, Any]) -> None:
 
 def _show_request(info: dict[str, Any]) -> None:
     request = info.get("confirmation_request")
+    note = reveal_note(info)
     if request:
+        shown = info.get("revealed") or {}
         console.print("[bold yellow]confirmation required[/]")
         for key in (
             "action",
@@ -93,7 +96,10 @@ def _show_request(info: dict[str, Any]) -> None:
             "reversible",
             "proposal_hash",
         ):
-            console.print(f"  {key}: {request.get(key)}")
+            value = request.get(key)
+            if key == "parameters" and shown.get("proposal_hash") == request["proposal_hash"]:
+                value = shown["arguments"]
+            console.print(f"  {key}: {escape(str(value))}")
         for flag in (request.get("provenance") or {}).get("flagged", []):
             console.print(
                 f"  [bold red]UNTRUSTED_ARGUMENT[/] {flag['argument']}={flag['value']!r} appears "
@@ -103,6 +109,8 @@ def _show_request(info: dict[str, Any]) -> None:
             f"  warrant run confirm {info['run_id']} --proposal-hash "
             f"{request['proposal_hash']} --by NAME"
         )
+    if note:
+        console.print(f"  [bold]{escape(note)}[/]" if request else escape(note))
 
 
 RunIdArg = Annotated[str, typer.Argument(help="The run's id, or a unique prefix (6+ chars).")]
@@ -115,15 +123,19 @@ def _client_and_id(as_json: bool, key: str) -> tuple[Any, str]:
 
 
 @run_app.command("show")
-def run_show(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
+def run_show(
+    run_id: RunIdArg, reveal: RevealOpt = False, by: RevealByOpt = None, as_json: JsonOpt = False
+) -> None:
     """Why the run stopped or what it waits for (the stop reason, the last refusal), then its
-    status, counters, version and answer."""
+    status, counters, version and answer. --reveal: the pending proposal's sensitive values."""
     client, whole = _client_and_id(as_json, run_id)
 
     def go() -> dict[str, Any]:
         info = client.get_run(whole)
         data: dict[str, Any] = info.to_dict()
         data["trace_id"] = getattr(info, "trace_id", None)
+        if reveal:
+            data["revealed"] = revealed(client, whole, by=by)
         return {**data, "why": why(data, client.trace(whole))}
 
     info = guard(as_json, go)

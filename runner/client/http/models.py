@@ -26,6 +26,7 @@ __all__ = [
     "PreApprovalIn",
     "PreApprovalOut",
     "ResolveIn",
+    "RevealedOut",
     "RunOut",
     "RunPage",
     "TraceEventOut",
@@ -103,6 +104,23 @@ class ErrorBody(BaseModel):
 # --- runs ------------------------------------------------------------------------------------
 
 
+class RevealedOut(BaseModel):
+    """The pending proposal's arguments as they will run: what ``?reveal=true`` adds for a
+    token whose role may confirm (traced on the run as ``sensitive.revealed``)."""
+
+    run_id: str
+    proposal_hash: str = Field(
+        description="The proposal these values belong to (confirmation_request.proposal_hash)."
+    )
+    tool: str
+    tool_version: str
+    arguments: dict[str, Any] = Field(
+        description="Every argument with its value, sensitive ones included; a secret_fields "
+        'value stays "<secret>" (shown to nobody).'
+    )
+    fields: list[str] = Field(description="The sensitive fields whose values are shown.")
+
+
 class RunOut(BaseModel):
     """A run's state, as ``warrant run show --json`` prints it."""
 
@@ -130,6 +148,13 @@ class RunOut(BaseModel):
         default=None,
         description="The run's OpenTelemetry trace id (32 hex digits), if traced: one trace "
         "for the whole run.",
+    )
+    revealed: RevealedOut | None = Field(
+        default=None,
+        description="Only for GET /v1/runs/{run_id}?reveal=true by a token that may confirm "
+        "(approver, operator), while the run waits for a confirmation: the values that "
+        "confirmation_request masks as <sensitive>. Each reveal is a sensitive.revealed trace "
+        "event. Null otherwise.",
     )
 
 

@@ -15,13 +15,14 @@ from starlette.concurrency import run_in_threadpool
 
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
-from warrant.runner.authz import Action, Identity
-from warrant.runner.client.http.auth import Deps, deps, requires
+from warrant.runner.authz import Action, Identity, allowed
+from warrant.runner.client.http.auth import Deps, deps, origin, requires
 from warrant.runner.client.http.errors import ERROR_RESPONSES
 from warrant.runner.client.http.listing import decode_cursor, encode_cursor
 from warrant.runner.client.http.models import (
     INT32_MAX,
     ErrorBody,
+    RevealedOut,
     RunOut,
     RunPage,
     TraceEventOut,
@@ -30,7 +31,7 @@ from warrant.runner.client.http.models import (
 )
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.codes import RunStatus
-from warrant.runner.errors import InvalidRequest, RunNotFound
+from warrant.runner.errors import Forbidden, InvalidRequest, RunNotFound
 
 __all__ = ["RUN_ID", "router", "run_out"]
 
@@ -167,9 +168,45 @@ def list_runs(
     return RunPage(runs=runs, next_cursor=encode_cursor(*last) if last else None)
 
 
-@router.get("/runs/{run_id}", response_model=RunOut, summary="One run")
-def get_run(request: Request, run_id: RunId, identity: Reader) -> RunOut:
-    return run_out(deps(request).client.get_run(run_id))
+@router.get(
+    "/runs/{run_id}",
+    response_model=RunOut,
+    summary="One run",
+    responses={
+        403: {
+            "model": ErrorBody,
+            "description": "FORBIDDEN: the token may not read; REVEAL_FORBIDDEN: "
+            "?reveal=true by a role that may not confirm (producer, viewer)",
+        }
+    },
+)
+def get_run(
+    request: Request,
+    run_id: RunId,
+    identity: Reader,
+    reveal: Annotated[
+        bool,
+        Query(
+            description="Add `revealed`: the pending proposal's sensitive values (a role that "
+            "may confirm only, else 403 REVEAL_FORBIDDEN; traced as sensitive.revealed)."
+        ),
+    ] = False,
+) -> RunOut:
+    """The run's state. ``confirmation_request`` masks sensitive arguments for everyone; an
+    approver or operator asks ``?reveal=true`` to see what they would approve."""
+    client = deps(request).client
+    if not reveal:
+        return run_out(client.get_run(run_id))
+    if not allowed(identity.role, Action.CONFIRM):
+        raise Forbidden(
+            f"{identity.label} may not see sensitive values (only a role that may confirm)",
+            code="REVEAL_FORBIDDEN",
+        )
+    out = run_out(client.get_run(run_id))
+    revealed = client.reveal(run_id, by=identity.label, origin=origin(request, "api"))
+    if revealed is not None:
+        out.revealed = RevealedOut.model_validate(revealed.to_dict())
+    return out
 
 
 @router.get("/runs/{run_id}/trace", response_model=TraceOut, summary="A run's timeline")
