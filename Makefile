@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench bench-series chaos architecture screenshots clean
+.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos architecture screenshots clean
 
 install: $(STAMP)
 
@@ -57,6 +57,9 @@ bench-series: install  ## the verdict: the side-by-side part 5 times, task event
 
 architecture: install  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
 	$(PY) -m bench.architecture
+
+bench-cli: install    ## CLI start-up: warrant --version and run list vs celery --version (median of 10)
+	$(PY) -m bench.cli_startup
 
 chaos: install       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
 	$(PY) -m bench.chaos $(CHAOS_ARGS)

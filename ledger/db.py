@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,6 +24,7 @@ __all__ = [
     "held_autocommit",
     "is_disconnect",
     "normalize_url",
+    "ping",
     "release_held",
     "reset_engines",
     "retry_once_on_disconnect",
@@ -69,6 +70,12 @@ _AUTOCOMMIT: dict[tuple[Engine, bool, bool], Engine] = {}
 #: Connections of an autocommit engine, per process and database (a stage holds one at a
 #: time).
 DEFAULT_AUTOCOMMIT_POOL = 2
+
+
+def ping(engine: Engine) -> None:
+    """One round trip to the database (``/healthz``); raises what the driver raises."""
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
 
 
 def autocommit_engine(engine: Engine, *, relaxed: bool = False, held: bool = False) -> Engine:

@@ -13,13 +13,7 @@ name is imported on first use, so ``import warrant`` (and the CLI's start-up) st
 from __future__ import annotations
 
 import importlib
-from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = _metadata.version("warrant-runner")
-except _metadata.PackageNotFoundError:  # pragma: no cover - running from an unbuilt tree
-    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from warrant.runner import (
@@ -104,10 +98,58 @@ _SOURCES = {name: "warrant.runner" for name in _RUNNER_NAMES} | {
     name: "warrant.tools" for name in _TOOLS_NAMES
 }
 
-__all__ = ["__version__", *sorted(_SOURCES)]
+__all__ = [
+    "BrokerUnavailable",
+    "Budgets",
+    "Client",
+    "ConfirmationPolicy",
+    "ConfirmationRefused",
+    "DepsContext",
+    "Grant",
+    "HandoffNotFound",
+    "InvalidRequest",
+    "NotFound",
+    "Outcome",
+    "Plugin",
+    "ReconcileResult",
+    "Rejection",
+    "RunInfo",
+    "RunNotFound",
+    "RunSpec",
+    "RunStatus",
+    "ServiceUnavailable",
+    "SideEffect",
+    "SpecError",
+    "StateConflict",
+    "StopReason",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolFailed",
+    "ToolInput",
+    "ToolOutput",
+    "ToolRejected",
+    "ToolUnknown",
+    "Unauthorized",
+    "WarrantError",
+    "__version__",
+    "parse_run_spec",
+]
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("warrant-runner")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from an unbuilt tree
+        return "0+unknown"
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # importlib.metadata costs a CLI command's start-up otherwise
+        globals()[name] = version = _version()
+        return version
     source = _SOURCES.get(name)
     if source is None:
         raise AttributeError(f"module 'warrant' has no attribute {name!r}")

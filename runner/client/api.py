@@ -34,8 +34,6 @@ class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient):
         (``warrant-client``) spends at most ``telemetry.CLIENT_EXIT_FLUSH_S`` exporting them
         (at exit): a command must not wait on a collector that is slow or not there."""
         from warrant.broker import telemetry
-        from warrant.broker.app import app
-        from warrant.broker.publish import Publisher
 
         _, database_url = resolved_urls()
         short_lived = service_name == telemetry.SERVICE_NAMES["client"]
@@ -43,4 +41,12 @@ class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient):
             service_name=service_name,
             exit_flush_s=telemetry.CLIENT_EXIT_FLUSH_S if short_lived else None,
         )
-        return cls(engine=engine_for(database_url), publisher=Publisher.fail_fast(app))
+        return cls(engine=engine_for(database_url), publisher_factory=_publisher)
+
+
+def _publisher() -> object:
+    """The Celery app's fail-fast publisher (imported only when a command publishes)."""
+    from warrant.broker.app import app
+    from warrant.broker.publish import Publisher
+
+    return Publisher.fail_fast(app)

@@ -45,13 +45,9 @@ def _ms(started: float) -> float:
 
 
 def check_database(engine: Any, *, timeout: float = CHECK_TIMEOUT_S) -> Check:
-    from sqlalchemy import text
+    from warrant.ledger.db import ping
 
-    def probe() -> None:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-
-    return _timed(probe, timeout=timeout)
+    return _timed(lambda: ping(engine), timeout=timeout)
 
 
 def check_broker(app: Any, *, timeout: float = CHECK_TIMEOUT_S) -> Check:

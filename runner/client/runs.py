@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +24,7 @@ from warrant.runner import run_machine as machine
 from warrant.runner.canonical import content_hash
 from warrant.runner.client.idempotency import origin as start_origin
 from warrant.runner.client.idempotency import run_for_key
+from warrant.runner.client.pre_approvals import pre_approval_records
 from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
 from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.spec import PluginPlannerSpec, RunSpec, parse_run_spec
@@ -102,9 +104,28 @@ class RunInfo:
 class RunsClient:
     """Starts, reads, waits for and cancels runs; holds the ledger's engine and the publisher."""
 
-    def __init__(self, *, engine: Engine, publisher: Any) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        publisher: Any = None,
+        publisher_factory: Callable[[], Any] | None = None,
+    ) -> None:
         self.engine = engine
-        self.publisher = publisher
+        self._publisher = publisher
+        self._publisher_factory = publisher_factory
+
+    @property
+    def publisher(self) -> Any:
+        """The broker's publisher, made on first use (``publisher_factory``): a command that
+        only reads the ledger never imports Celery."""
+        if self._publisher is None and self._publisher_factory is not None:
+            self._publisher = self._publisher_factory()
+        return self._publisher
+
+    @publisher.setter
+    def publisher(self, value: Any) -> None:
+        self._publisher = value
 
     def start_run(
         self,
@@ -143,7 +164,7 @@ class RunsClient:
         origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)
         if (known := run_for_key(self.engine, origin)) is not None:
             return known
-        pre = _pre_approval_records(spec)
+        pre = pre_approval_records(spec)
         run_id = str(uuid.uuid4())
         with telemetry.span("run.start", run_id=run_id):
             recorded = self._record_run(
@@ -373,17 +394,3 @@ def _cancel_locked(
     change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
     commit(s, change, step=run.step)
     return in_flight
-
-
-def _pre_approval_records(spec: RunSpec) -> list[dict[str, Any]]:
-    """The spec's pre-approvals, normalised and hashed with the deployment's registry."""
-    if not spec.pre_approved:
-        return []
-    from warrant.runner.confirmation_rules import pre_approval_record
-    from warrant.tools.plugins import registry_for
-
-    registry = registry_for()
-    return [
-        pre_approval_record(item, registry, field=f"pre_approved.{index}")
-        for index, item in enumerate(spec.pre_approved)
-    ]

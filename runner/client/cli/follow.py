@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from warrant.runner.client.runs import SETTLED, RunInfo
+if TYPE_CHECKING:
+    from warrant.runner.client.runs import RunInfo
+
 
 __all__ = ["Progress", "follow", "progress_line"]
 
@@ -71,6 +73,8 @@ def follow(client: Any, run_id: str, *, timeout: float, progress: Progress) -> R
     """Report each change of the run to ``progress`` until it settles (terminal or waiting
     for a person) or ``timeout`` seconds pass; the last state seen."""
     deadline = time.monotonic() + timeout
+    from warrant.runner.client.runs import SETTLED
+
     info: RunInfo = client.get_run(run_id)
     seen: int | None = None
     while True:
@@ -89,6 +93,8 @@ def _next_change(client: Any, run_id: str, version: int, left: float) -> RunInfo
     if hasattr(client, "wait_change"):
         changed: RunInfo = client.wait_change(run_id, version=version, timeout=left)
         return changed
+    from warrant.runner.client.runs import SETTLED
+
     end = time.monotonic() + left
     pause = FIRST_PAUSE_S
     while True:

@@ -1,0 +1,23 @@
+"""A run spec's pre-approvals as the ledger records them at the run's start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warrant.runner.spec import RunSpec
+
+__all__ = ["pre_approval_records"]
+
+
+def pre_approval_records(spec: RunSpec) -> list[dict[str, Any]]:
+    """The spec's pre-approvals, normalised and hashed with the deployment's registry."""
+    if not spec.pre_approved:
+        return []
+    from warrant.runner.confirmation_rules import pre_approval_record
+    from warrant.tools.plugins import registry_for
+
+    registry = registry_for()
+    return [
+        pre_approval_record(item, registry, field=f"pre_approved.{index}")
+        for index, item in enumerate(spec.pre_approved)
+    ]
