@@ -144,7 +144,7 @@ def fixture_warnings(spec: Any) -> list[str]:
     from warrant.tools.plugins import registry_for
 
     try:
-        registry = registry_for()
+        registry = registry_for(ask_mcp_servers=False)  # names only: no MCP server
     except WarrantError as exc:
         return [f"the plan's tools were not checked: [{exc.code}] {exc}"]
     missing: list[str] = []
