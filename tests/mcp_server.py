@@ -34,7 +34,9 @@ def connect(state_dir: str | Path | None = None) -> Iterator[sqlite3.Connection]
     conn = sqlite3.connect(db_path(state_dir), timeout=10, isolation_level=None)
     try:
         conn.execute("CREATE TABLE IF NOT EXISTS notes (title TEXT PRIMARY KEY, body TEXT)")
-        conn.execute("CREATE TABLE IF NOT EXISTS calls (tool TEXT NOT NULL, arguments TEXT)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS calls (tool TEXT NOT NULL, arguments TEXT, pid INTEGER)"
+        )
         conn.execute("CREATE TABLE IF NOT EXISTS starts (pid INTEGER, parent INTEGER)")
         yield conn
     finally:
@@ -43,7 +45,7 @@ def connect(state_dir: str | Path | None = None) -> Iterator[sqlite3.Connection]
 
 def _called(tool: str, arguments: str = "") -> None:
     with connect() as conn:
-        conn.execute("INSERT INTO calls VALUES (?, ?)", (tool, arguments))
+        conn.execute("INSERT INTO calls VALUES (?, ?, ?)", (tool, arguments, os.getpid()))
 
 
 def _add(title: str, body: str) -> dict[str, Any]:
@@ -105,6 +107,14 @@ def calls(state_dir: str | Path, tool: str | None = None) -> list[tuple[str, str
         if tool is None:
             return conn.execute("SELECT tool, arguments FROM calls").fetchall()
         return conn.execute("SELECT tool, arguments FROM calls WHERE tool = ?", (tool,)).fetchall()
+
+
+def callers(state_dir: str | Path, tool: str) -> list[tuple[str, int]]:
+    """``(arguments, pid of the server process)`` of each call of ``tool``, in order."""
+    with connect(state_dir) as conn:
+        return conn.execute(
+            "SELECT arguments, pid FROM calls WHERE tool = ? ORDER BY rowid", (tool,)
+        ).fetchall()
 
 
 def starts(state_dir: str | Path) -> list[tuple[int, int]]:

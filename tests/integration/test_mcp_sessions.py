@@ -18,7 +18,14 @@ import pytest
 
 from tests import mcp_server as notes
 from tests.conftest import wait_for
-from tests.integration.test_mcp import NOTES_TOOLS, context, stdio_server, uid, write_config
+from tests.integration.test_mcp import (
+    NOTES_TOOLS,
+    context,
+    gone,
+    stdio_server,
+    uid,
+    write_config,
+)
 from warrant.runner.errors import ToolFailed, ToolUnknown
 from warrant.tools.contract import ToolContext
 from warrant.tools.mcp import McpOutput, ServerDeclaration, mcp_plugins
@@ -26,11 +33,6 @@ from warrant.tools.mcp_sessions import ServerSession
 
 SLOW = {"side_effect": "read", "capability": "notes:read", "timeout_s": 20}
 SLOW_WRITE = {**SLOW, "side_effect": "irreversible", "name": "slow_write"}
-
-
-def gone(pid: int) -> bool:
-    """The process has exited and been reaped (a zombie still counts as there)."""
-    return not Path(f"/proc/{pid}").exists()
 
 
 @pytest.fixture
