@@ -27,6 +27,7 @@ from warrant.broker.celery_app import (
 )
 from warrant.broker.context import close_worker_context
 from warrant.ledger.db import reset_engines
+from warrant.tools.plugins import registry_for
 
 __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
 
@@ -38,6 +39,14 @@ __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
 Connection.resolve_aliases[REDIS_TRANSPORT] = "redis"
 
 app = deployment_app()
+
+
+@worker_init.connect
+def _load_registry(**_: object) -> None:
+    """Before the pool forks: the full registry (each MCP server asked for its tools once, in
+    this process), which every pool process inherits; a server that cannot be reached stops
+    the worker here. The app itself is built from the declared registry (no server asked)."""
+    registry_for()
 
 
 @worker_process_init.connect

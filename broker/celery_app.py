@@ -50,7 +50,7 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
     Raises ``ValueError`` if the broker's visibility timeout does not exceed the longest tool
     time limit (plus the hard-limit grace): Redis would redeliver running commands."""
     settings = settings or WarrantSettings()
-    registry = registry_for(settings)
+    registry = registry_for(settings, ask_mcp_servers=False)  # queues, limits: no MCP server
     _check_visibility_timeout(settings, registry)
     broker_url = _broker_url(settings)
     celery = Celery("warrant", broker=broker_url, include=["warrant.broker.tasks"])

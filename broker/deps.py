@@ -91,7 +91,10 @@ def setup_plugins(database_url: str, settings: WarrantSettings | None = None) ->
     settings = settings or WarrantSettings()
     engine = engine_for(database_url)
     deps = ToolDepsSet(
-        registry_for(settings), engine=engine, settings=settings, database_url=database_url
+        registry_for(settings, ask_mcp_servers=False),  # MCP servers have no set-up step
+        engine=engine,
+        settings=settings,
+        database_url=database_url,
     )
     try:
         return deps.run_setup()

@@ -32,7 +32,8 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     ├── ServiceUnavailable          SERVICE_UNAVAILABLE  Redis, RabbitMQ or PostgreSQL cannot be
     │   │                           reached or is not configured (SERVICES_NOT_CONFIGURED,
     │   │                           DATABASE_UNAVAILABLE, MIGRATION_STATE_UNREADABLE,
-    │   │                           STACK_ALREADY_RUNNING, WORKER_START_FAILED, …)
+    │   │                           STACK_ALREADY_RUNNING, WORKER_START_FAILED,
+    │   │                           MCP_SERVER_UNAVAILABLE: an MCP server asked for its tools, …)
     │   └── BrokerUnavailable       BROKER_UNAVAILABLE   a message could not be published
     │                               (``run_id`` names its run, recorded in the ledger: the
     │                               stall sweep publishes it later)
@@ -45,7 +46,8 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │                                                    that action (warrant.runner.authz;
     │                                                    OWN_RUN_APPROVAL_FORBIDDEN)
     ├── PluginError                 PLUGIN_LOAD_FAILED   a tool/planner plug-in could not be
-    │                               loaded, or two clash (TOOL_CONFLICT, …)
+    │                               loaded, or two clash (TOOL_CONFLICT, MCP_CONFIG_INVALID,
+    │                               MCP_TOOL_MISSING, MCP_SCHEMA_INVALID, …)
     ├── PlannerFailure              PLANNER_FAILED       the planner produced nothing usable
     │   │                           (warrant.runner.step_decisions; MODEL_UNREACHABLE, …)
     │   └── PlannerRetryLater       PLANNER_RETRY_LATER  ask again after a delay (429, 5xx):
@@ -241,7 +243,9 @@ class Forbidden(Unauthorized):
 class PluginError(WarrantError):
     """``PLUGIN_LOAD_FAILED`` (an import or object that is not a tool source),
     ``TOOL_CONFLICT`` (one name and version from two sources), ``PLANNER_CONFLICT``,
-    ``MCP_CONFIG_INVALID``, ``MCP_SERVER_UNAVAILABLE``."""
+    ``MCP_CONFIG_INVALID``, ``MCP_TOOL_MISSING`` (a declared tool the MCP server does not
+    offer), ``MCP_SCHEMA_INVALID`` (one whose inputSchema is not a JSON Schema). An MCP server
+    that cannot be reached is :class:`ServiceUnavailable` (``MCP_SERVER_UNAVAILABLE``)."""
 
     code = "PLUGIN_LOAD_FAILED"
 

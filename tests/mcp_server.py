@@ -2,8 +2,10 @@
 
 ``python -m tests.mcp_server`` serves over stdio; ``python -m tests.mcp_server --http PORT``
 serves streamable HTTP on ``127.0.0.1:PORT/mcp``. The state lives in
-``$NOTES_STATE_DIR/notes.sqlite3``: the notes, and one ``calls`` row per tool call as it starts,
-so tests can count effects and see whether the server was called at all.
+``$NOTES_STATE_DIR/notes.sqlite3``: the notes, one ``calls`` row per tool call as it starts
+(with the serving process's pid), and one ``starts`` row per server process (its pid and its
+parent's), so tests can count effects, see whether the server was called at all, and count
+the server processes a client started.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ def connect(state_dir: str | Path | None = None) -> Iterator[sqlite3.Connection]
     conn = sqlite3.connect(db_path(state_dir), timeout=10, isolation_level=None)
     try:
         conn.execute("CREATE TABLE IF NOT EXISTS notes (title TEXT PRIMARY KEY, body TEXT)")
-        conn.execute("CREATE TABLE IF NOT EXISTS calls (tool TEXT NOT NULL, arguments TEXT)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS calls (tool TEXT NOT NULL, arguments TEXT, pid INTEGER)"
+        )
+        conn.execute("CREATE TABLE IF NOT EXISTS starts (pid INTEGER, parent INTEGER)")
         yield conn
     finally:
         conn.close()
@@ -40,7 +45,7 @@ def connect(state_dir: str | Path | None = None) -> Iterator[sqlite3.Connection]
 
 def _called(tool: str, arguments: str = "") -> None:
     with connect() as conn:
-        conn.execute("INSERT INTO calls VALUES (?, ?)", (tool, arguments))
+        conn.execute("INSERT INTO calls VALUES (?, ?, ?)", (tool, arguments, os.getpid()))
 
 
 def _add(title: str, body: str) -> dict[str, Any]:
@@ -104,10 +109,28 @@ def calls(state_dir: str | Path, tool: str | None = None) -> list[tuple[str, str
         return conn.execute("SELECT tool, arguments FROM calls WHERE tool = ?", (tool,)).fetchall()
 
 
+def callers(state_dir: str | Path, tool: str) -> list[tuple[str, int]]:
+    """``(arguments, pid of the server process)`` of each call of ``tool``, in order."""
+    with connect(state_dir) as conn:
+        return conn.execute(
+            "SELECT arguments, pid FROM calls WHERE tool = ? ORDER BY rowid", (tool,)
+        ).fetchall()
+
+
+def starts(state_dir: str | Path) -> list[tuple[int, int]]:
+    """``(pid, parent pid)`` of every server process started on ``state_dir``, in order."""
+    if not db_path(state_dir).exists():
+        return []
+    with connect(state_dir) as conn:
+        return conn.execute("SELECT pid, parent FROM starts ORDER BY rowid").fetchall()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP")
     ns = parser.parse_args()
+    with connect() as conn:
+        conn.execute("INSERT INTO starts VALUES (?, ?)", (os.getpid(), os.getppid()))
     if ns.http:
         build(ns.http).run("streamable-http")
     else:

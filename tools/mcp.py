@@ -6,11 +6,19 @@ with their policy: side effect, capability, confirmation, time limit. A tool the
 the file does not declare never enters the registry, so the gate refuses it
 (``UNKNOWN_TOOL_OR_VERSION``).
 
-At load time each server is asked once for its tools (``tools/list``); every declared tool must
-exist there, and its ``inputSchema`` becomes the contract's input schema (closed with
-``additionalProperties: false`` unless the server says otherwise) and validates arguments with
-``jsonschema``. Each call opens its own client session (nothing is held across a worker's fork)
-and is bounded by ``min(timeout_s, ctx.remaining_s())``. Outcomes:
+When a process builds its full registry (workers; ``warrant tools list``/``check``; a run
+with pre-approvals) each server is asked once for its tools (``tools/list``); every declared
+tool must exist there (else ``MCP_TOOL_MISSING``), and its ``inputSchema`` becomes the
+contract's input schema (closed with ``additionalProperties: false`` unless the server says
+otherwise) and validates arguments with ``jsonschema``. A server that cannot be reached then is
+:class:`ServiceUnavailable` (``MCP_SERVER_UNAVAILABLE``). The *declared* registry
+(``ask_servers=False``: queues, time limits, masks, the CLI's reads) asks no server: its MCP
+tools carry the declared policy and an open input schema.
+
+A worker process keeps one session per stdio server (:mod:`warrant.tools.mcp_sessions`, the
+plug-in's deps: started on the first call, restarted after a failure, closed at shutdown); a
+streamable HTTP server gets a session per call. Each call is bounded by
+``min(timeout_s, ctx.remaining_s())``. Outcomes:
 
 * ``isError`` result or a JSON-RPC error -> failed, not retryable (``MCP_TOOL_ERROR``);
 * the server cannot be reached before the call is sent -> failed, retryable
@@ -19,10 +27,12 @@ and is bounded by ``min(timeout_s, ctx.remaining_s())``. Outcomes:
   (``MCP_TIMEOUT``); for any write, unknown (``MCP_OUTCOME_UNKNOWN``): the tool has no
   ``reconcile``, so the reconciler hands the run to a person.
 
-The output is untrusted content: an outside server's text is data, never instructions.
+The output is stored once: the result's ``structuredContent`` when the server gives one, else
+its text blocks joined (plus any non-text blocks). It is untrusted content: an outside server's
+text is data, never instructions.
 
-This module builds the tools; the file is read by :mod:`warrant.tools.mcp_config`, and sessions
-and the typing of failed calls are in :mod:`warrant.tools.mcp_client`.
+This module builds the tools; the file is read by :mod:`warrant.tools.mcp_config`, one-off
+sessions and the typing of failed calls are in :mod:`warrant.tools.mcp_client`.
 """
 
 from __future__ import annotations
@@ -40,11 +50,18 @@ from jsonschema import FormatChecker
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from warrant.runner.codes import ObservationSource
-from warrant.runner.errors import PluginError, ToolFailed
+from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed
 from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 from warrant.tools.mcp_client import (
     MAX_MESSAGE,
@@ -62,7 +79,8 @@ from warrant.tools.mcp_config import (
     config_error,
     load_config,
 )
-from warrant.tools.registry import Plugin
+from warrant.tools.mcp_sessions import ServerSession
+from warrant.tools.registry import DepsContext, Plugin
 
 __all__ = [
     "McpConfig",
@@ -146,20 +164,32 @@ def input_model_for(tool_name: str, schema: dict[str, Any]) -> type[McpInput]:
 
 
 class McpOutput(ToolOutput):
-    """What an MCP tool returned (untrusted content)."""
+    """What an MCP tool returned (untrusted content), once: ``structured`` when the server
+    gave structured content (its text blocks are the same data serialized), else ``text``;
+    fields without a value are left out."""
 
-    content: list[dict[str, Any]] = Field(default_factory=list)
-    """The result's content blocks, as the server sent them."""
     structured: dict[str, Any] | None = None
-    """The result's ``structuredContent``, if any."""
-    text: str = ""
-    """The text blocks, joined by newlines."""
+    """The result's ``structuredContent``."""
+    text: str | None = None
+    """The text blocks, joined by newlines (only without ``structured``)."""
+    content: list[dict[str, Any]] = Field(default_factory=list)
+    """The result's other blocks (images, audio, resources), as the server sent them."""
+
+    @model_serializer(mode="wrap")
+    def _once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None and v != []}
+
+
+def _text(blocks: list[dict[str, Any]]) -> str:
+    return "\n".join(b["text"] for b in blocks if b.get("type") == "text")
 
 
 def _output(result: Any) -> McpOutput:
     blocks = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in result.content]
-    text = "\n".join(b["text"] for b in blocks if b.get("type") == "text")
-    return McpOutput(content=blocks, structured=result.structuredContent, text=text)
+    other = [b for b in blocks if b.get("type") != "text"]
+    if result.structuredContent is not None:
+        return McpOutput(structured=result.structuredContent, content=other)
+    return McpOutput(text=_text(blocks), content=other)
 
 
 # --- calls and plug-ins ----------------------------------------------------------------------
@@ -167,7 +197,8 @@ def _output(result: Any) -> McpOutput:
 
 @dataclass(frozen=True)
 class _Executor:
-    """Runs one declared tool: a fresh session per call, the result typed as an outcome."""
+    """Runs one declared tool, the result typed as an outcome: on the worker's long-lived
+    session to a stdio server (``ctx.deps``), else on a session of its own."""
 
     server_name: str
     server: ServerDeclaration
@@ -179,15 +210,20 @@ class _Executor:
         limit = min(self.declaration.timeout_s, ctx.remaining_s()) - _MARGIN_S
         write = self.declaration.side_effect is not SideEffect.READ
         progress = Progress()
-        call = partial(call_tool, self.server, self.remote_name, args.arguments(), progress)
+        arguments = args.arguments()
         try:
-            result = anyio.run(bounded, max(limit, 0.01), call)
+            if isinstance(ctx.deps, ServerSession):
+                result = ctx.deps.call(self.remote_name, arguments, progress, max(limit, 0.01))
+            else:
+                call = partial(call_tool, self.server, self.remote_name, arguments, progress)
+                result = anyio.run(bounded, max(limit, 0.01), call)
         except Exception as exc:
             if progress.result is None:
                 raise classify(exc, sent=progress.sent, write=write, where=where) from exc
             result = progress.result  # answered; only closing the session failed
         if result.isError:
-            text = _output(result).text or "the server reported an error"
+            blocks = [b.model_dump(mode="json", exclude_none=True) for b in result.content]
+            text = _text(blocks) or "the server reported an error"
             raise ToolFailed(f"{where}: {text}"[:MAX_MESSAGE], code="MCP_TOOL_ERROR")
         return _output(result)
 
@@ -214,11 +250,11 @@ def _tool(
         raise PluginError(
             f"MCP server {server_name} ({path}): tool {remote.name} reports an invalid "
             f"inputSchema: {exc.message}",
-            code="MCP_SERVER_UNAVAILABLE",
+            code="MCP_SCHEMA_INVALID",
         ) from exc
     properties = input_model.input_schema.get("properties", {})
     for field in [decl.resource_argument, *decl.sensitive_fields, *decl.secret_fields]:
-        if field is not None and field not in properties:
+        if remote.inputSchema is not _NOT_ASKED and field is not None and field not in properties:
             raise config_error(path, f"{where}: {field!r} is not an argument of {remote.name}")
     return Tool(
         name=decl.name or remote.name,
@@ -248,28 +284,64 @@ def server_tools(path: Path, name: str, server: ServerDeclaration) -> list[Tool[
         offered = anyio.run(bounded, server.connect_timeout_s, partial(list_tools, server))
     except Exception as exc:
         detail = next((str(x) for x in leaves_of(exc) if str(x)), type(exc).__name__)
-        raise PluginError(
+        raise ServiceUnavailable(
             f"{source} cannot be reached: {detail}", code="MCP_SERVER_UNAVAILABLE"
         ) from exc
     missing = sorted(set(server.tools) - set(offered))
     if missing:
         raise PluginError(
             f"{source} does not offer the declared tool(s) {', '.join(missing)}",
-            code="MCP_SERVER_UNAVAILABLE",
+            code="MCP_TOOL_MISSING",
         )
     return [
         _tool(path, name, server, offered[remote], decl) for remote, decl in server.tools.items()
     ]
 
 
-def mcp_plugins(path: Path) -> list[Plugin]:
-    """One :class:`Plugin` per server of the file, named ``mcp:<server>``. Raises
-    :class:`PluginError` (``MCP_CONFIG_INVALID``, ``MCP_SERVER_UNAVAILABLE``)."""
+#: The input schema of a tool whose server was not asked (the declared registry).
+_NOT_ASKED: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": True,
+    "$comment": "declared only: the MCP server was not asked for this tool's inputSchema",
+}
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """A server tool as the file declares it, standing in for the server's answer."""
+
+    name: str
+    inputSchema: dict[str, Any]
+    description: str | None = None
+
+
+def declared_tools(path: Path, name: str, server: ServerDeclaration) -> list[Tool[Any, Any]]:
+    """The declared tools of ``server`` without asking it: their policy, an open schema."""
+    return [
+        _tool(path, name, server, _Declared(remote, _NOT_ASKED), decl)
+        for remote, decl in server.tools.items()
+    ]
+
+
+def _session_of(server: ServerDeclaration) -> Any:
+    def deps(_ctx: DepsContext) -> ServerSession:
+        return ServerSession(server)
+
+    return deps if server.command is not None else None
+
+
+def mcp_plugins(path: Path, *, ask_servers: bool = True) -> list[Plugin]:
+    """One :class:`Plugin` per server of the file, named ``mcp:<server>``; with
+    ``ask_servers=False`` no server is contacted (:func:`declared_tools`). Raises
+    :class:`PluginError` (``MCP_CONFIG_INVALID``, ``MCP_TOOL_MISSING``,
+    ``MCP_SCHEMA_INVALID``) or :class:`ServiceUnavailable` (``MCP_SERVER_UNAVAILABLE``)."""
     config = load_config(path)
+    build = server_tools if ask_servers else declared_tools
     return [
         Plugin(
             name=f"mcp:{name}",
-            tools=tuple(server_tools(path, name, server)),
+            tools=tuple(build(path, name, server)),
+            deps=_session_of(server),
             source=f"MCP server {name} ({path})",
         )
         for name, server in config.servers.items()

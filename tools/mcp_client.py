@@ -1,5 +1,7 @@
-"""MCP client sessions and calls: a fresh session per use, and how a call that returned no
-result is typed as a tool outcome (see :mod:`warrant.tools.mcp`)."""
+"""MCP client sessions and calls: opening a session, a one-off call (a session of its own),
+and how a call that returned no result is typed as a tool outcome (see
+:mod:`warrant.tools.mcp`; the long-lived sessions of a worker are in
+:mod:`warrant.tools.mcp_sessions`)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,17 @@ from celery.exceptions import SoftTimeLimitExceeded
 from warrant.runner.errors import ToolFailed, ToolUnknown
 from warrant.tools.mcp_config import ServerDeclaration
 
-__all__ = ["MAX_MESSAGE", "Progress", "bounded", "call_tool", "classify", "leaves_of", "list_tools"]
+__all__ = [
+    "MAX_MESSAGE",
+    "Progress",
+    "answered",
+    "bounded",
+    "call_tool",
+    "classify",
+    "leaves_of",
+    "list_tools",
+    "open_session",
+]
 
 #: Outcome messages are cut to this many characters.
 MAX_MESSAGE = 500
@@ -40,8 +52,12 @@ def _errlog() -> TextIO:
 
 
 @asynccontextmanager
-async def _session(server: ServerDeclaration) -> AsyncIterator[Any]:
-    """An initialized client session to ``server``, closed on exit."""
+async def open_session(
+    server: ServerDeclaration, *, ended: anyio.Event | None = None
+) -> AsyncIterator[Any]:
+    """An initialized client session to ``server``, closed on exit. With ``ended``, the
+    server's messages reach the session through a relay that sets ``ended`` when they stop
+    (the server exited or the connection broke)."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
@@ -57,13 +73,31 @@ async def _session(server: ServerDeclaration) -> AsyncIterator[Any]:
     else:
         assert server.url is not None
         transport = streamable_http_client(server.url)
-    async with transport as streams, ClientSession(streams[0], streams[1]) as session:
-        await session.initialize()
-        yield session
+    async with transport as streams, anyio.create_task_group() as group:
+        try:
+            read = streams[0]
+            if ended is not None:
+                sink, read = anyio.create_memory_object_stream[Any](0)
+                group.start_soon(_relay, streams[0], sink, ended)
+            async with ClientSession(read, streams[1]) as session:
+                await session.initialize()
+                yield session
+        finally:
+            group.cancel_scope.cancel()
+
+
+async def _relay(source: Any, sink: Any, ended: anyio.Event) -> None:
+    """Forward the transport's messages to the session; set ``ended`` when they stop."""
+    try:
+        async with sink:
+            async for item in source:
+                await sink.send(item)
+    finally:
+        ended.set()
 
 
 async def list_tools(server: ServerDeclaration) -> dict[str, Any]:
-    async with _session(server) as session:
+    async with open_session(server) as session:
         tools: dict[str, Any] = {}
         cursor: str | None = None
         while True:
@@ -85,7 +119,7 @@ class Progress:
 async def call_tool(
     server: ServerDeclaration, name: str, arguments: dict[str, Any], progress: Progress
 ) -> Any:
-    async with _session(server) as session:
+    async with open_session(server) as session:
         progress.sent = True
         progress.result = await session.call_tool(name, arguments)
         return progress.result
@@ -99,6 +133,16 @@ def leaves_of(exc: BaseException) -> Iterator[BaseException]:
         yield exc
         if exc.__cause__ is not None:
             yield from leaves_of(exc.__cause__)
+
+
+def answered(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server's JSON-RPC error answer (its session still works)."""
+    from mcp.shared.exceptions import McpError
+
+    return any(
+        isinstance(leaf, McpError) and leaf.error.code != _CONNECTION_CLOSED
+        for leaf in leaves_of(exc)
+    )
 
 
 def classify(exc: Exception, *, sent: bool, write: bool, where: str) -> BaseException:

@@ -8,7 +8,11 @@ worker role, the CLI and the Python client use. Sources, in order:
    ``WARRANT_PLUGIN_ENTRY_POINTS=0``);
 3. each ``module:attr`` of ``WARRANT_TOOLS`` (comma-separated), e.g. the demo plug-in
    ``warrant.tools.demo:plugin``;
-4. the MCP servers declared in the file named by ``WARRANT_MCP_CONFIG``.
+4. the MCP servers declared in the file named by ``WARRANT_MCP_CONFIG``: each asked for its
+   tools, except in the *declared* registry (``ask_mcp_servers=False``), which starts and asks
+   no server (its MCP tools have their declared policy and an open input schema). That one is
+   for what needs names, queues, time limits and masks only: the Celery app, the CLI's reads,
+   ``warrant run view``, the approval inbox; never for the gate.
 
 An entry point or reference may name a :class:`~warrant.tools.contract.Tool`, a list of them,
 a :class:`Registry` or a :class:`Plugin` (tools plus the factory of the deps they need). The
@@ -83,7 +87,7 @@ def split_refs(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def plugins_for(settings: WarrantSettings) -> list[Plugin]:
+def plugins_for(settings: WarrantSettings, *, ask_mcp_servers: bool = True) -> list[Plugin]:
     """Every tool source the settings name, built-in first."""
     plugins = [Plugin(name=BUILTIN_SOURCE, tools=tuple(BUILTIN_TOOLS), source=BUILTIN_SOURCE)]
     if settings.plugin_entry_points:
@@ -94,17 +98,19 @@ def plugins_for(settings: WarrantSettings) -> list[Plugin]:
         # imported here: the MCP client (anyio, httpx, jsonschema) only when a config names it
         from warrant.tools.mcp import mcp_plugins
 
-        plugins.extend(mcp_plugins(settings.mcp_config))
+        plugins.extend(mcp_plugins(settings.mcp_config, ask_servers=ask_mcp_servers))
     return plugins
 
 
-def build_registry(settings: WarrantSettings | None = None) -> Registry:
+def build_registry(
+    settings: WarrantSettings | None = None, *, ask_mcp_servers: bool = True
+) -> Registry:
     """The registry the settings describe (see the module docstring). Raises
     :class:`PluginError` (``TOOL_CONFLICT``) when two sources declare one name and version."""
     settings = settings or WarrantSettings()
     seen: dict[tuple[str, str], Plugin] = {}
     unique: list[Plugin] = []
-    for plugin in plugins_for(settings):
+    for plugin in plugins_for(settings, ask_mcp_servers=ask_mcp_servers):
         if any(p.source == plugin.source for p in unique):
             continue  # the same entry point named twice (e.g. also in WARRANT_TOOLS)
         for tool in plugin.tools:
@@ -122,18 +128,22 @@ def build_registry(settings: WarrantSettings | None = None) -> Registry:
 
 
 @functools.lru_cache(maxsize=8)
-def _cached(tools: str, mcp_config: str | None, entry_points: bool) -> Registry:
-    return build_registry(
-        WarrantSettings(
-            tools=tools,
-            mcp_config=Path(mcp_config) if mcp_config else None,
-            plugin_entry_points=entry_points,
-        )
+def _cached(tools: str, mcp_config: str | None, entry_points: bool, ask: bool = True) -> Registry:
+    settings = WarrantSettings(
+        tools=tools,
+        mcp_config=Path(mcp_config) if mcp_config else None,
+        plugin_entry_points=entry_points,
     )
+    return build_registry(settings, ask_mcp_servers=ask)
 
 
-def registry_for(settings: WarrantSettings | None = None) -> Registry:
-    """:func:`build_registry`, built once per process for the same tool settings."""
+def registry_for(
+    settings: WarrantSettings | None = None, *, ask_mcp_servers: bool = True
+) -> Registry:
+    """:func:`build_registry`, built once per process for the same tool settings;
+    ``ask_mcp_servers=False``: the declared registry (no MCP server is started or asked)."""
     settings = settings or WarrantSettings()
     mcp = str(settings.mcp_config) if settings.mcp_config is not None else None
-    return _cached(settings.tools, mcp, settings.plugin_entry_points)
+    if mcp is None:
+        ask_mcp_servers = True  # the same registry either way: one cache entry
+    return _cached(settings.tools, mcp, settings.plugin_entry_points, ask_mcp_servers)

@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -296,6 +297,10 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         result["table"] = format_table(report)
         return result
     finally:
+        # A second Ctrl-C (or a SIGTERM) must not cut the clean-up short: that orphaned the
+        # workers and the servers.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if injectors is not None:
             injectors.halt()
         if supervisor is not None:
@@ -319,7 +324,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     ap.add_argument("--json", action="store_true", help="print a machine-readable report")
     args = ap.parse_args(argv)
-    result = run_suite(args)
+
+    def _interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: through run_suite's clean-up
+    try:
+        result = run_suite(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("chaos: interrupted; its workers and servers were stopped\n")
+        return 130
     if args.json:
         out = {k: v for k, v in result.items() if k != "table"}
         sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")

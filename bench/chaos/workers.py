@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from warrant.runner.client.supervisor import stop_with_parent
+
 __all__ = ["KILL_TARGETS", "Supervisor", "WorkerSpec"]
 
 #: Orphaned pool children of a killed parent get this long before their group is reaped.
@@ -71,7 +73,12 @@ class Supervisor:
     def _spawn(self, spec: WorkerSpec) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{spec.label}.log", "ab")  # noqa: SIM115
         p = subprocess.Popen(
-            list(spec.command), env=self.env, stdout=log, stderr=log, start_new_session=True
+            list(spec.command),
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            preexec_fn=stop_with_parent,  # a killed suite leaves no worker behind
         )
         log.close()
         return p

@@ -144,7 +144,7 @@ class InboxClient(RunsClient):
         whether the reader may see sensitive values (who may confirm must)."""
         from warrant.tools.plugins import registry_for
 
-        registry = registry_for()
+        registry = registry_for(ask_mcp_servers=False)  # the masks are declared
         found = []
         with session_scope(self.engine) as s:
             for run, proposal in reads.waiting_confirmations(s, limit=limit):

@@ -35,7 +35,7 @@ def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
     from warrant.tools.plugins import registry_for
 
     if role == "tool":
-        registry = registry_for()
+        registry = registry_for(ask_mcp_servers=False)  # names only: no MCP server
         names = list(tools) if tools else registry.names()
         unknown = sorted(set(names) - set(registry.names()))
         if unknown:

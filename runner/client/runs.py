@@ -273,7 +273,10 @@ class RunsClient:
         from warrant.tools.plugins import registry_for
 
         view = load_view(
-            self.engine, run_id, registry=registry_for(), memory=MemoryStore(self.engine)
+            self.engine,
+            run_id,
+            registry=registry_for(ask_mcp_servers=False),  # no MCP server started for a read
+            memory=MemoryStore(self.engine),
         )
         if view is None:
             raise RunNotFound(f"no run {run_id}")

@@ -28,7 +28,7 @@ from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow
 from warrant.runner.client import scenarios as sc
-from warrant.runner.errors import PluginError, ToolFailed, ToolUnknown
+from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed, ToolUnknown
 from warrant.tools.contract import ToolContext
 from warrant.tools.mcp import McpOutput, load_config, mcp_plugins
 
@@ -106,6 +106,11 @@ class HttpServer:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited and been reaped (a zombie still counts as there)."""
+    return not Path(f"/proc/{pid}").exists()
 
 
 def context(timeout_s: float = 30.0) -> ToolContext:
@@ -226,7 +231,7 @@ def test_an_unreachable_server_or_a_missing_tool_stops_loading(tmp_path):
         tmp_path / "down.json",
         {"web": {"url": f"http://127.0.0.1:{free_port()}/mcp", "tools": NOTES_TOOLS}},
     )
-    with pytest.raises(PluginError) as caught:
+    with pytest.raises(ServiceUnavailable) as caught:  # exit 3, as any unreachable service
         mcp_plugins(down)
     assert caught.value.code == "MCP_SERVER_UNAVAILABLE" and "web" in str(caught.value)
     missing = write_config(
@@ -235,7 +240,7 @@ def test_an_unreachable_server_or_a_missing_tool_stops_loading(tmp_path):
     )
     with pytest.raises(PluginError) as caught:
         mcp_plugins(missing)
-    assert caught.value.code == "MCP_SERVER_UNAVAILABLE" and "nope" in str(caught.value)
+    assert caught.value.code == "MCP_TOOL_MISSING" and "nope" in str(caught.value)
     bad = {"add_note": {**NOTES_TOOLS["add_note"], "resource_argument": "x"}}
     bad_arg = write_config(tmp_path / "bad.json", {"notes": stdio_server(tmp_path, bad)})
     with pytest.raises(PluginError) as caught:
@@ -317,7 +322,7 @@ def test_valid_arguments_reach_the_server_and_the_resource_is_plain(stdio_tools)
     assert tools["list_notes"].resource(tools["list_notes"].parse_input({}), "alice") == "*"
     out = tools["add_note"].execute(args, context())
     assert isinstance(out, McpOutput)
-    assert out.structured == {"title": title, "created": True}
+    assert out.model_dump(mode="json") == {"structured": {"title": title, "created": True}}
     assert notes.notes(state, title) == [(title, "b")]
 
 
@@ -451,8 +456,8 @@ def test_a_read_over_stdio_completes_and_the_answer_cites_it(engine, client, sta
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
     obs = {o["observation_id"]: o for o in client.observations(run_id)}
     assert obs["tool-1"]["source"] == "untrusted-content"
-    assert obs["tool-1"]["content"]["output"]["structured"] == {
-        "notes": [{"title": "retries", "body": "three, then quarantine"}]
+    assert obs["tool-1"]["content"]["output"] == {  # once: no text copy, no content blocks
+        "structured": {"notes": [{"title": "retries", "body": "three, then quarantine"}]}
     }
     assert outcome_of(engine, run_id).status == "succeeded"
     assert notes.calls(stack.stdio_state, "list_notes") == [("list_notes", "ret")]
@@ -526,3 +531,100 @@ def test_a_server_dying_mid_write_is_an_unknown_outcome_handed_to_a_person(engin
     assert (done.status, done.stop_reason) == ("handoff", "UNKNOWN_EFFECT")
     assert facts.commands(engine, run_id) == 1  # never retried blindly
     assert notes.notes(stack.doomed.state, title) == []
+
+
+# --- one stdio server per worker process; CLI reads start none ---------------------------------
+
+
+def reads(n: int, tag: str) -> list[dict[str, Any]]:
+    """``n`` list_notes calls with distinct arguments (not a loop)."""
+    return [call("list_notes", pid=f"p{i}", prefix=f"{tag}{i}") for i in range(n)]
+
+
+def run_reads(client: Any, n: int, tag: str) -> str:
+    budgets = {"max_steps": n + 2, "max_tool_calls": n, "max_model_calls": n + 2}
+    run_id = client.start_run(spec([*reads(n, tag), sc.final("Done.", "tool-1")], **budgets))
+    info = client.wait(run_id, timeout=120)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    return run_id
+
+
+def serving(state: Path, tag: str) -> list[int]:
+    """The pids of the server processes that served the list_notes calls tagged ``tag``."""
+    return [pid for args, pid in notes.callers(state, "list_notes") if args.startswith(tag)]
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_stdio_calls_through_a_worker_share_one_server_per_process(engine, client, stack):
+    tag, n = uid("many"), 10
+    run_id = run_reads(client, n, tag)
+    pids = serving(stack.stdio_state, tag)
+    assert len(pids) == n
+    parents = dict(notes.starts(stack.stdio_state))
+    # at most one server per worker process (the worker has two), whichever took each call
+    assert len(set(pids)) <= 2, pids
+    assert len({parents[p] for p in set(pids)}) == len(set(pids))
+    outputs = [
+        o["content"]["output"] for o in client.observations(run_id) if "output" in o["content"]
+    ]
+    assert len(outputs) == n and all(set(o) == {"structured"} for o in outputs)
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_a_killed_stdio_server_is_replaced_and_the_next_call_succeeds(engine, client, stack):
+    run_reads(client, 2, uid("warm"))
+    alive = sorted({p for _, p in notes.callers(stack.stdio_state, "list_notes") if not gone(p)})
+    assert alive, "the worker keeps its stdio server between runs"
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    # reaped by the worker process once its session has seen the server's output end
+    wait_for(lambda: all(gone(p) for p in alive), what="the worker to notice", timeout=15)
+    tag = uid("after-kill")
+    run_id = run_reads(client, 1, tag)
+    outcome = outcome_of(engine, run_id)
+    assert (outcome.status, outcome.attempt) == ("succeeded", 1)  # not a retry: a new server
+    assert set(serving(stack.stdio_state, tag)).isdisjoint(alive)
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_cli_reads_start_no_mcp_server_and_an_unreachable_one_exits_3(client, tmp_path):
+    from tests.integration.test_cli import warrant
+
+    state = tmp_path / "state"
+    state.mkdir()
+    missing = {**NOTES_TOOLS["list_notes"], "name": "missing_list"}
+    config = write_config(
+        tmp_path / "mcp.json",
+        {
+            "notes": stdio_server(state, NOTES_TOOLS),
+            "missing": {
+                "command": [str(tmp_path / "no-such-binary")],
+                "tools": {"list_notes": missing},
+            },
+        },
+    )
+    env = {"WARRANT_MCP_CONFIG": str(config)}
+    run_id = client.start_run(spec([sc.final("x")]))
+    for args in (["run", "list"], ["run", "show", run_id], ["run", "view", run_id]):
+        done = warrant(*args, "--json", env=env)
+        assert done.returncode == 0, (args, done.stderr)
+        json.loads(done.stdout)
+    assert notes.starts(state) == []  # no server process was started
+    listed = warrant("tools", "list", "--json", env=env)  # needs the servers' schemas
+    assert listed.returncode == 3, listed.stderr
+    assert json.loads(listed.stdout)["error"]["code"] == "MCP_SERVER_UNAVAILABLE"
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_stopping_the_worker_stops_its_stdio_servers(client, stack):
+    """Last in the module: it stops the module's worker (which could not start again: the
+    ``doomed`` server is gone)."""
+    run_reads(client, 1, uid("last"))
+    alive = sorted({p for _, p in notes.callers(stack.stdio_state, "list_notes") if not gone(p)})
+    assert alive
+    stack.worker.stop()
+    wait_for(lambda: all(gone(p) for p in alive), what="the servers to exit", timeout=15)
