@@ -41,7 +41,9 @@ def test_run_start_wait_show_list_trace(tmp_path: Path, worker):
     assert shown["answer"] == "Three." and shown["version"] == info["version"]
     listed = json.loads(warrant("run", "list", "--json").stdout)
     assert info["run_id"] in [r["run_id"] for r in listed]
-    trace = json.loads(warrant("run", "trace", info["run_id"], "--json").stdout)
+    document = json.loads(warrant("run", "trace", info["run_id"], "--json").stdout)
+    assert document["run_id"] == info["run_id"]  # the HTTP API's shape, not a bare list
+    trace = document["events"]
     assert trace[-1]["event"] == "run.stopped"
     assert [e["seq"] for e in trace] == list(range(1, len(trace) + 1))
     readable = warrant("run", "trace", info["run_id"])

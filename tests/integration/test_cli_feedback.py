@@ -284,7 +284,7 @@ def test_run_ids_are_whole_in_tables_and_prefixes_resolve(client, monkeypatch):
         assert error(warrant("run", "show", first[:5], "--json")) == (2, "RUN_NOT_FOUND")
         assert error(warrant("run", "show", "ffffffff-none", "--json")) == (2, "RUN_NOT_FOUND")
         trace = warrant("run", "trace", second[:10], "--json")
-        assert json.loads(trace.stdout)[0]["event"] == "run.created"
+        assert json.loads(trace.stdout)["events"][0]["event"] == "run.created"
     finally:
         for run_id in (first, second):
             client.cancel(run_id, by="tests", revoke=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import pytest
 
@@ -242,7 +243,9 @@ def test_an_expired_request_cannot_be_confirmed(engine, client, worker):
     subject = "confirm-expired"
     info = _waiting(client, memory_spec([save()], subject, confirmation_ttl_s=0.3))
     expires = info.confirmation_request["expires_at"]
-    wait_for(lambda: time.time() > expires, timeout=5, what="expiry")
+    assert isinstance(expires, str) and expires.endswith("+00:00")  # ISO 8601, like every time
+    at = datetime.fromisoformat(expires).timestamp()
+    wait_for(lambda: time.time() > at, timeout=5, what="expiry")
     with pytest.raises(ConfirmationRefused) as caught:
         client.confirm(
             info.run_id, proposal_hash=info.confirmation_request["proposal_hash"], by="alice"
@@ -259,6 +262,9 @@ def test_confirm_from_the_cli(engine, client, worker):
     shown = warrant("run", "show", info.run_id)
     assert "confirmation required" in shown.stdout
     h = info.confirmation_request["proposal_hash"]
+    # piped: the command to paste stays on one line (it wrapped at the console's width)
+    command = f"warrant run confirm {info.run_id} --proposal-hash {h} --by NAME"
+    assert any(line.strip() == command for line in shown.stdout.splitlines()), shown.stdout
     bad = warrant(
         "run", "confirm", info.run_id, "--proposal-hash", "f" * 64, "--by", "bob", "--json"
     )

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 
 import pytest
 from sqlalchemy import func, select, text
@@ -272,7 +273,8 @@ def test_confirmation_expiry_cancels_the_run(engine, client, worker, reconciler_
     run_id = client.start_run(memory_spec([save()], "expiry-subject", confirmation_ttl_s=0.5))
     info = client.wait(run_id, timeout=30)
     assert info.status == "waiting_confirmation"
-    wait_for(lambda: time.time() > info.confirmation_request["expires_at"], what="expiry")
+    at = datetime.fromisoformat(info.confirmation_request["expires_at"]).timestamp()
+    wait_for(lambda: time.time() > at, what="expiry")
     done = settle(client, run_id)
     assert (done.status, done.stop_reason) == ("cancelled", "CONFIRMATION_EXPIRED")
 

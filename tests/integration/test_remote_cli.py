@@ -129,7 +129,9 @@ def test_a_producer_starts_waits_shows_lists_and_traces_remotely(server, tokens,
     trace = remote(
         server, tokens["producer"], "run", "trace", info["run_id"], "--json", tmp=tmp_path
     )
-    events = json.loads(trace.stdout)
+    document = json.loads(trace.stdout)
+    assert document["run_id"] == info["run_id"]
+    events = document["events"]
     assert events[0]["event"] == "run.created" and events[-1]["event"] == "run.stopped"
     readable = remote(server, tokens["producer"], "run", "trace", info["run_id"], tmp=tmp_path)
     assert readable.returncode == 0 and "run.stopped" in readable.stdout

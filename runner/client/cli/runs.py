@@ -103,11 +103,14 @@ def _show_request(info: dict[str, Any]) -> None:
         for flag in (request.get("provenance") or {}).get("flagged", []):
             console.print(
                 f"  [bold red]UNTRUSTED_ARGUMENT[/] {flag['argument']}={flag['value']!r} appears "
-                f"only in untrusted content ({flag['observation_id']}): …{flag['excerpt']}…"
+                f"only in untrusted content ({flag['observation_id']}): …{flag['excerpt']}…",
+                soft_wrap=True,
             )
-        console.print(
+        console.print(  # one line whatever the width: it is copied and pasted
             f"  warrant run confirm {info['run_id']} --proposal-hash "
-            f"{request['proposal_hash']} --by NAME"
+            f"{request['proposal_hash']} --by NAME",
+            soft_wrap=True,
+            highlight=False,
         )
     if note:
         console.print(f"  [bold]{escape(note)}[/]" if request else escape(note))
@@ -199,8 +202,8 @@ def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
         return client.get_run(run_id).to_dict(), client.trace(run_id)
 
     info, events = guard(as_json, go)
-    if as_json:
-        print_json(events)
+    if as_json:  # the HTTP API's shape (GET /v1/runs/{id}/trace)
+        print_json({"run_id": run_id, "events": events})
         return
     from datetime import datetime
 

@@ -1,0 +1,92 @@
+"""What a run looks like from the outside (:class:`RunInfo`), and when waiting for it ends."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from warrant.runner.codes import RunStatus
+
+if TYPE_CHECKING:
+    from warrant.ledger.models import Run
+
+__all__ = ["SETTLED", "RunInfo"]
+
+#: Statuses at which :meth:`Client.wait` returns (nothing moves without outside input).
+SETTLED = frozenset(
+    {
+        *(s.value for s in RunStatus if s.terminal),
+        RunStatus.NEEDS_INPUT.value,
+        RunStatus.WAITING_CONFIRMATION.value,
+        RunStatus.HANDOFF.value,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    status: str
+    phase: str
+    stop_reason: str | None
+    step: int
+    model_calls: int
+    tool_calls: int
+    version: int
+    answer: str | None
+    goal: str
+    subject: str
+    created_at: str
+    finished_at: str | None
+    confirmation_request: dict[str, Any] | None = None
+    pre_approvals: list[dict[str, Any]] = field(default_factory=list)
+    """What was approved ahead of time (``used_at`` once a proposal used it)."""
+    idempotency_key: str | None = None
+    """The key the run was started with (the same key again returns this run)."""
+    started_by: str | None = None
+    """Who started it, if known (an API token's ``Identity.label``)."""
+    trace_id: str | None = None
+    """The run's OpenTelemetry trace id (32 hex digits) when tracing was on at its start:
+    every stage and re-publish of the run continues this one trace."""
+
+    @classmethod
+    def of(
+        cls,
+        run: Run,
+        *,
+        confirmation_request: dict[str, Any] | None = None,
+        pre_approvals: list[dict[str, Any]] | None = None,
+    ) -> RunInfo:
+        return cls(
+            run_id=run.id,
+            status=run.status,
+            phase=run.phase,
+            stop_reason=run.stop_reason,
+            step=run.step,
+            model_calls=run.model_calls,
+            tool_calls=run.tool_calls,
+            version=run.version,
+            answer=run.answer,
+            goal=run.goal,
+            subject=run.subject,
+            created_at=run.created_at.isoformat(),
+            finished_at=run.finished_at.isoformat() if run.finished_at else None,
+            confirmation_request=_with_iso_times(confirmation_request),
+            pre_approvals=pre_approvals or [],
+            idempotency_key=run.idempotency_key,
+            started_by=run.started_by,
+            trace_id=run.trace_id,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _with_iso_times(request: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The request as shown to people and programs: ``expires_at`` as an ISO 8601 string like
+    every other time (the ledger keeps the epoch seconds the gate compares)."""
+    if not request or not isinstance(request.get("expires_at"), int | float):
+        return request
+    at = datetime.fromtimestamp(float(request["expires_at"]), tz=UTC).isoformat()
+    return {**request, "expires_at": at}
