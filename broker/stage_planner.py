@@ -252,7 +252,7 @@ def _model_failed(
         events=[built, ("model.failed", dict(failed))],
     )
     commit(conn, change, step=step)
-    return "stopped", None
+    return _stopped(stop), None
 
 
 def _proposal_row(view: RunView, step: int, raw: Any, decision: Any) -> dict[str, Any]:
@@ -321,7 +321,7 @@ def _record_proposal(
         result = "completed"
     else:
         proposal["status"] = "rejected" if decision.status is RunStatus.FAILED else "accepted"
-        stop, extra, result = decision, [], "stopped"
+        stop, extra, result = decision, [], _stopped(decision)
     change = machine.stop(
         view,
         stop,
@@ -341,7 +341,12 @@ def _stop(ctx: StageContext, view: RunView, stop: Stop, *, counters: Any = None)
             commit(conn, machine.stop(view, stop, step=step, counters=counters), step=step)
     except StaleVersion:
         return "ignored"
-    return "stopped"
+    return _stopped(stop)
+
+
+def _stopped(stop: Stop) -> str:
+    """The task's result for a stop: ``stopped:<status>:<reason>`` (see broker.task_states)."""
+    return f"stopped:{stop.status.value}:{stop.reason.value}"
 
 
 def _invalid_output(

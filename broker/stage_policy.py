@@ -59,7 +59,8 @@ def _events(decision_events: list[policy.Event]) -> list[tuple[str, dict[str, An
 
 
 def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
-    """Returns ``ignored``, ``rejected``, ``stopped``, ``waiting``, ``handoff`` or ``accepted``.
+    """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
+    ``handoff`` or ``accepted``.
 
     One read (run, pending proposal, grants, confirmations, loop history) and one write (the
     transition with the proposal's verdict and, if accepted, the command), each a single
@@ -78,7 +79,8 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     try:
         with autocommit(ctx.engine) as conn:
             if isinstance(decision, policy.Reject):
-                send, result = _reject(ctx, conn, view, row.proposal, decision), "rejected"
+                send = _reject(ctx, conn, view, row.proposal, decision)
+                result = f"rejected:{decision.code}"
             elif isinstance(decision, policy.Halt):
                 if _looping(decision) and (row.handoff or {}).get("on_repeated_proposal"):
                     return _handoff(ctx, run_id, version, row.proposal["id"], decision)
@@ -196,7 +198,7 @@ def _stop(conn: Any, view: RunView, proposal: dict[str, Any], decision: policy.H
             )
         ],
     )
-    return "stopped"
+    return f"stopped:{stop.status.value}:{stop.reason.value}"
 
 
 def _handoff(ctx: StageContext, run_id: str, version: int, pk: int, decision: Any) -> str:

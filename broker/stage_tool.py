@@ -191,9 +191,11 @@ def _execute(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str
         reraise=True,
     ):
         with attempt:
+            done = None
             if not (outcome.status is Outcome.FAILED and outcome.retryable):
                 done = record_fast(ctx, snapshot, tool, outcome)
-                if done is not None:
-                    return done
-            return record(ctx, snapshot, tool, outcome)
+            done = done or record(ctx, snapshot, tool, outcome)
+            # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.task_states)
+            coded = outcome.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
+            return f"{done}:{outcome.code}" if coded else done
     raise AssertionError("unreachable: tenacity re-raises")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from warrant.broker.lease import worker_label
 from warrant.broker.process_identity import this_process
 from warrant.broker.publish import log_deferred
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
+from warrant.broker.task_states import reported
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import StaleVersion, commit, run_view
@@ -78,26 +80,31 @@ def _guarded(stage: str, run_id: str, version: int, call: Callable[[StageContext
         return "internal_error"
 
 
-@app.task(name=TASK_PLANNER, **_RETRY)
-def planner_step(run_id: str, version: int) -> str:
-    return _guarded(
+@app.task(name=TASK_PLANNER, bind=True, **_RETRY)
+def planner_step(self: Any, run_id: str, version: int) -> str:
+    started = time.monotonic()
+    result = _guarded(
         "planner", run_id, version, lambda c: stage_planner.planner_step(c, run_id, version)
     )
+    return reported(self, result, started=started)
 
 
-@app.task(name=TASK_POLICY, **_RETRY)
-def policy_evaluate(run_id: str, version: int) -> str:
-    return _guarded(
+@app.task(name=TASK_POLICY, bind=True, **_RETRY)
+def policy_evaluate(self: Any, run_id: str, version: int) -> str:
+    started = time.monotonic()
+    result = _guarded(
         "policy", run_id, version, lambda c: stage_policy.policy_evaluate(c, run_id, version)
     )
+    return reported(self, result, started=started)
 
 
 @app.task(name=TASK_TOOL, bind=True, **_RETRY)
 def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
+    started = time.monotonic()
     worker = worker_label(self.request.hostname, this_process())
     interrupts.install()
     try:
-        return _guarded(
+        result = _guarded(
             "tool",
             run_id,
             version,
@@ -105,6 +112,7 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
                 c, run_id, version, command_id, worker=worker, tool=tool
             ),
         )
+        return reported(self, result, started=started)  # a refusal: Flower shows TOOL_REJECTED
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
         # which billiard does not remember): the outcome is committed; leave so the pool

@@ -140,12 +140,12 @@ def _classified(
     with or without retry, unknown for a write whose effect cannot be known)."""
     write = tool.side_effect is not SideEffect.READ
     if isinstance(exc, ToolRejected):
-        return ToolResult(Outcome.REJECTED, exc.code, str(exc), output=exc.details)
+        return ToolResult(Outcome.REJECTED, exc.code, _said(tool, snap, exc), output=exc.details)
     if isinstance(exc, ToolFailed):
         return ToolResult(
             Outcome.FAILED,
             exc.code,
-            str(exc),
+            _said(tool, snap, exc),
             retryable=exc.retryable,
             retry_after_s=exc.retry_after_s,
             stop=None if exc.retryable else StopReason.TOOL_FAILED,
@@ -164,6 +164,12 @@ def _classified(
     )
 
 
+def _said(tool: Tool[Any, Any], snap: Snapshot, exc: Exception) -> str | None:
+    """What the tool said with its refusal or failure: bounded, its secrets masked."""
+    message = str(exc)
+    return tool.outcome_message(message, snap.arguments) if message else None
+
+
 def _unknown_or_timed_out(
     ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, exc: Exception, *, write: bool
 ) -> ToolResult:
@@ -174,11 +180,12 @@ def _unknown_or_timed_out(
         code, trigger = "CANCELLED_DURING_EXECUTION", "cancellation"
     else:
         code, trigger = "TOOL_TIMEOUT", "timeout"
+    said = _said(tool, snap, exc) or code
     if write:
         return ToolResult(
             Outcome.UNKNOWN,
             code,
-            str(exc) or code,
+            said,
             stop=StopReason.UNKNOWN_EFFECT,
             trigger=trigger,
         )
@@ -188,7 +195,7 @@ def _unknown_or_timed_out(
         if trigger == "timeout" and deadline_bound
         else StopReason.TOOL_FAILED
     )
-    return ToolResult(Outcome.FAILED, code, str(exc) or code, stop=stop)
+    return ToolResult(Outcome.FAILED, code, said, stop=stop)
 
 
 def _database_lost(exc: Exception, *, write: bool) -> ToolResult:

@@ -42,16 +42,16 @@ __all__ = ["record", "record_fast"]
 def _attempt_event(
     tool: Tool[Any, Any], res: ToolResult, attempt: int, duration_ms: float | None
 ) -> tuple[str, dict[str, Any]]:
-    return (
-        "tool.completed",
-        {
-            "tool": tool.name,
-            "status": res.status.value,
-            "code": res.code,
-            "attempt": attempt,
-            "duration_ms": duration_ms,
-        },
-    )
+    details = {
+        "tool": tool.name,
+        "status": res.status.value,
+        "code": res.code,
+        "attempt": attempt,
+        "duration_ms": duration_ms,
+    }
+    if res.message and res.status is not Outcome.SUCCEEDED:
+        details["message"] = res.message  # the tool's words, bounded and masked (tool_call)
+    return "tool.completed", details
 
 
 def _outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) -> dict[str, Any]:
@@ -240,6 +240,8 @@ def _conclusion(
         content["output"] = res.output
     if res.code:
         content["code"] = res.code
+    if res.message and res.status is not Outcome.SUCCEEDED:
+        content["message"] = res.message  # why: the planner sees the tool's own words
     observation = NewObservation(
         f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
     )
@@ -249,6 +251,7 @@ def _conclusion(
         succeeded=res.status is Outcome.SUCCEEDED,
         write=tool.side_effect is not SideEffect.READ,
         code=res.code,
+        message=res.message if res.status is not Outcome.SUCCEEDED else None,
         stop_reason=res.stop,
         step=step,
         events=events,

@@ -189,10 +189,12 @@ def conclude_tool(
     stop_reason: StopReason | None,
     step: int,
     events: Sequence[Event],
+    message: str | None = None,
 ) -> Change:
     """A known outcome (succeeded, rejected or failed) of the run's command. ``events`` holds
     the attempt's ``tool.completed``. A cancelling run ends; a running one goes back to the
-    planner, or fails when the outcome says the run cannot go on (``stop_reason``)."""
+    planner, or fails when the outcome says the run cannot go on (``stop_reason``; the stop
+    detail keeps the tool's ``message``)."""
     if view.status is S.CANCELLING:
         effect = "applied" if succeeded and write else "none"
         ended = Stop(S.CANCELLED, StopReason.CANCELLED, {"effect": effect, "tool": tool})
@@ -200,7 +202,10 @@ def conclude_tool(
     if view.status is not S.RUNNING:
         return record_only(view, events=events)
     if stop_reason is not None:
-        failed = Stop(S.FAILED, stop_reason, {"tool": tool, "code": code})
+        detail = {"tool": tool, "code": code}
+        if message:
+            detail["message"] = message
+        failed = Stop(S.FAILED, stop_reason, detail)
         return _ended(RunEvent.CONCLUDE_TOOL, view, failed, step=step, events=events)
     changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
     return make_change(RunEvent.CONCLUDE_TOOL, view, S.RUNNING, changes, events)

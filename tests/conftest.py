@@ -30,6 +30,7 @@ TEST_TOOL_PLUGINS = (
     "tests.plugin_fixtures:echo_v2",
     "tests.typed_tool:plugin",
     "tests.adversary:plugin",
+    "tests.refusing_tool:plugin",
 )
 
 #: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refund only.

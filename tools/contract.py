@@ -10,7 +10,9 @@ a stable code, the run stops, nothing is retried.
 from __future__ import annotations
 
 import json
+import re
 import time
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -44,6 +46,8 @@ DEFAULT_MAX_ATTEMPTS = 3
 #: Backoff base and cap (full jitter) between attempts, unless the tool gives retry-after.
 DEFAULT_RETRY_BASE_S = 0.2
 DEFAULT_RETRY_CAP_S = 5.0
+#: Longest message of a tool's refusal or failure the ledger keeps (the rest is cut).
+MAX_OUTCOME_MESSAGE_CHARS = 1_000
 
 
 class ToolInput(BaseModel):
@@ -170,6 +174,32 @@ class Tool(Generic[InputT, OutputT]):
     def queue(self) -> str:
         return f"tool.{self.name}"
 
+    def outcome_message(self, message: str, arguments: Mapping[str, Any]) -> str:
+        """A tool's own words on a refusal or failure (``ToolRejected("…")``), as the ledger,
+        the planner and the trace get them: every value of a secret argument replaced by
+        ``<secret>`` and of a sensitive one by ``<sensitive>``, control characters (NUL too)
+        made U+FFFD, and at most :data:`MAX_OUTCOME_MESSAGE_CHARS` characters."""
+        marks = {v: "<sensitive>" for n in self.sensitive_fields for v in _leaves(arguments.get(n))}
+        marks |= {v: "<secret>" for n in self.secret_fields for v in _leaves(arguments.get(n))}
+        limit, longest = MAX_OUTCOME_MESSAGE_CHARS, max(map(len, marks), default=0)
+        pattern = re.compile("|".join(map(re.escape, sorted(marks, key=len, reverse=True))))
+        # Replace in a head of the message only (a tool may say megabytes), long enough that a
+        # value cut in half at its end lies past the final cut.
+        size = limit + longest + 1
+        while True:
+            head = message[:size]
+            text = pattern.sub(lambda m: marks[m.group()], head) if marks else head
+            if len(head) == len(message) or len(text) > limit + longest:
+                break
+            size *= 2
+        text = "".join(
+            "\ufffd" if unicodedata.category(c) in ("Cc", "Cs") and c not in "\n\t" else c
+            for c in text[: limit + 1]
+        )
+        if len(text) > limit or len(head) < len(message):
+            return f"{text[:limit]}…[cut; {len(message)} characters in all]"
+        return text
+
     def parse_input(self, arguments: dict[str, Any]) -> InputT:
         """Validate JSON-shaped arguments (a proposal's, or the stored normalized ones).
 
@@ -202,3 +232,18 @@ class Tool(Generic[InputT, OutputT]):
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
             "egress": self.egress,
         }
+
+
+def _leaves(value: Any) -> list[str]:
+    """The texts of an argument's value that a message could repeat (strings, numbers)."""
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [str(value)]
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _leaves(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _leaves(v)]
+    return [str(value)]

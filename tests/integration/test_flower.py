@@ -1,4 +1,5 @@
-"""Flower on the project's app: its broker page and its queue-lengths API see our queues.
+"""Flower on the project's app: its broker page and its queue-lengths API see our queues, and
+a task that recorded a refusal or a failure shows in its own state, not ``SUCCESS``.
 
 Flower builds its broker client from the URL scheme of ``app.connection().as_uri()``; the
 project's Redis transport must show up there as ``redis`` (see ``warrant.broker.app``).
@@ -19,8 +20,13 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
+from tests import refusing_tool
 from tests.conftest import WorkerProcess, wait_for
+from tests.integration.test_cli_feedback import UNKNOWN_TOOL
 from tests.services import Services
+from warrant.broker import task_states
+from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
+from warrant.runner.client import scenarios as sc
 from warrant.runner.client.supervisor import stop_with_parent
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -82,6 +88,62 @@ def test_queue_lengths(flower: str, services: Services, tmp_path: Path) -> None:
         assert QUEUE in httpx.get(flower + "/broker", timeout=10).text
     finally:
         _purge(QUEUE)
+
+
+def test_refusals_and_failures_show_in_their_own_state(flower: str, client: Any, worker) -> None:
+    """A tool's refusal, the gate's and a planner step that fails the run: each task shows a
+    custom state in Flower's API (its tasks page shows the same), the others ``SUCCESS``."""
+    _events_reach(flower)
+    plan = [
+        refusing_tool.proposal("p1", password="pw-flower"),
+        UNKNOWN_TOOL,
+        sc.final("no", "tool-1"),  # cites a refusal: the final answer is refused, the run fails
+    ]
+    run_id = client.start_run(sc.spec(plan, grants=[{"capability": refusing_tool.CAPABILITY}]))
+    assert client.wait(run_id, timeout=30).stop_reason == "FINAL_CITATION_VALIDATION_FAILED"
+    expected = {
+        (TASK_TOOL, task_states.TOOL_REJECTED),
+        (TASK_POLICY, task_states.PROPOSAL_REJECTED),
+        (TASK_PLANNER, task_states.RUN_FAILED),
+        (TASK_PLANNER, "SUCCESS"),  # the step that forwarded a proposal
+        (TASK_POLICY, "SUCCESS"),  # the gate's accepting the call
+    }
+
+    last: list[dict[str, Any]] = []
+
+    def seen() -> list[dict[str, Any]] | None:
+        last[:] = [t for t in _tasks(flower) if run_id in (t.get("kwargs") or "")]
+        return last if {(t["name"], t["state"]) for t in last} >= expected else None
+
+    try:
+        tasks = wait_for(seen, timeout=30, what=f"flower states {sorted(expected)}")
+    except AssertionError as exc:
+        shown = sorted((t["name"], t["state"], t.get("result")) for t in last)
+        raise AssertionError(f"{exc}; flower shows {shown}") from None
+    (tool,) = [t for t in tasks if t["name"] == TASK_TOOL]
+    assert tool["result"] == repr("rejected:SIGN_IN_REFUSED") and tool["runtime"] is not None
+    assert len(tasks) == 6, tasks  # planner x3, policy x2, tool x1: nothing retried
+    # Flower's own state filter finds them (as its tasks page does)
+    refused = httpx.get(f"{flower}/api/tasks", params={"state": "TOOL_REJECTED"}, timeout=10)
+    assert tool["uuid"] in refused.json(), refused.text
+
+
+def _tasks(flower: str) -> list[dict[str, Any]]:
+    reply = httpx.get(f"{flower}/api/tasks", params={"limit": 1000}, timeout=10)
+    assert reply.status_code == 200, reply.text
+    return list(reply.json().values())
+
+
+def _events_reach(flower: str) -> None:
+    """Wait until Flower has received an event of the session's worker (online or a
+    heartbeat): its receiver is bound, so no task event of the test goes out before."""
+
+    def heard() -> bool:
+        metrics = httpx.get(f"{flower}/metrics", timeout=10).text.splitlines()
+        online = 'flower_worker_online{worker="pipeline@'
+        return any(m.startswith(online) and m.endswith(" 1.0") for m in metrics)
+
+    wait_for(heard, timeout=30, what="flower receives worker events")
 
 
 def _lengths(flower: str, *, refresh: bool = False) -> dict[str, int]:

@@ -217,8 +217,11 @@ def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
         offset = (datetime.fromisoformat(e["at"]) - start).total_seconds() * 1000 if start else 0
         details = dict(e["details"] or {})
         budget = details.pop("budget", budget)
-        text = ", ".join(f"{k}={v}" for k, v in details.items())
-        table.add_row(str(e["seq"]), f"{offset:.0f}", str(e["step"]), e["event"], text[:100])
+        said = details.pop("message", None) if e["event"] == "tool.completed" else None
+        text = ", ".join(f"{k}={v}" for k, v in details.items())[:100]
+        if said:  # a tool's refusal or failure in its own words (bounded when recorded)
+            text += f"\nmessage: {said}"
+        table.add_row(str(e["seq"]), f"{offset:.0f}", str(e["step"]), e["event"], escape(text))
     console.print(table)
     if budget:
         console.print("budget at stop: " + ", ".join(f"{k}={v}" for k, v in budget.items()))
@@ -363,7 +366,8 @@ def run_view_cmd(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
         return
     console.print(f"[bold]goal[/]: {view['goal']['content']}")
     for item in view["items"]:
-        console.print(f"[bold]{item['item_id']}[/] [{item['source']}] {item['content'][:160]}")
+        shown = escape(f"[{item['source']}] {item['content'][:160]}")
+        console.print(f"[bold]{item['item_id']}[/] {shown}")
     console.print(f"tools: {', '.join(t['name'] for t in view['tools'])}")
     console.print(f"budgets: {view['budgets']}")
     console.print(f"preferences: {view['preferences']}")
