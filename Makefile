@@ -2,17 +2,26 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install demo up test test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos architecture screenshots clean
+.PHONY: install install-dev demo up test test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos architecture screenshots clean
 
-install: $(STAMP)
+install: $(STAMP)    ## warrant itself into .venv: what demo and up need (no test tools, no example plug-in)
 
-$(STAMP): pyproject.toml examples/weather_plugin/pyproject.toml
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	rm -f $(VENV)/.installed-[0-9]*; touch $@
+
+install-dev: $(DEV_STAMP)  ## + the test and lint tools, and the example plug-in the tests load (its tools then show in this venv's registries)
+
+$(DEV_STAMP): pyproject.toml examples/weather_plugin/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q -e examples/weather_plugin --no-deps
-	rm -f $(VENV)/.installed-*; touch $@
+	rm -f $(VENV)/.installed-*; touch $@ $(STAMP)
 
 demo: install        ## start the stack (embedded servers if none configured), run the seed scenarios
 	$(VENV)/bin/warrant demo
@@ -24,47 +33,48 @@ PIPELINE_TESTS := $(addprefix tests/integration/test_,pipeline.py gate_pipeline.
                   plugin_pipeline.py tool_inputs.py mcp.py example_plugin.py live_attempt.py ledger_commit.py \
                   flower.py solo_heartbeat.py)
 
-test: install        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
+test: install-dev        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
+	$(PY) -m tests.preflight
 	$(PY) -m pytest -ra
 	$(MAKE) --no-print-directory test-rabbitmq
 
-test-rabbitmq: install  ## the pipeline tests with RabbitMQ as the broker (WARRANT_TEST_AMQP_URL)
+test-rabbitmq: install-dev  ## the pipeline tests with RabbitMQ as the broker (WARRANT_TEST_AMQP_URL)
 	$(PY) -m pytest -ra --broker amqp $(PIPELINE_TESTS)
 
-test-fast: install   ## no Redis/RabbitMQ/PostgreSQL: every test using a service fixture is marked `services`
+test-fast: install-dev   ## no Redis/RabbitMQ/PostgreSQL: every test using a service fixture is marked `services`
 	$(PY) -m pytest -ra -m "not services and not slow"
 
-test-unit: install   ## tests/unit: the pure core and the packaging (no service fixture may be used there)
+test-unit: install-dev   ## tests/unit: the pure core and the packaging (no service fixture may be used there)
 	$(PY) -m pytest -ra tests/unit
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check runner tools broker ledger warrant/__init__.py tests examples bench
 	$(VENV)/bin/ruff format --check runner tools broker ledger warrant/__init__.py tests examples bench
 	$(VENV)/bin/mypy
 	$(PY) -m bench.architecture --check
 
-format: install
+format: install-dev
 	$(VENV)/bin/ruff format runner tools broker ledger warrant/__init__.py tests
 	$(VENV)/bin/ruff check --fix runner tools broker ledger warrant/__init__.py tests
 
-bench: install       ## benchmark against bare Celery and DBOS (prints ratios; see README)
+bench: install-dev       ## benchmark against bare Celery and DBOS (prints ratios; see README)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
 
-bench-series: install  ## the verdict: the side-by-side part 5 times, task events off and on, medians vs targets
+bench-series: install-dev  ## the verdict: the side-by-side part 5 times, task events off and on, medians vs targets
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.series $(SERIES_ARGS)
 
-architecture: install  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
+architecture: install-dev  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
 	$(PY) -m bench.architecture
 
-bench-cli: install    ## CLI start-up: warrant --version and run list vs celery --version (median of 10)
+bench-cli: install-dev    ## CLI start-up: warrant --version and run list vs celery --version (median of 10)
 	$(PY) -m bench.cli_startup
 
-chaos: install       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
+chaos: install-dev       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
-screenshots: install  ## the inbox test, keeping its screenshot as docs/inbox.png (README)
+screenshots: install-dev  ## the inbox test, keeping its screenshot as docs/inbox.png (README)
 	WARRANT_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q tests/integration/test_inbox.py -k appear
 
 clean:
