@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-dev demo up test test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos architecture screenshots clean
+.PHONY: install install-dev demo up test test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos chaos-hosts architecture screenshots clean
 
 install: $(STAMP)    ## warrant itself into .venv: what demo and up need (no test tools, no example plug-in)
 
@@ -73,6 +73,9 @@ bench-cli: install-dev    ## CLI start-up: warrant --version and run list vs cel
 
 chaos: install-dev       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+chaos-hosts: install-dev  ## the multi-host fault suite: hosts in network namespaces (root), partitions, kills, skewed clocks, twin host names
+	$(PY) -m bench.chaos_hosts $(CHAOS_HOSTS_ARGS)
 
 screenshots: install-dev  ## the inbox test, keeping its screenshot as docs/inbox.png (README)
 	WARRANT_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q tests/integration/test_inbox.py -k appear

@@ -55,6 +55,9 @@ def missing() -> list[tuple[str, str]]:
         )
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
         found.append(("root with ip and unshare (the multi-host tests)", "run as root"))
+    for tool, package in (("nft", "nftables"), ("faketime", "faketime")):
+        if shutil.which(tool) is None:
+            found.append((f"{tool} (the multi-host tests)", f"apt-get install {package}"))
     return found
 
 
