@@ -28,6 +28,7 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
 from warrant.runner.retry import backoff_delay
 from warrant.runner.settings import WarrantSettings
+from warrant.runner.views import request_as_shown
 from warrant.runner.webhook_signing import headers
 
 __all__ = ["Attempt", "WebhookReport", "body_of", "deliver_webhooks"]
@@ -62,7 +63,9 @@ def body_of(d: webhooks.DueDelivery) -> bytes:
         "event": d.event,
         "status": d.status,
         "stop_reason": d.stop_reason,
-        "confirmation_request": d.confirmation_request if d.event == "waiting" else None,
+        "confirmation_request": request_as_shown(d.confirmation_request)
+        if d.event == "waiting"
+        else None,
         "answer": d.answer if d.event == "ended" else None,
     }
     return orjson.dumps(payload)

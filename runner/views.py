@@ -7,6 +7,7 @@ compare-and-set on ``version``. Nothing here touches a database or a broker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
@@ -20,6 +21,7 @@ __all__ = [
     "PreApprovalView",
     "ProvenanceSources",
     "RunView",
+    "request_as_shown",
 ]
 
 
@@ -125,3 +127,13 @@ class ProvenanceSources:
     trusted: tuple[str, ...]
     untrusted: tuple[tuple[str, str], ...]
     """``(observation_id, text)`` pairs."""
+
+
+def request_as_shown(request: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A confirmation request as people and programs see it (the API, the CLI, webhooks):
+    ``expires_at`` as an ISO 8601 string like every other time; the ledger keeps the epoch
+    seconds the gate compares."""
+    if not request or not isinstance(request.get("expires_at"), int | float):
+        return request
+    at = datetime.fromtimestamp(float(request["expires_at"]), tz=UTC).isoformat()
+    return {**request, "expires_at": at}

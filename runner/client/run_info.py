@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from warrant.runner.codes import RunStatus
+from warrant.runner.views import request_as_shown
 
 if TYPE_CHECKING:
     from warrant.ledger.models import Run
@@ -72,7 +72,7 @@ class RunInfo:
             subject=run.subject,
             created_at=run.created_at.isoformat(),
             finished_at=run.finished_at.isoformat() if run.finished_at else None,
-            confirmation_request=_with_iso_times(confirmation_request),
+            confirmation_request=request_as_shown(confirmation_request),
             pre_approvals=pre_approvals or [],
             idempotency_key=run.idempotency_key,
             started_by=run.started_by,
@@ -81,12 +81,3 @@ class RunInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _with_iso_times(request: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The request as shown to people and programs: ``expires_at`` as an ISO 8601 string like
-    every other time (the ledger keeps the epoch seconds the gate compares)."""
-    if not request or not isinstance(request.get("expires_at"), int | float):
-        return request
-    at = datetime.fromtimestamp(float(request["expires_at"]), tz=UTC).isoformat()
-    return {**request, "expires_at": at}

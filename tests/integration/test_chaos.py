@@ -149,6 +149,8 @@ def test_an_interrupted_chaos_run_stops_its_whole_stack(how: str) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+        if proc.stderr is not None:
+            proc.stderr.close()
         for pid in _chaos_processes(workdir) if workdir else []:
             os.kill(pid, signal.SIGKILL)
         if workdir:

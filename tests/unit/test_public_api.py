@@ -78,7 +78,12 @@ def test_the_top_level_api_imports_in_a_fresh_interpreter():
         "assert issubclass(ToolRejected, WarrantError)\n"
         "print('ok')\n"
     )
-    for snippet in (code, "import warrant; print(warrant.WarrantError.__name__)"):
+    cli = (
+        "from warrant.runner.client.cli import app, main\n"
+        "import warrant.runner.client.cli as cli\n"
+        "assert type(app).__name__ == 'Typer' and cli.app is app\n"
+    )
+    for snippet in (code, "import warrant; print(warrant.WarrantError.__name__)", cli):
         out = subprocess.run(
             [sys.executable, "-c", snippet], capture_output=True, text=True, cwd="/", timeout=60
         )

@@ -35,7 +35,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "app":
-        from warrant.runner.client.cli import app as app_module
+        # importlib: ``from warrant.runner.client.cli import app`` would ask this very
+        # function again. The submodule ``app`` binds itself here on import; the Typer app of
+        # the same name replaces it, as the eager import used to.
+        import importlib
 
-        return app_module.app
+        typer_app = importlib.import_module("warrant.runner.client.cli.app").app
+        globals()["app"] = typer_app
+        return typer_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
