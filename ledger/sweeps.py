@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, OutcomeRow, Proposal, Run
 from warrant.runner.codes import RunStatus
+from warrant.runner.errors import StateConflict
 
 __all__ = [
     "SweepLock",
@@ -34,9 +35,11 @@ __all__ = [
 ]
 
 
-class SweepLockLost(Exception):
+class SweepLockLost(StateConflict):
     """The sweep's exclusion ended under it (its session was ended: the process was frozen
     or cut off for longer than the lock's timeout); another sweep may be running."""
+
+    code = "SWEEP_LOCK_LOST"
 
 
 class SweepLock:
