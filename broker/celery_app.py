@@ -8,6 +8,7 @@ this process, built from the environment on first use (``warrant.broker.app`` ex
 from __future__ import annotations
 
 import functools
+import socket
 from typing import Any
 
 from celery import Celery
@@ -30,13 +31,38 @@ BROKER_HEARTBEAT_S = 30
 
 
 def transport_options(settings: WarrantSettings) -> dict[str, object]:
-    """Broker transport options. For Redis: keepalive and a health check (PING before reusing a
-    connection idle this long), so connections to a restarted server are noticed and replaced;
-    timeouts are retried. Ignored by the AMQP transport except the visibility timeout."""
+    """Broker transport options. For Redis, so that a server that goes silent (frozen, its
+    host or network gone) is noticed within a bound and the connection replaced:
+
+    * ``socket_timeout``: a command waiting that long for its reply fails (retried once:
+      ``retry_on_timeout``), so no synchronous call blocks the worker's event loop forever;
+    * ``socket_connect_timeout``: a connection attempt gives up (and is retried);
+    * ``health_check_interval``: PING a connection idle that long before use; kombu also drops
+      a consumer whose BRPOP reply is overdue by that long (BRPOP's own timeout is 1 s);
+    * TCP keepalives probing after 10 s idle, every 5 s, 3 times, and ``TCP_USER_TIMEOUT``:
+      unacknowledged data for ``socket_timeout`` (Linux).
+
+    A worker thus notices a silent Redis within about ``1 + 2 * health_check_interval`` s
+    (21 s by default) when idle, ``2 * socket_timeout`` (20 s) inside a command, and
+    reconnects for as long as it takes. Ignored by the AMQP transport except the visibility
+    timeout (AMQP has its heartbeat and ``broker_connection_timeout``)."""
+    timeout = settings.broker_socket_timeout_s
+    keepalive: dict[int, int] = {}
+    for name, value in (
+        ("TCP_KEEPIDLE", 10),
+        ("TCP_KEEPINTVL", 5),
+        ("TCP_KEEPCNT", 3),
+        ("TCP_USER_TIMEOUT", round(timeout * 1000)),
+    ):
+        if hasattr(socket, name):  # Linux; elsewhere the system's keepalive
+            keepalive[getattr(socket, name)] = value
     return {
         "visibility_timeout": settings.visibility_timeout_s,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": settings.broker_connect_timeout_s,
         "socket_keepalive": True,
-        "health_check_interval": 10,
+        "socket_keepalive_options": keepalive,
+        "health_check_interval": settings.broker_health_check_interval_s,
         "retry_on_timeout": True,
     }
 
@@ -130,6 +156,7 @@ def _configuration(settings: WarrantSettings, registry: Registry) -> dict[str, A
         "broker_connection_retry_on_startup": True,
         "broker_connection_max_retries": None,
         "broker_heartbeat": BROKER_HEARTBEAT_S,
+        "broker_connection_timeout": settings.broker_connect_timeout_s,
         "task_queues": all_queues(registry),
         "task_default_queue": "planner",
         "task_routes": (route_task,),

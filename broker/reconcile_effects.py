@@ -14,6 +14,7 @@ For each due ``unknown`` outcome the tool's ``reconcile(idempotency_token)`` is 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -44,10 +45,19 @@ log = logging.getLogger("warrant.reconciler")
 _RECORDED_FOR_THE_ATTEMPT = frozenset({"WORKER_LOST_DURING_EXECUTION", "COMMAND_LEASE_EXPIRED"})
 
 
-def reconcile_unknown_effects(ctx: StageContext, settings: WarrantSettings, report: Any) -> None:
+def reconcile_unknown_effects(
+    ctx: StageContext,
+    settings: WarrantSettings,
+    report: Any,
+    *,
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Each due unknown outcome once; ``check`` is called before each (it raises to stop)."""
     with session_scope(ctx.engine) as s:
         due = sweeps.due_unknown_outcomes(s, limit=settings.sweep_batch)
     for outcome_id in due:
+        if check is not None:
+            check()
         try:
             _reconcile_one(ctx, settings, report, outcome_id)
         except Exception:

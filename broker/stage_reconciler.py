@@ -2,8 +2,12 @@
 
 Each sweep holds a PostgreSQL advisory lock, so however many beat processes schedule it and
 however many reconciler workers run it, one sweep acts at a time; every step re-checks its
-row under a lock, so a sweep is idempotent. Each category is found by an indexed query on
-status and limited to a batch: a sweep costs what it finds, not the size of the ledger.
+row under a lock, so a sweep is idempotent. The lock is transaction-scoped, in a transaction
+the server ends once it has been idle for ``sweep_lock_timeout_s``: a reconciler that
+vanishes mid-sweep holds it that long at most (:func:`warrant.ledger.sweeps.sweep_lock`); one
+that finds it lost stops before its next item (``lost`` in the report). Each category is
+found by an indexed query on status and limited to a batch: a sweep costs what it finds, not
+the size of the ledger.
 
 1. stale commands: ``started`` past time limit + lease margin, no outcome -> ``unknown``
 2. unknown effects: ask the tool's ``reconcile(token)`` -> continue, retry with the *same*
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
@@ -49,6 +54,8 @@ SWEEP_LOCK = 0x5752_5243
 @dataclass
 class SweepReport:
     locked: bool = True
+    lost: bool = False
+    """The lock ended under the sweep, which stopped (see :func:`sweeps.sweep_lock`)."""
     stale: int = 0
     applied: int = 0
     retried: int = 0
@@ -70,15 +77,23 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
     t0 = time.perf_counter()
     report = SweepReport()
     ctx = _in_run_traces(ctx)
-    with sweeps.sweep_lock(ctx.engine, SWEEP_LOCK) as got:
-        if not got:
+    with sweeps.sweep_lock(ctx.engine, SWEEP_LOCK, timeout_s=settings.sweep_lock_timeout_s) as lock:
+        if not lock.held:
             return SweepReport(locked=False)
-        _stale_commands(ctx, settings, report)
-        reconcile_unknown_effects(ctx, settings, report)
-        _stalled_runs(ctx, settings, report)
-        _expired_confirmations(ctx, settings, report)
-        sent = deliver_webhooks(ctx, settings)
-        report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed
+        try:
+            _stale_commands(ctx, settings, report, lock.check)
+            lock.check()
+            reconcile_unknown_effects(ctx, settings, report, check=lock.check)
+            lock.check()
+            _stalled_runs(ctx, settings, report, lock.check)
+            lock.check()
+            _expired_confirmations(ctx, settings, report, lock.check)
+            lock.check()
+            sent = deliver_webhooks(ctx, settings)
+            report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed
+        except sweeps.SweepLockLost:
+            log.warning("the sweep lost its lock (frozen or cut off too long): stopped")
+            report.lost = True
     report.duration_ms = round((time.perf_counter() - t0) * 1000, 2)
     return report
 
@@ -101,13 +116,16 @@ def _in_run_traces(ctx: StageContext) -> StageContext:
 # --- 1. stale commands -----------------------------------------------------------------------
 
 
-def _stale_commands(ctx: StageContext, settings: WarrantSettings, report: SweepReport) -> None:
+def _stale_commands(
+    ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
+) -> None:
     margin = settings.lease_margin_s
     with session_scope(ctx.engine) as s:
         ids = sweeps.stale_commands(
             s, extra_s=margin + HARD_LIMIT_GRACE_S, limit=settings.sweep_batch
         )
     for command_id in ids:
+        check()
         outbox = Outbox()
         with session_scope(ctx.engine) as s:
             cmd = rows.lock_command(s, command_id)
@@ -172,12 +190,15 @@ def _expire(ctx: StageContext, s: Any, cmd: Any, run: Any, outbox: Outbox) -> No
 # --- 3. stalled runs -------------------------------------------------------------------------
 
 
-def _stalled_runs(ctx: StageContext, settings: WarrantSettings, report: SweepReport) -> None:
+def _stalled_runs(
+    ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
+) -> None:
     with session_scope(ctx.engine) as s:
         ids = sweeps.stalled_runs(
             s, older_than_s=settings.stall_after_s, limit=settings.sweep_batch
         )
     for run_id in ids:
+        check()
         outbox = Outbox()
         with session_scope(ctx.engine) as s:
             run = rows.lock_run(s, run_id)
@@ -226,7 +247,7 @@ def _stalled_runs(ctx: StageContext, settings: WarrantSettings, report: SweepRep
 
 
 def _expired_confirmations(
-    ctx: StageContext, settings: WarrantSettings, report: SweepReport
+    ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
 ) -> None:
     now = ctx.clock()
     with session_scope(ctx.engine) as s:
@@ -237,6 +258,7 @@ def _expired_confirmations(
         if dl.timestamp() <= now or float((req or {}).get("expires_at", 0)) <= now
     ]
     for run_id, _request, deadline in due[: settings.sweep_batch]:
+        check()
         with session_scope(ctx.engine) as s:
             run = rows.lock_run(s, run_id)
             if run is None or run.status != RunStatus.WAITING_CONFIRMATION:

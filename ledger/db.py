@@ -11,15 +11,17 @@ from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from warrant.ledger import _json
+from warrant.runner.settings import WarrantSettings
 
 __all__ = [
     "DEFAULT_AUTOCOMMIT_POOL",
     "autocommit_engine",
+    "connect_args",
     "engine_for",
     "held_autocommit",
     "is_disconnect",
@@ -29,6 +31,7 @@ __all__ = [
     "reset_engines",
     "retry_once_on_disconnect",
     "session_scope",
+    "unbounded",
 ]
 
 _ENGINES: dict[tuple[int, str], Engine] = {}
@@ -47,8 +50,51 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def connect_args(
+    url: str, settings: WarrantSettings | None = None, *, server: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """libpq parameters of every connection, so that a server or network that goes silent
+    is given up on within a bound: ``connect_timeout``, TCP keepalives and
+    ``tcp_user_timeout`` (ignored by libpq on a Unix socket, where the kernel sees the peer
+    die), and the server-side ``statement_timeout`` and
+    ``idle_in_transaction_session_timeout`` (a session whose client vanished inside a
+    transaction is ended, its locks released). ``server``: more server settings
+    (``-c name=value``). A parameter the URL sets itself is left as the URL says."""
+    s = settings or WarrantSettings()
+    args: dict[str, Any] = {
+        "connect_timeout": s.db_connect_timeout_s,
+        "keepalives": 1,
+        "keepalives_idle": s.db_keepalives_idle_s,
+        "keepalives_interval": s.db_keepalives_interval_s,
+        "keepalives_count": s.db_keepalives_count,
+        "tcp_user_timeout": round(s.db_tcp_user_timeout_s * 1000),
+    }
+    query = make_url(normalize_url(url)).query
+    args = {k: v for k, v in args.items() if k not in query}
+    gucs = {
+        "statement_timeout": str(round(s.db_statement_timeout_s * 1000)),
+        "idle_in_transaction_session_timeout": str(
+            round(s.db_idle_in_transaction_timeout_s * 1000)
+        ),
+        **(server or {}),
+    }
+    options = " ".join(f"-c {name}={value}" for name, value in gucs.items())
+    theirs = query.get("options")
+    if theirs:  # the URL's own options come last: they win
+        options += " " + (theirs if isinstance(theirs, str) else " ".join(theirs))
+    return {**args, "options": options}
+
+
+def unbounded(conn: Connection) -> None:
+    """Lift the session's statement and idle-in-transaction timeouts for the rest of the
+    current transaction: migrations and retention run long statements on purpose."""
+    conn.execute(text("SET LOCAL statement_timeout = 0"))
+    conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+
+
 def engine_for(url: str) -> Engine:
-    """The process's engine for ``url`` (a fork gets its own, see ``reset_engines``)."""
+    """The process's engine for ``url`` (a fork gets its own, see ``reset_engines``); its
+    connections have the timeouts of :func:`connect_args`."""
     key = (os.getpid(), normalize_url(url))
     engine = _ENGINES.get(key)
     if engine is None:
@@ -58,6 +104,7 @@ def engine_for(url: str) -> Engine:
             max_overflow=5,
             pool_pre_ping=False,  # checked at checkout without a round trip instead
             pool_recycle=1800,
+            connect_args=connect_args(url),
             **_JSON,
         )
         _check_at_checkout(engine)
@@ -93,7 +140,8 @@ def autocommit_engine(engine: Engine, *, relaxed: bool = False, held: bool = Fal
     key = (engine, relaxed, held)
     other = _AUTOCOMMIT.get(key)
     if other is None:
-        options = {"options": "-c synchronous_commit=off"} if relaxed else {}
+        server = {"synchronous_commit": "off"} if relaxed else {}
+        options = connect_args(engine.url.render_as_string(hide_password=False), server=server)
         other = _AUTOCOMMIT[key] = create_engine(
             engine.url,
             isolation_level="AUTOCOMMIT",

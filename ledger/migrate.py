@@ -8,7 +8,7 @@ from psycopg.errors import UndefinedTable
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
-from warrant.ledger.db import engine_for, normalize_url
+from warrant.ledger.db import engine_for, normalize_url, unbounded
 from warrant.runner.errors import ServiceUnavailable
 
 __all__ = ["alembic_config", "current_revision", "upgrade"]
@@ -29,6 +29,7 @@ def upgrade(url: str, revision: str = "head") -> str | None:
     engine = engine_for(url)
     cfg = alembic_config(url)
     with engine.begin() as conn:
+        unbounded(conn)  # a migration may rewrite a table, and waits for another's lock
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)

@@ -42,6 +42,7 @@ from typing import Any
 from sqlalchemy import Connection, DateTime, Engine, Table, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
+from warrant.ledger.db import unbounded
 from warrant.ledger.models import (
     Artifact,
     Base,
@@ -136,6 +137,7 @@ def tables_referencing_runs() -> set[str]:
 def candidates(engine: Engine, cutoff: datetime) -> int:
     """How many runs a prune with ``cutoff`` would remove now (for a progress bar)."""
     with engine.connect() as conn:
+        unbounded(conn)  # whole-ledger scans and big deletes: no statement timeout
         return int(conn.execute(_COUNT, {"cutoff": cutoff}).scalar_one())
 
 
@@ -150,6 +152,7 @@ def prune_batch(
     (their ids, rows deleted per table). With ``archive``, it is called with one
     :data:`Record` per run before the transaction commits; if it raises, nothing is deleted."""
     with engine.begin() as conn:
+        unbounded(conn)  # whole-ledger scans and big deletes: no statement timeout
         ids = list(conn.execute(_SELECT, {"cutoff": cutoff, "limit": limit}).scalars())
         if not ids:
             return [], {}
@@ -235,6 +238,7 @@ def restore_records(engine: Engine, records: Iterable[Record]) -> tuple[int, int
     restored = skipped = 0
     counts: dict[str, int] = {}
     with engine.begin() as conn:
+        unbounded(conn)  # whole-ledger scans and big deletes: no statement timeout
         for record in records:
             tables = record["tables"]
             run = insert(_RUNS).values(tables["runs"]).on_conflict_do_nothing(index_elements=["id"])

@@ -6,18 +6,23 @@ each locker re-reads its rows ``FOR UPDATE`` so an action sees the row as it is 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, literal_column, select, update
+from sqlalchemy import Connection, Engine, and_, func, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, OutcomeRow, Proposal, Run
 from warrant.runner.codes import RunStatus
+from warrant.runner.errors import StateConflict
 
 __all__ = [
+    "SweepLock",
+    "SweepLockLost",
     "attempt_may_run",
     "due_unknown_outcomes",
     "lock_unknown",
@@ -30,18 +35,76 @@ __all__ = [
 ]
 
 
+class SweepLockLost(StateConflict):
+    """The sweep's exclusion ended under it (its session was ended: the process was frozen
+    or cut off for longer than the lock's timeout); another sweep may be running."""
+
+    code = "SWEEP_LOCK_LOST"
+
+
+class SweepLock:
+    """A held (or refused) sweep exclusion; :meth:`check` raises once it has been lost."""
+
+    def __init__(self, *, held: bool, timeout_s: float) -> None:
+        self.held = held
+        self.timeout_s = timeout_s
+        self.lost = threading.Event()
+        self.renewed = time.monotonic()
+        """When the session last answered (a frozen process's monotonic clock goes on)."""
+
+    def check(self) -> None:
+        """Raise :class:`SweepLockLost` if a renewal failed, or none succeeded for two thirds
+        of the timeout (the process was frozen: the server may have ended the session)."""
+        if time.monotonic() - self.renewed > self.timeout_s * 2 / 3:
+            self.lost.set()
+        if self.lost.is_set():
+            raise SweepLockLost("the sweep lock's session ended: another sweep may run")
+
+
 @contextmanager
-def sweep_lock(engine: Engine, key: int) -> Iterator[bool]:
-    """Hold the advisory lock ``key`` for the block if no one else does (yields False then)."""
+def sweep_lock(engine: Engine, key: int, *, timeout_s: float) -> Iterator[SweepLock]:
+    """The advisory lock ``key`` for the block if no one else holds it (``held`` False then).
+
+    Transaction-scoped (``pg_try_advisory_xact_lock``) in a transaction whose session the
+    server ends once it has been idle for ``timeout_s``
+    (``idle_in_transaction_session_timeout``): a holder that vanishes (its host lost, its
+    process frozen) keeps it at most ``timeout_s``, whatever TCP knows. A live holder's
+    keeper thread renews it (one ``SELECT 1``) every third of that; if a renewal fails, the
+    lock is lost and :meth:`SweepLock.check` says so."""
     with engine.connect() as conn:
-        got = bool(conn.execute(select(func.pg_try_advisory_lock(key))).scalar())
-        conn.commit()
+        conn.execute(
+            select(func.set_config("idle_in_transaction_session_timeout", f"{timeout_s}s", True))
+        )
+        got = conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar()
+        lock = SweepLock(held=bool(got), timeout_s=timeout_s)
+        if not lock.held:
+            conn.rollback()
+            yield lock
+            return
+        done = threading.Event()
+        keeper = threading.Thread(
+            target=_keep, args=(conn, lock, done, timeout_s / 3), name="sweep-lock", daemon=True
+        )
+        keeper.start()
         try:
-            yield got
+            yield lock
         finally:
-            if got:
-                conn.execute(select(func.pg_advisory_unlock(key)))
-                conn.commit()
+            done.set()
+            keeper.join(timeout_s)
+            if keeper.is_alive() or lock.lost.is_set():
+                conn.invalidate()  # a session the server ended, or a renewal still stuck
+            else:
+                conn.rollback()  # releases the lock
+
+
+def _keep(conn: Connection, lock: SweepLock, done: threading.Event, every_s: float) -> None:
+    while not done.wait(every_s):
+        try:
+            conn.execute(select(literal_column("1")))
+        except Exception:  # the session is gone: so is the lock
+            lock.lost.set()
+            return
+        lock.renewed = time.monotonic()
 
 
 def stale_commands(s: Session, *, extra_s: float, limit: int) -> list[str]:

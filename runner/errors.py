@@ -27,8 +27,10 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │   │                                                is completed, failed or cancelled
     │   ├── StaleVersion            STALE_VERSION        a compare-and-set on the run version
     │   │                                                lost (warrant.ledger.repo; hot path)
-    │   └── IllegalTransition       ILLEGAL_TRANSITION   a status change the run state machine
-    │                                                    does not declare (a bug; run_rules)
+    │   ├── IllegalTransition       ILLEGAL_TRANSITION   a status change the run state machine
+    │   │                                                does not declare (a bug; run_rules)
+    │   └── SweepLockLost           SWEEP_LOCK_LOST      a reconciler sweep's exclusion ended
+    │                                                    under it (warrant.ledger.sweeps)
     ├── ServiceUnavailable          SERVICE_UNAVAILABLE  Redis, RabbitMQ or PostgreSQL cannot be
     │   │                           reached or is not configured (SERVICES_NOT_CONFIGURED,
     │   │                           DATABASE_UNAVAILABLE, MIGRATION_STATE_UNREADABLE,
@@ -37,6 +39,8 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │   └── BrokerUnavailable       BROKER_UNAVAILABLE   a message could not be published
     │                               (``run_id`` names its run, recorded in the ledger: the
     │                               stall sweep publishes it later)
+    ├── WaitTimedOut                WAIT_TIMED_OUT       a wait's deadline passed while the
+    │                               ledger or the broker gave no answer (CLI exit 5)
     ├── ConfirmationRefused         CONFIRMATION_REFUSED a confirm/decline that does not fit the
     │                               pending request (RUN_NOT_WAITING_CONFIRMATION, …)
     ├── Unauthorized                OPERATOR_TOKEN_INVALID  an operator call without a valid token
@@ -61,7 +65,8 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
 
 The CLI maps classes to exit codes: ``InvalidRequest``, ``SpecError``, ``NotFound``,
 ``StateConflict``, ``ConfirmationRefused``, ``Unauthorized``, ``PluginError`` and
-``SettingsInvalid`` exit 2 (bad input), ``ServiceUnavailable`` exits 3, anything else 1.
+``SettingsInvalid`` exit 2 (bad input), ``ServiceUnavailable`` exits 3, ``WaitTimedOut`` 5,
+anything else 1.
 ``--json`` returns ``code``; the message is for people and may change.
 ``tests/unit/test_errors.py`` checks that every exception class defined in ``warrant.*`` is in
 this tree and has a code.
@@ -94,6 +99,7 @@ __all__ = [
     "ToolRejected",
     "ToolUnknown",
     "Unauthorized",
+    "WaitTimedOut",
     "WarrantError",
 ]
 
@@ -214,6 +220,14 @@ class BrokerUnavailable(ServiceUnavailable):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "run_id": self.run_id}
+
+
+class WaitTimedOut(WarrantError):
+    """A command's wait (``run start --wait``, ``run wait``) reached its deadline while a call
+    to the ledger or the broker had not answered (a silent server or network): the command
+    exits 5 as a wait that timed out does; the run, if recorded, goes on."""
+
+    code = "WAIT_TIMED_OUT"
 
 
 class ConfirmationRefused(WarrantError):

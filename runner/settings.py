@@ -50,6 +50,38 @@ class WarrantSettings(BaseSettings):
     """Items per category per sweep."""
     max_reconcile_attempts: int = Field(default=5, ge=1)
     """Still-unknown reconciliations before the run is handed to a person."""
+    sweep_lock_timeout_s: float = Field(default=30.0, ge=2)
+    """A sweep's exclusion is a transaction-scoped lock whose session the server ends once it
+    has been idle this long: a reconciler that vanishes (host lost, process frozen) holds it
+    at most this long; a live one renews it every third of it."""
+
+    db_connect_timeout_s: int = Field(default=5, ge=0)
+    """libpq ``connect_timeout``: give up on a connection (TCP and start-up) after this long
+    (0: never)."""
+    db_keepalives_idle_s: int = Field(default=10, ge=1)
+    """TCP keepalive: idle seconds before the first probe (TCP connections only) ..."""
+    db_keepalives_interval_s: int = Field(default=5, ge=1)
+    """... seconds between probes ..."""
+    db_keepalives_count: int = Field(default=3, ge=1)
+    """... unanswered probes before the connection is dropped."""
+    db_tcp_user_timeout_s: float = Field(default=30.0, ge=0)
+    """``tcp_user_timeout``: a connection whose sent data stays unacknowledged this long is
+    dropped (a vanished server or network; 0: the kernel's default, about 15 minutes)."""
+    db_statement_timeout_s: float = Field(default=60.0, ge=0)
+    """Server-side ``statement_timeout`` of every session (0: none); migrations and retention
+    turn it off for their own transactions."""
+    db_idle_in_transaction_timeout_s: float = Field(default=60.0, ge=0)
+    """Server-side ``idle_in_transaction_session_timeout`` (0: none): a session whose client
+    went silent inside a transaction is ended, and its locks released, after this long."""
+
+    broker_socket_timeout_s: float = Field(default=10.0, gt=1)
+    """Redis: a command waiting this long for its reply fails (the worker reconnects)."""
+    broker_connect_timeout_s: float = Field(default=5.0, gt=0)
+    """Redis and AMQP: a connection attempt gives up after this long (then it is retried)."""
+    broker_health_check_interval_s: int = Field(default=10, ge=1)
+    """Redis: PING an idle connection before use, and drop a consumer connection whose
+    BRPOP reply is overdue by this long."""
+
     model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     """Per-model prices, e.g. ``{"gpt-4o-mini": {"prompt_per_1k": 0.00015,
     "completion_per_1k": 0.0006}}`` (JSON in ``WARRANT_MODEL_PRICES``)."""

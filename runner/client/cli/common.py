@@ -23,6 +23,7 @@ from warrant.runner.errors import (
     StateConflict,
     TokenInvalid,
     Unauthorized,
+    WaitTimedOut,
     WarrantError,
 )
 
@@ -70,7 +71,8 @@ EXIT_WAITING = 4
 ``handoff`` (``warrant run show`` says what it waits for)."""
 EXIT_TIMED_OUT = 5
 """The wait's ``--timeout`` passed while the run was still moving (it goes on; ``warrant run
-wait RUN_ID`` re-attaches)."""
+wait RUN_ID`` re-attaches), or passed (plus a grace of a few seconds) while the ledger or the
+broker did not answer (``WAIT_TIMED_OUT``)."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C while waiting: the run goes on, only the wait stopped (the shell's 128 + SIGINT)."""
 
@@ -110,6 +112,8 @@ def report(exc: WarrantError, as_json: bool) -> int:
         code = EXIT_BAD_INPUT
     elif isinstance(exc, ServiceUnavailable):
         code = EXIT_UNAVAILABLE
+    elif isinstance(exc, WaitTimedOut):
+        code = EXIT_TIMED_OUT
     else:
         code = EXIT_FAILED
     if as_json:

@@ -5,6 +5,7 @@ settles, with a progress line and an exit code that says how it ended
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +24,7 @@ from warrant.runner.client.cli.common import (
     make_client,
     print_json,
 )
+from warrant.runner.client.cli.deadline import GRACE_S, BoundedClient, Deadline
 from warrant.runner.client.cli.follow import Progress, follow
 from warrant.runner.client.cli.runs import run_app, show_run
 from warrant.runner.client.cli.why import why
@@ -31,8 +33,19 @@ from warrant.runner.errors import SpecError, WarrantError
 __all__ = ["fixture_warnings", "run_start", "run_wait"]
 
 TimeoutOpt = Annotated[
-    float, typer.Option(min=0, help="Seconds to wait; then exit 5 (the run goes on).")
+    float,
+    typer.Option(
+        min=0,
+        help="Seconds to wait; then exit 5 (the run goes on), also when the ledger or the "
+        "broker stops answering (a few seconds' grace).",
+    ),
 ]
+#: What a bounded call waits on, as its WAIT_TIMED_OUT message says.
+LEDGER = "the ledger"
+STARTING = (
+    "the ledger or the broker, starting the run (it may or may not be recorded: the same "
+    "--idempotency-key starts it at most once)"
+)
 
 
 @run_app.command("start")
@@ -59,13 +72,26 @@ def run_start(
     names a tool this deployment's registry lacks is started, with a warning."""
     from warrant.runner.spec import parse_run_spec
 
+    deadline = Deadline(timeout)  # with --wait, the whole command ends by then
     text = _read_spec(spec_file, as_json)
     spec = guard(as_json, lambda: parse_run_spec(text))
     client = guard(as_json, make_client)
-    warnings = fixture_warnings(spec, deployed=_policy_tools(client))
+    if wait:
+        deployed = guard(as_json, lambda: deadline.call(lambda: _policy_tools(client), what=LEDGER))
+    else:
+        deployed = _policy_tools(client)
+    warnings = fixture_warnings(spec, deployed=deployed)
     for warning in warnings:
         err.print(f"[yellow]warning[/] {escape(warning)}", soft_wrap=True)
-    run_id = guard(as_json, lambda: client.start_run(spec, idempotency_key=idempotency_key))
+
+    def start() -> str:
+        run_id: str = client.start_run(spec, idempotency_key=idempotency_key)
+        return run_id
+
+    if wait:
+        run_id = guard(as_json, lambda: deadline.call(start, what=STARTING))
+    else:
+        run_id = guard(as_json, start)
     if not wait:  # a repeated key's run may have moved on: read its status
         status = guard(as_json, lambda: client.get_run(run_id).status) if idempotency_key else None
         result = {"run_id": run_id, "status": status or "running", "warnings": warnings}
@@ -79,7 +105,7 @@ def run_start(
         console.print(f"started [bold]{run_id}[/]", soft_wrap=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    _attach(client, run_id, timeout=timeout, as_json=as_json, extra={"warnings": warnings})
+    _attach(client, run_id, deadline=deadline, as_json=as_json, extra={"warnings": warnings})
 
 
 @run_app.command("wait")
@@ -91,16 +117,20 @@ def run_wait(
     """Re-attach to a run: follow it until it settles, as `run start --wait` does (same
     progress line, same exit codes: 0 completed, 1 failed or cancelled, 4 waiting for a
     person, 5 timed out)."""
+    deadline = Deadline(timeout)
     client = guard(as_json, make_client)
-    whole = guard(as_json, lambda: ids.run_id(client, run_id))
-    _attach(client, whole, timeout=timeout, as_json=as_json, extra={})
+    whole = guard(as_json, lambda: deadline.call(lambda: ids.run_id(client, run_id), what=LEDGER))
+    _attach(client, whole, deadline=deadline, as_json=as_json, extra={})
 
 
 def _attach(
-    client: Any, run_id: str, *, timeout: float, as_json: bool, extra: dict[str, Any]
+    client: Any, run_id: str, *, deadline: Deadline, as_json: bool, extra: dict[str, Any]
 ) -> None:
-    """Follow the run, print where it ended (with why) and exit with its exit code."""
+    """Follow the run until the deadline, print where it ended (with why) and exit with its
+    exit code; every call is bounded by the deadline (a silent ledger: ``WAIT_TIMED_OUT``)."""
     progress = Progress.for_output(as_json=as_json)
+    client = BoundedClient(client, deadline, what=f"the ledger (run {run_id} goes on)")
+    timeout = max(0.0, deadline.end - GRACE_S - time.monotonic())
     try:
         info = guard(as_json, lambda: follow(client, run_id, timeout=timeout, progress=progress))
         events = guard(as_json, lambda: client.trace(run_id))
