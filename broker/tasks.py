@@ -96,6 +96,7 @@ def policy_evaluate(run_id: str, version: int) -> str:
 def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
     worker = worker_label(self.request.hostname, this_process())
     interrupts.install()
+    interrupts.begin()
     try:
         return _guarded(
             "tool",

@@ -126,7 +126,8 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
     )
     try:
         args = tool.parse_input(snap.arguments)
-        with interrupts.interruptible():  # a cancel's SIGUSR1 lands only here
+        # a cancel's SIGUSR1 lands only here (one that came earlier, only if the run is cancelling)
+        with interrupts.interruptible(cancelled=lambda: context.is_cancelled(fresh=True)):
             out = tool.execute(args, context)
     except Exception as exc:
         return _classified(ctx, tool, snap, exc)
