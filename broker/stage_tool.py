@@ -19,7 +19,7 @@ import tenacity
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.lease import holder_lost, holder_of, lease_end
+from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
 from warrant.ledger.commands import claim_command, discard_command, start_command
@@ -135,13 +135,9 @@ def _general_path(
 
 def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
     """May a delivery that finds the command ``started`` declare its attempt lost? Only when
-    the attempt's lease has expired or its process is known gone (see ``broker.lease``)."""
-    if row.cmd_started_at is None:
-        return True
-    end = lease_end(
-        row.cmd_started_at.timestamp(), row.cmd_timeout_s, margin_s=ctx.settings.lease_margin_s
-    )
-    if ctx.clock() >= end:
+    the attempt's lease has expired by the database's clock (``cmd_running_s``: never this
+    host's clock) or its process is known gone (see ``broker.lease``)."""
+    if lease_expired(row.cmd_running_s, row.cmd_timeout_s, margin_s=ctx.settings.lease_margin_s):
         return True
     return holder_lost(holder_of(row.cmd_worker), here=holder_of(worker))
 
