@@ -24,7 +24,15 @@ from pathlib import Path
 from warrant.broker.process_identity import ProcessIdentity, process_started
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 
-__all__ = ["Holder", "holder_lost", "holder_of", "lease_end", "lease_expired", "process_gone", "worker_label"]
+__all__ = [
+    "Holder",
+    "holder_lost",
+    "holder_of",
+    "lease_end",
+    "lease_expired",
+    "process_gone",
+    "worker_label",
+]
 
 
 @dataclass(frozen=True)

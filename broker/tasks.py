@@ -8,7 +8,14 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from warrant.broker import interrupts, stage_planner, stage_policy, stage_reconciler, stage_tool
+from warrant.broker import (
+    deadline,
+    interrupts,
+    stage_planner,
+    stage_policy,
+    stage_reconciler,
+    stage_tool,
+)
 from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
 from warrant.broker.handoff_entry import enter_handoff
@@ -98,14 +105,15 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
     interrupts.install()
     interrupts.begin()
     try:
-        return _guarded(
-            "tool",
-            run_id,
-            version,
-            lambda c: stage_tool.tool_execute(
-                c, run_id, version, command_id, worker=worker, tool=tool
-            ),
-        )
+        with deadline.enforced():  # the attempt ends itself at its limits (broker.deadline)
+            return _guarded(
+                "tool",
+                run_id,
+                version,
+                lambda c: stage_tool.tool_execute(
+                    c, run_id, version, command_id, worker=worker, tool=tool
+                ),
+            )
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
         # which billiard does not remember): the outcome is committed; leave so the pool
