@@ -16,9 +16,12 @@ from warrant.broker import deadline
 
 def test_the_soft_limit_raises_inside_the_tool():
     t0 = time.monotonic()
-    with pytest.raises(SoftTimeLimitExceeded), deadline.enforced():
-        with deadline.own_deadline(soft_at=t0 + 0.2, hard_at=t0 + 30, what="a test"):
-            time.sleep(10)
+    with (
+        pytest.raises(SoftTimeLimitExceeded),
+        deadline.enforced(),
+        deadline.own_deadline(soft_at=t0 + 0.2, hard_at=t0 + 30, what="a test"),
+    ):
+        time.sleep(10)
     assert 0.15 < time.monotonic() - t0 < 2
 
 
