@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,11 +213,10 @@ class WorkerProcess:
         env: dict[str, str] | None = None,
         log: Path | None = None,
         pool: str = "prefork",
-        prefix: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.log = log
-        command = celery_worker_command(
+        self.command = celery_worker_command(
             "warrant.broker.app",
             queues,
             node=f"{name}@%h",
@@ -226,7 +225,6 @@ class WorkerProcess:
             events=False,
             pool=pool,
         )
-        self.command = [*prefix, *command]
         self.queues = list(queues)
         self.env = {**os.environ, **(env or {})}
         self.proc = self._spawn()

@@ -13,12 +13,14 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -37,7 +39,8 @@ from warrant.runner.client import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
-AHEAD_QUEUE = "tool.ahead"
+#: A queue no session worker consumes: only the host ahead gets what is sent there.
+AHEAD_QUEUE = "tool.send_message"
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +79,17 @@ def outcome_row(engine, run_id: str) -> OutcomeRow | None:
 @pytest.fixture(scope="module")
 def ahead(writers, tmp_path_factory) -> Iterator[WorkerProcess]:
     """A tool host whose clock is 120 s ahead, consuming a queue of its own."""
-    faketime = shutil.which("faketime")
-    if faketime is None:
-        pytest.skip("faketime is not installed (apt-get install faketime)")
+    # libfaketime preloaded into the worker itself: the faketime wrapper forks, and stopping
+    # the wrapper would leave the worker running.
+    libs = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    if not libs:
+        pytest.skip("libfaketime is not installed (apt-get install faketime)")
     log = tmp_path_factory.mktemp("logs") / "ahead.log"
-    proc = WorkerProcess(
-        [AHEAD_QUEUE], name="ahead", concurrency=1, log=log, prefix=[faketime, "-f", "+120s"]
-    )
+    env = {"LD_PRELOAD": str(libs[0]), "FAKETIME": "+120s", "FAKETIME_DONT_RESET": "1"}
+    probe = [sys.executable, "-c", "import time; print(time.time())"]
+    ahead_by = float(subprocess.check_output(probe, env={**os.environ, **env})) - time.time()
+    assert 110 < ahead_by < 130, f"libfaketime did not move the clock ({ahead_by:.1f} s)"
+    proc = WorkerProcess([AHEAD_QUEUE], name="ahead", concurrency=1, log=log, env=env)
     with proc.serving():
         yield proc
 
@@ -116,7 +123,8 @@ def test_a_host_whose_clock_runs_ahead_leaves_a_live_attempt_alone(
     )
     first = outcome_row(engine, run_id)
     assert first is None or first.code != "WORKER_LOST_DURING_EXECUTION", (
-        f"declared lost {time.monotonic() - sent:.1f} s after the redelivery"
+        f"declared lost {time.monotonic() - sent:.1f} s after the redelivery: "
+        f"{[(e.event, e.details) for e in facts.events(engine, run_id)]}"
     )
     assert facts.events(engine, run_id, "tool.delivery.in_flight")
     info = settle(client, run_id, timeout=40)
