@@ -59,3 +59,18 @@ def test_a_tool_that_swallows_the_soft_limit_is_ended_at_the_hard_limit():
     took = time.monotonic() - t0
     assert done.returncode == deadline.HARD_LIMIT_EXIT, done.stderr
     assert took < 10
+
+
+def test_tools_see_a_fencing_token():
+    from warrant.tools.contract import ToolContext
+
+    ctx = ToolContext(
+        run_id="r",
+        command_id="c",
+        subject="s",
+        idempotency_token="t",
+        attempt=2,
+        deadline_at=0.0,
+        deps=None,
+    )
+    assert ctx.fencing_token == ("c", 2)
