@@ -6,7 +6,13 @@ still records what happened. The signal may arrive at any moment of the task, th
 while the tool runs: during the claim or the record, an exception there would leave the
 command started without an outcome and the run ``cancelling`` until the reconciler comes. So
 the signal only interrupts inside :func:`interruptible` (around the tool's own code); outside,
-it is remembered, and a tool that was about to start is interrupted as it starts.
+it is remembered, and a tool that was about to start is interrupted as it starts — if its run
+is being cancelled (the ledger says so): any other remembered signal is stray.
+
+A signal belongs to the task it arrived in. :func:`begin` (at the start of every tool task)
+forgets whatever came before, and a signal that arrives between tasks (a soft time limit the
+pool's parent delivers late, after the task it was meant for has finished) is ignored: it
+never fails the next, unrelated task of the process.
 
 The pool, however, remembers that it signalled the child and would treat the child's *next*
 death as a controlled termination (the message of whatever task it then runs would be
@@ -18,13 +24,13 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-__all__ = ["install", "interruptible", "take"]
+__all__ = ["begin", "install", "interruptible", "take"]
 
 _fired = False
 """SIGUSR1 arrived since the last :func:`take` (the process must leave after its task)."""
@@ -32,6 +38,8 @@ _pending = False
 """It arrived outside :func:`interruptible`: interrupt the next tool as it starts."""
 _live = False
 """Inside :func:`interruptible`."""
+_in_task = False
+"""Between :func:`begin` and :func:`take`: a signal outside that window is ignored."""
 
 
 def install() -> None:
@@ -46,6 +54,8 @@ def install() -> None:
 
     def handler(signum: int, frame: Any) -> None:
         global _fired, _pending
+        if not _in_task:
+            return  # between tasks: meant for a task that is over (a late soft time limit)
         _fired = True
         if _live and callable(previous):
             previous(signum, frame)  # billiard's: raises SoftTimeLimitExceeded
@@ -56,14 +66,22 @@ def install() -> None:
     signal.signal(signal.SIGUSR1, handler)
 
 
+def begin() -> None:
+    """A tool task starts: forget any signal that arrived before it (meant for another task)."""
+    global _fired, _pending, _in_task
+    _fired, _pending, _in_task = False, False, True
+
+
 @contextmanager
-def interruptible() -> Iterator[None]:
+def interruptible(*, cancelled: Callable[[], bool] | None = None) -> Iterator[None]:
     """The tool's own code: SIGUSR1 raises ``SoftTimeLimitExceeded`` here (at once on entry
-    if it arrived since the task started)."""
+    if it arrived since the task started and ``cancelled()`` confirms the run is being
+    cancelled; a failing check counts as cancelled)."""
     global _live, _pending
     if _pending:
         _pending = False
-        raise SoftTimeLimitExceeded("interrupted before the tool started")
+        if _confirmed(cancelled):
+            raise SoftTimeLimitExceeded("interrupted before the tool started")
     _live = True
     try:
         yield
@@ -71,8 +89,17 @@ def interruptible() -> Iterator[None]:
         _live = False
 
 
+def _confirmed(cancelled: Callable[[], bool] | None) -> bool:
+    if cancelled is None:
+        return True
+    try:
+        return bool(cancelled())
+    except Exception:
+        return True
+
+
 def take() -> bool:
-    """Did SIGUSR1 fire since the last call? (Resets the flags.)"""
-    global _fired, _pending
-    fired, _fired, _pending = _fired, False, False
+    """Did SIGUSR1 fire in this task? (Resets the flags; the task is over.)"""
+    global _fired, _pending, _in_task
+    fired, _fired, _pending, _in_task = _fired, False, False, False
     return fired

@@ -11,7 +11,12 @@ made) an effect, the ledger must not keep saying the effect did not happen:
   attempt found, and unless the run is back on this very command (whose next attempt reuses
   the idempotency token, so it finds the same effect), the run goes to a person with a
   handoff bundle;
-- a read, or a write known not applied: only traced (``tool.attempt.superseded``).
+- a read, or a write known not applied: only traced (``tool.attempt.superseded``);
+- an effect another attempt of the command already recorded as applied (same command, so the
+  same idempotency token; the same output, or an idempotent write's uncertain outcome): the
+  one effect is already in the ledger, so the attempt is only traced
+  (``tool.attempt.superseded`` with ``effect: already_recorded``) and never reopens its run —
+  only an effect the ledger does not know goes to a person.
 """
 
 from __future__ import annotations
@@ -82,6 +87,11 @@ def record_late(
     if not (applied or uncertain):
         _trace(s, run, cmd, [("tool.attempt.superseded", details)])
         return "superseded"
+    recorded = _recorded_effect(s, cmd, tool, late)
+    if recorded is not None:
+        details |= {"effect": "already_recorded", "recorded_attempt": recorded}
+        _trace(s, run, cmd, [("tool.attempt.superseded", details)])
+        return "superseded"
     if prior is not None and prior.status == Outcome.UNKNOWN.value and not prior.resolved_status:
         # The reconciler's status query will find what this attempt did.
         _trace(s, run, cmd, [("tool.attempt.superseded", details)])
@@ -104,6 +114,26 @@ def record_late(
         late_effect=True,
     )
     return "late_handoff"
+
+
+def _recorded_effect(
+    s: Session, cmd: Command, tool: Tool[Any, Any], late: LateOutcome
+) -> int | None:
+    """The attempt whose recorded outcome already is the effect ``late`` found, if any: an
+    attempt of the same command (the same idempotency token) that concluded applied, with the
+    very output ``late`` got back — or any output, if ``late`` is uncertain and the tool is
+    idempotent per token (whatever it did is that same effect)."""
+    same_token = tool.side_effect is SideEffect.IDEMPOTENT_WRITE
+    for other in rows.command_outcomes(s, cmd.id):
+        if other.attempt == late.attempt:
+            continue
+        if not (other.status == Outcome.SUCCEEDED.value or other.resolved_status == "applied"):
+            continue
+        if late.status is Outcome.SUCCEEDED and other.output == late.output:
+            return int(other.attempt)
+        if late.status is Outcome.UNKNOWN and same_token:
+            return int(other.attempt)
+    return None
 
 
 def _correct(s: Session, run: Run, cmd: Command, late: LateOutcome, prior: Any, found: str) -> None:

@@ -3,7 +3,11 @@
 A tool attempt is ``started`` by one worker process, recorded on the command as
 ``<node>/<pid>.<started>.<space>`` (:func:`worker_label`; see
 :mod:`warrant.broker.process_identity`). Its lease lasts until the attempt's hard time limit
-(the pool kills the process then) plus a margin for clocks. Until then a second delivery of
+(the pool kills the process then; the process also ends itself then, see
+:mod:`warrant.broker.deadline`) plus a margin. The lease is measured on the database's clock
+only: ``started_at`` is the database's ``now()`` at the claim, and a delivery compares it with
+the database's ``now()`` again (:func:`lease_expired` on ``cmd_running_s``), never with its
+host's clock, which may be minutes off. Until then a second delivery of
 the same message must leave the command alone, unless the holder is known dead: a process of
 the *same* kernel and pid namespace (``space``) whose pid no longer names the process that
 started the attempt. The node name is never used for that: two hosts may share one. Every
@@ -20,7 +24,15 @@ from pathlib import Path
 from warrant.broker.process_identity import ProcessIdentity, process_started
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 
-__all__ = ["Holder", "holder_lost", "holder_of", "lease_end", "process_gone", "worker_label"]
+__all__ = [
+    "Holder",
+    "holder_lost",
+    "holder_of",
+    "lease_end",
+    "lease_expired",
+    "process_gone",
+    "worker_label",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,14 @@ def lease_end(started_at: float, timeout_s: float, *, margin_s: float) -> float:
     """When an attempt started at ``started_at`` can no longer be running: its hard time
     limit (``timeout_s`` + the grace the pool allows) plus ``margin_s``."""
     return started_at + timeout_s + HARD_LIMIT_GRACE_S + margin_s
+
+
+def lease_expired(running_s: float | None, timeout_s: float, *, margin_s: float) -> bool:
+    """Has an attempt that has been ``started`` for ``running_s`` seconds (by the database's
+    clock; None: no start recorded) outlived its lease?"""
+    if running_s is None:
+        return True
+    return running_s >= lease_end(0.0, timeout_s, margin_s=margin_s)
 
 
 def process_gone(pid: int, *, started: int | None = None) -> bool:

@@ -12,6 +12,7 @@ reconciler resolves it). Calling the tool is ``broker.tool_call``; recording wha
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import sqlalchemy.exc
@@ -19,7 +20,7 @@ import tenacity
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.lease import holder_lost, holder_of, lease_end
+from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
 from warrant.ledger.commands import claim_command, discard_command, start_command
@@ -55,8 +56,9 @@ def tool_execute(
     lease. A read has no effect to protect: its start does not wait for the WAL flush (a lost
     start simply runs the read again). ``tool`` is the message's tool name; without it (or
     if it is not the command's) the command takes the general path, with a durable start."""
+    began = time.monotonic()  # the attempt's own deadlines count from here (broker.deadline)
     if tool is None:
-        return _general_path(ctx, run_id, version, command_id, worker=worker)
+        return _general_path(ctx, run_id, version, command_id, worker=worker, began=began)
     # A read's start is only informational (re-running it is harmless): its commit does not
     # wait for the WAL flush. Any other start is the durable intent before the effect. The
     # claim matches the command's own tool, so a message naming another tool cannot relax it.
@@ -77,12 +79,19 @@ def tool_execute(
         assert found is not None, "the claim only starts versions this worker has"
         # The record compares-and-sets at the version the claim checked, not at the returned
         # row's (newer if a cancel committed meanwhile: then the locked path sorts it out).
-        return _execute(ctx, found, snapshot_of(row, attempt=row.cmd_attempts, version=version))
-    return _general_path(ctx, run_id, version, command_id, worker=worker)
+        snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, began=began)
+        return _execute(ctx, found, snapshot)
+    return _general_path(ctx, run_id, version, command_id, worker=worker, began=began)
 
 
 def _general_path(
-    ctx: StageContext, run_id: str, version: int, command_id: str, *, worker: str | None
+    ctx: StageContext,
+    run_id: str,
+    version: int,
+    command_id: str,
+    *,
+    worker: str | None,
+    began: float,
 ) -> str:
     """The claim did not apply: a duplicate or late delivery, a stopped run, a started
     command whose tool may (or may not) be re-invoked, or a message that does not name the
@@ -130,18 +139,14 @@ def _general_path(
             trigger="worker-lost",
         )
         return record(ctx, snapshot_of(row, attempt=row.cmd_attempts, version=version), tool, lost)
-    return _execute(ctx, tool, snapshot_of(row, attempt=attempt, version=version))
+    return _execute(ctx, tool, snapshot_of(row, attempt=attempt, version=version, began=began))
 
 
 def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
     """May a delivery that finds the command ``started`` declare its attempt lost? Only when
-    the attempt's lease has expired or its process is known gone (see ``broker.lease``)."""
-    if row.cmd_started_at is None:
-        return True
-    end = lease_end(
-        row.cmd_started_at.timestamp(), row.cmd_timeout_s, margin_s=ctx.settings.lease_margin_s
-    )
-    if ctx.clock() >= end:
+    the attempt's lease has expired by the database's clock (``cmd_running_s``: never this
+    host's clock) or its process is known gone (see ``broker.lease``)."""
+    if lease_expired(row.cmd_running_s, row.cmd_timeout_s, margin_s=ctx.settings.lease_margin_s):
         return True
     return holder_lost(holder_of(row.cmd_worker), here=holder_of(worker))
 

@@ -9,7 +9,14 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from warrant.broker import interrupts, stage_planner, stage_policy, stage_reconciler, stage_tool
+from warrant.broker import (
+    deadline,
+    interrupts,
+    stage_planner,
+    stage_policy,
+    stage_reconciler,
+    stage_tool,
+)
 from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
 from warrant.broker.handoff_entry import enter_handoff
@@ -103,15 +110,17 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
     started = time.monotonic()
     worker = worker_label(self.request.hostname, this_process())
     interrupts.install()
+    interrupts.begin()
     try:
-        result = _guarded(
-            "tool",
-            run_id,
-            version,
-            lambda c: stage_tool.tool_execute(
-                c, run_id, version, command_id, worker=worker, tool=tool
-            ),
-        )
+        with deadline.enforced():  # the attempt ends itself at its limits (broker.deadline)
+            result = _guarded(
+                "tool",
+                run_id,
+                version,
+                lambda c: stage_tool.tool_execute(
+                    c, run_id, version, command_id, worker=worker, tool=tool
+                ),
+            )
         return reported(self, result, started=started)  # a refusal: Flower shows TOOL_REJECTED
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,

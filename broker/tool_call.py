@@ -13,8 +13,9 @@ import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from warrant.broker import interrupts
+from warrant.broker import deadline, interrupts
 from warrant.broker.context import StageContext
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
     run_view,
 )
@@ -75,9 +76,12 @@ class Snapshot:
     confirmation_id: str | None
     started_at: float
     view: RunView
+    began: float = field(default_factory=time.monotonic)
+    """When the tool stage began handling the message (``time.monotonic()``, before the
+    claim): the attempt's own deadlines count from here (:mod:`warrant.broker.deadline`)."""
 
 
-def snapshot_of(row: Any, *, attempt: int, version: int) -> Snapshot:
+def snapshot_of(row: Any, *, attempt: int, version: int, began: float | None = None) -> Snapshot:
     return Snapshot(
         command_id=row.cmd_id,
         run_id=row.id,
@@ -93,6 +97,7 @@ def snapshot_of(row: Any, *, attempt: int, version: int) -> Snapshot:
         confirmation_id=row.cmd_confirmation_id,
         started_at=time.time(),
         view=run_view(row),
+        began=time.monotonic() if began is None else began,
     )
 
 
@@ -126,7 +131,15 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
     )
     try:
         args = tool.parse_input(snap.arguments)
-        with interrupts.interruptible():  # a cancel's SIGUSR1 lands only here
+        # a cancel's SIGUSR1 lands only here (one that came earlier, only if the run is cancelling)
+        with (
+            interrupts.interruptible(cancelled=lambda: context.is_cancelled(fresh=True)),
+            deadline.own_deadline(
+                soft_at=snap.began + snap.timeout_s,
+                hard_at=snap.began + snap.timeout_s + HARD_LIMIT_GRACE_S,
+                what=f"attempt {snap.attempt} of command {snap.command_id} ({tool.name})",
+            ),
+        ):
             out = tool.execute(args, context)
     except Exception as exc:
         return _classified(ctx, tool, snap, exc)

@@ -16,6 +16,7 @@ from warrant.ledger.models import Command, OutcomeRow, Proposal, Run
 __all__ = [
     "attempt_outcome",
     "command",
+    "command_outcomes",
     "lock_command",
     "lock_run",
     "outcome",
@@ -53,6 +54,15 @@ def attempt_outcome(s: Session, command_id: str, attempt: int) -> OutcomeRow | N
         .where(OutcomeRow.command_id == command_id, OutcomeRow.attempt == attempt)
         .with_for_update()
     ).first()
+
+
+def command_outcomes(s: Session, command_id: str) -> list[OutcomeRow]:
+    """Every outcome recorded for a command (one per attempt), oldest first."""
+    return list(
+        s.scalars(
+            select(OutcomeRow).where(OutcomeRow.command_id == command_id).order_by(OutcomeRow.id)
+        ).all()
+    )
 
 
 def set_proposal(s: Session, proposal_pk: int, **values: Any) -> None:

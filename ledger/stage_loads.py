@@ -108,7 +108,8 @@ version (versions only grow, so those are the history's suffix; see ``warrant.ru
 
 _TOOL = Compiled.text(
     f"""
-SELECT {RUN_COLUMNS}, {CMD_COLUMNS}
+SELECT {RUN_COLUMNS}, {CMD_COLUMNS},
+       extract(epoch FROM now() - c.started_at)::float8 AS cmd_running_s
 FROM runs r JOIN commands c ON c.run_id = r.id
 WHERE r.id = %(run_id)s AND c.id = %(command_id)s
 """
@@ -186,7 +187,9 @@ def pre_approvals_from(rows: list[list[Any]]) -> list[PreApprovalView]:
 
 
 def load_tool(conn: Connection, run_id: str, command_id: str) -> Any:
-    """The run and the command (its columns prefixed ``cmd_``)."""
+    """The run and the command (its columns prefixed ``cmd_``), with ``cmd_running_s``: how
+    long its current attempt has been started by the database's clock (None if never), the
+    only clock every host shares (a lease is never judged by a host's own clock)."""
     return _TOOL.first(conn, {"run_id": run_id, "command_id": command_id})
 
 

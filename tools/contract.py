@@ -113,6 +113,13 @@ class ToolContext:
     def remaining_s(self) -> float:
         return max(0.0, self.deadline_at - time.time())
 
+    @property
+    def fencing_token(self) -> tuple[str, int]:
+        """``(command_id, attempt)``: attempts of a command only grow, and only the current
+        one may record an outcome. A service that keeps the highest attempt it has seen per
+        command can refuse a write from an older attempt (one whose lease was taken over)."""
+        return (self.command_id, self.attempt)
+
 
 @dataclass(frozen=True)
 class ReconcileResult:
