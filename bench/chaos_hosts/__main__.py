@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.chaos_hosts import net
@@ -64,9 +66,18 @@ class Round:
 
     def spawn_tool(self, host: str, *, hostname: str | None = None, skew: str = "") -> None:
         argv = [*CLI, "worker", "--role", "tool", "--concurrency", "2", "--loglevel", "info"]
-        if skew:  # libfaketime: this process's clock only (monotonic left alone)
-            argv = ["faketime", "-f", skew, *argv]
-        env = {**self.lab.env(host), **self.env, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+        env = {**self.lab.env(host), **self.env}
+        if skew:  # libfaketime preloaded: this host's wall clock only (monotonic left alone).
+            # Not the faketime wrapper: its semaphore is named by pid, and two hosts with
+            # their own pid namespaces have the same pids.
+            libs = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+            if not libs:
+                raise RuntimeError("libfaketime is not installed (apt-get install faketime)")
+            env |= {
+                "LD_PRELOAD": str(libs[0]),
+                "FAKETIME": skew,
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            }
         proc = self.lab.spawn(
             host, argv, label=f"s{self.index}-{host}", env=env, hostname=hostname or host
         )
@@ -271,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         for s in SCENARIOS
         if (not wanted or s.name in wanted) and (s.short or not args.short or wanted)
     ]
+
+    def _interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the lab is taken down
     lab = Lab(list(HOSTS))
     rows = []
     try:
@@ -279,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_scenario(lab, index, scenario, bound=args.bound))
             sys.stderr.write(f"[chaos-hosts] {json.dumps(rows[-1])}\n")
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         lab.close()
     ok = all(row[k] == 0 for row in rows for k in COUNTED) and all(
         row["write_in_flight"] for row in rows
