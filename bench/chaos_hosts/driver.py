@@ -145,6 +145,7 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
         "spurious_handoffs": sum(1 for s in statuses.values() if s == "handoff"),
         "unsettled": len(ids) - len(settled_at),
         "outlived_lease": len(outlived_leases(engine, ids, margin_s=margin)),
+        "failed": sum(1 for s in statuses.values() if s in ("failed", "cancelled")),
         "completed": sum(1 for s in statuses.values() if s == "completed"),
         "write_in_flight": said_in_flight,
         "settle_max_s": round(max(settled_at.values()), 1) if settled_at else None,

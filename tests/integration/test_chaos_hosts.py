@@ -35,7 +35,7 @@ def test_short_multi_host_fault_suite_finds_nothing() -> None:
     report = json.loads(done.stdout)
     rows = {row["scenario"]: row for row in report["scenarios"]}
     assert set(rows) == {"tool-host-cut-5s", "tool-host-killed", "two-hosts-one-hostname"}
-    counted = ("lost", "duplicated", "unexpected", "unresolved", "spurious_handoffs")
+    counted = ("lost", "duplicated", "unexpected", "unresolved", "spurious_handoffs", "failed")
     for name, row in rows.items():
         assert all(row[k] == 0 for k in counted), (name, row)
         assert (row["unsettled"], row["outlived_lease"]) == (0, 0), (name, row)
