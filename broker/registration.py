@@ -23,7 +23,13 @@ from warrant.broker.process_identity import this_process
 from warrant.ledger.workers import live_workers, register_worker, touch_worker, unregister_worker
 from warrant.tools.deployment import WorkerInfo, lacking_role, roles_of
 
-__all__ = ["HEARTBEAT_S", "LIVE_WITHIN_S", "RegisterWorker", "deployment_check"]
+__all__ = [
+    "HEARTBEAT_S",
+    "LIVE_WITHIN_S",
+    "RegisterWorker",
+    "deployment_check",
+    "live_registrations",
+]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +107,11 @@ def _workers(engine: Engine) -> list[WorkerInfo]:
             _cache["workers"] = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
             _cache["at"] = time.monotonic()
         return list(_cache["workers"])
+
+
+def live_registrations(engine: Engine) -> list[WorkerInfo]:
+    """The live workers' registrations (cached for :data:`CACHE_S`)."""
+    return _workers(engine)
 
 
 def deployment_check(engine: Engine) -> Callable[[str, str], str | None]:

@@ -23,6 +23,7 @@ from warrant.broker.context import StageContext
 from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
+from warrant.broker.version_redirect import redirect
 from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
@@ -112,11 +113,12 @@ def _general_path(
                 discard_command(conn, command_id)
             return "discarded"
         return "ignored"
-    tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
-    assert tool is not None, "the gate only issues commands for registered tools"
     started = row.cmd_status == "started"
     if started and not _attempt_lost(ctx, row, worker):
         return _in_flight(ctx, row)
+    tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
+    if tool is None:  # a rolling upgrade: another worker has this version (broker.version_redirect)
+        return redirect(ctx, row, version=version, worker=worker)
     with autocommit(ctx.engine) as conn:
         attempt = start_command(
             conn,

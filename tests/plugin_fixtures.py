@@ -66,6 +66,8 @@ ECHO_V2 = echo_tool("2")
 echo_v1 = Plugin(name="echo", tools=(ECHO_V1,), deps=EchoDeps)
 #: What the policy worker (and the session's pipeline worker) have.
 echo_v2 = Plugin(name="echo", tools=(ECHO_V1, ECHO_V2), deps=EchoDeps)
+#: An upgraded tool host that dropped echo 1 (a rolling upgrade's new side).
+echo_v2_only = Plugin(name="echo", tools=(ECHO_V2,), deps=EchoDeps)
 
 # the other shapes an entry point or WARRANT_TOOLS reference may name
 single_tool = echo_tool("7")
