@@ -28,7 +28,7 @@ def _spec(version: str) -> dict[str, object]:
         "goal": "echo things",
         "subject": "upgrade-user",
         "planner": {"kind": "fixture", "outputs": [_echo(version), sc.final("echoed", "tool-1")]},
-        "grants": [{"capability": "echo:read"}],
+        "grants": [{"capability": "echo:read", "resource_scope": "echo"}],
     }
 
 
