@@ -52,9 +52,11 @@ def _sh(*argv: str) -> None:
 class Lab:
     """Hosts on a bridge, with Redis and PostgreSQL on the ``infra`` host."""
 
-    def __init__(self, hosts: Sequence[str]) -> None:
+    def __init__(self, hosts: Sequence[str], *, keep: bool = False) -> None:
         self.tag = f"{os.getpid() % 1000:03d}{random.randrange(100):02d}"
         self.subnet = random.randrange(10, 250)
+        self.keep = keep
+        """Keep the lab's folder (logs, data) at :meth:`close`."""
         self.root = Path(tempfile.mkdtemp(prefix="warrant-lab-"))
         os.chmod(self.root, 0o755)
         self.namespaces: dict[str, str] = {}
@@ -264,4 +266,5 @@ class Lab:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         for link in self.links:  # normally gone with their namespace
             subprocess.run(["ip", "link", "del", link], capture_output=True)
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)

@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--bound", type=float, default=150.0, help="seconds a round may take")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the lab's folder (logs, data)")
     args = ap.parse_args(argv)
     wanted = {n for n in args.only.split(",") if n}
     chosen = [
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the lab is taken down
-    lab = Lab(list(HOSTS))
+    lab = Lab(list(HOSTS), keep=args.keep)
     rows = []
     try:
         for index, scenario in enumerate(chosen, start=1):
@@ -299,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         lab.close()
+        if args.keep:
+            sys.stderr.write(f"[chaos-hosts] logs and data kept in {lab.root}\n")
     ok = all(row[k] == 0 for row in rows for k in COUNTED) and all(
         row["write_in_flight"] for row in rows
     )
