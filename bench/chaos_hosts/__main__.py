@@ -68,16 +68,17 @@ class Round:
     def spawn_tool(self, host: str, *, hostname: str | None = None, skew: str = "") -> None:
         argv = [*CLI, "worker", "--role", "tool", "--concurrency", "2", "--loglevel", "info"]
         env = {**self.lab.env(host), **self.env}
-        if skew:  # libfaketime preloaded: this host's wall clock only (monotonic left alone).
-            # Not the faketime wrapper: its semaphore is named by pid, and two hosts with
-            # their own pid namespaces have the same pids.
+        if skew:  # libfaketime preloaded: this host's clocks, all moved by the same offset
+            # (monotonic too: with it left alone, libfaketime turns an absolute sleep into an
+            # invalid one). Not the faketime wrapper: its semaphore is named by pid, and two
+            # hosts with their own pid namespaces have the same pids.
             libs = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
             if not libs:
                 raise RuntimeError("libfaketime is not installed (apt-get install faketime)")
             env |= {
                 "LD_PRELOAD": str(libs[0]),
                 "FAKETIME": skew,
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                "FAKETIME_DONT_RESET": "1",
             }
         proc = self.lab.spawn(
             host, argv, label=f"s{self.index}-{host}", env=env, hostname=hostname or host

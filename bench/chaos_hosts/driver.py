@@ -134,6 +134,16 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
         _say("inflight 0")
     statuses = _statuses(engine, ids)
     report = check(engine)
+    with engine.connect() as conn:
+        ends = conn.execute(
+            text(
+                "SELECT r.status, r.stop_reason, "
+                "(SELECT string_agg(o.status || ':' || coalesce(o.code, '-'), ',' ORDER BY o.id) "
+                " FROM outcomes o WHERE o.run_id = r.id) "
+                "FROM runs r WHERE r.id = ANY(:ids) AND r.status <> 'completed'"
+            ),
+            {"ids": ids},
+        ).all()
     counts = report.to_dict()["counts"]
     margin = WarrantSettings().lease_margin_s
     return {
@@ -149,6 +159,7 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
         "completed": sum(1 for s in statuses.values() if s == "completed"),
         "write_in_flight": said_in_flight,
         "settle_max_s": round(max(settled_at.values()), 1) if settled_at else None,
+        "not_completed": [{"status": e[0], "stop_reason": e[1], "outcomes": e[2]} for e in ends],
         "findings": [f for f in report.to_dict()["findings"] if f["category"] != "handoffs"][:10],
     }
 
