@@ -11,11 +11,12 @@ from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from warrant.ledger import _json
+from warrant.ledger.connect_options import timeout_args
 from warrant.runner.settings import WarrantSettings
 
 __all__ = [
@@ -53,36 +54,9 @@ def normalize_url(url: str) -> str:
 def connect_args(
     url: str, settings: WarrantSettings | None = None, *, server: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """libpq parameters of every connection, so that a server or network that goes silent
-    is given up on within a bound: ``connect_timeout``, TCP keepalives and
-    ``tcp_user_timeout`` (ignored by libpq on a Unix socket, where the kernel sees the peer
-    die), and the server-side ``statement_timeout`` and
-    ``idle_in_transaction_session_timeout`` (a session whose client vanished inside a
-    transaction is ended, its locks released). ``server``: more server settings
-    (``-c name=value``). A parameter the URL sets itself is left as the URL says."""
-    s = settings or WarrantSettings()
-    args: dict[str, Any] = {
-        "connect_timeout": s.db_connect_timeout_s,
-        "keepalives": 1,
-        "keepalives_idle": s.db_keepalives_idle_s,
-        "keepalives_interval": s.db_keepalives_interval_s,
-        "keepalives_count": s.db_keepalives_count,
-        "tcp_user_timeout": round(s.db_tcp_user_timeout_s * 1000),
-    }
-    query = make_url(normalize_url(url)).query
-    args = {k: v for k, v in args.items() if k not in query}
-    gucs = {
-        "statement_timeout": str(round(s.db_statement_timeout_s * 1000)),
-        "idle_in_transaction_session_timeout": str(
-            round(s.db_idle_in_transaction_timeout_s * 1000)
-        ),
-        **(server or {}),
-    }
-    options = " ".join(f"-c {name}={value}" for name, value in gucs.items())
-    theirs = query.get("options")
-    if theirs:  # the URL's own options come last: they win
-        options += " " + (theirs if isinstance(theirs, str) else " ".join(theirs))
-    return {**args, "options": options}
+    """libpq parameters of every connection: :func:`warrant.ledger.connect_options.timeout_args`
+    with this process's settings."""
+    return timeout_args(url, settings or WarrantSettings(), server=server)
 
 
 def unbounded(conn: Connection) -> None:

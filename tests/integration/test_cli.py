@@ -227,3 +227,25 @@ def test_run_start_with_the_broker_down_exits_3_and_names_the_recorded_run(
     publisher = RecordingPublisher()
     sweep(context_for(engine, publisher=publisher))
     assert ("planner", {"run_id": run_id, "version": 1}) in publisher.sent
+
+
+def test_run_list_reads_what_the_client_reads_without_importing_sqlalchemy(client, engine):
+    """``run list`` takes one psycopg query (``warrant.ledger.run_listing``), not the
+    client's ORM read: the same rows, the same keys, and no SQLAlchemy to import."""
+    for _ in range(3):
+        client.start_run(sc.spec([sc.search("p1"), sc.final("x", "tool-1")]), publish=False)
+    for args in ((), ("--status", "running")):
+        listed = json.loads(warrant("run", "list", "--limit", "5", *args, "--json").stdout)
+        status = args[1] if args else None
+        assert listed == [r.to_dict() for r in client.list_runs(limit=5, status=status)]
+        assert listed and all(set(r) == set(listed[0]) for r in listed)
+    timed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "warrant.runner.client.cli", "run", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ,
+    )
+    assert timed.returncode == 0, timed.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines()}
+    assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "celery", "kombu")}

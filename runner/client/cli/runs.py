@@ -167,9 +167,7 @@ def run_list(
             ),
             as_json,
         )
-    runs = guard(
-        as_json, lambda: [r.to_dict() for r in make_client().list_runs(limit=limit, status=status)]
-    )
+    runs = guard(as_json, lambda: _list_runs(limit=limit, status=status))
     if as_json:
         print_json(runs)
         return
@@ -191,6 +189,19 @@ def run_list(
             r["created_at"][:19],
         )
     console.print(table)
+
+
+def _list_runs(*, limit: int, status: str | None) -> list[dict[str, Any]]:
+    """Over ``WARRANT_SERVER_URL``: the server's listing; else one psycopg query
+    (:mod:`warrant.ledger.run_listing`: no SQLAlchemy to import, the CLI's start-up)."""
+    from warrant.runner.settings import WarrantSettings, resolved_urls
+
+    settings = WarrantSettings()
+    if settings.server_url:
+        return [r.to_dict() for r in make_client().list_runs(limit=limit, status=status)]
+    from warrant.ledger.run_listing import newest_runs
+
+    return newest_runs(resolved_urls(settings)[1], limit=limit, status=status, settings=settings)
 
 
 @run_app.command("trace")

@@ -1,0 +1,69 @@
+"""``warrant run list`` without SQLAlchemy: one query through psycopg alone.
+
+Importing SQLAlchemy and the ledger's models costs a short-lived command about half a second
+on a small machine, more than the rest of ``run list`` together (``make bench-cli``). This
+module reads the same rows as :func:`warrant.ledger.reads.runs` and returns them in the shape
+of ``RunInfo.to_dict()`` (``tests/integration/test_cli.py`` checks both agree), with the same
+connection timeouts as every engine (:mod:`warrant.ledger.connect_options`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from warrant.ledger.connect_options import libpq_url, timeout_args
+from warrant.runner.errors import ServiceUnavailable
+from warrant.runner.settings import WarrantSettings
+
+__all__ = ["COLUMNS", "newest_runs"]
+
+#: ``runs`` columns, in ``RunInfo``'s order, as the keys it uses.
+COLUMNS = {
+    "id": "run_id",
+    "status": "status",
+    "phase": "phase",
+    "stop_reason": "stop_reason",
+    "step": "step",
+    "model_calls": "model_calls",
+    "tool_calls": "tool_calls",
+    "version": "version",
+    "answer": "answer",
+    "goal": "goal",
+    "subject": "subject",
+    "created_at": "created_at",
+    "finished_at": "finished_at",
+    "idempotency_key": "idempotency_key",
+    "started_by": "started_by",
+    "trace_id": "trace_id",
+}
+
+
+def newest_runs(
+    url: str, *, limit: int, status: str | None = None, settings: WarrantSettings | None = None
+) -> list[dict[str, Any]]:
+    """The newest runs first (only those at ``status``, if given), as ``RunInfo.to_dict()``."""
+    where = "WHERE status = %(status)s " if status else ""
+    query = (
+        f"SELECT {', '.join(COLUMNS)} FROM runs {where}"  # fixed column names, values bound
+        "ORDER BY created_at DESC LIMIT %(limit)s"
+    )
+    options = timeout_args(url, settings or WarrantSettings())
+    try:
+        with psycopg.connect(libpq_url(url), **options, row_factory=dict_row) as conn:
+            rows = conn.execute(query, {"status": status, "limit": limit}).fetchall()
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ServiceUnavailable(
+            f"cannot reach the ledger database: {first}", code="DATABASE_UNAVAILABLE"
+        ) from exc
+    return [_shown(row) for row in rows]
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    shown = {key: row[column] for column, key in COLUMNS.items()}
+    shown["created_at"] = row["created_at"].isoformat()
+    shown["finished_at"] = row["finished_at"].isoformat() if row["finished_at"] else None
+    return {**shown, "confirmation_request": None, "pre_approvals": []}
