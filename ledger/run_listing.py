@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from warrant.ledger.connect_options import libpq_url, timeout_args
-from warrant.runner.errors import ServiceUnavailable
+from warrant.runner.errors import ServiceUnavailable, SettingsInvalid
 from warrant.runner.settings import WarrantSettings
 
 __all__ = ["COLUMNS", "newest_runs"]
@@ -50,10 +50,14 @@ def newest_runs(
         f"SELECT {', '.join(COLUMNS)} FROM runs {where}"  # fixed column names, values bound
         "ORDER BY created_at DESC LIMIT %(limit)s"
     )
+    if not url.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
+        raise SettingsInvalid(f"WARRANT_DATABASE_URL is not a PostgreSQL URL: {url!r}")
     options = timeout_args(url, settings or WarrantSettings())
     try:
         with psycopg.connect(libpq_url(url), **options, row_factory=dict_row) as conn:
             rows = conn.execute(query, {"status": status, "limit": limit}).fetchall()
+    except psycopg.ProgrammingError as exc:  # libpq refused the URL itself
+        raise SettingsInvalid(f"WARRANT_DATABASE_URL is not a database URL: {exc}") from exc
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ServiceUnavailable(
