@@ -8,7 +8,8 @@ its own limits, counted on its own monotonic clock from the moment the tool stag
 (before the claim, so before the database's ``started_at``: the child's deadline always falls
 inside the lease):
 
-- at the **soft** limit (the command's ``timeout_s``) ``SIGALRM`` raises
+- at the **soft** limit (the command's ``timeout_s``, plus :data:`SOFT_LIMIT_LAG_S` so that
+  the parent's own soft limit comes first while it works) ``SIGALRM`` raises
   ``SoftTimeLimitExceeded`` inside the tool, exactly as the parent's soft limit does: a read
   fails, a write is ``unknown`` (``TOOL_TIMEOUT``), and the attempt records that itself;
 - at the **hard** limit (``timeout_s`` + ``HARD_LIMIT_GRACE_S``), if the tool is still running
@@ -35,12 +36,18 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-__all__ = ["HARD_LIMIT_EXIT", "enforced", "own_deadline"]
+__all__ = ["HARD_LIMIT_EXIT", "SOFT_LIMIT_LAG_S", "enforced", "own_deadline"]
 
 log = logging.getLogger("warrant.tool")
 
 #: Exit status of a pool process that ended itself at an attempt's hard time limit.
 HARD_LIMIT_EXIT = 70
+#: The pool process's own soft limit fires this long after the parent's (Celery's
+#: ``soft_time_limit``): while the parent's timers work, its signal alone interrupts the tool,
+#: never two asynchronous exceptions a few milliseconds apart (the second one landed inside
+#: the first one's handling, and an attempt ran on to its hard limit: ``test_probe_11`` on
+#: RabbitMQ). The child's alarm is the fallback for a parent that cannot fire.
+SOFT_LIMIT_LAG_S = 0.5
 
 _enforce = False
 """Inside a Celery tool task (:func:`enforced`)."""

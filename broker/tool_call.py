@@ -135,7 +135,7 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         with (
             interrupts.interruptible(cancelled=lambda: context.is_cancelled(fresh=True)),
             deadline.own_deadline(
-                soft_at=snap.began + snap.timeout_s,
+                soft_at=snap.began + snap.timeout_s + deadline.SOFT_LIMIT_LAG_S,
                 hard_at=snap.began + snap.timeout_s + HARD_LIMIT_GRACE_S,
                 what=f"attempt {snap.attempt} of command {snap.command_id} ({tool.name})",
             ),
