@@ -161,7 +161,12 @@ def test_a_run_republished_by_the_stall_sweep_is_one_trace_with_a_service_per_ro
             for s in spans
             if s.name.startswith("run/") and s.service != RECONCILER and s.trace_id == trace_id
         ]
-        republished = [s for s in spans if s.name == republish and s.service == RECONCILER]
+        # the sweep's own re-publish of *this* run (another run's stood in for a late one)
+        republished = [
+            s
+            for s in spans
+            if s.name == republish and s.service == RECONCILER and s.trace_id == trace_id
+        ]
         return (
             names.count("planner.propose") == 2
             and {"run.start", "policy.evaluate", "tool.execute"} <= set(names)
