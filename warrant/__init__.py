@@ -56,33 +56,12 @@ if TYPE_CHECKING:
     )
 
 #: Which module each public name comes from (checked against both modules' ``__all__``).
-_RUNNER_NAMES = (
-    "BrokerUnavailable",
-    "Budgets",
-    "Client",
-    "ConfirmationRefused",
-    "Grant",
-    "HandoffNotFound",
-    "InvalidRequest",
-    "NotFound",
-    "Outcome",
-    "Rejection",
-    "RunInfo",
-    "RunNotFound",
-    "RunSpec",
-    "RunStatus",
-    "ServiceUnavailable",
-    "SpecError",
-    "StateConflict",
-    "StopReason",
-    "ToolError",
-    "ToolFailed",
-    "ToolRejected",
-    "ToolUnknown",
-    "Unauthorized",
-    "WarrantError",
-    "parse_run_spec",
-)
+#: The runner's names come from its own table (``warrant.runner._SOURCES``: that package
+#: imports nothing at import time, so reading it costs nothing).
+_RUNNER_SOURCES: dict[str, str] = {
+    name: f"warrant.runner.{module}"
+    for name, module in importlib.import_module("warrant.runner")._SOURCES.items()
+}
 _TOOLS_NAMES = (
     "ConfirmationPolicy",
     "DepsContext",
@@ -94,9 +73,7 @@ _TOOLS_NAMES = (
     "ToolInput",
     "ToolOutput",
 )
-_SOURCES = {name: "warrant.runner" for name in _RUNNER_NAMES} | {
-    name: "warrant.tools" for name in _TOOLS_NAMES
-}
+_SOURCES = _RUNNER_SOURCES | {name: "warrant.tools" for name in _TOOLS_NAMES}
 
 __all__ = [
     "BrokerUnavailable",
