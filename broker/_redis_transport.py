@@ -24,6 +24,17 @@ the same traceback). This channel therefore
 * raises ``redis.ConnectionError`` (which Celery handles: it logs and reconnects) rather than
   ``AttributeError`` if it is used with no parameters at all.
 
+Reading the fan-out only when there is something to read (issue 30): the worker's event loop
+polls a batch of readiness events, then runs their callbacks one by one. When an earlier
+callback of the batch closes a connection and a reconnect reuses its descriptor number, a
+later event of the same batch (the old socket's hang-up) is delivered for the new socket. For
+the control fan-out's subscription (pidbox: remote control, revocations) kombu then reads a
+reply that is not there: a blocking read that times out, reconnects and reads again, until
+somebody broadcasts. Measured in the multi-host suite (both tool hosts cut for 30 s while
+their pool processes died at their hard limit): after the network healed both tool workers
+sat in that read and took no command for minutes; a ``celery inspect`` released them. This
+channel reads the subscription only when its connection has data (buffered or on the socket).
+
 Used for ``redis://`` and ``redis+socket://`` broker URLs (see
 :func:`warrant.broker.app.make_app`); other schemes keep their stock transport.
 """
@@ -84,6 +95,18 @@ class Channel(kombu_redis.Channel):
         if shared is None or shared[0] is not pool:
             shared = self._shared = (pool, self._create_client())
         yield shared[1]
+
+    def _receive(self) -> bool:
+        client = self.subclient
+        connection = client.connection
+        try:
+            ready = connection is not None and connection.can_read(timeout=0)
+        except self.connection_errors:
+            self._in_listen = None  # type: ignore[assignment]  # as kombu's own read does: resubscribe after reconnecting
+            raise
+        if not ready:
+            return False  # a readiness event meant for a socket that is gone
+        return bool(super()._receive())
 
 
 class Transport(kombu_redis.Transport):

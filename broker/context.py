@@ -14,6 +14,7 @@ from warrant.broker.celery_app import deployment_app
 from warrant.broker.deps import ToolDepsSet
 from warrant.broker.publish import Publisher
 from warrant.ledger.db import engine_for
+from warrant.ledger.db_clock import DatabaseClock
 from warrant.runner.settings import WarrantSettings, resolved_urls
 from warrant.tools.contract import Tool
 from warrant.tools.plugins import registry_for
@@ -60,6 +61,7 @@ def context_for(
         publisher=publisher,
         deps=ToolDepsSet(registry, engine=engine, settings=settings, database_url=database_url),
         settings=settings,
+        clock=DatabaseClock(engine),
     )
 
 

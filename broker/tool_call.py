@@ -128,6 +128,7 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         deps=ctx.deps_for(tool),
         is_cancelled=cancel_flag(ctx, snap.run_id),
         confirmation_id=snap.confirmation_id,
+        clock=ctx.clock,
     )
     try:
         args = tool.parse_input(snap.arguments)

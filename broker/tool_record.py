@@ -79,7 +79,7 @@ def record_fast(
     # still is (else the locked path sorts it out), so the change is made from there.
     at_claim = dataclasses.replace(snap.view, version=snap.version, status=RunStatus.RUNNING)
     change, observation, go_on = _conclusion(at_claim, tool, res, snap.step, attempt_event)
-    command = {"status": "completed", "finished_at": to_datetime(time.time())}
+    command = {"status": "completed", "finished_at": to_datetime(ctx.clock())}
     try:
         with autocommit(ctx.engine) as conn:
             version = commit(
@@ -114,7 +114,7 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
             return record_late(ctx, s, run, cmd, tool, late_outcome(res, snap.attempt), outbox)
         duration_ms = None
         if cmd.started_at is not None:
-            duration_ms = round((time.time() - cmd.started_at.timestamp()) * 1000, 1)
+            duration_ms = round((ctx.clock() - cmd.started_at.timestamp()) * 1000, 1)
         attempt_event = _attempt_event(tool, res, snap.attempt, duration_ms)
         if (
             res.status is Outcome.FAILED

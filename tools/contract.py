@@ -110,8 +110,12 @@ class ToolContext:
     """Has the run been cancelled? Backed by the ledger; poll it at safe points
     (``is_cancelled(fresh=True)`` skips the short cache)."""
 
+    clock: Callable[[], float] = field(default=time.time)
+    """Now, in epoch seconds on the database's clock (the one ``deadline_at`` is on), as the
+    worker reads it: this host's clock corrected by its measured offset."""
+
     def remaining_s(self) -> float:
-        return max(0.0, self.deadline_at - time.time())
+        return max(0.0, self.deadline_at - self.clock())
 
     @property
     def fencing_token(self) -> tuple[str, int]:
