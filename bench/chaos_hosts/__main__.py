@@ -64,10 +64,15 @@ class Round:
     workers: dict[str, list[subprocess.Popen[Any]]] = field(default_factory=dict)
     holders: list[str] = field(default_factory=list)
     """The lab hosts whose tool workers held an attempt when the fault came."""
+    builds: dict[str, str] = field(default_factory=dict)
+    """``WARRANT_TOOLS`` per host, where a scenario sets it (a rolling upgrade's builds)."""
 
-    def spawn_tool(self, host: str, *, hostname: str | None = None, skew: str = "") -> None:
+    def spawn_tool(
+        self, host: str, *, hostname: str | None = None, skew: str = "", tools: str = ""
+    ) -> None:
         argv = [*CLI, "worker", "--role", "tool", "--concurrency", "2", "--loglevel", "info"]
         env = {**self.lab.env(host), **self.env}
+        env |= {"WARRANT_TOOLS": tools} if tools else _build_env(self, host)
         if skew:  # libfaketime preloaded: this host's clocks, all moved by the same offset
             # (monotonic too: with it left alone, libfaketime turns an absolute sleep into an
             # invalid one). Not the faketime wrapper: its semaphore is named by pid, and two
@@ -87,6 +92,7 @@ class Round:
 
     def spawn_control(self) -> None:
         env = {**self.lab.env("control"), **self.env}
+        env |= _build_env(self, "control")
         for role in ("planner", "policy", "reconciler"):
             argv = [*CLI, "worker", "--role", role, "--loglevel", "info"]
             proc = self.lab.spawn(
@@ -116,6 +122,10 @@ class Scenario:
     skew_b: str = ""
     runs: int = 4
     slow_s: float = 3.0
+    versions: str = "1"
+    """The ``issue_refund`` versions the runs propose, in turn."""
+    builds: tuple[tuple[str, str], ...] = ()
+    """(host, ``WARRANT_TOOLS``) where a host runs another build than the demo's."""
 
 
 def _cut_holders(seconds: float, *, port: int | None = None) -> Callable[[Round], None]:
@@ -155,6 +165,21 @@ def _kill_holders(*, power_off: bool) -> Callable[[Round], None]:
     return fault
 
 
+_OLD_BUILD = "warrant.tools.demo:plugin"  # issue_refund 1
+_NEW_BUILD = "bench.chaos_hosts.upgrade:v2_only"
+_BOTH = "bench.chaos_hosts.upgrade:both"
+
+
+def _upgrade_holders(r: Round) -> None:
+    """The rolling upgrade's next step, mid-write: each holder's worker is stopped (a warm
+    shutdown: its attempt finishes first) and started again on the build that serves both
+    versions, while the other host keeps serving version 2 only."""
+    for host in r.holders:
+        for proc in r.workers.pop(host, []):
+            r.lab.stop(proc, timeout=60)
+        r.spawn_tool(host, tools=_BOTH)
+
+
 def _nothing(r: Round) -> None:
     """No fault: the stall sweep's re-deliveries alone test who may take over an attempt."""
 
@@ -170,6 +195,20 @@ SCENARIOS = (
     Scenario("clock-ahead-120s", _nothing, skew_b="+120s"),
     Scenario("clock-behind-120s", _nothing, skew_b="-120s"),
     Scenario("two-hosts-one-hostname", _nothing, twins=True, short=True),
+    # tool-a runs the old build (refund 1), tool-b a new one (refund 2 only); runs propose 1
+    # and 2 in turn, so tool-b is handed commands for 1 it must leave for a capable worker
+    Scenario(
+        "rolling-upgrade",
+        _upgrade_holders,
+        runs=6,
+        versions="1,2",
+        builds=(
+            ("control", _BOTH),
+            ("producer", _BOTH),
+            ("tool-a", _OLD_BUILD),
+            ("tool-b", _NEW_BUILD),
+        ),
+    ),
 )
 
 
@@ -217,8 +256,12 @@ def _ready(r: Round, *, timeout: float = 120) -> None:
     raise TimeoutError(f"scenario {r.index}: workers not registered after {timeout}s")
 
 
+def _build_env(r: Round, host: str) -> dict[str, str]:
+    return {"WARRANT_TOOLS": r.builds[host]} if host in r.builds else {}
+
+
 def run_scenario(lab: Lab, index: int, scenario: Scenario, *, bound: float) -> dict[str, Any]:
-    r = Round(lab, index, _prepare(lab, index))
+    r = Round(lab, index, _prepare(lab, index), builds=dict(scenario.builds))
     started = time.monotonic()
     try:
         r.spawn_control()
@@ -230,10 +273,11 @@ def run_scenario(lab: Lab, index: int, scenario: Scenario, *, bound: float) -> d
             lab.command(
                 "producer",
                 [sys.executable, "-m", "bench.chaos_hosts.driver", "--runs", str(scenario.runs),
-                 "--slow", str(scenario.slow_s), "--bound", str(bound)],
+                 "--slow", str(scenario.slow_s), "--bound", str(bound),
+                 "--versions", scenario.versions],
                 own_pids=False,
             ),
-            env={**lab.env("producer"), **r.env},
+            env={**lab.env("producer"), **r.env, **_build_env(r, "producer")},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -264,7 +308,7 @@ def run_scenario(lab: Lab, index: int, scenario: Scenario, *, bound: float) -> d
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = ["scenario", *COUNTED, "completed", "write_in_flight", "settle_max_s"]
+    head = ["scenario", *COUNTED, "completed", "write_in_flight", "redirected", "settle_max_s"]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for row in rows:
         lines.append(" | ".join(str(row.get(k, "-")) for k in head))

@@ -27,14 +27,14 @@ __all__ = ["main"]
 SETTLED = ("completed", "failed", "cancelled", "handoff")
 
 
-def refund_spec(tag: str) -> dict[str, Any]:
+def refund_spec(tag: str, *, version: str = "1") -> dict[str, Any]:
     from warrant.runner.client import scenarios as sc
 
     step = {
         "kind": "tool",
         "proposal_id": "p1",
         "tool": "issue_refund",
-        "tool_version": "1",
+        "tool_version": version,
         "arguments": {"order_id": f"ord_{tag}", "amount_cents": 1234, "currency": "EUR"},
         "reason_summary": "chaos-hosts",
         "source_observation_ids": ["user-1"],
@@ -113,8 +113,10 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
     demo.set_fault("issue_refund", "slow", times=args.runs, delay_s=args.slow)
     client = Client.from_env()
     ids = []
-    for _ in range(args.runs):
-        ids.append(client.start_run(refund_spec(uuid.uuid4().hex[:12])))
+    versions = args.versions.split(",")
+    for n in range(args.runs):
+        version = versions[n % len(versions)]
+        ids.append(client.start_run(refund_spec(uuid.uuid4().hex[:12], version=version)))
     _say(f"started {len(ids)}")
     t0 = time.monotonic()
     said_in_flight = False
@@ -144,6 +146,14 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
             ),
             {"ids": ids},
         ).all()
+    with engine.connect() as conn:
+        redirected = conn.execute(
+            text(
+                "SELECT count(*) FROM trace_events "
+                "WHERE run_id = ANY(:ids) AND event = 'tool.delivery.redirected'"
+            ),
+            {"ids": ids},
+        ).scalar_one()
     counts = report.to_dict()["counts"]
     margin = WarrantSettings().lease_margin_s
     return {
@@ -158,6 +168,7 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
         "failed": sum(1 for s in statuses.values() if s in ("failed", "cancelled")),
         "completed": sum(1 for s in statuses.values() if s == "completed"),
         "write_in_flight": said_in_flight,
+        "redirected": redirected,
         "settle_max_s": round(max(settled_at.values()), 1) if settled_at else None,
         "not_completed": [{"status": e[0], "stop_reason": e[1], "outcomes": e[2]} for e in ends],
         "findings": [f for f in report.to_dict()["findings"] if f["category"] != "handoffs"][:10],
@@ -169,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--slow", type=float, default=3.0, help="seconds each refund call takes")
     ap.add_argument("--bound", type=float, default=120.0, help="seconds the runs may take")
+    ap.add_argument("--versions", default="1", help="issue_refund versions, in turn (1,2)")
     args = ap.parse_args(argv)
     result = run_round(args)
     _say(json.dumps(result))

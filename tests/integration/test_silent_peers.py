@@ -250,3 +250,72 @@ def test_run_start_wait_honours_its_timeout_with_redis_frozen(own_pg, own_redis,
     code = json.loads(out)["error"]["code"]
     assert (proc.returncode, code) in {(5, "WAIT_TIMED_OUT"), (3, "BROKER_UNAVAILABLE")}, out
     assert took < timeout_s + GRACE_S + 4
+
+
+def _start(tmp_path: Path, *, database_url: str, broker_url: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "WARRANT_DATABASE_URL": database_url, "WARRANT_BROKER_URL": broker_url}
+    return subprocess.Popen(
+        [*CLI, "run", "start", str(_spec_file(tmp_path)), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_run_start_without_wait_ends_within_its_timeouts_with_postgres_frozen(
+    own_pg, own_redis, tmp_path
+):
+    """No ``--wait``: the insert's connection gets no answer; the command gives up after the
+    ledger's connect timeouts (``WARRANT_DB_CONNECT_TIMEOUT_S``, libpq tries twice) with
+    ``SERVICE_UNAVAILABLE``, not when the server thaws."""
+    from warrant.runner.settings import WarrantSettings
+
+    _, broker_url = own_redis
+    bound = 2 * WarrantSettings().db_connect_timeout_s + 8
+    postmaster = int((own_pg.data / "postmaster.pid").read_text().split()[0])
+    frozen = _freeze(postmaster)
+    try:
+        began = time.monotonic()
+        proc = _start(tmp_path, database_url=own_pg.url, broker_url=broker_url)
+        took, out = _ended(proc, began, within_s=bound)
+    finally:
+        _thaw(frozen)
+    print(f"run start, postgres frozen: exit {proc.returncode} after {took:.1f} s")
+    assert json.loads(out)["error"]["code"] == "SERVICE_UNAVAILABLE", out
+    assert proc.returncode != 0
+    assert took < bound
+
+
+def test_run_start_without_wait_ends_within_its_timeouts_with_redis_frozen(
+    own_pg, own_redis, tmp_path
+):
+    """No ``--wait``, the broker frozen: the run is recorded, the publish gives up after the
+    broker's socket timeout: 3 ``BROKER_UNAVAILABLE`` naming the run (the stall sweep
+    publishes it once the broker is back)."""
+    from sqlalchemy import create_engine, text
+
+    from warrant.runner.settings import WarrantSettings
+
+    redis_proc, broker_url = own_redis
+    bound = 2 * WarrantSettings().broker_socket_timeout_s + 8
+    frozen = _freeze(redis_proc.pid)
+    try:
+        began = time.monotonic()
+        proc = _start(tmp_path, database_url=own_pg.url, broker_url=broker_url)
+        took, out = _ended(proc, began, within_s=bound)
+    finally:
+        _thaw(frozen)
+    print(f"run start, redis frozen: exit {proc.returncode} after {took:.1f} s")
+    error = json.loads(out)["error"]
+    assert (proc.returncode, error["code"]) == (3, "BROKER_UNAVAILABLE"), out
+    assert took < bound
+    engine = create_engine(own_pg.url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.connect() as conn:
+            status = conn.execute(
+                text("SELECT status FROM runs WHERE id = :id"), {"id": error["run_id"]}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert status == "running"
