@@ -189,6 +189,18 @@ def _expire(ctx: StageContext, s: Any, cmd: Any, run: Any, outbox: Outbox) -> No
 
 # --- 3. stalled runs -------------------------------------------------------------------------
 
+#: The longest wait between two re-publishes of one stalled run at one version (or
+#: ``stall_after_s`` if that is longer).
+REPUBLISH_CAP_S = 60.0
+
+
+def republish_wait_s(stall_after_s: float, republished: int) -> float:
+    """How long a run must have stalled before its next re-publish, after ``republished``
+    re-publishes of its current version: ``stall_after_s``, then doubling, capped (a message
+    nobody takes is not copied into its queue every ``stall_after_s`` for as long as the
+    workers are away)."""
+    return min(stall_after_s * 2.0 ** min(republished, 30), max(stall_after_s, REPUBLISH_CAP_S))
+
 
 def _stalled_runs(
     ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
@@ -205,42 +217,50 @@ def _stalled_runs(
             if run is None or run.status != RunStatus.RUNNING:
                 continue
             version, phase = run.version, run.phase
-            # ctx.publisher publishes in the run's trace (see _in_run_traces)
-            if phase == Phase.PLANNING:
-                outbox.add(partial(ctx.publisher.planner, run_id, version))
-            elif phase == Phase.POLICY:
-                outbox.add(partial(ctx.publisher.policy, run_id, version))
-            elif phase == Phase.TOOL and run.active_command_id:
-                cmd = rows.command(s, run.active_command_id)
-                due = (
-                    cmd is not None
-                    and cmd.status == "issued"
-                    and cmd.deadline_at.timestamp() + settings.lease_margin_s < ctx.clock()
-                )
-                if not due or cmd is None:
-                    continue
-                outbox.add(
-                    partial(
-                        ctx.publisher.tool,
-                        run_id=run_id,
-                        version=version,
-                        command_id=cmd.id,
-                        tool=cmd.tool,
-                        soft_time_limit=cmd.timeout_s,
-                        time_limit=cmd.timeout_s + HARD_LIMIT_GRACE_S,
-                    )
-                )
-            else:
+            republished = run.republish_count if run.republish_version == version else 0
+            waited = ctx.clock() - run.updated_at.timestamp()
+            if waited < republish_wait_s(settings.stall_after_s, republished):
                 continue
+            message = _message_of(ctx, settings, s, run)
+            if message is None:
+                continue
+            outbox.add(message)
             sweeps.touch_run(s, run_id)
-            append_events(
-                s,
-                run_id,
-                [("run.republished", {"phase": phase, "version": version})],
-                step=run.step,
-            )
+            run.republish_version, run.republish_count = version, republished + 1
+            details = {"phase": phase, "version": version, "attempt": republished + 1}
+            append_events(s, run_id, [("run.republished", details)], step=run.step)
             report.republished += 1
         outbox.flush()
+
+
+def _message_of(
+    ctx: StageContext, settings: WarrantSettings, s: Any, run: Any
+) -> Callable[[], Any] | None:
+    """The message that carries a stalled ``run`` on from its phase (None: nothing to
+    re-publish: a tool command still within its lease, or no command). ``ctx.publisher``
+    publishes in the run's trace (see ``_in_run_traces``)."""
+    if run.phase == Phase.PLANNING:
+        return partial(ctx.publisher.planner, run.id, run.version)
+    if run.phase == Phase.POLICY:
+        return partial(ctx.publisher.policy, run.id, run.version)
+    if run.phase != Phase.TOOL or not run.active_command_id:
+        return None
+    cmd = rows.command(s, run.active_command_id)
+    if (
+        cmd is None
+        or cmd.status != "issued"
+        or cmd.deadline_at.timestamp() + settings.lease_margin_s >= ctx.clock()
+    ):
+        return None
+    return partial(
+        ctx.publisher.tool,
+        run_id=run.id,
+        version=run.version,
+        command_id=cmd.id,
+        tool=cmd.tool,
+        soft_time_limit=cmd.timeout_s,
+        time_limit=cmd.timeout_s + HARD_LIMIT_GRACE_S,
+    )
 
 
 # --- 4. expired confirmations ----------------------------------------------------------------

@@ -83,6 +83,10 @@ class Run(Base):
     spec_hash: Mapped[str | None] = mapped_column(String(64))
     """sha256 of the canonical JSON of the validated spec."""
     started_by: Mapped[str | None] = mapped_column(String(200))
+    republish_version: Mapped[int | None] = mapped_column(Integer)
+    """The version the stalled-run sweep last re-published (migration 0015)."""
+    republish_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """How many times in a row it re-published that version: the next waits longer."""
 
     __table_args__ = (
         Index("ix_runs_status", "status"),
