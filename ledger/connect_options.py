@@ -27,8 +27,13 @@ def timeout_args(
     bound: ``connect_timeout``, TCP keepalives and ``tcp_user_timeout`` (ignored by libpq on a
     Unix socket, where the kernel sees the peer die), and the server-side
     ``statement_timeout`` and ``idle_in_transaction_session_timeout`` (a session whose client
-    vanished inside a transaction is ended, its locks released). ``server``: more server
-    settings (``-c name=value``). A parameter the URL sets itself is left as the URL says."""
+    vanished inside a transaction is ended, its locks released), and the same keepalives and
+    user timeout on the *server's* side of the connection (``tcp_keepalives_*``,
+    ``tcp_user_timeout``): a session whose host vanished while it sat idle is ended within
+    about the larger of ``idle + interval * count`` and the user timeout (30 s by default;
+    measured 30.7 s, ``tests/integration/test_hosts.py``) instead of the system's two hours.
+    ``server``: more server settings (``-c name=value``). A parameter the URL sets itself is
+    left as the URL says."""
     s = settings
     args: dict[str, Any] = {
         "connect_timeout": s.db_connect_timeout_s,
@@ -45,6 +50,10 @@ def timeout_args(
         "idle_in_transaction_session_timeout": str(
             round(s.db_idle_in_transaction_timeout_s * 1000)
         ),
+        "tcp_keepalives_idle": str(s.db_keepalives_idle_s),
+        "tcp_keepalives_interval": str(s.db_keepalives_interval_s),
+        "tcp_keepalives_count": str(s.db_keepalives_count),
+        "tcp_user_timeout": str(round(s.db_tcp_user_timeout_s * 1000)),
         **(server or {}),
     }
     options = " ".join(f"-c {name}={value}" for name, value in gucs.items())

@@ -82,3 +82,66 @@ def test_every_tool_worker_on_one_host_and_on_another_shows_in_tools_check(lab):
     left = wait_for(two_left, timeout=60, what="the stopped worker's row removed")
     assert {w["process"] for w in left["workers"]} < processes
     assert left["ok"]  # the narrowed worker and host two's still serve every queue
+
+
+_HOLD_A_SESSION = """
+import sys, time
+from sqlalchemy import text
+from warrant.ledger.db import engine_for
+engine = engine_for(sys.argv[1])
+conn = engine.connect()
+print(conn.execute(text("SELECT pg_backend_pid()")).scalar_one(), flush=True)
+conn.commit()  # idle, not in a transaction: only the server's keepalives can end it
+time.sleep(3600)
+"""
+
+_SESSION_ALIVE = """
+import sys
+import psycopg
+with psycopg.connect(sys.argv[1], connect_timeout=5) as conn:
+    row = conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (int(sys.argv[2]),))
+    sys.exit(0 if row.fetchone() else 1)
+"""
+
+
+def test_a_host_that_vanishes_leaves_no_session_on_postgres_for_long(lab):
+    """Host ``one`` holds an idle ledger connection, then loses power (its packets dropped,
+    its processes killed: no FIN, no reset). The server's own keepalives, which every ledger
+    connection sets (``tcp_keepalives_*``, ``tcp_user_timeout``, which also bounds unanswered
+    probes), end that session within about the larger of idle + interval * count and the user
+    timeout (30 s by default), not the system's two hours."""
+    import subprocess
+    import time
+
+    from bench.chaos_hosts import net
+    from warrant.runner.settings import WarrantSettings
+
+    holder = subprocess.Popen(
+        lab.command("one", [sys.executable, "-c", _HOLD_A_SESSION, lab.database_url]),
+        env=lab.env("one"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        backend = int(holder.stdout.readline())
+
+        def alive() -> bool:
+            argv = [sys.executable, "-c", _SESSION_ALIVE, lab.database_url, str(backend)]
+            return lab.run("two", argv, timeout=30).returncode == 0
+
+        assert alive()
+        net.cut(lab, "one")
+        net.kill_host(lab, "one")
+        cut_at = time.monotonic()
+        s = WarrantSettings()
+        probes = s.db_keepalives_idle_s + s.db_keepalives_interval_s * s.db_keepalives_count
+        bound = max(probes, s.db_tcp_user_timeout_s)
+        wait_for(lambda: not alive(), timeout=bound + 20, what="the vanished host's session ended")
+        print(f"vanished host's session ended after {time.monotonic() - cut_at:.1f} s")
+    finally:
+        net.heal(lab, "one")
+        holder.kill()
+        holder.wait(10)
+        if holder.stdout is not None:
+            holder.stdout.close()

@@ -17,7 +17,9 @@ def test_every_ledger_connection_gives_up_on_a_silent_server():
     assert (args["keepalives_interval"], args["keepalives_count"]) == (5, 3)
     assert args["tcp_user_timeout"] == 30_000
     assert args["options"] == (
-        "-c statement_timeout=60000 -c idle_in_transaction_session_timeout=60000"
+        "-c statement_timeout=60000 -c idle_in_transaction_session_timeout=60000 "
+        "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 "
+        "-c tcp_user_timeout=30000"  # the server's side: a vanished host's session ends
     )
 
 
@@ -30,6 +32,8 @@ def test_the_url_and_the_settings_override_the_ledger_defaults():
     assert "connect_timeout" not in args  # the URL's own is kept
     assert args["options"] == (
         "-c statement_timeout=0 -c idle_in_transaction_session_timeout=60000 "
+        "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 "
+        "-c tcp_user_timeout=30000 "
         "-c synchronous_commit=off -c statement_timeout=5s"  # the URL's last: it wins
     )
 
