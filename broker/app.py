@@ -64,24 +64,34 @@ def _close_process(**_: object) -> None:
     telemetry.shutdown()
 
 
-def _is_solo(worker: Any) -> bool:
+def _pool_name(worker: Any) -> str:
     pool = worker.pool_cls  # at worker_init: the ``-P`` name or a class
-    return pool == "solo" or getattr(pool, "__module__", "").endswith(".solo")
+    if isinstance(pool, str):
+        return pool
+    return str(getattr(pool, "__module__", "")).rpartition(".")[2]
+
+
+def _in_process(worker: Any) -> bool:
+    """Does this worker run its tasks in its own process (solo, threads) rather than forked
+    pool processes?"""
+    return _pool_name(worker) in ("solo", "threads", "thread")
 
 
 @worker_init.connect
-def _init_solo_worker(sender: Any = None, **_: object) -> None:
-    """A solo worker (a one-process planner or policy worker) runs its tasks in this process:
-    it traces here, having no pool process to do it. It sends no AMQP heartbeats: a task holds
-    the event loop that sends them, and a model call longer than two beats would make RabbitMQ
-    close the connection (py-amqp's TCP keepalive still notices a dead peer)."""
-    if sender is None or not _is_solo(sender):
+def _init_in_process_worker(sender: Any = None, **_: object) -> None:
+    """A solo worker (a one-process policy worker) or a threads-pool worker (the planner) runs
+    its tasks in this process: it traces here, having no pool process to do it. A solo worker
+    sends no AMQP heartbeats: a task holds the event loop that sends them, and a model call
+    longer than two beats would make RabbitMQ close the connection (py-amqp's TCP keepalive
+    still notices a dead peer); a threads-pool worker's loop stays free and keeps them."""
+    if sender is None or not _in_process(sender):
         return
-    sender.app.conf.broker_heartbeat = 0
+    if _pool_name(sender) == "solo":
+        sender.app.conf.broker_heartbeat = 0
     telemetry.configure(service_name=telemetry.WORKER_SERVICE)
 
 
 @worker_shutdown.connect
-def _close_solo_worker(sender: Any = None, **_: object) -> None:
-    if sender is not None and _is_solo(sender):
+def _close_in_process_worker(sender: Any = None, **_: object) -> None:
+    if sender is not None and _in_process(sender):
         _close_process()

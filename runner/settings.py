@@ -55,6 +55,10 @@ class WarrantSettings(BaseSettings):
     has been idle this long: a reconciler that vanishes (host lost, process frozen) holds it
     at most this long; a live one renews it every third of it."""
 
+    planner_concurrency: int = Field(default=64, ge=1, le=1024)
+    """Model calls one planner worker process holds in flight (the threads of its Celery
+    threads pool) when ``warrant worker``/``warrant up`` are not told otherwise."""
+
     db_connect_timeout_s: int = Field(default=5, ge=0)
     """libpq ``connect_timeout``: give up on a connection (TCP and start-up) after this long
     (0: never)."""

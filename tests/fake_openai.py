@@ -8,6 +8,8 @@ Replies are scripted per model name, in order; each script item is a reply or a 
 ``{"status": 429, "retry_after": 1}`` / ``{"status": 500}`` / ``{"status": 400}``
 ``{"delay": 5, ...}``             wait before answering (to be cut by a deadline)
 ``usage`` (optional) on any reply: ``{"prompt_tokens": n, "completion_tokens": m}``
+
+``in_flight`` and ``peak_in_flight`` count the requests being answered at once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class FakeOpenAI:
         self.scripts: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.in_flight = 0
+        self.peak_in_flight = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -31,6 +35,16 @@ class FakeOpenAI:
                 return
 
             def do_POST(self) -> None:
+                with server.lock:
+                    server.in_flight += 1
+                    server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
+                try:
+                    self._answer()
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+            def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server.lock:

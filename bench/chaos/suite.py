@@ -21,9 +21,10 @@ from bench.chaos.servers import TempPostgres, TempRedis
 __all__ = ["main"]
 
 SETTLED = {"completed", "failed", "cancelled", "needs_input", "handoff"}
-#: Processes per role. One planner process: its worker runs on the solo pool (``role_pool``),
-#: so both pools of the stage roles are under the faults.
-ROLES: dict[str, int] = {"planner": 1, "policy": 2, "tool": 3, "reconciler": 1}
+#: Processes per role (the planner: threads of its one process, the default
+#: ``WARRANT_PLANNER_CONCURRENCY`` when None). The planner runs on the threads pool, policy on
+#: prefork (two processes; ``role_pool``), so every pool warrant deploys is under the faults.
+ROLES: dict[str, int | None] = {"planner": None, "policy": 2, "tool": 3, "reconciler": 1}
 
 
 def _say(msg: str, quiet: bool = False) -> None:
@@ -173,6 +174,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         from warrant.runner.client.roles import (
             beat_command,
             celery_worker_command,
+            role_concurrency,
             role_pool,
             role_queues,
         )
@@ -189,9 +191,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                         "warrant.broker.app",
                         role_queues(role),
                         node=f"{role}@chaos",
-                        concurrency=conc,
+                        concurrency=role_concurrency(role, conc),
                         events=False,
-                        pool=role_pool(role, conc),
+                        pool=role_pool(role, role_concurrency(role, conc)),
                     )
                 ),
             )

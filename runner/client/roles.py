@@ -13,10 +13,12 @@ from warrant.runner.settings import WarrantSettings
 __all__ = [
     "ROLES",
     "SOLO_ROLES",
+    "THREADED_ROLES",
     "beat_command",
     "celery_worker_command",
     "default_node",
     "role_of_node",
+    "role_concurrency",
     "role_pool",
     "role_queues",
     "worker_command",
@@ -27,7 +29,12 @@ ROLES = ("planner", "policy", "tool", "reconciler")
 #: (the tool role's hard limits and revocation need prefork). With one process they run on
 #: Celery's solo pool: the task runs in the consuming process, no fork, no pipe between the
 #: consumer and a pool child (measured: about a third less worker CPU per stage hop).
-SOLO_ROLES = ("planner", "policy")
+SOLO_ROLES = ("policy",)
+#: Roles whose tasks mostly wait (a model call takes seconds): Celery's threads pool, so one
+#: process holds many calls in flight (``WARRANT_PLANNER_CONCURRENCY`` threads by default).
+#: Safe because a planner step has no time limit to enforce and nothing to terminate: the
+#: model call is bounded by its own HTTP timeout and the run's deadline (issue 31).
+THREADED_ROLES = ("planner",)
 
 
 def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
@@ -47,9 +54,22 @@ def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
 
 
 def role_pool(role: str, concurrency: int) -> str:
-    """The Celery pool a worker of ``role`` runs: ``solo`` for a one-process planner or policy
-    worker (:data:`SOLO_ROLES`), else ``prefork``."""
+    """The Celery pool a worker of ``role`` runs: ``threads`` for the planner
+    (:data:`THREADED_ROLES`), ``solo`` for a one-process policy worker (:data:`SOLO_ROLES`),
+    else ``prefork``."""
+    if role in THREADED_ROLES:
+        return "threads"
     return "solo" if role in SOLO_ROLES and concurrency == 1 else "prefork"
+
+
+def role_concurrency(role: str, concurrency: int | None) -> int:
+    """``-c`` for a worker of ``role``: ``concurrency`` if given; else, for a threaded role,
+    ``WARRANT_PLANNER_CONCURRENCY`` (model calls one process holds at once), otherwise 1."""
+    if concurrency is not None:
+        return concurrency
+    if role in THREADED_ROLES:
+        return WarrantSettings().planner_concurrency
+    return 1
 
 
 def celery_worker_command(
@@ -107,7 +127,7 @@ def worker_command(
     *,
     tools: Sequence[str] | None = None,
     queues: Sequence[str] | None = None,
-    concurrency: int = 1,
+    concurrency: int | None = None,
     loglevel: str = "warning",
     name: str | None = None,
     events: bool = True,
@@ -126,6 +146,7 @@ def worker_command(
                 code="UNKNOWN_QUEUE",
             )
         own = [q for q in own if q in set(queues)]
+    concurrency = role_concurrency(role, concurrency)
     return celery_worker_command(
         "warrant.broker.app",
         own,

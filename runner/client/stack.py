@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from warrant.runner.client.embedded import EmbeddedServices, reap_stray_servers, stop_server
 from warrant.runner.client.roles import (
+    THREADED_ROLES,
     beat_command,
     celery_worker_command,
     role_of_node,
@@ -100,7 +101,12 @@ class Stack:
         for role in roles:
             self.workers.spawn(
                 role,
-                worker_command(role, concurrency=self.concurrency, loglevel=self.loglevel),
+                worker_command(
+                    role,
+                    # the planner's threads are WARRANT_PLANNER_CONCURRENCY, not processes
+                    concurrency=None if role in THREADED_ROLES else self.concurrency,
+                    loglevel=self.loglevel,
+                ),
                 log=logs / f"{role}.log",
             )
         if with_beat:

@@ -62,7 +62,8 @@ def _consumed(env: dict[str, str] | None = None) -> tuple[list[str], set[str]]:
         tools = args["tools"].split(",") if args.get("tools") else None
         roles.add(args["role"])
         queues = role_queues(args["role"], tools=tools)  # raises on unknown role/tool
-        worker_command(args["role"], tools=tools, concurrency=int(args["concurrency"]))
+        given = args.get("concurrency")
+        worker_command(args["role"], tools=tools, concurrency=int(given) if given else None)
         consumed += queues
     return consumed, roles
 

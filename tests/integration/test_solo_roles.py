@@ -1,4 +1,5 @@
-"""One-process planner and policy workers run on Celery's solo pool (``role_pool``).
+"""The planner runs on Celery's threads pool, a one-process policy worker on the solo pool
+(``role_pool``).
 
 The task runs in the consuming process: no pool child, no pipe. What prefork gave those roles
 must still hold: a run goes through them, and a worker that dies between its commit and its
@@ -35,13 +36,21 @@ ROLE_QUEUES = {
 }
 
 
-def test_one_process_planner_and_policy_workers_are_solo_and_tools_stay_prefork() -> None:
+def test_the_planner_is_threaded_policy_solo_and_tools_stay_prefork() -> None:
     """Time limits and revoke-terminate need a pool child: the tool role keeps prefork at any
-    size; planner and policy keep it when they run several processes."""
-    assert [role_pool(r, 1) for r in ROLE_QUEUES] == ["solo", "solo", "prefork", "prefork"]
-    assert {role_pool(r, 2) for r in ROLE_QUEUES} == {"prefork"}
+    size, policy when it runs several processes; the planner waits on models on threads, by
+    default ``WARRANT_PLANNER_CONCURRENCY`` of them."""
+    from warrant.runner.settings import WarrantSettings
+
+    assert [role_pool(r, 1) for r in ROLE_QUEUES] == ["threads", "solo", "prefork", "prefork"]
+    assert [role_pool(r, 2) for r in ROLE_QUEUES] == ["threads", "prefork", "prefork", "prefork"]
     command = worker_command("policy")
     assert command[command.index("-P") + 1] == "solo"
+    command = worker_command("planner")
+    assert command[command.index("-P") + 1] == "threads"
+    assert command[command.index("-c") + 1] == str(WarrantSettings().planner_concurrency)
+    command = worker_command("planner", concurrency=8)
+    assert command[command.index("-c") + 1] == "8"
 
 
 @pytest.fixture

@@ -64,7 +64,14 @@ def worker(
             "process.",
         ),
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1)] = 1,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Pool processes (the planner: threads, default WARRANT_PLANNER_CONCURRENCY); "
+            "default 1.",
+        ),
+    ] = None,
     loglevel: Annotated[str, typer.Option()] = "info",
     as_json: JsonOpt = False,
 ) -> None:

@@ -1,0 +1,75 @@
+"""One planner process holds many model calls at once (issue 31): the planner role runs on
+Celery's threads pool (``role_pool``), so runs waiting on a slow model wait side by side,
+not one after another.
+
+The fact asserted is counted by the model server itself: how many of its requests were being
+answered at the same moment, all sent by the one planner process of the test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import facts
+from tests.conftest import LIVE_WORKERS, WorkerProcess
+from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
+from warrant.runner.client.roles import role_concurrency, role_pool
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+RUNS = 24
+MODEL_LATENCY_S = 1.0
+
+
+@pytest.fixture
+def one_threaded_planner(worker: WorkerProcess, tmp_path: Path) -> Iterator[WorkerProcess]:
+    """The session's workers that consume the planner queue are stopped meanwhile; one
+    planner worker on the pool ``warrant worker`` chooses (threads) takes the queue, and a
+    prefork worker the rest of what they served."""
+    paused = [w for w in LIVE_WORKERS if w.proc.poll() is None and "planner" in w.queues]
+    rest = sorted({q for w in paused for q in w.queues} - {"planner"})
+    for w in paused:
+        w.stop()
+    try:
+        threads = role_concurrency("planner", None)
+        planner = WorkerProcess(
+            ["planner"],
+            name="threaded-planner",
+            concurrency=threads,
+            pool=role_pool("planner", threads),
+            log=tmp_path / "planner.log",
+        )
+        others = WorkerProcess(rest, name="not-planner", concurrency=2, log=tmp_path / "rest.log")
+        with planner.serving(), others.serving():
+            yield planner
+    finally:
+        for w in paused:
+            w.restart()
+
+
+def test_runs_waiting_on_a_slow_model_wait_together_in_one_planner_process(
+    engine: Any, client: Any, one_threaded_planner: WorkerProcess, fake_openai: Any
+) -> None:
+    models = [f"slow-{uuid.uuid4().hex[:8]}" for _ in range(RUNS)]
+    for name in models:  # each run's own script: a search, then the final answer, each 1 s
+        fake_openai.script(
+            name,
+            [
+                {"delay": MODEL_LATENCY_S, "call": SEARCH_CALL},
+                {"delay": MODEL_LATENCY_S, "call": FINAL},
+            ],
+        )
+    runs = [client.start_run(llm_spec(fake_openai, name)) for name in models]
+    for run_id in runs:
+        info = client.wait(run_id, timeout=120)
+        assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), run_id
+        assert info.model_calls == 2
+        assert facts.commands(engine, run_id) == 1
+    # one process, one thread per waiting call: most of the runs' calls were in flight at once
+    # (the solo pool it replaces held exactly one)
+    print(f"peak model calls in flight: {fake_openai.peak_in_flight} of {RUNS} runs")
+    assert fake_openai.peak_in_flight >= RUNS // 2
