@@ -137,12 +137,13 @@ class Supervisor:
 
     def _solo(self, label: str) -> bool:
         command = next(s.command for s in self._specs if s.label == label)
-        return "-P" in command and command[command.index("-P") + 1] == "solo"
+        # solo and threads: the tasks run in the main process (no pool child)
+        return "-P" in command and command[command.index("-P") + 1] in ("solo", "threads")
 
     def kill(self, label: str, what: str, rng: random.Random) -> str | None:
         """SIGKILL ``label``'s main process or one of its pool children; None if there was
-        nothing alive to kill (the caller tries again later). A solo worker (no pool child)
-        runs its tasks in its main process: "child" kills that."""
+        nothing alive to kill (the caller tries again later). A solo or threads-pool worker
+        (no pool child) runs its tasks in its main process: "child" kills that."""
         if what == "child" and self._solo(label):
             what = "parent"
         if what == "child":
