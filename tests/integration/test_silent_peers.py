@@ -263,6 +263,20 @@ def _start(tmp_path: Path, *, database_url: str, broker_url: str) -> subprocess.
     )
 
 
+def _start_with_frozen(
+    pid: int, tmp_path: Path, *, database_url: str, broker_url: str, bound: float
+) -> tuple[subprocess.Popen[str], float, str]:
+    """``run start`` (no ``--wait``) while ``pid`` is frozen: the process, seconds, stdout."""
+    frozen = _freeze(pid)
+    try:
+        began = time.monotonic()
+        proc = _start(tmp_path, database_url=database_url, broker_url=broker_url)
+        took, out = _ended(proc, began, within_s=bound)
+    finally:
+        _thaw(frozen)
+    return proc, took, out
+
+
 def test_run_start_without_wait_ends_within_its_timeouts_with_postgres_frozen(
     own_pg, own_redis, tmp_path
 ):
@@ -274,13 +288,9 @@ def test_run_start_without_wait_ends_within_its_timeouts_with_postgres_frozen(
     _, broker_url = own_redis
     bound = 2 * WarrantSettings().db_connect_timeout_s + 8
     postmaster = int((own_pg.data / "postmaster.pid").read_text().split()[0])
-    frozen = _freeze(postmaster)
-    try:
-        began = time.monotonic()
-        proc = _start(tmp_path, database_url=own_pg.url, broker_url=broker_url)
-        took, out = _ended(proc, began, within_s=bound)
-    finally:
-        _thaw(frozen)
+    proc, took, out = _start_with_frozen(
+        postmaster, tmp_path, database_url=own_pg.url, broker_url=broker_url, bound=bound
+    )
     print(f"run start, postgres frozen: exit {proc.returncode} after {took:.1f} s")
     assert json.loads(out)["error"]["code"] == "SERVICE_UNAVAILABLE", out
     assert proc.returncode != 0
@@ -299,13 +309,9 @@ def test_run_start_without_wait_ends_within_its_timeouts_with_redis_frozen(
 
     redis_proc, broker_url = own_redis
     bound = 2 * WarrantSettings().broker_socket_timeout_s + 8
-    frozen = _freeze(redis_proc.pid)
-    try:
-        began = time.monotonic()
-        proc = _start(tmp_path, database_url=own_pg.url, broker_url=broker_url)
-        took, out = _ended(proc, began, within_s=bound)
-    finally:
-        _thaw(frozen)
+    proc, took, out = _start_with_frozen(
+        redis_proc.pid, tmp_path, database_url=own_pg.url, broker_url=broker_url, bound=bound
+    )
     print(f"run start, redis frozen: exit {proc.returncode} after {took:.1f} s")
     error = json.loads(out)["error"]
     assert (proc.returncode, error["code"]) == (3, "BROKER_UNAVAILABLE"), out
