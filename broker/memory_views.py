@@ -20,7 +20,7 @@ from warrant.runner.memory_view import (
 from warrant.runner.views import RunView
 from warrant.tools.registry import Registry
 
-__all__ = ["POLICY_OBSERVATION_TTL_STEPS", "load_view", "view_from_row"]
+__all__ = ["POLICY_OBSERVATION_TTL_STEPS", "built_event", "load_view", "view_from_row"]
 
 #: A refusal stays in the planner's view for this many steps after it happened.
 POLICY_OBSERVATION_TTL_STEPS = 3
@@ -100,3 +100,14 @@ def load_view(
     if row is None:
         return None
     return view_from_row(row, run_view(row), registry=registry)
+
+
+def built_event(memory: Any) -> tuple[str, dict[str, Any]]:
+    """The ``observation.built`` event: what the planner was shown (sizes and a hash)."""
+    details = {
+        "items": len(memory.items),
+        "tools": len(memory.tools),
+        "preferences": len(memory.preferences),
+        "view_hash": memory.view_hash(),
+    }
+    return ("observation.built", details)

@@ -18,7 +18,12 @@ from typing import Any
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
-from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
+from warrant.broker.memory_views import (
+    POLICY_OBSERVATION_TTL_STEPS,
+    built_event,
+    view_from_row,
+)
+from warrant.broker.model_call import cancel_signal, charge_late
 from warrant.broker.publish import Outbox
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
@@ -33,6 +38,7 @@ from warrant.ledger.repo import (
 )
 from warrant.ledger.stage_loads import autocommit, load_planning
 from warrant.ledger.sweeps import touch_run
+from warrant.runner import cancellation
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
     ObservationKind,
@@ -121,7 +127,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         counters = {"model_calls": view.model_calls} if retries.calls else None
         return _stop(ctx, view, stop, counters=counters)
     memory = view_from_row(row, view, registry=ctx.registry)
-    built = _built(memory)
+    built = built_event(memory)
     answer = _ask(ctx, spec, view, memory)
     later = answer.later
     if later is not None:
@@ -161,6 +167,8 @@ def _conclude(
                 )
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)
+        if answer.calls:  # the model was called (and billed) all the same
+            charge_late(ctx, view, answer.usage, answer.calls, answer.failed, step=step)
         return "ignored"
     crash_point("planner:after_commit", view.run_id)
     if result[1] is not None:
@@ -199,21 +207,14 @@ def _planner_later(ctx: StageContext, run_id: str, version: int, delay_s: float)
     ctx.publisher.planner(run_id, version, countdown=delay_s if delay_s > 0 else None)
 
 
-def _built(memory: Any) -> tuple[str, dict[str, Any]]:
-    """The ``observation.built`` event: what the planner was shown (sizes and a hash)."""
-    details = {
-        "items": len(memory.items),
-        "tools": len(memory.tools),
-        "preferences": len(memory.preferences),
-        "view_hash": memory.view_hash(),
-    }
-    return ("observation.built", details)
-
-
 def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> _Answer:
     """The planner's reply, its failure, or its request to be asked later."""
     try:
-        with telemetry.span("planner.propose", run_id=view.run_id, step=view.step + 1):
+        with (
+            cancel_signal(ctx, spec, view.run_id) as signal,
+            cancellation.bound(signal),
+            telemetry.span("planner.propose", run_id=view.run_id, step=view.step + 1),
+        ):
             reply = planner_for(
                 spec,
                 prices=ctx.settings.model_prices,

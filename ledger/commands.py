@@ -10,7 +10,13 @@ from sqlalchemy import Connection, text
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.stage_loads import CMD_COLUMNS, RUN_COLUMNS
 
-__all__ = ["beat_commands", "claim_command", "discard_command", "start_command"]
+__all__ = [
+    "beat_commands",
+    "cancelled_among",
+    "claim_command",
+    "discard_command",
+    "start_command",
+]
 
 
 _START = Compiled.text(
@@ -168,3 +174,13 @@ def beat_commands(conn: Connection, command_ids: list[str], *, worker: str) -> d
     here). A command missing from the answer is no longer this worker's attempt."""
     rows = conn.execute(_BEAT, {"ids": command_ids, "worker": worker}).all()
     return {row.id: row.status for row in rows}
+
+
+_CANCELLED = text(
+    "SELECT id FROM runs WHERE id = ANY(:ids) AND status IN ('cancelling', 'cancelled')"
+)
+
+
+def cancelled_among(conn: Connection, run_ids: list[str]) -> set[str]:
+    """Which of ``run_ids`` are being (or have been) cancelled: one statement."""
+    return set(conn.execute(_CANCELLED, {"ids": run_ids}).scalars())

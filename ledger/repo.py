@@ -45,6 +45,7 @@ __all__ = [
     "NewObservation",
     "StaleVersion",
     "append_events",
+    "charge_usage",
     "commit",
     "observations_of",
     "run_view",
@@ -368,3 +369,29 @@ def record_outcome(s: Session, **values: Any) -> bool:
 
 def command_for_update(s: Session, command_id: str) -> Command | None:
     return s.scalars(select(Command).where(Command.id == command_id).with_for_update()).first()
+
+
+def charge_usage(
+    s: Session,
+    run_id: str,
+    *,
+    model_calls: int,
+    tokens: int,
+    cost: float,
+    step: int,
+    details: dict[str, Any],
+) -> None:
+    """Add a model call's usage to the run's counters whatever its version: the step that made
+    the call lost its compare-and-set (the run was cancelled or moved on meanwhile), but the
+    model was called and billed all the same. Traced as ``model.usage.charged``."""
+    s.execute(
+        update(Run)
+        .where(Run.id == run_id)
+        .values(
+            model_calls=Run.model_calls + model_calls,
+            tokens_used=Run.tokens_used + tokens,
+            cost_used=Run.cost_used + cost,
+        )
+    )
+    event = {"model_calls": model_calls, "tokens": tokens, "cost": cost, **details}
+    append_events(s, run_id, [("model.usage.charged", event)], step=step)

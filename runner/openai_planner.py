@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from warrant.runner import _model_http, cancellation
 from warrant.runner.errors import WarrantError
 from warrant.runner.memory_view import WorkingMemoryView
 from warrant.runner.planner_protocol import PlannerFailure, PlannerReply
@@ -196,6 +197,14 @@ class OpenAIPlanner:
         )
         return Usage(prompt_tokens=prompt, completion_tokens=completion, cost=cost)
 
+    def _sent(self, request: _Request) -> Usage:
+        """What an abandoned call is charged: its prompt, estimated at four characters per
+        token (no answer came back to say what it cost), priced as the model's prompts are."""
+        prompt = len(json.dumps(request.payload, separators=(",", ":"))) // 4
+        price = self.prices.get(self.spec.model, {})
+        cost = prompt / 1000 * price.get("prompt_per_1k", 0.0)
+        return Usage(prompt_tokens=prompt, completion_tokens=0, cost=cost)
+
     def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
         """One HTTP attempt. Raises :class:`PlannerRetryLater` when the model may answer
         later, :class:`PlannerFailure` when it will not (4xx, deadline, budget)."""
@@ -234,9 +243,20 @@ class OpenAIPlanner:
         """The response to read, or the typed reason there is none (this attempt is one model
         call either way)."""
         try:
-            response = httpx.post(
-                request.url, json=request.payload, headers=request.headers, timeout=timeout
+            response = _model_http.post(
+                request.url,
+                json=request.payload,
+                headers=request.headers,
+                timeout=timeout,
+                cancelled=cancellation.current(),
             )
+        except _model_http.Abandoned:
+            # The model may have processed the prompt: charge what was sent (an estimate)
+            raise PlannerFailure(
+                "MODEL_CALL_ABANDONED",
+                "the run was cancelled while its model call was in flight",
+                usage=self._sent(request),
+            ) from None
         except httpx.TimeoutException:
             if timeout < self.spec.timeout_s:  # cut by the run deadline: no later
                 raise PlannerFailure("DEADLINE_REACHED") from None

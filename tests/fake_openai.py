@@ -15,6 +15,8 @@ Replies are scripted per model name, in order; each script item is a reply or a 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +30,8 @@ class FakeOpenAI:
         self.lock = threading.Lock()
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.abandoned = 0
+        """Requests whose client closed the connection before the scripted delay ended."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,6 +48,18 @@ class FakeOpenAI:
                     with server.lock:
                         server.in_flight -= 1
 
+            def _left_within(self, delay: float) -> bool:
+                """Wait ``delay`` seconds; True as soon as the client closes its connection
+                (it gave up on the call: a cancelled request)."""
+                end = time.monotonic() + delay
+                while (left := end - time.monotonic()) > 0:
+                    readable, _, _ = select.select([self.connection], [], [], left)
+                    if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                        return True
+                    if readable:  # data, not a close: nothing to learn; just wait
+                        time.sleep(left)
+                return False
+
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -58,8 +74,10 @@ class FakeOpenAI:
                     )
                     script = server.scripts.get(body.get("model"), [])
                     item = script.pop(0) if script else {"text": "script exhausted"}
-                if item.get("delay"):
-                    time.sleep(item["delay"])
+                if item.get("delay") and self._left_within(item["delay"]):
+                    with server.lock:
+                        server.abandoned += 1
+                    return
                 status = item.get("status", 200)
                 if status != 200:
                     self.send_response(status)

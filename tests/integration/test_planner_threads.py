@@ -7,6 +7,7 @@ answered at the same moment, all sent by the one planner process of the test."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 
 from tests import facts
-from tests.conftest import LIVE_WORKERS, WorkerProcess
+from tests.conftest import LIVE_WORKERS, WorkerProcess, wait_for
 from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Run
 from warrant.runner.client.roles import role_concurrency, role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -73,3 +76,35 @@ def test_runs_waiting_on_a_slow_model_wait_together_in_one_planner_process(
     # (the solo pool it replaces held exactly one)
     print(f"peak model calls in flight: {fake_openai.peak_in_flight} of {RUNS} runs")
     assert fake_openai.peak_in_flight >= RUNS // 2
+
+
+def test_a_cancel_abandons_the_model_call_in_flight_and_charges_it(
+    engine: Any, client: Any, one_threaded_planner: WorkerProcess, fake_openai: Any
+) -> None:
+    """The model would answer after 20 s; the run is cancelled while it thinks. The planner
+    process stops waiting within its run watch's interval (1 s), the request is cancelled,
+    and the call still counts: one model call, its prompt's estimated tokens."""
+    model = f"slow-{uuid.uuid4().hex[:8]}"
+    fake_openai.script(model, [{"delay": 20.0, "call": FINAL}])
+    spec = llm_spec(fake_openai, model)
+    spec["planner"]["timeout_s"] = 30
+    run_id = client.start_run(spec)
+    wait_for(lambda: fake_openai.requests_for(model), what="the model call arrived")
+    asked = time.monotonic()
+    client.cancel(run_id, by="test", reason="not needed")
+    charged = wait_for(
+        lambda: facts.events(engine, run_id, "model.usage.charged"),
+        timeout=10,
+        what="the abandoned call charged",
+    )
+    took = time.monotonic() - asked
+    print(f"cancel to abandoned model call: {took:.2f} s (the model had 20 s to go)")
+    wait_for(lambda: fake_openai.abandoned == 1, timeout=5, what="the model saw the client go")
+    details = charged[0].details
+    assert details["code"] == "MODEL_CALL_ABANDONED" and details["estimated"] is True
+    info = client.get_run(run_id)
+    assert info.status == "cancelled"
+    assert info.model_calls == 1
+    with session_scope(engine) as s:
+        run = s.get(Run, run_id)
+        assert run is not None and run.tokens_used == details["tokens"] > 0
