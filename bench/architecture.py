@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.confirmation_rules",
             "runner.webhook_signing",
             "runner.authz",
+            "runner.limits",
             "tools.contract",
             "tools.registry",
             "tools.deployment",

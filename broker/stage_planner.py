@@ -18,6 +18,7 @@ from typing import Any
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
+from warrant.broker.limit_waits import model_limiter
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS, view_from_row
 from warrant.broker.publish import Outbox
 from warrant.ledger import reads
@@ -221,6 +222,7 @@ def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> _Answe
                 kinds=planner_kinds(
                     refs=ctx.settings.planners, entry_points=ctx.settings.plugin_entry_points
                 ),
+                limiter=model_limiter(ctx, view.run_id, step=view.step + 1),
             ).propose(view, memory)
     except PlannerRetryLater as exc:  # before PlannerFailure: it is one
         return _Answer(usage=exc.usage, calls=exc.calls, later=exc)
