@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.webhook_signing",
             "runner.authz",
             "runner.cancellation",
+            "runner.limits",
             "tools.contract",
             "tools.registry",
             "tools.deployment",

@@ -20,6 +20,7 @@ from warrant.broker.registration import RegisterWorker
 from warrant.broker.revocations import TrimRevokedRuns
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.runner.errors import ServiceUnavailable
+from warrant.runner.limits import check_storage, limit_table, limits_url
 from warrant.runner.settings import WarrantSettings, resolved_urls
 from warrant.tools.plugins import registry_for
 from warrant.tools.registry import Registry
@@ -79,6 +80,7 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
     registry = registry_for(settings, ask_mcp_servers=False)  # queues, limits: no MCP server
     _check_visibility_timeout(settings, registry)
     broker_url = _broker_url(settings)
+    _check_limits(settings, registry, broker_url)
     celery = Celery("warrant", broker=broker_url, include=["warrant.broker.tasks"])
     _choose_transport(celery, broker_url)
     celery.conf.update(_configuration(settings, registry))
@@ -115,6 +117,13 @@ def _check_visibility_timeout(settings: WarrantSettings, registry: Registry) -> 
             f"visibility timeout {settings.visibility_timeout_s}s must exceed the longest tool "
             f"time limit ({longest}s), or Redis would redeliver running commands"
         )
+
+
+def _check_limits(settings: WarrantSettings, registry: Registry, broker_url: str | None) -> None:
+    """Bad shared limits (``WARRANT_MODEL_LIMITS``, ``WARRANT_TOOL_LIMITS``, a tool contract's)
+    are refused here, before any worker starts: ``SettingsInvalid`` ``INVALID_LIMIT``."""
+    table = limit_table(settings, registry)
+    check_storage(table, limits_url(settings, broker_url))
 
 
 def _broker_url(settings: WarrantSettings) -> str | None:

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from warrant.broker.celery_app import deployment_app
 from warrant.broker.deps import ToolDepsSet
+from warrant.broker.limits import SharedLimits, shared_limits
 from warrant.broker.publish import Publisher
 from warrant.ledger.db import engine_for
 from warrant.ledger.db_clock import DatabaseClock
@@ -31,6 +32,8 @@ class StageContext:
     deps: ToolDepsSet
     settings: WarrantSettings = field(default_factory=WarrantSettings)
     clock: Callable[[], float] = field(default=time.time)
+    limits: SharedLimits | None = None
+    """The deployment's shared limits (``broker.limits``; None: none declared)."""
 
     @property
     def tool_deps(self) -> Any:
@@ -62,6 +65,7 @@ def context_for(
         deps=ToolDepsSet(registry, engine=engine, settings=settings, database_url=database_url),
         settings=settings,
         clock=DatabaseClock(engine),
+        limits=shared_limits(settings, registry),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
+from warrant.broker.limit_waits import model_limiter
 from warrant.broker.memory_views import (
     POLICY_OBSERVATION_TTL_STEPS,
     built_event,
@@ -60,7 +61,6 @@ from warrant.runner.views import RunView
 __all__ = ["planner_step"]
 
 log = logging.getLogger("warrant.planner")
-
 
 #: A run's spec never changes once the run exists: each process keeps the specs it parsed
 #: last (a fixture planner's spec holds every scripted output, so it is not small).
@@ -222,6 +222,7 @@ def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> _Answe
                 kinds=planner_kinds(
                     refs=ctx.settings.planners, entry_points=ctx.settings.plugin_entry_points
                 ),
+                limiter=model_limiter(ctx, view.run_id, step=view.step + 1),
             ).propose(view, memory)
     except PlannerRetryLater as exc:  # before PlannerFailure: it is one
         return _Answer(usage=exc.usage, calls=exc.calls, later=exc)

@@ -21,6 +21,7 @@ import tenacity
 from warrant.broker import attempt_watch, deadline, telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.lease import holder_lost, holder_of, lease_expired
+from warrant.broker.limit_waits import tool_slot
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
@@ -42,6 +43,26 @@ LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 
 def tool_execute(
+    ctx: StageContext,
+    run_id: str,
+    version: int,
+    command_id: str,
+    *,
+    worker: str | None = None,
+    tool: str | None = None,
+) -> str:
+    """The tool's shared limits first (``broker.limits``: a message that finds no free slot
+    is sent again for later), then :func:`_claim_and_run` with the slot held: the attempt's
+    deadlines start counting only after the wait."""
+    with tool_slot(
+        ctx, tool=tool, run_id=run_id, version=version, command_id=command_id
+    ) as deferred:
+        if deferred is not None:
+            return deferred
+        return _claim_and_run(ctx, run_id, version, command_id, worker=worker, tool=tool)
+
+
+def _claim_and_run(
     ctx: StageContext,
     run_id: str,
     version: int,

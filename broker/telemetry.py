@@ -38,6 +38,7 @@ __all__ = [
     "configure",
     "enabled",
     "name_worker",
+    "note",
     "resource_attributes",
     "run_context",
     "shutdown",
@@ -223,6 +224,14 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
     attrs = {f"warrant.{k}": v for k, v in attributes.items() if v is not None}
     with tracer().start_as_current_span(name, attributes=attrs) as current:
         yield current
+
+
+def note(name: str, **attributes: Any) -> None:
+    """An event on the current span, with ``warrant.*`` attributes; a no-op when off."""
+    if _PROVIDER is None:
+        return
+    attrs = {f"warrant.{k}": v for k, v in attributes.items() if v is not None}
+    trace.get_current_span().add_event(name, attrs)
 
 
 def current_trace_id() -> str | None:

@@ -20,6 +20,8 @@ import ipaddress
 import json
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -29,6 +31,7 @@ import httpx
 
 from warrant.runner import _model_http, cancellation
 from warrant.runner.errors import WarrantError
+from warrant.runner.limits import ModelLimiter, estimate_tokens
 from warrant.runner.memory_view import WorkingMemoryView
 from warrant.runner.planner_protocol import PlannerFailure, PlannerReply
 from warrant.runner.retry import PlannerRetryLater
@@ -186,6 +189,8 @@ class OpenAIPlanner:
     spec: OpenAIPlannerSpec
     prices: dict[str, dict[str, float]]
     allow_remote: bool = False
+    limiter: ModelLimiter | None = None
+    """Shared limits (requests and tokens per minute) the call waits for."""
 
     def _usage(self, body: Any) -> Usage:
         usage = body.get("usage") if isinstance(body, dict) else None
@@ -217,9 +222,27 @@ class OpenAIPlanner:
             raise PlannerFailure("DEADLINE_REACHED", calls=0)
         if run.model_calls >= run.budgets.max_model_calls:
             raise PlannerFailure("MODEL_CALL_BUDGET", calls=0)
-        timeout = min(self.spec.timeout_s, remaining)
-        response = self._attempt(self._request(view), timeout=timeout)
-        return self._reply(response, run, view, calls=1)
+        request = self._request(view)
+        with self._limited(request, deadline_at=run.deadline_at) as settle:  # shared limits
+            timeout = min(self.spec.timeout_s, run.deadline_at - time.time())
+            if timeout <= 0:  # the wait for a limit took what was left
+                raise PlannerFailure("DEADLINE_REACHED", calls=0)
+            reply = self._reply(self._attempt(request, timeout=timeout), run, view, calls=1)
+            settle(reply.usage.prompt_tokens + reply.usage.completion_tokens)
+        return reply
+
+    def _limited(
+        self, request: _Request, *, deadline_at: float
+    ) -> AbstractContextManager[Callable[[int], None]]:
+        """The call's slot of the shared limits it is held to (``limiter``; none: no wait)."""
+        if self.limiter is None:
+            return nullcontext(lambda _used: None)
+        return self.limiter.reserve(
+            base_url=self.spec.base_url,
+            api_key_env=self.spec.api_key_env,
+            tokens=estimate_tokens(request.payload),
+            deadline_at=deadline_at,
+        )
 
     def _request(self, view: WorkingMemoryView) -> _Request:
         key = os.environ.get(self.spec.api_key_env, "") if self.spec.api_key_env else ""

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from warrant.runner.errors import SpecError
+from warrant.runner.limits import ModelLimiter
 from warrant.runner.memory_view import WorkingMemoryView
 from warrant.runner.openai_planner import OpenAIPlanner
 from warrant.runner.planner_kinds import PlannerKind, resolve
@@ -51,6 +52,7 @@ def planner_for(
     prices: dict[str, dict[str, float]] | None = None,
     allow_remote: bool = False,
     kinds: Mapping[str, PlannerKind] | None = None,
+    limiter: ModelLimiter | None = None,
 ) -> Planner:
     """The planner a spec names; a plug-in kind must be among ``kinds`` (else
     ``PLANNER_KIND_UNKNOWN``, a planner failure: this worker cannot serve the run)."""
@@ -62,4 +64,4 @@ def planner_for(
         except SpecError as exc:
             raise PlannerFailure("PLANNER_KIND_UNKNOWN", str(exc), calls=0) from None
         return kind.build(settings)
-    return OpenAIPlanner(spec.planner, prices or {}, allow_remote=allow_remote)
+    return OpenAIPlanner(spec.planner, prices or {}, allow_remote=allow_remote, limiter=limiter)

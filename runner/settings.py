@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -110,6 +111,17 @@ class WarrantSettings(BaseSettings):
     model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     """Per-model prices, e.g. ``{"gpt-4o-mini": {"prompt_per_1k": 0.00015,
     "completion_per_1k": 0.0006}}`` (JSON in ``WARRANT_MODEL_PRICES``)."""
+    model_limits: dict[str, Any] = Field(default_factory=dict)
+    """Shared limits per model endpoint or API-key variable name, e.g.
+    ``{"http://host/v1": {"requests_per_minute": 500, "tokens_per_minute": 200000}}`` (JSON
+    in ``WARRANT_MODEL_LIMITS``; checked at start, see ``warrant.runner.limits``)."""
+    tool_limits: dict[str, Any] = Field(default_factory=dict)
+    """Per-deployment tool limits replacing the contracts' (``Tool.max_in_flight``,
+    ``Tool.max_calls_per_minute``), e.g. ``{"search_public": {"max_in_flight": 2}}``."""
+    limits_url: str | None = None
+    """The Redis that keeps the shared limits; default: the broker's, when it is Redis."""
+    limits_window_s: int = Field(default=60, ge=1, le=3600)
+    """The length of a limit's "minute" in seconds (60; tests shorten it)."""
     allow_remote_models: bool = False
     """Allow non-loopback model endpoints (off by default: tests can never call out)."""
     server_url: str | None = None

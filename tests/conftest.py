@@ -31,6 +31,7 @@ TEST_TOOL_PLUGINS = (
     "tests.typed_tool:plugin",
     "tests.adversary:plugin",
     "tests.refusing_tool:plugin",
+    "tests.limited_tool:plugin",
 )
 
 #: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refund only.
@@ -330,7 +331,7 @@ def stages_to_myself() -> Iterator[None]:
 
 DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund", "tool.send_notice")
 #: Tool queues served only by a test's own worker (never by the session's pipeline worker).
-OWN_WORKER_QUEUES = ("tool.echo", "tool.get_weather", "tool.send_message")
+OWN_WORKER_QUEUES = ("tool.echo", "tool.get_weather", "tool.send_message", "tool.held_call")
 
 
 @pytest.fixture(scope="session")

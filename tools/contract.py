@@ -185,6 +185,12 @@ class Tool(Generic[InputT, OutputT]):
     matching."""
     isolation: Isolation = Isolation.THREAD
     """``process``: this tool's calls need a pool process of their own (see :class:`Isolation`)."""
+    max_in_flight: int | None = None
+    """Calls of this tool (all its versions) running at once across every worker process
+    and host (None: no cap); a call over it waits for a slot (``warrant.broker.limits``)."""
+    max_calls_per_minute: int | None = None
+    """Calls started per minute across every worker (None: no limit). Both may be replaced
+    per deployment in ``WARRANT_TOOL_LIMITS``."""
     egress: bool = False
     """A read that sends data out (a fetch whose URL or query the caller chooses): its
     ``resources`` are destinations, scoped like a write's targets, and a value that only

@@ -179,6 +179,7 @@ def worker_command(
     ``queues`` narrows what the worker consumes to some of the role's own queues (a tool
     worker for ``tool.issue_refund`` only, say); a queue the role does not serve is refused."""
     own = role_queues(role, tools=tools)
+    _check_limits()
     if queues:
         foreign = sorted(set(queues) - set(own))
         if foreign:
@@ -197,6 +198,22 @@ def worker_command(
         events=events,
         pool=role_pool(role, concurrency),
     )
+
+
+def _check_limits() -> None:
+    """Bad shared limits stop a worker before it starts (``INVALID_LIMIT``)."""
+    from warrant.runner.limits import check_storage, limit_table, limits_url
+    from warrant.runner.settings import resolved_urls
+    from warrant.tools.plugins import registry_for
+
+    settings = WarrantSettings()
+    table = limit_table(settings, registry_for(settings, ask_mcp_servers=False))
+    try:
+        broker_url: str | None = resolved_urls(settings)[0]
+    except Exception:  # SERVICES_NOT_CONFIGURED: the worker says so itself
+        broker_url = None
+    if broker_url is not None:
+        check_storage(table, limits_url(settings, broker_url))
 
 
 def beat_command(settings: WarrantSettings, *, loglevel: str = "warning") -> list[str]:

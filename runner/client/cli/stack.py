@@ -108,7 +108,7 @@ def _stack(
             guard(as_json, stack.start_services)
             _report_reaped(stack, as_json)
             guard(as_json, stack.migrate)
-            stack.start_workers()
+            guard(as_json, stack.start_workers)  # INVALID_LIMIT, UNKNOWN_TOOL: coded
             if serve is not None:
                 stack.start_server(serve_host, serve)
             guard(as_json, lambda: stack.wait_ready(stack.roles))
