@@ -21,10 +21,11 @@ from bench.chaos.servers import TempPostgres, TempRedis
 __all__ = ["main"]
 
 SETTLED = {"completed", "failed", "cancelled", "needs_input", "handoff"}
-#: Processes per role (the planner: threads of its one process, the default
-#: ``WARRANT_PLANNER_CONCURRENCY`` when None). The planner runs on the threads pool, policy on
-#: prefork (two processes; ``role_pool``), so every pool warrant deploys is under the faults.
-ROLES: dict[str, int | None] = {"planner": None, "policy": 2, "tool": 3, "reconciler": 1}
+#: Processes per role (None: a threads-pool role's one process with its default threads,
+#: ``WARRANT_PLANNER_CONCURRENCY`` / ``WARRANT_TOOL_CONCURRENCY``). The planner and the tools
+#: run on the threads pool, policy on prefork (two processes; ``role_pool``), so every pool
+#: warrant deploys is under the faults.
+ROLES: dict[str, int | None] = {"planner": None, "policy": 2, "tool": None, "reconciler": 1}
 
 
 def _say(msg: str, quiet: bool = False) -> None:
