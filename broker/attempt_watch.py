@@ -96,7 +96,11 @@ class AttemptWatch:
         self.cond = threading.Condition()
         self.retiring = False
         self.pid = os.getpid()
+        self.beat_due = threading.Event()
         threading.Thread(target=self._loop, name="warrant-attempt-watch", daemon=True).start()
+        # Beats block on the database (a cut network: connect and read timeouts of tens of
+        # seconds); the watch's own loop never does, so its fence fires on time.
+        threading.Thread(target=self._beater, name="warrant-attempt-beat", daemon=True).start()
 
     # --- the attempt's side ---------------------------------------------------------------
 
@@ -147,8 +151,17 @@ class AttemptWatch:
                 continue
             if now >= next_beat:
                 next_beat = now + self.beat_s
-                self._beat(attempts, sent=now)
+                self.beat_due.set()  # a beat still under way skips this one
             self._enforce(attempts, time.monotonic())
+
+    def _beater(self) -> None:
+        while True:
+            self.beat_due.wait()
+            self.beat_due.clear()
+            with self.cond:
+                attempts = list(self.attempts.values())
+            if attempts:
+                self._beat(attempts, sent=time.monotonic())
 
     def _next_wake(self, next_beat: float) -> float:
         if not self.attempts:
