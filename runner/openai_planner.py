@@ -12,6 +12,11 @@ One step is one HTTP attempt: a 429, a 5xx, a timeout or a refused connection ra
 :class:`~warrant.runner.retry.PlannerRetryLater` (with the server's ``Retry-After``), and the
 planner stage re-publishes the step with a countdown instead of this process sleeping; the
 spec's ``max_retries`` bounds those re-publications.
+
+Each thread keeps its HTTP client (:func:`_client`; keep-alive connections), all of a process's
+on one SSL context: ``httpx.post`` builds a client and an SSL context for every call, about
+50 ms of CPU, which bounded a planner process to some 20 model calls a second whatever its
+threads (measured by ``python -m bench.latency``, issue 31).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import ssl
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -161,6 +168,30 @@ def parse_reply(body: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict
     }
 
 
+class _Clients(threading.local):
+    """The thread's HTTP client and the process it was made in (a fork makes its own)."""
+
+    pid: int = 0
+    client: httpx.Client | None = None
+
+
+_CLIENTS = _Clients()
+#: The SSL context of each process's clients (httpx's default: certifi's CAs, the
+#: environment's SSL_CERT_FILE/SSL_CERT_DIR).
+_SSL: dict[int, ssl.SSLContext] = {}
+
+
+def _client() -> httpx.Client:
+    """The calling thread's client, kept between calls. Not one client for the process: its
+    connection pool is shared under one lock, and with hundreds of threads waiting on calls
+    that costs several times the request itself."""
+    pid = os.getpid()
+    if _CLIENTS.pid != pid or _CLIENTS.client is None:
+        context = _SSL.get(pid) or _SSL.setdefault(pid, httpx.create_ssl_context())
+        _CLIENTS.pid, _CLIENTS.client = pid, httpx.Client(verify=context)
+    return _CLIENTS.client
+
+
 def _loopback(url: str) -> bool:
     host = urlparse(url).hostname or ""
     if host == "localhost":
@@ -234,7 +265,7 @@ class OpenAIPlanner:
         """The response to read, or the typed reason there is none (this attempt is one model
         call either way)."""
         try:
-            response = httpx.post(
+            response = _client().post(
                 request.url, json=request.payload, headers=request.headers, timeout=timeout
             )
         except httpx.TimeoutException:

@@ -147,7 +147,7 @@ def _propose(monkeypatch: pytest.MonkeyPatch, answer: Any) -> Any:
             raise answer
         return answer
 
-    monkeypatch.setattr(openai_planner.httpx, "post", post)
+    monkeypatch.setattr(openai_planner.httpx.Client, "post", post)  # each thread's client
     monkeypatch.setattr(openai_planner.time, "time", lambda: NOW)
     spec = OpenAIPlannerSpec(kind="openai", model="m", base_url="http://127.0.0.1:9/v1")
     planner = OpenAIPlanner(spec.model_copy(update={"max_retries": 2}), {})
