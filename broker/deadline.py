@@ -36,7 +36,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-__all__ = ["HARD_LIMIT_EXIT", "SOFT_LIMIT_LAG_S", "enforced", "own_deadline"]
+__all__ = ["HARD_LIMIT_EXIT", "SOFT_LIMIT_LAG_S", "concurrent", "enforced", "own_deadline"]
 
 log = logging.getLogger("warrant.tool")
 
@@ -49,8 +49,13 @@ HARD_LIMIT_EXIT = 70
 #: RabbitMQ). The child's alarm is the fallback for a parent that cannot fire.
 SOFT_LIMIT_LAG_S = 0.5
 
-_enforce = False
-"""Inside a Celery tool task (:func:`enforced`)."""
+
+class _Task(threading.local):
+    enforce = False
+    """Inside a Celery tool task (:func:`enforced`), in this thread."""
+
+
+_task = _Task()
 _armed = False
 """The soft-limit alarm is meant for the running tool."""
 
@@ -58,12 +63,17 @@ _armed = False
 @contextmanager
 def enforced() -> Iterator[None]:
     """A Celery tool task: tools called in it run under :func:`own_deadline`."""
-    global _enforce
-    _enforce = True
+    _task.enforce = True
     try:
         yield
     finally:
-        _enforce = False
+        _task.enforce = False
+
+
+def concurrent() -> bool:
+    """A Celery tool task on a threads pool (not the process's main thread): its limits and
+    lease are :mod:`warrant.broker.attempt_watch`'s, not this module's."""
+    return _task.enforce and threading.current_thread() is not threading.main_thread()
 
 
 class _Watchdog:
@@ -115,7 +125,7 @@ def own_deadline(*, soft_at: float, hard_at: float, what: str) -> Iterator[None]
     both ``time.monotonic()`` instants. Does nothing outside :func:`enforced` or off the main
     thread."""
     global _armed
-    if not _enforce or threading.current_thread() is not threading.main_thread():
+    if not _task.enforce or threading.current_thread() is not threading.main_thread():
         yield
         return
     watchdog = _the_watchdog()

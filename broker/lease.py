@@ -73,9 +73,20 @@ def lease_end(started_at: float, timeout_s: float, *, margin_s: float) -> float:
     return started_at + timeout_s + HARD_LIMIT_GRACE_S + margin_s
 
 
-def lease_expired(running_s: float | None, timeout_s: float, *, margin_s: float) -> bool:
+def lease_expired(
+    running_s: float | None,
+    timeout_s: float,
+    *,
+    margin_s: float,
+    heartbeat_age_s: float | None = None,
+    heartbeat_timeout_s: float | None = None,
+) -> bool:
     """Has an attempt that has been ``started`` for ``running_s`` seconds (by the database's
-    clock; None: no start recorded) outlived its lease?"""
+    clock; None: no start recorded) outlived its lease? An attempt with a heartbeat (a
+    threads-pool one, ``broker.attempt_watch``; ``heartbeat_age_s`` by the database's clock)
+    holds its lease until the heartbeat is ``heartbeat_timeout_s`` old, however long it runs."""
+    if heartbeat_age_s is not None and heartbeat_timeout_s is not None:
+        return heartbeat_age_s >= heartbeat_timeout_s
     if running_s is None:
         return True
     return running_s >= lease_end(0.0, timeout_s, margin_s=margin_s)
@@ -102,16 +113,19 @@ def process_gone(pid: int, *, started: int | None = None) -> bool:
     return False
 
 
-def holder_lost(holder: Holder | None, *, here: Holder | None) -> bool:
+def holder_lost(
+    holder: Holder | None, *, here: Holder | None, running_here: bool | None = None
+) -> bool:
     """Is the attempt's process known to be no longer in it? Only decidable for a holder in
     this process's own pid space (same kernel boot, same pid namespace); anyone else is
-    presumed alive until the lease ends. A prefork process runs one task at a time: if the
-    holder is this very process, its attempt is over (a stage retry after a connection error
-    brought the message back)."""
+    presumed alive until the lease ends. If the holder is this very process, its attempt is
+    over unless ``running_here`` (a threads pool runs many: its attempt watch knows which);
+    a prefork process runs one task at a time (a stage retry after a connection error brought
+    the message back)."""
     if holder is None or holder.pid is None or holder.space is None:
         return False
     if here is None or here.space is None or holder.space != here.space:
         return False
     if holder.pid == here.pid and holder.started == here.started:
-        return True
+        return not running_here
     return process_gone(holder.pid, started=holder.started)

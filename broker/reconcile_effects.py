@@ -167,7 +167,10 @@ def _reconcile_one(
         if locked is None:
             return
         outcome, run, cmd = locked
-        if answer.result == "not_applied" and _defer(s, run, cmd, outcome):
+        waits = settings.lease_heartbeat_timeout_s
+        if answer.result == "not_applied" and _defer(
+            s, run, cmd, outcome, heartbeat_timeout_s=waits
+        ):
             report.still_unknown += 1
             return
         attempt = outcome.reconcile_attempts + 1
@@ -207,12 +210,19 @@ def _reconcile_one(
     outbox.flush()
 
 
-def _defer(s: Any, run: Run, cmd: Command, outcome: OutcomeRow) -> bool:
+def _defer(
+    s: Any, run: Run, cmd: Command, outcome: OutcomeRow, *, heartbeat_timeout_s: float
+) -> bool:
     """ "Not applied" is only true once no attempt can still be applying it: for an outcome
     recorded on behalf of an attempt that may still run, ask again after its hard limit."""
     if outcome.code not in _RECORDED_FOR_THE_ATTEMPT or cmd.attempts != outcome.attempt:
         return False
-    until = sweeps.attempt_may_run(s, cmd, limit_s=cmd.timeout_s + HARD_LIMIT_GRACE_S)
+    until = sweeps.attempt_may_run(
+        s,
+        cmd,
+        limit_s=cmd.timeout_s + HARD_LIMIT_GRACE_S,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+    )
     if until is None:
         return False
     outcome.next_reconcile_at = until

@@ -122,7 +122,10 @@ def _stale_commands(
     margin = settings.lease_margin_s
     with session_scope(ctx.engine) as s:
         ids = sweeps.stale_commands(
-            s, extra_s=margin + HARD_LIMIT_GRACE_S, limit=settings.sweep_batch
+            s,
+            extra_s=margin + HARD_LIMIT_GRACE_S,
+            limit=settings.sweep_batch,
+            heartbeat_timeout_s=settings.lease_heartbeat_timeout_s,
         )
     for command_id in ids:
         check()

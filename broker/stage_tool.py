@@ -18,11 +18,12 @@ from typing import Any
 import sqlalchemy.exc
 import tenacity
 
-from warrant.broker import telemetry
+from warrant.broker import attempt_watch, deadline, telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.broker.version_redirect import redirect
 from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.db import session_scope
@@ -74,6 +75,7 @@ def tool_execute(
             tool=tool,
             versions=[t.version for t in versions],
             worker=worker,
+            heartbeat=deadline.concurrent(),
         )
     if row is not None:
         found = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
@@ -81,7 +83,7 @@ def tool_execute(
         # The record compares-and-sets at the version the claim checked, not at the returned
         # row's (newer if a cancel committed meanwhile: then the locked path sorts it out).
         snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, began=began)
-        return _execute(ctx, found, snapshot)
+        return _execute(ctx, found, snapshot, worker=worker)
     return _general_path(ctx, run_id, version, command_id, worker=worker, began=began)
 
 
@@ -129,6 +131,7 @@ def _general_path(
             reinvoke=tool.side_effect.safe_to_reinvoke,
             seen_attempt=row.cmd_attempts,
             key_hash=sha256_hex(row.cmd_token)[:16],
+            heartbeat=deadline.concurrent(),
         )
     if attempt is None:
         if not started or tool.side_effect.safe_to_reinvoke:
@@ -141,16 +144,28 @@ def _general_path(
             trigger="worker-lost",
         )
         return record(ctx, snapshot_of(row, attempt=row.cmd_attempts, version=version), tool, lost)
-    return _execute(ctx, tool, snapshot_of(row, attempt=attempt, version=version, began=began))
+    snapshot = snapshot_of(row, attempt=attempt, version=version, began=began)
+    return _execute(ctx, tool, snapshot, worker=worker)
 
 
 def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
     """May a delivery that finds the command ``started`` declare its attempt lost? Only when
     the attempt's lease has expired by the database's clock (``cmd_running_s``: never this
     host's clock) or its process is known gone (see ``broker.lease``)."""
-    if lease_expired(row.cmd_running_s, row.cmd_timeout_s, margin_s=ctx.settings.lease_margin_s):
+    settings = ctx.settings
+    if lease_expired(
+        row.cmd_running_s,
+        row.cmd_timeout_s,
+        margin_s=settings.lease_margin_s,
+        heartbeat_age_s=row.cmd_heartbeat_age_s,
+        heartbeat_timeout_s=settings.lease_heartbeat_timeout_s,
+    ):
         return True
-    return holder_lost(holder_of(row.cmd_worker), here=holder_of(worker))
+    return holder_lost(
+        holder_of(row.cmd_worker),
+        here=holder_of(worker),
+        running_here=attempt_watch.live_here(row.cmd_id),
+    )
 
 
 def _in_flight(ctx: StageContext, row: Any) -> str:
@@ -172,7 +187,31 @@ def _in_flight(ctx: StageContext, row: Any) -> str:
     return "in_flight"
 
 
-def _execute(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str:
+def _execute(
+    ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, *, worker: str | None
+) -> str:
+    """Run the attempt and record its outcome; on a threads pool, under the process's attempt
+    watch from the claim to the record (its heartbeat is the lease: ``broker.attempt_watch``)."""
+    if not deadline.concurrent() or worker is None:
+        return _attempt(ctx, tool, snapshot)
+    settings = ctx.settings
+    watch = attempt_watch.the_watch(
+        ctx.engine,
+        worker,
+        beat_s=settings.lease_heartbeat_s,
+        timeout_s=settings.lease_heartbeat_timeout_s,
+    )
+    with watch.watching(
+        command_id=snapshot.command_id,
+        run_id=snapshot.run_id,
+        began=snapshot.began,
+        timeout_s=snapshot.timeout_s,
+        hard_s=snapshot.timeout_s + HARD_LIMIT_GRACE_S,
+    ):
+        return _attempt(ctx, tool, snapshot)
+
+
+def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str:
     with telemetry.span(
         "tool.execute",
         run_id=snapshot.run_id,

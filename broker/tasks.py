@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -109,8 +110,12 @@ def policy_evaluate(self: Any, run_id: str, version: int) -> str:
 def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: str) -> str:
     started = time.monotonic()
     worker = worker_label(self.request.hostname, this_process())
-    interrupts.install()
-    interrupts.begin()
+    # prefork: signals (a cancel's revoke-terminate); a threads pool's attempts are
+    # interrupted by the process's attempt watch instead (broker.attempt_watch)
+    signalled = threading.current_thread() is threading.main_thread()
+    if signalled:
+        interrupts.install()
+        interrupts.begin()
     try:
         with deadline.enforced():  # the attempt ends itself at its limits (broker.deadline)
             result = _guarded(
@@ -126,9 +131,14 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
         # which billiard does not remember): the outcome is committed; leave so the pool
         # replaces this process (see warrant.broker.interrupts). billiard reports the result first.
-        if interrupts.take() and worker_context().tool_deps.run_status(run_id) in (
-            RunStatus.CANCELLING.value,
-            RunStatus.CANCELLED.value,
+        if (
+            signalled
+            and interrupts.take()
+            and worker_context().tool_deps.run_status(run_id)
+            in (
+                RunStatus.CANCELLING.value,
+                RunStatus.CANCELLED.value,
+            )
         ):
             raise SystemExit(0)
 

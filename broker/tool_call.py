@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +15,7 @@ import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from warrant.broker import deadline, interrupts
+from warrant.broker import attempt_watch, deadline, interrupts
 from warrant.broker.context import StageContext
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
@@ -132,19 +134,32 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
     )
     try:
         args = tool.parse_input(snap.arguments)
-        # a cancel's SIGUSR1 lands only here (one that came earlier, only if the run is cancelling)
-        with (
-            interrupts.interruptible(cancelled=lambda: context.is_cancelled(fresh=True)),
-            deadline.own_deadline(
-                soft_at=snap.began + snap.timeout_s + deadline.SOFT_LIMIT_LAG_S,
-                hard_at=snap.began + snap.timeout_s + HARD_LIMIT_GRACE_S,
-                what=f"attempt {snap.attempt} of command {snap.command_id} ({tool.name})",
-            ),
-        ):
+        with _limits(tool, snap, context):
             out = tool.execute(args, context)
     except Exception as exc:
         return _classified(ctx, tool, snap, exc)
     return _checked(tool, snap, args, out, context)
+
+
+@contextmanager
+def _limits(tool: Tool[Any, Any], snap: Snapshot, context: ToolContext) -> Iterator[None]:
+    """The tool's own code, under its deadline and cancellation: on a threads pool the
+    process's attempt watch raises into it (``broker.attempt_watch``); on prefork a cancel's
+    SIGUSR1 lands only here (one that came earlier, only if the run is cancelling) and the
+    process ends itself at the hard limit (``broker.deadline``)."""
+    if deadline.concurrent():
+        with attempt_watch.in_tool():
+            yield
+        return
+    with (
+        interrupts.interruptible(cancelled=lambda: context.is_cancelled(fresh=True)),
+        deadline.own_deadline(
+            soft_at=snap.began + snap.timeout_s + deadline.SOFT_LIMIT_LAG_S,
+            hard_at=snap.began + snap.timeout_s + HARD_LIMIT_GRACE_S,
+            what=f"attempt {snap.attempt} of command {snap.command_id} ({tool.name})",
+        ),
+    ):
+        yield
 
 
 def _classified(

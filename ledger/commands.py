@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.stage_loads import CMD_COLUMNS, RUN_COLUMNS
 
-__all__ = ["claim_command", "discard_command", "start_command"]
+__all__ = ["beat_commands", "claim_command", "discard_command", "start_command"]
 
 
 _START = Compiled.text(
     """
 WITH cmd AS (
   UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
-         worker = CAST(%(worker)s AS varchar)
+         worker = CAST(%(worker)s AS varchar),
+         heartbeat_at = CASE WHEN CAST(%(heartbeat)s AS boolean) THEN now() END
    WHERE c.id = %(command_id)s
      AND (c.status = 'issued'
           OR (c.status = 'started' AND CAST(%(reinvoke)s AS boolean)
@@ -53,11 +54,13 @@ def start_command(
     reinvoke: bool,
     seen_attempt: int,
     key_hash: str,
+    heartbeat: bool = False,
 ) -> int | None:
     """Mark the command ``started`` (attempt + 1) and trace ``tool.started``, if the run is
     still running at ``version`` and the command is ``issued`` (or ``started`` at
     ``seen_attempt``, whose holder is gone, and ``reinvoke``: safe to re-invoke). Returns the
-    attempt, or None if nothing was started."""
+    attempt, or None if nothing was started. ``heartbeat``: the attempt's lease is its
+    heartbeat (a threads-pool worker renews ``heartbeat_at``), not its time limit."""
     row = _START.first(
         conn,
         {
@@ -68,6 +71,7 @@ def start_command(
             "reinvoke": reinvoke,
             "seen": seen_attempt,
             "key_hash": key_hash,
+            "heartbeat": heartbeat,
         },
     )
     return None if row is None else int(row.attempts)
@@ -77,7 +81,8 @@ _CLAIM = Compiled.text(
     f"""
 WITH c AS (
   UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
-         worker = CAST(%(worker)s AS varchar)
+         worker = CAST(%(worker)s AS varchar),
+         heartbeat_at = CASE WHEN CAST(%(heartbeat)s AS boolean) THEN now() END
    WHERE c.id = %(command_id)s AND c.run_id = %(run_id)s AND c.status = 'issued'
      AND c.tool = %(tool)s AND c.tool_version = ANY(%(versions)s)
      AND EXISTS (SELECT 1 FROM runs r
@@ -110,6 +115,7 @@ def claim_command(
     tool: str,
     versions: list[str],
     worker: str | None,
+    heartbeat: bool = False,
 ) -> Any:
     """The common case of :func:`load_tool` and :func:`start_command` in one statement: if
     the run is running at ``version`` and the command is ``issued`` for ``tool`` at one of
@@ -130,6 +136,7 @@ def claim_command(
             "tool": tool,
             "versions": versions,
             "worker": worker,
+            "heartbeat": heartbeat,
         },
     )
 
@@ -142,3 +149,22 @@ _DISCARD = Compiled.text(
 def discard_command(conn: Connection, command_id: str) -> None:
     """A command whose run stopped before it started will never run."""
     _DISCARD.first(conn, {"id": command_id})
+
+
+_BEAT = text(
+    """
+UPDATE commands c SET heartbeat_at = now()
+  FROM runs r
+ WHERE c.id = ANY(:ids) AND c.status = 'started' AND c.worker = :worker
+   AND r.id = c.run_id
+RETURNING c.id, r.status
+"""
+)
+
+
+def beat_commands(conn: Connection, command_ids: list[str], *, worker: str) -> dict[str, str]:
+    """Renew the heartbeat of the ``started`` attempts among ``command_ids`` that ``worker``
+    holds (one statement); returns each renewed command's run status (a cancel is seen
+    here). A command missing from the answer is no longer this worker's attempt."""
+    rows = conn.execute(_BEAT, {"ids": command_ids, "worker": worker}).all()
+    return {row.id: row.status for row in rows}

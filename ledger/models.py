@@ -156,6 +156,8 @@ class Command(Base):
     grant_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = _now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Renewed while a threads-pool attempt runs (its lease; migration 0016); NULL on prefork."""
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (

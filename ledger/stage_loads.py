@@ -109,7 +109,8 @@ version (versions only grow, so those are the history's suffix; see ``warrant.ru
 _TOOL = Compiled.text(
     f"""
 SELECT {RUN_COLUMNS}, {CMD_COLUMNS},
-       extract(epoch FROM now() - c.started_at)::float8 AS cmd_running_s
+       extract(epoch FROM now() - c.started_at)::float8 AS cmd_running_s,
+       extract(epoch FROM now() - c.heartbeat_at)::float8 AS cmd_heartbeat_age_s
 FROM runs r JOIN commands c ON c.run_id = r.id
 WHERE r.id = %(run_id)s AND c.id = %(command_id)s
 """

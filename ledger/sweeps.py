@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, literal_column, select, update
+from sqlalchemy import Connection, Engine, and_, func, literal_column, or_, select, update
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, OutcomeRow, Proposal, Run
@@ -107,8 +107,12 @@ def _keep(conn: Connection, lock: SweepLock, done: threading.Event, every_s: flo
         lock.renewed = time.monotonic()
 
 
-def stale_commands(s: Session, *, extra_s: float, limit: int) -> list[str]:
-    """``started`` commands of live runs older than their time limit plus ``extra_s``."""
+def stale_commands(
+    s: Session, *, extra_s: float, limit: int, heartbeat_timeout_s: float = 15.0
+) -> list[str]:
+    """``started`` commands of live runs past their lease: older than their time limit plus
+    ``extra_s`` (a prefork attempt), or whose heartbeat is older than ``heartbeat_timeout_s``
+    (a threads-pool attempt, which no time limit ends)."""
     return list(
         s.scalars(
             select(Command.id)
@@ -116,9 +120,16 @@ def stale_commands(s: Session, *, extra_s: float, limit: int) -> list[str]:
             .where(
                 # a literal, not a parameter: a generic plan can then use the partial index
                 Command.status == literal_column("'started'"),
-                Command.started_at
-                + func.make_interval(0, 0, 0, 0, 0, 0, Command.timeout_s + extra_s)
-                < func.now(),
+                or_(
+                    and_(
+                        Command.heartbeat_at.is_(None),
+                        Command.started_at
+                        + func.make_interval(0, 0, 0, 0, 0, 0, Command.timeout_s + extra_s)
+                        < func.now(),
+                    ),
+                    Command.heartbeat_at + func.make_interval(0, 0, 0, 0, 0, 0, heartbeat_timeout_s)
+                    < func.now(),
+                ),
                 Run.status.in_([RunStatus.RUNNING.value, RunStatus.CANCELLING.value]),
             )
             .limit(limit)
@@ -161,9 +172,16 @@ def lock_unknown(s: Session, outcome_id: int) -> tuple[OutcomeRow, Run, Command]
     return None if cmd is None else (outcome, run, cmd)
 
 
-def attempt_may_run(s: Session, cmd: Command, *, limit_s: float) -> datetime | None:
-    """When ``cmd``'s current attempt passes ``limit_s`` after its start (its hard time
-    limit), if that is still ahead by the database's clock; None if it has passed."""
+def attempt_may_run(
+    s: Session, cmd: Command, *, limit_s: float, heartbeat_timeout_s: float
+) -> datetime | None:
+    """When ``cmd``'s current attempt can no longer be running, if that is still ahead by the
+    database's clock (None if it has passed): ``limit_s`` after its start (its hard time
+    limit) on prefork; ``heartbeat_timeout_s`` after its last heartbeat on a threads pool
+    (its worker ends itself before then)."""
+    if cmd.heartbeat_at is not None:
+        end = cmd.heartbeat_at + timedelta(seconds=heartbeat_timeout_s)
+        return end if s.scalar(select(func.now() < end)) else None
     if cmd.started_at is None:
         return None
     end = cmd.started_at + timedelta(seconds=limit_s)

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from warrant.runner.errors import ServiceUnavailable
@@ -55,9 +55,30 @@ class WarrantSettings(BaseSettings):
     has been idle this long: a reconciler that vanishes (host lost, process frozen) holds it
     at most this long; a live one renews it every third of it."""
 
+    lease_heartbeat_s: float = Field(default=1.0, gt=0, le=60)
+    """How often a threads-pool tool worker renews the lease of its running attempts (one
+    statement per process per beat) and checks whether their runs are being cancelled: the
+    bound on how long a cancel takes to reach a running concurrent tool call."""
+    lease_heartbeat_timeout_s: float = Field(default=15.0, gt=0, le=3600)
+    """A concurrent attempt whose heartbeat is older than this is presumed lost. Its worker
+    interrupts its attempts when it has not renewed them for half of this, and ends itself
+    before this has passed (nobody judges a live attempt lost)."""
+
     planner_concurrency: int = Field(default=64, ge=1, le=1024)
     """Model calls one planner worker process holds in flight (the threads of its Celery
     threads pool) when ``warrant worker``/``warrant up`` are not told otherwise."""
+    tool_concurrency: int = Field(default=32, ge=1, le=1024)
+    """Tool calls one ``tool`` worker process holds in flight (threads of its Celery threads
+    pool; tools of ``isolation="process"`` run on the ``tool-process`` role's prefork pool)."""
+
+    @model_validator(mode="after")
+    def _heartbeat_fits(self) -> WarrantSettings:
+        if self.lease_heartbeat_timeout_s < 4 * self.lease_heartbeat_s:
+            raise ValueError(
+                "lease_heartbeat_timeout_s must be at least 4 x lease_heartbeat_s "
+                f"(got {self.lease_heartbeat_timeout_s} and {self.lease_heartbeat_s})"
+            )
+        return self
 
     db_connect_timeout_s: int = Field(default=5, ge=0)
     """libpq ``connect_timeout``: give up on a connection (TCP and start-up) after this long

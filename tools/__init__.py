@@ -2,6 +2,7 @@
 
 from warrant.tools.contract import (
     ConfirmationPolicy,
+    Isolation,
     ReconcileResult,
     SideEffect,
     Tool,
@@ -15,6 +16,7 @@ from warrant.tools.registry import DepsContext, Plugin, Registry
 __all__ = [
     "ConfirmationPolicy",
     "DepsContext",
+    "Isolation",
     "Plugin",
     "ReconcileResult",
     "Registry",

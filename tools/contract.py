@@ -25,6 +25,7 @@ from warrant.runner.scopes import ResourceKind
 
 __all__ = [
     "ConfirmationPolicy",
+    "Isolation",
     "ReconcileResult",
     "SideEffect",
     "Tool",
@@ -63,6 +64,17 @@ class ToolOutput(BaseModel):
     """Base of tool outputs (field docstrings become descriptions)."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class Isolation(StrEnum):
+    """Where a tool's calls run. ``thread`` (the default): many calls at once in one ``tool``
+    worker process (its threads pool); the deadline and a cancel interrupt the tool's Python
+    code, so its blocking I/O must be bounded by ``ToolContext.remaining_s``. ``process``: one
+    call per pool process of the ``tool-process`` role (prefork), for a tool the process must
+    be killable for: CPU-bound code, C calls that hold the GIL, I/O it cannot bound."""
+
+    THREAD = "thread"
+    PROCESS = "process"
 
 
 class SideEffect(StrEnum):
@@ -171,6 +183,8 @@ class Tool(Generic[InputT, OutputT]):
     """Arguments that name resources, by kind: the gate checks each value (each element of a
     list) against the scopes of the grants the call uses. Replaces ``resource`` for typed
     matching."""
+    isolation: Isolation = Isolation.THREAD
+    """``process``: this tool's calls need a pool process of their own (see :class:`Isolation`)."""
     egress: bool = False
     """A read that sends data out (a fetch whose URL or query the caller chooses): its
     ``resources`` are destinations, scoped like a write's targets, and a value that only
@@ -242,6 +256,7 @@ class Tool(Generic[InputT, OutputT]):
             "queue": self.queue,
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
             "egress": self.egress,
+            "isolation": self.isolation.value,
         }
 
 

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from warrant.tools import (
         ConfirmationPolicy,
         DepsContext,
+        Isolation,
         Plugin,
         ReconcileResult,
         SideEffect,
@@ -65,6 +66,7 @@ _RUNNER_SOURCES: dict[str, str] = {
 _TOOLS_NAMES = (
     "ConfirmationPolicy",
     "DepsContext",
+    "Isolation",
     "Plugin",
     "ReconcileResult",
     "SideEffect",
@@ -85,6 +87,7 @@ __all__ = [
     "Grant",
     "HandoffNotFound",
     "InvalidRequest",
+    "Isolation",
     "NotFound",
     "Outcome",
     "Plugin",

@@ -6,14 +6,17 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.settings import WarrantSettings
+from warrant.tools.contract import Isolation
 
 __all__ = [
     "ROLES",
     "SOLO_ROLES",
     "THREADED_ROLES",
+    "TOOL_ROLES",
     "beat_command",
     "celery_worker_command",
     "default_node",
@@ -21,42 +24,77 @@ __all__ = [
     "role_of_node",
     "role_pool",
     "role_queues",
+    "roles_needed",
     "worker_command",
 ]
 
-ROLES = ("planner", "policy", "tool", "reconciler")
-#: Roles whose tasks need no pool process of their own: no time limit, nothing to terminate
-#: (the tool role's hard limits and revocation need prefork). With one process they run on
-#: Celery's solo pool: the task runs in the consuming process, no fork, no pipe between the
-#: consumer and a pool child (measured: about a third less worker CPU per stage hop).
+ROLES = ("planner", "policy", "tool", "tool-process", "reconciler")
+#: Roles whose tasks need no pool process of their own: no time limit, nothing to terminate.
+#: With one process they run on Celery's solo pool: the task runs in the consuming process,
+#: no fork, no pipe between the consumer and a pool child (measured: about a third less
+#: worker CPU per stage hop).
 SOLO_ROLES = ("policy",)
-#: Roles whose tasks mostly wait (a model call takes seconds): Celery's threads pool, so one
-#: process holds many calls in flight (``WARRANT_PLANNER_CONCURRENCY`` threads by default).
-#: Safe because a planner step has no time limit to enforce and nothing to terminate: the
-#: model call is bounded by its own HTTP timeout and the run's deadline (issue 31).
-THREADED_ROLES = ("planner",)
+#: Roles whose tasks mostly wait (a model call takes seconds, a tool call often does): Celery's
+#: threads pool, so one process holds many calls in flight (``WARRANT_PLANNER_CONCURRENCY`` /
+#: ``WARRANT_TOOL_CONCURRENCY`` threads by default). A planner step has no time limit to
+#: enforce and nothing to terminate (its model call is bounded by its HTTP timeout and the
+#: run's deadline); a tool attempt's lease, deadline and cancellation are the process's
+#: attempt watch's (``warrant.broker.attempt_watch``). Tools declared
+#: ``isolation="process"`` run on the ``tool-process`` role instead (prefork: time limits and
+#: revoke-terminate kill the process).
+THREADED_ROLES = ("planner", "tool")
+#: The tool roles, and the isolation of the tools each serves.
+TOOL_ROLES = {"tool": Isolation.THREAD, "tool-process": Isolation.PROCESS}
 
 
 def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
-    """The queues a worker of ``role`` consumes."""
+    """The queues a worker of ``role`` consumes: for a tool role, those of the tools of its
+    isolation (all of them, or the ones named in ``tools``)."""
     from warrant.tools.plugins import registry_for
 
-    if role == "tool":
+    if role in TOOL_ROLES:
         registry = registry_for(ask_mcp_servers=False)  # names only: no MCP server
-        names = list(tools) if tools else registry.names()
-        unknown = sorted(set(names) - set(registry.names()))
+        unknown = sorted(set(tools or ()) - set(registry.names()))
         if unknown:
             raise InvalidRequest(f"unknown tool(s): {', '.join(unknown)}", code="UNKNOWN_TOOL")
+        isolation = TOOL_ROLES[role]
+        served = [n for n in registry.names() if _isolation(registry, n) is isolation]
+        names = list(tools) if tools else served
+        misplaced = sorted(set(names) - set(served))
+        if misplaced:
+            other = next(r for r, i in TOOL_ROLES.items() if i is not isolation)
+            raise InvalidRequest(
+                f"tool(s) {', '.join(misplaced)} run on the {other} role, not on {role} "
+                "(their contract's isolation)",
+                code="TOOL_ROLE_MISMATCH",
+            )
         return [f"tool.{n}" for n in names]
     if role in ("planner", "policy", "reconciler"):
         return [role]
     raise InvalidRequest(f"unknown role {role!r} (one of {', '.join(ROLES)})", code="UNKNOWN_ROLE")
 
 
+def _isolation(registry: Any, name: str) -> Isolation:
+    """A tool's isolation: ``process`` if any of its versions needs a process."""
+    versions = registry.by_name(name)
+    process = any(t.isolation is Isolation.PROCESS for t in versions)
+    return Isolation.PROCESS if process else Isolation.THREAD
+
+
+def roles_needed(roles: Sequence[str] = ROLES) -> list[str]:
+    """``roles`` without a tool role that would serve no tool in this deployment's registry
+    (``warrant up`` starts ``tool-process`` only when some tool needs it)."""
+    from warrant.tools.plugins import registry_for
+
+    registry = registry_for(ask_mcp_servers=False)
+    present = {_isolation(registry, n) for n in registry.names()}
+    return [r for r in roles if r not in TOOL_ROLES or TOOL_ROLES[r] in present]
+
+
 def role_pool(role: str, concurrency: int) -> str:
-    """The Celery pool a worker of ``role`` runs: ``threads`` for the planner
-    (:data:`THREADED_ROLES`), ``solo`` for a one-process policy worker (:data:`SOLO_ROLES`),
-    else ``prefork``."""
+    """The Celery pool a worker of ``role`` runs: ``threads`` for the planner and the tool
+    role (:data:`THREADED_ROLES`), ``solo`` for a one-process policy worker
+    (:data:`SOLO_ROLES`), else ``prefork`` (``tool-process``, the reconciler)."""
     if role in THREADED_ROLES:
         return "threads"
     return "solo" if role in SOLO_ROLES and concurrency == 1 else "prefork"
@@ -64,11 +102,14 @@ def role_pool(role: str, concurrency: int) -> str:
 
 def role_concurrency(role: str, concurrency: int | None) -> int:
     """``-c`` for a worker of ``role``: ``concurrency`` if given; else, for a threaded role,
-    ``WARRANT_PLANNER_CONCURRENCY`` (model calls one process holds at once), otherwise 1."""
+    ``WARRANT_PLANNER_CONCURRENCY`` or ``WARRANT_TOOL_CONCURRENCY`` (calls one process holds
+    at once), otherwise 1."""
     if concurrency is not None:
         return concurrency
-    if role in THREADED_ROLES:
+    if role == "planner":
         return WarrantSettings().planner_concurrency
+    if role == "tool":
+        return WarrantSettings().tool_concurrency
     return 1
 
 

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from warrant.runner.client.embedded import EmbeddedServices, reap_stray_servers, stop_server
 from warrant.runner.client.roles import (
@@ -25,6 +25,7 @@ from warrant.runner.client.roles import (
     celery_worker_command,
     role_of_node,
     role_queues,
+    roles_needed,
     worker_command,
 )
 from warrant.runner.client.supervisor import Backoff, RoleExit, WorkerProcesses
@@ -59,6 +60,8 @@ class Stack:
     database_url: str = ""
     server_url: str | None = None
     """``warrant serve``'s address when the stack runs it (``warrant up --serve PORT``)."""
+    roles: list[str] = field(default_factory=list)
+    """The worker roles :meth:`start_workers` started."""
 
     def start_services(self) -> None:
         s = self.settings
@@ -86,10 +89,13 @@ class Stack:
 
     def start_workers(
         self,
-        roles: Sequence[str] = ("planner", "policy", "tool", "reconciler"),
+        roles: Sequence[str] | None = None,
         *,
         with_beat: bool = True,
     ) -> None:
+        """One worker per role (default: every role this deployment's tools need,
+        :func:`roles_needed`) and beat."""
+        roles = self.roles = list(roles) if roles is not None else roles_needed()
         env = {
             **os.environ,
             "WARRANT_BROKER_URL": self.broker_url,
@@ -103,7 +109,7 @@ class Stack:
                 role,
                 worker_command(
                     role,
-                    # the planner's threads are WARRANT_PLANNER_CONCURRENCY, not processes
+                    # threads (WARRANT_PLANNER_CONCURRENCY, WARRANT_TOOL_CONCURRENCY), not processes
                     concurrency=None if role in THREADED_ROLES else self.concurrency,
                     loglevel=self.loglevel,
                 ),

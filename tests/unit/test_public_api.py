@@ -39,6 +39,7 @@ PINNED_RUNNER = {
 }
 PINNED_TOOLS = {
     "ConfirmationPolicy",
+    "Isolation",
     "ReconcileResult",
     "Registry",
     "SideEffect",

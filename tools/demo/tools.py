@@ -302,6 +302,38 @@ SLEEP_READ: Tool[SleepInput, NoopOutput] = Tool(
     resource=lambda args, subject: "bench",
 )
 
+
+class WaitInput(_Input):
+    n: int = Field(ge=0, le=10_000_000)
+    """Any number (distinct per step)."""
+    ms: int = Field(default=1000, ge=0, le=60_000)
+    """How long to wait."""
+
+
+def _wait(args: WaitInput, ctx: ToolContext) -> NoopOutput:
+    import time
+
+    end = time.monotonic() + args.ms / 1000
+    while time.monotonic() < end:  # short slices: a deadline or a cancel interrupts the wait
+        time.sleep(min(0.02, max(0.0, end - time.monotonic())))
+    return NoopOutput(n=args.n)
+
+
+WAIT_READ: Tool[WaitInput, NoopOutput] = Tool(
+    name="wait_read",
+    version="1",
+    description="Wait ms milliseconds in short slices, never asking whether the run is cancelled "
+    "(benchmarks and tests: an I/O-like wait only the worker can interrupt).",
+    input_model=WaitInput,
+    output_model=NoopOutput,
+    capabilities=("bench:read",),
+    side_effect=SideEffect.READ,
+    execute=_wait,
+    timeout_s=5.0,
+    resource=lambda args, subject: "bench",
+)
+
+
 #: Where ``http_read`` sends its GET (the benchmark's fake tool service on loopback).
 HTTP_READ_URL_ENV = "WARRANT_DEMO_HTTP_READ_URL"
 
@@ -375,5 +407,6 @@ DEMO_TOOLS: list[Tool] = [
     SEND_NOTICE,
     NOOP_READ,
     SLEEP_READ,
+    WAIT_READ,
     HTTP_READ,
 ]

@@ -49,8 +49,10 @@ def beat(
 
 
 def worker(
-    role: Annotated[str, typer.Option(help="planner | policy | tool | reconciler")],
-    tools: Annotated[str | None, typer.Option(help="Comma-separated tools (role tool).")] = None,
+    role: Annotated[str, typer.Option(help="planner | policy | tool | tool-process | reconciler")],
+    tools: Annotated[
+        str | None, typer.Option(help="Comma-separated tools (roles tool, tool-process).")
+    ] = None,
     queues: Annotated[
         str | None,
         typer.Option(help="Comma-separated queues: only these of the role's own (tool.<name>)."),
@@ -109,7 +111,7 @@ def _stack(
             stack.start_workers()
             if serve is not None:
                 stack.start_server(serve_host, serve)
-            guard(as_json, lambda: stack.wait_ready(("planner", "policy", "tool", "reconciler")))
+            guard(as_json, lambda: stack.wait_ready(stack.roles))
             if serve is not None:
                 guard(as_json, stack.wait_serving)
     except BaseException:

@@ -1,0 +1,253 @@
+"""Tool attempts on a threads pool: their lease is a heartbeat, their limits are the watch's.
+
+A prefork attempt is ended by its pool's hard time limit (and by itself, ``broker.deadline``),
+so its lease is its time limit. Nothing kills one thread of a process, so an attempt on the
+``tool`` role's threads pool holds a lease that its worker renews instead: one
+:class:`AttemptWatch` thread per process
+
+- **beats** every ``WARRANT_LEASE_HEARTBEAT_S``: one statement renews ``heartbeat_at`` of
+  every attempt the process runs (``ledger.commands.beat_commands``) and returns their runs'
+  statuses. Other deliveries and the reconciler presume an attempt lost only once its
+  heartbeat is older than ``WARRANT_LEASE_HEARTBEAT_TIMEOUT_S`` (by the database's clock);
+- **cancels**: an attempt whose run is ``cancelling`` gets ``SoftTimeLimitExceeded`` raised
+  in its thread (``PyThreadState_SetAsyncExc``) while it is inside the tool's own code — the
+  same exception a prefork tool gets from a revoke or a soft time limit, so the stage
+  records ``CANCELLED_DURING_EXECUTION`` the same way. Bound: one beat, plus the time the tool
+  takes to run Python code again (a call blocked in C, a socket read, returns first: tools on
+  this pool bound their I/O by ``ToolContext.remaining_s``);
+- **times out**: at the soft limit (the command's ``timeout_s``) the same exception;
+- **retires** its process when an attempt is still inside the tool at its hard limit (it
+  ignored the exception or is stuck where none reaches it): the process stops taking work
+  (warm shutdown), keeps beating for the stuck attempt while the others finish, then exits
+  with :data:`~warrant.broker.deadline.HARD_LIMIT_EXIT`; only then does the stuck attempt's
+  heartbeat stop and its lease end. A tool that cannot be interrupted declares
+  ``isolation="process"`` and runs on prefork instead;
+- **fences** itself: an attempt whose heartbeat could not be renewed for half the timeout
+  (the database is unreachable from here) is interrupted, and if it is still in the tool
+  :data:`FENCE_MARGIN_S` before the others may presume it lost, the process exits. Times are
+  this process's monotonic clock from the moment a beat (or the claim) was *sent*, which the
+  database's ``now()`` in it can only follow: a live attempt is never presumed lost.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy import Engine
+
+from warrant.broker.deadline import HARD_LIMIT_EXIT
+from warrant.ledger.commands import beat_commands
+from warrant.ledger.stage_loads import autocommit
+
+__all__ = [
+    "FENCE_MARGIN_S",
+    "AttemptWatch",
+    "in_tool",
+    "live_here",
+    "the_watch",
+]
+
+log = logging.getLogger("warrant.tool")
+
+#: The process ends this long before the others may presume its unrenewed attempts lost.
+FENCE_MARGIN_S = 2.0
+_CANCELLED = frozenset({"cancelling", "cancelled"})
+
+
+@dataclass(eq=False)
+class Attempt:
+    command_id: str
+    run_id: str
+    what: str
+    soft_at: float
+    hard_at: float
+    renewed: float
+    """Monotonic instant the last renewal (or the claim) was sent: the lease runs from here."""
+    thread_id: int = field(default_factory=threading.get_ident)
+    in_tool: bool = False
+    interrupted: str | None = None
+    """Why the attempt was interrupted (``deadline``, ``cancel``, ``fence``), if it was."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in the thread at its next bytecode (None: withdraw a pending one)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc is not None else None
+    )
+
+
+class AttemptWatch:
+    """The watch of one worker process (see the module docstring)."""
+
+    def __init__(self, engine: Engine, worker: str, *, beat_s: float, timeout_s: float) -> None:
+        self.engine, self.worker = engine, worker
+        self.beat_s, self.timeout_s = beat_s, timeout_s
+        self.attempts: dict[str, Attempt] = {}
+        self.cond = threading.Condition()
+        self.retiring = False
+        self.pid = os.getpid()
+        threading.Thread(target=self._loop, name="warrant-attempt-watch", daemon=True).start()
+
+    # --- the attempt's side ---------------------------------------------------------------
+
+    @contextmanager
+    def watching(
+        self, *, command_id: str, run_id: str, began: float, timeout_s: float, hard_s: float
+    ) -> Iterator[Attempt]:
+        """The attempt is this thread's from the claim (``began``: before it was sent) until
+        its outcome is recorded."""
+        attempt = Attempt(
+            command_id=command_id,
+            run_id=run_id,
+            what=f"attempt of command {command_id}",
+            soft_at=began + timeout_s,
+            hard_at=began + hard_s,
+            renewed=began,
+        )
+        with self.cond:
+            self.attempts[command_id] = attempt
+            self.cond.notify()
+        _current.attempt = attempt
+        try:
+            yield attempt
+        finally:
+            _current.attempt = None
+            with self.cond:
+                if self.attempts.get(command_id) is attempt:
+                    del self.attempts[command_id]
+                self.cond.notify()
+
+    def live(self, command_id: str) -> bool:
+        with self.cond:
+            return command_id in self.attempts
+
+    # --- the watch's side -----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_beat = time.monotonic()
+        while True:
+            with self.cond:
+                timeout = self._next_wake(next_beat) - time.monotonic()
+                if timeout > 0:
+                    self.cond.wait(timeout)
+                attempts = list(self.attempts.values())
+            now = time.monotonic()
+            if not attempts:
+                next_beat = now + self.beat_s
+                continue
+            if now >= next_beat:
+                next_beat = now + self.beat_s
+                self._beat(attempts, sent=now)
+            self._enforce(attempts, time.monotonic())
+
+    def _next_wake(self, next_beat: float) -> float:
+        if not self.attempts:
+            return time.monotonic() + 3600.0
+        now = time.monotonic()
+        ahead = [t for a in self.attempts.values() for t in (a.soft_at, a.hard_at) if t > now]
+        return min([next_beat, *ahead])
+
+    def _beat(self, attempts: list[Attempt], *, sent: float) -> None:
+        try:
+            with autocommit(self.engine, held=False) as conn:
+                statuses = beat_commands(conn, [a.command_id for a in attempts], worker=self.worker)
+        except Exception as exc:  # the database is away: the fence decides (see _enforce)
+            log.warning("renewing %d attempt lease(s) failed: %s", len(attempts), exc)
+            return
+        for a in attempts:
+            status = statuses.get(a.command_id)
+            if status is None:
+                continue  # no longer this worker's attempt: its record will find out
+            a.renewed = sent
+            if status in _CANCELLED:
+                self.interrupt(a, "cancel")
+
+    def _enforce(self, attempts: list[Attempt], now: float) -> None:
+        for a in attempts:
+            unrenewed = now - a.renewed
+            if a.interrupted is None and now >= a.soft_at:
+                self.interrupt(a, "deadline")
+            if a.interrupted is None and unrenewed >= self.timeout_s / 2:
+                self.interrupt(a, "fence")
+            if a.in_tool and unrenewed >= self.timeout_s - FENCE_MARGIN_S:
+                log.critical("%s could not renew its lease and is still running: exiting", a.what)
+                os._exit(HARD_LIMIT_EXIT)
+            if a.in_tool and now >= a.hard_at:
+                self._retire(a, attempts)
+
+    def interrupt(self, attempt: Attempt, why: str) -> None:
+        """``SoftTimeLimitExceeded`` in the attempt's thread, if it is inside the tool."""
+        with attempt.lock:
+            if attempt.interrupted is not None:
+                return
+            attempt.interrupted = why
+            if attempt.in_tool:
+                log.info("interrupting %s (%s)", attempt.what, why)
+                _raise_in(attempt.thread_id, SoftTimeLimitExceeded)
+
+    def _retire(self, stuck: Attempt, attempts: list[Attempt]) -> None:
+        """A tool outlived its hard limit in this process: take no more work, let the other
+        attempts end, then exit (the stuck attempt's lease ends with its heartbeat)."""
+        if not self.retiring:
+            self.retiring = True
+            log.critical("%s outlived its hard time limit: retiring this worker", stuck.what)
+            os.kill(self.pid, signal.SIGTERM)  # Celery's warm shutdown: no new messages
+        others = [a for a in attempts if a.in_tool is False or time.monotonic() < a.hard_at]
+        if not others:
+            os._exit(HARD_LIMIT_EXIT)
+
+
+class _Current(threading.local):
+    attempt: Attempt | None = None
+
+
+_current = _Current()
+_watch: AttemptWatch | None = None
+_watch_lock = threading.Lock()
+
+
+def the_watch(engine: Engine, worker: str, *, beat_s: float, timeout_s: float) -> AttemptWatch:
+    """This process's watch (one per process; a forked child starts its own)."""
+    global _watch
+    with _watch_lock:
+        if _watch is None or _watch.pid != os.getpid() or _watch.worker != worker:
+            _watch = AttemptWatch(engine, worker, beat_s=beat_s, timeout_s=timeout_s)
+        return _watch
+
+
+def live_here(command_id: str) -> bool:
+    """Is ``command_id`` an attempt this process is running right now (on its threads)?"""
+    return _watch is not None and _watch.pid == os.getpid() and _watch.live(command_id)
+
+
+@contextmanager
+def in_tool() -> Iterator[None]:
+    """The tool's own code: the only place the watch raises into this thread. On leaving, a
+    raise the watch had just sent and that has not fired yet is withdrawn (one that fired
+    on the way out makes the call look interrupted: ``unknown`` for a write, never a lie)."""
+    attempt = _current.attempt
+    if attempt is None:
+        yield
+        return
+    with attempt.lock:
+        if attempt.interrupted is not None:
+            raise SoftTimeLimitExceeded(
+                f"interrupted before the tool started ({attempt.interrupted})"
+            )
+        attempt.in_tool = True
+    try:
+        yield
+    finally:
+        with attempt.lock:
+            attempt.in_tool = False
+            _raise_in(attempt.thread_id, None)
