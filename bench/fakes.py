@@ -9,6 +9,11 @@ Each answer waits a latency drawn from the service's profile (:class:`Latency`; 
 the service counted since: requests, the requests being answered at once (``in_flight``) and
 the most at one moment (``peak_in_flight``), and the latencies drawn (p50, p99).
 
+A configuration with ``hold`` closes a gate: requests wait at it (``waiting``) until
+``POST /_bench/open``, and their latency starts then. The bench starts N runs, waits until all
+of them are waiting on their first model call, and opens the gate: the runs start at once,
+whatever the time their client took to create them.
+
 The model is stateless: it answers from the request alone. It counts the tool-result
 observations the planner's prompt shows (``- tool-<step> [...]`` lines, as
 :mod:`warrant.runner.openai_planner` renders them) and proposes ``http_read`` until
@@ -94,10 +99,15 @@ class Latency:
         return f"lognormal p50 {self.median_s:g} s, p99 {self.median_s * self.p99_factor:g} s"
 
 
+def _observations(body: dict[str, Any]) -> list[str]:
+    """The tool-result observations a request's prompt shows, oldest first."""
+    prompt = "\n".join(str(m.get("content") or "") for m in body.get("messages") or [])
+    return sorted(set(_OBSERVATION.findall(prompt)), key=lambda o: int(o.split("-")[1]))
+
+
 def model_reply(body: dict[str, Any]) -> dict[str, Any]:
     """A chat completion proposing the run's next call (see the module's docstring)."""
-    prompt = "\n".join(str(m.get("content") or "") for m in body.get("messages") or [])
-    seen = sorted(set(_OBSERVATION.findall(prompt)), key=lambda o: int(o.split("-")[1]))
+    seen = _observations(body)
     if len(seen) < TOOL_CALLS:
         name, arguments = TOOL, {"n": len(seen) + 1, "reason_summary": "read the next"}
     else:
@@ -121,11 +131,24 @@ class _Server:
         self.kind = kind
         self.latency = Latency()
         self.rng = random.Random(31)
+        self.gate = asyncio.Event()
+        self.gate.set()
         self.reset()
 
     def reset(self) -> None:
-        self.in_flight = self.peak_in_flight = self.requests = 0
+        self.in_flight = self.peak_in_flight = self.requests = self.waiting = 0
         self.drawn: list[float] = []
+        self.by_call: dict[int, int] = {}
+        self.peak_by_call: dict[int, int] = {}
+
+    def configure(self, body: bytes) -> None:
+        config = json.loads(body)
+        self.latency = Latency(**config["latency"])
+        if config.get("hold"):
+            self.gate.clear()
+        else:
+            self.gate.set()
+        self.reset()
 
     def stats(self) -> dict[str, Any]:
         drawn = sorted(self.drawn) or [0.0]
@@ -133,6 +156,8 @@ class _Server:
             "requests": self.requests,
             "in_flight": self.in_flight,
             "peak_in_flight": self.peak_in_flight,
+            "waiting": self.waiting,
+            "peak_by_call": self.peak_by_call,
             "p50_s": drawn[len(drawn) // 2],
             "p99_s": drawn[min(len(drawn) - 1, int(len(drawn) * 0.99))],
         }
@@ -148,8 +173,10 @@ class _Server:
                 break
         path = scope["path"]
         if path == "/_bench/config":
-            self.latency = Latency(**json.loads(body))
-            self.reset()
+            self.configure(body)
+            await _respond(send, {"ok": True})
+        elif path == "/_bench/open":
+            self.gate.set()
             await _respond(send, {"ok": True})
         elif path == "/_bench/stats":
             await _respond(send, self.stats())
@@ -157,18 +184,31 @@ class _Server:
             await _respond(send, await self._answer(body))
 
     async def _answer(self, body: bytes) -> dict[str, Any]:
+        """One answer; in flight are counted in all and per model call of a run (its first,
+        second, third: how many tool results its prompt shows, plus one)."""
+        request = json.loads(body or b"{}") if self.kind == "model" else {}
+        call = len(_observations(request)) + 1 if self.kind == "model" else 1
         self.requests += 1
         self.in_flight += 1
+        self.by_call[call] = self.by_call.get(call, 0) + 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        self.peak_by_call[call] = max(self.peak_by_call.get(call, 0), self.by_call[call])
         try:
+            if not self.gate.is_set():
+                self.waiting += 1
+                try:
+                    await self.gate.wait()
+                finally:
+                    self.waiting -= 1
             delay = self.latency.draw(self.rng)
             self.drawn.append(delay)
             await asyncio.sleep(delay)
             if self.kind == "model":
-                return model_reply(json.loads(body or b"{}"))
+                return model_reply(request)
             return {"record": "bench", "at": time.time()}
         finally:
             self.in_flight -= 1
+            self.by_call[call] -= 1
 
 
 async def _respond(send: Send, payload: dict[str, Any]) -> None:
@@ -213,8 +253,13 @@ class FakeService:
     def root(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def configure(self, latency: Latency) -> None:
-        self._http.post("/_bench/config", json=dataclasses.asdict(latency)).raise_for_status()
+    def configure(self, latency: Latency, *, hold: bool = False) -> None:
+        """The latency profile; ``hold``: requests wait at the gate until :meth:`open`."""
+        body = {"latency": dataclasses.asdict(latency), "hold": hold}
+        self._http.post("/_bench/config", json=body).raise_for_status()
+
+    def open(self) -> None:
+        self._http.post("/_bench/open").raise_for_status()
 
     def stats(self) -> dict[str, Any]:
         response = self._http.get("/_bench/stats")

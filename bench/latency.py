@@ -6,11 +6,16 @@ call to a fake tool service (both real servers on loopback, :mod:`bench.fakes`).
                             [--json FILE] [--profile DIR]
     python -m bench --only latency            (the same part of ``make bench``)
 
+"At once": the N runs are started with the fake model's gate closed (:mod:`bench.fakes`), the
+bench waits until all of them wait on their first model call, then opens it; the wall time
+runs from there to the last run's end, so the client's own start rate (one process, reported
+as ``start s``) does not pace the runs.
+
 A **step** is one planner step: one model call and what follows it (the policy's decision and
 the tool call it proposed, or the run's completion); a run is three steps. Per run size N and
 latency profile (zero, fixed, long-tailed: lognormal with the same median and a p99 five times
 it), for warrant and for DBOS (:mod:`bench.dbos_worker`'s agent workflow on a DBOS queue, the
-same fakes over HTTP, the same PostgreSQL server): wall time (first start to last finish, the
+same fakes over HTTP, the same PostgreSQL server): wall time (gate open to last finish, the
 database's clock), runs/s, steps/s, steps/s over the zero-latency steps/s of the same run, the
 most model and tool calls in flight (counted by the fake servers), the RSS of every worker
 process (idle before, peak during) and the peak PostgreSQL connections.
@@ -52,6 +57,9 @@ STEPS = TOOL_CALLS + 1
 STARTERS = 8
 #: How often the meter samples RSS and connections (seconds).
 SAMPLE_S = 0.25
+#: No more first model calls arriving at the gate for this long: the pipeline holds no more
+#: runs at once, and the gate opens with the ones it holds.
+SATURATED_S = 3.0
 #: ``--profile``: when the ``py-spy dump`` of every thread is taken, after the first start.
 DUMP_AFTER_S = 3.0
 
@@ -81,8 +89,9 @@ class Fakes:
     model: FakeService
     tool: FakeService
 
-    def configure(self, profile: Profile) -> None:
-        self.model.configure(profile.model)
+    def configure(self, profile: Profile, *, hold: bool = False) -> None:
+        """``hold``: the model's gate closed (model calls wait until it opens)."""
+        self.model.configure(profile.model, hold=hold)
         self.tool.configure(profile.tool)
 
     def stop(self) -> None:
@@ -169,6 +178,43 @@ def _start_all(start: Callable[[int], str], n: int) -> list[str]:
         return list(pool.map(start, range(n)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Released:
+    """N runs started with the model's gate closed, then released together."""
+
+    run_ids: list[str]
+    start_s: float
+    """From the first start until every run waited on its first model call (or no more came)."""
+    held: int
+    """Model calls waiting at the gate when it opened."""
+    t0: float
+    """When the gate opened (epoch seconds): the measure's start."""
+
+
+def _release(s: Session, meter: Meter, start: Callable[[int], str]) -> Released:
+    """Start ``s.n`` runs (the gate is closed), wait until all of them wait on their first
+    model call, or none has come for :data:`SATURATED_S` (the pipeline holds no more at once),
+    then open the gate."""
+    begun = time.time()
+    run_ids = _start_all(start, s.n)
+    end = time.monotonic() + s.timeout
+    last, since = -1, time.monotonic()
+    while (waiting := s.fakes.model.stats()["waiting"]) < s.n:
+        now = time.monotonic()
+        if waiting != last:
+            last, since = waiting, now
+        elif now - since > SATURATED_S:
+            break
+        if meter.tripped:
+            raise RuntimeError(meter.tripped)
+        if now > end:
+            raise TimeoutError(f"{waiting} of {s.n} first model calls arrived in {s.timeout} s")
+        time.sleep(0.05)
+    t0 = time.time()
+    s.fakes.model.open()
+    return Released(run_ids, t0 - begun, waiting, t0)
+
+
 def _wait(done: Callable[[], int], n: int, meter: Meter, timeout: float, what: str) -> None:
     """Until ``done()`` reaches ``n``, the meter trips or ``timeout`` passes."""
     end = time.monotonic() + timeout
@@ -228,48 +274,48 @@ def measure_warrant(
 
     engine = engine_for(ENV["WARRANT_DATABASE_URL"])
     spec = agent_spec(s.fakes.model.root)
-    s.fakes.configure(profile)
-    spy = _Spy(s.profile_dir, stack.roles, s.n) if profiling and s.profile_dir else None
+    s.fakes.configure(profile, hold=True)
+    spy: _Spy | None = None
 
     def finished(run_ids: list[str]) -> int:
         if spy is not None:
             spy.poll()
         return _finished(engine, run_ids)
 
-    with _meter(stack.roles) as meter:
-        t0 = time.time()
-        run_ids = _start_all(lambda _: s.client.start_run(spec), s.n)
+    with _meter(stack.roles, s.fakes) as meter:
+        released = _release(s, meter, lambda _: s.client.start_run(spec))
+        if profiling and s.profile_dir:
+            spy = _Spy(s.profile_dir, stack.roles, s.n)
         try:
-            _wait(lambda: finished(run_ids), s.n, meter, s.timeout, "warrant")
+            _wait(lambda: finished(released.run_ids), s.n, meter, s.timeout, "warrant")
         finally:
             if spy is not None:
                 spy.finish()
-    _check_runs(engine, run_ids)
-    wall = runs_finished_at(run_ids) - t0
-    s.results.append(_result("warrant", s, profile, wall, meter, idle, stack.pools))
+    _check_runs(engine, released.run_ids)
+    wall = runs_finished_at(released.run_ids) - released.t0
+    s.results.append(_result("warrant", s, profile, wall, meter, idle, stack.pools, released))
 
 
 # --- DBOS ------------------------------------------------------------------------------------
 
 
 def measure_dbos(s: Session, dbos: Any, profile: Profile, idle: Any) -> None:
-    s.fakes.configure(profile)
+    s.fakes.configure(profile, hold=True)
     roles = {"dbos": [dbos.pid()]}
     concurrency = os.environ.get("WARRANT_BENCH_DBOS_AGENT_CONCURRENCY", "1024")
-    with _meter(roles) as meter:
-        t0 = time.time()
 
-        def start(_: int) -> str:
-            run_id = f"d-{uuid.uuid4().hex[:12]}"
-            dbos.agent(run_id)
-            return run_id
+    def start(_: int) -> str:
+        run_id = f"d-{uuid.uuid4().hex[:12]}"
+        dbos.agent(run_id)
+        return run_id
 
-        run_ids = _start_all(start, s.n)
-        _wait(lambda: _rows_done(run_ids), s.n, meter, s.timeout, "DBOS")
-    baseline_wait(run_ids, timeout=10)
-    wall = rows_done_at(run_ids) - t0
+    with _meter(roles, s.fakes) as meter:
+        released = _release(s, meter, start)
+        _wait(lambda: _rows_done(released.run_ids), s.n, meter, s.timeout, "DBOS")
+    baseline_wait(released.run_ids, timeout=10)
+    wall = rows_done_at(released.run_ids) - released.t0
     pools = {"dbos": f"queue x{concurrency}"}
-    s.results.append(_result("DBOS", s, profile, wall, meter, idle, pools))
+    s.results.append(_result("DBOS", s, profile, wall, meter, idle, pools, released))
 
 
 def _rows_done(run_ids: list[str]) -> int:
@@ -302,10 +348,12 @@ def start_dbos(fakes: Fakes) -> Any:
 # --- shared ----------------------------------------------------------------------------------
 
 
-def _meter(roles: dict[str, list[int]]) -> Meter:
+def _meter(roles: dict[str, list[int]], fakes: Fakes) -> Meter:
     url = ENV["WARRANT_DATABASE_URL"]
     name = url.rsplit("/", 1)[1]
-    return Meter(roles, url.rsplit("/", 1)[0] + "/postgres", [name, f"{name}_dbos"], SAMPLE_S)
+    others = {"fake model": [fakes.model.proc.pid], "fake tool": [fakes.tool.proc.pid]}
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    return Meter(roles, admin, [name, f"{name}_dbos"], SAMPLE_S, others)
 
 
 def _result(
@@ -316,6 +364,7 @@ def _result(
     meter: Meter,
     idle: Any,
     pools: dict[str, str],
+    released: Released,
 ) -> dict[str, Any]:
     model, tool = s.fakes.model.stats(), s.fakes.tool.stats()
     return {
@@ -324,6 +373,8 @@ def _result(
         "profile": profile.name,
         "model_latency": profile.model.label(),
         "tool_latency": profile.tool.label(),
+        "start_s": released.start_s,
+        "held_at_open": released.held,
         "wall_s": wall,
         "runs_per_s": s.n / wall,
         "steps_per_s": s.n * STEPS / wall,
@@ -338,6 +389,8 @@ def _result(
         "rss_peak_mb": dict(meter.peak.roles),
         "rss_idle_per_process_mb": {r: dict(ps) for r, ps in idle.processes.items()},
         "rss_peak_per_process_mb": {r: dict(ps) for r, ps in meter.peak.processes.items()},
+        "cpu_s": meter.cpu,
+        "model_peak_in_flight_by_call": model["peak_by_call"],
         "peak_pg_connections": meter.peak_bench_connections,
         "peak_pg_server_connections": meter.peak_server_connections,
     }

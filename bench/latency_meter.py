@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESERVE", "Meter", "rss_mb", "tree"]
+__all__ = ["RESERVE", "Meter", "cpu_seconds", "rss_mb", "tree"]
 
 #: Connections left free on the shared server; fewer trip the meter.
 RESERVE = 15
@@ -41,6 +41,32 @@ def tree(pid: int) -> list[int]:
         return []
 
 
+def cpu_seconds(groups: dict[str, list[int]]) -> dict[str, float]:
+    """CPU time (user + system) so far per group: its processes' trees, plus the PostgreSQL
+    and Redis servers' processes (all of them: the servers are shared) and this process."""
+    import os
+
+    import psutil
+
+    def spent(pids: list[int]) -> float:
+        total = 0.0
+        for pid in pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+        return total
+
+    out = {g: spent([p for m in mains for p in tree(m)]) for g, mains in groups.items()}
+    for server in ("postgres", "redis"):
+        out[server] = spent(
+            [p.pid for p in psutil.process_iter(["name"]) if server in (p.info["name"] or "")]
+        )
+    out["bench client"] = spent([os.getpid()])
+    return out
+
+
 @dataclasses.dataclass
 class Sample:
     """RSS per role (MiB, its processes summed) and per process."""
@@ -62,10 +88,18 @@ class Meter:
     databases')."""
 
     def __init__(
-        self, roles: dict[str, list[int]], admin_url: str, databases: list[str], interval: float
+        self,
+        roles: dict[str, list[int]],
+        admin_url: str,
+        databases: list[str],
+        interval: float,
+        others: dict[str, list[int]],
     ) -> None:
         self.roles, self.admin_url, self.databases = roles, admin_url, databases
         self.interval = interval
+        self.groups = {**roles, **others}
+        self.cpu: dict[str, float] = {}
+        """CPU seconds per group over the measure (set on exit)."""
         self.peak = snapshot(roles)
         self.peak_server_connections = self.peak_bench_connections = 0
         self.tripped: str | None = None
@@ -73,10 +107,13 @@ class Meter:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="latency-meter")
 
     def __enter__(self) -> Meter:
+        self._cpu_before = cpu_seconds(self.groups)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        after = cpu_seconds(self.groups)
+        self.cpu = {g: after[g] - self._cpu_before.get(g, 0.0) for g in after}
         self._stop.set()
         self._thread.join(10)
         self._sample_rss()

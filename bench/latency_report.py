@@ -97,7 +97,7 @@ def _table(rows: list[dict[str, Any]]) -> Any:
         title=f"latency: N runs at once, 3 model + 2 tool calls each — {os.cpu_count()} cores,"
         f" Python {platform.python_version()} (step = one model call + what follows it)"
     )
-    for name in ("pipeline", "N", "latency", "wall s", "runs/s", "steps/s"):
+    for name in ("pipeline", "N", "latency", "start s", "held", "wall s", "runs/s", "steps/s"):
         table.add_column(name, justify="left" if name in ("pipeline", "latency") else "right")
     for name in ("vs zero", "vs DBOS", "model in flight", "tool in flight"):
         table.add_column(name, justify="right")
@@ -108,12 +108,16 @@ def _table(rows: list[dict[str, Any]]) -> Any:
             r["pipeline"],
             str(r["n"]),
             r["profile"],
+            f"{r['start_s']:.1f}",
+            str(r["held_at_open"]),
             f"{r['wall_s']:.1f}",
             f"{r['runs_per_s']:.1f}",
             f"{r['steps_per_s']:.1f}",
             "-" if r["vs_zero"] is None else f"{r['vs_zero']:.2f}",
             "-" if r["vs_dbos"] is None else f"{r['vs_dbos']:.2f}",
-            str(r["peak_model_in_flight"]),
+            f"{r['peak_model_in_flight']} ("
+            + "/".join(str(v) for _, v in sorted(r["model_peak_in_flight_by_call"].items()))
+            + ")",
             str(r["peak_tool_in_flight"]),
             _rss_cell(r),
             str(r["peak_pg_connections"]),
@@ -121,15 +125,39 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     return table
 
 
+def _cpu_table(rows: list[dict[str, Any]]) -> Any:
+    """CPU per step of each process group over each measure: where the machine went."""
+    from rich.table import Table
+
+    groups = list(dict.fromkeys(g for r in rows for g in r["cpu_s"]))
+    table = Table(title="CPU per step during each measure (ms; servers shared with others)")
+    for name in ("pipeline", "N", "latency"):
+        table.add_column(name)
+    for g in [*groups, "all", "all / wall (cores)"]:
+        table.add_column(g, justify="right")
+    for r in rows:
+        steps = r["n"] * r["steps_per_s"] / r["runs_per_s"]
+        cells = [f"{r['cpu_s'].get(g, 0.0) / steps * 1000:.1f}" for g in groups]
+        total = sum(r["cpu_s"].values())
+        cells += [f"{total / steps * 1000:.1f}", f"{total / r['wall_s']:.2f}"]
+        table.add_row(r["pipeline"], str(r["n"]), r["profile"], *cells)
+    return table
+
+
 def print_results(console: Any, results: list[dict[str, Any]], *, dbos_skipped: str | None) -> None:
     rows = _with_ratios(results)
     console.print(_table(rows))
+    console.print(_cpu_table(rows))
     labels = {r["profile"]: f"model {r['model_latency']}, tool {r['tool_latency']}" for r in rows}
     console.print(
         "latency: "
         + "; ".join(f"{p}: {label}" for p, label in labels.items())
-        + ". vs zero: steps/s over the same pipeline's zero-latency steps/s at the same N;"
-        " in flight: the most calls the fake model / tool service answered at once;"
+        + ". start s: creating the N runs until all waited on their first model call (the"
+        " model's gate closed); held: first model calls waiting when the gate opened; wall s:"
+        " gate open to the last run's end (the database's clock);"
+        " vs zero: steps/s over the same pipeline's zero-latency steps/s at the same N;"
+        " in flight: the most calls the fake model / tool service answered at once (model: in"
+        " all, and among the runs' first/second/third calls);"
         " PG conns: peak connections to the bench's databases",
         markup=False,
     )
