@@ -62,6 +62,9 @@ SAMPLE_S = 0.25
 SATURATED_S = 3.0
 #: ``--profile``: when the ``py-spy dump`` of every thread is taken, after the first start.
 DUMP_AFTER_S = 3.0
+#: ``--profile``: py-spy's samples per second (its cost grows with the threads it walks: at
+#: 50 Hz it fell a minute behind on a 1024-thread planner; the profile perturbs the measure).
+SPY_HZ = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,7 +414,15 @@ class _Spy:
         self.targets = {r: pids[0] for r, pids in roles.items() if r in ("planner", "tool")}
         self.procs = []
         for role, pid in self.targets.items():
-            record = [self.spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "50"]
+            record = [
+                self.spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--subprocesses",
+                "--rate",
+                str(SPY_HZ),
+            ]
             record += ["--nonblocking", "--format", "speedscope"]
             record += ["-o", str(out / f"{role}-n{n}.speedscope.json")]
             log = open(out / f"{role}-record.log", "ab")  # noqa: SIM115
