@@ -375,6 +375,7 @@ def main() -> None:
         latency.main(
             [
                 *(["--quick"] if args.quick else []),
+                *(["--events"] if args.events else []),
                 *(["--json", str(args.latency_json)] if args.latency_json else []),
                 *(["--profile", str(args.profile)] if args.profile else []),
             ]

@@ -401,7 +401,8 @@ def _result(
 
 class _Spy:
     """py-spy on the planner and tool workers: ``record`` over the whole run (speedscope
-    files), and one ``dump`` of every thread :data:`DUMP_AFTER_S` into it."""
+    files; only the thread holding the GIL: where the process's Python CPU goes), and one
+    ``dump`` of every thread :data:`DUMP_AFTER_S` into it."""
 
     def __init__(self, out: Path, roles: dict[str, list[int]], n: int) -> None:
         import shutil
@@ -423,7 +424,7 @@ class _Spy:
                 "--rate",
                 str(SPY_HZ),
             ]
-            record += ["--nonblocking", "--format", "speedscope"]
+            record += ["--gil", "--nonblocking", "--format", "speedscope"]  # CPU: the GIL's holder
             record += ["-o", str(out / f"{role}-n{n}.speedscope.json")]
             log = open(out / f"{role}-record.log", "ab")  # noqa: SIM115
             self.procs.append(subprocess.Popen(record, stdout=log, stderr=log))
@@ -536,6 +537,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--profile", type=Path, help="py-spy the workers, files into this folder")
     parser.add_argument("--no-dbos", action="store_true", help="warrant only")
+    parser.add_argument(
+        "--events", action="store_true", help="workers send Celery task events (default: off)"
+    )
     parser.add_argument("--only-profile", choices=("zero", "fixed", "long-tail"), action="append")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per measure")
     return parser.parse_args(argv)
@@ -549,6 +553,7 @@ def main(argv: list[str] | None = None) -> None:
     from bench import dbos_pipeline
 
     args = _args(argv)
+    ENV["WARRANT_TASK_EVENTS"] = "1" if args.events else "0"  # as python -m bench: off by default
     sizes = [100] if args.quick else [int(n) for n in (args.sizes or "100,1000").split(",")]
     profs = [
         p for p in profiles(args.model_s, args.tool_s) if p.name in (args.only_profile or [p.name])
