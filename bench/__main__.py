@@ -8,7 +8,8 @@ weighs on both alike). With the ``dbos`` package installed (the ``bench`` extra)
 pipeline of the same shape runs in the same rounds: DBOS durable workflows on a DBOS queue
 (``bench.dbos_pipeline``). Prints a table with ratios warrant/baseline (and warrant/DBOS),
 tool-bound scaling with 1-8 tool processes, and the memory of worker processes after many
-steps.
+steps; then the ledger's growth (``bench.growth``) and real model and tool latencies
+(``bench.latency``: N runs at once against a fake model and tool service, warrant vs DBOS).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ DEFAULT_BROKER = "redis://127.0.0.1:6379/13"
 #: the median round).
 ROUNDS = 4
 #: The parts of a full run, in order (``--only`` picks some).
-PARTS = ("compare", "memory", "scaling", "growth")
+PARTS = ("compare", "memory", "scaling", "growth", "latency")
 
 
 def _env() -> dict[str, str]:
@@ -299,6 +300,16 @@ def main() -> None:
         default=None,
         help="also write the side-by-side figures as JSON to this file (bench.series reads it)",
     )
+    parser.add_argument(
+        "--latency-json", type=Path, default=None, help="write the latency part's figures here"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="latency part: py-spy the planner and tool workers during the largest N's run,"
+        " files into this folder (pip install py-spy)",
+    )
     args = parser.parse_args()
     parts = set(args.only or PARTS)
     events = "1" if args.events else "0"
@@ -358,6 +369,17 @@ def main() -> None:
             "WARRANT_BENCH_GROWTH_RUNS", "10000" if args.quick else "100000"
         )
         growth.main(["--runs", runs_loaded, *(["--quick"] if args.quick else [])])
+    if "latency" in parts:
+        from bench import latency
+
+        latency.main(
+            [
+                *(["--quick"] if args.quick else []),
+                *(["--events"] if args.events else []),
+                *(["--json", str(args.latency_json)] if args.latency_json else []),
+                *(["--profile", str(args.profile)] if args.profile else []),
+            ]
+        )
 
 
 def _compare(console: Any, client: Any, sizes: tuple[int, int, int, int]) -> tuple[Any, Any, Any]:

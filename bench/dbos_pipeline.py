@@ -26,6 +26,9 @@ WORKER_MODULE = "bench.dbos_worker"
 APP = "warrant-bench"
 QUEUE = "bench"
 WORKFLOW = "bench.run"
+#: The latency part's agent runs (``bench.latency``): a workflow and a queue of their own.
+AGENT_QUEUE = "bench-agents"
+AGENT_WORKFLOW = "bench.agent"
 #: One version for the client's enqueues and the worker, whatever the code's hash.
 VERSION = "bench"
 
@@ -104,6 +107,18 @@ class DbosPipeline:
             },
             run_id,
             steps,
+        )
+
+    def agent(self, run_id: str) -> None:
+        """Enqueue one agent run (the latency part); it writes a ``done`` row at its end."""
+        self.client.enqueue(
+            {
+                "queue_name": AGENT_QUEUE,
+                "workflow_name": AGENT_WORKFLOW,
+                "workflow_id": run_id,
+                "app_version": VERSION,
+            },
+            run_id,
         )
 
     def pid(self) -> int | None:

@@ -8,18 +8,26 @@ of one workflow, so DBOS checkpoints each step's result in its system database a
 returns (the durability the Celery pipelines get from re-queued, late-acknowledged messages).
 The workflow runs where DBOS dequeues it, in this process, not in the bench client, so the
 client measures from outside as it does for the Celery workers.
+
+The latency part (``bench.latency``) runs another workflow here, on a queue of its own: an
+agent run of three model calls and two tool calls, each a DBOS step making a real HTTP call
+to the bench's fake model and fake tool service (``WARRANT_BENCH_FAKE_MODEL_URL``,
+``WARRANT_BENCH_FAKE_TOOL_URL``), like warrant's planner and ``http_read`` tool.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
+from typing import Any
 
 from dbos import DBOS, DBOSConfig
 from sqlalchemy import text
 
-from bench.dbos_pipeline import APP, QUEUE, VERSION, WORKFLOW
+from bench.dbos_pipeline import AGENT_QUEUE, AGENT_WORKFLOW, APP, QUEUE, VERSION, WORKFLOW
+from bench.fakes import TOOL_CALLS, thread_client
 from warrant.ledger.db import engine_for
 
 DATABASE = os.environ["WARRANT_DATABASE_URL"]
@@ -30,6 +38,12 @@ CONCURRENCY = int(os.environ.get("WARRANT_BENCH_DBOS_CONCURRENCY", "3"))
 #: How often the queue thread looks for enqueued workflows (DBOS polls; default 1 s). 10 ms
 #: keeps a freed slot from idling between runs in the throughput measure.
 POLL_S = float(os.environ.get("WARRANT_BENCH_DBOS_POLL_S", "0.01"))
+#: Agent workflows this process runs at once (the latency part: every run at once).
+AGENT_CONCURRENCY = int(os.environ.get("WARRANT_BENCH_DBOS_AGENT_CONCURRENCY", "1024"))
+#: The system database's connection pool (DBOS's default unless set).
+POOL = os.environ.get("WARRANT_BENCH_DBOS_POOL")
+MODEL_URL = os.environ.get("WARRANT_BENCH_FAKE_MODEL_URL", "")
+TOOL_URL = os.environ.get("WARRANT_BENCH_FAKE_TOOL_URL", "")
 
 
 def _row(run_id: str, step: int, stage: str) -> None:
@@ -66,6 +80,44 @@ def run(run_id: str, total: int) -> None:
             tool(run_id, step)
 
 
+@DBOS.step(name="bench.model")
+def model_call(observations: list[str]) -> dict[str, Any]:
+    """One chat completion: the observations so far in the prompt, as warrant's planner shows
+    them (the fake model answers from them); the proposed function's name and arguments."""
+    prompt = "\n".join(f"- {o} [source: tool]\n{{}}" for o in observations)
+    body = {"model": "bench", "messages": [{"role": "user", "content": prompt}]}
+    response = thread_client().post(f"{MODEL_URL}/v1/chat/completions", json=body, timeout=30)
+    response.raise_for_status()
+    function = response.json()["choices"][0]["message"]["tool_calls"][0]["function"]
+    return {"name": function["name"], "arguments": json.loads(function["arguments"])}
+
+
+@DBOS.step(name="bench.http_read")
+def tool_call(run_id: str, n: int) -> dict[str, Any]:
+    """The tool: a GET of the fake tool service, as ``http_read`` does."""
+    response = thread_client().get(TOOL_URL, params={"n": n, "run": run_id}, timeout=15)
+    response.raise_for_status()
+    return {"n": n, "status": response.status_code, "chars": len(response.text)}
+
+
+@DBOS.step(name="bench.done")
+def done(run_id: str) -> None:
+    _row(run_id, TOOL_CALLS + 1, "done")
+
+
+@DBOS.workflow(name=AGENT_WORKFLOW)
+def agent(run_id: str) -> None:
+    """Model calls until the model answers ``final`` (three: two tool calls between)."""
+    observations: list[str] = []
+    for _ in range(TOOL_CALLS + 1):
+        proposal = model_call(observations)
+        if proposal["name"] == "final":
+            break
+        tool_call(run_id, proposal["arguments"]["n"])
+        observations.append(f"tool-{len(observations) + 1}")
+    done(run_id)
+
+
 def main() -> None:
     config: DBOSConfig = {
         "name": APP,
@@ -73,9 +125,14 @@ def main() -> None:
         "application_version": VERSION,
         "log_level": "WARNING",
     }
+    if POOL:
+        config["sys_db_pool_size"] = int(POOL)
     DBOS(config=config)
     DBOS.launch()
     DBOS.register_queue(QUEUE, worker_concurrency=CONCURRENCY, polling_interval_sec=POLL_S)
+    DBOS.register_queue(
+        AGENT_QUEUE, worker_concurrency=AGENT_CONCURRENCY, polling_interval_sec=POLL_S
+    )
     _row(f"dbos-ready-{os.getpid()}", 0, "ready")  # the bench client waits for this row
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

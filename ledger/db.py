@@ -21,6 +21,7 @@ from warrant.runner.settings import WarrantSettings
 
 __all__ = [
     "DEFAULT_AUTOCOMMIT_POOL",
+    "DEFAULT_HELD_CONNECTIONS",
     "autocommit_engine",
     "connect_args",
     "engine_for",
@@ -129,15 +130,48 @@ def autocommit_engine(engine: Engine, *, relaxed: bool = False, held: bool = Fal
     return other
 
 
+#: Threads per process that keep an autocommit connection of an engine between uses
+#: (:func:`held_autocommit`).
+#: A prefork pool child has one thread; a threads-pool worker (the planner) has up to
+#: ``WARRANT_PLANNER_CONCURRENCY`` (1024 allowed), and a connection kept by each would exceed
+#: PostgreSQL's ``max_connections`` (100 by default): the threads beyond these check one out
+#: of the engine's bounded pool for each use instead.
+DEFAULT_HELD_CONNECTIONS = 8
+
+
 class _Held(threading.local):
-    """The calling thread's autocommit connections, per (engine, relaxed), kept between uses."""
+    """The calling thread's autocommit connections, per (engine, relaxed), kept between uses,
+    and the keys it may keep one for (each a slot of :data:`_HOLDERS`)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.connections: dict[tuple[Engine, bool], Connection] = {}
+        self.slots: set[tuple[Engine, bool]] = set()
+
+
+class _Holders:
+    """How many threads of each process keep a connection of each (engine, relaxed); a fork
+    starts at none."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._count: dict[tuple[int, tuple[Engine, bool]], int] = {}
+
+    def take(self, pid: int, key: tuple[Engine, bool]) -> bool:
+        with self._lock:
+            if self._count.get((pid, key), 0) >= self.limit:
+                return False
+            self._count[(pid, key)] = self._count.get((pid, key), 0) + 1
+            return True
+
+    def give_back(self, pid: int, key: tuple[Engine, bool]) -> None:
+        with self._lock:
+            self._count[(pid, key)] = max(0, self._count.get((pid, key), 0) - 1)
 
 
 _HELD = _Held()
+_HOLDERS = _Holders(DEFAULT_HELD_CONNECTIONS)
 #: Connections held when the process forked: the parent's, never used nor closed here.
 _INHERITED: list[Connection] = []
 
@@ -153,9 +187,20 @@ def held_autocommit(engine: Engine, *, relaxed: bool = False) -> Iterator[Connec
     A held connection the server has hung up on (a database restart) is replaced before the
     use (:func:`_hung_up`, no round trip). A use that raises returns the connection to the
     pool, invalidated if the error was a lost connection (SQLAlchemy then discards it: the next
-    use connects afresh); a nested use gets a connection of its own."""
+    use connects afresh); a nested use gets a connection of its own.
+
+    At most :data:`DEFAULT_HELD_CONNECTIONS` threads of a process keep one per engine; the
+    others' uses check one out of :func:`autocommit_engine`'s bounded pool and return it."""
     held = _forget_inherited()
     key = (engine, relaxed)
+    if key not in held.slots:
+        if not _HOLDERS.take(held.pid, key):  # enough threads keep one: this use checks one out
+            with autocommit_engine(engine, relaxed=relaxed).connect() as pooled:
+                yield pooled
+                if pooled.in_transaction():
+                    pooled.commit()
+            return
+        held.slots.add(key)
     conn = held.connections.pop(key, None)
     if conn is not None and not conn.closed and not conn.invalidated and _hung_up(conn):
         conn.invalidate()
@@ -252,6 +297,9 @@ def release_held() -> None:
     held = _forget_inherited()
     connections = list(held.connections.values())
     held.connections.clear()
+    for key in held.slots:
+        _HOLDERS.give_back(held.pid, key)
+    held.slots.clear()
     for conn in connections:
         conn.close()
 
@@ -261,7 +309,7 @@ def _forget_inherited() -> _Held:
     held = _HELD
     if held.pid != os.getpid():
         _INHERITED.extend(held.connections.values())
-        held.pid, held.connections = os.getpid(), {}
+        held.pid, held.connections, held.slots = os.getpid(), {}, set()
     return held
 
 

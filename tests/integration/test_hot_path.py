@@ -463,3 +463,63 @@ def test_a_forked_child_never_uses_its_parents_held_connection(engine, client):
     assert child_backend not in (0, parent_backend)
     with autocommit(engine) as conn:  # the parent's own connection is still its own and alive
         assert conn.execute(backend).scalar_one() == parent_backend
+
+
+def test_many_threads_keep_a_bounded_number_of_connections(engine):
+    """A threads-pool worker (the planner: up to 1024 threads) must not keep a connection per
+    thread: PostgreSQL's ``max_connections`` is 100 by default. The first threads keep theirs;
+    the others check one out of the bounded pool for each use."""
+    import threading
+
+    from sqlalchemy import create_engine, text
+
+    from warrant.ledger.db import (
+        DEFAULT_AUTOCOMMIT_POOL,
+        DEFAULT_HELD_CONNECTIONS,
+        autocommit_engine,
+        release_held,
+    )
+    from warrant.ledger.stage_loads import autocommit
+
+    name = "warrant-held-bound-test"
+    many = create_engine(engine.url.update_query_dict({"application_name": name}))
+    threads = 40
+    start, used, done = (
+        threading.Barrier(threads),
+        threading.Barrier(threads + 1),
+        threading.Event(),
+    )
+    errors: list[BaseException] = []
+
+    def use() -> None:
+        try:
+            start.wait(10)
+            for _ in range(5):
+                with autocommit(many) as conn:
+                    conn.execute(text("SELECT pg_sleep(0.01)"))
+            used.wait(30)
+            done.wait(30)  # alive: what a thread keeps stays kept
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            release_held()
+
+    workers = [threading.Thread(target=use) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    try:
+        used.wait(30)
+        query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"
+        with autocommit(engine, held=False) as admin:
+            kept = admin.execute(text(query), {"n": name}).scalar_one()
+        # the threads that keep one, and the pool's idle connections (not one per thread)
+        assert (
+            DEFAULT_HELD_CONNECTIONS <= kept <= DEFAULT_HELD_CONNECTIONS + DEFAULT_AUTOCOMMIT_POOL
+        )
+    finally:
+        done.set()
+        for w in workers:
+            w.join(30)
+        for e in (autocommit_engine(many), autocommit_engine(many, held=True), many):
+            e.dispose()
+    assert not errors

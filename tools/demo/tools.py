@@ -14,6 +14,7 @@ from warrant.tools.contract import (
     ToolInput,
     ToolOutput,
 )
+from warrant.tools.demo.http_read import HTTP_READ
 
 __all__ = [
     "DEMO_TOOLS",
@@ -331,6 +332,7 @@ WAIT_READ: Tool[WaitInput, NoopOutput] = Tool(
     resource=lambda args, subject: "bench",
 )
 
+
 DEMO_TOOLS: list[Tool] = [
     ISSUE_REFUND,
     GET_REFUND,
@@ -340,4 +342,5 @@ DEMO_TOOLS: list[Tool] = [
     NOOP_READ,
     SLEEP_READ,
     WAIT_READ,
+    HTTP_READ,
 ]

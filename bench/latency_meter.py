@@ -1,0 +1,159 @@
+"""What the latency part samples while a workload runs: the RSS of every worker process (each
+worker's main process and its children, ``VmRSS`` of ``/proc/<pid>/status``) and the
+PostgreSQL server's connections, with their peaks.
+
+The server is shared (another engineer's tests use it): when its connections come within
+:data:`RESERVE` of ``max_connections``, the meter trips, and the bench stops the measure
+instead of starving everyone else's sessions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RESERVE", "Meter", "cpu_seconds", "rss_mb", "tree"]
+
+#: Connections left free on the shared server; fewer trip the meter.
+RESERVE = 15
+
+
+def rss_mb(pid: int) -> float:
+    """``VmRSS`` of one process in MiB (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree(pid: int) -> list[int]:
+    """A process and its children (a prefork pool's processes), recursively."""
+    import psutil
+
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+def cpu_seconds(groups: dict[str, list[int]]) -> dict[str, float]:
+    """CPU time (user + system) so far per group: its processes' trees, plus the PostgreSQL
+    and Redis servers' processes (all of them: the servers are shared) and this process."""
+    import os
+
+    import psutil
+
+    def spent(pids: list[int]) -> float:
+        total = 0.0
+        for pid in pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+        return total
+
+    out = {g: spent([p for m in mains for p in tree(m)]) for g, mains in groups.items()}
+    for server in ("postgres", "redis"):
+        out[server] = spent(
+            [p.pid for p in psutil.process_iter(["name"]) if server in (p.info["name"] or "")]
+        )
+    out["bench client"] = spent([os.getpid()])
+    return out
+
+
+@dataclasses.dataclass
+class Sample:
+    """RSS per role (MiB, its processes summed) and per process."""
+
+    roles: dict[str, float]
+    processes: dict[str, dict[int, float]]
+
+
+def snapshot(roles: dict[str, list[int]]) -> Sample:
+    processes = {
+        role: {p: rss_mb(p) for m in mains for p in tree(m)} for role, mains in roles.items()
+    }
+    return Sample({r: sum(ps.values()) for r, ps in processes.items()}, processes)
+
+
+class Meter:
+    """Samples ``roles`` (role -> main pids) every ``interval`` seconds in a thread: peak RSS
+    per role and per process, peak PostgreSQL connections (the server's and the bench
+    databases')."""
+
+    def __init__(
+        self,
+        roles: dict[str, list[int]],
+        admin_url: str,
+        databases: list[str],
+        interval: float,
+        others: dict[str, list[int]],
+    ) -> None:
+        self.roles, self.admin_url, self.databases = roles, admin_url, databases
+        self.interval = interval
+        self.groups = {**roles, **others}
+        self.cpu: dict[str, float] = {}
+        """CPU seconds per group over the measure (set on exit)."""
+        self.peak = snapshot(roles)
+        self.peak_server_connections = self.peak_bench_connections = 0
+        self.tripped: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="latency-meter")
+
+    def __enter__(self) -> Meter:
+        self._cpu_before = cpu_seconds(self.groups)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = cpu_seconds(self.groups)
+        self.cpu = {g: after[g] - self._cpu_before.get(g, 0.0) for g in after}
+        self._stop.set()
+        self._thread.join(10)
+        self._sample_rss()
+
+    def _loop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            limit = int(_one(conn, "SHOW max_connections"))
+            while not self._stop.wait(self.interval):
+                self._sample_rss()
+                self._sample_connections(conn, limit)
+
+    def _sample_rss(self) -> None:
+        now = snapshot(self.roles)
+        for role, mb in now.roles.items():
+            self.peak.roles[role] = max(self.peak.roles.get(role, 0.0), mb)
+            peaks = self.peak.processes.setdefault(role, {})
+            for pid, pmb in now.processes[role].items():
+                peaks[pid] = max(peaks.get(pid, 0.0), pmb)
+
+    def _sample_connections(self, conn: Any, limit: int) -> None:
+        server = int(
+            _one(
+                conn, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+            )
+        )
+        ours = int(
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = ANY(%s)", [self.databases]
+            ).fetchone()[0]
+        )
+        self.peak_server_connections = max(self.peak_server_connections, server)
+        self.peak_bench_connections = max(self.peak_bench_connections, ours)
+        if server >= limit - RESERVE and self.tripped is None:
+            self.tripped = (
+                f"PostgreSQL has {server} client connections of max_connections={limit}"
+                f" (the bench's databases: {ours}): stopping before the shared server is full"
+            )
+
+
+def _one(conn: Any, statement: str) -> Any:
+    return conn.execute(statement).fetchone()[0]
