@@ -22,9 +22,10 @@ process (idle before, peak during) and the peak PostgreSQL connections.
 
 warrant's workers are started by the product's own command lines (:func:`worker_command`:
 each role's pool, threads for the planner); their sizes come from the environment:
-``WARRANT_BENCH_PLANNER_CONCURRENCY`` (threads per planner process, default 1024),
-``WARRANT_BENCH_PLANNER_PROCESSES`` (1), ``WARRANT_BENCH_TOOL_CONCURRENCY`` (the planner's on
-a threads pool, else 8 prefork processes), ``WARRANT_BENCH_POLICY_CONCURRENCY`` (1), and DBOS's
+``WARRANT_BENCH_PLANNER_CONCURRENCY`` (threads per planner process, default the product's
+``WARRANT_PLANNER_CONCURRENCY``), ``WARRANT_BENCH_PLANNER_PROCESSES`` (1),
+``WARRANT_BENCH_TOOL_CONCURRENCY`` (default ``WARRANT_TOOL_CONCURRENCY``),
+``WARRANT_BENCH_POLICY_CONCURRENCY`` (1), and DBOS's
 ``WARRANT_BENCH_DBOS_AGENT_CONCURRENCY`` (1024 workflows at once).
 
 ``--profile DIR``: during the largest N's fixed-latency run of warrant, ``py-spy`` records the
@@ -149,14 +150,13 @@ def _pool_of(role: str, concurrency: int) -> str:
 
 def start_warrant() -> WarrantStack:
     from warrant.broker.app import app as warrant_app
-    from warrant.runner.client.roles import worker_command
+    from warrant.runner.client.roles import role_concurrency
 
-    planner_c = _int_env("WARRANT_BENCH_PLANNER_CONCURRENCY", 1024)
-    tool_threads = "threads" in worker_command("tool", tools=["http_read"], concurrency=2)
+    # the default deployment's sizes unless told otherwise
     sizes = {
-        "planner": planner_c,
+        "planner": _int_env("WARRANT_BENCH_PLANNER_CONCURRENCY", role_concurrency("planner", None)),
         "policy": _int_env("WARRANT_BENCH_POLICY_CONCURRENCY", 1),
-        "tool": _int_env("WARRANT_BENCH_TOOL_CONCURRENCY", planner_c if tool_threads else 8),
+        "tool": _int_env("WARRANT_BENCH_TOOL_CONCURRENCY", role_concurrency("tool", None)),
     }
     w = Workers()
     names: dict[str, list[str]] = {"planner": [], "policy": [], "tool": []}

@@ -65,10 +65,10 @@ class WarrantSettings(BaseSettings):
     interrupts its attempts when it has not renewed them for half of this, and ends itself
     before this has passed (nobody judges a live attempt lost)."""
 
-    planner_concurrency: int = Field(default=64, ge=1, le=1024)
+    planner_concurrency: int = Field(default=512, ge=1, le=1024)
     """Model calls one planner worker process holds in flight (the threads of its Celery
     threads pool) when ``warrant worker``/``warrant up`` are not told otherwise."""
-    tool_concurrency: int = Field(default=32, ge=1, le=1024)
+    tool_concurrency: int = Field(default=128, ge=1, le=1024)
     """Tool calls one ``tool`` worker process holds in flight (threads of its Celery threads
     pool; tools of ``isolation="process"`` run on the ``tool-process`` role's prefork pool)."""
 
