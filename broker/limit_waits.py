@@ -1,7 +1,8 @@
 """How the stages wait for the shared limits (:mod:`warrant.broker.limits`), and trace it.
 
 * A **model call** waits in its planner thread (the threads pool) for every limit it is held
-  to, until the run's deadline (then ``DEADLINE_REACHED``, as a model call cut by it); while
+  to, until the run's deadline (then ``DEADLINE_REACHED``, as a model call cut by it) or its
+  cancel (``broker.run_watch``: no call is made, nothing charged); while
   it waits it marks the run progressed every third of ``WARRANT_STALL_AFTER_S``, so the
   stall sweep does not send the step again. A 429 still backs off as before.
 * A **tool call** never waits inside its task: the task's time limits (Celery's parent and
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +35,7 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.ledger.sweeps import touch_run
+from warrant.runner import cancellation
 from warrant.runner.codes import RunStatus
 from warrant.runner.limits import ModelLimit
 from warrant.runner.planner_protocol import PlannerFailure
@@ -95,7 +98,9 @@ class ModelGate:
             if left <= 0:
                 self._waited(first, began)
                 raise PlannerFailure("DEADLINE_REACHED", calls=0)
-            time.sleep(min(blocked.retry_in_s, left) + random.uniform(0, 0.02))
+            if _pause(min(blocked.retry_in_s, left) + random.uniform(0, 0.02)):
+                self._waited(first, began)  # the run is being cancelled: no call to make
+                raise PlannerFailure("CANCELLED_WHILE_WAITING", calls=0)
             if time.monotonic() - last_touch >= self.touch_every_s:
                 last_touch = time.monotonic()
                 self._touch()
@@ -119,6 +124,20 @@ class ModelGate:
             self.record([("limit.waited", details)])
         except Exception as exc:
             log.warning("recording a limit wait failed: %s", exc)
+
+
+def _pause(seconds: float) -> bool:
+    """Sleep ``seconds``, or less if the run's cancel signal is set meanwhile (True then)."""
+    signal = cancellation.current()
+    if signal is None:
+        time.sleep(seconds)
+        return False
+    woken = threading.Event()
+    undo = signal.on_set(woken.set)
+    try:
+        return woken.wait(seconds)
+    finally:
+        undo()
 
 
 def model_limiter(ctx: Any, run_id: str, *, step: int) -> ModelGate | None:
