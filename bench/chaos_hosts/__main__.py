@@ -64,6 +64,8 @@ class Round:
     workers: dict[str, list[subprocess.Popen[Any]]] = field(default_factory=dict)
     holders: list[str] = field(default_factory=list)
     """The lab hosts whose tool workers held an attempt when the fault came."""
+    fenced_exits: int = 0
+    """Tool workers found exited after a cut (and started again)."""
     builds: dict[str, str] = field(default_factory=dict)
     """``WARRANT_TOOLS`` per host, where a scenario sets it (a rolling upgrade's builds)."""
 
@@ -89,6 +91,16 @@ class Round:
             host, argv, label=f"s{self.index}-{host}", env=env, hostname=hostname or host
         )
         self.workers.setdefault(host, []).append(proc)
+
+    def restart_exited(self, host: str) -> None:
+        """What a host's supervisor (systemd, compose's restart policy, ``warrant up``) does for
+        a tool worker that ended itself during the fault: a threads-pool worker that could not
+        renew its attempts' leases exits (``broker.attempt_watch``'s fence); start it again."""
+        exited = [p for p in self.workers.get(host, []) if p.poll() is not None]
+        if exited:
+            self.fenced_exits += len(exited)
+            self.workers[host] = [p for p in self.workers[host] if p not in exited]
+            self.spawn_tool(host)
 
     def spawn_control(self) -> None:
         env = {**self.lab.env("control"), **self.env}
@@ -135,6 +147,7 @@ def _cut_holders(seconds: float, *, port: int | None = None) -> Callable[[Round]
         time.sleep(seconds)  # the fault's length, not a wait for a condition
         for host in r.holders:
             net.heal(r.lab, host)
+            r.restart_exited(host)
 
     return fault
 
@@ -301,6 +314,7 @@ def run_scenario(lab: Lab, index: int, scenario: Scenario, *, bound: float) -> d
             "scenario": scenario.name,
             **result,
             "holders": r.holders,
+            "fenced_exits": r.fenced_exits,
             "seconds": round(time.monotonic() - started, 1),
         }
     finally:
