@@ -1,10 +1,8 @@
 """Planner step: load, check budgets, ask the planner, record, hand on. Shell only.
 
-A model that cannot answer now (:class:`~warrant.runner.retry.PlannerRetryLater`: a 429, a
-5xx, a timeout) does not hold the worker: the step records a ``model.retry.scheduled`` event
-(no version change) and re-publishes the same run and version with a countdown
-(``Retry-After`` capped, else backoff; :class:`~warrant.runner.retry.ModelRetries`). After the
-planner's last attempt the run fails with ``MODEL_FAILED``.
+A model that cannot answer now (a 429, a 5xx, a timeout) does not hold the worker: the step
+records ``model.retry.scheduled`` and re-publishes with a countdown (``ModelRetries``); after
+the last attempt the run fails with ``MODEL_FAILED``.
 """
 
 from __future__ import annotations
@@ -137,11 +135,13 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
             event = retries.event(later, decision, version=version, now=ctx.clock())
             return _retry_later(ctx, view, event)
         answer = replace(answer, later=None, failed=retries.failure(later, decision))
-    return _conclude(ctx, view, built, answer)
+    return _conclude(
+        ctx, view, built, answer, billed=not isinstance(spec.planner, FixturePlannerSpec)
+    )
 
 
 def _conclude(
-    ctx: StageContext, view: RunView, built: tuple[str, dict[str, Any]], answer: _Answer
+    ctx: StageContext, view: RunView, built: Any, answer: _Answer, *, billed: bool
 ) -> str:
     """Commit what the planner's answer means (one statement), then hand on."""
     usage, version = answer.usage, view.version
@@ -167,7 +167,7 @@ def _conclude(
                 )
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)
-        if answer.calls:  # the model was called (and billed) all the same
+        if billed and answer.calls:  # a real model was called (and billed) all the same
             charge_late(ctx, view, answer.usage, answer.calls, answer.failed, step=step)
         return "ignored"
     crash_point("planner:after_commit", view.run_id)

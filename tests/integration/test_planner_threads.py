@@ -99,7 +99,6 @@ def test_a_cancel_abandons_the_model_call_in_flight_and_charges_it(
     )
     took = time.monotonic() - asked
     print(f"cancel to abandoned model call: {took:.2f} s (the model had 20 s to go)")
-    wait_for(lambda: fake_openai.abandoned == 1, timeout=5, what="the model saw the client go")
     details = charged[0].details
     assert details["code"] == "MODEL_CALL_ABANDONED" and details["estimated"] is True
     info = client.get_run(run_id)

@@ -36,14 +36,15 @@ ROLE_QUEUES = {
 }
 
 
-def test_the_planner_is_threaded_policy_solo_and_tools_stay_prefork() -> None:
-    """Time limits and revoke-terminate need a pool child: the tool role keeps prefork at any
-    size, policy when it runs several processes; the planner waits on models on threads, by
-    default ``WARRANT_PLANNER_CONCURRENCY`` of them."""
+def test_the_planner_and_tools_are_threaded_policy_solo() -> None:
+    """The planner and the tool role wait on threads (``WARRANT_PLANNER_CONCURRENCY`` /
+    ``WARRANT_TOOL_CONCURRENCY``); policy is solo with one process, prefork with several; the
+    reconciler and ``tool-process`` keep prefork."""
     from warrant.runner.settings import WarrantSettings
 
-    assert [role_pool(r, 1) for r in ROLE_QUEUES] == ["threads", "solo", "prefork", "prefork"]
-    assert [role_pool(r, 2) for r in ROLE_QUEUES] == ["threads", "prefork", "prefork", "prefork"]
+    assert [role_pool(r, 1) for r in ROLE_QUEUES] == ["threads", "solo", "threads", "prefork"]
+    assert [role_pool(r, 2) for r in ROLE_QUEUES] == ["threads", "prefork", "threads", "prefork"]
+    assert role_pool("tool-process", 1) == "prefork"
     command = worker_command("policy")
     assert command[command.index("-P") + 1] == "solo"
     command = worker_command("planner")
@@ -98,7 +99,7 @@ def test_a_run_goes_through_solo_workers_and_survives_one_dying_after_its_commit
 ) -> None:
     assert _pool_children(role_workers["planner"]) == []
     assert _pool_children(role_workers["policy"]) == []
-    assert len(_pool_children(role_workers["tool"])) == 1  # prefork: one pool child
+    assert _pool_children(role_workers["tool"]) == []  # threads: no pool child
 
     spec = sc.spec([sc.search("p1"), sc.search("p2"), sc.final("Two reads.", "tool-2")])
     first = client.start_run(spec)
