@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.authz",
             "runner.cancellation",
             "runner.limits",
+            "runner.external",
             "tools.contract",
             "tools.registry",
             "tools.deployment",

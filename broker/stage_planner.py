@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,21 +17,18 @@ from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.limit_waits import model_limiter
 from warrant.broker.memory_views import (
-    POLICY_OBSERVATION_TTL_STEPS,
     built_event,
     view_from_row,
 )
 from warrant.broker.model_call import cancel_signal, charge_late
+from warrant.broker.planner_outcomes import invalid_output, model_failed, record_proposal, stopped
 from warrant.broker.publish import Outbox
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
-from warrant.ledger.guarded import insert_proposal
 from warrant.ledger.repo import (
-    NewObservation,
     StaleVersion,
     append_events,
     commit,
-    observations_of,
     run_view,
 )
 from warrant.ledger.stage_loads import autocommit, load_planning
@@ -40,20 +36,16 @@ from warrant.ledger.sweeps import touch_run
 from warrant.runner import cancellation
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
-    ObservationKind,
-    ObservationSource,
     Phase,
-    Rejection,
     RunStatus,
-    StopReason,
 )
 from warrant.runner.memory_view import DEFAULT_MAX_ITEMS
 from warrant.runner.planner_kinds import planner_kinds
 from warrant.runner.planners import PlannerFailure, PlannerRetryLater, planner_for
 from warrant.runner.retry import MODEL_RETRY_CAP_S, MODEL_RETRY_EVENT, ModelRetries
 from warrant.runner.run_machine import Stop
-from warrant.runner.spec import FixturePlannerSpec, RunSpec, Usage
-from warrant.runner.step_decisions import Complete, Forward, check_before_planning, interpret
+from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, Usage
+from warrant.runner.step_decisions import check_before_planning
 from warrant.runner.views import RunView
 
 __all__ = ["planner_step"]
@@ -91,7 +83,8 @@ class _Answer:
 
 def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns what happened: ``ignored``, ``stopped``, ``completed``, ``forwarded``,
-    ``invalid_output`` or ``retry_scheduled``.
+    ``invalid_output``, ``retry_scheduled`` or, for a run whose caller proposes (planner kind
+    ``external``), ``awaiting_proposal`` (deadline and budgets checked, nothing asked).
 
     One read (the run and everything its working-memory view shows) and one write (the
     transition with the step's proposal), each a single statement in autocommit mode: no
@@ -124,6 +117,8 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     if stop is not None:
         counters = {"model_calls": view.model_calls} if retries.calls else None
         return _stop(ctx, view, stop, counters=counters)
+    if isinstance(spec.planner, ExternalPlannerSpec):
+        return "awaiting_proposal"  # the caller proposes (warrant.broker.external_step)
     memory = view_from_row(row, view, registry=ctx.registry)
     built = built_event(memory)
     answer = _ask(ctx, spec, view, memory)
@@ -156,14 +151,16 @@ def _conclude(
     try:
         with autocommit(ctx.engine) as conn:
             if answer.invalid is not None:
-                result = _invalid_output(ctx, conn, view, step, counters, built, answer.invalid)
+                result = invalid_output(
+                    ctx.publisher, conn, view, step, counters, [built], answer.invalid
+                )
             elif answer.failed is not None:
                 failed = answer.failed
-                result = _model_failed(conn, view, version, step, counters, built, failed)
+                result = model_failed(conn, view, version, step, counters, [built], failed)
             else:
                 raw, calls = answer.raw, answer.calls
-                result = _record_proposal(
-                    ctx, conn, view, version, step, counters, built, raw, usage, calls
+                result = record_proposal(
+                    ctx.publisher, conn, view, version, step, counters, [built], raw, usage, calls
                 )
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)
@@ -231,110 +228,6 @@ def _ask(ctx: StageContext, spec: RunSpec, view: RunView, memory: Any) -> _Answe
     return _Answer(reply.raw, reply.usage, reply.calls, invalid=reply.invalid)
 
 
-_Result = tuple[str, Callable[[], None] | None]
-
-
-def _model_failed(
-    conn: Any,
-    view: RunView,
-    version: int,
-    step: int,
-    counters: dict[str, Any],
-    built: tuple[str, dict[str, Any]],
-    failed: dict[str, Any],
-) -> _Result:
-    deadline = failed["code"] == "DEADLINE_REACHED"
-    reason = StopReason.DEADLINE_REACHED if deadline else StopReason.MODEL_FAILED
-    stop = Stop(RunStatus.FAILED, reason, dict(failed))
-    change = machine.stop(
-        view,
-        stop,
-        step=step,
-        counters=counters,
-        events=[built, ("model.failed", dict(failed))],
-    )
-    commit(conn, change, step=step)
-    return _stopped(stop), None
-
-
-def _proposal_row(view: RunView, step: int, raw: Any, decision: Any) -> dict[str, Any]:
-    """The step's proposal row (lengths capped: the raw reply is untrusted)."""
-    kind = raw.get("kind") if isinstance(raw, dict) else None
-    forward = isinstance(decision, Forward)
-    proposal: dict[str, Any] = {
-        "run_id": view.run_id,
-        "step": step,
-        "kind": str(kind)[:16] if kind else "invalid",
-        "proposal_id": decision.proposal_id if forward else None,
-        "tool": decision.tool[:200] if forward and decision.tool else None,
-        "raw": raw,
-        "observation_version": view.observation_version,
-        "status": "received",
-    }
-    version_raw = raw.get("tool_version") if isinstance(raw, dict) else None
-    if isinstance(version_raw, str):
-        proposal["tool_version"] = version_raw[:50]
-    return proposal
-
-
-def _record_proposal(
-    ctx: StageContext,
-    conn: Any,
-    view: RunView,
-    version: int,
-    step: int,
-    counters: dict[str, Any],
-    built: tuple[str, dict[str, Any]],
-    raw: Any,
-    usage: Any,
-    calls: int,
-) -> _Result:
-    run_id = view.run_id
-    final = isinstance(raw, dict) and raw.get("kind") == "final"
-    decision = interpret(raw, observations_of(conn, run_id) if final else [])
-    proposal = _proposal_row(view, step, raw, decision)
-    received = {
-        "kind": proposal["kind"],
-        "tool": proposal["tool"],
-        "model_calls": counters["model_calls"],
-        "tokens": usage.prompt_tokens + usage.completion_tokens,
-    }
-    if isinstance(decision, Forward):
-        change = machine.forward_proposal(
-            view, received=received, counters=counters, events=[built]
-        )
-        new_version = commit(
-            conn,
-            change,
-            step=step,
-            proposal_id=decision.proposal_id,
-            guarded=[insert_proposal(proposal, pending=True)],
-        )
-        return "forwarded", lambda: ctx.publisher.policy(run_id, new_version)
-    if isinstance(decision, Complete):
-        proposal["status"] = "accepted"
-        stop = Stop(
-            RunStatus.COMPLETED,
-            StopReason.FINAL_ANSWER_VALIDATED,
-            {"citations": len(decision.citations)},
-            answer=decision.answer,
-        )
-        extra = [("final.validated", {"citations": decision.citations})]
-        result = "completed"
-    else:
-        proposal["status"] = "rejected" if decision.status is RunStatus.FAILED else "accepted"
-        stop, extra, result = decision, [], _stopped(decision)
-    change = machine.stop(
-        view,
-        stop,
-        step=step,
-        counters=counters,
-        events=[built, ("proposal.received", received), *extra],
-    )
-    commit(conn, change, step=step, guarded=[insert_proposal(proposal)])
-    return result, None
-
-
 def _stop(ctx: StageContext, view: RunView, stop: Stop, *, counters: Any = None) -> str:
     """A stop before the planner is asked (``counters``: earlier attempts' model calls)."""
     step = view.step
@@ -343,58 +236,4 @@ def _stop(ctx: StageContext, view: RunView, stop: Stop, *, counters: Any = None)
             commit(conn, machine.stop(view, stop, step=step, counters=counters), step=step)
     except StaleVersion:
         return "ignored"
-    return _stopped(stop)
-
-
-def _stopped(stop: Stop) -> str:
-    """The task's result for a stop: ``stopped:<status>:<reason>`` (see broker.task_states)."""
-    return f"stopped:{stop.status.value}:{stop.reason.value}"
-
-
-def _invalid_output(
-    ctx: StageContext,
-    conn: Any,
-    view: RunView,
-    step: int,
-    counters: dict[str, Any],
-    built: tuple[str, dict[str, Any]],
-    reason: str,
-) -> _Result:
-    """An unparseable model reply: refused like a policy rejection; the step is re-planned."""
-    code = Rejection.MODEL_OUTPUT_INVALID.value
-    change = machine.replan(
-        view,
-        why=[
-            ("model.output.invalid", {"reason": reason}),
-            ("proposal.rejected", {"code": code, "layer": "parse", "reason": reason}),
-        ],
-        counters=counters,
-        events=[built],
-    )
-    new_version = commit(
-        conn,
-        change,
-        step=step,
-        observation=NewObservation(
-            f"policy-{step}",
-            ObservationKind.POLICY_REJECTION,
-            ObservationSource.POLICY.value,
-            {"code": code, "reason": reason},
-            step + POLICY_OBSERVATION_TTL_STEPS,
-        ),
-        guarded=[
-            insert_proposal(
-                {
-                    "run_id": view.run_id,
-                    "step": step,
-                    "kind": "invalid",
-                    "raw": None,
-                    "observation_version": 0,
-                    "status": "rejected",
-                    "rejection_code": code,
-                }
-            )
-        ],
-    )
-    run_id = view.run_id
-    return "invalid_output", lambda: ctx.publisher.planner(run_id, new_version)
+    return stopped(stop)

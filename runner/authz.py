@@ -45,6 +45,7 @@ class Role(StrEnum):
 
 class Action(StrEnum):
     START_RUN = "start_run"
+    PROPOSE = "propose"
     READ = "read"
     CONFIRM = "confirm"
     ANSWER = "answer"
@@ -58,7 +59,7 @@ class Action(StrEnum):
 
 def _roles_by_action() -> Mapping[Action, frozenset[Role]]:
     by_role = {
-        Role.PRODUCER: {Action.START_RUN, Action.READ, Action.CANCEL},
+        Role.PRODUCER: {Action.START_RUN, Action.PROPOSE, Action.READ, Action.CANCEL},
         Role.APPROVER: {Action.READ, Action.CONFIRM, Action.ANSWER},
         Role.OPERATOR: set(Action),
         Role.VIEWER: {Action.READ},

@@ -20,7 +20,13 @@ from warrant.runner.openai_planner import OpenAIPlanner
 from warrant.runner.planner_kinds import PlannerKind, resolve
 from warrant.runner.planner_protocol import Planner, PlannerFailure, PlannerReply
 from warrant.runner.retry import PlannerRetryLater
-from warrant.runner.spec import FixturePlannerSpec, PluginPlannerSpec, RunSpec, Usage
+from warrant.runner.spec import (
+    ExternalPlannerSpec,
+    FixturePlannerSpec,
+    PluginPlannerSpec,
+    RunSpec,
+    Usage,
+)
 from warrant.runner.views import RunView
 
 __all__ = [
@@ -58,6 +64,8 @@ def planner_for(
     ``PLANNER_KIND_UNKNOWN``, a planner failure: this worker cannot serve the run)."""
     if isinstance(spec.planner, FixturePlannerSpec):
         return FixturePlanner(spec.planner)
+    if isinstance(spec.planner, ExternalPlannerSpec):
+        raise PlannerFailure("PLANNER_EXTERNAL", "the caller proposes for this run", calls=0)
     if isinstance(spec.planner, PluginPlannerSpec):
         try:
             kind, settings = resolve(spec.planner, kinds or {})

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_MAX_TOOL_CALLS",
     "Budgets",
     "ClarifyRequest",
+    "ExternalPlannerSpec",
     "FinalAnswer",
     "FixturePlannerSpec",
     "Grant",
@@ -139,6 +140,17 @@ class OpenAIPlannerSpec(_Strict):
     """Retries of 429/5xx/connection errors; each attempt is a model call."""
 
 
+class ExternalPlannerSpec(_Strict):
+    """The caller is the planner: an agent that runs its own loop (an MCP client, an OpenAI
+    Agents SDK or pydantic-ai agent) submits one proposal at a time
+    (``POST /v1/runs/{id}/proposals``, :meth:`Client.propose`) and reads the gate's decision.
+    No worker asks any model for this run."""
+
+    kind: Literal["external"]
+    agent: str = Field(default="", max_length=200)
+    """Who proposes (an MCP client's name, a framework): shown in the run's trace."""
+
+
 class PluginPlannerSpec(_Strict):
     """A planner kind registered by a plug-in (entry-point group ``warrant.planners`` or
     ``WARRANT_PLANNERS``). The spec only names it: it can never make a worker import code."""
@@ -149,7 +161,7 @@ class PluginPlannerSpec(_Strict):
     """Validated by the kind's own settings model, at start and in the planner worker."""
 
 
-BUILTIN_PLANNER_KINDS = ("fixture", "openai")
+BUILTIN_PLANNER_KINDS = ("fixture", "openai", "external")
 
 
 def _planner_tag(value: Any) -> str:
@@ -160,6 +172,7 @@ def _planner_tag(value: Any) -> str:
 PlannerSpec = Annotated[
     Annotated[FixturePlannerSpec, Tag("fixture")]
     | Annotated[OpenAIPlannerSpec, Tag("openai")]
+    | Annotated[ExternalPlannerSpec, Tag("external")]
     | Annotated[PluginPlannerSpec, Tag("plugin")],
     Discriminator(_planner_tag),
 ]

@@ -8,7 +8,8 @@ info = client.wait(run_id, timeout=30)
 :mod:`~warrant.runner.client.runs`), approvals (confirm, decline, grant;
 :mod:`~warrant.runner.client.approvals`), answers to a clarifying question
 (:mod:`~warrant.runner.client.answers`), handoffs (:mod:`~warrant.runner.client.handoffs`) and
-the approval inbox's reads (:mod:`~warrant.runner.client.inbox`).
+the approval inbox's reads (:mod:`~warrant.runner.client.inbox`) and the proposals of a caller
+that runs its own loop (:mod:`~warrant.runner.client.proposals`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from warrant.runner.client.answers import AnswersClient
 from warrant.runner.client.approvals import ApprovalsClient
 from warrant.runner.client.handoffs import HandoffsClient
 from warrant.runner.client.inbox import InboxClient
+from warrant.runner.client.proposals import ProposalsClient
 from warrant.runner.client.runs import RunInfo
 from warrant.runner.settings import resolved_urls
 
 __all__ = ["Client", "RunInfo"]
 
 
-class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient):
+class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient, ProposalsClient):
     """Talks to the ledger and publishes the first planner message of a run."""
 
     @classmethod

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from warrant.runner.client.inbox import Revealed
+from warrant.runner.client.remote_proposals import RemoteProposals
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.errors import (
     BrokerUnavailable,
@@ -114,7 +115,7 @@ def run_info(data: dict[str, Any]) -> RunInfo:
     return RunInfo(**values)
 
 
-class RemoteClient:
+class RemoteClient(RemoteProposals):
     """The run operations of ``warrant serve`` at ``base_url`` (``http://host:port``), with
     an API token (``Authorization: Bearer``). Thread-safe as far as :class:`httpx.Client` is."""
 

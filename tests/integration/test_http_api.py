@@ -432,6 +432,7 @@ NO_RUN = "00000000-0000-0000-0000-000000000000"
 ACTIONS: dict[Action, tuple[str, str, dict[str, Any] | None]] = {
     Action.START_RUN: ("POST", "/v1/runs", {"goal": "no spec"}),
     Action.READ: ("GET", f"/v1/runs/{NO_RUN}", None),
+    Action.PROPOSE: ("POST", f"/v1/runs/{NO_RUN}/proposals", {"proposal": {"kind": "final"}}),
     Action.CONFIRM: ("POST", f"/v1/runs/{NO_RUN}/confirm", {"proposal_hash": "0" * 64}),
     Action.ANSWER: ("POST", f"/v1/runs/{NO_RUN}/answer", {"text": "yes"}),
     Action.CANCEL: ("POST", f"/v1/runs/{NO_RUN}/cancel", {"reason": "stop"}),
@@ -450,7 +451,7 @@ ACTIONS: dict[Action, tuple[str, str, dict[str, Any] | None]] = {
 }
 #: Who may do what (the issue's table, written out: not read from warrant.runner.authz).
 MAY = {
-    "producer": {Action.START_RUN, Action.READ, Action.CANCEL},
+    "producer": {Action.START_RUN, Action.PROPOSE, Action.READ, Action.CANCEL},
     "approver": {Action.READ, Action.CONFIRM, Action.ANSWER},
     "operator": set(ACTIONS),
     "viewer": {Action.READ},

@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from warrant.runner.authz import Action, Identity
-from warrant.runner.client.http import actions, errors, runs
+from warrant.runner.client.http import actions, errors, proposals, runs
 from warrant.runner.client.http.auth import Deps, authenticated, deps, requires
 from warrant.runner.client.http.errors import ERROR_RESPONSES
 from warrant.runner.client.http.models import Health, IdentityOut
@@ -52,6 +52,7 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     errors.install(app)
     app.include_router(runs.router)
     app.include_router(actions.router)
+    app.include_router(proposals.router)
     _system_routes(app)
     from warrant.runner.client import web
 

@@ -1,0 +1,188 @@
+"""What one planner output means, committed: a proposal forwarded to the gate, a final
+answer, a question, a stop, an unparseable reply, a failed model. Shared by the planner step
+(:mod:`warrant.broker.stage_planner`) and a caller's own proposals
+(:mod:`warrant.broker.external_step`). Each function writes one transition on ``conn`` and
+returns the task's result and the message to publish after the commit (or None).
+
+``built`` are the events recorded before the output's own (the working-memory view the
+planner saw, or who submitted an external proposal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
+from warrant.ledger.guarded import insert_proposal
+from warrant.ledger.repo import NewObservation, commit, observations_of
+from warrant.runner import run_machine as machine
+from warrant.runner.codes import (
+    ObservationKind,
+    ObservationSource,
+    Rejection,
+    RunStatus,
+    StopReason,
+)
+from warrant.runner.run_machine import Stop
+from warrant.runner.step_decisions import Complete, Forward, interpret
+from warrant.runner.views import RunView
+
+__all__ = ["Result", "invalid_output", "model_failed", "record_proposal", "stopped"]
+
+Result = tuple[str, Callable[[], None] | None]
+
+
+def model_failed(
+    conn: Any,
+    view: RunView,
+    version: int,
+    step: int,
+    counters: dict[str, Any],
+    built: Sequence[tuple[str, dict[str, Any]]],
+    failed: dict[str, Any],
+) -> Result:
+    deadline = failed["code"] == "DEADLINE_REACHED"
+    reason = StopReason.DEADLINE_REACHED if deadline else StopReason.MODEL_FAILED
+    stop = Stop(RunStatus.FAILED, reason, dict(failed))
+    change = machine.stop(
+        view,
+        stop,
+        step=step,
+        counters=counters,
+        events=[*built, ("model.failed", dict(failed))],
+    )
+    commit(conn, change, step=step)
+    return stopped(stop), None
+
+
+def _proposal_row(view: RunView, step: int, raw: Any, decision: Any) -> dict[str, Any]:
+    """The step's proposal row (lengths capped: the raw reply is untrusted)."""
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    forward = isinstance(decision, Forward)
+    proposal: dict[str, Any] = {
+        "run_id": view.run_id,
+        "step": step,
+        "kind": str(kind)[:16] if kind else "invalid",
+        "proposal_id": decision.proposal_id if forward else None,
+        "tool": decision.tool[:200] if forward and decision.tool else None,
+        "raw": raw,
+        "observation_version": view.observation_version,
+        "status": "received",
+    }
+    version_raw = raw.get("tool_version") if isinstance(raw, dict) else None
+    if isinstance(version_raw, str):
+        proposal["tool_version"] = version_raw[:50]
+    return proposal
+
+
+def record_proposal(
+    publisher: Any,
+    conn: Any,
+    view: RunView,
+    version: int,
+    step: int,
+    counters: dict[str, Any],
+    built: Sequence[tuple[str, dict[str, Any]]],
+    raw: Any,
+    usage: Any,
+    calls: int,
+) -> Result:
+    run_id = view.run_id
+    final = isinstance(raw, dict) and raw.get("kind") == "final"
+    decision = interpret(raw, observations_of(conn, run_id) if final else [])
+    proposal = _proposal_row(view, step, raw, decision)
+    received = {
+        "kind": proposal["kind"],
+        "tool": proposal["tool"],
+        "model_calls": counters["model_calls"],
+        "tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
+    if isinstance(decision, Forward):
+        change = machine.forward_proposal(
+            view, received=received, counters=counters, events=list(built)
+        )
+        new_version = commit(
+            conn,
+            change,
+            step=step,
+            proposal_id=decision.proposal_id,
+            guarded=[insert_proposal(proposal, pending=True)],
+        )
+        return "forwarded", lambda: publisher.policy(run_id, new_version)
+    if isinstance(decision, Complete):
+        proposal["status"] = "accepted"
+        stop = Stop(
+            RunStatus.COMPLETED,
+            StopReason.FINAL_ANSWER_VALIDATED,
+            {"citations": len(decision.citations)},
+            answer=decision.answer,
+        )
+        extra = [("final.validated", {"citations": decision.citations})]
+        result = "completed"
+    else:
+        proposal["status"] = "rejected" if decision.status is RunStatus.FAILED else "accepted"
+        stop, extra, result = decision, [], stopped(decision)
+    change = machine.stop(
+        view,
+        stop,
+        step=step,
+        counters=counters,
+        events=[*built, ("proposal.received", received), *extra],
+    )
+    commit(conn, change, step=step, guarded=[insert_proposal(proposal)])
+    return result, None
+
+
+def stopped(stop: Stop) -> str:
+    """The task's result for a stop: ``stopped:<status>:<reason>`` (see broker.task_states)."""
+    return f"stopped:{stop.status.value}:{stop.reason.value}"
+
+
+def invalid_output(
+    publisher: Any,
+    conn: Any,
+    view: RunView,
+    step: int,
+    counters: dict[str, Any],
+    built: Sequence[tuple[str, dict[str, Any]]],
+    reason: str,
+) -> Result:
+    """An unparseable model reply: refused like a policy rejection; the step is re-planned."""
+    code = Rejection.MODEL_OUTPUT_INVALID.value
+    change = machine.replan(
+        view,
+        why=[
+            ("model.output.invalid", {"reason": reason}),
+            ("proposal.rejected", {"code": code, "layer": "parse", "reason": reason}),
+        ],
+        counters=counters,
+        events=list(built),
+    )
+    new_version = commit(
+        conn,
+        change,
+        step=step,
+        observation=NewObservation(
+            f"policy-{step}",
+            ObservationKind.POLICY_REJECTION,
+            ObservationSource.POLICY.value,
+            {"code": code, "reason": reason},
+            step + POLICY_OBSERVATION_TTL_STEPS,
+        ),
+        guarded=[
+            insert_proposal(
+                {
+                    "run_id": view.run_id,
+                    "step": step,
+                    "kind": "invalid",
+                    "raw": None,
+                    "observation_version": 0,
+                    "status": "rejected",
+                    "rejection_code": code,
+                }
+            )
+        ],
+    )
+    run_id = view.run_id
+    return "invalid_output", lambda: publisher.planner(run_id, new_version)

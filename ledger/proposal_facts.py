@@ -1,0 +1,118 @@
+"""What became of one step's proposal, read in one session: the run, the step's proposal, its
+command, the command's latest outcome and the policy's refusal (queries only). The pure
+:func:`warrant.runner.external.decision_of` turns these facts into a caller's decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from warrant.ledger.models import Command, Observation, OutcomeRow, Proposal, Run
+
+__all__ = ["StepFacts", "step_facts", "step_raw"]
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    run: dict[str, Any]
+    """``status``, ``phase``, ``step``, ``version``, ``stop_reason``, ``answer``, ``planner``
+    (the spec's planner kind) and whether the step's proposal is the pending one."""
+    proposal: dict[str, Any] | None
+    command: dict[str, Any] | None
+    outcome: dict[str, Any] | None
+    refusal: dict[str, Any] | None
+    """The policy observation of the step (``code``, ``reason``), if it was refused."""
+
+
+def step_facts(s: Session, run_id: str, step: int) -> StepFacts | None:
+    """The facts of ``step`` of ``run_id`` (None: no such run)."""
+    run = s.get(Run, run_id)
+    if run is None:
+        return None
+    proposal = s.scalars(
+        select(Proposal)
+        .where(Proposal.run_id == run_id, Proposal.step == step)
+        .order_by(Proposal.id.desc())
+        .limit(1)
+    ).first()
+    command = None
+    outcome = None
+    if proposal is not None:
+        command = s.scalars(
+            select(Command).where(Command.proposal_pk == proposal.id).limit(1)
+        ).first()
+    if command is not None:
+        outcome = s.scalars(
+            select(OutcomeRow)
+            .where(OutcomeRow.command_id == command.id)
+            .order_by(OutcomeRow.id.desc())
+            .limit(1)
+        ).first()
+    refusal = s.scalars(
+        select(Observation.content).where(
+            Observation.run_id == run_id, Observation.observation_id == f"policy-{step}"
+        )
+    ).first()
+    return StepFacts(
+        run={
+            "status": run.status,
+            "phase": run.phase,
+            "step": run.step,
+            "version": run.version,
+            "stop_reason": run.stop_reason,
+            "answer": run.answer,
+            "planner": (run.spec.get("planner") or {}).get("kind"),
+            "pending": proposal is not None and run.pending_proposal_id == proposal.id,
+        },
+        proposal=_proposal(proposal),
+        command=_command(command),
+        outcome=_outcome(outcome),
+        refusal=dict(refusal) if refusal else None,
+    )
+
+
+def step_raw(s: Session, run_id: str, step: int) -> Any:
+    """The raw proposal recorded for ``step`` (None: none)."""
+    return s.scalars(
+        select(Proposal.raw)
+        .where(Proposal.run_id == run_id, Proposal.step == step)
+        .order_by(Proposal.id.desc())
+        .limit(1)
+    ).first()
+
+
+def _proposal(p: Proposal | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {
+        "proposal_id": p.proposal_id,
+        "kind": p.kind,
+        "tool": p.tool,
+        "tool_version": p.tool_version,
+        "raw": p.raw,
+        "status": p.status,
+        "rejection_code": p.rejection_code,
+        "proposal_hash": p.proposal_hash,
+        "confirmation_request": p.confirmation_request,
+    }
+
+
+def _command(c: Command | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"id": c.id, "status": c.status, "attempts": c.attempts, "step": c.step}
+
+
+def _outcome(o: OutcomeRow | None) -> dict[str, Any] | None:
+    if o is None:
+        return None
+    return {
+        "status": o.status,
+        "code": o.code,
+        "message": o.message,
+        "output": o.output,
+        "resolved_status": o.resolved_status,
+    }

@@ -1,0 +1,99 @@
+"""Proposals from the caller: an agent that runs its own loop uses warrant as its gate.
+
+run_id = client.start_run({"goal": ..., "subject": ..., "planner": {"kind": "external"},
+                           "grants": [...]})
+decision = client.propose(run_id, {"kind": "tool", "proposal_id": "p1", "tool": "http_get",
+                                   "tool_version": "1.0.0", "arguments": {...}}, by="my-agent")
+decision = client.decision(run_id, decision.step, wait_s=30)   # until it settles
+
+One part of :class:`warrant.runner.client.api.Client`; the decisions are
+:class:`warrant.runner.external.Decision` (see there for their states).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from warrant.broker.external_step import submit_proposal
+from warrant.ledger.db import session_scope
+from warrant.ledger.db_clock import DatabaseClock
+from warrant.ledger.proposal_facts import step_facts
+from warrant.runner.client.runs import RunsClient
+from warrant.runner.errors import InvalidRequest, RunNotFound
+from warrant.runner.external import Decision, decision_of
+from warrant.runner.spec import Usage
+
+__all__ = ["MAX_DECISION_WAIT_S", "ProposalsClient"]
+
+#: The longest one :meth:`ProposalsClient.decision` call waits.
+MAX_DECISION_WAIT_S = 600.0
+FIRST_PAUSE_S = 0.02
+MAX_PAUSE_S = 0.5
+
+
+class ProposalsClient(RunsClient):
+    """Submit a proposal for a run whose planner kind is ``external``; read its decision."""
+
+    def propose(
+        self,
+        run_id: str,
+        proposal: dict[str, Any],
+        *,
+        by: str,
+        step: int | None = None,
+        usage: Usage | dict[str, Any] | None = None,
+        wait_s: float = 0.0,
+    ) -> Decision:
+        """Record ``proposal`` as the run's next step (``step``: the step the caller means,
+        so that a retry replays instead of proposing twice) and return its decision, waiting
+        up to ``wait_s`` for it to leave ``pending``. Raises ``PROPOSAL_IN_FLIGHT`` while an
+        earlier proposal is still undecided, ``RUN_NOT_EXTERNAL`` for a run with its own
+        planner, ``RUN_FINISHED`` once the run ended."""
+        if not by.strip():
+            raise InvalidRequest("a proposal needs who made it", code="IDENTITY_REQUIRED")
+        usage = Usage.model_validate(usage) if isinstance(usage, dict) else usage
+        submitted = submit_proposal(
+            self.engine,
+            self.publisher,
+            run_id,
+            proposal,
+            by=by,
+            step=step,
+            usage=usage,
+            clock=self._clock(),
+        )
+        if submitted.stop is not None:
+            status, reason = submitted.stop
+            return Decision(
+                run_id=run_id, step=submitted.step, state="stopped", code=reason, run_status=status
+            )
+        return self.decision(run_id, submitted.step, wait_s=wait_s)
+
+    def decision(
+        self, run_id: str, step: int, *, wait_s: float = 0.0, seen: str = "pending"
+    ) -> Decision:
+        """What became of the proposal of ``step``; with ``wait_s``, returns as soon as its
+        state is no longer ``seen`` (default: as soon as it is decided), else after
+        ``wait_s`` with the same state."""
+        if step < 1:
+            raise InvalidRequest("steps count from 1", code="STEP_INVALID")
+        deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_DECISION_WAIT_S)
+        pause = FIRST_PAUSE_S
+        while True:
+            with session_scope(self.engine) as s:
+                facts = step_facts(s, run_id, step)
+            if facts is None:
+                raise RunNotFound(f"no run {run_id}")
+            decision = decision_of(run_id, step, facts)
+            left = deadline - time.monotonic()
+            if decision.state != seen or left <= 0:
+                return decision
+            time.sleep(min(pause, left))
+            pause = min(pause * 1.5, MAX_PAUSE_S)
+
+    def _clock(self) -> Any:
+        clock = getattr(self, "_db_clock", None)
+        if clock is None:
+            clock = self._db_clock = DatabaseClock(self.engine)
+        return clock

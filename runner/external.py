@@ -1,0 +1,139 @@
+"""A caller's proposal and what the gate made of it (runs whose planner kind is ``external``).
+
+An agent that runs its own loop proposes one action at a time; each proposal is one step of
+its run and goes through the same policy queue, gate, tool queue, ledger and reconciler as a
+planner's. :func:`decision_of` reads what became of a step (pure: the facts come from
+:func:`warrant.ledger.proposal_facts.step_facts`). A decision's ``state``:
+
+``pending``                 still in the gate or the tool queue (ask again);
+``refused``                 the gate refused it: ``code`` (stable) and ``message``;
+``awaiting_confirmation``   a person must confirm exactly ``proposal_hash`` (``confirmation``
+                            holds the request); after a decision it moves on;
+``executed``                the tool ran: ``outcome`` is ``succeeded``, ``failed``,
+                            ``rejected`` or ``unknown`` (an effect nobody can vouch for: the
+                            reconciler finds out, ``resolved`` says what it found), with
+                            ``observation_id`` and ``output``;
+``completed``               a final answer, validated (``answer``);
+``asked``                   a clarifying question (the run needs a person's answer);
+``stopped``                 the run stopped at this step without executing it (``code`` is
+                            the stop reason: a budget, a loop, a deadline, a cancel, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from warrant.runner.codes import RunStatus
+
+__all__ = ["SETTLED_STATES", "Decision", "DecisionState", "decision_of"]
+
+DecisionState = Literal[
+    "pending", "refused", "awaiting_confirmation", "executed", "completed", "asked", "stopped"
+]
+
+#: States that no longer change by themselves (``awaiting_confirmation`` waits for a person).
+SETTLED_STATES: frozenset[str] = frozenset({"refused", "executed", "completed", "asked", "stopped"})
+
+_TERMINAL_COMMAND = frozenset({"succeeded", "failed", "rejected", "unknown"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What the gate made of the proposal of ``step``."""
+
+    run_id: str
+    step: int
+    state: DecisionState
+    proposal_id: str | None = None
+    tool: str | None = None
+    code: str | None = None
+    message: str | None = None
+    proposal_hash: str | None = None
+    confirmation: dict[str, Any] | None = None
+    outcome: str | None = None
+    resolved: str | None = None
+    observation_id: str | None = None
+    output: Any = None
+    answer: str | None = None
+    run_status: str = RunStatus.RUNNING.value
+    run_version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settled(self) -> bool:
+        return self.state in SETTLED_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("extra")
+        out["settled"] = self.settled
+        return out
+
+
+def decision_of(run_id: str, step: int, facts: Any) -> Decision:
+    """The decision of ``step`` from its facts (a :class:`~warrant.ledger.proposal_facts.
+    StepFacts`)."""
+    run, proposal = facts.run, facts.proposal
+    base: dict[str, Any] = {
+        "run_id": run_id,
+        "step": step,
+        "run_status": run["status"],
+        "run_version": run["version"],
+    }
+    if proposal is None:
+        return Decision(**base, state="pending")
+    base.update(proposal_id=proposal["proposal_id"], tool=proposal["tool"])
+    base["proposal_hash"] = proposal["proposal_hash"]
+    status = proposal["status"]
+    if status == "rejected" and not proposal["rejection_code"] and facts.refusal is None:
+        return _ended(base, run, proposal)  # a stop decided at the step (a final answer's)
+    if status == "rejected":
+        refusal = facts.refusal or {}
+        code = proposal["rejection_code"] or refusal.get("code")
+        message = refusal.get("message") or refusal.get("reason")
+        if not message and refusal.get("layer"):
+            message = f"refused by the gate's {refusal['layer']} layer"
+        return Decision(**base, state="refused", code=code, message=message)
+    if run["pending"] and run["status"] == RunStatus.WAITING_CONFIRMATION.value:
+        request = proposal["confirmation_request"] or {}
+        return Decision(
+            **base,
+            state="awaiting_confirmation",
+            code="USER_CONFIRMATION_REQUIRED",
+            message=f"waiting for a person to confirm proposal hash {proposal['proposal_hash']}",
+            confirmation=request,
+        )
+    executed = _executed(base, facts)
+    if executed is not None:
+        return executed
+    return _ended(base, run, proposal)
+
+
+def _executed(base: dict[str, Any], facts: Any) -> Decision | None:
+    command, outcome = facts.command, facts.outcome
+    if command is None or outcome is None or outcome["status"] not in _TERMINAL_COMMAND:
+        return None
+    return Decision(
+        **base,
+        state="executed",
+        outcome=outcome["status"],
+        code=outcome["code"],
+        message=outcome["message"],
+        resolved=outcome["resolved_status"],
+        observation_id=f"tool-{command['step']}",
+        output=outcome["output"],
+    )
+
+
+def _ended(base: dict[str, Any], run: dict[str, Any], proposal: dict[str, Any]) -> Decision:
+    """A proposal that did not (or not yet) reach a tool."""
+    status = RunStatus(run["status"])
+    at_this_step = run["step"] == base["step"]
+    if proposal["kind"] == "final" and status is RunStatus.COMPLETED:
+        return Decision(**base, state="completed", answer=run["answer"])
+    if proposal["kind"] == "clarify" and status is RunStatus.NEEDS_INPUT and at_this_step:
+        return Decision(**base, state="asked", message=run["answer"])
+    if at_this_step and status not in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        return Decision(**base, state="stopped", code=run["stop_reason"])
+    return Decision(**base, state="pending")

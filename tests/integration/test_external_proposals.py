@@ -1,0 +1,125 @@
+"""A caller that runs its own loop proposes one step at a time (planner kind ``external``):
+the same gate, tool queue, ledger and reconciler as a planner's, on real workers."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests import facts
+from tests.integration.test_reconciler import notice, settle
+from tests.integration.test_tool_execution import DRAFTS, LOOKUP, draft, lookup, uid
+from warrant.runner.client import scenarios as sc
+from warrant.runner.errors import InvalidRequest, StateConflict
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+NOTICES = {"capability": "notices:send"}
+
+
+def external_spec(*, grants=(LOOKUP, DRAFTS, NOTICES), **budgets) -> dict:
+    spec = sc.spec([], grants=list(grants), **budgets)
+    spec["planner"] = {"kind": "external", "agent": "tests"}
+    return spec
+
+
+@pytest.fixture(autouse=True)
+def _clean_faults(demo):
+    demo.clear_faults()
+    yield
+    demo.clear_faults()
+
+
+def test_a_read_executes_and_a_final_answer_completes(client, engine, worker):
+    run_id = client.start_run(external_spec())
+    decision = client.propose(run_id, lookup("order 7"), by="agent-1", wait_s=20)
+    assert (decision.step, decision.state, decision.outcome) == (1, "executed", "succeeded")
+    assert decision.observation_id == "tool-1" and decision.output["query"] == "order 7"
+    done = client.propose(run_id, sc.final("Found it.", "tool-1"), by="agent-1", wait_s=20)
+    assert (done.state, done.answer, done.run_status) == ("completed", "Found it.", "completed")
+    info = client.get_run(run_id)
+    assert (info.status, info.stop_reason, info.model_calls) == (
+        "completed",
+        "FINAL_ANSWER_VALIDATED",
+        2,
+    )
+    submitted = facts.events(engine, run_id, "proposal.submitted")
+    assert [e.details["by"] for e in submitted] == ["agent-1", "agent-1"]
+    with pytest.raises(StateConflict) as err:
+        client.propose(run_id, lookup(), by="agent-1")
+    assert err.value.code == "RUN_FINISHED"
+
+
+def test_a_call_outside_the_grants_is_refused_with_its_code(client, worker):
+    run_id = client.start_run(external_spec(grants=[LOOKUP]))
+    decision = client.propose(run_id, draft(uid("d")), by="agent", wait_s=20)
+    assert (decision.state, decision.code) == ("refused", "MISSING_CAPABILITY")
+    assert decision.message and decision.outcome is None
+    # the run goes on: the next proposal is step 2
+    again = client.propose(run_id, lookup(pid="p2"), by="agent", wait_s=20)
+    assert (again.step, again.state, again.outcome) == (2, "executed", "succeeded")
+
+
+def test_a_write_waits_for_the_exact_hash_and_runs_once(client, demo, worker, draft_worker):
+    run_id = client.start_run(external_spec())
+    recipient = f"{uuid.uuid4().hex[:8]}@example.com"
+    waiting = client.propose(run_id, notice(recipient), by="agent", wait_s=20)
+    assert waiting.state == "awaiting_confirmation" and waiting.proposal_hash
+    assert waiting.confirmation["proposal_hash"] == waiting.proposal_hash
+    # one proposal at a time: the next is refused while this one waits
+    with pytest.raises(StateConflict) as err:
+        client.propose(run_id, lookup(pid="p2"), by="agent")
+    assert err.value.code == "PROPOSAL_IN_FLIGHT"
+    # a retry of the same step replays it: no second step
+    replay = client.propose(run_id, notice(recipient), by="agent", step=1)
+    assert (replay.step, replay.state) == (1, "awaiting_confirmation")
+    client.confirm(run_id, proposal_hash=waiting.proposal_hash, by="alice")
+    done = client.decision(run_id, 1, wait_s=20, seen="awaiting_confirmation")
+    if done.state == "pending":
+        done = client.decision(run_id, 1, wait_s=20)
+    assert (done.state, done.outcome) == ("executed", "succeeded"), done
+    assert demo.notice_count(recipient=recipient) == 1
+    assert client.get_run(run_id).step == 1
+
+
+def test_an_unknown_effect_is_reported_unknown_then_reconciled(
+    client, demo, worker, draft_worker, reconciler_worker
+):
+    run_id = client.start_run(external_spec())
+    demo.set_fault("save_draft", "timeout_after_commit")
+    draft_id = uid("d")
+    decision = client.propose(run_id, draft(draft_id), by="agent", wait_s=20)
+    assert (decision.state, decision.outcome) == ("executed", "unknown"), decision
+    assert decision.resolved is None and decision.run_status == "reconciling"
+    settle(client, run_id, until=("running",))
+    resolved = client.decision(run_id, 1)
+    assert resolved.resolved == "applied"
+    assert demo.draft_count(draft_id=draft_id) == 1
+    nxt = client.propose(run_id, sc.final("Saved.", "tool-1"), by="agent", wait_s=20)
+    assert nxt.state == "completed"
+
+
+def test_bad_input_and_runs_with_their_own_planner_are_refused(client, worker):
+    own = client.start_run(sc.spec([sc.final("x", "tool-1")]))
+    with pytest.raises(StateConflict) as err:
+        client.propose(own, lookup(), by="agent")
+    assert err.value.code == "RUN_NOT_EXTERNAL"
+    run_id = client.start_run(external_spec())
+    with pytest.raises(InvalidRequest) as bad:
+        client.propose(run_id, ["not", "an", "object"], by="agent")  # type: ignore[arg-type]
+    assert bad.value.code == "PROPOSAL_INVALID"
+    with pytest.raises(StateConflict) as mismatch:
+        client.propose(run_id, lookup(), by="agent", step=3)
+    assert mismatch.value.code == "STEP_MISMATCH"
+    garbage = client.propose(run_id, {"kind": "tool", "tool": "lookup"}, by="agent", wait_s=20)
+    assert garbage.state == "refused" and garbage.code, garbage
+
+
+def test_budgets_apply_to_external_proposals(client, worker):
+    run_id = client.start_run(external_spec(max_steps=1))
+    first = client.propose(run_id, lookup(), by="agent", wait_s=20)
+    assert first.state == "executed"
+    stopped = client.propose(run_id, lookup(pid="p2"), by="agent")
+    assert (stopped.state, stopped.code) == ("stopped", "MAX_STEPS_REACHED")
+    assert client.get_run(run_id).stop_reason == "MAX_STEPS_REACHED"
