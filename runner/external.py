@@ -47,6 +47,8 @@ class Decision:
     state: DecisionState
     proposal_id: str | None = None
     tool: str | None = None
+    arguments: Any = None
+    """The proposal's arguments, as submitted."""
     code: str | None = None
     message: str | None = None
     proposal_hash: str | None = None
@@ -83,7 +85,10 @@ def decision_of(run_id: str, step: int, facts: Any) -> Decision:
     }
     if proposal is None:
         return Decision(**base, state="pending")
-    base.update(proposal_id=proposal["proposal_id"], tool=proposal["tool"])
+    raw = proposal["raw"] if isinstance(proposal["raw"], dict) else {}
+    base.update(
+        proposal_id=proposal["proposal_id"], tool=proposal["tool"], arguments=raw.get("arguments")
+    )
     base["proposal_hash"] = proposal["proposal_hash"]
     status = proposal["status"]
     if status == "rejected" and not proposal["rejection_code"] and facts.refusal is None:

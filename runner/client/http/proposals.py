@@ -64,6 +64,7 @@ class DecisionStateOut(BaseModel):
     settled: bool
     proposal_id: str | None = None
     tool: str | None = None
+    arguments: Any = None
     code: str | None = None
     message: str | None = None
     proposal_hash: str | None = None
