@@ -465,6 +465,39 @@ def test_a_read_over_stdio_completes_and_the_answer_cites_it(engine, client, sta
 
 @pytest.mark.services
 @pytest.mark.slow
+def test_the_gateway_offers_upstream_server_tools_and_runs_them_through_the_gate(client, stack):
+    """``warrant mcp serve``'s server, with this module's registry (the notes servers' tools),
+    in front of an in-memory ``mcp`` client: an upstream read runs on the module's worker."""
+    import anyio
+    from mcp.shared.memory import create_connected_server_and_client_session
+
+    from warrant.runner.client.mcp_gateway import Gateway, GatewayOptions, build_server
+    from warrant.tools.plugins import registry_for
+
+    with notes.connect(stack.stdio_state) as conn:
+        conn.execute("INSERT OR IGNORE INTO notes VALUES ('gateway', 'through the gate')")
+    template = {k: v for k, v in spec([]).items() if k != "planner"}
+    gateway = Gateway(client, registry_for(), GatewayOptions(spec=template))
+
+    async def session() -> Any:
+        server = build_server(gateway, stdio_identity="in-memory")
+        async with create_connected_server_and_client_session(server) as mcp:
+            listed = {t.name: t for t in (await mcp.list_tools()).tools}
+            assert listed["list_notes"].annotations.readOnlyHint is True
+            assert listed["add_note"].annotations.readOnlyHint is False
+            assert listed["list_notes"].inputSchema["properties"]["prefix"]
+            return await mcp.call_tool("list_notes", {"prefix": "gate"})
+
+    result = anyio.run(session)
+    assert not result.isError, result.content
+    assert result.structuredContent == {
+        "structured": {"notes": [{"title": "gateway", "body": "through the gate"}]}
+    }
+    assert ("list_notes", "gate") in notes.calls(stack.stdio_state, "list_notes")
+
+
+@pytest.mark.services
+@pytest.mark.slow
 def test_a_confirmed_write_over_http_happens_exactly_once(engine, client, stack):
     title = uid()
     run_id = client.start_run(

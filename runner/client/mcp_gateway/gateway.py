@@ -20,7 +20,7 @@ warrant's tool workers.
 from __future__ import annotations
 
 import asyncio
-import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,11 +28,10 @@ from typing import Any
 import anyio
 from mcp import types
 
-from warrant.runner.canonical import canonical_json
+from warrant.runner.client.external_calls import ExternalCalls
 from warrant.runner.client.mcp_gateway.listing import mcp_tools
 from warrant.runner.client.mcp_gateway.results import error_result, result_of
-from warrant.runner.errors import StateConflict, WarrantError
-from warrant.runner.external import Decision
+from warrant.runner.errors import WarrantError
 from warrant.tools.registry import Registry
 
 __all__ = ["Caller", "Gateway", "GatewayOptions"]
@@ -74,17 +73,17 @@ class Gateway:
         self.client = client
         self.registry = registry
         self.options = options
-        self._sessions: dict[Any, _Session] = {}
-        self._waiting: dict[str, dict[bytes, int]] = {}
-        """Per run, the calls answered "not decided yet", by (tool, arguments): the step to
-        pick up when the same call comes again (from any session of the run)."""
+        self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+        """Per MCP session (gone with it)."""
+        self.calls = ExternalCalls(
+            client,
+            registry,
+            approval_wait_s=options.approval_wait_s,
+            decision_wait_s=options.decision_wait_s,
+        )
 
     def list_tools(self) -> list[types.Tool]:
         return mcp_tools(self.registry, only=self.options.tools)
-
-    def forget(self, session: Any) -> None:
-        """The MCP session ended (its run stays; a run key continues it)."""
-        self._sessions.pop(session, None)
 
     async def call(self, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:
         state = self._sessions.setdefault(caller.session, _Session())
@@ -101,17 +100,7 @@ class Gateway:
             return error_result("UNKNOWN_TOOL_OR_VERSION", f"{name!r} is not offered here")
         if state.run_id is None:
             state.run_id = await _thread(self._start, caller)
-        run_id = state.run_id
-        key = canonical_json([name, arguments])
-        waiting = self._waiting.setdefault(run_id, {})
-        step = waiting.pop(key, None)
-        if step is not None:
-            decision = await _thread(self.client.decision, run_id, step)
-        else:
-            decision = await _thread(self._propose, run_id, caller.by, name, arguments)
-        decision = await self._settle(decision)
-        if not decision.settled:
-            waiting[key] = decision.step
+        decision = await _thread(self.calls.call, state.run_id, name, arguments, by=caller.by)
         return result_of(decision)
 
     def _start(self, caller: Caller) -> str:
@@ -122,52 +111,6 @@ class Gateway:
             spec, idempotency_key=idempotency_key, started_by=caller.by
         )
         return run_id
-
-    def _propose(self, run_id: str, by: str, name: str, arguments: dict[str, Any]) -> Decision:
-        proposal = {
-            "kind": "tool",
-            "proposal_id": f"mcp-{uuid.uuid4().hex[:16]}",
-            "tool": name,
-            "tool_version": self._version_of(name),
-            "arguments": arguments,
-            "reason_summary": "",
-            "source_observation_ids": [],
-        }
-        try:
-            decision: Decision = self.client.propose(run_id, proposal, by=by)
-        except StateConflict as exc:
-            if exc.code != "PROPOSAL_IN_FLIGHT":
-                raise
-            current = self.client.decision(run_id, self.client.get_run(run_id).step)
-            if current.tool != name or current.arguments != arguments:
-                raise
-            return current  # the same call, still undecided: pick it up
-        return decision
-
-    def _version_of(self, name: str) -> str:
-        versions = [t.version for t in self.registry.by_name(name)]
-        return max(versions, key=_version_key) if versions else "unknown"
-
-    async def _settle(self, d: Decision) -> Decision:
-        """Wait for the gate and the tool, and (bounded) for a person."""
-        wait = self.options.decision_wait_s
-        if d.state == "pending":
-            d = await _thread(self.client.decision, d.run_id, d.step, wait_s=wait)
-        if d.state == "awaiting_confirmation" and self.options.approval_wait_s > 0:
-            d = await _thread(
-                self.client.decision,
-                d.run_id,
-                d.step,
-                wait_s=self.options.approval_wait_s,
-                seen="awaiting_confirmation",
-            )
-            if d.state == "pending":
-                d = await _thread(self.client.decision, d.run_id, d.step, wait_s=wait)
-        return d
-
-
-def _version_key(version: str) -> tuple[Any, ...]:
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in version.split("."))
 
 
 async def _thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp import types
 
+from warrant.runner.client.external_calls import version_key
 from warrant.tools.contract import SideEffect, Tool
 
 __all__ = ["annotations_of", "mcp_tool", "mcp_tools"]
@@ -53,12 +54,8 @@ def mcp_tools(registry: Iterable[Tool[Any, Any]], *, only: frozenset[str] | None
     for tool in registry:
         if only is not None and tool.name not in only:
             continue
-        if tool.name not in newest or _version_key(tool.version) > _version_key(
+        if tool.name not in newest or version_key(tool.version) > version_key(
             newest[tool.name].version
         ):
             newest[tool.name] = tool
     return [mcp_tool(newest[name]) for name in sorted(newest)]
-
-
-def _version_key(version: str) -> tuple[Any, ...]:
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in version.split("."))
