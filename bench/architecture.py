@@ -69,7 +69,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("broker stages", ("broker",)),
-    ("client, CLI and stack", ("runner.client",)),
+    ("client, CLI and stack", ("runner.client", "runner.contrib")),
 )
 #: Allowed limits (issue 17): module lines and function lines (longer ones need a reason in
 #: ``LONG_FUNCTIONS``).

@@ -1,7 +1,8 @@
 """A caller's proposal, recorded as its run's next step (planner kind ``external``). Shell only.
 
 The caller takes the planner worker's place for one step: the run must be ``running`` and
-waiting for a proposal (phase ``planning``), else ``PROPOSAL_IN_FLIGHT`` (or the run's end).
+waiting for a proposal (phase ``planning``), else ``PROPOSAL_IN_FLIGHT`` (``RUN_RECONCILING``
+while an unknown effect is being found out; ``RUN_FINISHED`` after the run's end).
 Deadline and budgets are checked first, as before a planner is asked; then the proposal is
 recorded by the same code as a planner's (:mod:`warrant.broker.planner_outcomes`): a tool
 proposal goes to the policy queue, a final answer or a question ends the step here. Each
@@ -136,6 +137,12 @@ def _check_open(run: Any, step: int | None) -> None:
         raise RunFinished(
             f"run {run.id} is {status.value} ({run.stop_reason}): it takes no proposal",
             code="RUN_FINISHED",
+        )
+    if status is RunStatus.RECONCILING:
+        raise StateConflict(
+            f"run {run.id}: the effect of step {run.step} is unknown; the reconciler finds out "
+            "before the run takes another proposal",
+            code="RUN_RECONCILING",
         )
     if status is not RunStatus.RUNNING or run.phase != Phase.PLANNING.value:
         raise _in_flight(run.id, status=status.value, step=run.step)

@@ -14,6 +14,7 @@ Replies are scripted per model name, in order; each script item is a reply or a 
 
 from __future__ import annotations
 
+import itertools
 import json
 import select
 import socket
@@ -116,10 +117,14 @@ class FakeOpenAI:
         self.httpd.server_close()
 
 
-def _call(index: int, name: str, arguments: Any) -> dict[str, Any]:
+#: Unique per reply, as a real endpoint's are (the OpenAI Agents SDK refuses a reused call id).
+_REPLIES = itertools.count()
+
+
+def _call(index: int, name: str, arguments: Any, reply: int = 0) -> dict[str, Any]:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return {
-        "id": f"call_{index}",
+        "id": f"call_{reply}_{index}",
         "type": "function",
         "function": {"name": name, "arguments": text},
     }
@@ -127,10 +132,12 @@ def _call(index: int, name: str, arguments: Any) -> dict[str, Any]:
 
 def _reply(item: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": item.get("text")}
+    reply = next(_REPLIES)
     if "call" in item:
-        message["tool_calls"] = [_call(0, *item["call"])]
+        message["tool_calls"] = [_call(0, *item["call"], reply)]
     if "calls" in item:
-        message["tool_calls"] = [_call(i, n, a) for i, (n, a) in enumerate(item["calls"])]
+        calls = enumerate(item["calls"])
+        message["tool_calls"] = [_call(i, name, args, reply) for i, (name, args) in calls]
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",

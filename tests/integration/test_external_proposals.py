@@ -92,6 +92,9 @@ def test_an_unknown_effect_is_reported_unknown_then_reconciled(
     decision = client.propose(run_id, draft(draft_id), by="agent", wait_s=20)
     assert (decision.state, decision.outcome) == ("executed", "unknown"), decision
     assert decision.resolved is None and decision.run_status == "reconciling"
+    with pytest.raises(StateConflict) as err:
+        client.propose(run_id, lookup(pid="p2"), by="agent")
+    assert err.value.code == "RUN_RECONCILING"
     settle(client, run_id, until=("running",))
     resolved = client.decision(run_id, 1)
     assert resolved.resolved == "applied"
@@ -120,6 +123,12 @@ def test_budgets_apply_to_external_proposals(client, worker):
     run_id = client.start_run(external_spec(max_steps=1))
     first = client.propose(run_id, lookup(), by="agent", wait_s=20)
     assert first.state == "executed"
-    stopped = client.propose(run_id, lookup(pid="p2"), by="agent")
-    assert (stopped.state, stopped.code) == ("stopped", "MAX_STEPS_REACHED")
-    assert client.get_run(run_id).stop_reason == "MAX_STEPS_REACHED"
+    # the step budget is spent: the planner worker's check (on the run's next message) or
+    # this submission's stops the run, whichever comes first; never a second step
+    try:
+        stopped = client.propose(run_id, lookup(pid="p2"), by="agent")
+        assert (stopped.state, stopped.code) == ("stopped", "MAX_STEPS_REACHED")
+    except StateConflict as err:
+        assert err.code == "RUN_FINISHED" and "MAX_STEPS_REACHED" in str(err)
+    info = client.get_run(run_id)
+    assert (info.status, info.stop_reason, info.step) == ("failed", "MAX_STEPS_REACHED", 1)

@@ -1,0 +1,47 @@
+"""A pydantic-ai agent keeps its loop; warrant's gate decides each of its tool calls."""
+
+import asyncio
+import os
+
+from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from warrant.runner.client.api import Client
+from warrant.runner.contrib.pydantic_ai import WarrantToolset
+
+client = Client.from_env()
+run_id = client.start_run(
+    {
+        "goal": "Tell the customer of order 42 that their refund is on its way.",
+        "subject": "customer-42",
+        "planner": {"kind": "external", "agent": "pydantic-ai"},
+        "grants": [{"capability": "lookup:read"}, {"capability": "notices:send"}],
+    }
+)
+toolset = WarrantToolset(client, run_id, by="support-agent", tools=["lookup", "send_notice"])
+model = OpenAIChatModel(
+    os.environ.get("OPENAI_MODEL", "gpt-4.1-mini"),
+    provider=OpenAIProvider(base_url=os.environ["OPENAI_BASE_URL"]),  # key: OPENAI_API_KEY
+)
+agent = Agent(model, toolsets=[toolset], output_type=[str, DeferredToolRequests])
+
+
+async def main() -> None:
+    result = await agent.run("Look order 42 up, then tell jo@example.com about the refund.")
+    while isinstance(result.output, DeferredToolRequests):  # warrant waits for a person
+        for call in result.output.approvals:
+            print("a person must confirm:", call.tool_name, call.args_as_dict())
+        # A person decides (here: yes); warrant records it, bound to the exact proposal hash.
+        approvals = {call.tool_call_id: True for call in result.output.approvals}
+        results = await toolset.results(result.output, approvals, by="alice")
+        result = await agent.run(
+            message_history=result.all_messages(), deferred_tool_results=results
+        )
+    print("agent:", result.output)
+    final = {"kind": "final", "answer": result.output, "citations": ["tool-1"]}
+    done = client.propose(run_id, final, by="support-agent", wait_s=30)
+    print("run", run_id, done.run_status)
+
+
+asyncio.run(main())

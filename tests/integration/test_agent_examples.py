@@ -1,0 +1,96 @@
+""" "Bring your own agent": each example of the README, run as written (the README's block is
+the example file) against real workers; the model is a fake OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import facts
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+ROOT = Path(__file__).parents[2]
+RECIPIENT = "jo@example.com"
+
+
+def readme_block(example: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    marker = f"<!-- example: {example} (tests/integration/test_agent_examples.py runs it) -->"
+    assert marker in readme, f"the README shows {example} after its marker"
+    found = re.match(r"\s*```python\n(.*?)```", readme[readme.index(marker) + len(marker) :], re.S)
+    assert found, f"a python block follows the marker of {example}"
+    return found.group(1)
+
+
+def run_example(example: str, fake_openai, model: str) -> subprocess.CompletedProcess[str]:
+    path = ROOT / example
+    assert readme_block(example) == path.read_text(), f"README and {example} differ"
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": fake_openai.base_url,
+        "OPENAI_API_KEY": "not-a-real-key",
+        "OPENAI_MODEL": model,
+        "PYTHONPATH": str(ROOT),  # the test deployment's plug-ins live in tests/
+    }
+    return subprocess.run(
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def script_refund_notice(fake_openai, model: str) -> None:
+    fake_openai.script(
+        model,
+        [
+            {"call": ("lookup", {"query": "order 42"})},
+            {"call": ("send_notice", {"recipient": RECIPIENT, "body": "Your refund is coming."})},
+            {"text": "Jo knows their refund is on its way."},
+        ],
+    )
+
+
+def run_of(out: str) -> str:
+    found = re.search(r"^run (\S+) (\S+)$", out, re.M)
+    assert found, out
+    return found.group(1)
+
+
+@pytest.mark.parametrize(
+    "example", ["examples/agents/pydantic_ai_agent.py", "examples/agents/openai_agents_agent.py"]
+)
+def test_a_framework_agent_runs_through_the_gate(
+    example, fake_openai, engine, client, demo, worker, draft_worker
+):
+    model = f"example-{Path(example).stem}"
+    script_refund_notice(fake_openai, model)
+    before = demo.notice_count(recipient=RECIPIENT)
+    done = run_example(example, fake_openai, model)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a person must confirm: send_notice" in done.stdout
+    run_id = run_of(done.stdout)
+    info = client.get_run(run_id)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert info.answer == "Jo knows their refund is on its way."
+    assert demo.notice_count(recipient=RECIPIENT) == before + 1  # exactly once
+    [approved] = facts.events(engine, run_id, "confirmation.approved")
+    assert approved.details["by"] == "alice"
+    tools = [e.details["tool"] for e in facts.events(engine, run_id, "proposal.received")]
+    assert tools == ["lookup", "send_notice", None]  # two tool steps, then the final answer
+    assert len(fake_openai.requests_for(model)) == 3  # the agent's own loop asked its model
+
+
+def test_the_mcp_client_example(fake_openai, worker):
+    done = run_example("examples/agents/mcp_client.py", fake_openai, "unused")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "lookup read-only" in done.stdout and "send_notice writes" in done.stdout
+    assert "send_notice: True MISSING_CAPABILITY" in done.stdout
