@@ -592,3 +592,53 @@ def test_the_api_matches_its_openapi_document(label, api, tokens, known_runs):
         )
 
     check()
+
+
+@pytest.mark.slow
+def test_an_external_agent_proposes_over_http(api, tokens, engine, worker):
+    """Planner kind ``external``: a producer proposes each step of the run it started, an
+    approver confirms the exact hash, the long poll returns each decision."""
+    from warrant.runner.client.remote import RemoteClient
+
+    subject = f"http-external-{uuid.uuid4().hex[:8]}"
+    spec = {**memory_spec([], subject), "planner": {"kind": "external", "agent": "curl"}}
+    run_id = call(api, tokens["producer"], "POST", "/v1/runs", json=spec).json()["run_id"]
+    path = f"/v1/runs/{run_id}/proposals"
+    r = call(api, tokens["producer"], "POST", path + "?wait=20", json={"proposal": sc.search("p1")})
+    assert r.status_code == 200, r.text
+    assert (r.json()["state"], r.json()["outcome"], r.json()["step"]) == (
+        "executed",
+        "succeeded",
+        1,
+    )
+    other = call(api, tokens["operator"], "POST", "/v1/runs", json=spec).json()["run_id"]
+    r = call(api, tokens["producer"], "POST", f"/v1/runs/{other}/proposals", json={"proposal": {}})
+    assert (r.status_code, error(r)) == (403, "NOT_YOUR_RUN")
+    for bad in ({"proposal": "text"}, {"proposal": {"kind": "final\x00"}}, {"step": 1}):
+        r = call(api, tokens["producer"], "POST", path, json=bad)
+        assert (r.status_code, error(r)) == (422, "REQUEST_INVALID"), bad
+    r = call(api, tokens["viewer"], "POST", path, json={"proposal": sc.search("p2")})
+    assert (r.status_code, error(r)) == (403, "FORBIDDEN")
+
+    with RemoteClient(api, tokens["producer"]) as remote:
+        waiting = remote.propose(run_id, save("zh-CN"), wait_s=20)
+        assert (waiting.step, waiting.state) == (2, "awaiting_confirmation")
+        r = call(api, tokens["producer"], "POST", path, json={"proposal": sc.search("p3")})
+        assert (r.status_code, error(r)) == (409, "PROPOSAL_IN_FLIGHT")
+        confirm = {"proposal_hash": waiting.proposal_hash}
+        ok = call(api, tokens["approver"], "POST", f"/v1/runs/{run_id}/confirm", json=confirm)
+        assert ok.status_code == 200, ok.text
+        done = remote.decision(run_id, 2, wait_s=30, seen="awaiting_confirmation")
+        if done.state == "pending":
+            done = remote.decision(run_id, 2, wait_s=30)
+        assert (done.state, done.outcome, done.observation_id) == (
+            "executed",
+            "succeeded",
+            "tool-2",
+        )
+        final = {"kind": "final", "answer": "Saved.", "citations": ["tool-1", "tool-2"]}
+        assert remote.propose(run_id, final, wait_s=20).state == "completed"
+    r = call(api, tokens["viewer"], "GET", f"{path}/2")
+    assert r.status_code == 200 and r.json()["state"] == "executed"
+    submitted = facts.events(engine, run_id, "proposal.submitted")
+    assert {e.details["by"] for e in submitted} == {tokens["label:producer"]}

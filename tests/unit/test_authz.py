@@ -19,7 +19,7 @@ from warrant.runner.errors import Forbidden, InvalidRequest, TokenInvalid, Unaut
 A = Action
 #: The matrix, written out by role (what the issue asks for), checked against ``ALLOWED``.
 EXPECTED: dict[Role, set[Action]] = {
-    Role.PRODUCER: {A.START_RUN, A.READ, A.CANCEL},
+    Role.PRODUCER: {A.START_RUN, A.PROPOSE, A.READ, A.CANCEL},
     Role.APPROVER: {A.READ, A.CONFIRM, A.ANSWER},
     Role.OPERATOR: set(Action),
     Role.VIEWER: {A.READ},
@@ -39,6 +39,7 @@ def test_allowed_lists_every_action_and_no_other_role() -> None:
         assert roles == {r for r, actions in EXPECTED.items() if action in actions}
     assert {a.value for a in Action} == {
         "start_run",
+        "propose",
         "read",
         "confirm",
         "answer",

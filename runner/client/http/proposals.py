@@ -1,7 +1,8 @@
 """Proposals over HTTP, for an agent that runs its own loop (a run with planner kind
 ``external``): ``POST /v1/runs/{id}/proposals`` submits the next one, ``GET
 /v1/runs/{id}/proposals/{step}`` reads (and long-polls) its decision. The submitter is the
-token's label; a ``producer`` token may propose, only an ``approver`` may confirm."""
+token's label; a ``producer`` token may propose in the runs it started (else ``403
+NOT_YOUR_RUN``), only an ``approver`` may confirm."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
-from warrant.runner.authz import Action, Identity
+from warrant.runner.authz import Action, Identity, Role, name_of
 from warrant.runner.client.http.auth import deps, requires
 from warrant.runner.client.http.errors import ERROR_RESPONSES
 from warrant.runner.client.http.models import INT32_MAX, _In
 from warrant.runner.client.http.runs import RUN_ID
+from warrant.runner.errors import Forbidden
 from warrant.runner.external import Decision
 
 __all__ = ["DecisionStateOut", "ProposalIn", "router"]
@@ -97,11 +99,18 @@ async def submit(
     it to leave ``pending``). ``409 PROPOSAL_IN_FLIGHT`` while the previous one is undecided."""
     client = deps(request).client
     usage = body.usage.model_dump() if body.usage else None
-    decision = await run_in_threadpool(
-        lambda: client.propose(
+
+    def propose() -> Decision:
+        if identity.role is Role.PRODUCER:  # a producer proposes only in the runs it started
+            started_by = client.get_run(run_id).started_by
+            if started_by is None or name_of(started_by) != identity.name:
+                raise Forbidden(f"{identity.label} did not start run {run_id}", code="NOT_YOUR_RUN")
+        decision: Decision = client.propose(
             run_id, body.proposal, by=identity.label, step=body.step, usage=usage
         )
-    )
+        return decision
+
+    decision = await run_in_threadpool(propose)
     return _out(await _wait(request, run_id, decision, wait, "pending"))
 
 
