@@ -68,6 +68,8 @@ def body_of(d: webhooks.DueDelivery) -> bytes:
         else None,
         "answer": d.answer if d.event == "ended" else None,
     }
+    if d.event == webhooks.DECIDED:  # GET /v1/runs/{id}/proposals/{step}: the decision
+        payload["step"] = d.step
     return orjson.dumps(payload)
 
 

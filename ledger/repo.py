@@ -333,8 +333,8 @@ def commit(
     compare-and-set from ``change.version``, with the writes that belong to it (see
     :func:`transition`). Returns the new version, ``change.version + 1``."""
     changes = {k: func.now() if v is NOW else v for k, v in change.changes.items()}
-    owed = webhooks.delivery_write(change.source, change.target)
-    if owed is not None:  # the run now waits for a person or has ended: tell its producer
+    owed = webhooks.delivery_write(change.source, change.target, phase=changes.get("phase"))
+    if owed is not None:  # the run waits for a person, has ended, or was decided: tell
         guarded = (*guarded, Guarded(*owed))
     return transition(
         s,

@@ -1,7 +1,8 @@
 """Webhook deliveries: the row a transition owes the producer, and the delivery sweep's queries.
 
 A change that makes a run wait for a person (``waiting_confirmation``, ``needs_input``,
-``handoff``: event ``waiting``) or end (``completed``, ``failed``, ``cancelled``: ``ended``)
+``handoff``: event ``waiting``) or end (``completed``, ``failed``, ``cancelled``: ``ended``),
+or, for a run whose caller proposes, hands the next step back to it (``decided``),
 inserts a ``pending`` delivery in the transition's own statement, only if the compare-and-set
 won and the run's spec names a webhook (:func:`delivery_write`, added by
 :func:`warrant.ledger.repo.commit`). The sweep then claims due rows (:func:`claim_due`) and
@@ -23,6 +24,7 @@ from warrant.ledger.models import Proposal, Run, WebhookDelivery
 from warrant.runner.codes import RunStatus
 
 __all__ = [
+    "DECIDED",
     "NOTIFY",
     "DueDelivery",
     "claim_due",
@@ -42,6 +44,10 @@ NOTIFY: dict[RunStatus, str] = {
     S.CANCELLED: "ended",
 }
 
+#: For a run whose caller proposes (planner kind ``external``): its proposal was decided and
+#: the run goes on without a person (refused, executed, its effect unknown or reconciled).
+DECIDED = "decided"
+
 _RUNS: Any = Run.__table__
 _DELIVERIES: Any = WebhookDelivery.__table__
 
@@ -52,9 +58,18 @@ def notify_event(source: RunStatus, target: RunStatus) -> str | None:
     return None if source is target else NOTIFY.get(target)
 
 
-def _build_insert(cas: Any) -> Any:
+def _decided(source: RunStatus, target: RunStatus, phase: Any) -> bool:
+    """A change that hands the step back to a caller that proposes: back to planning from the
+    gate or a tool (or after reconciliation), or into reconciliation."""
+    if target is S.RECONCILING:
+        return source is S.RUNNING
+    return target is S.RUNNING and phase == "planning" and source in (S.RUNNING, S.RECONCILING)
+
+
+def _build_insert(cas: Any, *, external_only: bool = False) -> Any:
     """``INSERT ... SELECT`` of one pending delivery at the CAS's new version, if the run's
-    spec has a webhook URL; a second one for the same (run, version, event) is not inserted."""
+    spec has a webhook URL (and, for ``decided``, its planner kind is ``external``); a second
+    one for the same (run, version, event) is not inserted."""
     url = _RUNS.c.spec["webhook"]["url"].astext
     rows = (
         select(
@@ -69,6 +84,8 @@ def _build_insert(cas: Any) -> Any:
         .select_from(_RUNS.join(cas, true()))
         .where(_RUNS.c.id == bindparam("cas_run", type_=String), url.is_not(None))
     )
+    if external_only:
+        rows = rows.where(_RUNS.c.spec["planner"]["kind"].astext == "external")
     columns = ["run_id", "run_version", "event", "url", "status", "attempts", "next_attempt_at"]
     return (
         insert(_DELIVERIES)
@@ -77,16 +94,22 @@ def _build_insert(cas: Any) -> Any:
     )
 
 
+def _build_decided(cas: Any) -> Any:
+    return _build_insert(cas, external_only=True)
+
+
 def delivery_write(
-    source: RunStatus, target: RunStatus
+    source: RunStatus, target: RunStatus, *, phase: Any = None
 ) -> tuple[str, Callable[[Any], Any], dict[str, Any]] | None:
     """The guarded write (shape, builder, parameters: the fields of a
-    :class:`~warrant.ledger.repo.Guarded`) a change from ``source`` to ``target`` adds to
-    its transition, or None when it owes no webhook."""
+    :class:`~warrant.ledger.repo.Guarded`) a change from ``source`` to ``target`` (into
+    ``phase``) adds to its transition, or None when it owes no webhook."""
     event = notify_event(source, target)
-    if event is None:
-        return None
-    return "webhook.insert", _build_insert, {"wh_event": event}
+    if event is not None:
+        return "webhook.insert", _build_insert, {"wh_event": event}
+    if _decided(source, target, phase):
+        return "webhook.insert.decided", _build_decided, {"wh_event": DECIDED}
+    return None
 
 
 @dataclass(frozen=True)

@@ -245,3 +245,41 @@ def test_an_unreachable_endpoint_fails_after_the_attempt_limit(
         (3, True),
     ]
     assert not facts.events(engine, info.run_id, "webhook.delivered")
+
+
+def test_an_external_callers_decisions_are_delivered(
+    engine, client, worker, receiver, sweeper, monkeypatch
+):
+    """Planner kind ``external``: each decision that hands the step back to the caller
+    (refused, executed) is a ``decided`` call naming the step; a planner's runs owe none."""
+    monkeypatch.setenv("WARRANT_WEBHOOK_SECRET", SECRET)
+    receiver.fail_first = 0
+    spec = sc.spec([], grants=[sc.SEARCH_GRANT])
+    spec["planner"] = {"kind": "external"}
+    spec["webhook"] = {"url": receiver.url + "/ext"}
+    run_id = client.start_run(spec)
+    refused = client.propose(run_id, {"kind": "tool", "tool": "nope"}, by="agent", wait_s=20)
+    assert refused.state == "refused"
+    executed = client.propose(run_id, sc.search("p2"), by="agent", wait_s=20)
+    assert executed.state == "executed"
+    wait_for(
+        lambda: sweeper() and len(receiver.accepted("/ext", "decided")) == 2, what="decided x2"
+    )
+    told = [c.payload for c in receiver.accepted("/ext", "decided")]
+    assert [(p["event"], p["status"]) for p in told] == [("decided", "running")] * 2
+    assert all(p["step"] >= 1 for p in told)
+    assert all(c.signed for c in receiver.accepted("/ext"))
+    with session_scope(engine) as s:
+        versions = sorted(
+            d.run_version
+            for d in s.scalars(select(WebhookDelivery).where(WebhookDelivery.run_id == run_id))
+        )
+    assert len(versions) == 2 and versions[0] < versions[1]
+    planner_run = client.start_run(
+        {
+            **sc.spec([sc.search("p1"), sc.final("x", "tool-1")]),
+            "webhook": {"url": receiver.url + "/own"},
+        }
+    )
+    assert client.wait(planner_run, timeout=30).status == "completed"
+    assert set(deliveries(engine, planner_run)) == {"ended"}
