@@ -132,3 +132,24 @@ def test_budgets_apply_to_external_proposals(client, worker):
         assert err.code == "RUN_FINISHED" and "MAX_STEPS_REACHED" in str(err)
     info = client.get_run(run_id)
     assert (info.status, info.stop_reason, info.step) == ("failed", "MAX_STEPS_REACHED", 1)
+
+
+def test_the_cli_proposes_and_reads_decisions(client, worker, tmp_path):
+    import json
+
+    from tests.integration.test_cli import warrant
+
+    run_id = client.start_run(external_spec())
+    out = warrant(
+        "run", "propose", run_id, "-", "--by", "cli", "--json", stdin=json.dumps(lookup())
+    )
+    assert out.returncode == 0, out.stderr
+    decided = json.loads(out.stdout)
+    assert (decided["step"], decided["state"], decided["outcome"]) == (1, "executed", "succeeded")
+    shown = json.loads(warrant("run", "decision", run_id, "1", "--json").stdout)
+    assert shown["observation_id"] == "tool-1" and shown["settled"] is True
+    again = warrant("run", "propose", run_id, "-", "--by", "cli", "--json", stdin="{nope")
+    assert again.returncode == 2 and json.loads(again.stdout)["error"]["code"] == "PROPOSAL_INVALID"
+    missing = warrant("mcp", "serve", "--spec", str(tmp_path / "none.json"), "--json")
+    assert missing.returncode == 2, missing.stderr
+    assert json.loads(missing.stdout)["error"]["code"] == "SPEC_INVALID"

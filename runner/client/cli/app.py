@@ -22,7 +22,17 @@ from typing import Annotated, Any
 
 import typer
 
-from warrant.runner.client.cli import answers, db, handoffs, memory, runs, stack, start, tokens
+from warrant.runner.client.cli import (
+    answers,
+    db,
+    handoffs,
+    memory,
+    proposals,
+    runs,
+    stack,
+    start,
+    tokens,
+)
 from warrant.runner.client.cli import ledger as ledger_cli
 from warrant.runner.client.cli import mcp as mcp_cli
 from warrant.runner.client.cli import tools as tools_cli
@@ -38,8 +48,15 @@ from warrant.runner.errors import InvalidRequest, WarrantError
 
 __all__ = ["app", "main", "run", "version"]
 
-# importing them registers `warrant run answer`, `run start` and `run wait`
-_REGISTERED = (answers.run_answer, start.run_start, start.run_wait)
+# importing them registers `warrant run answer`, `run start`, `run wait`, `run propose` and
+# `run decision`
+_REGISTERED = (
+    answers.run_answer,
+    start.run_start,
+    start.run_wait,
+    proposals.run_propose,
+    proposals.run_decision,
+)
 
 app = typer.Typer(
     help="warrant: the model proposes, the program decides.",
