@@ -153,3 +153,19 @@ def test_the_cli_proposes_and_reads_decisions(client, worker, tmp_path):
     missing = warrant("mcp", "serve", "--spec", str(tmp_path / "none.json"), "--json")
     assert missing.returncode == 2, missing.stderr
     assert json.loads(missing.stdout)["error"]["code"] == "SPEC_INVALID"
+
+
+def test_loop_detection_applies_to_a_callers_proposals(client, engine, worker):
+    """Experiment 2 with the caller as the planner: the same search again and again."""
+    run_id = client.start_run(external_spec(grants=[sc.SEARCH_GRANT], max_tool_calls=5))
+    states = []
+    for i in range(6):
+        decision = client.propose(run_id, sc.search(f"p{i}"), by="agent", wait_s=20)
+        states.append(decision.state)
+        if decision.state == "stopped":
+            break
+    assert states == ["executed", "executed", "executed", "stopped"]
+    assert decision.code == "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+    info = client.get_run(run_id)
+    assert (info.status, info.tool_calls) == ("failed", 3)
+    assert len(facts.events(engine, run_id, "proposal.loop_detected")) == 1
