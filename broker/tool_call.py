@@ -263,8 +263,9 @@ def _checked(
     result.events.append(("tool.result.validated", {"tool": tool.name}))
     if tool.verify is None:
         return result
-    ok = bool(tool.verify(args, validated, context))
-    result.events.append(("tool.postcondition.checked", {"tool": tool.name, "ok": ok}))
+    ok, attempts = _verified(tool, args, validated, context)
+    checked = {"tool": tool.name, "ok": ok, "attempts": attempts}
+    result.events.append(("tool.postcondition.checked", checked))
     if not ok:
         result.stop, result.code = (
             StopReason.TOOL_POSTCONDITION_FAILED,
@@ -281,3 +282,16 @@ def _checked(
             )
         )
     return result
+
+
+def _verified(tool: Tool[Any, Any], args: Any, out: Any, context: ToolContext) -> tuple[bool, int]:
+    """The postcondition, read up to ``verify_attempts`` times while the deadline allows."""
+    assert tool.verify is not None
+    attempts = 0
+    while True:
+        attempts += 1
+        if tool.verify(args, out, context):
+            return True, attempts
+        if attempts >= tool.verify_attempts or context.remaining_s() <= tool.verify_interval_s:
+            return False, attempts
+        time.sleep(tool.verify_interval_s)

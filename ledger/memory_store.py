@@ -109,6 +109,17 @@ class MemoryStore:
             )
             return version
 
+    def by_token(self, idempotency_token: str) -> dict[str, Any] | None:
+        """The record the write under ``idempotency_token`` made (``key``, ``version``), or
+        None if it never happened (records are keyed by the token: the reconciliation)."""
+        with session_scope(self.engine) as s:
+            row = s.execute(
+                select(MemoryRecord.key, MemoryRecord.version).where(
+                    MemoryRecord.idempotency_token == idempotency_token
+                )
+            ).first()
+        return None if row is None else {"key": row.key, "version": int(row.version)}
+
     def _retention_for(self, key: str, value: str) -> timedelta:
         """The candidate's checks (whitelisted key, length); its retention, which must exist."""
         if key not in self.allowed_keys:

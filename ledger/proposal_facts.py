@@ -28,7 +28,9 @@ class StepFacts:
 
 
 def step_facts(s: Session, run_id: str, step: int) -> StepFacts | None:
-    """The facts of ``step`` of ``run_id`` (None: no such run)."""
+    """The facts of ``step`` of ``run_id`` (None: no such run), from one snapshot: the run and
+    its outcome as of the same moment (``REPEATABLE READ``; call it on a fresh session)."""
+    s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
     run = s.get(Run, run_id)
     if run is None:
         return None

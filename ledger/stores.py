@@ -38,6 +38,17 @@ class ArtifactStore:
                 select(Artifact.sha256).where(Artifact.idempotency_token == idempotency_token)
             ).scalar_one()
 
+    def by_token(self, idempotency_token: str) -> dict[str, str] | None:
+        """What the write under ``idempotency_token`` stored (``path``, ``sha256``), or None
+        if it never happened: the token is the store's key, so this is the reconciliation."""
+        with session_scope(self.engine) as s:
+            row = s.execute(
+                select(Artifact.path, Artifact.sha256).where(
+                    Artifact.idempotency_token == idempotency_token
+                )
+            ).first()
+        return None if row is None else {"path": row.path, "sha256": row.sha256}
+
     def get_sha256(self, *, run_id: str, path: str) -> str | None:
         with session_scope(self.engine) as s:
             return s.execute(

@@ -119,6 +119,8 @@ def _executed(base: dict[str, Any], facts: Any) -> Decision | None:
     command, outcome = facts.command, facts.outcome
     if command is None or outcome is None or outcome["status"] not in _TERMINAL_COMMAND:
         return None
+    if command["status"] != "completed":  # a retry (or a re-issue) is on its way
+        return None
     return Decision(
         **base,
         state="executed",

@@ -12,6 +12,7 @@ from warrant.runner.codes import ObservationSource, Rejection
 from warrant.runner.errors import ToolFailed, ToolRejected
 from warrant.tools.contract import (
     ConfirmationPolicy,
+    ReconcileResult,
     SideEffect,
     Tool,
     ToolContext,
@@ -151,6 +152,11 @@ def _verify_artifact(args: WriteArtifactInput, out: WriteArtifactOutput, ctx: To
     return stored is not None and stored == hashlib.sha256(args.content.encode()).hexdigest()
 
 
+def _reconcile_artifact(token: str, ctx: ToolContext) -> ReconcileResult:
+    stored = ctx.deps.artifacts.by_token(token)
+    return ReconcileResult(applied=stored is not None, output=stored)
+
+
 WRITE_ARTIFACT: Tool[WriteArtifactInput, WriteArtifactOutput] = Tool(
     name="write_artifact",
     version="1",
@@ -164,6 +170,7 @@ WRITE_ARTIFACT: Tool[WriteArtifactInput, WriteArtifactOutput] = Tool(
     resource=lambda args, subject: args.path,
     validate=_path_code,
     verify=_verify_artifact,
+    reconcile=_reconcile_artifact,
 )
 
 
@@ -210,6 +217,11 @@ def _save_preference(args: SavePreferenceInput, ctx: ToolContext) -> SavePrefere
     return SavePreferenceOutput(key=args.key, version=version)
 
 
+def _reconcile_preference(token: str, ctx: ToolContext) -> ReconcileResult:
+    written = ctx.deps.memory.by_token(token)
+    return ReconcileResult(applied=written is not None, output=written)
+
+
 SAVE_PREFERENCE: Tool[SavePreferenceInput, SavePreferenceOutput] = Tool(
     name="save_preference",
     version="1",
@@ -223,6 +235,7 @@ SAVE_PREFERENCE: Tool[SavePreferenceInput, SavePreferenceOutput] = Tool(
     timeout_s=5.0,
     resource=lambda args, subject: f"memory:{subject}/{args.key}",
     validate=_preference_code,
+    reconcile=_reconcile_preference,
     sensitive_fields=frozenset({"value"}),
 )
 

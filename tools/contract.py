@@ -167,6 +167,10 @@ class Tool(Generic[InputT, OutputT]):
     resource: Callable[[InputT, str], str] = _everything
     validate: Callable[[InputT, str], str | None] | None = None
     verify: Callable[[InputT, OutputT, ToolContext], bool] | None = None
+    verify_attempts: int = 1
+    """Reads of the postcondition before it counts as failed (an eventually consistent store
+    may show a write late), ``verify_interval_s`` apart, within the call's deadline."""
+    verify_interval_s: float = 0.2
     reconcile: Callable[[str, ToolContext], ReconcileResult] | None = None
     sensitive_fields: frozenset[str] = frozenset()
     """Arguments kept out of traces, handoff bundles and webhooks (``<sensitive>`` there). The
@@ -241,6 +245,21 @@ class Tool(Generic[InputT, OutputT]):
         Raises :class:`pydantic.ValidationError` (or ``TypeError``/``ValueError`` for
         arguments that are not JSON data)."""
         return self.input_model.model_validate_json(json.dumps(arguments))
+
+    @property
+    def warnings(self) -> list[dict[str, str]]:
+        """What the contract leaves to chance (``warrant tools list`` and ``tools check``
+        show these; none stops a deployment)."""
+        if self.side_effect is SideEffect.READ or self.verify or self.reconcile:
+            return []
+        return [
+            {
+                "code": "WRITE_UNCHECKED",
+                "message": f"{self.name} {self.version} writes with neither verify nor "
+                "reconcile: a wrong result goes unseen, and every unknown outcome goes to a "
+                "person",
+            }
+        ]
 
     def describe(self) -> dict[str, Any]:
         """The contract in the shape MCP uses for tool listings, plus warrant's policy fields."""

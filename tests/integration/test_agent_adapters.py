@@ -81,7 +81,6 @@ def test_pydantic_ai_refusal_unknown_effect_and_a_persons_no(
         [
             {"call": notice(recipient)},
             {"call": ("save_draft", {"draft_id": draft_id, "content": "x"})},
-            {"call": ("lookup", {"query": "q"})},  # the draft's effect is still unknown
             {"text": "Not sent."},
         ],
     )
@@ -100,7 +99,6 @@ def test_pydantic_ai_refusal_unknown_effect_and_a_persons_no(
     assert done.output == "Not sent."
     seen = " ".join(tool_messages(fake_openai, model))
     assert "CONFIRMATION_DECLINED" in seen and "UNKNOWN_EFFECT" in seen, seen
-    assert "RUN_RECONCILING" in seen, seen
     assert demo.notice_count(recipient=recipient) == 0
     [declined] = facts.events(engine, run_id, "confirmation.declined")
     assert declined.details["by"] == "bob"

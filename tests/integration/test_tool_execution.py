@@ -260,12 +260,25 @@ def test_exercise_read_timeout_has_no_side_effect(engine, demo, run_to_end):
 def test_experiment_3_postcondition_failure_never_completes(engine, demo, run_to_end, draft_worker):
     # the write happens, its read-back disagrees (the demo service's corrupt_read fault)
     did = uid("d")
-    demo.set_fault("save_draft", "corrupt_read")
+    demo.set_fault("save_draft", "corrupt_read", times=3)  # every one of its 3 reads
     info = run_to_end(spec([draft(did), sc.final("saved", "tool-1")]))
     assert (info.status, info.stop_reason) == ("failed", "TOOL_POSTCONDITION_FAILED")
     assert demo.draft_count(draft_id=did) == 1  # written once
     assert facts.events(engine, info.run_id, "effect.compensation_required")
     assert not facts.events(engine, info.run_id, "final.validated")  # the final never ran
+    [checked] = facts.events(engine, info.run_id, "tool.postcondition.checked")
+    assert (checked.details["ok"], checked.details["attempts"]) == (False, 3)
+
+
+def test_a_late_read_back_is_read_again_within_its_bound(engine, demo, run_to_end, draft_worker):
+    # an eventually consistent store: the first read-back disagrees, the second agrees
+    did = uid("d")
+    demo.set_fault("save_draft", "corrupt_read", times=1)
+    info = run_to_end(spec([draft(did), sc.final("saved", "tool-1")]))
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    [checked] = facts.events(engine, info.run_id, "tool.postcondition.checked")
+    assert (checked.details["ok"], checked.details["attempts"]) == (True, 2)
+    assert demo.draft_count(draft_id=did) == 1
 
 
 def test_experiment_4_cancel_during_a_tool_matches_the_effect_facts(

@@ -211,6 +211,7 @@ SAVE_DRAFT: Tool[SaveDraftInput, SaveDraftOutput] = Tool(
     timeout_s=3.0,
     resource=lambda args, subject: f"draft:{args.draft_id}",
     verify=_verify_draft,
+    verify_attempts=3,  # the drafts store may show a write late (a corrupt_read fault)
     reconcile=_reconcile_draft,
 )
 

@@ -33,7 +33,8 @@ def tools_list(as_json: JsonOpt = False) -> None:
     for t in registry:
         policy, why = required_policy(t, relaxed=relaxed, flagged=False)
         effective = {"confirmationEffective": policy.value, "confirmationWhy": why}
-        tools.append({**t.describe(), **effective, "source": registry.source_of(t)})
+        extra = {"source": registry.source_of(t), "warnings": t.warnings}
+        tools.append({**t.describe(), **effective, **extra})
     if as_json:
         print_json({"tools": tools, "fingerprint": registry.fingerprint})
         return
@@ -51,7 +52,13 @@ def tools_list(as_json: JsonOpt = False) -> None:
             t["source"],
         )
     console.print(table)
+    _print_warnings([w for t in tools for w in t["warnings"]])
     console.print(f"registry fingerprint {registry.fingerprint[:12]}")
+
+
+def _print_warnings(warnings: list[dict[str, str]]) -> None:
+    for w in warnings:
+        console.print(f"[yellow]warning[/] {w['code']}: {w['message']}")
 
 
 @tools_app.command("check")
@@ -94,6 +101,7 @@ def tools_check(as_json: JsonOpt = False) -> None:
         ],
         "disagreements": problems,
         "unserved": idle,
+        "warnings": [w for t in registry for w in t.warnings],
     }
     if as_json:
         print_json(report)
@@ -116,6 +124,7 @@ def _print_check(report: dict[str, Any], fingerprint: str) -> None:
     console.print(table)
     for p in report["disagreements"]:
         console.print(f"[red]disagree[/]: {p}")
+    _print_warnings(report["warnings"])
     if report["unserved"]:
         console.print(
             f"[red]no worker[/] consumes the queue of: {', '.join(report['unserved'])} "
