@@ -176,8 +176,8 @@ def _conclude(
 
 def _retries(ctx: StageContext, spec: RunSpec, run_id: str, version: int) -> ModelRetries:
     """The step's earlier attempts (its retry events). A fixture planner never asks for
-    later: its steps skip this read."""
-    if isinstance(spec.planner, FixturePlannerSpec):
+    later, and nobody asks a model for an external run: their steps skip this read."""
+    if isinstance(spec.planner, FixturePlannerSpec | ExternalPlannerSpec):
         return ModelRetries()
     with session_scope(ctx.engine) as s:
         return ModelRetries.of(

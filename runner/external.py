@@ -21,7 +21,7 @@ planner's. :func:`decision_of` reads what became of a step (pure: the facts come
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from warrant.runner.codes import RunStatus
@@ -60,7 +60,6 @@ class Decision:
     answer: str | None = None
     run_status: str = RunStatus.RUNNING.value
     run_version: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def settled(self) -> bool:
@@ -68,7 +67,6 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out.pop("extra")
         out["settled"] = self.settled
         return out
 

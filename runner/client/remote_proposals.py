@@ -16,7 +16,7 @@ __all__ = ["RemoteProposals", "decision_from"]
 #: The longest one long poll is asked to last (the server allows up to 60 s).
 MAX_POLL_S = 30.0
 
-_FIELDS = frozenset(f.name for f in fields(Decision)) - {"extra"}
+_FIELDS = frozenset(f.name for f in fields(Decision))
 
 
 def decision_from(data: dict[str, Any]) -> Decision:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -20,7 +20,7 @@ from warrant.runner.client.http.errors import ERROR_RESPONSES
 from warrant.runner.client.http.models import INT32_MAX, _In
 from warrant.runner.client.http.runs import RUN_ID
 from warrant.runner.errors import Forbidden
-from warrant.runner.external import Decision
+from warrant.runner.external import Decision, DecisionState
 
 __all__ = ["DecisionStateOut", "ProposalIn", "router"]
 
@@ -34,10 +34,6 @@ Reader = Annotated[Identity, Depends(requires(Action.READ))]
 #: The longest one request waits for a decision.
 MAX_WAIT_S = 60.0
 FIRST_PAUSE_S, MAX_PAUSE_S = 0.02, 0.5
-
-DecisionState = Literal[
-    "pending", "refused", "awaiting_confirmation", "executed", "completed", "asked", "stopped"
-]
 
 
 class UsageIn(_In):
