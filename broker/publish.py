@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.utils.uuid import uuid
 
+from warrant.broker.held_producers import DEFAULT_HELD_PRODUCERS, HeldProducer, Holders
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL, route_task
 from warrant.runner.errors import BrokerUnavailable
 
@@ -29,32 +30,6 @@ __all__ = [
 log = logging.getLogger("warrant.publish")
 
 RUN_HEADER = "warrant_run_id"
-
-#: Threads per process that keep a producer on a broker connection of their own (see
-#: :meth:`Publisher._producer`); a stage worker's pool child has one thread.
-DEFAULT_HELD_PRODUCERS = 4
-
-
-class _Holders:
-    """How many threads of each process hold a publisher's producer (a fork starts at
-    none)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._count: dict[int, int] = {}
-
-    def take(self, pid: int) -> bool:
-        with self._lock:
-            if self._count.get(pid, 0) >= self.limit:
-                return False
-            self._count[pid] = self._count.get(pid, 0) + 1
-            return True
-
-    def give_back(self, pid: int) -> None:
-        with self._lock:
-            self._count[pid] = max(0, self._count.get(pid, 0) - 1)
-
 
 #: A caller waiting on a publish (``Client.start_run``) gives up within a few seconds (kombu's
 #: ``ensure``; measured: about 1 s when the connection is refused, 1.5 s when the broker does
@@ -93,7 +68,7 @@ class Publisher:
         self.retry_policy = dict(retry_policy) if retry_policy is not None else None
         self.connect_timeout_s = connect_timeout_s
         self._held = threading.local()
-        self._holders = _Holders(DEFAULT_HELD_PRODUCERS)
+        self._holders = Holders(DEFAULT_HELD_PRODUCERS)
 
     @classmethod
     def fail_fast(cls, app: Celery) -> Publisher:
@@ -242,12 +217,13 @@ class Publisher:
         held = self._held
         pid = os.getpid()
         if getattr(held, "pid", None) != pid:  # a new thread, or a fork: nothing held here
-            held.pid, held.producer, held.tried = pid, None, False
-        if held.producer is None and not held.tried:
+            held.pid, held.slot, held.tried = pid, None, False
+        if held.slot is None and not held.tried:
             held.tried = True
             if self._holders.take(pid):
-                held.producer = self.app.amqp.Producer(self._connection())
-        return held.producer
+                producer = self.app.amqp.Producer(self._connection())
+                held.slot = HeldProducer(producer, partial(self._holders.give_back, pid))
+        return held.slot.producer if held.slot is not None else None
 
     def _connection(self) -> Any:
         """A broker connection for this publisher's producer (``connect_timeout_s``: also
@@ -269,14 +245,10 @@ class Publisher:
         """Close the thread's producer and its connection (a failed publish); the next publish
         makes another."""
         held = self._held
-        producer = getattr(held, "producer", None)
-        held.producer, held.tried = None, False
-        if producer is not None:
-            self._holders.give_back(os.getpid())
-            with contextlib.suppress(Exception):
-                connection = producer.connection
-                producer.close()
-                connection.close()
+        slot = getattr(held, "slot", None)
+        held.slot, held.tried = None, False
+        if slot is not None:
+            slot.close()
 
     def planner(self, run_id: str, version: int, *, countdown: float | None = None) -> None:
         """The run's planner step; ``countdown``: not before that many seconds (a model

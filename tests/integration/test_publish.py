@@ -217,6 +217,40 @@ def test_threads_beyond_the_held_ones_publish_with_a_producer_from_the_pool(
         app.close()
 
 
+def test_a_thread_that_ends_closes_its_producer_and_frees_its_slot(redis_url: str) -> None:
+    """Short-lived threads (an executor's, the MCP gateway's) publish once each: each holds a
+    producer of its own, closed when the thread ends, so its slot serves the next thread and
+    no broker connection is left open."""
+    import threading
+
+    import redis
+
+    from warrant.broker.publish import DEFAULT_HELD_PRODUCERS
+
+    r = redis.Redis.from_url(redis_url)
+    r.flushdb()
+    app = make_app(WarrantSettings(broker_url=redis_url))
+    publisher = Publisher(app)
+    connections: list[Any] = []
+
+    def publish_once() -> None:
+        publisher.policy("run-short", 1)
+        producer = publisher._producer()
+        connections.append(producer.connection if producer is not None else None)
+
+    try:
+        for _ in range(DEFAULT_HELD_PRODUCERS * 3):
+            thread = threading.Thread(target=publish_once)
+            thread.start()
+            thread.join(timeout=30)
+        assert r.llen("policy") == DEFAULT_HELD_PRODUCERS * 3
+        assert None not in connections  # every thread held one: the slots came back
+        assert not any(c.connected for c in connections)  # closed as each thread ended
+    finally:
+        r.flushdb()
+        app.close()
+
+
 def test_a_publish_that_fails_after_its_commit_is_a_warning_not_a_stage_failure(
     engine: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
