@@ -26,7 +26,17 @@ from typing import Any, Literal
 
 from warrant.runner.codes import RunStatus
 
-__all__ = ["SETTLED_STATES", "Decision", "DecisionState", "decision_of"]
+__all__ = [
+    "SETTLED_STATES",
+    "WAITING_FOR_APPROVAL",
+    "Decision",
+    "DecisionState",
+    "decision_of",
+    "explain",
+]
+
+#: The code of a call that waits for a person: call again with the same arguments.
+WAITING_FOR_APPROVAL = "WAITING_FOR_APPROVAL"
 
 DecisionState = Literal[
     "pending", "refused", "awaiting_confirmation", "executed", "completed", "asked", "stopped"
@@ -142,3 +152,32 @@ def _ended(base: dict[str, Any], run: dict[str, Any], proposal: dict[str, Any]) 
     if at_this_step and status not in (RunStatus.RUNNING, RunStatus.CANCELLING):
         return Decision(**base, state="stopped", code=run["stop_reason"])
     return Decision(**base, state="pending")
+
+
+def explain(d: Decision) -> tuple[str, str]:
+    """A decision in words, for a caller that is not a program: its code (the stable one, or
+    what stands for its state) and a sentence. What the MCP gateway and the adapters say."""
+    where = f"(run {d.run_id}, step {d.step})"
+    if d.state == "executed" and d.outcome == "unknown":
+        return (
+            "UNKNOWN_EFFECT",
+            f"the call's effect is unknown {where}: do not assume it happened or not; "
+            "warrant's reconciler finds out (or hands it to a person)"
+            + (f"; cause {d.code}" if d.code else ""),
+        )
+    if d.state == "executed":
+        return d.code or f"TOOL_{(d.outcome or 'failed').upper()}", d.message or d.outcome or ""
+    if d.state == "awaiting_confirmation":
+        return (
+            WAITING_FOR_APPROVAL,
+            f"a person must confirm proposal hash {d.proposal_hash} {where}; call the tool "
+            "again with the same arguments to get its outcome",
+        )
+    if d.state == "refused":
+        return d.code or "PROPOSAL_REFUSED", d.message or "refused by the gate"
+    if d.state == "pending":
+        return (
+            "DECISION_PENDING",
+            f"not decided yet {where}; call the tool again with the same arguments",
+        )
+    return d.code or "RUN_STOPPED", f"the run stopped {where} ({d.run_status})"

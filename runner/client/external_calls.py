@@ -14,19 +14,31 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from warrant.runner.canonical import canonical_json
 from warrant.runner.errors import StateConflict
 from warrant.runner.external import Decision
+from warrant.tools.contract import Tool
 from warrant.tools.registry import Registry
 
-__all__ = ["ExternalCalls", "newest_version", "version_key"]
+__all__ = ["ExternalCalls", "newest_tools", "newest_version", "version_key"]
 
 
 def version_key(version: str) -> tuple[Any, ...]:
     """Orders versions: numeric parts as numbers (``"1.10" > "1.9"``)."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in version.split("."))
+
+
+def newest_tools(registry: Iterable[Tool[Any, Any]]) -> dict[str, Tool[Any, Any]]:
+    """The newest version of each tool name of ``registry``."""
+    newest: dict[str, Tool[Any, Any]] = {}
+    for tool in registry:
+        best = newest.get(tool.name)
+        if best is None or version_key(tool.version) > version_key(best.version):
+            newest[tool.name] = tool
+    return newest
 
 
 def newest_version(registry: Registry, name: str) -> str:

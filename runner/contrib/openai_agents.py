@@ -28,8 +28,7 @@ from typing import Any
 from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
-from warrant.runner.client.external_calls import ExternalCalls
-from warrant.runner.contrib._tools import failure_text, offered, output_text, succeeded
+from warrant.runner.contrib._tools import failure_text, gate_calls, offered, output_text, succeeded
 from warrant.runner.errors import WarrantError
 from warrant.runner.external import Decision
 from warrant.tools.registry import Registry
@@ -48,13 +47,9 @@ class WarrantTools:
         registry: Registry | None = None,
         decision_wait_s: float = 120.0,
     ) -> None:
-        if registry is None:
-            from warrant.tools.plugins import registry_for
-
-            registry = registry_for()
         self.run_id = run_id
         self.by = by
-        self.calls = ExternalCalls(client, registry, decision_wait_s=decision_wait_s)
+        self.calls, registry = gate_calls(client, registry, decision_wait_s=decision_wait_s)
         self._decided: dict[str, Decision] = {}
         self._refused: dict[str, str] = {}
         self.tools: list[FunctionTool] = [self._tool(t) for t in offered(registry, tools)]

@@ -35,8 +35,7 @@ from pydantic_ai import (
     ToolFailed,
 )
 
-from warrant.runner.client.external_calls import ExternalCalls
-from warrant.runner.contrib._tools import failure_text, offered, succeeded
+from warrant.runner.contrib._tools import failure_text, gate_calls, offered, succeeded
 from warrant.runner.errors import WarrantError
 from warrant.tools.registry import Registry
 
@@ -54,13 +53,9 @@ class WarrantToolset(FunctionToolset[Any]):
         registry: Registry | None = None,
         decision_wait_s: float = 120.0,
     ) -> None:
-        if registry is None:
-            from warrant.tools.plugins import registry_for
-
-            registry = registry_for()
         self.run_id = run_id
         self.by = by
-        self.calls = ExternalCalls(client, registry, decision_wait_s=decision_wait_s)
+        self.calls, registry = gate_calls(client, registry, decision_wait_s=decision_wait_s)
         super().__init__([self._tool(t) for t in offered(registry, tools)])
 
     def _tool(self, contract: Any) -> Tool[Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp import types
 
-from warrant.runner.client.external_calls import version_key
+from warrant.runner.client.external_calls import newest_tools
 from warrant.tools.contract import SideEffect, Tool
 
 __all__ = ["annotations_of", "mcp_tool", "mcp_tools"]
@@ -50,12 +50,5 @@ def mcp_tool(tool: Tool[Any, Any]) -> types.Tool:
 
 def mcp_tools(registry: Iterable[Tool[Any, Any]], *, only: frozenset[str] | None) -> list[Any]:
     """One MCP tool per tool name (its newest version), sorted, limited to ``only``."""
-    newest: dict[str, Tool[Any, Any]] = {}
-    for tool in registry:
-        if only is not None and tool.name not in only:
-            continue
-        if tool.name not in newest or version_key(tool.version) > version_key(
-            newest[tool.name].version
-        ):
-            newest[tool.name] = tool
+    newest = newest_tools(t for t in registry if only is None or t.name in only)
     return [mcp_tool(newest[name]) for name in sorted(newest)]

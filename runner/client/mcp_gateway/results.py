@@ -10,12 +10,9 @@ from typing import Any
 
 from mcp import types
 
-from warrant.runner.external import Decision
+from warrant.runner.external import WAITING_FOR_APPROVAL, Decision, explain
 
 __all__ = ["WAITING_FOR_APPROVAL", "error_result", "result_of"]
-
-#: The code of a call that waits for a person: call again with the same arguments.
-WAITING_FOR_APPROVAL = "WAITING_FOR_APPROVAL"
 
 
 def _summary(d: Decision) -> dict[str, Any]:
@@ -51,32 +48,5 @@ def result_of(d: Decision) -> types.CallToolResult:
             isError=False,
             _meta={"warrant": meta},
         )
-    code, message = _explain(d)
+    code, message = explain(d)
     return error_result(code, message, **{k: v for k, v in meta.items() if k != "code"})
-
-
-def _explain(d: Decision) -> tuple[str, str]:
-    where = f"(run {d.run_id}, step {d.step})"
-    if d.state == "executed" and d.outcome == "unknown":
-        return (
-            "UNKNOWN_EFFECT",
-            f"the call's effect is unknown {where}: do not assume it happened or not; "
-            "warrant's reconciler finds out (or hands it to a person)"
-            + (f"; cause {d.code}" if d.code else ""),
-        )
-    if d.state == "executed":
-        return d.code or f"TOOL_{(d.outcome or 'failed').upper()}", d.message or d.outcome or ""
-    if d.state == "awaiting_confirmation":
-        return (
-            WAITING_FOR_APPROVAL,
-            f"a person must confirm proposal hash {d.proposal_hash} {where}; call the tool "
-            "again with the same arguments to get its outcome",
-        )
-    if d.state == "refused":
-        return d.code or "PROPOSAL_REFUSED", d.message or "refused by the gate"
-    if d.state == "pending":
-        return (
-            "DECISION_PENDING",
-            f"not decided yet {where}; call the tool again with the same arguments",
-        )
-    return d.code or "RUN_STOPPED", f"the run stopped {where} ({d.run_status})"
