@@ -36,6 +36,8 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
+from warrant.broker import interrupts
+
 __all__ = ["HARD_LIMIT_EXIT", "SOFT_LIMIT_LAG_S", "concurrent", "enforced", "own_deadline"]
 
 log = logging.getLogger("warrant.tool")
@@ -115,7 +117,7 @@ def _the_watchdog() -> _Watchdog:
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
-    if _armed:
+    if _armed and not interrupts.postponed():  # not in the middle of a ledger read
         raise SoftTimeLimitExceeded("soft time limit exceeded (the attempt's own deadline)")
 
 

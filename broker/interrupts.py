@@ -14,6 +14,11 @@ forgets whatever came before, and a signal that arrives between tasks (a soft ti
 pool's parent delivers late, after the task it was meant for has finished) is ignored: it
 never fails the next, unrelated task of the process.
 
+Inside the tool's window, the tool's own reads of the ledger (its cancellation check) are
+:func:`deferred`: a signal that lands in the middle of a database call would leave the
+driver's connection mid-command and the engine's pool half-updated (its next checkout, the
+outcome's record, then waits out the pool timeout); it is raised when the read is done.
+
 The pool, however, remembers that it signalled the child and would treat the child's *next*
 death as a controlled termination (the message of whatever task it then runs would be
 acknowledged and lost). So a child that received SIGUSR1 leaves after finishing its current
@@ -30,7 +35,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-__all__ = ["begin", "install", "interruptible", "take"]
+__all__ = ["begin", "deferred", "install", "interruptible", "postponed", "take"]
 
 _fired = False
 """SIGUSR1 arrived since the last :func:`take` (the process must leave after its task)."""
@@ -40,6 +45,8 @@ _live = False
 """Inside :func:`interruptible`."""
 _in_task = False
 """Between :func:`begin` and :func:`take`: a signal outside that window is ignored."""
+_deferring = False
+"""Inside :func:`deferred` (within :func:`interruptible`)."""
 
 
 def install() -> None:
@@ -87,6 +94,33 @@ def interruptible(*, cancelled: Callable[[], bool] | None = None) -> Iterator[No
         yield
     finally:
         _live = False
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Shield a block inside :func:`interruptible` (a ledger read): a signal arriving meanwhile
+    is raised as the block ends, not in the middle of it. Outside the window: no effect."""
+    global _live, _pending, _deferring
+    if not _live:
+        yield
+        return
+    _live, _deferring = False, True
+    try:
+        yield
+    finally:
+        _live, _deferring = True, False
+    if _pending:
+        _pending = False
+        raise SoftTimeLimitExceeded("interrupted during the tool's ledger read")
+
+
+def postponed() -> bool:
+    """Called by another interrupting signal's handler (the attempt's own soft deadline):
+    inside :func:`deferred`, remember it (raised as the block ends) and say so."""
+    global _pending
+    if _deferring:
+        _pending = True
+    return _deferring
 
 
 def _confirmed(cancelled: Callable[[], bool] | None) -> bool:

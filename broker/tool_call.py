@@ -112,7 +112,8 @@ def cancel_flag(ctx: StageContext, run_id: str) -> Any:
         stale = now - float(last["at"]) >= CANCEL_CHECK_EVERY_S
         if not last["value"] and (fresh or stale):
             last["at"] = now
-            last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
+            with interrupts.deferred():  # never mid-query (see broker.interrupts)
+                last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
         return bool(last["value"])
 
     return is_cancelled

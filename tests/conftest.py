@@ -201,6 +201,8 @@ def engine(services: Services) -> Any:
 
 #: Every worker subprocess the session started (see ``stages_to_myself``).
 LIVE_WORKERS: list[WorkerProcess] = []
+#: How many of a worker's last log lines a failed test's report shows.
+WORKER_LOG_TAIL = 60
 
 
 class WorkerProcess:
@@ -420,6 +422,20 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str =
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(pause)
         pause = min(pause * 1.5, 0.25)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries the last lines of every live worker's log (CI keeps
+    nothing else of a worker that ran on a clean clone)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    for w in LIVE_WORKERS:
+        if w.log is not None and w.log.exists():
+            lines = w.log.read_text(errors="replace").splitlines()[-WORKER_LOG_TAIL:]
+            report.sections.append((f"worker {w.name} (last lines)", "\n".join(lines)))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

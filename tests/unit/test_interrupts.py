@@ -1,0 +1,72 @@
+"""A cancel's SIGUSR1 and the attempt's own soft deadline interrupt the tool's code, never the
+middle of the tool's own ledger read (warrant.broker.interrupts.deferred): a signal landing
+inside a database call leaves the driver's connection mid-command and the engine's pool
+half-updated, and the outcome's record then waits out the pool timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+from celery.exceptions import SoftTimeLimitExceeded
+
+from warrant.broker import deadline, interrupts
+
+
+def _billiards(signum, frame):  # what billiard's own SIGUSR1 handler does in a pool child
+    raise SoftTimeLimitExceeded("soft time limit exceeded")
+
+
+@pytest.fixture
+def in_task() -> Iterator[None]:
+    previous = signal.signal(signal.SIGUSR1, _billiards)
+    interrupts.install()
+    interrupts.begin()
+    try:
+        yield
+    finally:
+        interrupts.take()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_the_read_runs_to_its_end_and_the_signal_is_not_lost(in_task):
+    ran: list[str] = []
+    with pytest.raises(SoftTimeLimitExceeded), interrupts.interruptible():
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.05)
+            ran.append("after the signal")
+        ran.append("after the read")  # never: the signal is raised as the read ends
+    assert ran == ["after the signal"]
+
+
+def test_outside_the_read_the_signal_interrupts_at_once(in_task):
+    with pytest.raises(SoftTimeLimitExceeded), interrupts.interruptible():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(5)
+
+
+def test_the_attempts_own_deadline_waits_for_the_read_too(in_task):
+    ran: list[str] = []
+    t0 = time.monotonic()
+    with (
+        pytest.raises(SoftTimeLimitExceeded),
+        deadline.enforced(),
+        interrupts.interruptible(),
+        deadline.own_deadline(soft_at=t0 + 0.05, hard_at=t0 + 30, what="a test"),
+    ):
+        with interrupts.deferred():
+            time.sleep(0.3)  # the alarm fires in here
+            ran.append("the whole read")
+        ran.append("after the read")
+    assert ran == ["the whole read"]
+    assert time.monotonic() - t0 >= 0.3
+
+
+def test_outside_the_tools_window_deferred_does_nothing(in_task):
+    with interrupts.deferred():
+        os.kill(os.getpid(), signal.SIGUSR1)  # remembered for the next tool, not raised
+        time.sleep(0.05)
