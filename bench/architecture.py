@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.limits",
             "runner.external",
             "tools.contract",
+            "tools.jobs",
             "tools.registry",
             "tools.deployment",
         ),

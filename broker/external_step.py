@@ -144,6 +144,12 @@ def _check_open(run: Any, step: int | None) -> None:
             "before the run takes another proposal",
             code="RUN_RECONCILING",
         )
+    if status is RunStatus.WAITING_JOB:
+        raise StateConflict(
+            f"run {run.id}: the job of step {run.step} has not ended; the run takes another "
+            "proposal once it has",
+            code="RUN_WAITING_JOB",
+        )
     if status is not RunStatus.RUNNING or run.phase != Phase.PLANNING.value:
         raise _in_flight(run.id, status=status.value, step=run.step)
     if step is not None and step != run.step + 1:

@@ -32,6 +32,8 @@ def _unknown_effects(s: Session, run_id: str, registry: Registry) -> list[dict[s
                 "tool_version": cmd.tool_version,
                 "step": cmd.step,
                 "code": outcome.code,
+                "outcome": outcome.status,
+                "operation_id": (outcome.output or {}).get("operation_id"),
                 "attempt": outcome.attempt,
                 "resolved_status": outcome.resolved_status,
                 "idempotency_key_hash": sha256_hex(cmd.idempotency_token)[:16],

@@ -15,6 +15,8 @@ the size of the ledger.
 3. stalled runs: no progress for ``stall_after_s`` -> re-publish the message the state expects
 4. expired confirmations: waiting past the request's expiry or the run deadline -> cancelled
 5. webhooks: due deliveries are sent and recorded (:mod:`warrant.broker.webhooks`)
+6. waiting jobs: a long-running tool's accepted job is polled to its end, cancelled when its
+   run is (:mod:`warrant.broker.job_polls`)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sqlalchemy import func
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
+from warrant.broker.job_polls import poll_waiting_jobs
 from warrant.broker.publish import Outbox
 from warrant.broker.reconcile_effects import reconcile_unknown_effects
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
@@ -62,6 +65,8 @@ class SweepReport:
     not_applied: int = 0
     still_unknown: int = 0
     handed_off: int = 0
+    jobs_settled: int = 0
+    jobs_waiting: int = 0
     republished: int = 0
     expired: int = 0
     webhooks_delivered: int = 0
@@ -88,6 +93,8 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
             _stalled_runs(ctx, settings, report, lock.check)
             lock.check()
             _expired_confirmations(ctx, settings, report, lock.check)
+            lock.check()
+            poll_waiting_jobs(ctx, settings, report, check=lock.check)
             lock.check()
             sent = deliver_webhooks(ctx, settings)
             report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed

@@ -26,6 +26,7 @@ from warrant.runner.codes import Outcome, RunStatus, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.runner.views import RunView
 from warrant.tools.contract import SideEffect, Tool, ToolContext
+from warrant.tools.jobs import Accepted
 
 __all__ = [
     "CANCELLED_STATUSES",
@@ -250,7 +251,10 @@ def _database_lost(exc: Exception, *, write: bool) -> ToolResult:
 def _checked(
     tool: Tool[Any, Any], snap: Snapshot, args: Any, out: Any, context: ToolContext
 ) -> ToolResult:
-    """A returned output: validated against its schema, then the postcondition checked."""
+    """A returned output: validated against its schema, then the postcondition checked (an
+    accepted job is checked when it settles: ``broker.job_polls``)."""
+    if isinstance(out, Accepted):
+        return _accepted(tool, out)
     try:
         validated = tool.output_model.model_validate(out.model_dump(mode="json"))
     except (ValidationError, AttributeError):
@@ -283,6 +287,18 @@ def _checked(
             )
         )
     return result
+
+
+def _accepted(tool: Tool[Any, Any], out: Accepted) -> ToolResult:
+    if tool.job is None or not isinstance(out.operation_id, str) or not out.operation_id:
+        why = "returned Accepted without job hooks" if tool.job is None else "no operation id"
+        return ToolResult(
+            Outcome.FAILED, "TOOL_OUTPUT_INVALID", why, stop=StopReason.TOOL_INTERNAL_ERROR
+        )
+    output: dict[str, Any] = {"operation_id": out.operation_id[:200]}
+    if out.details:
+        output["details"] = out.details
+    return ToolResult(Outcome.ACCEPTED, output=output)
 
 
 def _verified(tool: Tool[Any, Any], args: Any, out: Any, context: ToolContext) -> tuple[bool, int]:

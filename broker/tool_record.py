@@ -235,6 +235,8 @@ def _conclusion(
                 view, events=[*events, ("effect.reconciliation_required", required)]
             )
         return change, None, False
+    if res.status is Outcome.ACCEPTED:
+        return _accepted(view, tool, res, step, events)
     content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
     if res.output is not None:
         content["output"] = res.output
@@ -258,3 +260,25 @@ def _conclusion(
     )
     go_on = view.status is RunStatus.RUNNING and res.stop is None
     return change, observation, go_on
+
+
+def _accepted(
+    view: RunView,
+    tool: Tool[Any, Any],
+    res: ToolResult,
+    step: int,
+    events: list[tuple[str, dict[str, Any]]],
+) -> tuple[Change, NewObservation | None, bool]:
+    """A long-running tool's job was accepted: the run waits (``broker.job_polls`` follows the
+    job); the planner sees the acceptance, marked not final (a final answer cannot cite it)."""
+    output = res.output or {}
+    content = {"tool": tool.name, "status": Outcome.ACCEPTED.value, "final": False, **output}
+    observation = NewObservation(
+        f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
+    )
+    accepted = {"tool": tool.name, "operation_id": output.get("operation_id")}
+    if view.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        change = machine.await_job(view, accepted=accepted, events=events)
+    else:
+        change = machine.record_only(view, events=[*events, ("job.accepted", accepted)])
+    return change, observation, False

@@ -24,11 +24,12 @@ __all__ = ["add_handoff", "observations", "pending_proposal", "unknown_effects"]
 def unknown_effects(
     s: Session, run_id: str
 ) -> list[tuple[OutcomeRow, Command, list[Reconciliation]]]:
-    """The run's ``unknown`` outcomes, each with its command and reconciliation history."""
+    """The run's ``unknown`` outcomes and accepted jobs, each with its command and its
+    reconciliation (or poll) history."""
     rows = s.execute(
         select(OutcomeRow, Command)
         .join(Command, Command.id == OutcomeRow.command_id)
-        .where(OutcomeRow.run_id == run_id, OutcomeRow.status == "unknown")
+        .where(OutcomeRow.run_id == run_id, OutcomeRow.status.in_(["unknown", "accepted"]))
         .order_by(OutcomeRow.id)
     ).all()
     out = []

@@ -119,7 +119,7 @@ def observations_of(s: Session, run_id: str) -> list[ObservationView]:
     ).all()
     return [
         ObservationView(
-            observation_id=o, kind=ObservationKind(k), step=st, succeeded=stat == "succeeded"
+            observation_id=o, kind=ObservationKind(k), step=st, **ObservationView.flags(stat)
         )
         for o, k, st, stat in rows
     ]

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, func, literal_column, or_, select, update
 from sqlalchemy.orm import Session
 
-from warrant.ledger.models import Command, OutcomeRow, Proposal, Run
+from warrant.ledger.models import Command, OutcomeRow, Proposal, Reconciliation, Run
 from warrant.runner.codes import RunStatus
 from warrant.runner.errors import StateConflict
 
@@ -156,6 +156,38 @@ def due_unknown_outcomes(s: Session, *, limit: int) -> list[int]:
             )
             .limit(limit)
         ).all()
+    )
+
+
+def due_accepted_outcomes(s: Session, *, limit: int) -> list[int]:
+    """Unsettled ``accepted`` outcomes (long-running jobs) of the command a waiting or
+    cancelling run waits on, whose next poll is due."""
+    return list(
+        s.scalars(
+            select(OutcomeRow.id)
+            .join(
+                Run,
+                and_(Run.id == OutcomeRow.run_id, Run.active_command_id == OutcomeRow.command_id),
+            )
+            .where(
+                Run.status.in_([RunStatus.WAITING_JOB.value, RunStatus.CANCELLING.value]),
+                OutcomeRow.status == "accepted",
+                OutcomeRow.resolved_status.is_(None),
+                (OutcomeRow.next_reconcile_at.is_(None))
+                | (OutcomeRow.next_reconcile_at <= func.now()),
+            )
+            .order_by(OutcomeRow.next_reconcile_at.nulls_first())
+            .limit(limit)
+        ).all()
+    )
+
+
+def job_cancel_asked_at(s: Session, command_id: str) -> int | None:
+    """The poll count at which a cancel of the command's job was requested (None: never)."""
+    return s.scalar(
+        select(Reconciliation.attempt).where(
+            Reconciliation.command_id == command_id, Reconciliation.result == "cancel_requested"
+        )
     )
 
 

@@ -61,9 +61,10 @@ def notify_event(source: RunStatus, target: RunStatus) -> str | None:
 def _decided(source: RunStatus, target: RunStatus, phase: Any) -> bool:
     """A change that hands the step back to a caller that proposes: back to planning from the
     gate or a tool (or after reconciliation), or into reconciliation."""
-    if target is S.RECONCILING:
+    if target in (S.RECONCILING, S.WAITING_JOB):
         return source is S.RUNNING
-    return target is S.RUNNING and phase == "planning" and source in (S.RUNNING, S.RECONCILING)
+    back = (S.RUNNING, S.RECONCILING, S.WAITING_JOB)
+    return target is S.RUNNING and phase == "planning" and source in back
 
 
 def _build_insert(cas: Any, *, external_only: bool = False) -> Any:

@@ -15,6 +15,8 @@ class RunStatus(StrEnum):
     NEEDS_INPUT = "needs_input"
     CANCELLING = "cancelling"
     RECONCILING = "reconciling"
+    WAITING_JOB = "waiting_job"
+    """A long-running tool's job was accepted: the reconciler polls it (no worker waits)."""
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -102,6 +104,8 @@ class Outcome(StrEnum):
     REJECTED = "rejected"
     FAILED = "failed"
     UNKNOWN = "unknown"
+    ACCEPTED = "accepted"
+    """Not an end: the service took a job (``warrant.tools.jobs``); its poll settles it."""
 
 
 class ObservationSource(StrEnum):

@@ -12,7 +12,9 @@ planner's. :func:`decision_of` reads what became of a step (pure: the facts come
 ``executed``                the tool ran: ``outcome`` is ``succeeded``, ``failed``,
                             ``rejected`` or ``unknown`` (an effect nobody can vouch for: the
                             reconciler finds out, ``resolved`` says what it found), with
-                            ``observation_id`` and ``output``;
+                            ``observation_id`` and ``output``; or ``accepted`` (a
+                            long-running job: ``resolved`` is how it ended, and the final
+                            observation is ``job-<step>``);
 ``completed``               a final answer, validated (``answer``);
 ``asked``                   a clarifying question (the run needs a person's answer);
 ``stopped``                 the run stopped at this step without executing it (``code`` is
@@ -45,7 +47,7 @@ DecisionState = Literal[
 #: States that no longer change by themselves (``awaiting_confirmation`` waits for a person).
 SETTLED_STATES: frozenset[str] = frozenset({"refused", "executed", "completed", "asked", "stopped"})
 
-_TERMINAL_COMMAND = frozenset({"succeeded", "failed", "rejected", "unknown"})
+_TERMINAL_COMMAND = frozenset({"succeeded", "failed", "rejected", "unknown", "accepted"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +131,9 @@ def _executed(base: dict[str, Any], facts: Any) -> Decision | None:
         return None
     if command["status"] != "completed":  # a retry (or a re-issue) is on its way
         return None
+    observation_id = f"tool-{command['step']}"
+    if outcome["status"] == "accepted" and outcome["resolved_status"] in ("succeeded", "failed"):
+        observation_id = f"job-{command['step']}"  # the job's final observation
     return Decision(
         **base,
         state="executed",
@@ -136,7 +141,7 @@ def _executed(base: dict[str, Any], facts: Any) -> Decision | None:
         code=outcome["code"],
         message=outcome["message"],
         resolved=outcome["resolved_status"],
-        observation_id=f"tool-{command['step']}",
+        observation_id=observation_id,
         output=outcome["output"],
     )
 
@@ -164,6 +169,13 @@ def explain(d: Decision) -> tuple[str, str]:
             f"the call's effect is unknown {where}: do not assume it happened or not; "
             "warrant's reconciler finds out (or hands it to a person)"
             + (f"; cause {d.code}" if d.code else ""),
+        )
+    if d.state == "executed" and d.outcome == "accepted" and d.resolved is None:
+        operation = (d.output or {}).get("operation_id") if isinstance(d.output, dict) else None
+        return (
+            "JOB_ACCEPTED",
+            f"the service accepted the job {operation or ''} {where}; it has not ended: the run "
+            "waits for it and goes on with its final result (observation job-" + f"{d.step})",
         )
     if d.state == "executed":
         return d.code or f"TOOL_{(d.outcome or 'failed').upper()}", d.message or d.outcome or ""

@@ -238,6 +238,24 @@ def reconciled_applied(view: RunView, *, reconciled: Event) -> Change:
     return make_change(RunEvent.RECONCILED_APPLIED, view, S.RUNNING, changes, trace)
 
 
+def await_job(view: RunView, *, accepted: dict[str, Any], events: Sequence[Event]) -> Change:
+    """A long-running tool's job was accepted: the run waits for it (``waiting_job``; a
+    cancelling run stays cancelling until the job says how it ended)."""
+    trace = [*events, ("job.accepted", accepted)]
+    changes: dict[str, Any] = {"phase": Phase.IDLE.value}
+    if view.status is S.CANCELLING:
+        return make_change(RunEvent.AWAIT_JOB, view, S.CANCELLING, changes, trace)
+    trace.append(transitioned(view, S.WAITING_JOB))
+    return make_change(RunEvent.AWAIT_JOB, view, S.WAITING_JOB, changes, trace)
+
+
+def job_settled(view: RunView, *, settled: dict[str, Any], events: Sequence[Event] = ()) -> Change:
+    """The job ended (succeeded or failed): the planner goes on with its final observation."""
+    changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
+    trace = [*events, ("job.settled", settled), transitioned(view, S.RUNNING)]
+    return make_change(RunEvent.JOB_SETTLED, view, S.RUNNING, changes, trace)
+
+
 def record_only(view: RunView, *, events: Sequence[Event]) -> Change:
     """Facts that no longer move the run (see :attr:`RunEvent.RECORD`)."""
     return make_change(RunEvent.RECORD, view, view.status, {}, events)

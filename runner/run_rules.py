@@ -75,6 +75,8 @@ class RunEvent(StrEnum):
     CONCLUDE_TOOL = "conclude_tool"
     ENTER_RECONCILIATION = "enter_reconciliation"
     RECONCILED_APPLIED = "reconciled_applied"
+    AWAIT_JOB = "await_job"
+    JOB_SETTLED = "job_settled"
     STOP = "stop"
     CANCEL = "cancel"
     FINISH_CANCEL = "finish_cancel"
@@ -98,7 +100,7 @@ class Rule:
 
 S = RunStatus
 _ALL = frozenset(RunStatus)
-_ACTIVE = frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.CANCELLING})
+_ACTIVE = frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.CANCELLING, S.WAITING_JOB})
 _ENDED = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
 _STOPS = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.NEEDS_INPUT})
 
@@ -145,9 +147,15 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
     RunEvent.RECONCILED_APPLIED: _R(
         frozenset({S.RECONCILING}), frozenset({S.RUNNING}), "effect.reconciled"
     ),
+    RunEvent.AWAIT_JOB: _R(
+        frozenset({S.RUNNING, S.CANCELLING}),
+        frozenset({S.WAITING_JOB, S.CANCELLING}),
+        "job.accepted",
+    ),
+    RunEvent.JOB_SETTLED: _R(frozenset({S.WAITING_JOB}), frozenset({S.RUNNING}), "job.settled"),
     RunEvent.STOP: _R(_ACTIVE, _STOPS, "run.stopped"),
     RunEvent.CANCEL: _R(
-        frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.NEEDS_INPUT}),
+        frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.NEEDS_INPUT, S.WAITING_JOB}),
         frozenset({S.CANCELLING, S.CANCELLED}),
         "cancel.requested",
     ),

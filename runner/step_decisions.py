@@ -56,19 +56,20 @@ def check_before_planning(run: RunView, now: float) -> Stop | None:
 
 
 def validate_final(answer: FinalAnswer, observations: Sequence[ObservationView]) -> Stop | Complete:
-    """Every citation must be an existing tool-result observation of this run."""
+    """Every citation must be an existing, final, successful tool-result observation of this
+    run (a long-running tool's acceptance is not: ``unfinished`` counts those cited)."""
     results = {
         o.observation_id
         for o in observations
-        if o.kind is ObservationKind.TOOL_RESULT and o.succeeded
+        if o.kind is ObservationKind.TOOL_RESULT and o.succeeded and o.final
     }
+    unfinished = {o.observation_id for o in observations if not o.final}
     unknown = [c for c in answer.citations if c not in results]
     if not answer.citations or unknown:
-        return Stop(
-            RunStatus.FAILED,
-            StopReason.FINAL_CITATION_VALIDATION_FAILED,
-            {"citations": len(answer.citations), "unresolved": len(unknown)},
-        )
+        detail = {"citations": len(answer.citations), "unresolved": len(unknown)}
+        if cited_unfinished := sum(c in unfinished for c in unknown):
+            detail["unfinished"] = cited_unfinished
+        return Stop(RunStatus.FAILED, StopReason.FINAL_CITATION_VALIDATION_FAILED, detail)
     return Complete(answer.answer, list(answer.citations))
 
 

@@ -69,6 +69,13 @@ class ObservationView:
     step: int
     succeeded: bool = False
     """For tool results: the tool succeeded (only those are citable evidence)."""
+    final: bool = True
+    """False for a long-running tool's acceptance (its job has not ended: not evidence)."""
+
+    @staticmethod
+    def flags(status: str | None) -> dict[str, bool]:
+        """``succeeded`` and ``final`` of a tool result whose content says ``status``."""
+        return {"succeeded": status == "succeeded", "final": status != "accepted"}
 
 
 @dataclass(frozen=True, kw_only=True)

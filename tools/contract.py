@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
+from warrant.tools.jobs import JobHooks
 
 __all__ = [
     "ConfirmationPolicy",
@@ -172,6 +173,9 @@ class Tool(Generic[InputT, OutputT]):
     may show a write late), ``verify_interval_s`` apart, within the call's deadline."""
     verify_interval_s: float = 0.2
     reconcile: Callable[[str, ToolContext], ReconcileResult] | None = None
+    job: JobHooks | None = None
+    """A long-running tool: ``execute`` may return :class:`~warrant.tools.jobs.Accepted`, and
+    these hooks follow the job to its end (:mod:`warrant.tools.jobs`)."""
     sensitive_fields: frozenset[str] = frozenset()
     """Arguments kept out of traces, handoff bundles and webhooks (``<sensitive>`` there). The
     person asked to confirm the call sees their values: that is what they approve."""
@@ -278,6 +282,7 @@ class Tool(Generic[InputT, OutputT]):
             "maxAttempts": self.max_attempts,
             "reconcilable": self.reconcile is not None,
             "verifiesPostcondition": self.verify is not None,
+            "longRunning": self.job is not None,
             "queue": self.queue,
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
             "egress": self.egress,

@@ -321,7 +321,8 @@ def _cancel_locked(
     """Cancel the locked, cancellable ``run``: ``cancelling`` while a tool runs or an effect
     is unknown, else ``cancelled`` at once. Returns whether something was in flight."""
     cmd = lock_active_command(s, run)
-    in_flight = status is RunStatus.RECONCILING or (cmd is not None and cmd.status == "started")
+    waits = status in (RunStatus.RECONCILING, RunStatus.WAITING_JOB)  # an effect still open
+    in_flight = waits or (cmd is not None and cmd.status == "started")
     requested = {"by": by, "reason_chars": len(reason), "in_flight": in_flight}
     if not in_flight:
         discard_issued_command(cmd)

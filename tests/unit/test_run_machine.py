@@ -61,6 +61,8 @@ producers: list[st.SearchStrategy[Producer]] = [
     ),
     st.just(lambda v: machine.enter_reconciliation(v, required={"tool": "t"})),
     st.just(lambda v: machine.reconciled_applied(v, reconciled=("effect.reconciled", {}))),
+    st.just(lambda v: machine.await_job(v, accepted={"tool": "t"}, events=[EVENT])),
+    st.just(lambda v: machine.job_settled(v, settled={"tool": "t", "status": "succeeded"})),
     st.just(lambda v: machine.record_only(v, events=[EVENT])),
     st.just(lambda v: machine.answer(v, answered={"by": "alice"})),
     stops.map(lambda s: lambda v: machine.stop(v, s, step=v.step)),
