@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.external",
             "tools.contract",
             "tools.jobs",
+            "tools.batches",
             "tools.registry",
             "tools.deployment",
         ),
@@ -88,7 +89,7 @@ _SQL = re.compile(
     r"\b(?:s|conn|session|connection)\.(?:execute|scalars?|get)\("
 )
 #: Outside the product: the demo plug-in's fake payment service keeps its own tables.
-SQL_EXEMPT = ("tools.demo.service",)
+SQL_EXEMPT = ("tools.demo.service", "tools.demo.service_jobs")
 _TRANSITION = re.compile(r"\b(?:transition|cas|commit_transition)\(")
 
 

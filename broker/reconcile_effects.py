@@ -34,6 +34,7 @@ from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.retry import backoff_delay
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
+from warrant.tools import batches
 from warrant.tools.contract import ReconcileResult, Tool, ToolContext
 
 __all__ = ["reconcile_unknown_effects"]
@@ -93,6 +94,11 @@ def _ask(ctx: StageContext, outcome_id: int) -> tuple[Tool[Any, Any] | None, _An
             deps=ctx.deps_for(tool),
         )
         token = cmd.idempotency_token
+        if tool.batch is not None:
+            reports = [o.output for o in rows.command_outcomes(s, cmd.id)]
+            arguments = dict(cmd.arguments or {})
+    if tool.batch is not None:
+        return tool, _ask_items(tool, arguments, reports, context)
     try:
         found = tool.reconcile(token, context)
     except Exception as exc:  # the status query itself failed: still unknown
@@ -100,6 +106,30 @@ def _ask(ctx: StageContext, outcome_id: int) -> tuple[Tool[Any, Any] | None, _An
     if found is None or found.applied is None:
         return tool, _Answer("unknown", found)
     return tool, _Answer("applied" if found.applied else "not_applied", found)
+
+
+def _ask_items(
+    tool: Tool[Any, Any], arguments: dict[str, Any], reports: list[Any], context: ToolContext
+) -> _Answer:
+    """A batch tool's unknown outcome: each item not known applied is asked about by its own
+    token; all applied → applied, any still unknown → unknown, else not applied (the retry is
+    given only the items not applied: the ones found applied are recorded with the answer)."""
+    assert tool.batch is not None and tool.reconcile is not None
+    applied = batches.applied_keys(reports)
+    now: list[dict[str, Any]] = []
+    for key in batches.keys_of(tool.batch, arguments):
+        if key in applied:
+            continue
+        try:
+            found = tool.reconcile(context.item_token(key), context)
+        except Exception as exc:
+            return _Answer("error", error=type(exc).__name__)
+        status = {True: "applied", False: "failed", None: "unknown"}[found.applied]
+        now.append({"key": key, "status": status, "output": found.output, "retryable": True})
+    items = batches.merged(tool.batch, arguments, reports, now)
+    result = batches.verdict(items).outcome
+    answer = {"succeeded": "applied", "unknown": "unknown", "failed": "not_applied"}[result]
+    return _Answer(answer, ReconcileResult(result == "succeeded", {"items": items}))
 
 
 @dataclass
@@ -174,6 +204,8 @@ def _reconcile_one(
             report.still_unknown += 1
             return
         attempt = outcome.reconcile_attempts + 1
+        if tool is not None and tool.batch is not None and answer.found is not None:
+            outcome.output = {**(outcome.output or {}), **(answer.found.output or {})}
         detail = {"error": answer.error} if answer.error else None
         s.add(
             Reconciliation(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from warrant.broker import attempt_watch, deadline, interrupts
+from warrant.broker.batch_call import BatchCall, prepare
 from warrant.broker.context import StageContext
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
@@ -134,13 +136,33 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         confirmation_id=snap.confirmation_id,
         clock=ctx.clock,
     )
+    batch = prepare(ctx, tool, snap.command_id, snap.arguments, attempt=snap.attempt)
     try:
-        args = tool.parse_input(snap.arguments)
+        if batch is not None and batch.nothing_left:  # all applied by earlier attempts
+            return _of_batch(batch, ToolResult(Outcome.SUCCEEDED, output={}))
+        args = tool.parse_input(batch.given if batch is not None else snap.arguments)
         with _limits(tool, snap, context):
             out = tool.execute(args, context)
     except Exception as exc:
         return _classified(ctx, tool, snap, exc)
-    return _checked(tool, snap, args, out, context)
+    result = _checked(tool, snap, args, out, context)
+    return result if batch is None else _of_batch(batch, result)
+
+
+def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
+    """A batch tool's report merged with its earlier attempts' (``broker.batch_call``)."""
+    if result.status is not Outcome.SUCCEEDED or result.stop is not None:
+        return result
+    fields = batch.conclude(result.status, result.output)
+    events = [*result.events, ("tool.batch.items", _counted(fields["output"]["items"]))]
+    return dataclasses.replace(result, **fields, events=events)
+
+
+def _counted(items: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[str(item.get("status"))] = counts.get(str(item.get("status")), 0) + 1
+    return counts
 
 
 @contextmanager

@@ -122,6 +122,8 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
             and run.status == RunStatus.RUNNING
             and _maybe_retry(ctx, s, run, cmd, tool, res, attempt_event, outbox)
         ):
+            if tool.batch is not None:  # which items this attempt applied: the retry skips them
+                record_outcome(s, **_outcome_values(snap, res, duration_ms))
             result = "retry_scheduled"
         else:
             result = _finish(ctx, s, run, cmd, tool, res, attempt_event, duration_ms, snap, outbox)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
 from warrant.ledger.db import session_scope
 from warrant.ledger.memory_store import DEFAULT_MEMORY_KEYS, MemoryStore
-from warrant.ledger.models import Artifact, Run
+from warrant.ledger.models import Artifact, OutcomeRow, Run
 
 __all__ = ["ArtifactStore", "LedgerToolDeps"]
 
@@ -69,6 +70,13 @@ class LedgerToolDeps:
         self.engine = engine
         self.artifacts = ArtifactStore(engine)
         self.memory = MemoryStore(engine, allowed_keys=memory_keys)
+
+    def item_reports(self, command_id: str) -> list[Any]:
+        """What the command's earlier attempts (and reconciliations) recorded: each outcome's
+        output, oldest first (a batch tool's ``items``: ``warrant.tools.batches``)."""
+        with self.engine.connect() as conn:
+            q = select(OutcomeRow.output).where(OutcomeRow.command_id == command_id)
+            return list(conn.execute(q.order_by(OutcomeRow.id)).scalars())
 
     def run_status(self, run_id: str) -> str | None:
         """The run's status, read from the ledger (backs the tools' cancellation flag)."""

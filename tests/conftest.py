@@ -34,8 +34,8 @@ TEST_TOOL_PLUGINS = (
     "tests.limited_tool:plugin",
 )
 
-#: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refund only.
-RELAXED_IN_TESTS = "issue_refund"
+#: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refunds only.
+RELAXED_IN_TESTS = "issue_refund,refund_async"
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERVICES: Services | None = None
@@ -332,8 +332,16 @@ def stages_to_myself() -> Iterator[None]:
 
 
 DRAFT_QUEUES = ("tool.save_draft", "tool.issue_refund", "tool.send_notice")
+#: The demo's long-running and batch tools: their tests start their own tool worker.
+JOB_QUEUES = ("tool.refund_async", "tool.payout_batch")
 #: Tool queues served only by a test's own worker (never by the session's pipeline worker).
-OWN_WORKER_QUEUES = ("tool.echo", "tool.get_weather", "tool.send_message", "tool.held_call")
+OWN_WORKER_QUEUES = (
+    "tool.echo",
+    "tool.get_weather",
+    "tool.send_message",
+    "tool.held_call",
+    *JOB_QUEUES,
+)
 
 
 @pytest.fixture(scope="session")

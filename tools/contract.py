@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
-from warrant.tools.jobs import JobHooks
+from warrant.tools.batches import Batch, item_token
+from warrant.tools.jobs import Accepted, JobHooks
 
 __all__ = [
     "ConfirmationPolicy",
@@ -127,6 +128,10 @@ class ToolContext:
     """Now, in epoch seconds on the database's clock (the one ``deadline_at`` is on), as the
     worker reads it: this host's clock corrected by its measured offset."""
 
+    def item_token(self, key: str) -> str:
+        """The idempotency key of one item of a batch tool's call (:mod:`warrant.tools.batches`)."""
+        return item_token(self.idempotency_token, key)
+
     def remaining_s(self) -> float:
         return max(0.0, self.deadline_at - self.clock())
 
@@ -162,7 +167,9 @@ class Tool(Generic[InputT, OutputT]):
     output_model: type[OutputT]
     capabilities: tuple[str, ...]
     side_effect: SideEffect
-    execute: Callable[[InputT, ToolContext], OutputT]
+    execute: Callable[[InputT, ToolContext], OutputT | Accepted]
+    """Returns the output (succeeded), or :class:`~warrant.tools.jobs.Accepted` for a tool with
+    ``job`` hooks; raises ``ToolRejected``, ``ToolFailed`` or ``ToolUnknown`` otherwise."""
     confirmation: ConfirmationPolicy = ConfirmationPolicy.NEVER
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     resource: Callable[[InputT, str], str] = _everything
@@ -173,6 +180,9 @@ class Tool(Generic[InputT, OutputT]):
     may show a write late), ``verify_interval_s`` apart, within the call's deadline."""
     verify_interval_s: float = 0.2
     reconcile: Callable[[str, ToolContext], ReconcileResult] | None = None
+    batch: Batch | None = None
+    """A batch tool: which argument lists the items and each item's key; each item is applied,
+    retried and reconciled on its own (:mod:`warrant.tools.batches`)."""
     job: JobHooks | None = None
     """A long-running tool: ``execute`` may return :class:`~warrant.tools.jobs.Accepted`, and
     these hooks follow the job to its end (:mod:`warrant.tools.jobs`)."""
@@ -254,7 +264,7 @@ class Tool(Generic[InputT, OutputT]):
     def warnings(self) -> list[dict[str, str]]:
         """What the contract leaves to chance (``warrant tools list`` and ``tools check``
         show these; none stops a deployment)."""
-        if self.side_effect is SideEffect.READ or self.verify or self.reconcile:
+        if self.side_effect is SideEffect.READ or self.verify or self.reconcile or self.job:
             return []
         return [
             {
@@ -283,6 +293,7 @@ class Tool(Generic[InputT, OutputT]):
             "reconcilable": self.reconcile is not None,
             "verifiesPostcondition": self.verify is not None,
             "longRunning": self.job is not None,
+            "batch": {"items": self.batch.items, "key": self.batch.key} if self.batch else None,
             "queue": self.queue,
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
             "egress": self.egress,

@@ -20,7 +20,7 @@ __all__ = ["DEMO_RELAXED", "DemoDeps", "plugin"]
 #: a notice irreversible: both need a person's confirmation by default). The deployments that
 #: run those scenarios (``warrant demo``, the chaos suite, the test suite) relax them
 #: explicitly with ``WARRANT_RELAX_CONFIRMATION``; ``warrant tools list`` shows it.
-DEMO_RELAXED = "issue_refund,send_notice"
+DEMO_RELAXED = "issue_refund,refund_async,send_notice"
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ def _setup(ctx: DepsContext) -> None:
 
 def _tools() -> tuple[Any, ...]:
     from warrant.tools.demo.tools import DEMO_TOOLS
+    from warrant.tools.demo.tools_jobs import PAYOUT_BATCH, REFUND_ASYNC
 
-    return tuple(DEMO_TOOLS)
+    return (*DEMO_TOOLS, REFUND_ASYNC, PAYOUT_BATCH)
 
 
 plugin = Plugin(name="demo", tools=_tools(), deps=_deps, setup=_setup)

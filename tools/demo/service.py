@@ -15,6 +15,8 @@ the demo can inject them into worker processes:
 ``reject``                 a business refusal (``ToolRejected``)
 ``fail``                   a known, permanent failure, e.g. a missing resource
 ``crash``                  an unclassified exception (a bug in the adapter)
+
+Refunds that settle later and batch payouts: :mod:`warrant.tools.demo.service_jobs`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.tools.demo.service_jobs import SETTLE_FAULTS, JobsService
 
 __all__ = ["FAULT_MODES", "DemoService", "Fault", "IdempotencyConflict"]
 
@@ -58,9 +61,11 @@ FAULT_MODES = (
     "reject",
     "fail",
     "crash",
+    *SETTLE_FAULTS,
 )
-#: The modes consumed before the call acts (``corrupt_read`` is consumed by read-backs).
-CALL_FAULTS = tuple(m for m in FAULT_MODES if m != "corrupt_read")
+#: The modes consumed before the call acts (``corrupt_read`` is consumed by read-backs, the
+#: settle faults by a refund job's creation: ``warrant.tools.demo.service_jobs``).
+CALL_FAULTS = tuple(m for m in FAULT_MODES if m != "corrupt_read" and m not in SETTLE_FAULTS)
 
 metadata = MetaData()
 
@@ -138,7 +143,7 @@ def _known_cancelled(is_cancelled: Callable[..., bool]) -> bool:
         return bool(is_cancelled(fresh=True))
 
 
-class DemoService:
+class DemoService(JobsService):
     """The external system. ``engine`` points at its own database (may share the server)."""
 
     def __init__(self, engine: Engine) -> None:
@@ -148,6 +153,7 @@ class DemoService:
     def ensure_schema(self) -> None:
         if not self._ready:
             metadata.create_all(self.engine)
+            self._jobs_schema()
             self._ready = True
 
     # --- fault injection -------------------------------------------------------------------
