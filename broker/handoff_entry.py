@@ -34,6 +34,7 @@ def _unknown_effects(s: Session, run_id: str, registry: Registry) -> list[dict[s
                 "code": outcome.code,
                 "outcome": outcome.status,
                 "operation_id": (outcome.output or {}).get("operation_id"),
+                "compensation": (outcome.output or {}).get("compensation"),
                 "attempt": outcome.attempt,
                 "resolved_status": outcome.resolved_status,
                 "idempotency_key_hash": sha256_hex(cmd.idempotency_token)[:16],

@@ -259,7 +259,7 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str
     ):
         with attempt:
             done = None
-            if not (outcome.status is Outcome.FAILED and outcome.retryable):
+            if not (outcome.status is Outcome.FAILED and outcome.retryable) and not outcome.handoff:
                 done = record_fast(ctx, snapshot, tool, outcome)
             done = done or record(ctx, snapshot, tool, outcome)
             # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.task_states)

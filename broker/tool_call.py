@@ -62,6 +62,8 @@ class ToolResult:
     stop: StopReason | None = None
     trigger: str | None = None
     """For ``unknown``: what made the effect uncertain (adapter, timeout, cancellation)."""
+    handoff: bool = False
+    """A person must look at the effect (a failed postcondition nothing compensated)."""
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
@@ -308,7 +310,29 @@ def _checked(
                 },
             )
         )
+        _compensated(tool, snap, context, result)
     return result
+
+
+def _compensated(
+    tool: Tool[Any, Any], snap: Snapshot, context: ToolContext, result: ToolResult
+) -> None:
+    """A failed postcondition: the contract's ``compensate`` undoes the effect (its own
+    outcome, traced); without one, or when it fails, a person must look (``handoff``)."""
+    if tool.compensate is None:
+        result.handoff = True
+        return
+    began = time.monotonic()
+    try:
+        tool.compensate(snap.token, context)
+        done: dict[str, Any] = {"status": Outcome.SUCCEEDED.value, "code": None}
+    except Exception as exc:
+        log.warning("compensating %s failed: %s", tool.name, type(exc).__name__)
+        done = {"status": Outcome.FAILED.value, "code": getattr(exc, "code", type(exc).__name__)}
+        result.handoff = True
+    done["duration_ms"] = round((time.monotonic() - began) * 1000, 1)
+    result.events.append(("effect.compensated", {"tool": tool.name, **done}))
+    result.output = {**(result.output or {}), "compensation": done}
 
 
 def _accepted(tool: Tool[Any, Any], out: Accepted) -> ToolResult:

@@ -11,6 +11,7 @@ from sqlalchemy import func
 
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
+from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.late import late_outcome, record_late
 from warrant.broker.publish import Outbox
 from warrant.broker.tool_call import Snapshot, ToolResult
@@ -30,7 +31,7 @@ from warrant.ledger.repo import (
 )
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner import run_machine as machine
-from warrant.runner.codes import ObservationKind, Outcome, RunStatus
+from warrant.runner.codes import ObservationKind, Outcome, RunStatus, StopReason
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change
 from warrant.runner.views import RunView
@@ -197,6 +198,12 @@ def _finish(
     if not record_outcome(s, **_outcome_values(snap, res, duration_ms)):
         return "superseded"  # lost the race for this attempt's outcome: no transition follows
     cmd.status, cmd.finished_at = "completed", func.now()
+    if res.handoff:  # an effect nothing undid: a person looks (the bundle lists it)
+        s.flush()
+        reason = (res.stop or StopReason.TOOL_POSTCONDITION_FAILED).value
+        events = [attempt_event, *res.events]
+        enter_handoff(s, run, reason=reason, registry=ctx.registry, events=events)
+        return res.status.value
     change, observation, go_on = _conclusion(run_view(run), tool, res, cmd.step, attempt_event)
     new_version = commit(
         s,

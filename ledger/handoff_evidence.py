@@ -24,12 +24,16 @@ __all__ = ["add_handoff", "observations", "pending_proposal", "unknown_effects"]
 def unknown_effects(
     s: Session, run_id: str
 ) -> list[tuple[OutcomeRow, Command, list[Reconciliation]]]:
-    """The run's ``unknown`` outcomes and accepted jobs, each with its command and its
-    reconciliation (or poll) history."""
+    """The run's ``unknown`` outcomes, accepted jobs and effects whose postcondition failed,
+    each with its command and its reconciliation (or poll) history."""
     rows = s.execute(
         select(OutcomeRow, Command)
         .join(Command, Command.id == OutcomeRow.command_id)
-        .where(OutcomeRow.run_id == run_id, OutcomeRow.status.in_(["unknown", "accepted"]))
+        .where(
+            OutcomeRow.run_id == run_id,
+            OutcomeRow.status.in_(["unknown", "accepted"])
+            | (OutcomeRow.code == "TOOL_POSTCONDITION_FAILED"),
+        )
         .order_by(OutcomeRow.id)
     ).all()
     out = []

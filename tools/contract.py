@@ -180,6 +180,10 @@ class Tool(Generic[InputT, OutputT]):
     may show a write late), ``verify_interval_s`` apart, within the call's deadline."""
     verify_interval_s: float = 0.2
     reconcile: Callable[[str, ToolContext], ReconcileResult] | None = None
+    compensate: Callable[[str, ToolContext], None] | None = None
+    """``compensate(idempotency_token, ctx)``: undo the call's effect when its postcondition
+    failed (idempotent by the token; raise to say it could not). Without one, or when it
+    fails, the run goes to a person with the effect in the handoff bundle."""
     batch: Batch | None = None
     """A batch tool: which argument lists the items and each item's key; each item is applied,
     retried and reconciled on its own (:mod:`warrant.tools.batches`)."""
@@ -291,6 +295,7 @@ class Tool(Generic[InputT, OutputT]):
             "secretFields": sorted(self.secret_fields),
             "maxAttempts": self.max_attempts,
             "reconcilable": self.reconcile is not None,
+            "compensable": self.compensate is not None,
             "verifiesPostcondition": self.verify is not None,
             "longRunning": self.job is not None,
             "batch": {"items": self.batch.items, "key": self.batch.key} if self.batch else None,

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from tests import facts
 from tests.conftest import JOB_QUEUES, RECONCILER_ENV, WorkerProcess, wait_for
 from tests.integration.test_reconciler import settle, sweep_now
-from tests.integration.test_tool_execution import uid
+from tests.integration.test_tool_execution import refund, uid
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, Observation, OutcomeRow, Reconciliation, Run
 from warrant.runner.client import scenarios as sc
@@ -268,3 +268,24 @@ def test_a_batch_item_with_an_unknown_effect_is_reconciled_item_by_item(
         "applied",
     )
     assert polls(engine, info.run_id) == ["applied"]
+
+
+# --- compensation -----------------------------------------------------------------------------
+
+
+def test_a_refund_whose_read_back_disagrees_is_reversed_exactly_once(
+    engine, client, demo, draft_worker
+):
+    ord_id = order()
+    demo.set_fault("issue_refund", "corrupt_read", times=1)  # its one read-back disagrees
+    spec = sc.spec([refund(ord_id), sc.final("Refunded.", "tool-1")], grants=[REFUND])
+    info = client.wait(client.start_run(spec), timeout=30)
+    assert (info.status, info.stop_reason) == ("failed", "TOOL_POSTCONDITION_FAILED"), info
+    token = command_token(engine, info.run_id)
+    assert demo.refund_count(order_id=ord_id) == 1  # made once...
+    assert demo.reversals_of(key=token) == (1, 1)  # ...and reversed once, by one call
+    [compensated] = facts.events(engine, info.run_id, "effect.compensated")
+    assert (compensated.details["status"], compensated.details["code"]) == ("succeeded", None)
+    (outcome,) = outcomes(engine, info.run_id)
+    assert outcome.output["compensation"]["status"] == "succeeded"
+    assert stop_detail(engine, info.run_id)["code"] == "TOOL_POSTCONDITION_FAILED"

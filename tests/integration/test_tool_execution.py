@@ -18,7 +18,7 @@ import pytest
 from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Command, OutcomeRow
+from warrant.ledger.models import Command, Handoff, OutcomeRow
 from warrant.runner.client import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -262,9 +262,16 @@ def test_experiment_3_postcondition_failure_never_completes(engine, demo, run_to
     did = uid("d")
     demo.set_fault("save_draft", "corrupt_read", times=3)  # every one of its 3 reads
     info = run_to_end(spec([draft(did), sc.final("saved", "tool-1")]))
-    assert (info.status, info.stop_reason) == ("failed", "TOOL_POSTCONDITION_FAILED")
+    # save_draft declares no compensation: the effect is quarantined with a person
+    assert (info.status, info.stop_reason) == ("handoff", "TOOL_POSTCONDITION_FAILED")
     assert demo.draft_count(draft_id=did) == 1  # written once
     assert facts.events(engine, info.run_id, "effect.compensation_required")
+    assert not facts.events(engine, info.run_id, "effect.compensated")
+    [handoff] = facts.events(engine, info.run_id, "handoff.created")
+    with session_scope(engine) as s:
+        bundle = s.get(Handoff, handoff.details["handoff_id"]).bundle
+    [effect] = bundle["unknown_effects"]
+    assert (effect["tool"], effect["code"]) == ("save_draft", "TOOL_POSTCONDITION_FAILED")
     assert not facts.events(engine, info.run_id, "final.validated")  # the final never ran
     [checked] = facts.events(engine, info.run_id, "tool.postcondition.checked")
     assert (checked.details["ok"], checked.details["attempts"]) == (False, 3)

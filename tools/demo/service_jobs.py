@@ -56,6 +56,14 @@ refund_jobs = Table(
     Column("cancels", Integer, nullable=False, server_default="0"),
     Column("created_at", DateTime(timezone=True), server_default=func.now()),
 )
+reversals = Table(
+    "demo_refund_reversals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(128), nullable=False, unique=True),
+    Column("calls", Integer, nullable=False, server_default="1"),
+    Column("created_at", DateTime(timezone=True), server_default=func.now()),
+)
 payouts = Table(
     "demo_payouts",
     metadata,
@@ -170,6 +178,33 @@ class JobsService:
             {"job_id": f"rj_{r.id}", "status": r.status, "polls": r.polls, "cancels": r.cancels}
             for r in found
         ]
+
+    # --- reversals (a refund's compensation) -------------------------------------------------
+
+    def reverse_refund(self, *, key: str) -> bool:
+        """Reverse the refund made with ``key`` (once, however often asked; every ask is
+        counted). False if there is no such refund."""
+        if self.get_refund(key=key) is None:  # type: ignore[attr-defined]
+            return False
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(reversals)
+                .values(idempotency_key=key)
+                .on_conflict_do_update(
+                    index_elements=[reversals.c.idempotency_key],
+                    set_={"calls": reversals.c.calls + 1},
+                )
+            )
+        return True
+
+    def reversals_of(self, *, key: str) -> tuple[int, int]:
+        """(reversals, calls) made for the refund of ``key``."""
+        self._jobs_schema()
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(reversals.c.calls).where(reversals.c.idempotency_key == key)
+            ).first()
+        return (0, 0) if row is None else (1, int(row.calls))
 
     # --- batch payouts ----------------------------------------------------------------------
 

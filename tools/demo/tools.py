@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from warrant.runner.errors import ToolFailed
 from warrant.tools.contract import (
     ReconcileResult,
     SideEffect,
@@ -73,10 +74,16 @@ def _issue_refund(args: RefundInput, ctx: ToolContext) -> RefundOutput:
 def _verify_refund(args: RefundInput, out: RefundOutput, ctx: ToolContext) -> bool:
     seen = ctx.deps.demo.get_refund(key=ctx.idempotency_token)
     return (
-        seen is not None
+        not ctx.deps.demo.corrupt_read("issue_refund")
+        and seen is not None
         and seen["amount_cents"] == args.amount_cents
         and seen["order_id"] == args.order_id
     )
+
+
+def _reverse_refund(token: str, ctx: ToolContext) -> None:
+    if not ctx.deps.demo.reverse_refund(key=token):
+        raise ToolFailed("no refund to reverse", code="REFUND_NOT_FOUND")
 
 
 def _reconcile_refund(token: str, ctx: ToolContext) -> ReconcileResult:
@@ -97,6 +104,7 @@ ISSUE_REFUND: Tool[RefundInput, RefundOutput] = Tool(
     resource=lambda args, subject: f"order:{args.order_id}",
     verify=_verify_refund,
     reconcile=_reconcile_refund,
+    compensate=_reverse_refund,
 )
 
 
