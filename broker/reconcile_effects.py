@@ -269,6 +269,10 @@ def _defer(
 
 
 def _applied(a: _Apply, found: ReconcileResult | None) -> None:
+    operation_id = ((found.output if found else None) or {}).get("operation_id")
+    if a.tool is not None and a.tool.job is not None and operation_id:
+        _job_found(a, str(operation_id))
+        return
     a.resolve("applied")
     a.cmd.status = "completed"
     observation = NewObservation(
@@ -293,6 +297,25 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
         a.s, change, step=a.cmd.step, proposal_id=a.cmd.proposal_id, observation=observation
     )
     a.outbox.add(partial(a.ctx.publisher.planner, a.run.id, version))
+
+
+def _job_found(a: _Apply, operation_id: str) -> None:
+    """A long-running tool's call whose answer was lost: the service has its job. The outcome
+    becomes the job's acceptance and the run waits for it (``broker.job_polls``)."""
+    a.outcome.status, a.outcome.output = "accepted", {"operation_id": operation_id}
+    a.outcome.reconcile_attempts, a.outcome.next_reconcile_at = 0, None
+    a.cmd.status = "completed"
+    content = {
+        "tool": a.cmd.tool,
+        "status": "accepted",
+        "final": False,
+        "operation_id": operation_id,
+    }
+    source = a.tool.output_source.value if a.tool else "trusted-tool"
+    observation = NewObservation(f"tool-{a.cmd.step}", ObservationKind.TOOL_RESULT, source, content)
+    accepted = {"tool": a.cmd.tool, "operation_id": operation_id, "found": "reconciliation"}
+    change = machine.await_job(run_view(a.run), accepted=accepted, events=[a.event])
+    commit(a.s, change, step=a.cmd.step, proposal_id=a.cmd.proposal_id, observation=observation)
 
 
 def _not_applied(a: _Apply) -> str:

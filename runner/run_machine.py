@@ -239,10 +239,12 @@ def reconciled_applied(view: RunView, *, reconciled: Event) -> Change:
 
 
 def await_job(view: RunView, *, accepted: dict[str, Any], events: Sequence[Event]) -> Change:
-    """A long-running tool's job was accepted: the run waits for it (``waiting_job``; a
-    cancelling run stays cancelling until the job says how it ended)."""
+    """A long-running tool's job was accepted (or found by reconciliation): the run waits for
+    it (``waiting_job``; a cancelling run stays cancelling until the job says how it ended)."""
     trace = [*events, ("job.accepted", accepted)]
     changes: dict[str, Any] = {"phase": Phase.IDLE.value}
+    if view.status is S.RECONCILING:
+        changes["stop_reason"] = None
     if view.status is S.CANCELLING:
         return make_change(RunEvent.AWAIT_JOB, view, S.CANCELLING, changes, trace)
     trace.append(transitioned(view, S.WAITING_JOB))

@@ -148,7 +148,7 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
         frozenset({S.RECONCILING}), frozenset({S.RUNNING}), "effect.reconciled"
     ),
     RunEvent.AWAIT_JOB: _R(
-        frozenset({S.RUNNING, S.CANCELLING}),
+        frozenset({S.RUNNING, S.CANCELLING, S.RECONCILING}),
         frozenset({S.WAITING_JOB, S.CANCELLING}),
         "job.accepted",
     ),

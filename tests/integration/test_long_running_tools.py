@@ -226,6 +226,26 @@ def test_a_job_past_its_run_deadline_is_cancelled_and_the_run_ends(
     assert observation(engine, info.run_id, "job-1")["code"] == "REFUND_CANCELLED"
 
 
+def test_a_lost_acceptance_is_found_by_reconciliation_and_then_waited_for(
+    engine, client, demo, jobs_worker, own_reconciler
+):
+    ord_id = order()
+    demo.set_fault("refund_async", "timeout_after_commit")  # the job exists; its answer is lost
+    spec = sc.spec([refund_async(ord_id), sc.final("Refunded.", "job-1")], grants=[REFUND])
+    info = settle(client, client.start_run(spec), timeout=40)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    assert [j["status"] for j in demo.refund_jobs_of(ord_id)] == ["settled"]  # one job
+    (outcome,) = outcomes(engine, info.run_id)
+    assert (outcome.status, outcome.code, outcome.resolved_status) == (
+        "accepted",
+        "SERVICE_TIMEOUT",
+        "succeeded",
+    )
+    assert polls(engine, info.run_id)[0] == "applied"  # reconciliation found the job
+    [accepted] = facts.events(engine, info.run_id, "job.accepted")
+    assert accepted.details["found"] == "reconciliation"
+
+
 # --- batches ----------------------------------------------------------------------------------
 
 

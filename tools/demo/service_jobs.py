@@ -151,6 +151,13 @@ class JobsService:
             "currency": row.currency,
         }
 
+    def refund_job_by_key(self, key: str) -> dict[str, Any] | None:
+        self._jobs_schema()
+        with self.engine.begin() as conn:
+            q = select(refund_jobs.c.id).where(refund_jobs.c.idempotency_key == key)
+            found = conn.execute(q).scalar()
+        return None if found is None else {"job_id": f"rj_{found}"}
+
     def cancel_refund_job(self, job_id: str) -> str:
         """Ask the job to stop: a pending job is cancelled; every call is counted."""
         with self.engine.begin() as conn:

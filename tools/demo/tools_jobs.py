@@ -52,6 +52,14 @@ def _poll_refund(job_id: str, ctx: ToolContext) -> JobStatus:
     return JobStatus(state)
 
 
+def _reconcile_refund_job(token: str, ctx: ToolContext) -> ReconcileResult:
+    """The call's answer was lost: does the service have a job for this token?"""
+    job = ctx.deps.demo.refund_job_by_key(token)
+    if job is None:
+        return ReconcileResult(applied=False)
+    return ReconcileResult(applied=True, output={"operation_id": job["job_id"]})
+
+
 def _cancel_refund(job_id: str, ctx: ToolContext) -> None:
     ctx.deps.demo.cancel_refund_job(job_id)
 
@@ -68,6 +76,7 @@ REFUND_ASYNC: Tool[RefundInput, RefundOutput] = Tool(
     execute=_start_refund,
     timeout_s=5.0,
     resource=lambda args, subject: f"order:{args.order_id}",
+    reconcile=_reconcile_refund_job,
     job=JobHooks(
         poll=_poll_refund, cancel=_cancel_refund, interval_s=0.3, max_polls=200, timeout_s=60.0
     ),
