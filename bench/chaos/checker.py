@@ -33,9 +33,11 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, inspect, text
 
+from bench.chaos.batch_check import check_batches
+
 __all__ = ["Effect", "Finding", "Report", "check", "main"]
 
-LIVE_STATUSES = ("running", "cancelling", "reconciling")
+LIVE_STATUSES = ("running", "cancelling", "reconciling", "waiting_job")
 WAITING_STATUSES = ("waiting_confirmation", "handoff")
 FAILING = ("lost", "duplicated", "unexpected", "unresolved")
 
@@ -46,7 +48,10 @@ EFFECT_TABLES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "save_draft": ("service", "demo_drafts", "idempotency_key", ("draft_id",)),
     "save_preference": ("ledger", "memory_records", "idempotency_token", ("subject", "key")),
     "write_artifact": ("ledger", "artifacts", "idempotency_token", ("run_id", "path")),
+    "refund_async": ("service", "demo_refund_jobs", "idempotency_key", ("order_id",)),
 }
+#: Rows of an effect table that are effects (a refund job is one once it has settled).
+EFFECT_WHERE = {"demo_refund_jobs": "status = 'settled'"}
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,9 @@ def _effects(engine: Engine, table: str, token_col: str, logical: tuple[str, ...
         return []
     cols = ", ".join(logical)
     with engine.connect() as conn:
-        rows = conn.execute(text(f"SELECT {token_col}, created_at, {cols} FROM {table}")).all()
+        where = f" WHERE {EFFECT_WHERE[table]}" if table in EFFECT_WHERE else ""
+        q = f"SELECT {token_col}, created_at, {cols} FROM {table}{where}"
+        rows = conn.execute(text(q)).all()
     return [Effect(r[0], r[1], tuple(r[2:])) for r in rows if r[0] is not None]
 
 
@@ -138,6 +145,10 @@ def _verdict(cmd: Any, outcomes: list[Any]) -> str:
         return "applied"
     if last.status in ("failed", "rejected"):
         return "not_applied"
+    if last.status == "accepted":  # a long-running tool's job: how it ended
+        return {"succeeded": "applied", "failed": "not_applied", "handoff": "handoff"}.get(
+            last.resolved_status or "", "unresolved"
+        )
     return {"applied": "applied", "not_applied": "not_applied", "handoff": "handoff"}.get(
         last.resolved_status or "", "unresolved"
     )
@@ -153,13 +164,13 @@ def check(
         commands = conn.execute(
             text(
                 "SELECT id, run_id, step, tool, arguments_hash, idempotency_token, status, "
-                "attempts FROM commands"
+                "attempts, arguments FROM commands"
             )
         ).all()
         outcomes = conn.execute(
             text(
                 "SELECT id, command_id, run_id, status, code, attempt, resolved_status, "
-                "resolved_at, created_at FROM outcomes ORDER BY command_id, attempt, id"
+                "resolved_at, created_at, output FROM outcomes ORDER BY command_id, attempt, id"
             )
         ).all()
     if run_ids is not None:
@@ -204,7 +215,7 @@ def check(
                 )
             )
         for o in outs:
-            if o.status == "unknown" and o.resolved_status is None:
+            if o.status in ("unknown", "accepted") and o.resolved_status is None:
                 report.findings.append(
                     Finding(
                         "unresolved",
@@ -269,6 +280,8 @@ def check(
                     )
                 )
 
+    for category, kind, run_id, detail in check_batches(service, commands, by_cmd, run_ids=run_ids):
+        report.findings.append(Finding(category, kind, run_id, detail))
     # duplicated: one logical action (run, tool, arguments) with more than one effect
     cmd_by_token: dict[str, Any] = {c.idempotency_token: c for c in commands}
     for tool, found in all_effects.items():

@@ -12,7 +12,14 @@ from warrant.runner.client import scenarios as sc
 __all__ = ["KINDS", "Planned", "plan_run", "service_fault"]
 
 #: Run kinds and their shares of the load.
-KINDS: dict[str, float] = {"read": 0.2, "refund": 0.4, "draft": 0.2, "confirm": 0.2}
+KINDS: dict[str, float] = {
+    "read": 0.15,
+    "refund": 0.3,
+    "draft": 0.15,
+    "confirm": 0.15,
+    "refund_job": 0.125,
+    "payout": 0.125,
+}
 #: Share of write runs cancelled mid-way.
 CANCEL_SHARE = 0.15
 
@@ -38,6 +45,22 @@ FAULT_MIX: dict[str, list[tuple[str, float, float]]] = {
         ("crash", 0.1, 0.0),
     ],
     "lookup": [("slow", 0.5, 1.0), ("transient", 0.25, 0.0), ("fail", 0.25, 0.0)],
+    # a refund the service settles later: faults of the call, and of the job's settlement
+    "refund_async": [
+        ("slow", 0.2, 1.5),
+        ("transient", 0.1, 0.0),
+        ("timeout_before_commit", 0.1, 0.0),
+        ("timeout_after_commit", 0.15, 0.0),
+        ("slow_settle", 0.3, 3.0),
+        ("settle_fail", 0.15, 0.0),
+    ],
+    # a batch payout: each fault hits one item of a batch
+    "payout_batch": [
+        ("transient", 0.35, 0.0),
+        ("timeout_after_commit", 0.25, 0.0),
+        ("timeout_before_commit", 0.15, 0.0),
+        ("slow", 0.25, 1.0),
+    ],
 }
 
 
@@ -74,14 +97,32 @@ def plan_run(rng: random.Random) -> Planned:
             {"order_id": f"ord_{tag}", "amount_cents": rng.randint(100, 9_999), "currency": "EUR"},
         )
         grants = [{"capability": "payments:refund"}]
+    elif kind == "refund_job":
+        step = _tool(
+            "refund_async",
+            {"order_id": f"ord_{tag}", "amount_cents": rng.randint(100, 9_999), "currency": "EUR"},
+        )
+        grants = [{"capability": "payments:refund"}]
+    elif kind == "payout":
+        items = [
+            {
+                "payout_id": f"po_{tag}{i}",
+                "recipient": f"p{i}-{tag}@example.com",
+                "amount_cents": 100,
+            }
+            for i in range(rng.randint(2, 5))
+        ]
+        step = _tool("payout_batch", {"payouts": items})
+        grants = [{"capability": "payments:payout"}]
     elif kind == "draft":
         step = _tool("save_draft", {"draft_id": f"d-{tag}", "content": f"draft {tag}"})
         grants = [{"capability": "drafts:write"}]
     else:
         step = _tool("save_preference", {"key": "answer_language", "value": "en"})
         grants = [{"capability": "memory:write", "resource_scope": f"memory:chaos-{tag}/*"}]
+    cite = "job-1" if kind == "refund_job" else "tool-1"  # a job's final observation
     spec = sc.spec(
-        [step, sc.final("Done.", "tool-1")],
+        [step, sc.final("Done.", cite)],
         grants=grants,
         max_steps=4,
         max_model_calls=4,
