@@ -143,7 +143,7 @@ def _load(ctx: StageContext, outcome_id: int) -> _Job | None:
 def _request_cancel(ctx: StageContext, outcome_id: int) -> bool:
     """Commit the cancel request before it is sent (at most once, whatever crashes)."""
     with session_scope(ctx.engine) as s:
-        locked = sweeps.lock_unknown(s, outcome_id)
+        locked = sweeps.lock_unresolved(s, outcome_id)
         if locked is None or sweeps.job_cancel_asked_at(s, locked[2].id) is not None:
             return False
         outcome, run, cmd = locked
@@ -186,7 +186,7 @@ def _apply(
 ) -> None:
     outbox = Outbox()
     with session_scope(ctx.engine) as s:
-        locked = sweeps.lock_unknown(s, outcome_id)
+        locked = sweeps.lock_unresolved(s, outcome_id)
         if locked is None:
             return
         outcome, run, cmd = locked

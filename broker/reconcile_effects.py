@@ -193,7 +193,7 @@ def _reconcile_one(
     tool, answer = asked
     outbox = Outbox()
     with session_scope(ctx.engine) as s:
-        locked = sweeps.lock_unknown(s, outcome_id)
+        locked = sweeps.lock_unresolved(s, outcome_id)
         if locked is None:
             return
         outcome, run, cmd = locked

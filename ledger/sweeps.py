@@ -25,7 +25,7 @@ __all__ = [
     "SweepLockLost",
     "attempt_may_run",
     "due_unknown_outcomes",
-    "lock_unknown",
+    "lock_unresolved",
     "run_trace_id",
     "stale_commands",
     "stalled_runs",
@@ -191,7 +191,7 @@ def job_cancel_asked_at(s: Session, command_id: str) -> int | None:
     )
 
 
-def lock_unknown(s: Session, outcome_id: int) -> tuple[OutcomeRow, Run, Command] | None:
+def lock_unresolved(s: Session, outcome_id: int) -> tuple[OutcomeRow, Run, Command] | None:
     """The outcome, its run and its command, locked — if the outcome is still unresolved and
     still the one its run waits on."""
     outcome = s.get(OutcomeRow, outcome_id, with_for_update=True)

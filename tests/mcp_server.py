@@ -38,6 +38,10 @@ def connect(state_dir: str | Path | None = None) -> Iterator[sqlite3.Connection]
             "CREATE TABLE IF NOT EXISTS calls (tool TEXT NOT NULL, arguments TEXT, pid INTEGER)"
         )
         conn.execute("CREATE TABLE IF NOT EXISTS starts (pid INTEGER, parent INTEGER)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS exports (id INTEGER PRIMARY KEY, title TEXT UNIQUE, "
+            "state TEXT, polls INTEGER DEFAULT 0, cancels INTEGER DEFAULT 0)"
+        )
         yield conn
     finally:
         conn.close()
@@ -83,6 +87,46 @@ def build(port: int = 8000) -> FastMCP:
         return _add(title, body)
 
     @server.tool()
+    def start_export(title: str) -> dict[str, Any]:
+        """Start exporting a note (a job: the same title is the same job). A title starting
+        with ``stuck`` never finishes; ``broken`` fails."""
+        _called("start_export", title)
+        with connect() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO exports (title, state) VALUES (?, 'running')", (title,)
+            )
+            (job_id,) = conn.execute("SELECT id FROM exports WHERE title = ?", (title,)).fetchone()
+        return {"job_id": f"ex-{job_id}", "state": "running"}
+
+    @server.tool()
+    def export_status(job_id: str) -> dict[str, Any]:
+        """How an export stands: it finishes on its third status query."""
+        _called("export_status", job_id)
+        ident = int(job_id.removeprefix("ex-"))
+        with connect() as conn:
+            conn.execute("UPDATE exports SET polls = polls + 1 WHERE id = ?", (ident,))
+            title, state, polls = conn.execute(
+                "SELECT title, state, polls FROM exports WHERE id = ?", (ident,)
+            ).fetchone()
+            if state == "running" and polls >= 3 and not title.startswith("stuck"):
+                state = "failed" if title.startswith("broken") else "done"
+                conn.execute("UPDATE exports SET state = ? WHERE id = ?", (state, ident))
+        return {"job_id": job_id, "state": state, "title": title}
+
+    @server.tool()
+    def cancel_export(job_id: str) -> dict[str, Any]:
+        """Cancel a running export."""
+        _called("cancel_export", job_id)
+        ident = int(job_id.removeprefix("ex-"))
+        with connect() as conn:
+            conn.execute(
+                "UPDATE exports SET cancels = cancels + 1, state = CASE state WHEN 'running' "
+                "THEN 'cancelled' ELSE state END WHERE id = ?",
+                (ident,),
+            )
+        return {"job_id": job_id}
+
+    @server.tool()
     def undeclared_delete(title: str) -> dict[str, Any]:
         """Delete a note (never declared to warrant)."""
         _called("undeclared_delete", title)
@@ -91,6 +135,14 @@ def build(port: int = 8000) -> FastMCP:
         return {"deleted": title}
 
     return server
+
+
+def exports(state_dir: str | Path) -> list[tuple[str, str, int, int]]:
+    """Every export job: (title, state, status queries, cancel calls)."""
+    with connect(state_dir) as conn:
+        return conn.execute(
+            "SELECT title, state, polls, cancels FROM exports ORDER BY id"
+        ).fetchall()
 
 
 def notes(state_dir: str | Path, title: str | None = None) -> list[tuple[str, str]]:

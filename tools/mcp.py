@@ -63,6 +63,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed
 from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools.jobs import Accepted
 from warrant.tools.mcp_client import (
     MAX_MESSAGE,
     Progress,
@@ -79,6 +80,7 @@ from warrant.tools.mcp_config import (
     config_error,
     load_config,
 )
+from warrant.tools.mcp_jobs import accepted_of, job_hooks
 from warrant.tools.mcp_sessions import ServerSession
 from warrant.tools.registry import DepsContext, Plugin
 
@@ -205,7 +207,7 @@ class _Executor:
     remote_name: str
     declaration: ToolDeclaration
 
-    def __call__(self, args: McpInput, ctx: ToolContext) -> McpOutput:
+    def __call__(self, args: McpInput, ctx: ToolContext) -> McpOutput | Accepted:
         where = f"MCP {self.server_name}/{self.remote_name}"
         limit = min(self.declaration.timeout_s, ctx.remaining_s()) - _MARGIN_S
         write = self.declaration.side_effect is not SideEffect.READ
@@ -225,6 +227,8 @@ class _Executor:
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in result.content]
             text = _text(blocks) or "the server reported an error"
             raise ToolFailed(f"{where}: {text}"[:MAX_MESSAGE], code="MCP_TOOL_ERROR")
+        if self.declaration.job is not None:  # the server took a job: the run waits for it
+            return accepted_of(self.declaration, result.structuredContent, where)
         return _output(result)
 
 
@@ -274,6 +278,7 @@ def _tool(
         secret_fields=frozenset(decl.secret_fields),
         output_source=ObservationSource.UNTRUSTED_CONTENT,
         max_attempts=decl.max_attempts,
+        job=job_hooks(server, decl) if decl.job is not None else None,
     )
 
 

@@ -24,11 +24,42 @@ from warrant.tools.contract import (
     ConfirmationPolicy,
     SideEffect,
 )
+from warrant.tools.jobs import DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL_S
 
-__all__ = ["McpConfig", "ServerDeclaration", "ToolDeclaration", "config_error", "load_config"]
+__all__ = [
+    "JobDeclaration",
+    "McpConfig",
+    "ServerDeclaration",
+    "ToolDeclaration",
+    "config_error",
+    "load_config",
+]
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, StringConstraints(pattern=_NAME)]
+
+
+class JobDeclaration(BaseModel):
+    """A server tool that answers with a job id and finishes later (a long-running tool,
+    :mod:`warrant.tools.jobs`): where the id is, and the server's tools that follow the job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id_field: str = "job_id"
+    """The field of the call's structured result that holds the job id."""
+    status_tool: Name
+    """The server tool that says how the job stands, called with ``{argument: id}``."""
+    cancel_tool: Name | None = None
+    """The server tool that cancels a job, called the same way (at most once per job)."""
+    argument: str = "job_id"
+    state_field: str = "state"
+    """The field of the status tool's structured result that holds the job's state."""
+    succeeded: list[str] = Field(default_factory=lambda: ["succeeded", "done", "completed"])
+    failed: list[str] = Field(default_factory=lambda: ["failed", "cancelled", "error"])
+    """Any other state counts as running."""
+    interval_s: float = Field(default=DEFAULT_POLL_INTERVAL_S, gt=0, le=3600)
+    max_polls: int = Field(default=DEFAULT_MAX_POLLS, ge=1, le=1_000_000)
+    timeout_s: float = Field(default=DEFAULT_JOB_TIMEOUT_S, gt=0, le=30 * 24 * 3600)
 
 
 class ToolDeclaration(BaseModel):
@@ -54,6 +85,8 @@ class ToolDeclaration(BaseModel):
     """Arguments masked in traces and handoff bundles (shown to the approver of the call)."""
     secret_fields: list[str] = Field(default_factory=list)
     """Arguments shown to nobody, the approver included (masked everywhere)."""
+    job: JobDeclaration | None = None
+    """The tool answers with a job id: the run waits for the job (its status tool polled)."""
 
     @property
     def capabilities(self) -> tuple[str, ...]:

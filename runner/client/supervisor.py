@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Backoff", "RoleExit", "WorkerProcesses"]
 
@@ -75,14 +76,27 @@ class Backoff:
         return current
 
 
+def _prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+#: ``prctl(2)``, looked up once in the parent: the child of a fork must not import or
+#: ``dlopen`` (another thread of the parent may have held the import or loader lock at the fork,
+#: and the child would wait for it forever, its parent with it — a chaos run's supervisor hung so).
+_PRCTL = _prctl()
+_PR_SET_PDEATHSIG = 1
+
+
 def stop_with_parent() -> None:
     """In the child, before exec: ask Linux for SIGTERM (a warm shutdown) when the process
-    that started it dies, so a killed ``warrant up`` leaves no orphaned workers behind."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    that started it dies, so a killed ``warrant up`` leaves no orphaned workers behind. Only
+    calls a function resolved before the fork (see ``_PRCTL``)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass

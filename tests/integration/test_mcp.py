@@ -165,6 +165,17 @@ NOTES_TOOLS: dict[str, dict[str, Any]] = {
     },
     "list_notes": {"side_effect": "read", "capability": "notes:read"},
 }
+#: A server tool that answers with a job id: the run waits for the job (issue 33).
+EXPORT_TOOL: dict[str, Any] = {
+    "side_effect": "idempotent-write",
+    "capability": "notes:read",
+    "job": {
+        "status_tool": "export_status",
+        "cancel_tool": "cancel_export",
+        "interval_s": 0.2,
+        "max_polls": 50,
+    },
+}
 
 
 @pytest.mark.parametrize(
@@ -388,7 +399,10 @@ def stack(services, stages_to_myself, tmp_path_factory) -> Iterator[Stack]:
     config = write_config(
         base / "mcp.json",
         {
-            "notes": stdio_server(stdio_state, {"list_notes": NOTES_TOOLS["list_notes"]}),
+            "notes": stdio_server(
+                stdio_state,
+                {"list_notes": NOTES_TOOLS["list_notes"], "start_export": EXPORT_TOOL},
+            ),
             "web": {"url": web.url, "tools": {"add_note": NOTES_TOOLS["add_note"]}},
             "doomed": {
                 "url": doomed.url,
@@ -405,7 +419,14 @@ def stack(services, stages_to_myself, tmp_path_factory) -> Iterator[Stack]:
         },
     )
     env = {"WARRANT_MCP_CONFIG": str(config)}
-    queues = ["planner", "policy", "tool.list_notes", "tool.add_note", "tool.slow_add"]
+    queues = [
+        "planner",
+        "policy",
+        "tool.list_notes",
+        "tool.add_note",
+        "tool.slow_add",
+        "tool.start_export",
+    ]
     logs = base / "logs"
     logs.mkdir()
     with pytest.MonkeyPatch.context() as mp:
@@ -661,3 +682,37 @@ def test_stopping_the_worker_stops_its_stdio_servers(client, stack):
     assert alive
     stack.worker.stop()
     wait_for(lambda: all(gone(p) for p in alive), what="the servers to exit", timeout=15)
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_an_mcp_tool_that_answers_with_a_job_id_is_waited_for_until_the_job_ends(
+    engine, client, stack
+):
+    title = f"export-{uuid.uuid4().hex[:8]}"
+    run_id = client.start_run(
+        spec([call("start_export", title=title), sc.final("Exported.", "job-1")])
+    )
+    assert client.wait(run_id, timeout=30, until={"waiting_job"}).status == "waiting_job"
+    info = settle(client, run_id, {"completed", "failed", "handoff"}, timeout=40)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    obs = {o["observation_id"]: o for o in client.observations(run_id)}
+    assert obs["tool-1"]["content"]["status"] == "accepted"
+    assert obs["tool-1"]["content"]["operation_id"].startswith("ex-")
+    assert obs["job-1"]["content"]["output"]["structured"]["state"] == "done"
+    assert [(t, s, p, c) for t, s, p, c in notes.exports(stack.stdio_state) if t == title] == [
+        (title, "done", 3, 0)
+    ]
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_cancelling_a_run_that_waits_on_an_mcp_job_calls_its_cancel_tool_once(client, stack):
+    title = f"stuck-{uuid.uuid4().hex[:8]}"
+    run_id = client.start_run(spec([call("start_export", title=title), sc.final("x", "job-1")]))
+    assert client.wait(run_id, timeout=30, until={"waiting_job"}).status == "waiting_job"
+    client.cancel(run_id, by="ops", reason="not needed")
+    info = settle(client, run_id, {"cancelled", "handoff", "failed"}, timeout=40)
+    assert (info.status, info.stop_reason) == ("cancelled", "CANCELLED"), info
+    [(_, state, _, cancels)] = [e for e in notes.exports(stack.stdio_state) if e[0] == title]
+    assert (state, cancels) == ("cancelled", 1)
