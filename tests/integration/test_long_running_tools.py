@@ -14,6 +14,7 @@ from tests import facts
 from tests.conftest import JOB_QUEUES, RECONCILER_ENV, WorkerProcess, wait_for
 from tests.integration.test_reconciler import settle, sweep_now
 from tests.integration.test_tool_execution import refund, uid
+from warrant.ledger import metrics
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, Observation, OutcomeRow, Reconciliation, Run
 from warrant.runner.client import scenarios as sc
@@ -143,6 +144,9 @@ def test_an_accepted_refund_finishes_when_it_settles_across_a_worker_kill_and_a_
     assert accepted["status"] == "accepted" and accepted["final"] is False
     assert accepted["operation_id"].startswith("rj_")
     assert [o.status for o in outcomes(engine, run_id)] == ["accepted"]
+    assert run_id in [r.run_id for r in client.list_runs(status="waiting_job")]  # CLI, API, inbox
+    with session_scope(engine) as s:  # what /metrics reports as warrant_runs{status=...}
+        assert metrics.snapshot(s, stale_extra_s=1.0).runs_by_status["waiting_job"] >= 1
     wait_for(
         lambda: sweep_now(client) or "running" in polls(engine, run_id), timeout=20, what="a poll"
     )
