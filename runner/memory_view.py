@@ -35,6 +35,10 @@ DEFAULT_MAX_ITEMS = 8
 DEFAULT_MAX_ITEM_CHARS = 1_500
 #: Longest string kept whole inside a summary (ids are always kept whole).
 SUMMARY_STRING_CHARS = 400
+#: Longest list kept whole inside a summary (a marker says how many items were left out).
+SUMMARY_LIST_ITEMS = 20
+#: A tool output's paging fields: kept in the view even when the item is cut.
+PAGING_FIELDS = ("truncated", "next_cursor")
 
 UNTRUSTED_OPEN = "<untrusted-data"
 UNTRUSTED_CLOSE = "</untrusted-data>"
@@ -72,6 +76,8 @@ class WorkingMemoryView(BaseModel):
     """Remaining budgets."""
     preferences: dict[str, dict[str, Any]]
     """Long-term preferences of the subject: ``{key: {value, source, version}}``."""
+    omitted_items: int = 0
+    """Older observations left out of ``items`` (the window keeps the most recent ones)."""
 
     def view_hash(self) -> str:
         """A fingerprint of exactly what the planner was shown (the view's JSON, whose field
@@ -91,11 +97,15 @@ class ObservationRecord:
 
 
 def _summarize(value: Any, key: str = "") -> Any:
-    """Keep structure, ids and numbers; shorten long prose."""
+    """Keep structure, ids and numbers; shorten long prose and long lists, each cut marked
+    with what was left out."""
     if isinstance(value, dict):
         return {k: _summarize(v, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [_summarize(v, key) for v in value[:20]]
+        kept = [_summarize(v, key) for v in value[:SUMMARY_LIST_ITEMS]]
+        if len(value) > SUMMARY_LIST_ITEMS:
+            kept.append(f"…[{len(value) - SUMMARY_LIST_ITEMS} more items]")
+        return kept
     if isinstance(value, str) and len(value) > SUMMARY_STRING_CHARS and not key.endswith("id"):
         return value[:SUMMARY_STRING_CHARS] + f"…[{len(value) - SUMMARY_STRING_CHARS} more chars]"
     return value
@@ -109,10 +119,27 @@ def delimit_untrusted(text: str, observation_id: str) -> str:
     return f'{UNTRUSTED_OPEN} observation="{observation_id}">\n{safe}\n{UNTRUSTED_CLOSE}'
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _paging(content: dict[str, Any]) -> dict[str, Any]:
+    """``truncated`` / ``next_cursor`` of the content, its output or an MCP result's
+    structured content (the tool said there is more)."""
+    output = _mapping(content.get("output"))
+    structured = _mapping(output.get("structured"))
+    found: dict[str, Any] = {}
+    for place in (structured, output, content):
+        found.update({k: place[k] for k in PAGING_FIELDS if k in place})
+    return found
+
+
 def _render(obs: ObservationRecord, max_chars: int) -> str:
     text = json.dumps(_summarize(obs.content), ensure_ascii=False, sort_keys=True)
     if len(text) > max_chars:
         text = text[:max_chars] + f"…[{len(text) - max_chars} more chars]"
+        if paging := _paging(obs.content):
+            text += " paging: " + json.dumps(paging, ensure_ascii=False, sort_keys=True)
     if obs.source == "untrusted-content":
         return delimit_untrusted(text, obs.observation_id)
     return text
@@ -157,6 +184,7 @@ def build_view(
         for o in live[-max_items:]
     ]
     return WorkingMemoryView(
+        omitted_items=max(0, len(live) - max_items),
         run_id=run_id,
         step=step,
         goal=goal,

@@ -93,6 +93,8 @@ class _Invalid(WarrantError):
 
 def _render_view(view: WorkingMemoryView) -> str:
     lines = [f"GOAL (user-1): {view.goal.content}", "", "OBSERVATIONS (oldest first):"]
+    if view.omitted_items:
+        lines.append(f"({view.omitted_items} older observations omitted)")
     for item in view.items:
         lines.append(f"- {item.item_id} [source: {item.source}, step {item.created_at_step}]")
         lines.append(item.content)
@@ -148,7 +150,10 @@ def parse_reply(body: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict
         raise _Invalid("ARGUMENTS_NOT_JSON") from None
     if not isinstance(arguments, dict):
         raise _Invalid("ARGUMENTS_NOT_OBJECT")
-    reason = str(arguments.pop("reason_summary", "") or message.get("content") or "")
+    # Only the function's own field: the assistant's free text is never taken for the reason
+    # (it is what injected wording would use to reach the person who approves the call).
+    reason = arguments.pop("reason_summary", "")
+    reason = reason if isinstance(reason, str) else ""
     if name == "final":
         return {
             "kind": "final",
