@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.views",
             "runner.run_machine",
             "runner.run_rules",
+            "runner.progress",
             "runner.policy",
             "runner.gate",
             "runner.step_decisions",

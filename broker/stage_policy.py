@@ -146,6 +146,7 @@ def _looping(decision: policy.Halt) -> bool:
     return decision.reason in (
         StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
         StopReason.PROPOSAL_OSCILLATION_DETECTED,
+        StopReason.STEPS_WITHOUT_NEW_OBSERVATION,
     )
 
 

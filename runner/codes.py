@@ -52,6 +52,10 @@ class StopReason(StrEnum):
     DEADLINE_REACHED = "DEADLINE_REACHED"
     REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
     PROPOSAL_OSCILLATION_DETECTED = "PROPOSAL_OSCILLATION_DETECTED"
+    """A cycle of proposals (any period up to ``max_cycle_period``) with no new observation."""
+    STEPS_WITHOUT_NEW_OBSERVATION = "STEPS_WITHOUT_NEW_OBSERVATION"
+    """``max_steps_without_new_observation`` proposals in a row added nothing new, whatever
+    they were."""
     USER_CONFIRMATION_REQUIRED = "USER_CONFIRMATION_REQUIRED"
     CLARIFICATION_REQUIRED = "CLARIFICATION_REQUIRED"
     MODEL_FAILED = "MODEL_FAILED"

@@ -28,7 +28,11 @@ def _safe_actions(reason: str, unknown: Sequence[dict[str, Any]]) -> list[str]:
     if unknown:
         actions.append("query the external system by the idempotency key hash before any retry")
         actions.append("resolve as completed only if the effect is confirmed applied and wanted")
-    if reason in ("REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION", "PROPOSAL_OSCILLATION_DETECTED"):
+    if reason in (
+        "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION",
+        "PROPOSAL_OSCILLATION_DETECTED",
+        "STEPS_WITHOUT_NEW_OBSERVATION",
+    ):
         actions.append("inspect the repeated proposal and the last observation; clarify the goal")
     if reason == "INTERNAL_ERROR":
         actions.append("read the worker logs for the stage error; fix, then start a new run")

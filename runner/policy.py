@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from warrant.runner import progress
 from warrant.runner.canonical import canonical_json, proposal_hash, sha256_hex
 from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason, invalid_field_code
 from warrant.runner.confirmation_rules import person_decision, pre_approval, required_policy
@@ -82,21 +83,25 @@ def _schema_code(exc: ValidationError) -> str:
 
 
 def _repeats(fp: str, inp: GateInput) -> int:
-    """1 + earlier proposals with this fingerprint and no new observation since."""
-    version = inp.run.observation_version
-    return 1 + sum(
-        1 for h in inp.history if h.fingerprint == fp and h.observation_version == version
+    return progress.repeats(fp, inp.history, version=inp.run.observation_version)
+
+
+def _no_progress(fp: str, inp: GateInput, events: list[Event]) -> Halt | None:
+    """A cycle, or too many proposals in a row that added nothing (issue 34, progress)."""
+    version, budgets = inp.run.observation_version, inp.run.budgets
+    period = progress.cycle_period(
+        fp, inp.history, version=version, max_period=budgets.max_cycle_period
     )
-
-
-def _oscillates(fp: str, inp: GateInput) -> bool:
-    """A-B-A-B inside the window, with no new observation in between."""
-    window = [h for h in inp.history[-3:]]
-    if len(window) < 3:
-        return False
-    seq = [h.fingerprint for h in window] + [fp]
-    same_version = all(h.observation_version == inp.run.observation_version for h in window)
-    return same_version and seq[0] == seq[2] and seq[1] == seq[3] and seq[0] != seq[1]
+    if period is not None:
+        events.append(
+            Event("proposal.oscillation_detected", {"window": 2 * period, "period": period})
+        )
+        return _fail(StopReason.PROPOSAL_OSCILLATION_DETECTED, fp, events, period=period)
+    steps = progress.without_progress(inp.history, version=version)
+    if steps > budgets.max_steps_without_new_observation:
+        events.append(Event("proposal.no_progress", {"steps": steps}))
+        return _fail(StopReason.STEPS_WITHOUT_NEW_OBSERVATION, fp, events, steps=steps)
+    return None
 
 
 def _reject(
@@ -117,6 +122,8 @@ def _reject(
         return _fail(
             StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events, last_code=code
         )
+    if fp is not None and (halted := _no_progress(fp, inp, events)) is not None:
+        return halted  # refused proposals that go round in circles are no progress either
     return Reject(code=code, layer=layer, fingerprint=fp, events=events, message=message)
 
 
@@ -326,9 +333,8 @@ def _detect_loops(checked: _Checked, inp: GateInput, events: list[Event]) -> Hal
     if repeats > inp.run.budgets.max_repeated_proposal:
         events.append(Event("proposal.loop_detected", {"count": repeats}))
         return _fail(StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events)
-    if _oscillates(fp, inp):
-        events.append(Event("proposal.oscillation_detected", {"window": 4}))
-        return _fail(StopReason.PROPOSAL_OSCILLATION_DETECTED, fp, events)
+    if (halted := _no_progress(fp, inp, events)) is not None:
+        return halted
     events.append(Event("policy.loop.checked", {"repeats": repeats}))
     return None
 

@@ -16,9 +16,11 @@ from warrant.runner.errors import SpecError
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
+    "DEFAULT_MAX_CYCLE_PERIOD",
     "DEFAULT_MAX_MODEL_CALLS",
     "DEFAULT_MAX_REPEATED_PROPOSAL",
     "DEFAULT_MAX_STEPS",
+    "DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION",
     "DEFAULT_MAX_TOOL_CALLS",
     "Budgets",
     "ClarifyRequest",
@@ -45,6 +47,10 @@ DEFAULT_MAX_MODEL_CALLS = 8
 DEFAULT_MAX_TOOL_CALLS = 4
 #: How often the same fingerprint may be proposed without a new observation.
 DEFAULT_MAX_REPEATED_PROPOSAL = 2
+#: Proposals in a row that may add no new observation before the run stops.
+DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION = 8
+#: Longest proposal cycle the gate looks for.
+DEFAULT_MAX_CYCLE_PERIOD = 4
 #: Absolute wall-clock budget of the whole run, from its creation.
 DEFAULT_DEADLINE_S = 120.0
 #: Seconds a confirmation request stays answerable (never past the run deadline).
@@ -85,6 +91,13 @@ class Budgets(_Strict):
     """Tool executions, see :data:`DEFAULT_MAX_TOOL_CALLS`."""
     max_repeated_proposal: int = Field(default=DEFAULT_MAX_REPEATED_PROPOSAL, ge=1, le=100)
     """Same-fingerprint proposals allowed without a new observation."""
+    max_steps_without_new_observation: int = Field(
+        default=DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION, ge=1, le=10_000
+    )
+    """Proposals in a row, whatever they are, allowed to add no new observation."""
+    max_cycle_period: int = Field(default=DEFAULT_MAX_CYCLE_PERIOD, ge=2, le=20)
+    """Longest cycle of proposals (A-B, A-B-C, ...) detected when it repeats with no new
+    observation."""
     deadline_s: float = Field(default=DEFAULT_DEADLINE_S, gt=0, le=7 * 24 * 3600)
     """Seconds from creation after which no new work starts."""
     max_tool_calls_per_tool: dict[str, Annotated[int, Field(ge=0, le=10_000)]] = Field(

@@ -596,7 +596,12 @@ def reads(n: int, tag: str) -> list[dict[str, Any]]:
 
 
 def run_reads(client: Any, n: int, tag: str) -> str:
-    budgets = {"max_steps": n + 2, "max_tool_calls": n, "max_model_calls": n + 2}
+    budgets = {
+        "max_steps": n + 2,
+        "max_tool_calls": n,
+        "max_model_calls": n + 2,
+        "max_steps_without_new_observation": n + 1,  # the reads all find nothing new
+    }
     run_id = client.start_run(spec([*reads(n, tag), sc.final("Done.", "tool-1")], **budgets))
     info = client.wait(run_id, timeout=120)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
@@ -674,18 +679,6 @@ def test_cli_reads_start_no_mcp_server_and_an_unreachable_one_exits_3(client, tm
 
 @pytest.mark.services
 @pytest.mark.slow
-def test_stopping_the_worker_stops_its_stdio_servers(client, stack):
-    """Last in the module: it stops the module's worker (which could not start again: the
-    ``doomed`` server is gone)."""
-    run_reads(client, 1, uid("last"))
-    alive = sorted({p for _, p in notes.callers(stack.stdio_state, "list_notes") if not gone(p)})
-    assert alive
-    stack.worker.stop()
-    wait_for(lambda: all(gone(p) for p in alive), what="the servers to exit", timeout=15)
-
-
-@pytest.mark.services
-@pytest.mark.slow
 def test_an_mcp_tool_that_answers_with_a_job_id_is_waited_for_until_the_job_ends(
     engine, client, stack
 ):
@@ -716,3 +709,15 @@ def test_cancelling_a_run_that_waits_on_an_mcp_job_calls_its_cancel_tool_once(cl
     assert (info.status, info.stop_reason) == ("cancelled", "CANCELLED"), info
     [(_, state, _, cancels)] = [e for e in notes.exports(stack.stdio_state) if e[0] == title]
     assert (state, cancels) == ("cancelled", 1)
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_stopping_the_worker_stops_its_stdio_servers(client, stack):
+    """Last in the module: it stops the module's worker (which could not start again: the
+    ``doomed`` server is gone)."""
+    run_reads(client, 1, uid("last"))
+    alive = sorted({p for _, p in notes.callers(stack.stdio_state, "list_notes") if not gone(p)})
+    assert alive
+    stack.worker.stop()
+    wait_for(lambda: all(gone(p) for p in alive), what="the servers to exit", timeout=15)

@@ -178,3 +178,33 @@ def test_oscillation_a_b_a_b():
         HistoryEntry(fingerprint=f, observation_version=v) for f, v in ((a, 0), (b, 1), (a, 1))
     ]
     assert isinstance(decide(proposal(arguments={"query": "b"}), history=moved), policy.Accept)
+
+
+def _fps(*queries: str) -> list[str]:
+    return [proposal_hash("search_public", "1", {"query": q}) for q in queries]
+
+
+def test_a_cycle_of_three_with_no_new_observation_stops_with_its_period():
+    history = [HistoryEntry(fingerprint=f, observation_version=1) for f in _fps(*"abcab")]
+    d = decide(proposal(arguments={"query": "c"}), history=history)
+    assert isinstance(d, policy.Halt) and d.reason == "PROPOSAL_OSCILLATION_DETECTED"
+    assert d.detail["period"] == 3
+    # a cycle longer than the spec's max_cycle_period is not one
+    short = Budgets(max_cycle_period=2)
+    assert isinstance(
+        decide(proposal(arguments={"query": "c"}), history=history, budgets=short), policy.Accept
+    )
+
+
+def test_steps_that_add_nothing_stop_whatever_they_are():
+    distinct = [HistoryEntry(fingerprint=f, observation_version=1) for f in _fps(*"abcdefgh")]
+    d = decide(proposal(arguments={"query": "z"}), history=distinct)
+    assert isinstance(d, policy.Halt) and d.reason == "STEPS_WITHOUT_NEW_OBSERVATION"
+    assert d.detail["steps"] == 9
+    assert isinstance(
+        decide(proposal(arguments={"query": "z"}), history=distinct[:7]), policy.Accept
+    )
+    loose = Budgets(max_steps_without_new_observation=20)
+    assert isinstance(
+        decide(proposal(arguments={"query": "z"}), history=distinct, budgets=loose), policy.Accept
+    )
