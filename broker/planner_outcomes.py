@@ -15,6 +15,7 @@ from typing import Any
 
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.ledger.guarded import insert_proposal
+from warrant.ledger.proposal_facts import refused_finals
 from warrant.ledger.repo import NewObservation, commit, observations_of
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
@@ -110,6 +111,9 @@ def record_proposal(
             guarded=[insert_proposal(proposal, pending=True)],
         )
         return "forwarded", lambda: publisher.policy(run_id, new_version)
+    if _refusable_final(conn, view, decision):
+        assert isinstance(decision, Stop)
+        return _refuse_final(publisher, conn, view, step, counters, built, proposal, decision)
     if isinstance(decision, Complete):
         proposal["status"] = "accepted"
         stop = Stop(
@@ -132,6 +136,50 @@ def record_proposal(
     )
     commit(conn, change, step=step, guarded=[insert_proposal(proposal)])
     return result, None
+
+
+def _refusable_final(conn: Any, view: RunView, decision: Any) -> bool:
+    """A final answer whose citations fail, while the spec allows another round."""
+    return (
+        isinstance(decision, Stop)
+        and decision.reason is StopReason.FINAL_CITATION_VALIDATION_FAILED
+        and refused_finals(conn, view.run_id) < view.budgets.max_refused_finals
+    )
+
+
+def _refuse_final(
+    publisher: Any,
+    conn: Any,
+    view: RunView,
+    step: int,
+    counters: dict[str, Any],
+    built: Sequence[tuple[str, dict[str, Any]]],
+    proposal: dict[str, Any],
+    refused: Stop,
+) -> Result:
+    """A final answer that cites nothing usable: refused like a policy rejection (the planner
+    sees why in ``policy-<step>``) and the step planned again (``max_refused_finals``)."""
+    code = StopReason.FINAL_CITATION_VALIDATION_FAILED.value
+    proposal.update(status="rejected", rejection_code=code)
+    details = {"code": code, "layer": "final", **refused.detail}
+    change = machine.replan(
+        view, why=[("proposal.rejected", details)], counters=counters, events=list(built)
+    )
+    new_version = commit(
+        conn,
+        change,
+        step=step,
+        observation=NewObservation(
+            f"policy-{step}",
+            ObservationKind.POLICY_REJECTION,
+            ObservationSource.POLICY.value,
+            {**details, "reason": "cite the id of a final, successful tool result (tool-<step>)"},
+            step + POLICY_OBSERVATION_TTL_STEPS,
+        ),
+        guarded=[insert_proposal(proposal)],
+    )
+    run_id = view.run_id
+    return "final_refused", lambda: publisher.planner(run_id, new_version)
 
 
 def stopped(stop: Stop) -> str:

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, Observation, OutcomeRow, Proposal, Run
 
-__all__ = ["StepFacts", "step_facts", "step_raw"]
+__all__ = ["StepFacts", "refused_finals", "step_facts", "step_raw"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,18 @@ def _outcome(o: OutcomeRow | None) -> dict[str, Any] | None:
         "output": o.output,
         "resolved_status": o.resolved_status,
     }
+
+
+def refused_finals(conn: Any, run_id: str) -> int:
+    """Final answers of the run refused for their citations (and planned again)."""
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(Proposal)
+            .where(
+                Proposal.run_id == run_id,
+                Proposal.kind == "final",
+                Proposal.rejection_code == "FINAL_CITATION_VALIDATION_FAILED",
+            )
+        ).scalar_one()
+    )

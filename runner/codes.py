@@ -44,6 +44,8 @@ class Phase(StrEnum):
 class StopReason(StrEnum):
     FINAL_ANSWER_VALIDATED = "FINAL_ANSWER_VALIDATED"
     FINAL_CITATION_VALIDATION_FAILED = "FINAL_CITATION_VALIDATION_FAILED"
+    NO_ANSWER = "NO_ANSWER"
+    """The planner said the goal cannot be answered from its evidence (a ``no_answer``)."""
     MAX_STEPS_REACHED = "MAX_STEPS_REACHED"
     MAX_MODEL_CALLS_REACHED = "MAX_MODEL_CALLS_REACHED"
     MAX_TOOL_CALLS_REACHED = "MAX_TOOL_CALLS_REACHED"

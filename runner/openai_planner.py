@@ -68,6 +68,16 @@ FINAL_FUNCTION = {
         },
     },
 }
+NO_ANSWER_FUNCTION = {
+    "name": "no_answer",
+    "description": "Say that the goal cannot be answered from the evidence you have, and why.",
+    "parameters": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["reason"],
+        "properties": {"reason": {"type": "string"}},
+    },
+}
 CLARIFY_FUNCTION = {
     "name": "clarify",
     "description": "Ask the user one clarifying question when the goal is ambiguous.",
@@ -128,6 +138,7 @@ def _functions(view: WorkingMemoryView) -> list[dict[str, Any]]:
         *tools,
         {"type": "function", "function": FINAL_FUNCTION},
         {"type": "function", "function": CLARIFY_FUNCTION},
+        {"type": "function", "function": NO_ANSWER_FUNCTION},
     ]
 
 
@@ -162,6 +173,8 @@ def parse_reply(body: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict
         }
     if name == "clarify":
         return {"kind": "clarify", "question": arguments.get("question")}
+    if name == "no_answer":
+        return {"kind": "no_answer", "reason": arguments.get("reason", "")}
     versions = {t["name"]: t["version"] for t in view.tools}
     if name not in versions:
         raise _Invalid("UNKNOWN_FUNCTION")

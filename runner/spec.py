@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_CYCLE_PERIOD",
     "DEFAULT_MAX_MODEL_CALLS",
+    "DEFAULT_MAX_REFUSED_FINALS",
     "DEFAULT_MAX_REPEATED_PROPOSAL",
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION",
@@ -29,6 +30,7 @@ __all__ = [
     "FixturePlannerSpec",
     "Grant",
     "HandoffPolicy",
+    "NoAnswer",
     "OpenAIPlannerSpec",
     "PlannerOutput",
     "PluginPlannerSpec",
@@ -49,6 +51,8 @@ DEFAULT_MAX_TOOL_CALLS = 4
 DEFAULT_MAX_REPEATED_PROPOSAL = 2
 #: Proposals in a row that may add no new observation before the run stops.
 DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION = 8
+#: Final answers refused (and planned again) before one fails the run.
+DEFAULT_MAX_REFUSED_FINALS = 2
 #: Longest proposal cycle the gate looks for.
 DEFAULT_MAX_CYCLE_PERIOD = 4
 #: Absolute wall-clock budget of the whole run, from its creation.
@@ -95,6 +99,9 @@ class Budgets(_Strict):
         default=DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION, ge=1, le=10_000
     )
     """Proposals in a row, whatever they are, allowed to add no new observation."""
+    max_refused_finals: int = Field(default=DEFAULT_MAX_REFUSED_FINALS, ge=0, le=100)
+    """Final answers that fail their citation check and are refused (an observation, and the
+    step planned again) before one ends the run ``FINAL_CITATION_VALIDATION_FAILED``."""
     max_cycle_period: int = Field(default=DEFAULT_MAX_CYCLE_PERIOD, ge=2, le=20)
     """Longest cycle of proposals (A-B, A-B-C, ...) detected when it repeats with no new
     observation."""
@@ -268,7 +275,17 @@ class ClarifyRequest(_Strict):
     question: str = Field(min_length=1, max_length=2_000)
 
 
-PlannerOutput = Annotated[ToolProposal | FinalAnswer | ClarifyRequest, Field(discriminator="kind")]
+class NoAnswer(_Strict):
+    """The planner says the goal cannot be answered from the evidence it has (the run stops
+    ``NO_ANSWER``, its stated reason kept; never a completed run)."""
+
+    kind: Literal["no_answer"]
+    reason: str = Field(default="", max_length=2_000)
+
+
+PlannerOutput = Annotated[
+    ToolProposal | FinalAnswer | ClarifyRequest | NoAnswer, Field(discriminator="kind")
+]
 
 
 def _field_errors(exc: ValidationError) -> list[dict[str, str]]:

@@ -10,7 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.run_rules import Stop
-from warrant.runner.spec import ClarifyRequest, FinalAnswer, PlannerOutput, ToolProposal
+from warrant.runner.spec import ClarifyRequest, FinalAnswer, NoAnswer, PlannerOutput, ToolProposal
 from warrant.runner.views import ObservationView, RunView
 
 __all__ = [
@@ -81,6 +81,13 @@ def interpret(raw: Any, observations: Sequence[ObservationView]) -> Stop | Compl
         output = None
     if isinstance(output, FinalAnswer):
         return validate_final(output, observations)
+    if isinstance(output, NoAnswer):
+        return Stop(
+            RunStatus.FAILED,
+            StopReason.NO_ANSWER,
+            {"reason_chars": len(output.reason)},
+            answer=output.reason or None,
+        )
     if isinstance(output, ClarifyRequest):
         return Stop(
             RunStatus.NEEDS_INPUT,

@@ -92,8 +92,9 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         name="bad-citation",
-        title="final answer citing an observation that does not exist",
-        spec=spec([search("p1"), final("Made-up answer.", "tool-9")]),
+        title="final answers citing an observation that does not exist: two refused, the third "
+        "fails the run",
+        spec=spec([search("p1"), *[final("Made-up answer.", "tool-9")] * 3]),
         expect=("failed", "FINAL_CITATION_VALIDATION_FAILED"),
     ),
     Scenario(

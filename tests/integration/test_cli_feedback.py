@@ -142,7 +142,7 @@ def test_start_wait_json_keeps_stdout_one_document(tmp_path, client, worker):
 
 @pytest.mark.slow
 def test_a_failed_run_exits_1_and_says_the_refusal_behind_it(tmp_path, worker, engine):
-    spec = sc.spec([sc.search("p1"), UNKNOWN_TOOL, sc.final("x", "tool-2")])
+    spec = sc.spec([sc.search("p1"), UNKNOWN_TOOL, sc.final("x", "tool-2")], max_refused_finals=0)
     out = warrant("run", "start", spec_file(tmp_path, spec), "--wait", "--json")
     assert out.returncode == 1, out.stderr
     result = json.loads(out.stdout)

@@ -99,7 +99,8 @@ def test_refusals_and_failures_show_in_their_own_state(flower: str, client: Any,
         UNKNOWN_TOOL,
         sc.final("no", "tool-1"),  # cites a refusal: the final answer is refused, the run fails
     ]
-    run_id = client.start_run(sc.spec(plan, grants=[{"capability": refusing_tool.CAPABILITY}]))
+    grants = [{"capability": refusing_tool.CAPABILITY}]
+    run_id = client.start_run(sc.spec(plan, grants=grants, max_refused_finals=0))
     assert client.wait(run_id, timeout=30).stop_reason == "FINAL_CITATION_VALIDATION_FAILED"
     expected = {
         (TASK_TOOL, task_states.TOOL_REJECTED),

@@ -60,7 +60,7 @@ def test_a_normal_run_completes_and_the_key_goes_nowhere(engine, client, worker,
     first = requests[0]["body"]
     assert first["messages"][0]["role"] == "system"
     names = {t["function"]["name"] for t in first["tools"]}
-    assert names == {"search_public", "final", "clarify"}  # only granted tools are offered
+    assert names == {"search_public", "final", "clarify", "no_answer"}  # only granted tools
     second = requests[1]["body"]["messages"][1]["content"]
     assert '<untrusted-data observation="tool-1">' in second  # retrieved text is data
     # the key is in no ledger row, trace event or observation

@@ -174,11 +174,13 @@ def test_an_accepted_refund_finishes_when_it_settles_across_a_worker_kill_and_a_
 def test_a_final_answer_may_not_cite_an_unfinished_job(
     engine, client, demo, jobs_worker, own_reconciler
 ):
-    # The planner is asked again once the job has settled, and cites the acceptance, not the end.
-    outputs = [refund_async(order()), sc.final("Refunded.", "tool-1")]
+    # The planner is asked again once the job has settled, and cites the acceptance, not the
+    # end: refused (an observation says it was unfinished); its next answer cites the end.
+    outputs = [refund_async(order()), sc.final("Refunded.", "tool-1"), sc.final("Done.", "job-1")]
     info = settle(client, client.start_run(sc.spec(outputs, grants=[REFUND])), timeout=40)
-    assert (info.status, info.stop_reason) == ("failed", "FINAL_CITATION_VALIDATION_FAILED"), info
-    assert stop_detail(engine, info.run_id)["unfinished"] == 1
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    refused = observation(engine, info.run_id, "policy-2")
+    assert (refused["code"], refused["unfinished"]) == ("FINAL_CITATION_VALIDATION_FAILED", 1)
 
 
 def test_a_run_cancelled_while_it_waits_calls_the_jobs_cancel_once(

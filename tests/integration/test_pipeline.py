@@ -52,13 +52,42 @@ def test_observation_ids_are_deterministic(client, run_to_end):
 
 
 def test_final_answer_citing_a_missing_observation_fails(run_to_end):
-    info = run_to_end(sc.spec([sc.search("p1"), sc.final("Made up.", "tool-7")]))
+    plan = [sc.search("p1"), sc.final("Made up.", "tool-7")]
+    info = run_to_end(sc.spec(plan, max_refused_finals=0))  # no second round
     assert (info.status, info.stop_reason) == ("failed", "FINAL_CITATION_VALIDATION_FAILED")
     assert info.answer is None
 
 
+def test_an_uncited_final_is_refused_and_the_planner_gets_another_round(client, run_to_end):
+    plan = [sc.search("p1"), sc.final("Made up.", "tool-7"), sc.final("Three retries.", "tool-1")]
+    info = run_to_end(sc.spec(plan))
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    refused = {o["observation_id"]: o for o in client.observations(info.run_id)}["policy-2"]
+    assert refused["content"]["code"] == "FINAL_CITATION_VALIDATION_FAILED"
+    assert (refused["content"]["layer"], refused["content"]["unresolved"]) == ("final", 1)
+
+
+def test_finals_refused_past_the_specs_limit_fail_the_run(run_to_end):
+    bad = sc.final("Made up.", "tool-7")
+    info = run_to_end(sc.spec([sc.search("p1"), bad, bad, bad]))  # two refused, the third fails
+    assert (info.status, info.stop_reason) == ("failed", "FINAL_CITATION_VALIDATION_FAILED")
+    assert info.model_calls == 4
+
+
+def test_a_planner_that_finds_no_answer_says_so_with_its_own_stop_reason(run_to_end):
+    plan = [sc.search("p1"), {"kind": "no_answer", "reason": "the results do not say"}]
+    info = run_to_end(sc.spec(plan))
+    assert (info.status, info.stop_reason, info.answer) == (
+        "failed",
+        "NO_ANSWER",
+        "the results do not say",
+    )
+
+
 def test_citing_the_goal_is_not_evidence(run_to_end):
-    info = run_to_end(sc.spec([sc.final("From the question itself.", "user-1")]))
+    info = run_to_end(
+        sc.spec([sc.final("From the question itself.", "user-1")], max_refused_finals=0)
+    )
     assert info.stop_reason == "FINAL_CITATION_VALIDATION_FAILED"
 
 

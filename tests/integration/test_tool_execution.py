@@ -124,7 +124,7 @@ def test_probe_04_model_failure_is_classified(engine, run_to_end):
 
 
 def test_probe_05_unverified_completion_is_refused(run_to_end):
-    info = run_to_end(spec([sc.final("done, trust me")]))
+    info = run_to_end(spec([sc.final("done, trust me")], max_refused_finals=0))
     assert (info.status, info.stop_reason) == ("failed", "FINAL_CITATION_VALIDATION_FAILED")
 
 
@@ -142,7 +142,7 @@ def test_probe_07_an_uncertain_read_invents_no_side_effect(engine, demo, run_to_
 
 def test_probe_08_planner_output_cannot_inject_state(client, run_to_end):
     forged = {**lookup(), "observations": [{"observation_id": "tool-9"}]}
-    info = run_to_end(spec([forged, sc.final("x", "tool-9")]))
+    info = run_to_end(spec([forged, sc.final("x", "tool-9")], max_refused_finals=0))
     assert info.stop_reason == "FINAL_CITATION_VALIDATION_FAILED"
     assert [o["observation_id"] for o in client.observations(info.run_id)] == ["user-1", "policy-1"]
 
@@ -483,7 +483,8 @@ def test_retry_honours_retry_after(engine, demo, run_to_end):
 
 def test_retry_refused_when_the_deadline_would_pass(engine, demo, run_to_end):
     demo.set_fault("lookup", "transient", retry_after_s=30)
-    info = run_to_end(spec([lookup(), sc.final("cites a failure", "tool-1")], deadline_s=8))
+    plan = [lookup(), sc.final("cites a failure", "tool-1")]
+    info = run_to_end(spec(plan, deadline_s=8, max_refused_finals=0))
     refused = facts.events(engine, info.run_id, "tool.retry.refused")
     assert [e.details["reason"] for e in refused] == ["deadline"]
     assert info.tool_calls == 1
