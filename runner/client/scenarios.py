@@ -29,12 +29,15 @@ def final(answer: str, *citations: str) -> dict[str, Any]:
 def spec(
     outputs: list[dict[str, Any]], *, grants: list[dict[str, Any]] | None = None, **budgets: Any
 ) -> dict[str, Any]:
+    """A scripted run. Its planner reads no observation, so a refused final answer would only
+    meet the script's end: unless ``max_refused_finals`` is given, such a spec gets none (the
+    first invalid final ends the run, as the script says)."""
     return {
         "goal": GOAL,
         "subject": "demo-user",
         "planner": {"kind": "fixture", "outputs": outputs},
         "grants": [SEARCH_GRANT] if grants is None else grants,
-        "budgets": budgets,
+        "budgets": {"max_refused_finals": 0, **budgets},
     }
 
 
@@ -94,7 +97,7 @@ SCENARIOS: list[Scenario] = [
         name="bad-citation",
         title="final answers citing an observation that does not exist: two refused, the third "
         "fails the run",
-        spec=spec([search("p1"), *[final("Made-up answer.", "tool-9")] * 3]),
+        spec=spec([search("p1"), *[final("Made-up answer.", "tool-9")] * 3], max_refused_finals=2),
         expect=("failed", "FINAL_CITATION_VALIDATION_FAILED"),
     ),
     Scenario(

@@ -177,7 +177,8 @@ def test_a_final_answer_may_not_cite_an_unfinished_job(
     # The planner is asked again once the job has settled, and cites the acceptance, not the
     # end: refused (an observation says it was unfinished); its next answer cites the end.
     outputs = [refund_async(order()), sc.final("Refunded.", "tool-1"), sc.final("Done.", "job-1")]
-    info = settle(client, client.start_run(sc.spec(outputs, grants=[REFUND])), timeout=40)
+    spec = sc.spec(outputs, grants=[REFUND], max_refused_finals=1)
+    info = settle(client, client.start_run(spec), timeout=40)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
     refused = observation(engine, info.run_id, "policy-2")
     assert (refused["code"], refused["unfinished"]) == ("FINAL_CITATION_VALIDATION_FAILED", 1)

@@ -60,7 +60,9 @@ def test_final_answer_citing_a_missing_observation_fails(run_to_end):
 
 def test_an_uncited_final_is_refused_and_the_planner_gets_another_round(client, run_to_end):
     plan = [sc.search("p1"), sc.final("Made up.", "tool-7"), sc.final("Three retries.", "tool-1")]
-    info = run_to_end(sc.spec(plan))
+    spec = sc.spec(plan)
+    del spec["budgets"]["max_refused_finals"]  # the product's default: another round
+    info = run_to_end(spec)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
     refused = {o["observation_id"]: o for o in client.observations(info.run_id)}["policy-2"]
     assert refused["content"]["code"] == "FINAL_CITATION_VALIDATION_FAILED"
@@ -69,7 +71,7 @@ def test_an_uncited_final_is_refused_and_the_planner_gets_another_round(client, 
 
 def test_finals_refused_past_the_specs_limit_fail_the_run(run_to_end):
     bad = sc.final("Made up.", "tool-7")
-    info = run_to_end(sc.spec([sc.search("p1"), bad, bad, bad]))  # two refused, the third fails
+    info = run_to_end(sc.spec([sc.search("p1"), bad, bad, bad], max_refused_finals=2))
     assert (info.status, info.stop_reason) == ("failed", "FINAL_CITATION_VALIDATION_FAILED")
     assert info.model_calls == 4
 
