@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from warrant.runner.contrib._tools import failure_text, succeeded
-from warrant.runner.external import Decision, decision_of
+from warrant.runner.external import Decision, decision_of, explain
 
 
 def facts(
@@ -144,3 +144,33 @@ def test_an_mcp_result_is_a_success_only_for_a_success():
         assert result.structuredContent["warrant"]["code"], d
     unknown = result_of(Decision(run_id="r", step=1, state="executed", outcome="unknown"))
     assert unknown.content[0].text.startswith("UNKNOWN_EFFECT")
+
+
+@pytest.mark.parametrize(("resolved", "observation"), [(None, "tool-3"), ("succeeded", "job-3")])
+def test_an_accepted_job_is_not_a_success_until_it_ends(resolved, observation):
+    d = decision_of(
+        "r",
+        3,
+        facts(
+            step=3,
+            proposal={},
+            command={"status": "completed", "step": 3},
+            outcome={
+                "status": "accepted",
+                "code": None,
+                "message": None,
+                "output": {"operation_id": "rj_9"},
+                "resolved_status": resolved,
+            },
+        ),
+    )
+    assert (d.state, d.outcome, d.resolved, d.observation_id) == (
+        "executed",
+        "accepted",
+        resolved,
+        observation,
+    )
+    if resolved is None:
+        code, said = explain(d)
+        assert code == "JOB_ACCEPTED" and "rj_9" in said and "job-3" in said
+        assert not succeeded(d)
