@@ -137,9 +137,9 @@ def stale_commands(
     )
 
 
-def due_unknown_outcomes(s: Session, *, limit: int) -> list[int]:
-    """Unresolved ``unknown`` outcomes of the command a reconciling or cancelling run waits
-    on, whose next check is due."""
+def _due_open_outcomes(s: Session, *, status: str, waiting: RunStatus, limit: int) -> list[int]:
+    """Unresolved ``status`` outcomes of the command a ``waiting`` or cancelling run waits on,
+    whose next check is due (never checked first)."""
     return list(
         s.scalars(
             select(OutcomeRow.id)
@@ -148,30 +148,8 @@ def due_unknown_outcomes(s: Session, *, limit: int) -> list[int]:
                 and_(Run.id == OutcomeRow.run_id, Run.active_command_id == OutcomeRow.command_id),
             )
             .where(
-                Run.status.in_([RunStatus.RECONCILING.value, RunStatus.CANCELLING.value]),
-                OutcomeRow.status == "unknown",
-                OutcomeRow.resolved_status.is_(None),
-                (OutcomeRow.next_reconcile_at.is_(None))
-                | (OutcomeRow.next_reconcile_at <= func.now()),
-            )
-            .limit(limit)
-        ).all()
-    )
-
-
-def due_accepted_outcomes(s: Session, *, limit: int) -> list[int]:
-    """Unsettled ``accepted`` outcomes (long-running jobs) of the command a waiting or
-    cancelling run waits on, whose next poll is due."""
-    return list(
-        s.scalars(
-            select(OutcomeRow.id)
-            .join(
-                Run,
-                and_(Run.id == OutcomeRow.run_id, Run.active_command_id == OutcomeRow.command_id),
-            )
-            .where(
-                Run.status.in_([RunStatus.WAITING_JOB.value, RunStatus.CANCELLING.value]),
-                OutcomeRow.status == "accepted",
+                Run.status.in_([waiting.value, RunStatus.CANCELLING.value]),
+                OutcomeRow.status == status,
                 OutcomeRow.resolved_status.is_(None),
                 (OutcomeRow.next_reconcile_at.is_(None))
                 | (OutcomeRow.next_reconcile_at <= func.now()),
@@ -180,6 +158,17 @@ def due_accepted_outcomes(s: Session, *, limit: int) -> list[int]:
             .limit(limit)
         ).all()
     )
+
+
+def due_unknown_outcomes(s: Session, *, limit: int) -> list[int]:
+    """Unresolved ``unknown`` outcomes a reconciling or cancelling run waits on, due."""
+    return _due_open_outcomes(s, status="unknown", waiting=RunStatus.RECONCILING, limit=limit)
+
+
+def due_accepted_outcomes(s: Session, *, limit: int) -> list[int]:
+    """Unsettled ``accepted`` outcomes (long-running jobs) a waiting or cancelling run waits
+    on, whose next poll is due."""
+    return _due_open_outcomes(s, status="accepted", waiting=RunStatus.WAITING_JOB, limit=limit)
 
 
 def job_cancel_asked_at(s: Session, command_id: str) -> int | None:
