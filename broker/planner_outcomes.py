@@ -11,6 +11,7 @@ planner saw, or who submitted an external proposal).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
@@ -162,9 +163,34 @@ def _refuse_final(
     code = StopReason.FINAL_CITATION_VALIDATION_FAILED.value
     proposal.update(status="rejected", rejection_code=code)
     details = {"code": code, "layer": "final", **refused.detail}
-    change = machine.replan(
-        view, why=[("proposal.rejected", details)], counters=counters, events=list(built)
-    )
+    seen = {**details, "reason": "cite the id of a final, successful tool result (tool-<step>)"}
+    why = [("proposal.rejected", details)]
+    refusal = _Refusal(why, seen, proposal)
+    return "final_refused", _replan(publisher, conn, view, step, counters, built, refusal)
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    why: list[tuple[str, dict[str, Any]]]
+    """The trace events that say why (``proposal.rejected`` among them)."""
+    observation: dict[str, Any]
+    """What the planner sees in ``policy-<step>``."""
+    proposal: dict[str, Any]
+    """The step's proposal row."""
+
+
+def _replan(
+    publisher: Any,
+    conn: Any,
+    view: RunView,
+    step: int,
+    counters: dict[str, Any],
+    built: Sequence[tuple[str, dict[str, Any]]],
+    refusal: _Refusal,
+) -> Callable[[], None]:
+    """A planner output refused at the step: its observation for the planner, the proposal row,
+    and the step planned again (the publish to run after the commit)."""
+    change = machine.replan(view, why=refusal.why, counters=counters, events=list(built))
     new_version = commit(
         conn,
         change,
@@ -173,13 +199,13 @@ def _refuse_final(
             f"policy-{step}",
             ObservationKind.POLICY_REJECTION,
             ObservationSource.POLICY.value,
-            {**details, "reason": "cite the id of a final, successful tool result (tool-<step>)"},
+            refusal.observation,
             step + POLICY_OBSERVATION_TTL_STEPS,
         ),
-        guarded=[insert_proposal(proposal)],
+        guarded=[insert_proposal(refusal.proposal)],
     )
     run_id = view.run_id
-    return "final_refused", lambda: publisher.planner(run_id, new_version)
+    return lambda: publisher.planner(run_id, new_version)
 
 
 def stopped(stop: Stop) -> str:
@@ -198,39 +224,18 @@ def invalid_output(
 ) -> Result:
     """An unparseable model reply: refused like a policy rejection; the step is re-planned."""
     code = Rejection.MODEL_OUTPUT_INVALID.value
-    change = machine.replan(
-        view,
-        why=[
-            ("model.output.invalid", {"reason": reason}),
-            ("proposal.rejected", {"code": code, "layer": "parse", "reason": reason}),
-        ],
-        counters=counters,
-        events=list(built),
-    )
-    new_version = commit(
-        conn,
-        change,
-        step=step,
-        observation=NewObservation(
-            f"policy-{step}",
-            ObservationKind.POLICY_REJECTION,
-            ObservationSource.POLICY.value,
-            {"code": code, "reason": reason},
-            step + POLICY_OBSERVATION_TTL_STEPS,
-        ),
-        guarded=[
-            insert_proposal(
-                {
-                    "run_id": view.run_id,
-                    "step": step,
-                    "kind": "invalid",
-                    "raw": None,
-                    "observation_version": 0,
-                    "status": "rejected",
-                    "rejection_code": code,
-                }
-            )
-        ],
-    )
-    run_id = view.run_id
-    return "invalid_output", lambda: publisher.planner(run_id, new_version)
+    why = [
+        ("model.output.invalid", {"reason": reason}),
+        ("proposal.rejected", {"code": code, "layer": "parse", "reason": reason}),
+    ]
+    proposal = {
+        "run_id": view.run_id,
+        "step": step,
+        "kind": "invalid",
+        "raw": None,
+        "observation_version": 0,
+        "status": "rejected",
+        "rejection_code": code,
+    }
+    refusal = _Refusal(why, {"code": code, "reason": reason}, proposal)
+    return "invalid_output", _replan(publisher, conn, view, step, counters, built, refusal)
