@@ -24,6 +24,7 @@ from sqlalchemy import func
 from warrant.broker.context import StageContext
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
+from warrant.broker.tool_record import acceptance
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S, reissue_command
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
@@ -305,14 +306,8 @@ def _job_found(a: _Apply, operation_id: str) -> None:
     a.outcome.status, a.outcome.output = "accepted", {"operation_id": operation_id}
     a.outcome.reconcile_attempts, a.outcome.next_reconcile_at = 0, None
     a.cmd.status = "completed"
-    content = {
-        "tool": a.cmd.tool,
-        "status": "accepted",
-        "final": False,
-        "operation_id": operation_id,
-    }
     source = a.tool.output_source.value if a.tool else "trusted-tool"
-    observation = NewObservation(f"tool-{a.cmd.step}", ObservationKind.TOOL_RESULT, source, content)
+    observation = acceptance(a.cmd.tool, source, a.cmd.step, {"operation_id": operation_id})
     accepted = {"tool": a.cmd.tool, "operation_id": operation_id, "found": "reconciliation"}
     change = machine.await_job(run_view(a.run), accepted=accepted, events=[a.event])
     commit(a.s, change, step=a.cmd.step, proposal_id=a.cmd.proposal_id, observation=observation)

@@ -37,7 +37,7 @@ from warrant.runner.run_machine import Change
 from warrant.runner.views import RunView
 from warrant.tools.contract import SideEffect, Tool
 
-__all__ = ["record", "record_fast"]
+__all__ = ["acceptance", "record", "record_fast"]
 
 
 def _attempt_event(
@@ -281,13 +281,17 @@ def _accepted(
     """A long-running tool's job was accepted: the run waits (``broker.job_polls`` follows the
     job); the planner sees the acceptance, marked not final (a final answer cannot cite it)."""
     output = res.output or {}
-    content = {"tool": tool.name, "status": Outcome.ACCEPTED.value, "final": False, **output}
-    observation = NewObservation(
-        f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
-    )
+    observation = acceptance(tool.name, tool.output_source.value, step, output)
     accepted = {"tool": tool.name, "operation_id": output.get("operation_id")}
     if view.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         change = machine.await_job(view, accepted=accepted, events=events)
     else:
         change = machine.record_only(view, events=[*events, ("job.accepted", accepted)])
     return change, observation, False
+
+
+def acceptance(tool: str, source: str, step: int, output: dict[str, Any]) -> NewObservation:
+    """The observation ``tool-<step>`` of an accepted job: not final (a final answer cannot
+    cite it); ``output`` holds its ``operation_id``."""
+    content = {"tool": tool, "status": Outcome.ACCEPTED.value, "final": False, **output}
+    return NewObservation(f"tool-{step}", ObservationKind.TOOL_RESULT, source, content)
