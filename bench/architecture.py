@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.authz",
             "runner.cancellation",
             "runner.limits",
+            "runner.costs",
             "runner.external",
             "tools.contract",
             "tools.jobs",

@@ -54,5 +54,5 @@ def charge_late(
             tokens=usage.prompt_tokens + usage.completion_tokens,
             cost=usage.cost,
             step=step,
-            details={"version": view.version, "code": code, "estimated": code == ABANDONED},
+            details={"version": view.version, "code": code, "estimated": usage.estimated},
         )

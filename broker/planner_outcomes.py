@@ -35,6 +35,17 @@ __all__ = ["Result", "invalid_output", "model_failed", "record_proposal", "stopp
 Result = tuple[str, Callable[[], None] | None]
 
 
+#: A planner failure that is a run's own limit stops the run with that limit's reason.
+_FAILURE_STOPS = {
+    r.value: r
+    for r in (
+        StopReason.DEADLINE_REACHED,
+        StopReason.MAX_TOKENS_REACHED,
+        StopReason.MAX_COST_REACHED,
+    )
+}
+
+
 def model_failed(
     conn: Any,
     view: RunView,
@@ -44,8 +55,7 @@ def model_failed(
     built: Sequence[tuple[str, dict[str, Any]]],
     failed: dict[str, Any],
 ) -> Result:
-    deadline = failed["code"] == "DEADLINE_REACHED"
-    reason = StopReason.DEADLINE_REACHED if deadline else StopReason.MODEL_FAILED
+    reason = _FAILURE_STOPS.get(failed["code"], StopReason.MODEL_FAILED)
     stop = Stop(RunStatus.FAILED, reason, dict(failed))
     change = machine.stop(
         view,

@@ -147,20 +147,27 @@ def _conclude(
         "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
         "cost_used": view.cost_used + usage.cost,
     }
+    before = [built]
+    if usage.estimated:  # the endpoint did not say (all of) what the call used
+        estimate = {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+        }
+        before.append(("model.usage.estimated", {**estimate, "cost": usage.cost}))
     outbox = Outbox()
     try:
         with autocommit(ctx.engine) as conn:
             if answer.invalid is not None:
                 result = invalid_output(
-                    ctx.publisher, conn, view, step, counters, [built], answer.invalid
+                    ctx.publisher, conn, view, step, counters, before, answer.invalid
                 )
             elif answer.failed is not None:
                 failed = answer.failed
-                result = model_failed(conn, view, version, step, counters, [built], failed)
+                result = model_failed(conn, view, version, step, counters, before, failed)
             else:
                 raw, calls = answer.raw, answer.calls
                 result = record_proposal(
-                    ctx.publisher, conn, view, version, step, counters, [built], raw, usage, calls
+                    ctx.publisher, conn, view, version, step, counters, before, raw, usage, calls
                 )
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)

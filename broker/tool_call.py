@@ -27,7 +27,7 @@ from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import Outcome, RunStatus, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.runner.views import RunView
-from warrant.tools.contract import SideEffect, Tool, ToolContext
+from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolUsage
 from warrant.tools.jobs import Accepted
 
 __all__ = [
@@ -65,6 +65,8 @@ class ToolResult:
     handoff: bool = False
     """A person must look at the effect (a failed postcondition nothing compensated)."""
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    usage: ToolUsage = field(default_factory=ToolUsage)
+    """What the call reported it consumed (``ToolContext.report_usage``): charged to the run."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +141,18 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         clock=ctx.clock,
     )
     batch = prepare(ctx, tool, snap.command_id, snap.arguments, attempt=snap.attempt)
+    result = _called(ctx, tool, snap, context, batch)
+    result.usage = context.reported_usage  # whatever the outcome: the call was paid for
+    return result
+
+
+def _called(
+    ctx: StageContext,
+    tool: Tool[Any, Any],
+    snap: Snapshot,
+    context: ToolContext,
+    batch: BatchCall | None,
+) -> ToolResult:
     try:
         if batch is not None and batch.nothing_left:  # all applied by earlier attempts
             return _of_batch(batch, ToolResult(Outcome.SUCCEEDED, output={}))

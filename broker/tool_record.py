@@ -23,6 +23,7 @@ from warrant.ledger.models import Command, Run
 from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
+    charge_usage,
     command_for_update,
     commit,
     record_outcome,
@@ -69,6 +70,10 @@ def _outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) 
     }
 
 
+def _usage(tool: Tool[Any, Any], snap: Snapshot) -> dict[str, Any]:
+    return {"tool": tool.name, "command_id": snap.command_id, "attempt": snap.attempt}
+
+
 def record_fast(
     ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolResult
 ) -> str | None:
@@ -80,6 +85,14 @@ def record_fast(
     # still is (else the locked path sorts it out), so the change is made from there.
     at_claim = dataclasses.replace(snap.view, version=snap.version, status=RunStatus.RUNNING)
     change, observation, go_on = _conclusion(at_claim, tool, res, snap.step, attempt_event)
+    if res.usage:  # charged in the same compare-and-set as the outcome
+        change = machine.charge_tool_usage(
+            change,
+            at_claim,
+            tokens=res.usage.tokens,
+            cost=res.usage.cost,
+            details=_usage(tool, snap),
+        )
     command = {"status": "completed", "finished_at": to_datetime(ctx.clock())}
     try:
         with autocommit(ctx.engine) as conn:
@@ -110,6 +123,17 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
         cmd = command_for_update(s, snap.command_id)
         run = rows.lock_run(s, snap.run_id)
         assert cmd is not None and run is not None
+        if res.usage:  # whatever becomes of the outcome (late, superseded): it was paid for
+            charge_usage(
+                s,
+                snap.run_id,
+                model_calls=0,
+                tokens=res.usage.tokens,
+                cost=res.usage.cost,
+                step=snap.step,
+                details=_usage(tool, snap),
+                event="tool.usage.charged",
+            )
         if cmd.status != "started" or cmd.attempts != snap.attempt:
             # Not (or no longer) this attempt's command to conclude.
             return record_late(ctx, s, run, cmd, tool, late_outcome(res, snap.attempt), outbox)

@@ -380,10 +380,12 @@ def charge_usage(
     cost: float,
     step: int,
     details: dict[str, Any],
+    event: str = "model.usage.charged",
 ) -> None:
-    """Add a model call's usage to the run's counters whatever its version: the step that made
-    the call lost its compare-and-set (the run was cancelled or moved on meanwhile), but the
-    model was called and billed all the same. Traced as ``model.usage.charged``."""
+    """Add a call's usage to the run's counters whatever its version: the step that made a
+    model call lost its compare-and-set (the run was cancelled or moved on meanwhile), or a
+    tool's outcome is recorded under locks, but the call was billed all the same. Traced as
+    ``event`` (``model.usage.charged``, ``tool.usage.charged``)."""
     s.execute(
         update(Run)
         .where(Run.id == run_id)
@@ -393,5 +395,5 @@ def charge_usage(
             cost_used=Run.cost_used + cost,
         )
     )
-    event = {"model_calls": model_calls, "tokens": tokens, "cost": cost, **details}
-    append_events(s, run_id, [("model.usage.charged", event)], step=step)
+    charged = {"model_calls": model_calls, "tokens": tokens, "cost": cost, **details}
+    append_events(s, run_id, [(event, charged)], step=step)

@@ -38,6 +38,8 @@ COLUMNS = {
     "idempotency_key": "idempotency_key",
     "started_by": "started_by",
     "trace_id": "trace_id",
+    "tokens_used": "tokens_used",
+    "cost_used": "cost_used",
 }
 
 
@@ -70,4 +72,5 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
     shown = {key: row[column] for column, key in COLUMNS.items()}
     shown["created_at"] = row["created_at"].isoformat()
     shown["finished_at"] = row["finished_at"].isoformat() if row["finished_at"] else None
+    shown["cost_used"] = round(row["cost_used"] or 0.0, 6)
     return {**shown, "confirmation_request": None, "pre_approvals": []}

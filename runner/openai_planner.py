@@ -5,8 +5,10 @@ observations labelled by source, untrusted content delimited as data) and the al
 function definitions generated from the tool contracts, plus ``final`` and ``clarify``. The
 reply must be exactly one function call, parsed into one tool proposal, final answer or
 clarification; anything else is ``MODEL_OUTPUT_INVALID`` with a reason, and the step is
-re-planned. Usage is charged to the token and cost budgets; every HTTP attempt is a model
-call. The API key is read from the environment by the worker and goes nowhere else.
+re-planned. Usage is charged to the token and cost budgets (a count the endpoint does not
+report is estimated, :mod:`warrant.runner.costs`); every HTTP attempt is a model call, and
+each carries ``max_tokens``: the spec's ``max_completion_tokens`` cut to what the budgets
+leave. The API key is read from the environment by the worker and goes nowhere else.
 
 One step is one HTTP attempt: a 429, a 5xx, a timeout or a refused connection raises
 :class:`~warrant.runner.retry.PlannerRetryLater` (with the server's ``Retry-After``), and the
@@ -35,7 +37,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from warrant.runner import _model_http, cancellation
+from warrant.runner import _model_http, cancellation, costs
 from warrant.runner.errors import WarrantError
 from warrant.runner.limits import ModelLimiter, estimate_tokens
 from warrant.runner.memory_view import WorkingMemoryView
@@ -206,6 +208,8 @@ class _Request:
     url: str
     payload: dict[str, Any]
     headers: dict[str, str]
+    prompt_tokens: int
+    """The prompt's tokens by the documented estimate (:mod:`warrant.runner.costs`)."""
 
 
 @dataclass(frozen=True)
@@ -216,23 +220,32 @@ class OpenAIPlanner:
     limiter: ModelLimiter | None = None
     """Shared limits (requests and tokens per minute) the call waits for."""
 
-    def _usage(self, body: Any) -> Usage:
-        usage = body.get("usage") if isinstance(body, dict) else None
-        prompt = int((usage or {}).get("prompt_tokens") or 0)
-        completion = int((usage or {}).get("completion_tokens") or 0)
-        price = self.prices.get(self.spec.model, {})
-        cost = prompt / 1000 * price.get("prompt_per_1k", 0.0) + completion / 1000 * price.get(
-            "completion_per_1k", 0.0
+    @property
+    def _price(self) -> costs.Price:
+        return costs.price_of(self.prices, self.spec.model)
+
+    def _usage(self, body: Any, request: _Request) -> Usage:
+        """What the reply says it used; a count it does not report is estimated
+        (:func:`warrant.runner.costs.estimated_usage`, ``estimated`` set)."""
+        reported = body.get("usage") if isinstance(body, dict) else None
+        try:
+            message = body["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            message = body
+        return costs.estimated_usage(
+            reported, prompt_tokens=request.prompt_tokens, message=message, price=self._price
         )
-        return Usage(prompt_tokens=prompt, completion_tokens=completion, cost=cost)
 
     def _sent(self, request: _Request) -> Usage:
-        """What an abandoned call is charged: its prompt, estimated at four characters per
-        token (no answer came back to say what it cost), priced as the model's prompts are."""
-        prompt = len(json.dumps(request.payload, separators=(",", ":"))) // 4
-        price = self.prices.get(self.spec.model, {})
-        cost = prompt / 1000 * price.get("prompt_per_1k", 0.0)
-        return Usage(prompt_tokens=prompt, completion_tokens=0, cost=cost)
+        """What an abandoned call is charged: its prompt, estimated (no answer came back to
+        say what it cost), priced as the model's prompts are."""
+        return costs.estimated_usage(
+            None,
+            prompt_tokens=request.prompt_tokens,
+            message=None,
+            price=self._price,
+            completion=False,
+        )
 
     def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
         """One HTTP attempt. Raises :class:`PlannerRetryLater` when the model may answer
@@ -246,12 +259,28 @@ class OpenAIPlanner:
             raise PlannerFailure("DEADLINE_REACHED", calls=0)
         if run.model_calls >= run.budgets.max_model_calls:
             raise PlannerFailure("MODEL_CALL_BUDGET", calls=0)
+        if costs.unpriced(run.budgets, self.spec, self.prices):  # this worker's price table
+            message = f"model {self.spec.model!r} has no price in WARRANT_MODEL_PRICES"
+            raise PlannerFailure("MODEL_UNPRICED", message, calls=0)
         request = self._request(view)
+        left = costs.completion_cap(
+            run.budgets,
+            tokens_used=run.tokens_used,
+            cost_used=run.cost_used,
+            prompt_tokens=request.prompt_tokens,
+            price=self._price,
+            per_call=self.spec.max_completion_tokens,
+        )
+        if left.exhausted is not None and left.max_tokens < costs.MIN_COMPLETION_TOKENS:
+            message = f"the budget leaves {left.max_tokens} completion tokens after the prompt"
+            raise PlannerFailure(left.exhausted, message, calls=0)
+        request.payload["max_tokens"] = left.max_tokens
         with self._limited(request, deadline_at=run.deadline_at) as settle:  # shared limits
             timeout = min(self.spec.timeout_s, run.deadline_at - time.time())
             if timeout <= 0:  # the wait for a limit took what was left
                 raise PlannerFailure("DEADLINE_REACHED", calls=0)
-            reply = self._reply(self._attempt(request, timeout=timeout), run, view, calls=1)
+            response = self._attempt(request, timeout=timeout)
+            reply = self._reply(response, request, run, view, calls=1)
             settle(reply.usage.prompt_tokens + reply.usage.completion_tokens)
         return reply
 
@@ -284,6 +313,7 @@ class OpenAIPlanner:
             url=self.spec.base_url.rstrip("/") + "/chat/completions",
             payload=payload,
             headers={"Authorization": f"Bearer {key}"} if key else {},
+            prompt_tokens=costs.estimated_tokens(payload),
         )
 
     def _attempt(self, request: _Request, *, timeout: float) -> httpx.Response:
@@ -323,14 +353,23 @@ class OpenAIPlanner:
         )
 
     def _reply(
-        self, response: httpx.Response, run: RunView, view: WorkingMemoryView, *, calls: int
+        self,
+        response: httpx.Response,
+        request: _Request,
+        run: RunView,
+        view: WorkingMemoryView,
+        *,
+        calls: int,
     ) -> PlannerReply:
         """The reply's one output, or why it holds none (``invalid``); usage is charged."""
         try:
             body = response.json()
         except ValueError:
-            return PlannerReply(None, Usage(), calls, invalid="BODY_NOT_JSON")
-        usage = self._usage(body)
+            usage = costs.estimated_usage(
+                None, prompt_tokens=request.prompt_tokens, message=response.text, price=self._price
+            )
+            return PlannerReply(None, usage, calls, invalid="BODY_NOT_JSON")
+        usage = self._usage(body, request)
         try:
             raw = parse_reply(body, view, proposal_id=f"p{run.step + 1}")
         except _Invalid as exc:

@@ -20,6 +20,7 @@ change records ``state.transitioned``; every stop records ``run.stopped`` with a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "Stop",
     "answer",
     "cancel",
+    "charge_tool_usage",
     "conclude_tool",
     "enter_reconciliation",
     "finish_cancel",
@@ -209,6 +211,25 @@ def conclude_tool(
         return _ended(RunEvent.CONCLUDE_TOOL, view, failed, step=step, events=events)
     changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
     return make_change(RunEvent.CONCLUDE_TOOL, view, S.RUNNING, changes, events)
+
+
+def charge_tool_usage(
+    change: Change,
+    view: RunView,
+    *,
+    tokens: int,
+    cost: float,
+    details: Mapping[str, Any],
+) -> Change:
+    """``change`` with a tool call's reported usage added to the run's token and cost counters
+    (the budgets the planner's calls count against), in the same compare-and-set."""
+    changes = {
+        **change.changes,
+        "tokens_used": view.tokens_used + tokens,
+        "cost_used": view.cost_used + cost,
+    }
+    charged = ("tool.usage.charged", {"tokens": tokens, "cost": cost, **details})
+    return dataclasses.replace(change, changes=changes, events=(*change.events, charged))
 
 
 def enter_reconciliation(

@@ -112,9 +112,15 @@ class Budgets(_Strict):
     )
     """Optional per-tool caps, by tool name."""
     max_tokens: int | None = Field(default=None, ge=0)
-    """Prompt + completion tokens charged by the planner; ``None`` = unlimited."""
+    """Prompt + completion tokens charged by the planner's model calls and by tools that
+    report usage (``ToolContext.report_usage``); ``None`` = unlimited."""
     max_cost: float | None = Field(default=None, ge=0)
-    """Planner cost in the price table's currency; ``None`` = unlimited."""
+    """Cost in the price table's currency, charged like ``max_tokens``; ``None`` = unlimited.
+    A run whose model has no price in ``WARRANT_MODEL_PRICES`` is refused at start
+    (``SPEC_INVALID``) unless ``unpriced_calls_free``."""
+    unpriced_calls_free: bool = False
+    """Let a run with ``max_cost`` use a model the price table does not name (its calls cost
+    0): without it such a run is refused at start, since the cap would protect nothing."""
     confirmation_ttl_s: float = Field(default=DEFAULT_CONFIRMATION_TTL_S, gt=0, le=7 * 24 * 3600)
     """How long a confirmation request (and the confirmation) stays valid."""
     confirmation_steps: int = Field(default=DEFAULT_CONFIRMATION_STEPS, ge=0, le=10_000)
@@ -130,6 +136,9 @@ class Usage(_Strict):
     """Tokens the model produced."""
     cost: float = Field(default=0.0, ge=0)
     """Price of the call."""
+    estimated: bool = False
+    """Some of it is an estimate (the endpoint reported no usage, or the call was abandoned;
+    see :mod:`warrant.runner.costs`)."""
 
 
 class FixturePlannerSpec(_Strict):
@@ -158,6 +167,9 @@ class OpenAIPlannerSpec(_Strict):
     """Per-request timeout (cut further by the run deadline)."""
     max_retries: int = Field(default=3, ge=0, le=10)
     """Retries of 429/5xx/connection errors; each attempt is a model call."""
+    max_completion_tokens: int = Field(default=4096, ge=32, le=1_000_000)
+    """Per-call cap on the reply: each request carries ``max_tokens`` = this, cut to what the
+    run's token and cost budgets leave."""
 
 
 class ExternalPlannerSpec(_Strict):

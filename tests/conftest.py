@@ -32,6 +32,7 @@ TEST_TOOL_PLUGINS = (
     "tests.adversary:plugin",
     "tests.refusing_tool:plugin",
     "tests.limited_tool:plugin",
+    "tests.paid_tool:plugin",
 )
 
 #: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refunds only.
@@ -44,6 +45,8 @@ SERVICES: Services | None = None
 #: The model API key the workers read (by variable name) in the LLM planner tests.
 MODEL_KEY_ENV = "WARRANT_TEST_MODEL_KEY"
 MODEL_KEY = "sk-test-" + os.urandom(8).hex()
+#: The test deployment's price table (``WARRANT_MODEL_PRICES``): one priced model.
+MODEL_PRICES = '{"priced-model": {"prompt_per_1k": 0.5, "completion_per_1k": 1.0}}'
 
 
 #: RabbitMQ for ``--broker amqp`` unless ``WARRANT_TEST_AMQP_URL`` names another.
@@ -92,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
     global SERVICES
     _select_broker(config)
     os.environ[MODEL_KEY_ENV] = MODEL_KEY  # inherited by the worker subprocesses
+    # The price table: producers check a run's max_cost against it at start, planners charge by it
+    os.environ["WARRANT_MODEL_PRICES"] = MODEL_PRICES
     # The demo plug-in is off unless named; the echo plug-in (version 2) and a plug-in planner
     # kind are what the plug-in pipeline tests deploy (tests/plugin_fixtures.py).
     os.environ["WARRANT_TOOLS"] = ",".join(TEST_TOOL_PLUGINS)
@@ -309,9 +314,7 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
     ]
     logs = tmp_path_factory.mktemp("logs")
     log = logs / "worker.log"
-    prices = {
-        "WARRANT_MODEL_PRICES": '{"priced-model": {"prompt_per_1k": 0.5, "completion_per_1k": 1.0}}'
-    }
+    prices = {"WARRANT_MODEL_PRICES": MODEL_PRICES}
     proc = WorkerProcess(queues, name="pipeline", concurrency=2, log=log, env=prices)
     with proc.serving():
         yield proc

@@ -35,6 +35,7 @@ __all__ = [
     "ToolDeps",
     "ToolInput",
     "ToolOutput",
+    "ToolUsage",
 ]
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -107,6 +108,38 @@ class ToolDeps(Protocol):
     def memory(self) -> Any: ...
 
 
+@dataclass(frozen=True)
+class ToolUsage:
+    """What a tool call consumed that the run pays for (a paid API, a model the tool asked),
+    as the tool reported it with :meth:`ToolContext.report_usage`."""
+
+    tokens: int = 0
+    cost: float = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self.tokens or self.cost)
+
+
+class _UsageMeter:
+    """The usage one call reports, added up (a tool may report more than once)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.cost = 0.0
+
+    def add(self, tokens: int, cost: float) -> None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"report_usage: tokens must be a whole number >= 0, not {tokens!r}")
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < 1e12:
+            raise ValueError(f"report_usage: cost must be a finite number >= 0, not {cost!r}")
+        self.tokens += tokens
+        self.cost += float(cost)
+
+    @property
+    def total(self) -> ToolUsage:
+        return ToolUsage(self.tokens, self.cost)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
     """Everything a tool may know about the call it is serving."""
@@ -127,6 +160,20 @@ class ToolContext:
     clock: Callable[[], float] = field(default=time.time)
     """Now, in epoch seconds on the database's clock (the one ``deadline_at`` is on), as the
     worker reads it: this host's clock corrected by its measured offset."""
+
+    _usage: _UsageMeter = field(default_factory=_UsageMeter, repr=False, compare=False)
+
+    def report_usage(self, *, tokens: int = 0, cost: float = 0.0) -> None:
+        """Charge the run for what this call consumed (a paid search API, a model the tool
+        asked): ``tokens`` and ``cost`` (in the price table's currency) are added to the run's
+        ``max_tokens`` and ``max_cost`` budgets with the call's outcome, whatever the outcome
+        (a refusal or a failure after a paid request is charged too). Reports add up."""
+        self._usage.add(tokens, cost)
+
+    @property
+    def reported_usage(self) -> ToolUsage:
+        """The usage reported so far in this call."""
+        return self._usage.total
 
     def item_token(self, key: str) -> str:
         """The idempotency key of one item of a batch tool's call (:mod:`warrant.tools.batches`)."""

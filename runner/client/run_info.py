@@ -49,6 +49,11 @@ class RunInfo:
     trace_id: str | None = None
     """The run's OpenTelemetry trace id (32 hex digits) when tracing was on at its start:
     every stage and re-publish of the run continues this one trace."""
+    tokens_used: int = 0
+    """Tokens charged so far: the planner's model calls (reported or estimated) and the usage
+    tools reported (the ``max_tokens`` budget counts these)."""
+    cost_used: float = 0.0
+    """Cost charged so far, likewise (the ``max_cost`` budget counts it)."""
 
     @classmethod
     def of(
@@ -77,6 +82,8 @@ class RunInfo:
             idempotency_key=run.idempotency_key,
             started_by=run.started_by,
             trace_id=run.trace_id,
+            tokens_used=run.tokens_used or 0,
+            cost_used=round(run.cost_used or 0.0, 6),
         )
 
     def to_dict(self) -> dict[str, Any]:

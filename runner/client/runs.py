@@ -27,7 +27,7 @@ from warrant.runner.client.pre_approvals import pre_approval_records
 from warrant.runner.client.run_info import SETTLED, RunInfo
 from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
 from warrant.runner.errors import RunNotFound, StateConflict
-from warrant.runner.spec import PluginPlannerSpec, RunSpec, parse_run_spec
+from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
 
 __all__ = ["SETTLED", "RunInfo", "RunsClient"]
 
@@ -90,6 +90,11 @@ class RunsClient:
             from warrant.runner.webhook_signing import check_webhook
 
             check_webhook(spec, WarrantSettings())
+        if spec.budgets.max_cost is not None and isinstance(spec.planner, OpenAIPlannerSpec):
+            from warrant.runner.costs import check_priced
+            from warrant.runner.settings import WarrantSettings
+
+            check_priced(spec, WarrantSettings().model_prices)
         from warrant.broker import telemetry
 
         origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)

@@ -53,6 +53,8 @@ def show_run(info: dict[str, Any]) -> None:
         "step",
         "model_calls",
         "tool_calls",
+        "tokens_used",
+        "cost_used",
         "version",
         "answer",
         "trace_id",

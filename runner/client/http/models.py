@@ -149,6 +149,10 @@ class RunOut(BaseModel):
         description="The run's OpenTelemetry trace id (32 hex digits), if traced: one trace "
         "for the whole run.",
     )
+    tokens_used: int = Field(
+        default=0, description="Tokens charged: model calls (reported or estimated) and tools."
+    )
+    cost_used: float = Field(default=0.0, description="Cost charged, likewise (max_cost).")
     revealed: RevealedOut | None = Field(
         default=None,
         description="Only for GET /v1/runs/{run_id}?reveal=true by a token that may confirm "
