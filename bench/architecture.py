@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.external",
             "tools.contract",
             "tools.jobs",
+            "tools.usage",
             "tools.batches",
             "tools.registry",
             "tools.deployment",

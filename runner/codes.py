@@ -94,8 +94,13 @@ class Rejection(StrEnum):
     STATE_GUARD_FAILED = "STATE_GUARD_FAILED"
     CONFIRMATION_DECLINED = "CONFIRMATION_DECLINED"
     UNTRUSTED_ARGUMENT = "UNTRUSTED_ARGUMENT"
-    """Provenance layer: an argument of a write or egress call appears only in untrusted
-    content. Not a refusal by itself: the call waits for a person (no pre-approval covers it)."""
+    """Provenance layer: an argument of a write or egress call (a value, or a URL, address or
+    IBAN inside it) no trusted text supplied. Not a refusal by itself: the call waits for a
+    person (no pre-approval covers it)."""
+    UNTRUSTED_DESTINATION = "UNTRUSTED_DESTINATION"
+    """Provenance layer: a destination (a typed resource: recipient, URL host, path, account,
+    IBAN) or a credential of a write or egress call that no trusted text supplied, under the
+    tool's default policy (``UntrustedPolicy.destinations`` ``refuse``)."""
     MODEL_OUTPUT_INVALID = "MODEL_OUTPUT_INVALID"
 
 

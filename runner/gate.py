@@ -111,8 +111,12 @@ class AwaitConfirmation:
     provenance: dict[str, Any] | None = None
 
     def _flagged(self) -> dict[str, Any]:
+        """Where each argument value came from (``origins``: trusted, untrusted with its
+        observation, unseen, unchecked) and what is flagged (``code`` when anything is)."""
         assert self.provenance is not None
-        return {**self.provenance, "code": Rejection.UNTRUSTED_ARGUMENT.value}
+        shown = {k: v for k, v in self.provenance.items() if k not in ("refused", "allowed")}
+        code = Rejection.UNTRUSTED_ARGUMENT.value if self.provenance.get("flagged") else None
+        return {**shown, "code": code}
 
     def request(self) -> dict[str, Any]:
         """What a person is shown: action, target, key parameters, side effect, undo."""

@@ -3,11 +3,9 @@
     parse -> registry -> input schema -> semantic validation -> authorization (grants)
     -> provenance -> state guard -> loop detection -> confirmation -> budget -> command
 
-Each layer is one function and appends a trace event (controlled summaries only: names,
-codes, sizes, hashes). :func:`evaluate` is a pure function of (proposal, run state, grants,
-confirmations, history, registry, now), so every layer is unit-tested without Celery or a
-database. Its input, events and decisions are defined in :mod:`warrant.runner.gate` (and
-re-exported here).
+Each layer is one function and appends a trace event (names, codes, sizes, hashes only).
+:func:`evaluate` is a pure function of (proposal, run state, grants, confirmations, history,
+registry, now); its input, events and decisions are in :mod:`warrant.runner.gate`.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from warrant.runner.gate import (
     Reject,
 )
 from warrant.runner.grants import authorize, resource_label
-from warrant.runner.provenance import provenance_of, trace_details
+from warrant.runner.provenance import provenance_of, refusal, trace_details
 from warrant.runner.spec import ToolProposal
 from warrant.tools.contract import ConfirmationPolicy, Tool
 
@@ -153,7 +151,8 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     granted = _check_grants(checked, inp, events)
     if not isinstance(granted, _Granted):
         return granted
-    provenance = _check_provenance(checked, inp, events)
+    if not isinstance(provenance := _check_provenance(checked, inp, events), dict | None):
+        return provenance  # refused: a destination no trusted text supplied
     ignored = _guard_state(inp, events)
     if ignored is not None:
         return ignored
@@ -306,11 +305,15 @@ def _check_grants(checked: _Checked, inp: GateInput, events: list[Event]) -> _Gr
 
 def _check_provenance(
     checked: _Checked, inp: GateInput, events: list[Event]
-) -> dict[str, Any] | None:
-    """The provenance layer (write and egress tools): see :mod:`warrant.runner.provenance`."""
+) -> dict[str, Any] | Decision | None:
+    """The provenance layer (write and egress tools): :mod:`warrant.runner.provenance`."""
     found = provenance_of(checked.tool, checked.arguments, checked.proposal, inp.provenance)
-    if found is not None:
-        events.append(Event("policy.provenance.checked", trace_details(found)))
+    if found is None:
+        return None
+    events.append(Event("policy.provenance.checked", trace_details(found)))
+    if (message := refusal(found)) is not None:
+        code = Rejection.UNTRUSTED_DESTINATION.value
+        return _reject(code, "provenance", checked.proposal_hash, inp, events, message=message)
     return found
 
 
@@ -373,7 +376,7 @@ def _check_confirmation(
             proposal_hash=phash,
             resource=granted.resource,
             events=events,
-            provenance=provenance if flagged else None,
+            provenance=provenance,
         )
     return _Confirmed(confirmation_id)
 

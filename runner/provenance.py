@@ -1,15 +1,37 @@
-"""Provenance: which argument values of a call only untrusted content supplied.
+"""Provenance: where each argument value of a write or egress call came from, and what a flag
+does (the gate's provenance layer).
 
-A value (a string of at least :data:`MIN_CHARS` characters, or for a URL or e-mail resource
-also its host or domain) that appears in an untrusted observation and nowhere in what the
-user or a trusted tool said (the goal, the spec, trusted observations) is *flagged*. A write
-or egress call with a flagged argument always waits for a person, who is shown the flag and
-the untrusted excerpt it came from (a pre-approval cannot cover it).
+Trusted text is what the user and trusted tools said: the goal, the spec (its planner section
+excluded: a scripted planner's outputs are the model's), and observations of tools whose
+contract declares ``output_source=trusted-tool``. Every other observation is untrusted (a
+tool's output is untrusted unless its contract says otherwise).
+
+Each argument value gets an **origin**: ``trusted`` (it appears in trusted text), ``untrusted``
+(only in an untrusted observation: which one, with an excerpt), ``unseen`` (nowhere the run
+read: the model made it up, or knew it from elsewhere), or ``unchecked`` (free text that
+proves nothing either way). Values are matched as whole tokens, case-insensitively.
+
+What must be trusted, and what a value that is not does (:class:`~warrant.tools.contract.
+UntrustedPolicy`, per tool):
+
+* **destinations**: the typed resources of a write or an egress read (``Tool.resources``),
+  matched with no length floor (a URL by its host, a path by itself or its folder, an
+  address or an identifier whole), and **credentials** (``secret_fields``): a password the
+  attacker chose is a way in. Default: refused, ``UNTRUSTED_DESTINATION``.
+* **content**: URLs, e-mail addresses and IBANs embedded in any other string argument, and a
+  whole value of at least :data:`MIN_CHARS` characters copied from untrusted content.
+  Default: the call waits for a person, who is shown the flag (``UNTRUSTED_ARGUMENT``); no
+  pre-approval covers it.
+
+``allow`` lets a flag through and traces it (``policy.provenance.checked`` ``allowed``).
 """
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,26 +39,37 @@ from warrant.runner.codes import ObservationSource, Rejection
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
-from warrant.tools.contract import SideEffect, Tool
+from warrant.tools.contract import FlagAction, SideEffect, Tool
 
 __all__ = [
     "EXCERPT_CHARS",
     "MIN_CHARS",
     "analyse",
+    "embedded_values",
     "leaf_strings",
     "provenance_of",
+    "refusal",
     "sources_from",
     "trace_details",
 ]
 
-#: Shorter values ("1", "yes", "EUR") appear everywhere and prove nothing.
+#: Shorter free-text values ("1", "yes", "EUR") appear everywhere and prove nothing; typed
+#: destinations and credentials have no floor.
 MIN_CHARS = 4
 #: Characters of untrusted context shown on each side of a flagged value.
 EXCERPT_CHARS = 60
+#: Deepest argument nesting walked (the gate refuses deeper input before this layer).
+MAX_DEPTH = 64
+
+_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
 
 
-def leaf_strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+def leaf_strings(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, str]]:
     """``(path, text)`` for every string (and long number) inside ``value``."""
+    if depth > MAX_DEPTH:
+        return
     if isinstance(value, str):
         yield path, value
     elif isinstance(value, bool) or value is None:
@@ -47,10 +80,21 @@ def leaf_strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
             yield path, text
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from leaf_strings(item, f"{path}.{key}" if path else str(key))
+            yield from leaf_strings(item, f"{path}.{key}" if path else str(key), depth + 1)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            yield from leaf_strings(item, f"{path}[{index}]")
+            yield from leaf_strings(item, f"{path}[{index}]", depth + 1)
+
+
+def embedded_values(text: str) -> list[tuple[ResourceKind, str]]:
+    """URLs, e-mail addresses and IBANs inside free text (a phishing link in a message body)."""
+    found: list[tuple[ResourceKind, str]] = []
+    urls = [m.group(0).rstrip(".,;:!?") for m in _URL.finditer(text)]
+    found += [(ResourceKind.URL, u) for u in urls]
+    rest = _URL.sub(" ", text)
+    found += [(ResourceKind.EMAIL, m.group(0).rstrip(".")) for m in _EMAIL.finditer(rest)]
+    found += [(ResourceKind.IDENTIFIER, m.group(0)) for m in _IBAN.finditer(rest)]
+    return found
 
 
 def provenance_of(
@@ -68,18 +112,74 @@ def provenance_of(
         sources=sources,
         resources=tool.resources,
         sensitive=tool.masked_fields,
+        credentials=tool.secret_fields,
+        destinations=tool.untrusted.destinations,
+        content=tool.untrusted.content,
     )
+
+
+def refusal(found: dict[str, Any]) -> str | None:
+    """Why the call is refused ``UNTRUSTED_DESTINATION`` (its flags whose action is
+    ``refuse``: argument paths and origins, never the values), or None."""
+    refused = found.get("refused") or []
+    if not refused:
+        return None
+    said = "; ".join(
+        f"{f['argument']} ({f['what']}): "
+        + (
+            f"found only in untrusted content {f['observation_id']}"
+            if f["origin"] == "untrusted"
+            else "in nothing the user or a trusted tool said"
+        )
+        for f in refused
+    )
+    return f"not from trusted text: {said}"
 
 
 def trace_details(found: dict[str, Any]) -> dict[str, Any]:
     """The ``policy.provenance.checked`` event: argument paths only, never their values."""
     flagged = [f["argument"] for f in found["flagged"]]
+    refused = [f["argument"] for f in found.get("refused") or []]
+    code = None
+    if refused:
+        code = Rejection.UNTRUSTED_DESTINATION.value
+    elif flagged:
+        code = Rejection.UNTRUSTED_ARGUMENT.value
     return {
         "cites": found["cites"],
         "cites_untrusted": found["cites_untrusted"],
         "flagged": flagged,
-        "code": Rejection.UNTRUSTED_ARGUMENT.value if flagged else None,
+        "refused": refused,
+        "allowed": [f["argument"] for f in found.get("allowed") or []],
+        "origins": {path: o["origin"] for path, o in (found.get("origins") or {}).items()},
+        "code": code,
     }
+
+
+@dataclass(frozen=True)
+class _Text:
+    """The run's text, folded once for matching."""
+
+    trusted: str
+    untrusted: list[tuple[str, str, str]]
+
+    def origin(self, candidate: str) -> tuple[str, str | None, str | None]:
+        """``(origin, observation_id, excerpt)`` of one candidate value."""
+        pattern = _token(candidate)
+        if pattern.search(self.trusted):
+            return "trusted", None, None
+        for oid, text, folded in self.untrusted:
+            match = pattern.search(folded)
+            if match is not None:
+                start = max(0, match.start() - EXCERPT_CHARS)
+                end = min(len(text), match.end() + EXCERPT_CHARS)
+                return "untrusted", oid, text[start:end]
+        return "unseen", None, None
+
+
+def _token(candidate: str) -> re.Pattern[str]:
+    """The candidate as a whole token ("13" does not match inside "2013")."""
+    return re.compile(rf"(?<![\w]){re.escape(candidate.casefold())}(?![\w])")
 
 
 def analyse(
@@ -89,71 +189,116 @@ def analyse(
     sources: ProvenanceSources,
     resources: Mapping[str, ResourceKind],
     sensitive: frozenset[str] = frozenset(),
+    credentials: frozenset[str] = frozenset(),
+    destinations: FlagAction = FlagAction.REFUSE,
+    content: FlagAction = FlagAction.ASK,
 ) -> dict[str, Any]:
-    """What the proposal cites and which of its argument values are flagged."""
-    trusted = "\n".join(sources.trusted).casefold()
-    untrusted = [(oid, text, text.casefold()) for oid, text in sources.untrusted]
-    untrusted_ids = {oid for oid, _, _ in untrusted}
-    flagged = []
+    """What the proposal cites, each argument value's origin, and which values are flagged
+    (asked), refused or allowed by the tool's policy."""
+    text = _Text(
+        trusted="\n".join(sources.trusted).casefold(),
+        untrusted=[(oid, t, t.casefold()) for oid, t in sources.untrusted],
+    )
+    untrusted_ids = {oid for oid, _ in sources.untrusted}
+    origins: dict[str, dict[str, Any]] = {}
+    by_action: dict[FlagAction, list[dict[str, Any]]] = {a: [] for a in FlagAction}
     for path, value in leaf_strings(arguments):
         top = path.split(".")[0].split("[")[0]
-        for candidate in _candidates(value, resources.get(top)):
-            found = _only_untrusted(candidate, trusted, untrusted)
-            if found is not None:
-                oid, excerpt = found
-                shown = "<sensitive>" if top in sensitive else value[:200]
-                flagged.append(
-                    {"argument": path, "value": shown, "observation_id": oid, "excerpt": excerpt}
-                )
-                break
+        kind = resources.get(top)
+        shown = "<sensitive>" if top in sensitive else value[:200]
+        if kind is not None or top in credentials:
+            what = "destination" if kind is not None else "credential"
+            checks = [(what, c) for c in _destination_candidates(value, kind, text)]
+            action = destinations
+        else:
+            checks = [("embedded", c) for _, c in _embedded_candidates(value, text)]
+            if len(value.strip()) >= MIN_CHARS:
+                checks.append(("value", value.strip()))
+            action = content
+        origin = _worst(path, shown, checks, text)
+        origins[path] = origin
+        flag = origin.get("flag")
+        if flag is not None:
+            by_action[action].append(flag)
     return {
         "cites": cites,
         "cites_untrusted": [c for c in cites if c in untrusted_ids],
-        "flagged": flagged,
+        "origins": {p: {k: v for k, v in o.items() if k != "flag"} for p, o in origins.items()},
+        "flagged": by_action[FlagAction.ASK],
+        "refused": by_action[FlagAction.REFUSE],
+        "allowed": by_action[FlagAction.ALLOW],
     }
 
 
-def _candidates(value: str, kind: ResourceKind | None) -> list[str]:
-    found = [value.strip()]
+def _worst(path: str, shown: str, checks: list[tuple[str, str]], text: _Text) -> dict[str, Any]:
+    """A value's origin: trusted only if every candidate in it is; else its first untrusted or
+    unseen candidate, with the flag to raise. A ``value`` check (a whole free-text value) flags
+    only a copy from untrusted content: text the model wrote itself is not suspect."""
+    if not checks:
+        return {"origin": "unchecked"}
+    for what, candidate in checks:
+        origin, oid, excerpt = text.origin(candidate)
+        if origin == "trusted" or (what == "value" and origin == "unseen"):
+            continue
+        flag = {
+            "argument": path,
+            "value": shown,
+            "what": what,
+            "origin": origin,
+            "observation_id": oid,
+            "excerpt": excerpt,
+        }
+        return {"origin": origin, "observation_id": oid, "what": what, "flag": flag}
+    if all(what == "value" for what, _ in checks):
+        return {"origin": "unchecked"}
+    return {"origin": "trusted"}
+
+
+def _destination_candidates(value: str, kind: ResourceKind | None, text: _Text) -> list[str]:
+    """What must be trusted of a destination: a URL's host; a path, or else its folder (the
+    normalised path's parent: a report next to the one the goal names); anything else whole."""
+    value = value.strip()
+    if not value:
+        return []
     if kind is ResourceKind.URL:
         try:
-            host = urlsplit(value.strip()).hostname
+            host = urlsplit(value).hostname
         except ValueError:
             host = None
-        if host:
-            found.append(host)
-    elif kind is ResourceKind.EMAIL and "@" in value:
-        found.append(value.rsplit("@", 1)[1].strip())
-    return [c for c in found if len(c) >= MIN_CHARS]
+        return [host or value]
+    if kind is ResourceKind.PATH:
+        folder = posixpath.dirname(posixpath.normpath(value))
+        if text.origin(value)[0] != "trusted" and folder not in ("", "/", "."):
+            return [folder]
+    return [value]
 
 
-def _only_untrusted(
-    candidate: str, trusted: str, untrusted: list[tuple[str, str, str]]
-) -> tuple[str, str] | None:
-    needle = candidate.casefold()
-    if needle in trusted:
-        return None
-    for oid, text, folded in untrusted:
-        at = folded.find(needle)
-        if at >= 0:
-            start = max(0, at - EXCERPT_CHARS)
-            end = min(len(text), at + len(needle) + EXCERPT_CHARS)
-            return oid, text[start:end]
-    return None
+def _embedded_candidates(value: str, text: _Text) -> list[tuple[ResourceKind, str]]:
+    found = []
+    for kind, item in embedded_values(value):
+        found += [(kind, c) for c in _destination_candidates(item, kind, text)]
+    return found
+
+
+#: Observations whose text is trusted: a person's answer, a tool that declares its output so.
+_TRUSTED_SOURCES = frozenset({ObservationSource.USER.value, ObservationSource.TRUSTED_TOOL.value})
 
 
 def sources_from(
     goal: str, spec: dict[str, Any], observations: list[list[Any]]
 ) -> ProvenanceSources:
     """Trusted text: the goal, the spec without its planner section (a scripted planner's
-    outputs are the model's, not the user's) and trusted observations; untrusted: the rest."""
+    outputs are the model's, not the user's), a person's answers and trusted tools'
+    observations; untrusted: every other tool's. Policy refusals are neither."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
     trusted = [goal, *(text for _, text in leaf_strings(user_spec))]
     untrusted = []
     for observation_id, source, content in observations:
+        if source == ObservationSource.POLICY.value:
+            continue  # a refusal echoes the model's own proposal: it vouches for nothing
         text = "\n".join(t for _, t in leaf_strings(content))
-        if source == ObservationSource.UNTRUSTED_CONTENT.value:
-            untrusted.append((observation_id, text))
-        else:
+        if source in _TRUSTED_SOURCES:
             trusted.append(text)
+        else:  # untrusted-content, and any source this version does not know
+            untrusted.append((observation_id, text))
     return ProvenanceSources(trusted=tuple(trusted), untrusted=tuple(untrusted))

@@ -24,9 +24,11 @@ from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
 from warrant.tools.batches import Batch, item_token
 from warrant.tools.jobs import Accepted, JobHooks
+from warrant.tools.usage import ToolUsage, UsageMeter
 
 __all__ = [
     "ConfirmationPolicy",
+    "FlagAction",
     "Isolation",
     "ReconcileResult",
     "SideEffect",
@@ -36,6 +38,7 @@ __all__ = [
     "ToolInput",
     "ToolOutput",
     "ToolUsage",
+    "UntrustedPolicy",
 ]
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -108,36 +111,29 @@ class ToolDeps(Protocol):
     def memory(self) -> Any: ...
 
 
-@dataclass(frozen=True)
-class ToolUsage:
-    """What a tool call consumed that the run pays for (a paid API, a model the tool asked),
-    as the tool reported it with :meth:`ToolContext.report_usage`."""
+class FlagAction(StrEnum):
+    """What the gate does with an argument value that no trusted text supplied."""
 
-    tokens: int = 0
-    cost: float = 0.0
+    ASK = "ask"
+    """The call waits for a person, shown the flag; no pre-approval covers it."""
+    REFUSE = "refuse"
+    """The call is refused (``UNTRUSTED_DESTINATION``); the planner sees why."""
+    ALLOW = "allow"
+    """The call goes on; the flag is traced (``policy.provenance.checked`` ``allowed``)."""
 
-    def __bool__(self) -> bool:
-        return bool(self.tokens or self.cost)
 
+@dataclass(frozen=True, kw_only=True)
+class UntrustedPolicy:
+    """Per tool: what the provenance layer does with values of a write or egress call that
+    the goal, the spec, a person or a trusted tool did not supply. Defaults fail closed."""
 
-class _UsageMeter:
-    """The usage one call reports, added up (a tool may report more than once)."""
-
-    def __init__(self) -> None:
-        self.tokens = 0
-        self.cost = 0.0
-
-    def add(self, tokens: int, cost: float) -> None:
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ValueError(f"report_usage: tokens must be a whole number >= 0, not {tokens!r}")
-        if isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < 1e12:
-            raise ValueError(f"report_usage: cost must be a finite number >= 0, not {cost!r}")
-        self.tokens += tokens
-        self.cost += float(cost)
-
-    @property
-    def total(self) -> ToolUsage:
-        return ToolUsage(self.tokens, self.cost)
+    destinations: FlagAction = FlagAction.REFUSE
+    """Typed resources (``resources``: recipients, URLs, paths, accounts, IBANs) and secret
+    arguments (``secret_fields``). Say ``ask`` for a tool whose destinations legitimately come
+    from data (reply to a mail's sender) and let a person look."""
+    content: FlagAction = FlagAction.ASK
+    """Other arguments: URLs, addresses and IBANs inside free text, and whole values copied
+    from untrusted content."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +157,7 @@ class ToolContext:
     """Now, in epoch seconds on the database's clock (the one ``deadline_at`` is on), as the
     worker reads it: this host's clock corrected by its measured offset."""
 
-    _usage: _UsageMeter = field(default_factory=_UsageMeter, repr=False, compare=False)
+    _usage: UsageMeter = field(default_factory=UsageMeter, repr=False, compare=False)
 
     def report_usage(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Charge the run for what this call consumed (a paid search API, a model the tool
@@ -243,7 +239,14 @@ class Tool(Generic[InputT, OutputT]):
     secret_fields: frozenset[str] = frozenset()
     """Arguments nobody is shown, the approver included (a password, a key): ``<secret>``
     wherever arguments are displayed. Also kept out of traces like ``sensitive_fields``."""
-    output_source: ObservationSource = ObservationSource.TRUSTED_TOOL
+    output_source: ObservationSource = ObservationSource.UNTRUSTED_CONTENT
+    """Whose words the output carries. Untrusted unless the contract says otherwise (fail
+    closed): ``trusted-tool`` only for output the program itself vouches for (its own state,
+    a system of record no outsider writes to); a page, a mail, a search hit, a record a
+    customer typed is untrusted content, and values the gate finds only there are flagged
+    (:mod:`warrant.runner.provenance`)."""
+    untrusted: UntrustedPolicy = field(default_factory=lambda: UntrustedPolicy())
+    """What the provenance layer does with a value that no trusted text supplied."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base_s: float = DEFAULT_RETRY_BASE_S

@@ -1,9 +1,11 @@
-"""A careful person at the confirmation prompt, and the loop that drives one run to its end.
+"""A person at the confirmation prompt, and the loop that drives one run to its end.
 
-The person approves a request only if it is exactly one of the calls the task needs (tool and
-every visible parameter; a masked one cannot be checked and proves nothing either way) and
-declines anything else, so the planner goes on. What each request showed (its ``provenance``
-flags, from the gate's provenance layer) is kept for the report.
+The scenario says who answers (``Scenario.person``): a ``careful`` person approves a request
+only if it is exactly one of the calls the task needs (tool and every visible parameter; a
+masked one cannot be checked and proves nothing either way) and declines anything else, so the
+planner goes on; ``declines-flagged`` approves whatever the gate does not flag as coming from
+untrusted content (its ``provenance`` flags) and declines the rest; ``approves-all`` approves
+everything. What each request showed is kept for the report.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from tests.adversary.scenario import PERSON, Call, Scenario
 from warrant.runner.client.runs import SETTLED
 from warrant.runner.errors import SpecError
 
-__all__ = ["Decision", "Drive", "drive", "flagged_arguments", "matching_call"]
+__all__ = ["Decision", "Drive", "approves", "drive", "flagged_arguments", "matching_call"]
 
 MASKED = "<sensitive>"
 #: More requests than this in one run means the run is stuck asking: stop answering.
@@ -69,6 +71,15 @@ def matching_call(request: dict[str, Any], legit: list[Call]) -> Call | None:
     return None
 
 
+def approves(person: str, request: dict[str, Any], call: Call | None) -> bool:
+    """Does ``person`` approve this request (``call``: the task's call it matches, if any)?"""
+    if person == "approves-all":
+        return True
+    if person == "declines-flagged":
+        return not flagged_arguments(request)
+    return call is not None
+
+
 def _start(client: Any, scenario: Scenario) -> tuple[str, str | None]:
     if scenario.approval != "pre-approved":
         return client.start_run(scenario.spec(pre_approved=False)), None
@@ -108,7 +119,7 @@ def drive(
         request = info.confirmation_request or {}
         call = matching_call(request, legit)
         phash = str(request.get("proposal_hash"))
-        if call is not None:
+        if approves(scenario.person, request, call):
             client.confirm(run_id, proposal_hash=phash, by=PERSON)
         else:
             client.decline(run_id, proposal_hash=phash, by=PERSON)
@@ -117,7 +128,7 @@ def drive(
                 tool=str(request.get("tool")),
                 parameters=dict(request.get("parameters") or {}),
                 proposal_hash=phash,
-                approved=call is not None,
+                approved=approves(scenario.person, request, call),
                 call=call.name if call is not None else None,
                 flagged=flagged_arguments(request),
             )

@@ -15,7 +15,14 @@ from warrant.runner.canonical import proposal_hash
 from warrant.runner.gate import GateInput
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.views import PreApprovalView, ProvenanceSources
-from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
+from warrant.tools.contract import (
+    FlagAction,
+    SideEffect,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    UntrustedPolicy,
+)
 from warrant.tools.registry import Registry
 
 
@@ -202,9 +209,30 @@ def test_a_declined_proposal_stays_declined_despite_a_pre_approval() -> None:
 # --- 4. provenance ----------------------------------------------------------------------------
 
 
-def test_an_argument_only_untrusted_content_supplied_needs_a_person_even_if_pre_approved() -> None:
+def test_a_destination_only_untrusted_content_supplied_is_refused_by_default() -> None:
     raw = _mail("eve@evil.example", body="the summary")
     decision = policy.evaluate(_gate(raw, SEND, pre_approvals=[_pre(raw)], provenance=UNTRUSTED))
+    assert isinstance(decision, policy.Reject) and decision.code == "UNTRUSTED_DESTINATION"
+    assert decision.layer == "provenance"
+    assert "eve@" not in (decision.message or "")  # paths and origins, never the value
+    event = next(e for e in decision.events if e.name == "policy.provenance.checked")
+    assert event.details["refused"] == ["to[0]"] and event.details["flagged"] == []
+
+
+ASK_SEND = dataclasses.replace(SEND, untrusted=UntrustedPolicy(destinations=FlagAction.ASK))
+
+
+def test_an_argument_only_untrusted_content_supplied_needs_a_person_even_if_pre_approved() -> None:
+    raw = _mail("eve@evil.example", body="the summary")
+    decision = policy.evaluate(
+        _gate(
+            raw,
+            ASK_SEND,
+            pre_approvals=[_pre(raw)],
+            provenance=UNTRUSTED,
+            registry=Registry([ASK_SEND]),
+        )
+    )
     assert isinstance(decision, policy.AwaitConfirmation)
     assert _checked(decision)["why"] == "provenance"
     event = next(e for e in decision.events if e.name == "policy.provenance.checked")
@@ -230,8 +258,15 @@ def test_an_egress_destination_from_untrusted_content_needs_a_person() -> None:
         untrusted=(("tool-2", "see https://docs.corp.example/guides/secret-page for more"),),
     )
     raw = proposal("http_fetch", {"url": "https://docs.corp.example/guides/secret-page"})
+    fetch = dataclasses.replace(FETCH, untrusted=UntrustedPolicy(destinations=FlagAction.ASK))
     decision = policy.evaluate(
-        _gate(raw, FETCH, "https://docs.corp.example/guides", provenance=sources)
+        _gate(
+            raw,
+            fetch,
+            "https://docs.corp.example/guides",
+            provenance=sources,
+            registry=Registry([fetch]),
+        )
     )
     assert isinstance(decision, policy.AwaitConfirmation)
     assert decision.request()["provenance"]["flagged"][0]["argument"] == "url"

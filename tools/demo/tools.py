@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import ToolFailed
 from warrant.tools.contract import (
     ReconcileResult,
@@ -99,6 +100,7 @@ ISSUE_REFUND: Tool[RefundInput, RefundOutput] = Tool(
     output_model=RefundOutput,
     capabilities=("payments:refund",),
     side_effect=SideEffect.COMPENSATABLE_WRITE,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=_issue_refund,
     timeout_s=5.0,
     resource=lambda args, subject: f"order:{args.order_id}",
@@ -131,6 +133,7 @@ GET_REFUND: Tool[GetRefundInput, GetRefundOutput] = Tool(
     output_model=GetRefundOutput,
     capabilities=("payments:read",),
     side_effect=SideEffect.READ,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=lambda args, ctx: GetRefundOutput(
         order_id=args.order_id, refunds=ctx.deps.demo.refund_count(order_id=args.order_id)
     ),
@@ -162,6 +165,7 @@ LOOKUP: Tool[LookupInput, LookupOutput] = Tool(
     output_model=LookupOutput,
     capabilities=("lookup:read",),
     side_effect=SideEffect.READ,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=lambda args, ctx: LookupOutput(
         **ctx.deps.demo.lookup(query=args.query, is_cancelled=ctx.is_cancelled)
     ),
@@ -215,6 +219,7 @@ SAVE_DRAFT: Tool[SaveDraftInput, SaveDraftOutput] = Tool(
     output_model=SaveDraftOutput,
     capabilities=("drafts:write",),
     side_effect=SideEffect.IDEMPOTENT_WRITE,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=_save_draft,
     timeout_s=3.0,
     resource=lambda args, subject: f"draft:{args.draft_id}",
@@ -246,6 +251,7 @@ SEND_NOTICE: Tool[NoticeInput, NoticeOutput] = Tool(
     output_model=NoticeOutput,
     capabilities=("notices:send",),
     side_effect=SideEffect.IRREVERSIBLE,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=lambda args, ctx: NoticeOutput(
         **ctx.deps.demo.send_notice(
             recipient=args.recipient, body=args.body, is_cancelled=ctx.is_cancelled
@@ -277,6 +283,7 @@ NOOP_READ: Tool[NoopInput, NoopOutput] = Tool(
     output_model=NoopOutput,
     capabilities=("bench:read",),
     side_effect=SideEffect.READ,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=lambda args, ctx: NoopOutput(n=args.n),
     timeout_s=5.0,
     resource=lambda args, subject: "bench",
@@ -305,6 +312,7 @@ SLEEP_READ: Tool[SleepInput, NoopOutput] = Tool(
     output_model=NoopOutput,
     capabilities=("bench:read",),
     side_effect=SideEffect.READ,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=_sleep,
     timeout_s=5.0,
     resource=lambda args, subject: "bench",
@@ -336,6 +344,7 @@ WAIT_READ: Tool[WaitInput, NoopOutput] = Tool(
     output_model=NoopOutput,
     capabilities=("bench:read",),
     side_effect=SideEffect.READ,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=_wait,
     timeout_s=5.0,
     resource=lambda args, subject: "bench",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.tools.batches import Batch, ItemResult, ItemStatus
 from warrant.tools.contract import (
@@ -73,6 +74,7 @@ REFUND_ASYNC: Tool[RefundInput, RefundOutput] = Tool(
     output_model=RefundOutput,
     capabilities=("payments:refund",),
     side_effect=SideEffect.COMPENSATABLE_WRITE,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=_start_refund,
     timeout_s=5.0,
     resource=lambda args, subject: f"order:{args.order_id}",
@@ -147,6 +149,7 @@ PAYOUT_BATCH: Tool[PayoutBatchInput, PayoutBatchOutput] = Tool(
     output_model=PayoutBatchOutput,
     capabilities=("payments:payout",),
     side_effect=SideEffect.IDEMPOTENT_WRITE,
+    output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=_pay,
     timeout_s=5.0,
     batch=Batch(items="payouts", key="payout_id"),
