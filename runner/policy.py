@@ -34,7 +34,7 @@ from warrant.runner.gate import (
     Reject,
 )
 from warrant.runner.grants import authorize, resource_label
-from warrant.runner.provenance import provenance_of, refusal, trace_details
+from warrant.runner.provenance import provenance_of, refusal, trace_details, vouched
 from warrant.runner.spec import ToolProposal
 from warrant.tools.contract import ConfirmationPolicy, Tool
 
@@ -189,8 +189,7 @@ class _Checked:
 
     proposal: ToolProposal
     tool: Tool[Any, Any]
-    model: Any
-    """The validated input model."""
+    model: Any  # the validated input model
     arguments: dict[str, Any]
     arguments_hash: str
     proposal_hash: str
@@ -310,6 +309,7 @@ def _check_provenance(
     found = provenance_of(checked.tool, checked.arguments, checked.proposal, inp.provenance)
     if found is None:
         return None
+    found = vouched(found, pre_approved=pre_approval(checked.proposal_hash, inp) is not None)
     events.append(Event("policy.provenance.checked", trace_details(found)))
     if (message := refusal(found)) is not None:
         code = Rejection.UNTRUSTED_DESTINATION.value

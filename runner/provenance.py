@@ -51,6 +51,7 @@ __all__ = [
     "refusal",
     "sources_from",
     "trace_details",
+    "vouched",
 ]
 
 #: Shorter free-text values ("1", "yes", "EUR") appear everywhere and prove nothing; typed
@@ -116,6 +117,20 @@ def provenance_of(
         destinations=tool.untrusted.destinations,
         content=tool.untrusted.content,
     )
+
+
+def vouched(found: dict[str, Any], *, pre_approved: bool) -> dict[str, Any]:
+    """``found`` once a pre-approval of exactly this proposal vouches for it: what an operator
+    approved ahead of time is operator input, so values nobody else supplied (``unseen``) are
+    no longer flagged; values found in untrusted content still are (no approval given
+    without that fact in view covers them)."""
+    if not pre_approved:
+        return found
+    kept = {
+        key: [f for f in found.get(key) or [] if f["origin"] != "unseen"]
+        for key in ("flagged", "refused")
+    }
+    return {**found, **kept}
 
 
 def refusal(found: dict[str, Any]) -> str | None:

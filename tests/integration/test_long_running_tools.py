@@ -65,6 +65,14 @@ def refund_async(order_id: str, pid: str = "p1") -> dict[str, Any]:
     }
 
 
+def payout_spec(tag: str, n: int) -> dict[str, Any]:
+    """A run that pays ``n`` payees the goal names (payees only the model named would wait for
+    a person: addresses in arguments must come from trusted text)."""
+    spec = sc.spec([payouts(tag, n=n), sc.final("Paid.", "tool-1")], grants=[PAYOUT])
+    payees = ", ".join(f"{tag}-{i}@example.com" for i in range(1, n + 1))
+    return {**spec, "goal": f"Pay {payees} their payouts."}
+
+
 def payouts(tag: str, n: int = 5, pid: str = "p1") -> dict[str, Any]:
     items = [
         {
@@ -261,7 +269,7 @@ def test_a_batch_whose_two_items_fail_is_retried_for_those_two_and_pays_each_onc
 ):
     tag = uid("b").replace("-", "")
     demo.set_fault("payout_batch", "transient", times=2)
-    spec = sc.spec([payouts(tag), sc.final("Paid.", "tool-1")], grants=[PAYOUT])
+    spec = payout_spec(tag, 5)
     info = client.wait(client.start_run(spec), timeout=40)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
     assert [demo.payouts_to(f"{tag}-{i}@example.com") for i in range(1, 6)] == [1] * 5
@@ -284,7 +292,7 @@ def test_a_batch_item_with_an_unknown_effect_is_reconciled_item_by_item(
 ):
     tag = uid("u").replace("-", "")
     demo.set_fault("payout_batch", "timeout_after_commit", times=1)
-    spec = sc.spec([payouts(tag, n=3), sc.final("Paid.", "tool-1")], grants=[PAYOUT])
+    spec = payout_spec(tag, 3)
     info = settle(client, client.start_run(spec), timeout=40)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
     assert [demo.payouts_to(f"{tag}-{i}@example.com") for i in range(1, 4)] == [1, 1, 1]

@@ -125,3 +125,13 @@ def test_tool_output_is_untrusted_unless_declared_and_refusals_vouch_for_nothing
     assert "from our own ledger" in sources.trusted and "yes, to bob" in sources.trusted
     assert [oid for oid, _ in sources.untrusted] == ["tool-3", "tool-4"]
     assert not any("eve@" in t for t in sources.trusted)  # neither the planner nor a refusal
+
+
+def test_a_pre_approval_vouches_for_values_nobody_else_supplied_but_not_for_untrusted_ones():
+    from warrant.runner.provenance import vouched
+
+    found = _analyse({"to": ["mallory@corp.example"], "iban": "GB33BUKB20201555555555"})
+    assert [f["origin"] for f in found["refused"]] == ["unseen", "untrusted"]
+    kept = vouched(found, pre_approved=True)
+    assert [f["argument"] for f in kept["refused"]] == ["iban"]
+    assert vouched(found, pre_approved=False) is found
