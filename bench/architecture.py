@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.policy",
             "runner.gate",
             "runner.step_decisions",
+            "runner.success",
             "runner.planner_protocol",
             "runner.memory_view",
             "runner.handoff_bundle",

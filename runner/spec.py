@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+)
 
 from warrant.runner.errors import SpecError
 
@@ -23,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION",
     "DEFAULT_MAX_TOOL_CALLS",
+    "ArtifactExists",
     "Budgets",
     "ClarifyRequest",
     "ExternalPlannerSpec",
@@ -35,7 +44,9 @@ __all__ = [
     "PlannerOutput",
     "PluginPlannerSpec",
     "RunSpec",
+    "SuccessSpec",
     "ToolProposal",
+    "ToolSucceeded",
     "Usage",
     "Webhook",
     "parse_run_spec",
@@ -100,8 +111,10 @@ class Budgets(_Strict):
     )
     """Proposals in a row, whatever they are, allowed to add no new observation."""
     max_refused_finals: int = Field(default=DEFAULT_MAX_REFUSED_FINALS, ge=0, le=100)
-    """Final answers that fail their citation check and are refused (an observation, and the
-    step planned again) before one ends the run ``FINAL_CITATION_VALIDATION_FAILED``."""
+    """Final answers that fail their citation check, or come while the spec's ``success``
+    conditions do not hold, and are refused (an observation, and the step planned again)
+    before one ends the run (``FINAL_CITATION_VALIDATION_FAILED``,
+    ``SUCCESS_CONDITION_NOT_MET``)."""
     max_cycle_period: int = Field(default=DEFAULT_MAX_CYCLE_PERIOD, ge=2, le=20)
     """Longest cycle of proposals (A-B, A-B-C, ...) detected when it repeats with no new
     observation."""
@@ -231,6 +244,47 @@ class Webhook(_Strict):
     """The ``http``/``https`` URL that receives a signed JSON ``POST`` per event."""
 
 
+class ToolSucceeded(_Strict):
+    """Done means: a call of ``tool`` succeeded in this run (the ledger's outcome, not the
+    planner's word), and each listed argument had exactly the given value."""
+
+    kind: Literal["tool_succeeded"]
+    tool: str = Field(min_length=1, max_length=200)
+    """The tool's name, as the registry has it."""
+    tool_version: str | None = Field(default=None, min_length=1, max_length=50)
+    """Only calls of this version count; ``None`` = any version."""
+    arguments: dict[str, Any] = Field(default_factory=dict, max_length=50)
+    """Fields of the call's validated arguments and the values they must have (exact JSON
+    equality); fields not listed may hold anything."""
+
+
+class ArtifactExists(_Strict):
+    """Done means: the run's artifact store holds an artifact at ``path`` (``write_artifact``
+    stores them; checked in the store, whatever the planner cites)."""
+
+    kind: Literal["artifact_exists"]
+    path: str = Field(min_length=1, max_length=300, pattern=r"^[^/]")
+    """The artifact's relative path, e.g. ``run-output/report.md`` (no ``..`` segment)."""
+
+    @field_validator("path")
+    @classmethod
+    def _no_parent(cls, value: str) -> str:
+        if ".." in value.split("/"):
+            raise ValueError("a path without '..' segments")
+        return value
+
+
+SuccessCondition = Annotated[ToolSucceeded | ArtifactExists, Field(discriminator="kind")]
+
+
+class SuccessSpec(_Strict):
+    """What done means, checked by the program when the planner gives a final answer: every
+    condition must hold, else the final is refused (``SUCCESS_CONDITION_NOT_MET``)."""
+
+    all_of: list[SuccessCondition] = Field(min_length=1, max_length=20)
+    """Conditions that must all hold."""
+
+
 class RunSpec(_Strict):
     """What a producer submits to start one run."""
 
@@ -250,6 +304,8 @@ class RunSpec(_Strict):
     """Exact proposals approved ahead of time, each usable once (an unattended run's plan)."""
     webhook: Webhook | None = None
     """Notify the producer when the run waits for a person or ends; ``None`` = no calls."""
+    success: SuccessSpec | None = None
+    """What done means beyond a cited final answer; ``None`` = a cited final answer is done."""
 
 
 class ToolProposal(_Strict):
