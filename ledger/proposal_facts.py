@@ -11,11 +11,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, Observation, OutcomeRow, Proposal, Run
+from warrant.runner.codes import StopReason
 
 __all__ = ["REFUSED_FINAL_CODES", "StepFacts", "refused_finals", "step_facts", "step_raw"]
 
 #: The rejection codes of a final answer refused at its step.
-REFUSED_FINAL_CODES = ("FINAL_CITATION_VALIDATION_FAILED", "SUCCESS_CONDITION_NOT_MET")
+REFUSED_FINAL_CODES = (
+    StopReason.FINAL_CITATION_VALIDATION_FAILED.value,
+    StopReason.SUCCESS_CONDITION_NOT_MET.value,
+)
 
 
 @dataclass(frozen=True)
