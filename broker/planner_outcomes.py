@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
+from warrant.ledger.completion import completion_facts, success_of
 from warrant.ledger.guarded import insert_proposal
 from warrant.ledger.proposal_facts import refused_finals
 from warrant.ledger.repo import NewObservation, commit, observations_of
@@ -28,6 +29,7 @@ from warrant.runner.codes import (
 )
 from warrant.runner.run_machine import Stop
 from warrant.runner.step_decisions import Complete, Forward, interpret
+from warrant.runner.success import check_success, refusal_observation, success_stop
 from warrant.runner.views import RunView
 
 __all__ = ["Result", "invalid_output", "model_failed", "record_proposal", "stopped"]
@@ -103,6 +105,9 @@ def record_proposal(
     run_id = view.run_id
     final = isinstance(raw, dict) and raw.get("kind") == "final"
     decision = interpret(raw, observations_of(conn, run_id) if final else [])
+    shown: dict[str, Any] = {}
+    if isinstance(decision, Complete):
+        decision, shown = _checked_success(conn, run_id, decision)
     proposal = _proposal_row(view, step, raw, decision)
     received = {
         "kind": proposal["kind"],
@@ -124,20 +129,9 @@ def record_proposal(
         return "forwarded", lambda: publisher.policy(run_id, new_version)
     if _refusable_final(conn, view, decision):
         assert isinstance(decision, Stop)
-        return _refuse_final(publisher, conn, view, step, counters, built, proposal, decision)
-    if isinstance(decision, Complete):
-        proposal["status"] = "accepted"
-        stop = Stop(
-            RunStatus.COMPLETED,
-            StopReason.FINAL_ANSWER_VALIDATED,
-            {"citations": len(decision.citations)},
-            answer=decision.answer,
-        )
-        extra = [("final.validated", {"citations": decision.citations})]
-        result = "completed"
-    else:
-        proposal["status"] = "rejected" if decision.status is RunStatus.FAILED else "accepted"
-        stop, extra, result = decision, [], stopped(decision)
+        refused = _Refused(decision, shown)
+        return _refuse_final(publisher, conn, view, step, counters, built, proposal, refused)
+    stop, extra, result = _ending(decision, proposal)
     change = machine.stop(
         view,
         stop,
@@ -149,13 +143,60 @@ def record_proposal(
     return result, None
 
 
+def _ending(
+    decision: Complete | Stop, proposal: dict[str, Any]
+) -> tuple[Stop, list[tuple[str, dict[str, Any]]], str]:
+    """How a step that ends the run ends it: its stop, extra events and the task's result
+    (``proposal``'s status set to match)."""
+    if isinstance(decision, Complete):
+        proposal["status"] = "accepted"
+        stop = Stop(
+            RunStatus.COMPLETED,
+            StopReason.FINAL_ANSWER_VALIDATED,
+            {"citations": len(decision.citations)},
+            answer=decision.answer,
+        )
+        return stop, [("final.validated", {"citations": decision.citations})], "completed"
+    proposal["status"] = "rejected" if decision.status is RunStatus.FAILED else "accepted"
+    return decision, [], stopped(decision)
+
+
+def _checked_success(
+    conn: Any, run_id: str, done: Complete
+) -> tuple[Complete | Stop, dict[str, Any]]:
+    """A cited final answer, checked against the spec's success conditions on the ledger's
+    facts: ``done``, or the stop that refuses it and what the planner is shown about why."""
+    success = success_of(conn, run_id)
+    if success is None:
+        return done, {}
+    unmet = check_success(success, completion_facts(conn, run_id))
+    if not unmet:
+        return done, {}
+    return success_stop(success, unmet), refusal_observation(unmet)
+
+
+#: Final answers refused at their step (and planned again while ``max_refused_finals`` allows).
+_REFUSABLE_FINALS = frozenset(
+    {StopReason.FINAL_CITATION_VALIDATION_FAILED, StopReason.SUCCESS_CONDITION_NOT_MET}
+)
+
+
 def _refusable_final(conn: Any, view: RunView, decision: Any) -> bool:
-    """A final answer whose citations fail, while the spec allows another round."""
+    """A final answer whose citations fail or whose success conditions do not hold, while the
+    spec allows another round."""
     return (
         isinstance(decision, Stop)
-        and decision.reason is StopReason.FINAL_CITATION_VALIDATION_FAILED
+        and decision.reason in _REFUSABLE_FINALS
         and refused_finals(conn, view.run_id) < view.budgets.max_refused_finals
     )
+
+
+@dataclass(frozen=True)
+class _Refused:
+    stop: Stop
+    """The stop the final answer would be, were no round left."""
+    shown: dict[str, Any]
+    """What the planner sees beyond the code and the stop's detail (may be empty)."""
 
 
 def _refuse_final(
@@ -166,17 +207,21 @@ def _refuse_final(
     counters: dict[str, Any],
     built: Sequence[tuple[str, dict[str, Any]]],
     proposal: dict[str, Any],
-    refused: Stop,
+    refused: _Refused,
 ) -> Result:
-    """A final answer that cites nothing usable: refused like a policy rejection (the planner
-    sees why in ``policy-<step>``) and the step planned again (``max_refused_finals``)."""
-    code = StopReason.FINAL_CITATION_VALIDATION_FAILED.value
+    """A final answer that cites nothing usable, or given while the spec's success conditions
+    do not hold: refused like a policy rejection (the planner sees why in ``policy-<step>``)
+    and the step planned again (``max_refused_finals``)."""
+    code = refused.stop.reason.value
     proposal.update(status="rejected", rejection_code=code)
-    details = {"code": code, "layer": "final", **refused.detail}
-    seen = {**details, "reason": "cite the id of a final, successful tool result (tool-<step>)"}
+    details = {"code": code, "layer": "final", **refused.stop.detail}
+    seen = {**details, "reason": _CITE, **refused.shown}
     why = [("proposal.rejected", details)]
     refusal = _Refusal(why, seen, proposal)
     return "final_refused", _replan(publisher, conn, view, step, counters, built, refusal)
+
+
+_CITE = "cite the id of a final, successful tool result (tool-<step>)"
 
 
 @dataclass(frozen=True)

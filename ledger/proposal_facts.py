@@ -11,8 +11,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, Observation, OutcomeRow, Proposal, Run
+from warrant.runner.codes import StopReason
 
-__all__ = ["StepFacts", "refused_finals", "step_facts", "step_raw"]
+__all__ = ["REFUSED_FINAL_CODES", "StepFacts", "refused_finals", "step_facts", "step_raw"]
+
+#: The rejection codes of a final answer refused at its step.
+REFUSED_FINAL_CODES = (
+    StopReason.FINAL_CITATION_VALIDATION_FAILED.value,
+    StopReason.SUCCESS_CONDITION_NOT_MET.value,
+)
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,8 @@ def _outcome(o: OutcomeRow | None) -> dict[str, Any] | None:
 
 
 def refused_finals(conn: Any, run_id: str) -> int:
-    """Final answers of the run refused for their citations (and planned again)."""
+    """Final answers of the run refused (and planned again): for their citations, or given
+    while the spec's success conditions did not hold."""
     return int(
         conn.execute(
             select(func.count())
@@ -129,7 +137,7 @@ def refused_finals(conn: Any, run_id: str) -> int:
             .where(
                 Proposal.run_id == run_id,
                 Proposal.kind == "final",
-                Proposal.rejection_code == "FINAL_CITATION_VALIDATION_FAILED",
+                Proposal.rejection_code.in_(REFUSED_FINAL_CODES),
             )
         ).scalar_one()
     )

@@ -46,6 +46,9 @@ class StopReason(StrEnum):
     FINAL_CITATION_VALIDATION_FAILED = "FINAL_CITATION_VALIDATION_FAILED"
     NO_ANSWER = "NO_ANSWER"
     """The planner said the goal cannot be answered from its evidence (a ``no_answer``)."""
+    SUCCESS_CONDITION_NOT_MET = "SUCCESS_CONDITION_NOT_MET"
+    """A final answer while the spec's ``success`` conditions did not hold (after
+    ``max_refused_finals`` such refusals)."""
     MAX_STEPS_REACHED = "MAX_STEPS_REACHED"
     MAX_MODEL_CALLS_REACHED = "MAX_MODEL_CALLS_REACHED"
     MAX_TOOL_CALLS_REACHED = "MAX_TOOL_CALLS_REACHED"

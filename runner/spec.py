@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from warrant.runner.errors import SpecError
+from warrant.runner.spec_success import ArtifactExists, SuccessSpec, ToolSucceeded
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION",
     "DEFAULT_MAX_TOOL_CALLS",
+    "ArtifactExists",
     "Budgets",
     "ClarifyRequest",
     "ExternalPlannerSpec",
@@ -35,7 +37,9 @@ __all__ = [
     "PlannerOutput",
     "PluginPlannerSpec",
     "RunSpec",
+    "SuccessSpec",
     "ToolProposal",
+    "ToolSucceeded",
     "Usage",
     "Webhook",
     "parse_run_spec",
@@ -100,8 +104,10 @@ class Budgets(_Strict):
     )
     """Proposals in a row, whatever they are, allowed to add no new observation."""
     max_refused_finals: int = Field(default=DEFAULT_MAX_REFUSED_FINALS, ge=0, le=100)
-    """Final answers that fail their citation check and are refused (an observation, and the
-    step planned again) before one ends the run ``FINAL_CITATION_VALIDATION_FAILED``."""
+    """Final answers that fail their citation check, or come while the spec's ``success``
+    conditions do not hold, and are refused (an observation, and the step planned again)
+    before one ends the run (``FINAL_CITATION_VALIDATION_FAILED``,
+    ``SUCCESS_CONDITION_NOT_MET``)."""
     max_cycle_period: int = Field(default=DEFAULT_MAX_CYCLE_PERIOD, ge=2, le=20)
     """Longest cycle of proposals (A-B, A-B-C, ...) detected when it repeats with no new
     observation."""
@@ -262,6 +268,8 @@ class RunSpec(_Strict):
     """Exact proposals approved ahead of time, each usable once (an unattended run's plan)."""
     webhook: Webhook | None = None
     """Notify the producer when the run waits for a person or ends; ``None`` = no calls."""
+    success: SuccessSpec | None = None
+    """What done means beyond a cited final answer; ``None`` = a cited final answer is done."""
 
 
 class ToolProposal(_Strict):

@@ -20,8 +20,10 @@ MAX_KEY_CHARS = 200
 
 
 def spec_hash(spec: RunSpec) -> str:
-    """sha256 of the canonical JSON of the validated, normalised spec."""
-    return sha256_hex(canonical_json(spec.model_dump(mode="json")))
+    """sha256 of the canonical JSON of the validated, normalised spec, fields at their
+    default left out: a release that adds a defaulted field does not change the hash of an
+    unchanged spec (a start retried across the upgrade is still the same start)."""
+    return sha256_hex(canonical_json(spec.model_dump(mode="json", exclude_defaults=True)))
 
 
 def origin(

@@ -95,6 +95,11 @@ class RunsClient:
             from warrant.runner.settings import WarrantSettings
 
             check_priced(spec, WarrantSettings().model_prices)
+        if spec.success is not None:
+            from warrant.runner.success import check_success_spec
+            from warrant.tools.plugins import registry_for
+
+            check_success_spec(spec, registry_for())
         from warrant.broker import telemetry
 
         origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)

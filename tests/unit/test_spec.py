@@ -54,3 +54,14 @@ def test_an_unregistered_planner_kind_is_refused_at_start_naming_the_field():
     with pytest.raises(SpecError) as caught:
         check_planner(parsed, {})
     assert caught.value.errors[0]["field"] == "planner.kind"
+
+
+def test_the_idempotency_hash_ignores_fields_at_their_default():
+    from warrant.runner.client.idempotency import spec_hash
+    from warrant.runner.spec import parse_run_spec
+
+    base = {"goal": "g", "subject": "s", "planner": {"kind": "fixture", "outputs": []}}
+    explicit = {**base, "budgets": {"unpriced_calls_free": False}, "success": None}
+    assert spec_hash(parse_run_spec(base)) == spec_hash(parse_run_spec(explicit))
+    other = {**base, "budgets": {"max_steps": 3}}
+    assert spec_hash(parse_run_spec(base)) != spec_hash(parse_run_spec(other))
