@@ -24,6 +24,7 @@ from warrant.ledger.guarded import (
     use_grants,
     use_pre_approval,
 )
+from warrant.ledger.proposal_facts import refused_under_untrusted_influence
 from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
 from warrant.ledger.stage_loads import (
     autocommit,
@@ -37,7 +38,7 @@ from warrant.ledger.stage_loads import (
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
-from warrant.runner.codes import ObservationKind, ObservationSource, StopReason
+from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus, StopReason
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import RunView
@@ -79,6 +80,8 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     try:
         with autocommit(ctx.engine) as conn:
             if isinstance(decision, policy.Reject):
+                if _persistent(conn, run_id, row.handoff):
+                    return _handoff(ctx, run_id, version, row.proposal["id"], _influence(decision))
                 send = _reject(ctx, conn, view, row.proposal, decision)
                 result = f"rejected:{decision.code}"
             elif isinstance(decision, policy.Halt):
@@ -140,6 +143,26 @@ def _provenance(ctx: StageContext, run_id: str, proposal: dict[str, Any]) -> Any
     with autocommit(ctx.engine) as conn:
         row = load_provenance(conn, run_id)
     return None if row is None else sources_from(row.goal, row.spec, row.observations)
+
+
+def _persistent(conn: Any, run_id: str, handoff: dict[str, Any] | None) -> bool:
+    """One more refusal reaches the spec's ``handoff.after_untrusted_refusals`` (counted only
+    when the spec asks: one read)."""
+    limit = (handoff or {}).get("after_untrusted_refusals")
+    return limit is not None and refused_under_untrusted_influence(conn, run_id) + 1 >= limit
+
+
+def _influence(decision: policy.Reject) -> policy.Halt:
+    """The refusal that ends a persistent injection's run in a person's hands."""
+    reason = StopReason.UNTRUSTED_INFLUENCE
+    detail = {"last_code": decision.code}
+    return policy.Halt(
+        reason=reason,
+        status=RunStatus.HANDOFF,
+        fingerprint=decision.fingerprint,
+        events=decision.events,
+        detail=detail,
+    )
 
 
 def _looping(decision: policy.Halt) -> bool:

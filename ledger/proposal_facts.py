@@ -13,7 +13,14 @@ from sqlalchemy.orm import Session
 from warrant.ledger.models import Command, Observation, OutcomeRow, Proposal, Run
 from warrant.runner.codes import StopReason
 
-__all__ = ["REFUSED_FINAL_CODES", "StepFacts", "refused_finals", "step_facts", "step_raw"]
+__all__ = [
+    "REFUSED_FINAL_CODES",
+    "StepFacts",
+    "refused_finals",
+    "refused_under_untrusted_influence",
+    "step_facts",
+    "step_raw",
+]
 
 #: The rejection codes of a final answer refused at its step.
 REFUSED_FINAL_CODES = (
@@ -125,6 +132,28 @@ def _outcome(o: OutcomeRow | None) -> dict[str, Any] | None:
         "output": o.output,
         "resolved_status": o.resolved_status,
     }
+
+
+def refused_under_untrusted_influence(conn: Any, run_id: str) -> int:
+    """Tool proposals of the run refused by the gate (a person's "no" included) at a step
+    after the run first read untrusted content: a persistent attacker's attempts."""
+    first = (
+        select(func.min(Observation.step))
+        .where(Observation.run_id == run_id, Observation.source == "untrusted-content")
+        .scalar_subquery()
+    )
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(Proposal)
+            .where(
+                Proposal.run_id == run_id,
+                Proposal.kind == "tool",
+                Proposal.status == "rejected",
+                Proposal.step > first,
+            )
+        ).scalar_one()
+    )
 
 
 def refused_finals(conn: Any, run_id: str) -> int:

@@ -61,6 +61,9 @@ class StopReason(StrEnum):
     STEPS_WITHOUT_NEW_OBSERVATION = "STEPS_WITHOUT_NEW_OBSERVATION"
     """``max_steps_without_new_observation`` proposals in a row added nothing new, whatever
     they were."""
+    UNTRUSTED_INFLUENCE = "UNTRUSTED_INFLUENCE"
+    """``handoff.after_untrusted_refusals`` proposals were refused after the run read untrusted
+    content: a person looks (a persistent injection), the run does not burn its budget."""
     USER_CONFIRMATION_REQUIRED = "USER_CONFIRMATION_REQUIRED"
     CLARIFICATION_REQUIRED = "CLARIFICATION_REQUIRED"
     MODEL_FAILED = "MODEL_FAILED"

@@ -223,6 +223,10 @@ class HandoffPolicy(_Strict):
     """Repeated proposals without a new observation (and oscillation) -> handoff."""
     on_unclassified_policy: bool = False
     """A policy situation the gate cannot classify (an internal error) -> handoff."""
+    after_untrusted_refusals: int | None = Field(default=None, ge=1, le=1000)
+    """This many tool proposals refused after the run first read untrusted content (a
+    persistent injection keeps proposing what the gate refuses) -> handoff
+    (``UNTRUSTED_INFLUENCE``) instead of burning the step budget; ``None`` = off."""
 
 
 class PreApproval(_Strict):
