@@ -31,7 +31,7 @@ from warrant.ledger.proposal_facts import step_raw
 from warrant.ledger.repo import StaleVersion, commit, run_view
 from warrant.ledger.rows import lock_run
 from warrant.runner import run_machine as machine
-from warrant.runner.canonical import canonical_json
+from warrant.runner.canonical import MAX_JSON_DEPTH, canonical_json, json_depth
 from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.errors import InvalidRequest, RunFinished, RunNotFound, StateConflict
 from warrant.runner.spec import Usage
@@ -125,7 +125,16 @@ def _record(
 def _check_shape(raw: Any) -> None:
     if not isinstance(raw, dict):
         raise InvalidRequest("a proposal is a JSON object", code="PROPOSAL_INVALID")
-    if len(canonical_json(raw)) > MAX_PROPOSAL_BYTES:
+    if json_depth(raw) > MAX_JSON_DEPTH:  # before anything walks it recursively
+        raise InvalidRequest(
+            f"a proposal nests arrays and objects at most {MAX_JSON_DEPTH} levels deep",
+            code="PROPOSAL_TOO_DEEP",
+        )
+    try:
+        size = len(canonical_json(raw))
+    except ValueError as exc:  # NaN or Infinity (a JSON parser may let them through)
+        raise InvalidRequest(f"a proposal is plain JSON: {exc}", code="PROPOSAL_INVALID") from None
+    if size > MAX_PROPOSAL_BYTES:
         raise InvalidRequest(
             f"a proposal is at most {MAX_PROPOSAL_BYTES} bytes", code="PROPOSAL_TOO_LARGE"
         )
