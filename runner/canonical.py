@@ -99,11 +99,11 @@ def raw_fingerprint(raw: Any) -> str | None:
     if not isinstance(raw, dict):
         return None
     tool, version, arguments = raw.get("tool"), raw.get("tool_version"), raw.get("arguments")
-    if json_depth(arguments) < MAX_JSON_DEPTH:
+    parts = {"tool": tool, "tool_version": version, "arguments": arguments}
+    if json_depth(parts) <= MAX_JSON_DEPTH:  # any of the three may be the deep one
         try:
-            body = canonical_json({"tool": tool, "tool_version": version, "arguments": arguments})
-            return sha256_hex(body)
-        except (ValueError, TypeError):  # NaN, a key that is no string, a value JSON lacks
+            return sha256_hex(canonical_json(parts))
+        except Exception:  # NaN, a key that is no string, a value JSON lacks
             pass
     return sha256_hex(stable_json([tool, version, arguments]))
 

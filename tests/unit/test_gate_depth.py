@@ -38,6 +38,8 @@ def shapes(depth: int) -> dict[str, Any]:
         "arguments.list": proposal(arguments={"query": nested(depth)}),
         "arguments.object": proposal(arguments={"query": nested(depth, "object")}),
         "arguments": proposal(arguments=nested(depth, "object")),
+        "tool": proposal(tool=nested(depth, "object")),
+        "tool_version": proposal(tool_version=nested(depth)),
         "reason_summary": proposal(reason_summary=nested(depth)),
         "extra field": proposal(extra=nested(depth, "object")),
         "raw.list": nested(depth),
@@ -45,10 +47,11 @@ def shapes(depth: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("depth", DEPTHS)
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, *DEPTHS])
 def test_a_proposal_nested_past_the_recursion_limit_is_refused_not_raised(depth):
     # Before: RecursionError from json.dumps, in _raw_fingerprint (depth 990, after the input
-    # schema refused it) or in the input-size check of _validate_input (5,000 and more).
+    # schema refused it) or in the input-size check of _validate_input (5,000 and more); at
+    # any depth past the bound, from canonical JSON of a deep "tool" in raw_fingerprint.
     for where, raw in shapes(depth).items():
         decision = policy.evaluate(gate(raw))
         assert isinstance(decision, policy.Reject), where
