@@ -48,20 +48,22 @@ class ProposingClient(FakeClient):
 
 
 @pytest.mark.parametrize(
-    ("depth", "code"),
+    ("depth", "codes"),
     [
-        (100, "PROPOSAL_TOO_DEEP"),
-        (600, "PROPOSAL_TOO_DEEP"),  # was 500: RecursionError in bad_text
-        *((depth, "REQUEST_INVALID") for depth in DEPTHS),  # past json.loads' own limit
+        (100, {"PROPOSAL_TOO_DEEP"}),
+        (600, {"PROPOSAL_TOO_DEEP"}),  # was 500: RecursionError in bad_text
+        # past json.loads' own limit (which depends on the stack in use and the recursion
+        # limit): FastAPI's body parse refuses it, else the proposal's depth check
+        *((depth, {"REQUEST_INVALID", "PROPOSAL_TOO_DEEP"}) for depth in DEPTHS),
     ],
 )
-def test_a_deep_body_is_a_4xx_in_the_error_shape_never_a_500(depth, code):
+def test_a_deep_body_is_a_4xx_in_the_error_shape_never_a_500(depth, codes):
     http = Http(create_app(client=ProposingClient(), tokens=FakeTokens()))
     inner = "[" * depth + "]" * depth
     body = '{"proposal": {"kind": "tool", "tool": "t", "arguments": {"a": ' + inner + "}}}"
     headers = {"Authorization": "Bearer operator", "Content-Type": "application/json"}
     r = http.post("/v1/runs/r-1/proposals", content=body.encode(), headers=headers)
-    assert (r.status_code, r.json()["error"]["code"]) == (422, code)
+    assert r.status_code == 422 and r.json()["error"]["code"] in codes
 
 
 @pytest.mark.parametrize("body", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
