@@ -37,7 +37,7 @@ from warrant.runner.errors import InvalidRequest, RunFinished, RunNotFound, Stat
 from warrant.runner.spec import Usage
 from warrant.runner.step_decisions import check_before_planning
 
-__all__ = ["MAX_PROPOSAL_BYTES", "Submitted", "submit_proposal"]
+__all__ = ["MAX_PROPOSAL_BYTES", "Submitted", "check_shape", "submit_proposal"]
 
 #: A proposal is what a model would have answered: as large as a planner reply may be.
 MAX_PROPOSAL_BYTES = 256 * 1024
@@ -69,7 +69,7 @@ def submit_proposal(
 ) -> Submitted:
     """Record ``raw`` as the next step of ``run_id`` and publish what it leads to. ``step``,
     when given, is the step the caller means to fill (a retry of it replays)."""
-    _check_shape(raw)
+    check_shape(raw)
     outbox = Outbox()
     with session_scope(engine) as s:
         run = lock_run(s, run_id)
@@ -122,7 +122,10 @@ def _record(
     )
 
 
-def _check_shape(raw: Any) -> None:
+def check_shape(raw: Any) -> None:
+    """A caller's proposal is a JSON object, nested at most ``MAX_JSON_DEPTH`` levels, with
+    no NaN or Infinity, of at most ``MAX_PROPOSAL_BYTES``; else :class:`InvalidRequest`
+    (``PROPOSAL_INVALID``, ``PROPOSAL_TOO_DEEP``, ``PROPOSAL_TOO_LARGE``)."""
     if not isinstance(raw, dict):
         raise InvalidRequest("a proposal is a JSON object", code="PROPOSAL_INVALID")
     if json_depth(raw) > MAX_JSON_DEPTH:  # before anything walks it recursively

@@ -1,7 +1,8 @@
 """What stands before the gate refuses a proposal nested too deep (or holding NaN) with a code,
 never a crash: the external-proposal entry (``PROPOSAL_TOO_DEEP``, ``PROPOSAL_INVALID``), the
-HTTP API (the same codes; ``REQUEST_INVALID`` past its JSON parser's own limit) and the model
-reply parser (``MODEL_OUTPUT_INVALID`` with reason ``ARGUMENTS_TOO_DEEP``)."""
+HTTP API (the same codes; ``REQUEST_INVALID`` past its JSON parser's own limit), the MCP
+gateway's calls (the same codes) and the model reply parser (``MODEL_OUTPUT_INVALID`` with
+reason ``ARGUMENTS_TOO_DEEP``)."""
 
 from __future__ import annotations
 
@@ -15,35 +16,39 @@ from tests.gate import gate
 from tests.unit.test_gate_depth import DEPTHS, nested
 from tests.unit.test_http_api import FakeClient, FakeTokens, Http
 from tests.unit.test_model_retry import _propose
-from warrant.broker.external_step import _check_shape
+from warrant.broker.external_step import check_shape
 from warrant.runner import policy
 from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
+from warrant.runner.client.external_calls import ExternalCalls
 from warrant.runner.client.http import create_app
 from warrant.runner.client.http.models import bad_text
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.external import Decision
 from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
 from warrant.runner.openai_planner import _Invalid, parse_reply
+from warrant.tools.plugins import registry_for
+
+REGISTRY = registry_for()
 
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH, *DEPTHS])
 def test_an_external_proposal_too_deep_is_refused_before_it_is_recorded(depth):
     with pytest.raises(InvalidRequest) as err:
-        _check_shape({"kind": "tool", "arguments": {"a": nested(depth)}})
+        check_shape({"kind": "tool", "arguments": {"a": nested(depth)}})
     assert err.value.code == "PROPOSAL_TOO_DEEP"
-    _check_shape({"kind": "tool", "arguments": {"a": nested(MAX_JSON_DEPTH - 3)}})
+    check_shape({"kind": "tool", "arguments": {"a": nested(MAX_JSON_DEPTH - 3)}})
 
 
 @pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
 def test_an_external_proposal_with_nan_or_infinity_is_invalid_not_a_crash(number):
     with pytest.raises(InvalidRequest) as err:
-        _check_shape({"kind": "tool", "arguments": {"a": number}})
+        check_shape({"kind": "tool", "arguments": {"a": number}})
     assert err.value.code == "PROPOSAL_INVALID"
 
 
 class ProposingClient(FakeClient):
     def propose(self, run_id: str, raw: Any, **kw: Any) -> Decision:
-        _check_shape(raw)  # what Client.propose does first (submit_proposal)
+        check_shape(raw)  # what Client.propose does first (submit_proposal)
         return Decision(run_id=run_id, step=1, state="refused", code="X")
 
 
@@ -116,3 +121,16 @@ def test_the_planner_replies_invalid_for_a_deep_reply(monkeypatch, content, inva
     """What the planner stage records as ``MODEL_OUTPUT_INVALID`` with this reason."""
     reply, posts = _propose(monkeypatch, httpx.Response(200, content=content))
     assert (reply.raw, reply.invalid, posts) == (None, invalid, 1)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code"),
+    [({"q": nested(5_000)}, "PROPOSAL_TOO_DEEP"), ({"q": float("nan")}, "PROPOSAL_INVALID")],
+)
+def test_the_mcp_gateways_calls_refuse_with_a_code_before_anything(arguments, code):
+    """``ExternalCalls.call`` (the MCP gateway, the adapters) keyed its waiting calls by
+    canonical JSON first: RecursionError, FloatDomainError; the gateway shows only codes."""
+    calls = ExternalCalls(ProposingClient(), REGISTRY)
+    with pytest.raises(InvalidRequest) as err:
+        calls.call("r-1", "search_public", arguments, by="agent")
+    assert err.value.code == code
