@@ -31,13 +31,13 @@ from warrant.ledger.proposal_facts import step_raw
 from warrant.ledger.repo import StaleVersion, commit, run_view
 from warrant.ledger.rows import lock_run
 from warrant.runner import run_machine as machine
-from warrant.runner.canonical import canonical_json
+from warrant.runner.canonical import MAX_JSON_DEPTH, canonical_json, json_depth
 from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.errors import InvalidRequest, RunFinished, RunNotFound, StateConflict
 from warrant.runner.spec import Usage
 from warrant.runner.step_decisions import check_before_planning
 
-__all__ = ["MAX_PROPOSAL_BYTES", "Submitted", "submit_proposal"]
+__all__ = ["MAX_PROPOSAL_BYTES", "Submitted", "check_shape", "submit_proposal"]
 
 #: A proposal is what a model would have answered: as large as a planner reply may be.
 MAX_PROPOSAL_BYTES = 256 * 1024
@@ -69,7 +69,7 @@ def submit_proposal(
 ) -> Submitted:
     """Record ``raw`` as the next step of ``run_id`` and publish what it leads to. ``step``,
     when given, is the step the caller means to fill (a retry of it replays)."""
-    _check_shape(raw)
+    check_shape(raw)
     outbox = Outbox()
     with session_scope(engine) as s:
         run = lock_run(s, run_id)
@@ -122,10 +122,22 @@ def _record(
     )
 
 
-def _check_shape(raw: Any) -> None:
+def check_shape(raw: Any) -> None:
+    """A caller's proposal is a JSON object, nested at most ``MAX_JSON_DEPTH`` levels, with
+    no NaN or Infinity, of at most ``MAX_PROPOSAL_BYTES``; else :class:`InvalidRequest`
+    (``PROPOSAL_INVALID``, ``PROPOSAL_TOO_DEEP``, ``PROPOSAL_TOO_LARGE``)."""
     if not isinstance(raw, dict):
         raise InvalidRequest("a proposal is a JSON object", code="PROPOSAL_INVALID")
-    if len(canonical_json(raw)) > MAX_PROPOSAL_BYTES:
+    if json_depth(raw) > MAX_JSON_DEPTH:  # before anything walks it recursively
+        raise InvalidRequest(
+            f"a proposal nests arrays and objects at most {MAX_JSON_DEPTH} levels deep",
+            code="PROPOSAL_TOO_DEEP",
+        )
+    try:
+        size = len(canonical_json(raw))
+    except ValueError as exc:  # NaN or Infinity (a JSON parser may let them through)
+        raise InvalidRequest(f"a proposal is plain JSON: {exc}", code="PROPOSAL_INVALID") from None
+    if size > MAX_PROPOSAL_BYTES:
         raise InvalidRequest(
             f"a proposal is at most {MAX_PROPOSAL_BYTES} bytes", code="PROPOSAL_TOO_LARGE"
         )

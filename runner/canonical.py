@@ -8,9 +8,37 @@ and no timestamp or random id is ever part of it.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import rfc8785
+
+#: The deepest nesting of arrays and objects a proposal may have: the whole planner output
+#: counts as one level, so its arguments nest at most 63 more. Deeper ones are refused before
+#: anything walks them recursively (canonical JSON, the input schema, provenance), which
+#: Python's recursion limit (about 1,000 frames) would otherwise turn into a crash.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(value: Any, *, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply arrays and objects nest in ``value`` (a scalar: 0, ``[]``: 1, ``[[1]]``: 2),
+    counted without recursion; it stops counting past ``limit`` (then returns ``limit + 1``),
+    so any nesting, however deep (even a container inside itself), is measured and ends."""
+    if not isinstance(value, _NESTING):
+        return 0
+    deepest = 1
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return limit + 1
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, _NESTING))
+    return deepest
+
+
+_NESTING = (dict, list, tuple)
 
 
 def canonical_json(value: Any) -> bytes:
@@ -60,6 +88,81 @@ def _dump(value: Any, out: list[bytes]) -> None:
 
 #: Largest integer RFC 8785 writes (``2**53 - 1``).
 _SAFE = 2**53 - 1
+
+
+def raw_fingerprint(raw: Any) -> str | None:
+    """Loop detection's fingerprint of a proposal refused before its arguments were validated:
+    sha256 of its tool, version and raw arguments, whatever they hold and however deep (``None``
+    for an output that is no object). Canonical JSON when they have one; else the bytes of
+    ``json.dumps([tool, version, arguments], sort_keys=True, default=str)``, written without
+    recursion (:func:`stable_json`)."""
+    if not isinstance(raw, dict):
+        return None
+    tool, version, arguments = raw.get("tool"), raw.get("tool_version"), raw.get("arguments")
+    parts = {"tool": tool, "tool_version": version, "arguments": arguments}
+    if json_depth(parts) <= MAX_JSON_DEPTH:  # any of the three may be the deep one
+        try:
+            return sha256_hex(canonical_json(parts))
+        except Exception:  # NaN, a key that is no string, a value JSON lacks
+            pass
+    return sha256_hex(stable_json([tool, version, arguments]))
+
+
+class _Text(str):
+    """Output :func:`stable_json` has already written (a marker no input value can be)."""
+
+
+class _Leave:
+    """:func:`stable_json` leaves a container (it may appear again, on another path)."""
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+
+def stable_json(value: Any) -> str:
+    """``json.dumps(value, sort_keys=True, default=str)`` without recursion: the same text for
+    any value ``json.dumps`` writes, at any depth; a container inside itself is written
+    ``"<cycle>"`` instead of raising."""
+    out: list[str] = []
+    inside: set[int] = set()
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Leave):
+            inside.discard(item.key)
+        elif type(item) is _Text:
+            out.append(item)
+        elif isinstance(item, dict | list | tuple) and item:
+            if id(item) in inside:
+                out.append('"<cycle>"')
+                continue
+            inside.add(id(item))
+            todo: list[Any] = []
+            if isinstance(item, dict):
+                for i, (key, child) in enumerate(_sorted_items(item)):
+                    todo += [_Text((", " if i else "{") + _key(key) + ": "), child]
+                todo.append(_Text("}"))
+            else:
+                for i, child in enumerate(item):
+                    todo += [_Text(", " if i else "["), child]
+                todo.append(_Text("]"))
+            stack.append(_Leave(id(item)))
+            stack.extend(reversed(todo))
+        else:
+            out.append(json.dumps(item, default=str))
+    return "".join(out)
+
+
+def _sorted_items(value: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    try:
+        return sorted(value.items())
+    except TypeError:  # keys of several types (no JSON object has them)
+        return sorted(value.items(), key=lambda kv: repr(kv[0]))
+
+
+def _key(key: Any) -> str:
+    """An object key as ``json.dumps`` writes it (a number, ``true`` or ``null`` quoted)."""
+    return json.dumps(key if isinstance(key, str) else json.dumps(key, default=str))
 
 
 def sha256_hex(data: bytes | str) -> str:

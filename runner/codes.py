@@ -81,6 +81,9 @@ class Rejection(StrEnum):
     """Stable policy rejection codes (``INVALID_<FIELD>`` codes are built per field)."""
 
     PROPOSAL_PARSE_FAILED = "PROPOSAL_PARSE_FAILED"
+    PROPOSAL_TOO_DEEP = "PROPOSAL_TOO_DEEP"
+    """Arrays and objects nested more than ``canonical.MAX_JSON_DEPTH`` (64) levels deep,
+    counting the proposal itself (the parse layer, before anything walks it recursively)."""
     UNKNOWN_TOOL_OR_VERSION = "UNKNOWN_TOOL_OR_VERSION"
     TOOL_NOT_DEPLOYED = "TOOL_NOT_DEPLOYED"
     """The policy worker has the tool, but the workers serving its queue do not."""

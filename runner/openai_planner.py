@@ -38,6 +38,7 @@ from urllib.parse import urlparse
 import httpx
 
 from warrant.runner import _model_http, cancellation, costs
+from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
 from warrant.runner.errors import WarrantError
 from warrant.runner.limits import ModelLimiter, estimate_tokens
 from warrant.runner.memory_view import WorkingMemoryView
@@ -161,8 +162,12 @@ def parse_reply(body: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict
         arguments = json.loads(function.get("arguments") or "")
     except (TypeError, ValueError):
         raise _Invalid("ARGUMENTS_NOT_JSON") from None
+    except RecursionError:  # nested deeper than the parser's recursion limit
+        raise _Invalid("ARGUMENTS_TOO_DEEP") from None
     if not isinstance(arguments, dict):
         raise _Invalid("ARGUMENTS_NOT_OBJECT")
+    if json_depth(arguments) >= MAX_JSON_DEPTH:  # the output holding them is one level more
+        raise _Invalid("ARGUMENTS_TOO_DEEP")
     # Only the function's own field: the assistant's free text is never taken for the reason
     # (it is what injected wording would use to reach the person who approves the call).
     reason = arguments.pop("reason_summary", "")
@@ -364,7 +369,7 @@ class OpenAIPlanner:
         """The reply's one output, or why it holds none (``invalid``); usage is charged."""
         try:
             body = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
             usage = costs.estimated_usage(
                 None, prompt_tokens=request.prompt_tokens, message=response.text, price=self._price
             )

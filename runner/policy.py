@@ -18,7 +18,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from warrant.runner import progress
-from warrant.runner.canonical import canonical_json, proposal_hash, sha256_hex
+from warrant.runner.canonical import (
+    MAX_JSON_DEPTH,
+    canonical_json,
+    json_depth,
+    proposal_hash,
+    raw_fingerprint,
+    sha256_hex,
+)
 from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason, invalid_field_code
 from warrant.runner.confirmation_rules import person_decision, pre_approval, required_policy
 from warrant.runner.gate import (
@@ -50,26 +57,6 @@ __all__ = [
     "Reject",
     "evaluate",
 ]
-
-
-def _raw_fingerprint(raw: Any) -> str | None:
-    if not isinstance(raw, dict):
-        return None
-    try:
-        body = canonical_json(
-            {
-                "tool": raw.get("tool"),
-                "tool_version": raw.get("tool_version"),
-                "arguments": raw.get("arguments"),
-            }
-        )
-    except Exception:
-        body = json.dumps(
-            [raw.get("tool"), raw.get("tool_version"), raw.get("arguments")],
-            sort_keys=True,
-            default=str,
-        ).encode()
-    return sha256_hex(body)
 
 
 def _schema_code(exc: ValidationError) -> str:
@@ -212,10 +199,15 @@ def _refuse_raw(
     code: str, layer: str, inp: GateInput, events: list[Event], message: str | None = None
 ) -> Decision:
     """Before the arguments are validated, loops are detected on the raw proposal."""
-    return _reject(code, layer, _raw_fingerprint(inp.raw), inp, events, message=message)
+    return _reject(code, layer, raw_fingerprint(inp.raw), inp, events, message=message)
 
 
 def _parse(inp: GateInput, events: list[Event]) -> ToolProposal | Decision:
+    """The parse layer: a planner output no deeper than ``MAX_JSON_DEPTH`` (measured without
+    recursion, before any layer walks it recursively), shaped as a tool proposal."""
+    if json_depth(inp.raw) > MAX_JSON_DEPTH:
+        deep = f"the proposal nests arrays and objects more than {MAX_JSON_DEPTH} levels deep"
+        return _refuse_raw(Rejection.PROPOSAL_TOO_DEEP.value, "parse", inp, events, deep)
     try:
         proposal = ToolProposal.model_validate(inp.raw)
     except ValidationError:

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from warrant.broker.external_step import check_shape
 from warrant.runner.canonical import canonical_json
 from warrant.runner.errors import StateConflict
 from warrant.runner.external import Decision
@@ -65,6 +66,7 @@ class ExternalCalls:
 
     def call(self, run_id: str, name: str, arguments: dict[str, Any], *, by: str) -> Decision:
         """Propose the call (or pick its earlier proposal up) and wait for its decision."""
+        check_shape({"arguments": arguments})  # too deep, NaN: refused with a code, not a crash
         key = (run_id, canonical_json([name, arguments]))
         with self._lock:
             step = self._waiting.pop(key, None)

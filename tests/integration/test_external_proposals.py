@@ -111,6 +111,17 @@ def test_bad_input_and_runs_with_their_own_planner_are_refused(client, worker):
     with pytest.raises(InvalidRequest) as bad:
         client.propose(run_id, ["not", "an", "object"], by="agent")  # type: ignore[arg-type]
     assert bad.value.code == "PROPOSAL_INVALID"
+    deep: object = "x"
+    for _ in range(5_000):  # past the gate's bound and Python's recursion limit
+        deep = [deep]
+    for hostile, code in (
+        ({"q": deep}, "PROPOSAL_TOO_DEEP"),
+        ({"q": float("nan")}, "PROPOSAL_INVALID"),
+    ):
+        with pytest.raises(InvalidRequest) as bad:
+            client.propose(run_id, {**lookup(), "arguments": hostile}, by="agent")
+        assert bad.value.code == code  # refused before anything was recorded: still step 0
+    assert client.get_run(run_id).step == 0
     with pytest.raises(StateConflict) as mismatch:
         client.propose(run_id, lookup(), by="agent", step=3)
     assert mismatch.value.code == "STEP_MISMATCH"

@@ -309,8 +309,12 @@ def test_operator_grant_unlocks_a_later_step(engine, client, worker):
 # --- refusals before any tool code runs ------------------------------------------------------
 
 BIG = "x" * 20_000
+DEEP: object = "x"
+for _ in range(100):  # past the gate's bound (64), well within what the ledger stores
+    DEEP = [DEEP]
 CASES = [
     ("PROPOSAL_PARSE_FAILED", {"kind": "tool", "tool": "search_public"}, [SEARCH]),
+    ("PROPOSAL_TOO_DEEP", tool("search_public", {"query": DEEP}), [SEARCH]),
     ("UNKNOWN_TOOL_OR_VERSION", tool("shell", {"cmd": "rm -rf /"}), [SEARCH]),
     ("UNKNOWN_TOOL_OR_VERSION", tool("search_public", {"query": "x"}, version="9"), [SEARCH]),
     ("INPUT_NOT_OBJECT", tool("search_public", "query"), [SEARCH]),

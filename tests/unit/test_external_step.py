@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from warrant.broker.external_step import _check_open, _check_shape
+from warrant.broker.external_step import _check_open, check_shape
 from warrant.runner.errors import InvalidRequest, RunFinished, StateConflict
 
 
@@ -47,11 +47,11 @@ def test_a_run_waiting_for_a_proposal_takes_the_next_step_only():
 @pytest.mark.parametrize("raw", [[], "text", 3, None])
 def test_a_proposal_is_an_object(raw):
     with pytest.raises(InvalidRequest) as err:
-        _check_shape(raw)
+        check_shape(raw)
     assert err.value.code == "PROPOSAL_INVALID"
 
 
 def test_a_proposal_has_a_size_limit():
     with pytest.raises(InvalidRequest) as err:
-        _check_shape({"kind": "tool", "arguments": {"text": "x" * 300_000}})
+        check_shape({"kind": "tool", "arguments": {"text": "x" * 300_000}})
     assert err.value.code == "PROPOSAL_TOO_LARGE"

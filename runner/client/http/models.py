@@ -40,20 +40,22 @@ INT32_MAX = 2**31 - 1
 
 def bad_text(value: Any) -> str | None:
     """Where ``value`` (any JSON value) holds a string PostgreSQL cannot store: a short
-    description, or ``None`` if there is none."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            return "NUL characters are not allowed"
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "text must be valid Unicode (no lone surrogates)"
-        return None
-    if isinstance(value, dict):
-        items: list[Any] = [*value.keys(), *value.values()]
-        return next((p for p in map(bad_text, items) if p), None)
-    if isinstance(value, list | tuple):
-        return next((p for p in map(bad_text, value) if p), None)
+    description, or ``None`` if there is none. Walked without recursion: a body nested
+    deeper than Python's recursion limit is checked like any other."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "NUL characters are not allowed"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "text must be valid Unicode (no lone surrogates)"
+        elif isinstance(item, dict):
+            stack.extend(reversed([*item.keys(), *item.values()]))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed(item))
     return None
 
 
