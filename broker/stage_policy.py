@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -9,6 +10,7 @@ from typing import Any
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
+from warrant.broker.describe import described
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
@@ -90,6 +92,8 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 result = _stop(conn, view, row.proposal, decision)
             elif isinstance(decision, policy.AwaitConfirmation):
                 p = row.proposal
+                said = described(ctx, decision, view.subject)
+                decision = dataclasses.replace(decision, described=said)
                 result = _await_confirmation(
                     conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now
                 )

@@ -109,6 +109,8 @@ class AwaitConfirmation:
     resource: str
     events: list[Event]
     provenance: dict[str, Any] | None = None
+    described: dict[str, str] = field(default_factory=dict)
+    """What the call's resources refer to, by argument (the tool's ``describe_resources``)."""
 
     def _flagged(self) -> dict[str, Any]:
         """Where each argument value came from (``origins``: trusted, untrusted with its
@@ -134,6 +136,7 @@ class AwaitConfirmation:
             "reversible": self.tool.side_effect.value in ("read", "compensatable-write"),
             "proposal_hash": self.proposal_hash,
             **({"provenance": self._flagged()} if self.provenance else {}),
+            **({"described": dict(self.described)} if self.described else {}),
         }
 
 

@@ -247,6 +247,11 @@ class Tool(Generic[InputT, OutputT]):
     (:mod:`warrant.runner.provenance`)."""
     untrusted: UntrustedPolicy = field(default_factory=lambda: UntrustedPolicy())
     """What the provenance layer does with a value that no trusted text supplied."""
+    describe_resources: Callable[[InputT, Any, str], Mapping[str, Any]] | None = None
+    """``(args, deps, subject)``: what the call's resources refer to, for the person asked to
+    confirm it (a file's name and size, a recipient's display name, "never mailed before"),
+    read from the tool's own service when the request is made. A quick read with no
+    effect; by argument name; shown as ``described`` (the service's words, bounded)."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base_s: float = DEFAULT_RETRY_BASE_S

@@ -13,7 +13,7 @@ side-effect class and provenance whether a person has to.
 from __future__ import annotations
 
 import http.client
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -135,6 +135,16 @@ def _reconcile_mail(token: str, ctx: ToolContext) -> ReconcileResult:
     return ReconcileResult(applied=seen is not None, output=seen)
 
 
+def _describe_mail(args: SendMailInput, deps: Any, mailbox: str) -> dict[str, str]:
+    """For the approver: has this mailbox written to each recipient before?"""
+    sent = [set(m["recipients"]) for m in deps.service.outbox(mailbox)]
+    said = {}
+    for i, to in enumerate(args.to):
+        n = sum(1 for r in sent if to in r)
+        said[f"to[{i}]"] = f"{to}: mailed {n} times before" if n else f"{to}: never mailed before"
+    return said
+
+
 SEND_MAIL: Tool[SendMailInput, SendMailOutput] = Tool(
     name="send_mail",
     version="1",
@@ -152,6 +162,7 @@ SEND_MAIL: Tool[SendMailInput, SendMailOutput] = Tool(
     reconcile=_reconcile_mail,
     sensitive_fields=frozenset({"body"}),
     retry_base_s=0.05,
+    describe_resources=_describe_mail,
 )
 
 

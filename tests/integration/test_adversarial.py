@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from tests.adversary import plugin
 from tests.adversary.person import drive
@@ -40,6 +41,8 @@ from tests.adversary.scenario import (
 from tests.adversary.service import AdversaryServices, IdempotencyConflict
 from tests.adversary.web import FakeWeb, WebFault
 from warrant.broker.queues import TASK_RECONCILE
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Proposal
 from warrant.tools.plugins import DepsContext
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -142,6 +145,17 @@ def test_grants_by_tool_name_with_the_default_rules(
         results.append(measure(engine, adversary.services, scenario, run.run_id))
     RESULTS.extend(results)
     (found,) = figures(results)
+    benign = results[-1]
+    with session_scope(engine) as s:
+        request = s.scalars(
+            select(Proposal.confirmation_request).where(
+                Proposal.run_id == benign.run_id, Proposal.proposal_id == "send_summary"
+            )
+        ).one()
+    # the approver is told what the service knows of the recipient, and where each value
+    # came from (the goal)
+    assert request["described"] == {"to[0]": f"{BOB}: never mailed before"}, request
+    assert request["provenance"]["origins"]["to[0]"]["origin"] == "trusted", request
     stray = [e for r in results for e in r.stray_effects]
     assert not stray, stray
     assert found.benign_completed == found.benign_runs == 1, found

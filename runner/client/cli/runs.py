@@ -19,8 +19,9 @@ from warrant.runner.client.cli.common import (
     make_client,
     print_json,
 )
-from warrant.runner.client.cli.reveal import RevealByOpt, RevealOpt, reveal_note, revealed
-from warrant.runner.client.cli.why import why, why_lines
+from warrant.runner.client.cli.reveal import RevealByOpt, RevealOpt, revealed
+from warrant.runner.client.cli.run_shown import show_run
+from warrant.runner.client.cli.why import why
 from warrant.runner.codes import RunStatus
 from warrant.runner.errors import InvalidChoice, InvalidRequest
 
@@ -33,89 +34,6 @@ def id_column(header: str) -> Column:
     """A table column for ids: never wrapped nor cut (``run show`` and the other commands
     take them whole, or a prefix of at least six characters)."""
     return Column(header, no_wrap=True, min_width=36, overflow="ignore")
-
-
-def show_run(info: dict[str, Any]) -> None:
-    """One run for people: why it stopped or what it waits for first (``info["why"]``, if
-    there), then its fields, pre-approvals and the pending confirmation request."""
-    if info.get("why"):
-        lines = why_lines(info["why"])
-        console.print(f"[bold]why[/]: {escape(lines[0])}", soft_wrap=True)
-        for line in lines[1:]:
-            console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
-    table = Table(show_header=False, box=None)
-    table.add_column(no_wrap=True)
-    table.add_column(overflow="fold")
-    for key in (
-        "run_id",
-        "status",
-        "stop_reason",
-        "step",
-        "model_calls",
-        "tool_calls",
-        "tokens_used",
-        "cost_used",
-        "version",
-        "answer",
-        "trace_id",
-    ):
-        if key == "trace_id" and not info.get(key):
-            continue
-        table.add_row(f"[bold]{key}[/]", "" if info[key] is None else escape(str(info[key])))
-    console.print(table)
-    _show_pre_approvals(info)
-    _show_request(info)
-
-
-def _show_pre_approvals(info: dict[str, Any]) -> None:
-    pre = info.get("pre_approvals") or []
-    if pre:
-        table = Table("pre-approved", "tool", "approved by", "used by proposal", "at")
-        for p in pre:
-            used = p["used_by_proposal"] or ("(used)" if p["used_at"] else "(unused)")
-            table.add_row(
-                str(p["pre_approval_id"]),
-                f"{p['tool']}@{p['tool_version']}",
-                p["approved_by"],
-                used,
-                (p["used_at"] or p["approved_at"])[:19],
-            )
-        console.print(table)
-
-
-def _show_request(info: dict[str, Any]) -> None:
-    request = info.get("confirmation_request")
-    note = reveal_note(info)
-    if request:
-        shown = info.get("revealed") or {}
-        console.print("[bold yellow]confirmation required[/]")
-        for key in (
-            "action",
-            "tool",
-            "resource",
-            "parameters",
-            "side_effect",
-            "reversible",
-            "proposal_hash",
-        ):
-            value = request.get(key)
-            if key == "parameters" and shown.get("proposal_hash") == request["proposal_hash"]:
-                value = shown["arguments"]
-            console.print(f"  {key}: {escape(str(value))}")
-        for flag in (request.get("provenance") or {}).get("flagged", []):
-            console.print(
-                f"  [bold red]UNTRUSTED_ARGUMENT[/] {flag['argument']}={flag['value']!r} appears "
-                f"only in untrusted content ({flag['observation_id']}): …{flag['excerpt']}…",
-                soft_wrap=True,
-            )
-        console.print(  # one line whatever the width: it is copied and pasted
-            f"  warrant run confirm {info['run_id']} --proposal-hash "
-            f"{request['proposal_hash']} --by NAME",
-            soft_wrap=True,
-            highlight=False,
-        )
-    if note:
-        console.print(f"  [bold]{escape(note)}[/]" if request else escape(note))
 
 
 RunIdArg = Annotated[str, typer.Argument(help="The run's id, or a unique prefix (6+ chars).")]
