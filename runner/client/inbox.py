@@ -108,7 +108,9 @@ class PendingConfirmation:
     parameters: list[Parameter] = field(default_factory=list)
     cited: list[CitedObservation] = field(default_factory=list)
     flagged: dict[str, Any] | None = None
-    """Set when an argument's value came only from untrusted content (the provenance check)."""
+    """The provenance check: ``flagged`` lists the values no trusted text supplied."""
+    described: dict[str, str] = field(default_factory=dict)
+    """What the tool's service says the call's resources are (``Tool.describe_resources``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -243,6 +245,7 @@ def _pending(
         parameters=_parameters(proposal, request, hidden, reveal_sensitive),
         cited=[_cited(o) for o in cited],
         flagged=request.get("provenance"),
+        described=dict(request.get("described") or {}),
     )
 
 
