@@ -120,6 +120,9 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     if isinstance(spec.planner, ExternalPlannerSpec):
         return "awaiting_proposal"  # the caller proposes (warrant.broker.external_step)
     memory = view_from_row(row, view, registry=ctx.registry)
+    if spec.success is not None:  # what the program will check before it accepts a final
+        done_when = spec.success.model_dump(mode="json")["all_of"]
+        memory = memory.model_copy(update={"done_when": done_when})
     built = built_event(memory)
     answer = _ask(ctx, spec, view, memory)
     later = answer.later

@@ -78,6 +78,9 @@ class WorkingMemoryView(BaseModel):
     """Long-term preferences of the subject: ``{key: {value, source, version}}``."""
     omitted_items: int = 0
     """Older observations left out of ``items`` (the window keeps the most recent ones)."""
+    done_when: list[dict[str, Any]] = []
+    """The spec's success conditions (``success.all_of``): what the program checks before it
+    accepts a final answer, so the planner knows what done means."""
 
     def view_hash(self) -> str:
         """A fingerprint of exactly what the planner was shown (the view's JSON, whose field

@@ -111,6 +111,8 @@ def _render_view(view: WorkingMemoryView) -> str:
     for item in view.items:
         lines.append(f"- {item.item_id} [source: {item.source}, step {item.created_at_step}]")
         lines.append(item.content)
+    if view.done_when:
+        lines += ["", f"DONE WHEN (checked by the program): {json.dumps(view.done_when)}"]
     lines += [
         "",
         f"BUDGETS LEFT: {json.dumps(view.budgets, sort_keys=True)}",

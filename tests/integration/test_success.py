@@ -174,3 +174,17 @@ def test_an_external_final_past_the_refusals_stops_the_run_with_the_reason(clien
         "SUCCESS_CONDITION_NOT_MET",
         "failed",
     ), ended
+
+
+def test_a_model_planner_is_told_what_done_means(client, worker, fake_openai):
+    from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
+
+    model = f"fake-{uuid.uuid4().hex[:8]}"
+    fake_openai.script(model, [{"call": SEARCH_CALL}, {"call": FINAL}])
+    run = llm_spec(fake_openai, model, max_refused_finals=0)
+    run["success"] = {"all_of": [{"kind": "tool_succeeded", "tool": "search_public"}]}
+    info = client.wait(client.start_run(run), timeout=30)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    prompt = fake_openai.requests_for(model)[0]["body"]["messages"][1]["content"]
+    assert 'DONE WHEN (checked by the program): [{"kind": "tool_succeeded"' in prompt
+    assert '"tool": "search_public"' in prompt
