@@ -2,6 +2,7 @@
 
 from warrant.tools.contract import (
     ConfirmationPolicy,
+    FlagAction,
     Isolation,
     ReconcileResult,
     SideEffect,
@@ -9,6 +10,7 @@ from warrant.tools.contract import (
     ToolContext,
     ToolInput,
     ToolOutput,
+    UntrustedPolicy,
 )
 from warrant.tools.plugins import build_registry
 from warrant.tools.registry import DepsContext, Plugin, Registry
@@ -16,6 +18,7 @@ from warrant.tools.registry import DepsContext, Plugin, Registry
 __all__ = [
     "ConfirmationPolicy",
     "DepsContext",
+    "FlagAction",
     "Isolation",
     "Plugin",
     "ReconcileResult",
@@ -25,5 +28,6 @@ __all__ = [
     "ToolContext",
     "ToolInput",
     "ToolOutput",
+    "UntrustedPolicy",
     "build_registry",
 ]

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from warrant.tools import (
         ConfirmationPolicy,
         DepsContext,
+        FlagAction,
         Isolation,
         Plugin,
         ReconcileResult,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         ToolContext,
         ToolInput,
         ToolOutput,
+        UntrustedPolicy,
     )
 
 #: Which module each public name comes from (checked against both modules' ``__all__``).
@@ -66,6 +68,7 @@ _RUNNER_SOURCES: dict[str, str] = {
 _TOOLS_NAMES = (
     "ConfirmationPolicy",
     "DepsContext",
+    "FlagAction",
     "Isolation",
     "Plugin",
     "ReconcileResult",
@@ -74,6 +77,7 @@ _TOOLS_NAMES = (
     "ToolContext",
     "ToolInput",
     "ToolOutput",
+    "UntrustedPolicy",
 )
 _SOURCES = _RUNNER_SOURCES | {name: "warrant.tools" for name in _TOOLS_NAMES}
 
@@ -84,6 +88,7 @@ __all__ = [
     "ConfirmationPolicy",
     "ConfirmationRefused",
     "DepsContext",
+    "FlagAction",
     "Grant",
     "HandoffNotFound",
     "InvalidRequest",
@@ -111,6 +116,7 @@ __all__ = [
     "ToolRejected",
     "ToolUnknown",
     "Unauthorized",
+    "UntrustedPolicy",
     "WarrantError",
     "__version__",
     "parse_run_spec",

@@ -39,6 +39,8 @@ PINNED_RUNNER = {
 }
 PINNED_TOOLS = {
     "ConfirmationPolicy",
+    "FlagAction",
+    "UntrustedPolicy",
     "Isolation",
     "ReconcileResult",
     "Registry",
