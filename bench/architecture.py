@@ -70,6 +70,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ledger",
             "tools",
             "runner.openai_planner",
+            "runner.openai_prompt",
             "runner._model_http",
             "runner.planners",
             "runner.planner_kinds",

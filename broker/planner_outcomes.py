@@ -90,6 +90,10 @@ def _proposal_row(view: RunView, step: int, raw: Any, decision: Any) -> dict[str
     return proposal
 
 
+#: ``record_proposal``'s default: read the run's success declaration from the ledger.
+_READ: Any = object()
+
+
 def record_proposal(
     publisher: Any,
     conn: Any,
@@ -101,13 +105,17 @@ def record_proposal(
     raw: Any,
     usage: Any,
     calls: int,
+    *,
+    success: Any = _READ,
 ) -> Result:
+    """``success``: the spec's success declaration when the caller has the spec at hand (the
+    planner stage caches it); by default it is read when a final answer needs it."""
     run_id = view.run_id
     final = isinstance(raw, dict) and raw.get("kind") == "final"
     decision = interpret(raw, observations_of(conn, run_id) if final else [])
     shown: dict[str, Any] = {}
     if isinstance(decision, Complete):
-        decision, shown = _checked_success(conn, run_id, decision)
+        decision, shown = _checked_success(conn, run_id, decision, success)
     proposal = _proposal_row(view, step, raw, decision)
     received = {
         "kind": proposal["kind"],
@@ -162,11 +170,12 @@ def _ending(
 
 
 def _checked_success(
-    conn: Any, run_id: str, done: Complete
+    conn: Any, run_id: str, done: Complete, success: Any
 ) -> tuple[Complete | Stop, dict[str, Any]]:
     """A cited final answer, checked against the spec's success conditions on the ledger's
     facts: ``done``, or the stop that refuses it and what the planner is shown about why."""
-    success = success_of(conn, run_id)
+    if success is _READ:
+        success = success_of(conn, run_id)
     if success is None:
         return done, {}
     unmet = check_success(success, completion_facts(conn, run_id))

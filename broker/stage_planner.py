@@ -45,6 +45,7 @@ from warrant.runner.planners import PlannerFailure, PlannerRetryLater, planner_f
 from warrant.runner.retry import MODEL_RETRY_CAP_S, MODEL_RETRY_EVENT, ModelRetries
 from warrant.runner.run_machine import Stop
 from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, Usage
+from warrant.runner.spec_success import SuccessSpec
 from warrant.runner.step_decisions import check_before_planning
 from warrant.runner.views import RunView
 
@@ -133,15 +134,21 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
             event = retries.event(later, decision, version=version, now=ctx.clock())
             return _retry_later(ctx, view, event)
         answer = replace(answer, later=None, failed=retries.failure(later, decision))
-    return _conclude(
-        ctx, view, built, answer, billed=not isinstance(spec.planner, FixturePlannerSpec)
-    )
+    billed = not isinstance(spec.planner, FixturePlannerSpec)
+    return _conclude(ctx, view, built, answer, billed=billed, success=spec.success)
 
 
 def _conclude(
-    ctx: StageContext, view: RunView, built: Any, answer: _Answer, *, billed: bool
+    ctx: StageContext,
+    view: RunView,
+    built: Any,
+    answer: _Answer,
+    *,
+    billed: bool,
+    success: SuccessSpec | None,
 ) -> str:
-    """Commit what the planner's answer means (one statement), then hand on."""
+    """Commit what the planner's answer means (one statement), then hand on. ``success``:
+    the spec's (cached here: a final answer's check reads no spec)."""
     usage, version = answer.usage, view.version
     step = view.step + 1
     counters = {
@@ -150,13 +157,7 @@ def _conclude(
         "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
         "cost_used": view.cost_used + usage.cost,
     }
-    before = [built]
-    if usage.estimated:  # the endpoint did not say (all of) what the call used
-        estimate = {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-        }
-        before.append(("model.usage.estimated", {**estimate, "cost": usage.cost}))
+    before = _events_before(built, usage)
     outbox = Outbox()
     try:
         with autocommit(ctx.engine) as conn:
@@ -170,7 +171,17 @@ def _conclude(
             else:
                 raw, calls = answer.raw, answer.calls
                 result = record_proposal(
-                    ctx.publisher, conn, view, version, step, counters, before, raw, usage, calls
+                    ctx.publisher,
+                    conn,
+                    view,
+                    version,
+                    step,
+                    counters,
+                    before,
+                    raw,
+                    usage,
+                    calls,
+                    success=success,
                 )
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)
@@ -182,6 +193,20 @@ def _conclude(
         outbox.add(result[1])
     outbox.flush()
     return result[0]
+
+
+def _events_before(built: Any, usage: Usage) -> list[tuple[str, dict[str, Any]]]:
+    """The step's first events: the view the planner saw, and what an endpoint that did not
+    report (all of) its usage was charged by the estimate."""
+    before = [built]
+    if usage.estimated:
+        estimate = {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cost": usage.cost,
+        }
+        before.append(("model.usage.estimated", estimate))
+    return before
 
 
 def _retries(ctx: StageContext, spec: RunSpec, run_id: str, version: int) -> ModelRetries:

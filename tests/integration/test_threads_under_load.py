@@ -108,13 +108,18 @@ def test_threads_keep_runs_apart_under_load(
     assert len(set(traces.values())) == RUNS
 
     def complete() -> bool:
+        """Every run's spans exported: two tool calls and three planner steps each (a run's
+        last planner span may reach the collector after the run is seen completed)."""
         spans = otlp.spans()
         tools = Counter(
             s.attributes.get("warrant.run_id") for s in spans if s.name == "tool.execute"
         )
-        return all(tools[r] == 2 for r in runs)
+        steps = Counter(
+            s.attributes.get("warrant.run_id") for s in spans if s.name == "planner.propose"
+        )
+        return all(tools[r] == 2 and steps[r] >= 3 for r in runs)
 
-    wait_for(complete, timeout=30, what="every run's tool spans")
+    wait_for(complete, timeout=30, what="every run's tool and planner spans")
     # every span that names a run is in that run's trace, and each run has exactly its own
     for span in otlp.spans():
         run_id = span.attributes.get("warrant.run_id")
