@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from warrant.runner import scopes
@@ -136,8 +137,7 @@ def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> li
             continue
         for value in scopes.values_of(argument):
             scopes.normalize(kind, value)  # an invalid value is refused, not just out of scope
-            covers = lambda scope, kind=kind, value=value: _covers(kind, scope, value)  # noqa: E731
-            needs.append(_Need(covers, name, kind, value))
+            needs.append(_Need(partial(_covers, kind, value=value), name, kind, value))
     return needs
 
 
