@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.scopes",
             "runner.grants",
             "runner.provenance",
+            "runner.mentions",
             "runner.confirmation_rules",
             "runner.webhook_signing",
             "runner.authz",

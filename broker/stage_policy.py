@@ -41,9 +41,10 @@ from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
 from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus, StopReason
+from warrant.runner.grants import narrowed
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
-from warrant.runner.views import RunView
+from warrant.runner.views import GrantView, RunView
 from warrant.tools.contract import SideEffect
 
 __all__ = ["policy_evaluate"]
@@ -114,6 +115,7 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
     """The pure gate on the loaded proposal, in a span with per-layer events."""
     run_id, proposal = view.run_id, row.proposal
     pid = proposal["proposal_id"]
+    grants = grants_from(run_id, row.grants)
     with telemetry.span(
         "policy.evaluate", run_id=run_id, proposal_id=pid, tool=proposal["tool"]
     ) as sp:
@@ -122,7 +124,7 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                 raw=proposal["raw"],
                 run=view,
                 expected_version=view.version,
-                grants=grants_from(run_id, row.grants),
+                grants=grants,
                 confirmations=confirmations_from(run_id, row.confirmations),
                 history=history_from(row.history),
                 registry=ctx.registry,
@@ -130,7 +132,7 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                 deployment=deployment_check(ctx.engine),
                 relaxed=ctx.settings.relaxed_tools,
                 pre_approvals=pre_approvals_from(row.pre_approvals),
-                provenance=_provenance(ctx, run_id, proposal),
+                provenance=_provenance(ctx, run_id, proposal, grants),
             ),
             on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
         )
@@ -139,10 +141,15 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
     return decision
 
 
-def _provenance(ctx: StageContext, run_id: str, proposal: dict[str, Any]) -> Any:
-    """What a write or egress call's arguments may come from (a second read, for those only)."""
+def _provenance(
+    ctx: StageContext, run_id: str, proposal: dict[str, Any], grants: list[GrantView]
+) -> Any:
+    """What a write or egress call's arguments may come from, and the sources of task-scoped
+    grants of the tool's capabilities (a second read, for those calls only)."""
     tool = ctx.registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
-    if tool is None or (tool.side_effect is SideEffect.READ and not tool.egress):
+    if tool is None:
+        return None
+    if tool.side_effect is SideEffect.READ and not tool.egress and not narrowed(tool, grants):
         return None
     with autocommit(ctx.engine) as conn:
         row = load_provenance(conn, run_id)

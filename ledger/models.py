@@ -258,6 +258,8 @@ class GrantRow(Base):
     max_uses: Mapped[int | None] = mapped_column(Integer)
     uses: Mapped[int] = mapped_column(Integer, default=0)
     source: Mapped[str] = mapped_column(String(16), default="spec")
+    destinations_from: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    """A task-scoped grant's sources (``Grant.destinations_from``); NULL: not narrowed."""
     created_at: Mapped[datetime] = _now()
 
 

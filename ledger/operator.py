@@ -91,6 +91,7 @@ def insert_grant(s: Session, run_id: str, grant: Grant, *, source: str) -> int:
         max_uses=grant.max_uses,
         uses=0,
         source=source,
+        destinations_from=grant.destinations_from,
     )
     s.add(row)
     s.flush()

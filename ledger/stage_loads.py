@@ -85,7 +85,8 @@ _POLICY = Compiled.text(
 SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
   to_jsonb(p) AS proposal,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
-            g.expires_at_step, g.max_uses, g.uses) ORDER BY g.id), '[]'::jsonb)
+            g.expires_at_step, g.max_uses, g.uses, g.destinations_from) ORDER BY g.id),
+          '[]'::jsonb)
      FROM grants g WHERE g.run_id = r.id) AS grants,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.proposal_hash, c.tool, c.approved,
             c.used, c.expires_at_step, extract(epoch FROM c.expires_at))
@@ -204,6 +205,7 @@ def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
             expires_at_step=g[3],
             max_uses=g[4],
             uses=g[5],
+            destinations_from=tuple(g[6] or ()) if len(g) > 6 else (),
         )
         for g in rows
     ]

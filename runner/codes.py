@@ -92,6 +92,9 @@ class Rejection(StrEnum):
     INPUT_TOO_LARGE = "INPUT_TOO_LARGE"
     MISSING_CAPABILITY = "MISSING_CAPABILITY"
     RESOURCE_OUT_OF_SCOPE = "RESOURCE_OUT_OF_SCOPE"
+    RESOURCE_NOT_IN_TASK = "RESOURCE_NOT_IN_TASK"
+    """In a grant's scope, but its task-scoped grants' sources (``destinations_from``: the
+    goal, named trusted observations) mention the value nowhere."""
     RESOURCE_INVALID = "RESOURCE_INVALID"
     """A resource argument that is no valid value of its kind (a URL with userinfo, a path
     with ``..``, an address with a display name, a list with a non-string)."""

@@ -59,7 +59,8 @@ class GateInput:
     pre_approvals: Sequence[PreApprovalView] = ()
     """Exact proposals approved ahead of time, each usable once."""
     provenance: ProvenanceSources | None = None
-    """Where argument values may come from; loaded for write and egress tools only."""
+    """Where argument values may come from; loaded for write and egress tools, and for calls
+    a task-scoped grant may cover (its sources are in ``task``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

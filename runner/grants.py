@@ -4,20 +4,36 @@ A tool that declares typed ``resources`` has each value of each resource argumen
 element of a list) matched against the grant scopes by kind (:mod:`warrant.runner.scopes`);
 every value must be covered. A tool without them keeps the one-string ``resource`` and the
 exact / ``*`` / prefix match.
+
+A **task-scoped** grant (``destinations_from``) covers a value only if, besides its scope,
+the value is mentioned in one of the sources it names (the goal, the spec, a person's answers,
+a trusted tool's observations), by the rules of :mod:`warrant.runner.mentions`. A one-string
+``resource`` is mentioned whole or by what follows its ``kind:`` prefix
+(``recipient:bob@example.com``: ``bob@example.com``). A value in scope that no narrowed grant's
+sources mention is refused ``RESOURCE_NOT_IN_TASK``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from warrant.runner import scopes
-from warrant.runner.codes import Rejection
-from warrant.runner.views import GrantView, RunView
+from warrant.runner.codes import ObservationSource, Rejection
+from warrant.runner.errors import SpecError
+from warrant.runner.gate import GateInput
+from warrant.runner.mentions import mentioned
+from warrant.runner.spec import Grant
+from warrant.runner.views import GrantView, ProvenanceSources
 from warrant.tools.contract import Tool
+from warrant.tools.registry import Registry
 
-__all__ = ["Authorization", "authorize", "resource_label"]
+__all__ = ["Authorization", "authorize", "check_task_sources", "narrowed", "resource_label"]
+
+#: How a task-scoped grant names a trusted tool's observations: ``observations:<tool>``.
+OBSERVATIONS = "observations:"
 
 
 @dataclass(frozen=True)
@@ -25,6 +41,19 @@ class Authorization:
     code: str | None
     """``None`` when allowed, else the rejection code."""
     grant_ids: tuple[int, ...] = ()
+    message: str | None = None
+    """Why, for the planner (argument names, never values)."""
+
+
+@dataclass(frozen=True)
+class _Need:
+    """One value that needs a grant in scope (and, for a task-scoped grant, in its sources)."""
+
+    covers: Callable[[str], bool]
+    """``scope -> covered?``"""
+    argument: str
+    kind: scopes.ResourceKind | None
+    value: str
 
 
 def resource_label(
@@ -43,35 +72,64 @@ def resource_label(
 
 
 def authorize(
-    tool: Tool[Any, Any],
-    *,
-    resource: str,
-    arguments: dict[str, Any],
-    grants: Sequence[GrantView],
-    run: RunView,
+    tool: Tool[Any, Any], *, resource: str, arguments: dict[str, Any], inp: GateInput
 ) -> Authorization:
+    """Grants of the run (``inp.grants``) covering every value; task-scoped ones read their
+    sources from ``inp.provenance`` (none loaded: they cover nothing)."""
     used: list[int] = []
+    run = inp.run
     for capability in tool.capabilities:
-        held = [g for g in grants if g.capability == capability and g.run_id == run.run_id]
+        held = [g for g in inp.grants if g.capability == capability and g.run_id == run.run_id]
         if not held:
             return Authorization(Rejection.MISSING_CAPABILITY.value)
         try:
             needs = _needs(tool, resource, arguments)
         except scopes.InvalidResource:
             return Authorization(Rejection.RESOURCE_INVALID.value)
-        for matches in needs:
-            code, grant_id = _one(held, matches, run.step)
+        for need in needs:
+            code, grant_id = _one(held, need, run.step, inp.provenance)
             if code:
-                return Authorization(code)
+                return Authorization(code, message=_why(code, need, held))
             if grant_id not in used:
                 used.append(grant_id)  # type: ignore[arg-type]
     return Authorization(None, tuple(used))
 
 
-def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> list[Any]:
-    """One predicate per value that needs a grant in scope: ``scope -> covered?``."""
+def narrowed(tool: Tool[Any, Any], grants: Sequence[GrantView]) -> bool:
+    """Does a task-scoped grant hold one of the tool's capabilities (so the gate needs the
+    run's text even for a read)?"""
+    return any(g.destinations_from and g.capability in tool.capabilities for g in grants)
+
+
+def check_task_sources(grants: Sequence[Grant], registry: Registry, where: str = "grants") -> None:
+    """At the run's start (or an operator's grant): every ``observations:<tool>`` a grant's
+    ``destinations_from`` names is a tool the registry has, whose output is trusted (every
+    version's contract declares ``output_source=trusted-tool``). Else :class:`SpecError`."""
+    for index, grant in enumerate(grants):
+        for at, name in enumerate(grant.destinations_from or ()):
+            if not name.startswith(OBSERVATIONS):
+                continue
+            tool = name[len(OBSERVATIONS) :]
+            tools = registry.by_name(tool)
+            if not tools:
+                message = f"no tool {tool} in this deployment's registry"
+            elif any(t.output_source is not ObservationSource.TRUSTED_TOOL for t in tools):
+                message = (
+                    f"{tool}'s output is untrusted (its contract does not declare "
+                    "output_source=trusted-tool): it cannot name a task's destinations"
+                )
+            else:
+                continue
+            field = f"{where}.{index}.destinations_from.{at}"
+            raise SpecError(message, errors=[{"field": field, "message": message}])
+
+
+def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> list[_Need]:
+    """One need per value: ``scope -> covered?`` and what the value is."""
     if not tool.resources:
-        return [lambda scope: scopes.legacy_covers(scope, resource)]
+        return [
+            _Need(lambda scope: scopes.legacy_covers(scope, resource), "resource", None, resource)
+        ]
     needs = []
     for name, kind in sorted(tool.resources.items()):
         argument = arguments.get(name)
@@ -79,7 +137,7 @@ def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> li
             continue
         for value in scopes.values_of(argument):
             scopes.normalize(kind, value)  # an invalid value is refused, not just out of scope
-            needs.append(lambda scope, kind=kind, value=value: _covers(kind, scope, value))
+            needs.append(_Need(partial(_covers, kind, value=value), name, kind, value))
     return needs
 
 
@@ -90,14 +148,42 @@ def _covers(kind: scopes.ResourceKind, scope: str, value: str) -> bool:
         return False
 
 
-def _one(held: Sequence[GrantView], covers: Any, step: int) -> tuple[str | None, int | None]:
-    in_scope = [g for g in held if covers(g.resource_scope)]
+def _in_task(grant: GrantView, need: _Need, sources: ProvenanceSources | None) -> bool:
+    """A grant not narrowed covers any value in scope; a task-scoped one only a value its
+    named sources mention (no sources loaded: nothing)."""
+    if not grant.destinations_from:
+        return True
+    if sources is None:
+        return False
+    named = set(grant.destinations_from)
+    folded = "\n".join(text for source, text in sources.task if source in named).casefold()
+    forms = [need.value]
+    if need.kind is None and ":" in need.value:  # a one-string resource: ``kind:value``
+        forms.append(need.value.split(":", 1)[1])
+    return any(mentioned(form, need.kind, folded) for form in forms if form.strip())
+
+
+def _one(
+    held: Sequence[GrantView], need: _Need, step: int, sources: ProvenanceSources | None
+) -> tuple[str | None, int | None]:
+    in_scope = [g for g in held if need.covers(g.resource_scope)]
     if not in_scope:
         return Rejection.RESOURCE_OUT_OF_SCOPE.value, None
-    live = [g for g in in_scope if g.expires_at_step is None or g.expires_at_step >= step]
+    in_task = [g for g in in_scope if _in_task(g, need, sources)]
+    if not in_task:
+        return Rejection.RESOURCE_NOT_IN_TASK.value, None
+    live = [g for g in in_task if g.expires_at_step is None or g.expires_at_step >= step]
     if not live:
         return Rejection.GRANT_EXPIRED.value, None
     usable = [g for g in live if g.max_uses is None or g.uses < g.max_uses]
     if not usable:
         return Rejection.GRANT_EXHAUSTED.value, None
     return None, usable[0].grant_id
+
+
+def _why(code: str, need: _Need, held: Sequence[GrantView]) -> str | None:
+    """The message of a ``RESOURCE_NOT_IN_TASK`` refusal: which argument, which sources."""
+    if code != Rejection.RESOURCE_NOT_IN_TASK.value:
+        return None
+    named = sorted({s for g in held for s in g.destinations_from})
+    return f"{need.argument}: a value in scope but mentioned in none of {', '.join(named)}"

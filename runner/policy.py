@@ -279,9 +279,7 @@ def _check_grants(checked: _Checked, inp: GateInput, events: list[Event]) -> _Gr
     for typed resources, for every value of every resource argument)."""
     tool = checked.tool
     resource = resource_label(tool, checked.model, checked.arguments, inp.run.subject)
-    allowed = authorize(
-        tool, resource=resource, arguments=checked.arguments, grants=inp.grants, run=inp.run
-    )
+    allowed = authorize(tool, resource=resource, arguments=checked.arguments, inp=inp)
     code = allowed.code
     events.append(
         Event(
@@ -290,7 +288,8 @@ def _check_grants(checked: _Checked, inp: GateInput, events: list[Event]) -> _Gr
         )
     )
     if code:
-        return _reject(code, "authorization", checked.proposal_hash, inp, events)
+        why = allowed.message
+        return _reject(code, "authorization", checked.proposal_hash, inp, events, message=why)
     return _Granted(resource, allowed.grant_ids)
 
 

@@ -28,14 +28,13 @@ UntrustedPolicy`, per tool):
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from warrant.runner.codes import ObservationSource, Rejection
+from warrant.runner.mentions import destination_candidates, token
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
@@ -180,7 +179,7 @@ class _Text:
 
     def origin(self, candidate: str) -> tuple[str, str | None, str | None]:
         """``(origin, observation_id, excerpt)`` of one candidate value."""
-        pattern = _token(candidate)
+        pattern = token(candidate)
         if pattern.search(self.trusted):
             return "trusted", None, None
         for oid, text, folded in self.untrusted:
@@ -190,11 +189,6 @@ class _Text:
                 end = min(len(text), match.end() + EXCERPT_CHARS)
                 return "untrusted", oid, text[start:end]
         return "unseen", None, None
-
-
-def _token(candidate: str) -> re.Pattern[str]:
-    """The candidate as a whole token ("13" does not match inside "2013")."""
-    return re.compile(rf"(?<![\w]){re.escape(candidate.casefold())}(?![\w])")
 
 
 def analyse(
@@ -270,22 +264,9 @@ def _worst(path: str, shown: str, checks: list[tuple[str, str]], text: _Text) ->
 
 
 def _destination_candidates(value: str, kind: ResourceKind | None, text: _Text) -> list[str]:
-    """What must be trusted of a destination: a URL's host; a path, or else its folder (the
-    normalised path's parent: a report next to the one the goal names); anything else whole."""
-    value = value.strip()
-    if not value:
-        return []
-    if kind is ResourceKind.URL:
-        try:
-            host = urlsplit(value).hostname
-        except ValueError:
-            host = None
-        return [host or value]
-    if kind is ResourceKind.PATH:
-        folder = posixpath.dirname(posixpath.normpath(value))
-        if text.origin(value)[0] != "trusted" and folder not in ("", "/", "."):
-            return [folder]
-    return [value]
+    """What must be trusted of a destination (:func:`warrant.runner.mentions.
+    destination_candidates`)."""
+    return destination_candidates(value, kind, lambda v: text.origin(v)[0] == "trusted")
 
 
 def _embedded_candidates(value: str, text: _Text) -> list[tuple[ResourceKind, str]]:
@@ -304,9 +285,12 @@ def sources_from(
 ) -> ProvenanceSources:
     """Trusted text: the goal, the spec without its planner section (a scripted planner's
     outputs are the model's, not the user's), a person's answers and trusted tools'
-    observations; untrusted: every other tool's. Policy refusals are neither."""
+    observations; untrusted: every other tool's. Policy refusals are neither. ``task``: the
+    same trusted text by the source name a task-scoped grant gives it."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
-    trusted = [goal, *(text for _, text in leaf_strings(user_spec))]
+    spec_text = [text for _, text in leaf_strings(user_spec)]
+    trusted = [goal, *spec_text]
+    task = [("goal", goal), *(("spec", text) for text in spec_text)]
     untrusted = []
     for observation_id, source, content in observations:
         if source == ObservationSource.POLICY.value:
@@ -314,6 +298,17 @@ def sources_from(
         text = "\n".join(t for _, t in leaf_strings(content))
         if source in _TRUSTED_SOURCES:
             trusted.append(text)
+            if (name := _task_source(observation_id, source, content)) is not None:
+                task.append((name, text))
         else:  # untrusted-content, and any source this version does not know
             untrusted.append((observation_id, text))
-    return ProvenanceSources(trusted=tuple(trusted), untrusted=tuple(untrusted))
+    return ProvenanceSources(trusted=tuple(trusted), untrusted=tuple(untrusted), task=tuple(task))
+
+
+def _task_source(observation_id: str, source: str, content: Any) -> str | None:
+    """The ``destinations_from`` name of a trusted observation: ``answers`` for a person's
+    answer, ``observations:<tool>`` for a trusted tool's output (None for the goal's own)."""
+    if source == ObservationSource.USER.value:
+        return None if observation_id == "user-1" else "answers"
+    tool = content.get("tool") if isinstance(content, dict) else None
+    return f"observations:{tool}" if isinstance(tool, str) and tool else None

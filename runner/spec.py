@@ -75,6 +75,12 @@ class _Strict(BaseModel):
 MAX_INT = 2**31 - 1
 
 
+#: A source a task-scoped grant names (:attr:`Grant.destinations_from`).
+DestinationSource = Annotated[
+    str, Field(pattern=r"^(goal|spec|answers|observations:[^\s]{1,200})$", max_length=213)
+]
+
+
 class Grant(_Strict):
     """A capability the run holds; the only source of permission besides an API call."""
 
@@ -86,6 +92,12 @@ class Grant(_Strict):
     """Last step (inclusive) at which the grant is valid; ``None`` = the whole run."""
     max_uses: int | None = Field(default=None, ge=1, le=MAX_INT)
     """How many executions it may authorize; ``None`` = unlimited."""
+    destinations_from: list[DestinationSource] | None = Field(
+        default=None, min_length=1, max_length=20
+    )
+    """A task-scoped grant: it covers a call only if each of its resource values is also
+    mentioned (whole token) in one of these: ``goal``, ``spec``, ``answers``,
+    ``observations:<tool>`` (a tool whose output is trusted). ``None`` = not narrowed."""
 
 
 class Budgets(_Strict):

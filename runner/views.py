@@ -87,6 +87,8 @@ class GrantView:
     expires_at_step: int | None
     max_uses: int | None
     uses: int
+    destinations_from: tuple[str, ...] = ()
+    """A task-scoped grant's sources (``Grant.destinations_from``); empty: not narrowed."""
 
     def covers(self, resource: str) -> bool:
         scope = self.resource_scope
@@ -134,6 +136,11 @@ class ProvenanceSources:
     trusted: tuple[str, ...]
     untrusted: tuple[tuple[str, str], ...]
     """``(observation_id, text)`` pairs."""
+    task: tuple[tuple[str, str], ...] = ()
+    """``(source, text)`` pairs a task-scoped grant may name (``Grant.destinations_from``):
+    ``goal``, ``spec`` (the spec's text, planner section excluded), ``answers`` (a person's
+    answers), ``observations:<tool>`` (outputs of that tool, only if its contract declared
+    them trusted)."""
 
 
 def request_as_shown(request: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -110,15 +110,23 @@ class ApprovalsClient(RunsClient):
         max_uses: int | None = None,
         granted_by: str,
         operator_token: str | None = None,
+        destinations_from: list[str] | None = None,
     ) -> int:
-        """Grant a capability to a running run (an authenticated operator call)."""
+        """Grant a capability to a running run (an authenticated operator call);
+        ``destinations_from`` makes it task-scoped (``Grant.destinations_from``)."""
         self._check_operator(operator_token, "grant capabilities")
         grant = _grant(
             capability=capability,
             resource_scope=resource_scope,
             expires_at_step=expires_at_step,
             max_uses=max_uses,
+            destinations_from=destinations_from,
         )
+        if grant.destinations_from:
+            from warrant.runner.grants import check_task_sources
+            from warrant.tools.plugins import registry_for
+
+            check_task_sources([grant], registry_for(), where="grant")
         with session_scope(self.engine) as s:
             run = _open_run(s, run_id, "grant capabilities to")
             grant_id = insert_grant(s, run_id, grant, source="api")
@@ -258,7 +266,12 @@ def _record_decision(
 
 
 def _grant(
-    *, capability: str, resource_scope: str, expires_at_step: int | None, max_uses: int | None
+    *,
+    capability: str,
+    resource_scope: str,
+    expires_at_step: int | None,
+    max_uses: int | None,
+    destinations_from: list[str] | None = None,
 ) -> Grant:
     """The grant, validated like a run spec's (:class:`SpecError` if it is not valid)."""
     try:
@@ -267,6 +280,7 @@ def _grant(
             resource_scope=resource_scope,
             expires_at_step=expires_at_step,
             max_uses=max_uses,
+            destinations_from=destinations_from,
         )
     except ValidationError as exc:
         raise SpecError(

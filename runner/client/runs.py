@@ -95,11 +95,7 @@ class RunsClient:
             from warrant.runner.settings import WarrantSettings
 
             check_priced(spec, WarrantSettings().model_prices)
-        if spec.success is not None:
-            from warrant.runner.success import check_success_spec
-            from warrant.tools.plugins import registry_for
-
-            check_success_spec(spec, registry_for())
+        _check_against_registry(spec)
         from warrant.broker import telemetry
 
         origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)
@@ -339,3 +335,18 @@ def _cancel_locked(
     change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
     commit(s, change, step=run.step)
     return in_flight
+
+
+def _check_against_registry(spec: RunSpec) -> None:
+    """What of the spec only the deployment's registry can check: the tools its success
+    conditions and its task-scoped grants' ``observations:<tool>`` name (SpecError)."""
+    narrowed = any(g.destinations_from for g in spec.grants)
+    if spec.success is None and not narrowed:
+        return
+    from warrant.runner.grants import check_task_sources
+    from warrant.runner.success import check_success_spec
+    from warrant.tools.plugins import registry_for
+
+    registry = registry_for()
+    check_task_sources(spec.grants, registry)
+    check_success_spec(spec, registry)

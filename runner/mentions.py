@@ -1,0 +1,70 @@
+"""Does a text mention a value? The matching rules shared by provenance
+(:mod:`warrant.runner.provenance`: does trusted text supply a destination?) and task-scoped
+grants (:mod:`warrant.runner.grants`: does the goal, or a named trusted observation, name it?).
+
+Values match as whole tokens, case-insensitively ("13" is not in "2013"). What of a
+destination must be mentioned: a URL's host; a path, or else its folder (a report next to the
+one the goal names); an address or an identifier whole.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from warrant.runner.scopes import ResourceKind
+
+__all__ = ["destination_candidates", "mentioned", "token"]
+
+
+#: A folder candidate (:func:`destination_candidates`): matched only as the folder of a file
+#: the text names, never as a prefix of a deeper path.
+FOLDER = "/*"
+#: Before a token: not inside a word, a domain (``corp.example`` is not in
+#: ``docs.corp.example``), an address or a name with dashes.
+_BEFORE = r"(?<![\w.\-+@])"
+#: After a token: no more word, dash or address, and no further domain label (``docs.corp``
+#: is not in ``docs.corp.example``; a full stop ending a sentence is fine).
+_AFTER = r"(?![\w\-@])(?!\.\w)"
+
+
+def token(candidate: str) -> re.Pattern[str]:
+    """The candidate as a whole token, case-folded (search a ``casefold()``-ed text)."""
+    folded = candidate.casefold()
+    if folded.endswith(FOLDER):  # a file directly in that folder: "<folder>/<name>"
+        folder = re.escape(folded[: -len(FOLDER)])
+        return re.compile(rf"{_BEFORE}{folder}/[^/\s\"'<>]+(?![\w/])")
+    return re.compile(rf"{_BEFORE}{re.escape(folded)}{_AFTER}")
+
+
+def destination_candidates(
+    value: str, kind: ResourceKind | None, found: Callable[[str], bool]
+) -> list[str]:
+    """What must be mentioned of a destination (``found``: is this text mentioned?): a URL's
+    host; a path, or else its folder (the normalised path's parent); anything else whole."""
+    value = value.strip()
+    if not value:
+        return []
+    if kind is ResourceKind.URL:
+        try:
+            host = urlsplit(value).hostname
+        except ValueError:
+            host = None
+        return [host or value]
+    if kind is ResourceKind.PATH:
+        folder = posixpath.dirname(posixpath.normpath(value))
+        if not found(value) and folder not in ("", "/", "."):
+            return [folder + FOLDER]
+    return [value]
+
+
+def mentioned(value: str, kind: ResourceKind | None, folded: str) -> bool:
+    """Does ``folded`` (a ``casefold()``-ed text) mention the destination ``value``?"""
+
+    def found(candidate: str) -> bool:
+        return token(candidate).search(folded) is not None
+
+    candidates = destination_candidates(value, kind, found)
+    return bool(candidates) and all(found(c) for c in candidates)
