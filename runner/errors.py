@@ -84,6 +84,7 @@ __all__ = [
     "IdAmbiguous",
     "InvalidChoice",
     "InvalidRequest",
+    "LedgerTampered",
     "MemoryNotFound",
     "NotFound",
     "PluginError",
@@ -299,3 +300,18 @@ class ToolFailed(ToolError):
 
 class ToolUnknown(ToolError):
     code = "TOOL_OUTCOME_UNKNOWN"
+
+
+class LedgerTampered(WarrantError):
+    """``warrant ledger verify`` found a broken link in the trace's hash chain (or a prune
+    anchor that does not match): ``run_id``, ``seq`` and ``kind`` (``edited``, ``deleted``,
+    ``reordered``, ``inserted``, ``anchor_mismatch``, ``anchor_missing``) name the first."""
+
+    code = "LEDGER_TAMPERED"
+
+    def __init__(self, message: str, *, found: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.found = found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), **self.found}
