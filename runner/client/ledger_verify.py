@@ -70,9 +70,9 @@ def verify(
                 summary["anchors_checked"] += 1
                 pruned += a["runs"]
                 if anchor_hash(a["heads"]) != a["anchor_hash"] or a["runs"] != len(a["heads"]):
-                    found = {"run_id": None, "seq": None, "kind": "anchor_mismatch"}
-                    found |= {"batch_id": a["batch_id"], "detail": "its heads do not give its hash"}
-                    raise _tampered(found, summary)
+                    bad: dict[str, Any] = {"run_id": None, "seq": None, "kind": "anchor_mismatch"}
+                    bad |= {"batch_id": a["batch_id"], "detail": "its heads do not give its hash"}
+                    raise _tampered(bad, summary)
             summary["runs_pruned"] = pruned
     if run is not None:
         summary["head"] = heads[0]
