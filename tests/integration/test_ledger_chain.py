@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,27 @@ def test_a_pruned_run_verifies_against_its_anchor_and_archive(
     assert warrant("ledger", "restore", str(archive), "--json").returncode == 0
     assert lv.verify(engine, pruned)["head"] == head
     assert lv.verify(engine, kept)["head"] == heads[kept]
+
+
+def test_concurrent_appends_to_one_run_keep_one_chain(engine, run_to_end):
+    """Writers racing on one run are serialised by its row (``trace_seq``): the trigger's
+    look-up of the previous record always sees the last committed one."""
+    from sqlalchemy.orm import Session
+
+    from warrant.ledger.repo import append_events
+
+    (rid,) = _runs(run_to_end, 1)
+    before = lv.verify(engine, rid)["records_checked"]
+
+    def writer(k: int) -> None:
+        for i in range(60):
+            with Session(engine) as s, s.begin():
+                append_events(s, rid, [("test.raced", {"k": k, "i": i})] * (1 + i % 2), step=9)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    summary = lv.verify(engine, rid)
+    assert summary["intact"] and summary["records_checked"] == before + 180
