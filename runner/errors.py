@@ -41,6 +41,9 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │                               stall sweep publishes it later)
     ├── WaitTimedOut                WAIT_TIMED_OUT       a wait's deadline passed while the
     │                               ledger or the broker gave no answer (CLI exit 5)
+    ├── LedgerTampered              LEDGER_TAMPERED      ``ledger verify`` found a broken link in
+    │                               the trace's hash chain or a prune anchor (``run_id``,
+    │                               ``seq``, ``kind``; warrant.ledger.chain)
     ├── ConfirmationRefused         CONFIRMATION_REFUSED a confirm/decline that does not fit the
     │                               pending request (RUN_NOT_WAITING_CONFIRMATION, …)
     ├── Unauthorized                OPERATOR_TOKEN_INVALID  an operator call without a valid token
