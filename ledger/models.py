@@ -27,7 +27,7 @@ from sqlalchemy.orm import Mapped, configure_mappers, mapped_column
 
 from warrant.ledger.model_base import JSON, Base, ViewBase
 from warrant.ledger.model_base import created_now as _now
-from warrant.ledger.models_api import ApiToken, WebhookDelivery
+from warrant.ledger.models_api import ApiToken, LedgerAnchor, WebhookDelivery
 
 __all__ = [
     "ApiToken",
@@ -37,6 +37,7 @@ __all__ = [
     "Confirmation",
     "GrantRow",
     "Handoff",
+    "LedgerAnchor",
     "MemoryRecord",
     "Observation",
     "OutcomeRow",
@@ -229,6 +230,8 @@ class TraceRecord(Base):
     proposal_id: Mapped[str | None] = mapped_column(String(200))
     events: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = _now()
+    prev_hash: Mapped[str] = mapped_column(String(64))  # set by the chain trigger (0018)
+    hash: Mapped[str] = mapped_column(String(64))  # see warrant.ledger.chain
 
 
 class TraceEvent(ViewBase):

@@ -1,5 +1,6 @@
 """The HTTP API's tables (migration 0011): API tokens with roles, and the webhook deliveries
-of run events. Re-exported by :mod:`warrant.ledger.models`."""
+of run events; and the prune batches' anchors (migration 0018). Re-exported by
+:mod:`warrant.ledger.models`."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from warrant.ledger.model_base import Base, created_now
 
-__all__ = ["ApiToken", "WebhookDelivery"]
+__all__ = ["ApiToken", "LedgerAnchor", "WebhookDelivery"]
 
 
 class ApiToken(Base):
@@ -65,3 +67,17 @@ class WebhookDelivery(Base):
         UniqueConstraint("run_id", "run_version", "event", name="uq_webhook_deliveries_event"),
         Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
     )
+
+
+class LedgerAnchor(Base):
+    """One prune batch (migration 0018): ``heads`` is ``[[run_id, last_seq, final_hash], …]``
+    of the runs it removed, sorted by run id, and ``anchor_hash`` the hash over them
+    (:func:`warrant.ledger.chain.anchor_hash`). Append-only."""
+
+    __tablename__ = "ledger_anchors"
+
+    batch_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime] = created_now()
+    runs: Mapped[int] = mapped_column(Integer)
+    heads: Mapped[list[list[object]]] = mapped_column(JSONB)
+    anchor_hash: Mapped[str] = mapped_column(String(64))

@@ -31,17 +31,36 @@ the selection is not taken. A stage that inserts a row of a locked run waits for
 commit (milliseconds); the indexes of migration 0012 keep that short (the cutoff's ordered
 scan, and the cascade checks of ``commands.proposal_pk`` and ``reconciliations.command_id``,
 which were sequential scans per deleted row).
+
+Anchors. Each batch first records its runs' chain heads in one ``ledger_anchors`` row
+(:mod:`warrant.ledger.chain_store`, migration 0018), in the same transaction as the deletes,
+and each archived run carries its head: ``warrant ledger verify`` shows a removed range was a
+prune's, and ``--archive`` re-checks the archived chains against the anchor.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, Engine, Table, delete, func, select, text
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Engine,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    delete,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, insert
 
+from warrant.ledger.chain_store import heads_of, record_anchor
 from warrant.ledger.db import unbounded
 from warrant.ledger.models import (
     Artifact,
@@ -76,6 +95,7 @@ __all__ = [
 PRUNABLE_STATUSES = ("completed", "failed", "cancelled")
 
 _RUNS: Table = Run.__table__  # type: ignore[assignment]
+_TRACE: Table = TraceRecord.__table__  # type: ignore[assignment]
 
 #: The tables a run owns, children before parents (the order of the deletes; restore inserts
 #: in the reverse order).
@@ -100,7 +120,8 @@ OWNED: tuple[Table, ...] = tuple(
 #: Tables that name a run but are not the run's: never pruned (see the module docstring).
 KEPT = ("memory_records",)
 
-#: One archived run: ``{"run_id": …, "tables": {"runs": [row], "proposals": [rows], …}}``.
+#: One archived run: ``{"run_id": …, "tables": {"runs": [row], "proposals": [rows], …},
+#: "anchor": {"batch_id", "anchor_hash", "last_seq", "hash"}}`` (its head in its batch's anchor).
 Record = dict[str, Any]
 
 _SELECT = text(
@@ -158,6 +179,7 @@ def prune_batch(
             return [], {}
         counts: dict[str, int] = {}
         rows: dict[str, list[dict[str, Any]]] = {}
+        anchor = record_anchor(conn, heads_of(conn, ids))  # before the rows go
         for table in (*OWNED, _RUNS):
             column = table.c.id if table is _RUNS else table.c.run_id
             stmt = delete(table).where(column.in_(ids))
@@ -166,18 +188,26 @@ def prune_batch(
                 continue
             names = [c.name for c in table.c]
             found = [
-                dict(zip(names, r, strict=True)) for r in conn.execute(stmt.returning(*table.c))
+                dict(zip(names, r, strict=True))
+                for r in conn.execute(stmt.returning(*_archived_columns(table)))
             ]
             rows[str(table.name)] = found  # a plain str: the archive's JSON keys
             counts[str(table.name)] = len(found)
         if archive is not None:
-            archive(_records(ids, rows))
+            archive(_records(ids, rows, anchor))
     return ids, counts
 
 
-def _records(ids: Sequence[str], rows: dict[str, list[dict[str, Any]]]) -> list[Record]:
-    """The deleted rows grouped by run, tables in insert order."""
-    by_run: dict[str, Record] = {i: {"run_id": i, "tables": {}} for i in ids}
+def _records(
+    ids: Sequence[str], rows: dict[str, list[dict[str, Any]]], anchor: dict[str, Any]
+) -> list[Record]:
+    """The deleted rows grouped by run, tables in insert order; each with its head in the
+    batch's anchor (``{"batch_id", "anchor_hash", "last_seq", "hash"}``)."""
+    batch = {"batch_id": anchor["batch_id"], "anchor_hash": anchor["anchor_hash"]}
+    by_run: dict[str, Record] = {
+        rid: {"run_id": rid, "tables": {}, "anchor": {**batch, "last_seq": last, "hash": h}}
+        for rid, last, h in anchor["heads"]
+    }
     for table in (_RUNS, *reversed(OWNED)):
         key = "id" if table is _RUNS else "run_id"
         for row in rows.get(table.name, ()):
@@ -249,12 +279,36 @@ def restore_records(engine: Engine, records: Iterable[Record]) -> tuple[int, int
             counts["runs"] = counts.get("runs", 0) + 1
             for table in reversed(OWNED):
                 rows = tables.get(table.name)
-                if rows:
+                if rows and table is _TRACE:
+                    _restore_trace(conn, rows)
+                elif rows:
                     conn.execute(insert(table), rows)
                     counts[str(table.name)] = counts.get(str(table.name), 0) + len(rows)
         if restored:
             _advance_sequences(conn)
     return restored, skipped, counts
+
+
+def _archived_columns(table: Table) -> list[Any]:
+    """What an archive keeps of ``table``'s rows: every column; a trace record's events as
+    their exact ``jsonb`` text (a number such as ``5.000`` kept as written, so the restored
+    record hashes as before and the archive re-checks its chain exactly)."""
+    if table is not _TRACE:
+        return list(table.c)
+    return [cast(c, Text).label("events") if c.name == "events" else c for c in table.c]
+
+
+def _restore_trace(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Trace records in ``seq`` order (the chain trigger links each to the one before), the
+    events from their ``jsonb`` text (an archive before 0018 holds them as JSON values)."""
+    ordered = sorted(rows, key=lambda r: (r["run_id"], r["seq"]))
+    params = [
+        {k: v for k, v in r.items() if k != "events"}
+        | {"events_text": e if isinstance(e := r["events"], str) else json.dumps(e)}
+        for r in ordered
+    ]
+    stmt = insert(_TRACE).values(events=cast(bindparam("events_text", type_=Text), JSONB))
+    conn.execute(stmt, params)
 
 
 def _advance_sequences(conn: Connection) -> None:

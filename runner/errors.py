@@ -41,6 +41,9 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │                               stall sweep publishes it later)
     ├── WaitTimedOut                WAIT_TIMED_OUT       a wait's deadline passed while the
     │                               ledger or the broker gave no answer (CLI exit 5)
+    ├── LedgerTampered              LEDGER_TAMPERED      ``ledger verify`` found a broken link in
+    │                               the trace's hash chain or a prune anchor (``run_id``,
+    │                               ``seq``, ``kind``; warrant.ledger.chain)
     ├── ConfirmationRefused         CONFIRMATION_REFUSED a confirm/decline that does not fit the
     │                               pending request (RUN_NOT_WAITING_CONFIRMATION, …)
     ├── Unauthorized                OPERATOR_TOKEN_INVALID  an operator call without a valid token
@@ -84,6 +87,7 @@ __all__ = [
     "IdAmbiguous",
     "InvalidChoice",
     "InvalidRequest",
+    "LedgerTampered",
     "MemoryNotFound",
     "NotFound",
     "PluginError",
@@ -299,3 +303,18 @@ class ToolFailed(ToolError):
 
 class ToolUnknown(ToolError):
     code = "TOOL_OUTCOME_UNKNOWN"
+
+
+class LedgerTampered(WarrantError):
+    """``warrant ledger verify`` found a broken link in the trace's hash chain (or a prune
+    anchor that does not match): ``run_id``, ``seq`` and ``kind`` (``edited``, ``deleted``,
+    ``reordered``, ``inserted``, ``anchor_mismatch``, ``anchor_missing``) name the first."""
+
+    code = "LEDGER_TAMPERED"
+
+    def __init__(self, message: str, *, found: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.found = found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), **self.found}

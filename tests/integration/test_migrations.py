@@ -16,6 +16,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from tests.services import Services, ensure_database
+from warrant.ledger.chain import GENESIS, Head, check_run
+from warrant.ledger.chain_store import read_chains
 from warrant.ledger.db import engine_for
 from warrant.ledger.migrate import alembic_config, current_revision, upgrade
 from warrant.ledger.models import Base
@@ -74,6 +76,9 @@ def test_every_migration_goes_down_and_up_again_with_data(url: str) -> None:
     with engine_for(url).connect() as conn:
         seqs = conn.execute(text("SELECT seq FROM trace_events WHERE run_id = 'r1' ORDER BY seq"))
         assert seqs.scalars().all() == [1, 2]
+        allocated, rows = read_chains(conn, ["r1"])["r1"]  # 0018 chained the existing rows
+        assert rows[0].prev_hash == GENESIS and rows[1].prev_hash == rows[0].hash
+        assert isinstance(check_run("r1", rows, allocated), Head)
     _migrate(url, "downgrade", "0007")
     with engine_for(url).connect() as conn:
         ids = conn.execute(text("SELECT id FROM trace_events ORDER BY seq")).scalars().all()

@@ -16,7 +16,10 @@ from warrant.runner.client.cli.common import JsonOpt, console, guard, print_json
 
 __all__ = ["ledger_app"]
 
-ledger_app = typer.Typer(help="Retention: prune finished runs, restore them.", no_args_is_help=True)
+ledger_app = typer.Typer(
+    help="Retention (prune finished runs, restore them) and tamper evidence (verify).",
+    no_args_is_help=True,
+)
 
 
 def _engine() -> Any:
@@ -115,4 +118,36 @@ def ledger_restore(
         f"restored [bold]{summary['runs_restored']}[/] runs, skipped {summary['runs_skipped']}"
         f" that exist, in {summary['seconds']}s ({_rows(summary['rows'])})"
         + ("; the archive ends in a torn batch (never deleted)" if summary["truncated"] else "")
+    )
+
+
+@ledger_app.command("verify")
+def ledger_verify(
+    run: Annotated[
+        str | None, typer.Option("--run", help="Only this run (an id or a unique prefix).")
+    ] = None,
+    archive: Annotated[
+        Path | None,
+        typer.Option("--archive", help="Check this prune archive against its anchors instead."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check the trace's hash chain of every run (or one) and the prune anchors; exit 1 with
+    LEDGER_TAMPERED naming the run, the seq and the kind of the first broken link."""
+    from warrant.runner.client import ledger_verify as lv
+
+    with _progress(as_json, "verifying runs") as on_progress:
+        if archive is not None:
+            summary = guard(
+                as_json, lambda: lv.verify_archive(_engine(), archive, on_progress=on_progress)
+            )
+        else:
+            summary = guard(as_json, lambda: lv.verify(_engine(), run, on_progress=on_progress))
+    if as_json:
+        print_json(summary)
+        return
+    what = f"archive {archive}" if archive is not None else (f"run {run}" if run else "ledger")
+    console.print(
+        f"{what}: intact — {summary['runs_checked']} runs, {summary['records_checked']} records,"
+        f" {summary['anchors_checked']} prune anchors checked in {summary['seconds']}s"
     )
