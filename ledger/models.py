@@ -28,6 +28,7 @@ from sqlalchemy.orm import Mapped, configure_mappers, mapped_column
 from warrant.ledger.model_base import JSON, Base, ViewBase
 from warrant.ledger.model_base import created_now as _now
 from warrant.ledger.models_api import ApiToken, LedgerAnchor, WebhookDelivery
+from warrant.ledger.models_workers import WorkerRegistration
 
 __all__ = [
     "ApiToken",
@@ -373,27 +374,6 @@ class Handoff(Base):
     resolution_reason: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_handoffs_open", "resolved_at"),)
-
-
-class WorkerRegistration(Base):
-    """What tool set a running worker has: written when it starts, refreshed while it runs,
-    removed when it stops. The policy gate and ``warrant tools check`` read it to tell when
-    the roles disagree."""
-
-    __tablename__ = "worker_registrations"
-
-    process: Mapped[str] = mapped_column(String(80), primary_key=True)
-    """The worker process's identity (``<pid>.<started>.<space>``; unique across hosts)."""
-    node: Mapped[str] = mapped_column(String(255), index=True)
-    """Celery node name (``tool-1234@host``): for people; two workers may share one."""
-    roles: Mapped[list[Any]] = mapped_column(JSON)
-    queues: Mapped[list[Any]] = mapped_column(JSON)
-    fingerprint: Mapped[str] = mapped_column(String(64))
-    tools: Mapped[list[Any]] = mapped_column(JSON)
-    """``name@version`` of every tool in the worker's registry."""
-    pid: Mapped[int] = mapped_column(Integer)
-    started_at: Mapped[datetime] = _now()
-    seen_at: Mapped[datetime] = _now()
 
 
 # Configure the mappers now, at import, not lazily at a process's first ORM query: that query
