@@ -48,6 +48,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.grants",
             "runner.provenance",
             "runner.confirmation_rules",
+            "runner.grant_wait",
             "runner.webhook_signing",
             "runner.authz",
             "runner.cancellation",

@@ -10,6 +10,7 @@ from typing import Any
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
+from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.publish import Outbox
@@ -60,7 +61,7 @@ def _events(decision_events: list[policy.Event]) -> list[tuple[str, dict[str, An
 
 def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
-    ``handoff`` or ``accepted``.
+    ``waiting_grant:<code>``, ``handoff`` or ``accepted``.
 
     One read (run, pending proposal, grants, confirmations, loop history) and one write (the
     transition with the proposal's verdict and, if accepted, the command), each a single
@@ -78,7 +79,9 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     send: Callable[[], None] | None = None
     try:
         with autocommit(ctx.engine) as conn:
-            if isinstance(decision, policy.Reject):
+            if isinstance(decision, policy.Reject) and asks(row, decision):
+                result = await_grant(ctx, conn, view, row, decision)
+            elif isinstance(decision, policy.Reject):
                 send = _reject(ctx, conn, view, row.proposal, decision)
                 result = f"rejected:{decision.code}"
             elif isinstance(decision, policy.Halt):

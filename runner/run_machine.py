@@ -68,6 +68,8 @@ __all__ = [
     "request_confirmation",
     "resolve",
     "resume_after_confirmation",
+    "request_grant",
+    "resume_after_grant",
     "stop",
 ]
 
@@ -174,6 +176,29 @@ def resume_after_confirmation(view: RunView, *, approved: bool, decided: dict[st
     changes = {"phase": Phase.POLICY.value, "stop_reason": None}
     trace = [(name, decided), transitioned(view, S.RUNNING)]
     return make_change(RunEvent.RESUME_AFTER_CONFIRMATION, view, S.RUNNING, changes, trace)
+
+
+def request_grant(
+    view: RunView, *, request: dict[str, Any], events: Sequence[Event] = ()
+) -> Change:
+    """The pending proposal needs a grant the run lacks; the run waits for an operator's grant
+    (``request``: tool, capabilities, resources, step, proposal hash, code), kept as the
+    run's ``stop_detail`` while it waits."""
+    target = S.WAITING_GRANT
+    changes = {
+        "phase": Phase.IDLE.value,
+        "stop_reason": StopReason.GRANT_REQUIRED.value,
+        "stop_detail": request,
+    }
+    trace = [*events, ("grant.requested", request), transitioned(view, target)]
+    return make_change(RunEvent.REQUEST_GRANT, view, target, changes, trace)
+
+
+def resume_after_grant(view: RunView, *, added: dict[str, Any]) -> Change:
+    """A grant was added: the gate looks at the same pending proposal again (not re-planned)."""
+    changes = {"phase": Phase.POLICY.value, "stop_reason": None, "stop_detail": None}
+    trace = [("grant.added", added), transitioned(view, S.RUNNING)]
+    return make_change(RunEvent.RESUME_AFTER_GRANT, view, S.RUNNING, changes, trace)
 
 
 # --- tool outcomes and unknown effects ---------------------------------------------------------

@@ -72,6 +72,8 @@ class RunEvent(StrEnum):
     REISSUE_COMMAND = "reissue_command"
     REQUEST_CONFIRMATION = "request_confirmation"
     RESUME_AFTER_CONFIRMATION = "resume_after_confirmation"
+    REQUEST_GRANT = "request_grant"
+    RESUME_AFTER_GRANT = "resume_after_grant"
     CONCLUDE_TOOL = "conclude_tool"
     ENTER_RECONCILIATION = "enter_reconciliation"
     RECONCILED_APPLIED = "reconciled_applied"
@@ -100,7 +102,9 @@ class Rule:
 
 S = RunStatus
 _ALL = frozenset(RunStatus)
-_ACTIVE = frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.CANCELLING, S.WAITING_JOB})
+_ACTIVE = frozenset(
+    {S.RUNNING, S.WAITING_CONFIRMATION, S.WAITING_GRANT, S.RECONCILING, S.CANCELLING, S.WAITING_JOB}
+)
 _ENDED = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
 _STOPS = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.NEEDS_INPUT})
 
@@ -133,6 +137,12 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
         "confirmation.approved",
         "confirmation.declined",
     ),
+    RunEvent.REQUEST_GRANT: _R(
+        frozenset({S.RUNNING}), frozenset({S.WAITING_GRANT}), "grant.requested"
+    ),
+    RunEvent.RESUME_AFTER_GRANT: _R(
+        frozenset({S.WAITING_GRANT}), frozenset({S.RUNNING}), "grant.added"
+    ),
     RunEvent.CONCLUDE_TOOL: _R(
         frozenset({S.RUNNING, S.CANCELLING}),
         frozenset({S.RUNNING, S.CANCELLING, S.FAILED, S.CANCELLED}),
@@ -155,7 +165,16 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
     RunEvent.JOB_SETTLED: _R(frozenset({S.WAITING_JOB}), frozenset({S.RUNNING}), "job.settled"),
     RunEvent.STOP: _R(_ACTIVE, _STOPS, "run.stopped"),
     RunEvent.CANCEL: _R(
-        frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.NEEDS_INPUT, S.WAITING_JOB}),
+        frozenset(
+            {
+                S.RUNNING,
+                S.WAITING_CONFIRMATION,
+                S.WAITING_GRANT,
+                S.RECONCILING,
+                S.NEEDS_INPUT,
+                S.WAITING_JOB,
+            }
+        ),
         frozenset({S.CANCELLING, S.CANCELLED}),
         "cancel.requested",
     ),
