@@ -66,9 +66,9 @@ __all__ = [
     "reopen_for_late_effect",
     "replan",
     "request_confirmation",
+    "request_grant",
     "resolve",
     "resume_after_confirmation",
-    "request_grant",
     "resume_after_grant",
     "stop",
 ]
