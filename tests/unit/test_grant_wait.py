@@ -117,3 +117,32 @@ def test_the_machine_waits_and_resumes_at_the_policy_stage():
         machine.resume_after_grant(view, added={})
     with pytest.raises(IllegalTransition):
         machine.request_grant(waiting, request=request)
+
+
+def test_run_show_says_which_grant_the_run_waits_for_and_the_command():
+    from warrant.runner.client.cli.why import waiting_for, why, why_lines
+
+    info = {
+        "run_id": "r1",
+        "status": "waiting_grant",
+        "stop_reason": "GRANT_REQUIRED",
+        "waiting_for_grant": {
+            "tool": "write_artifact",
+            "capability": "artifact:write",
+            "resources": ["run-output/a.md"],
+            "step": 2,
+            "proposal_hash": "c" * 64,
+        },
+    }
+    wait = waiting_for(info, [])
+    assert wait is not None and wait["kind"] == "grant"
+    assert wait["command"] == (
+        "warrant run grant r1 --capability artifact:write --scope run-output/a.md --by NAME"
+    )
+    lines = why_lines(why(info, []))
+    assert lines[0] == "waiting_grant: GRANT_REQUIRED"
+    assert lines[1] == (
+        "waits for a grant of artifact:write for write_artifact on run-output/a.md "
+        "(proposal cccccccccccc, step 2)"
+    )
+    assert lines[2].strip() == wait["command"]
