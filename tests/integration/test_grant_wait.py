@@ -55,6 +55,13 @@ def test_a_missing_grant_waits_and_a_grant_runs_the_same_proposal_once(engine, c
         0,
     )
     assert [r.run_id for r in client.list_runs(status="waiting_grant", limit=500)].count(run_id)
+    # `warrant run list --status waiting_grant` reads the same without SQLAlchemy
+    from warrant.ledger.run_listing import newest_runs
+
+    listed = newest_runs(engine.url.render_as_string(False), limit=500, status="waiting_grant")
+    [row] = [r for r in listed if r["run_id"] == run_id]
+    assert row == client.get_run(run_id).to_dict() | {"pre_approvals": []}
+    assert row["waiting_for_grant"]["capability"] == "artifact:write"
 
     # a grant that does not cover the resource: the same proposal is refused again, still waits
     client.add_grant(
