@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.provenance",
             "runner.mentions",
             "runner.confirmation_rules",
+            "runner.grant_wait",
             "runner.webhook_signing",
             "runner.authz",
             "runner.cancellation",

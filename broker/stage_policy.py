@@ -12,6 +12,7 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.describe import described
 from warrant.broker.faults import crash_point
+from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.publish import Outbox
@@ -64,7 +65,7 @@ def _events(decision_events: list[policy.Event]) -> list[tuple[str, dict[str, An
 
 def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
-    ``handoff`` or ``accepted``.
+    ``waiting_grant:<code>``, ``handoff`` or ``accepted``.
 
     One read (run, pending proposal, grants, confirmations, loop history) and one write (the
     transition with the proposal's verdict and, if accepted, the command), each a single
@@ -82,7 +83,9 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     send: Callable[[], None] | None = None
     try:
         with autocommit(ctx.engine) as conn:
-            if isinstance(decision, policy.Reject):
+            if isinstance(decision, policy.Reject) and asks(row, decision):
+                result = await_grant(ctx, conn, view, row, decision)
+            elif isinstance(decision, policy.Reject):
                 if _persistent(conn, run_id, row.handoff):
                     return _handoff(ctx, run_id, version, row.proposal["id"], _influence(decision))
                 send = _reject(ctx, conn, view, row.proposal, decision)

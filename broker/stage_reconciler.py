@@ -94,6 +94,8 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
             lock.check()
             _expired_confirmations(ctx, settings, report, lock.check)
             lock.check()
+            _expired_grant_waits(ctx, settings, report, lock.check)
+            lock.check()
             poll_waiting_jobs(ctx, settings, report, check=lock.check)
             lock.check()
             sent = deliver_webhooks(ctx, settings)
@@ -300,6 +302,30 @@ def _expired_confirmations(
             )
             stop = Stop(RunStatus.CANCELLED, reason, {"effect": "none"})
             expired = ("confirmation.expired", {"reason": reason.value})
+            change = machine.stop(run_view(run), stop, step=run.step, events=[expired])
+            commit(s, change, step=run.step)
+            report.expired += 1
+
+
+def _expired_grant_waits(
+    ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
+) -> None:
+    """A run waiting for a grant past its deadline stops as a waiting confirmation does:
+    ``cancelled``, ``DEADLINE_REACHED``, nothing ran."""
+    now = ctx.clock()
+    with session_scope(ctx.engine) as s:
+        due = sweeps.waiting_grants_due(s, now=now, limit=settings.sweep_batch)
+    for run_id in due:
+        check()
+        with session_scope(ctx.engine) as s:
+            run = rows.lock_run(s, run_id)
+            if run is None or run.status != RunStatus.WAITING_GRANT:
+                continue
+            if run.deadline_at.timestamp() > now:
+                continue
+            reason = StopReason.DEADLINE_REACHED
+            stop = Stop(RunStatus.CANCELLED, reason, {"effect": "none"})
+            expired = ("grant.wait_expired", {"reason": reason.value})
             change = machine.stop(run_view(run), stop, step=run.step, events=[expired])
             commit(s, change, step=run.step)
             report.expired += 1

@@ -35,6 +35,7 @@ from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, Outcome, RunStatus, StopReason
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change
+from warrant.runner.run_rules import charge_tool_usage
 from warrant.runner.views import RunView
 from warrant.tools.contract import SideEffect, Tool
 
@@ -86,7 +87,7 @@ def record_fast(
     at_claim = dataclasses.replace(snap.view, version=snap.version, status=RunStatus.RUNNING)
     change, observation, go_on = _conclusion(at_claim, tool, res, snap.step, attempt_event)
     if res.usage:  # charged in the same compare-and-set as the outcome
-        change = machine.charge_tool_usage(
+        change = charge_tool_usage(
             change,
             at_claim,
             tokens=res.usage.tokens,

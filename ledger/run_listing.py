@@ -42,6 +42,9 @@ COLUMNS = {
     "cost_used": "cost_used",
 }
 
+WAITING_GRANT = "waiting_grant"
+"""``RunStatus.WAITING_GRANT``: its ``stop_detail`` is the run's ``waiting_for_grant``."""
+
 
 def newest_runs(
     url: str, *, limit: int, status: str | None = None, settings: WarrantSettings | None = None
@@ -49,7 +52,8 @@ def newest_runs(
     """The newest runs first (only those at ``status``, if given), as ``RunInfo.to_dict()``."""
     where = "WHERE status = %(status)s " if status else ""
     query = (
-        f"SELECT {', '.join(COLUMNS)} FROM runs {where}"  # fixed column names, values bound
+        # fixed column names, values bound
+        f"SELECT {', '.join(COLUMNS)}, stop_detail FROM runs {where}"
         "ORDER BY created_at DESC LIMIT %(limit)s"
     )
     if not url.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
@@ -73,4 +77,10 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
     shown["created_at"] = row["created_at"].isoformat()
     shown["finished_at"] = row["finished_at"].isoformat() if row["finished_at"] else None
     shown["cost_used"] = round(row["cost_used"] or 0.0, 6)
-    return {**shown, "confirmation_request": None, "pre_approvals": []}
+    waiting = dict(row["stop_detail"] or {}) if row["status"] == WAITING_GRANT else None
+    return {
+        **shown,
+        "confirmation_request": None,
+        "pre_approvals": [],
+        "waiting_for_grant": waiting,
+    }

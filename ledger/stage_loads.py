@@ -83,6 +83,7 @@ _PLANNING_WITH_SPEC = Compiled.text(_PLANNING_SQL.replace("{spec}", "r.spec"))
 _POLICY = Compiled.text(
     f"""
 SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
+  r.spec -> 'policy' AS run_policy,
   to_jsonb(p) AS proposal,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
             g.expires_at_step, g.max_uses, g.uses, g.destinations_from) ORDER BY g.id),

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, literal_column, or_, select, update
@@ -32,6 +32,7 @@ __all__ = [
     "sweep_lock",
     "touch_run",
     "waiting_confirmations",
+    "waiting_grants_due",
 ]
 
 
@@ -242,6 +243,19 @@ def waiting_confirmations(s: Session, *, limit: int) -> list[Any]:
             .join(Proposal, Proposal.id == Run.pending_proposal_id)
             .where(Run.status == RunStatus.WAITING_CONFIRMATION.value)
             .order_by(Run.updated_at)
+            .limit(limit)
+        ).all()
+    )
+
+
+def waiting_grants_due(s: Session, *, now: float, limit: int) -> list[str]:
+    """Ids of runs waiting for a grant whose deadline has passed at ``now``, oldest first."""
+    cutoff = datetime.fromtimestamp(now, tz=UTC)
+    return list(
+        s.scalars(
+            select(Run.id)
+            .where(Run.status == RunStatus.WAITING_GRANT.value, Run.deadline_at <= cutoff)
+            .order_by(Run.deadline_at)
             .limit(limit)
         ).all()
     )

@@ -37,6 +37,7 @@ S = RunStatus
 #: Statuses whose entry is told to the producer, and the event name it gets.
 NOTIFY: dict[RunStatus, str] = {
     S.WAITING_CONFIRMATION: "waiting",
+    S.WAITING_GRANT: "waiting",
     S.NEEDS_INPUT: "waiting",
     S.HANDOFF: "waiting",
     S.COMPLETED: "ended",

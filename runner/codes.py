@@ -17,6 +17,9 @@ class RunStatus(StrEnum):
     RECONCILING = "reconciling"
     WAITING_JOB = "waiting_job"
     """A long-running tool's job was accepted: the reconciler polls it (no worker waits)."""
+    WAITING_GRANT = "waiting_grant"
+    """The gate refused a proposal for a missing grant and the spec says ``ask``: an operator's
+    grant sends the same proposal through the gate again (``policy.on_missing_grant``)."""
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -66,6 +69,8 @@ class StopReason(StrEnum):
     content: a person looks (a persistent injection), the run does not burn its budget."""
     USER_CONFIRMATION_REQUIRED = "USER_CONFIRMATION_REQUIRED"
     CLARIFICATION_REQUIRED = "CLARIFICATION_REQUIRED"
+    GRANT_REQUIRED = "GRANT_REQUIRED"
+    """Waiting (``waiting_grant``): the pending proposal needs a grant the run does not hold."""
     MODEL_FAILED = "MODEL_FAILED"
     TOOL_FAILED = "TOOL_FAILED"
     TOOL_POSTCONDITION_FAILED = "TOOL_POSTCONDITION_FAILED"

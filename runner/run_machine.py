@@ -20,7 +20,6 @@ change records ``state.transitioned``; every stop records ``run.stopped`` with a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,7 +54,6 @@ __all__ = [
     "Stop",
     "answer",
     "cancel",
-    "charge_tool_usage",
     "conclude_tool",
     "enter_reconciliation",
     "finish_cancel",
@@ -68,8 +66,10 @@ __all__ = [
     "reopen_for_late_effect",
     "replan",
     "request_confirmation",
+    "request_grant",
     "resolve",
     "resume_after_confirmation",
+    "resume_after_grant",
     "stop",
 ]
 
@@ -178,6 +178,29 @@ def resume_after_confirmation(view: RunView, *, approved: bool, decided: dict[st
     return make_change(RunEvent.RESUME_AFTER_CONFIRMATION, view, S.RUNNING, changes, trace)
 
 
+def request_grant(
+    view: RunView, *, request: dict[str, Any], events: Sequence[Event] = ()
+) -> Change:
+    """The pending proposal needs a grant the run lacks; the run waits for an operator's grant
+    (``request``: tool, capabilities, resources, step, proposal hash, code), kept as the
+    run's ``stop_detail`` while it waits."""
+    target = S.WAITING_GRANT
+    changes = {
+        "phase": Phase.IDLE.value,
+        "stop_reason": StopReason.GRANT_REQUIRED.value,
+        "stop_detail": request,
+    }
+    trace = [*events, ("grant.requested", request), transitioned(view, target)]
+    return make_change(RunEvent.REQUEST_GRANT, view, target, changes, trace)
+
+
+def resume_after_grant(view: RunView, *, added: dict[str, Any]) -> Change:
+    """A grant was added: the gate looks at the same pending proposal again (not re-planned)."""
+    changes = {"phase": Phase.POLICY.value, "stop_reason": None, "stop_detail": None}
+    trace = [("grant.added", added), transitioned(view, S.RUNNING)]
+    return make_change(RunEvent.RESUME_AFTER_GRANT, view, S.RUNNING, changes, trace)
+
+
 # --- tool outcomes and unknown effects ---------------------------------------------------------
 
 
@@ -211,25 +234,6 @@ def conclude_tool(
         return _ended(RunEvent.CONCLUDE_TOOL, view, failed, step=step, events=events)
     changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
     return make_change(RunEvent.CONCLUDE_TOOL, view, S.RUNNING, changes, events)
-
-
-def charge_tool_usage(
-    change: Change,
-    view: RunView,
-    *,
-    tokens: int,
-    cost: float,
-    details: Mapping[str, Any],
-) -> Change:
-    """``change`` with a tool call's reported usage added to the run's token and cost counters
-    (the budgets the planner's calls count against), in the same compare-and-set."""
-    changes = {
-        **change.changes,
-        "tokens_used": view.tokens_used + tokens,
-        "cost_used": view.cost_used + cost,
-    }
-    charged = ("tool.usage.charged", {"tokens": tokens, "cost": cost, **details})
-    return dataclasses.replace(change, changes=changes, events=(*change.events, charged))
 
 
 def enter_reconciliation(

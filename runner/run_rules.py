@@ -7,6 +7,7 @@ are in :mod:`warrant.runner.run_machine`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -26,6 +27,7 @@ __all__ = [
     "Rule",
     "RunEvent",
     "Stop",
+    "charge_tool_usage",
     "make_change",
     "stop_changes",
     "stop_events",
@@ -72,6 +74,8 @@ class RunEvent(StrEnum):
     REISSUE_COMMAND = "reissue_command"
     REQUEST_CONFIRMATION = "request_confirmation"
     RESUME_AFTER_CONFIRMATION = "resume_after_confirmation"
+    REQUEST_GRANT = "request_grant"
+    RESUME_AFTER_GRANT = "resume_after_grant"
     CONCLUDE_TOOL = "conclude_tool"
     ENTER_RECONCILIATION = "enter_reconciliation"
     RECONCILED_APPLIED = "reconciled_applied"
@@ -100,7 +104,9 @@ class Rule:
 
 S = RunStatus
 _ALL = frozenset(RunStatus)
-_ACTIVE = frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.CANCELLING, S.WAITING_JOB})
+_ACTIVE = frozenset(
+    {S.RUNNING, S.WAITING_CONFIRMATION, S.WAITING_GRANT, S.RECONCILING, S.CANCELLING, S.WAITING_JOB}
+)
 _ENDED = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
 _STOPS = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.NEEDS_INPUT})
 
@@ -133,6 +139,12 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
         "confirmation.approved",
         "confirmation.declined",
     ),
+    RunEvent.REQUEST_GRANT: _R(
+        frozenset({S.RUNNING}), frozenset({S.WAITING_GRANT}), "grant.requested"
+    ),
+    RunEvent.RESUME_AFTER_GRANT: _R(
+        frozenset({S.WAITING_GRANT}), frozenset({S.RUNNING}), "grant.added"
+    ),
     RunEvent.CONCLUDE_TOOL: _R(
         frozenset({S.RUNNING, S.CANCELLING}),
         frozenset({S.RUNNING, S.CANCELLING, S.FAILED, S.CANCELLED}),
@@ -155,7 +167,16 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
     RunEvent.JOB_SETTLED: _R(frozenset({S.WAITING_JOB}), frozenset({S.RUNNING}), "job.settled"),
     RunEvent.STOP: _R(_ACTIVE, _STOPS, "run.stopped"),
     RunEvent.CANCEL: _R(
-        frozenset({S.RUNNING, S.WAITING_CONFIRMATION, S.RECONCILING, S.NEEDS_INPUT, S.WAITING_JOB}),
+        frozenset(
+            {
+                S.RUNNING,
+                S.WAITING_CONFIRMATION,
+                S.WAITING_GRANT,
+                S.RECONCILING,
+                S.NEEDS_INPUT,
+                S.WAITING_JOB,
+            }
+        ),
         frozenset({S.CANCELLING, S.CANCELLED}),
         "cancel.requested",
     ),
@@ -251,3 +272,22 @@ def stop_events(view: RunView, stop: Stop, step: int, counters: Mapping[str, Any
     if stop.detail:
         stopped["detail"] = stop.detail
     return [transitioned(view, stop.status), ("run.stopped", stopped)]
+
+
+def charge_tool_usage(
+    change: Change,
+    view: RunView,
+    *,
+    tokens: int,
+    cost: float,
+    details: Mapping[str, Any],
+) -> Change:
+    """``change`` with a tool call's reported usage added to the run's token and cost counters
+    (the budgets the planner's calls count against), in the same compare-and-set."""
+    changes = {
+        **change.changes,
+        "tokens_used": view.tokens_used + tokens,
+        "cost_used": view.cost_used + cost,
+    }
+    charged = ("tool.usage.charged", {"tokens": tokens, "cost": cost, **details})
+    return dataclasses.replace(change, changes=changes, events=(*change.events, charged))

@@ -241,6 +241,16 @@ class HandoffPolicy(_Strict):
     (``UNTRUSTED_INFLUENCE``) instead of burning the step budget; ``None`` = off."""
 
 
+class RunPolicy(_Strict):
+    """How the gate's refusals are handled."""
+
+    on_missing_grant: Literal["replan", "ask"] = "replan"
+    """A proposal refused for a grant the run lacks (``MISSING_CAPABILITY``,
+    ``RESOURCE_OUT_OF_SCOPE``): ``replan`` gives the planner the refusal as an observation;
+    ``ask`` pauses the run in ``waiting_grant`` until an operator grants it (the same proposal
+    then goes through the gate again) or cancels the run."""
+
+
 class PreApproval(_Strict):
     """One exact proposal a person approved ahead of time: the gate takes a proposal with the
     same tool, version and (normalised) arguments as confirmed, once. It never covers a call
@@ -280,6 +290,8 @@ class RunSpec(_Strict):
     """Limits; every exhaustion stops the run with its own reason."""
     handoff: HandoffPolicy = Field(default_factory=HandoffPolicy)
     """Situations that go to a person rather than end the run."""
+    policy: RunPolicy = Field(default_factory=RunPolicy)
+    """How refusals are handled (``on_missing_grant``)."""
     pre_approved: list[PreApproval] = Field(default_factory=list, max_length=100)
     """Exact proposals approved ahead of time, each usable once (an unattended run's plan)."""
     webhook: Webhook | None = None

@@ -113,7 +113,9 @@ class ApprovalsClient(RunsClient):
         destinations_from: list[str] | None = None,
     ) -> int:
         """Grant a capability to a running run (an authenticated operator call);
-        ``destinations_from`` makes it task-scoped (``Grant.destinations_from``)."""
+        ``destinations_from`` makes it task-scoped (``Grant.destinations_from``). A run in
+        ``waiting_grant`` goes back to the gate with the same pending proposal: covered, it
+        goes on; still not covered, it waits again."""
         self._check_operator(operator_token, "grant capabilities")
         grant = _grant(
             capability=capability,
@@ -130,23 +132,24 @@ class ApprovalsClient(RunsClient):
         with session_scope(self.engine) as s:
             run = _open_run(s, run_id, "grant capabilities to")
             grant_id = insert_grant(s, run_id, grant, source="api")
-            append_events(
-                s,
-                run_id,
-                [
-                    (
-                        "grant.added",
-                        {
-                            "grant_id": grant_id,
-                            "capability": grant.capability,
-                            "resource_scope": grant.resource_scope,
-                            "by": granted_by,
-                        },
-                    )
-                ],
-                step=run.step,
-            )
-            return grant_id
+            added = {
+                "grant_id": grant_id,
+                "capability": grant.capability,
+                "resource_scope": grant.resource_scope,
+                "by": granted_by,
+            }
+            if run.status != RunStatus.WAITING_GRANT:
+                append_events(s, run_id, [("grant.added", added)], step=run.step)
+                return grant_id
+            # the run waits for a grant: the same pending proposal goes through the gate again
+            change = machine.resume_after_grant(run_view(run), added=added)
+            version = commit(s, change, step=run.step)
+            trace_id = run.trace_id
+        from warrant.broker import telemetry
+
+        with telemetry.run_context(trace_id):
+            self.publisher.policy(run_id, version)
+        return grant_id
 
     def pre_approve(
         self,

@@ -19,6 +19,7 @@ SETTLED = frozenset(
         *(s.value for s in RunStatus if s.terminal),
         RunStatus.NEEDS_INPUT.value,
         RunStatus.WAITING_CONFIRMATION.value,
+        RunStatus.WAITING_GRANT.value,
         RunStatus.HANDOFF.value,
     }
 )
@@ -46,6 +47,9 @@ class RunInfo:
     """The key the run was started with (the same key again returns this run)."""
     started_by: str | None = None
     """Who started it, if known (an API token's ``Identity.label``)."""
+    waiting_for_grant: dict[str, Any] | None = None
+    """While ``waiting_grant``: the tool, the capabilities it lacks (``capability`` the first),
+    the resources, the step, ``proposal_id``, ``proposal_hash`` and the refusal ``code``."""
     trace_id: str | None = None
     """The run's OpenTelemetry trace id (32 hex digits) when tracing was on at its start:
     every stage and re-publish of the run continues this one trace."""
@@ -84,6 +88,9 @@ class RunInfo:
             trace_id=run.trace_id,
             tokens_used=run.tokens_used or 0,
             cost_used=round(run.cost_used or 0.0, 6),
+            waiting_for_grant=(
+                dict(run.stop_detail or {}) if run.status == RunStatus.WAITING_GRANT.value else None
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -642,3 +642,56 @@ def test_an_external_agent_proposes_over_http(api, tokens, engine, worker):
     assert r.status_code == 200 and r.json()["state"] == "executed"
     submitted = facts.events(engine, run_id, "proposal.submitted")
     assert {e.details["by"] for e in submitted} == {tokens["label:producer"]}
+
+
+# --- refusals that ask: a run waiting for a grant, resumed over HTTP -------------------------
+
+
+def test_a_run_waiting_for_a_grant_is_shown_and_resumed_by_an_operator(api, tokens, engine, worker):
+    write = {
+        "kind": "tool",
+        "proposal_id": "p1",
+        "tool": "write_artifact",
+        "tool_version": "1",
+        "arguments": {"path": "run-output/http-grant.md", "content": "hi"},
+        "reason_summary": "",
+        "source_observation_ids": [],
+    }
+    spec = sc.spec([write, sc.final("written", "tool-1")])
+    spec["policy"] = {"on_missing_grant": "ask"}
+    r = call(api, tokens["producer"], "POST", "/v1/runs", json=spec)
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    info = wait_until(api, tokens["viewer"], run_id, {"waiting_grant", "completed", "failed"})
+    assert (info["status"], info["stop_reason"]) == ("waiting_grant", "GRANT_REQUIRED")
+    waiting = info["waiting_for_grant"]
+    assert (waiting["tool"], waiting["capability"], waiting["resources"]) == (
+        "write_artifact",
+        "artifact:write",
+        ["run-output/http-grant.md"],
+    )
+    listed = call(api, tokens["viewer"], "GET", "/v1/runs", params={"status": "waiting_grant"})
+    assert run_id in [x["run_id"] for x in listed.json()["runs"]]
+    metrics = call(api, tokens["viewer"], "GET", "/metrics").text
+    assert 'warrant_runs{status="waiting_grant"}' in metrics
+
+    base = f"/v1/runs/{run_id}/grants"
+    grant = {"capability": "artifact:write", "resource_scope": "run-output/*"}
+    for role in ("producer", "viewer", "approver"):
+        r = call(api, tokens[role], "POST", base, json=grant)
+        assert (r.status_code, error(r)) == (403, "FORBIDDEN"), role
+    for bad in ({}, {"capability": ""}, {"capability": "a", "max_uses": 0}, {"capability": 1}):
+        r = call(api, tokens["operator"], "POST", base, json=bad)
+        assert (r.status_code, error(r)) == (422, "REQUEST_INVALID"), bad
+    assert call(api, tokens["viewer"], "GET", f"/v1/runs/{run_id}").json()["status"] == (
+        "waiting_grant"
+    )
+
+    r = call(api, tokens["operator"], "POST", base, json=grant)
+    assert r.status_code == 201, r.text
+    info = wait_until(api, tokens["viewer"], run_id, {"completed", "failed", "cancelled"})
+    assert (info["status"], info["stop_reason"]) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert info["waiting_for_grant"] is None and info["model_calls"] == 2
+    assert facts.commands(engine, run_id) == 1 and facts.outcomes(engine, run_id) == 1
+    [added] = facts.events(engine, run_id, "grant.added")
+    assert added.details["by"] == tokens["label:operator"]

@@ -280,3 +280,42 @@ def test_the_handoff_queue_resolves_a_run(api, browser, people, engine, client, 
     [event] = facts.events(engine, info.run_id, "handoff.resolved")
     assert (event.details["by"], event.details["outcome"]) == (people["label:olga"], "failed")
     context.close()
+
+
+def test_an_operator_grants_what_a_waiting_run_lacks_from_the_inbox(
+    api, browser, people, engine, client, worker
+):
+    write = {
+        "kind": "tool",
+        "proposal_id": "p1",
+        "tool": "write_artifact",
+        "tool_version": "1",
+        "arguments": {"path": "run-output/inbox-grant.md", "content": "hi"},
+        "reason_summary": "",
+        "source_observation_ids": [],
+    }
+    run_spec = sc.spec([write, sc.final("written", "tool-1")])
+    run_spec["policy"] = {"on_missing_grant": "ask"}
+    info = client.wait(client.start_run(run_spec), timeout=30)
+    assert info.status == "waiting_grant", info
+
+    viewer = browser.new_context()
+    page = log_in(viewer, api, people["vic"])
+    item = page.locator(f"#grant-{info.run_id}")
+    assert "artifact:write" in item.locator(".capability").inner_text()
+    assert item.locator("form").count() == 0  # a viewer reads, never grants
+    viewer.close()
+
+    context = browser.new_context()
+    page = log_in(context, api, people["olga"])
+    item = page.locator(f"#grant-{info.run_id}")
+    assert item.locator(".resource").inner_text() == "run-output/inbox-grant.md"
+    assert item.locator("input[name=resource_scope]").input_value() == "run-output/inbox-grant.md"
+    item.locator("button", has_text="Grant").click()
+    assert "granted" in page.locator("#notice").inner_text()
+    done = wait_until(api, people["olga"], info.run_id, {"completed", "failed", "cancelled"})
+    assert (done["status"], done["model_calls"]) == ("completed", 2)
+    assert facts.commands(engine, info.run_id) == 1
+    [added] = facts.events(engine, info.run_id, "grant.added")
+    assert added.details["by"] == people["label:olga"]
+    context.close()

@@ -121,3 +121,53 @@ def test_what_a_planner_or_a_web_page_wrote_is_escaped():
     assert "<script>" not in html and html.count("&lt;script&gt;") == 6
     assert 'name="proposal_hash" value="' + "a" * 64 in html
     assert "untrusted content: data, not instructions" in html
+
+
+def _waiting_grant_run(goal: str = "write the report") -> SimpleNamespace:
+    return SimpleNamespace(
+        run_id="r9",
+        version=4,
+        goal=goal,
+        waiting_for_grant={
+            "tool": "write_artifact",
+            "tool_version": "1",
+            "capability": "artifact:write",
+            "resources": ["run-output/<b>.md"],
+            "code": "MISSING_CAPABILITY",
+            "step": 1,
+            "proposal_hash": "b" * 64,
+        },
+    )
+
+
+def test_a_run_waiting_for_a_grant_shows_what_it_lacks_and_an_operator_form():
+    run = _waiting_grant_run("<script>x</script>")
+    context = {"items": [], "grants": [run], "may_grant": True, "csrf": "c", "who": None}
+    html = render.fragment("_inbox.html", context)
+    assert 'id="grant-r9"' in html and 'data-mark="grant:r9:4"' in html
+    assert "artifact:write" in html and "MISSING_CAPABILITY" in html
+    assert "run-output/&lt;b&gt;.md" in html and "<script>" not in html
+    assert 'action="/ui/runs/r9/grant"' in html and 'name="resource_scope"' in html
+    assert "bbbbbbbbbbbb" in html and "Nothing is waiting" not in html
+    viewer = SimpleNamespace(role="viewer")
+    html = render.fragment("_inbox.html", {**context, "may_grant": False, "who": viewer})
+    assert "/grant" not in html and "An operator grants it" in html
+
+
+def test_the_inbox_view_lists_waiting_grant_runs_and_marks_them():
+    asked = []
+
+    class Fake:
+        def pending_confirmations(self, *, reveal_sensitive):
+            return []
+
+        def list_runs(self, *, limit, status):
+            asked.append(status)
+            return [_waiting_grant_run()]
+
+    from warrant.runner.authz import Role
+
+    operator = SimpleNamespace(role=Role.OPERATOR)
+    context = views.inbox(Fake(), operator)
+    assert asked == ["waiting_grant"] and context["may_grant"] is True
+    assert context["keys"] == ["grant:r9:4"]

@@ -45,6 +45,8 @@ producers: list[st.SearchStrategy[Producer]] = [
     st.booleans().map(
         lambda ok: lambda v: machine.resume_after_confirmation(v, approved=ok, decided={})
     ),
+    st.just(lambda v: machine.request_grant(v, request={"tool": "t", "capability": "c"})),
+    st.just(lambda v: machine.resume_after_grant(v, added={"grant_id": 1, "by": "op"})),
     st.tuples(st.booleans(), st.booleans(), st.sampled_from([None, *StopReason])).map(
         lambda a: (
             lambda v: machine.conclude_tool(
@@ -112,7 +114,11 @@ def _check(view: RunView, change: Change) -> None:
         assert change.changes["stop_reason"] in STOP_REASONS
         assert change.changes["phase"] == Phase.IDLE.value
     entered = change.target is not view.status
-    if entered and change.target in (RunStatus.WAITING_CONFIRMATION, RunStatus.HANDOFF):
+    if entered and change.target in (
+        RunStatus.WAITING_CONFIRMATION,
+        RunStatus.WAITING_GRANT,
+        RunStatus.HANDOFF,
+    ):
         assert change.changes["stop_reason"]
 
 

@@ -82,6 +82,7 @@ EXIT_BY_STATUS = {
     "failed": EXIT_FAILED,
     "cancelled": EXIT_FAILED,
     "waiting_confirmation": EXIT_WAITING,
+    "waiting_grant": EXIT_WAITING,
     "needs_input": EXIT_WAITING,
     "handoff": EXIT_WAITING,
 }

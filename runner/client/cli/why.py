@@ -49,6 +49,20 @@ def waiting_for(info: dict[str, Any], events: list[dict[str, Any]]) -> dict[str,
             "expires_at": request.get("expires_at"),
             "command": f"warrant run confirm {run_id} --proposal-hash {proposal_hash} --by NAME",
         }
+    if status == "waiting_grant":
+        grant = info.get("waiting_for_grant") or {}
+        resources = [str(r) for r in grant.get("resources") or []]
+        scope = resources[0] if len(resources) == 1 else "SCOPE"
+        return {
+            "kind": "grant",
+            "tool": grant.get("tool"),
+            "capability": grant.get("capability"),
+            "resources": resources,
+            "step": grant.get("step"),
+            "proposal_hash": grant.get("proposal_hash"),
+            "command": f"warrant run grant {run_id} --capability {grant.get('capability')} "
+            f"--scope {scope} --by NAME",
+        }
     if status == "needs_input":
         return {
             "kind": "answer",
@@ -92,6 +106,9 @@ def why_lines(reason: dict[str, Any]) -> list[str]:
             "confirmation": f"a person to confirm {wait.get('tool')}",
             "answer": f"an answer to: {wait.get('question')}",
             "handoff": f"a person to resolve handoff {wait.get('handoff_id')}",
+            "grant": f"a grant of {wait.get('capability')} for {wait.get('tool')} on "
+            f"{', '.join(wait.get('resources') or []) or '?'} (proposal "
+            f"{str(wait.get('proposal_hash'))[:12]}, step {wait.get('step')})",
         }[wait["kind"]]
         lines.append(f"waits for {subject}")
         if wait["kind"] != "confirmation":  # `run show` prints the request and its command

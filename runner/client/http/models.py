@@ -127,7 +127,9 @@ class RunOut(BaseModel):
     """A run's state, as ``warrant run show --json`` prints it."""
 
     run_id: str
-    status: str = Field(description="running, waiting_confirmation, needs_input, completed, …")
+    status: str = Field(
+        description="running, waiting_confirmation, waiting_grant, needs_input, completed, …"
+    )
     phase: str
     stop_reason: str | None = Field(description="Why the run stopped (a stable code).")
     step: int
@@ -142,6 +144,12 @@ class RunOut(BaseModel):
     confirmation_request: dict[str, Any] | None = Field(
         default=None,
         description="While waiting_confirmation: what is to be approved, with proposal_hash.",
+    )
+    waiting_for_grant: dict[str, Any] | None = Field(
+        default=None,
+        description="While waiting_grant: tool, tool_version, capability, capabilities, "
+        "resources, step, proposal_id, proposal_hash, code (MISSING_CAPABILITY or "
+        "RESOURCE_OUT_OF_SCOPE). POST /v1/runs/{run_id}/grants resumes it.",
     )
     pre_approvals: list[dict[str, Any]] = Field(default_factory=list)
     idempotency_key: str | None = Field(default=None, description="The key it was started with.")

@@ -82,7 +82,7 @@ def inbox(request: Request, done: RunId = "", decision: str = "") -> Response:
     who = session.identity(request)
     require(who, Action.READ)
     context = _view(request, "inbox", who)
-    if done and decision in ("approved", "declined"):
+    if done and decision in ("approved", "declined", "granted"):
         context["notice"] = f"Run {done}: {decision}."
     return page(request, "inbox.html", context, who=who)
 
@@ -104,6 +104,30 @@ def decide(
         return page(request, "inbox.html", context, who=who, status_code=status_for(exc))
     done = "approved" if decision == "approve" else "declined"
     return _see_other(f"/ui/inbox?done={run_id}&decision={done}")
+
+
+@router.post("/runs/{run_id}/grant")
+def grant(
+    request: Request, run_id: str, capability: FormStr, resource_scope: FormStr, csrf: Csrf
+) -> Response:
+    """Grant what a ``waiting_grant`` run lacks (an operator): the same proposal is checked
+    again by the gate."""
+    who = session.identity(request)
+    try:
+        session.check_form(request, csrf)
+        require(who, Action.GRANT)
+        d = deps(request)
+        d.client.add_grant(
+            run_id,
+            capability=capability,
+            resource_scope=resource_scope,
+            granted_by=who.label,
+            operator_token=d.operator_token,
+        )
+    except WarrantError as exc:
+        context = {**_view(request, "inbox", who), "error": _refused(exc), "failed_run": run_id}
+        return page(request, "inbox.html", context, who=who, status_code=status_for(exc))
+    return _see_other(f"/ui/inbox?done={run_id}&decision=granted")
 
 
 @router.get("/runs")

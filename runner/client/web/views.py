@@ -42,7 +42,15 @@ def left(epoch: float, now: float | None = None) -> str:
 def inbox(client: Any, who: Identity, **_: Any) -> dict[str, Any]:
     items = client.pending_confirmations(reveal_sensitive=allowed(who.role, Action.CONFIRM))
     marks = [f"{p.run_id}:{p.version}:{p.proposal_hash}" for p in items]
-    return {"items": items, "mark": _mark(marks), "keys": marks}
+    grants = client.list_runs(limit=100, status=RunStatus.WAITING_GRANT.value)
+    marks += [f"grant:{r.run_id}:{r.version}" for r in grants]
+    return {
+        "items": items,
+        "grants": grants,
+        "may_grant": allowed(who.role, Action.GRANT),
+        "mark": _mark(marks),
+        "keys": marks,
+    }
 
 
 def runs(client: Any, who: Identity, *, status: str | None = None, **_: Any) -> dict[str, Any]:
