@@ -41,6 +41,7 @@ from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
 from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus, StopReason
+from warrant.runner.confirmation_rules import approvals_required
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import RunView
@@ -260,6 +261,9 @@ def _await_confirmation(
     ttl = view.budgets.confirmation_ttl_s
     request["expires_at"] = min(now + ttl, view.deadline_at)
     request["expires_at_step"] = step + view.budgets.confirmation_steps
+    request["approvals_required"] = approvals_required(decision.tool, decision.arguments)
+    request["approved_by"] = []
+    request["self_approval_allowed"] = decision.tool.self_approval_allowed
     change = machine.request_confirmation(
         view,
         proposal_hash=decision.proposal_hash,

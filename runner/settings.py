@@ -133,11 +133,12 @@ class WarrantSettings(BaseSettings):
     server records as who acted, whatever ``--by`` says."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
-    approver_may_approve_own_runs: bool = True
-    """Whether whoever started a run may also confirm or decline its proposals. Off, a
-    decision whose ``by`` names who started the run (``started_by``; an API token's
-    ``NAME (role)``, compared by name whatever the role) raises ``Forbidden``
-    ``OWN_RUN_APPROVAL_FORBIDDEN``: a second person must decide (four eyes)."""
+    approver_may_approve_own_runs: bool = False
+    """Whether whoever started a run may also confirm or decline its proposals (the
+    deployment-wide opt-out; each use traced as ``confirmation.self_approved``). Off (the
+    default), a decision by the principal that started the run (``started_by``: an API
+    token's name whatever its role) raises ``Forbidden`` ``OWN_RUN_APPROVAL_FORBIDDEN``: a
+    second person must decide (four eyes). A tool may allow it (``self_approval_allowed``)."""
     revoked_runs_kept: int = Field(default=1000, ge=1)
     """Revoked runs each worker remembers (drops their queued messages on delivery); older
     ones are forgotten, which is safe: a stage ignores a cancelled run's stale messages."""
