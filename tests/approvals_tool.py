@@ -27,13 +27,16 @@ THRESHOLD_CENTS = 100_000
 
 class PayInput(ToolInput):
     payee: str = Field(min_length=1, max_length=100)
+    """Who is paid."""
     amount_cents: int = Field(ge=1, le=10**9)
+    """How much, in cents: over 100 000 needs two approvers."""
     ledger: str = Field(min_length=1, max_length=500)
     """The fake service: a file each executed payment appends one line to."""
 
 
 class PayOutput(ToolOutput):
     paid: bool
+    """Whether the payment was made."""
 
 
 def _pay(args: PayInput, ctx: ToolContext) -> PayOutput:

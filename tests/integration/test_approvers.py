@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,20 @@ import pytest
 from tests import facts
 from tests.approvals_tool import CAPABILITY, paid, proposal
 from tests.integration.test_cli import warrant
-from tests.integration.test_http_api import api, app, call, error, wait_until  # noqa: F401
+from tests.integration.test_http_api import LiveServer, call, error, wait_until
 from warrant.runner.client import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 DONE = {"completed", "failed"}
+
+
+@pytest.fixture(scope="module")
+def api(client: Any) -> Iterator[str]:
+    from warrant.runner.client.http import create_app
+
+    with LiveServer(create_app(client=client)) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,12 @@ Resolver = Annotated[Identity, Depends(requires(Action.RESOLVE_HANDOFF))]
 MemoryRevoker = Annotated[Identity, Depends(requires(Action.REVOKE_MEMORY))]
 
 
-@router.post("/runs/{run_id}/confirm", response_model=DecisionOut, summary="Confirm")
+@router.post(
+    "/runs/{run_id}/confirm",
+    response_model=DecisionOut,
+    response_model_exclude_none=True,
+    summary="Confirm",
+)
 def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
     """Approve exactly the pending proposal (bound to its hash); the run goes on once as many
     distinct people approved as the tool needs (``waiting_for_more`` until then). Whoever
@@ -72,7 +77,12 @@ def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirm
     )
 
 
-@router.post("/runs/{run_id}/decline", response_model=DecisionOut, summary="Decline")
+@router.post(
+    "/runs/{run_id}/decline",
+    response_model=DecisionOut,
+    response_model_exclude_none=True,
+    summary="Decline",
+)
 def decline(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
     """Refuse the pending proposal; the planner sees a decline observation."""
     client = deps(request).client

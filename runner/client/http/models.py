@@ -204,7 +204,9 @@ class DecisionOut(BaseModel):
         default=False, description="An approval recorded; more people must approve (M of N)."
     )
     approvals_required: int | None = Field(default=None, description="M, when waiting for more.")
-    approved_by: list[str] = Field(default_factory=list, description="Who approved so far.")
+    approved_by: list[str] | None = Field(
+        default=None, description="Who approved so far, when waiting for more."
+    )
 
 
 class AnswerIn(_In):
