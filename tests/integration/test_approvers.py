@@ -214,3 +214,49 @@ def test_the_cli_prints_approvals_with_json(people, client, worker, tmp_path, mo
     assert json.loads(last.stdout)["waiting_for_more"] is False
     assert client.wait(run_id, timeout=30).status == "completed"
     assert paid(ledger) == 1
+
+
+def test_the_inbox_shows_who_has_approved_and_refuses_the_same_person_twice(
+    api, people, engine, worker, tmp_path, monkeypatch
+) -> None:
+    """The web inbox, in plain HTTP with the session cookie: bob approves a 2-of-N payment,
+    the request stays with "1 of 2 approvals: bob"; bob again is refused; carol releases it."""
+    import re
+
+    import httpx
+
+    monkeypatch.delenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", raising=False)
+    ledger = tmp_path / "payments"
+    run_id, request = _start(api, people, ledger, 250_000)
+    phash = request["proposal_hash"]
+
+    def session(who: str) -> httpx.Client:
+        c = httpx.Client(base_url=api, timeout=30)
+        r = c.post("/ui/login", data={"token": people[who], "next": "/ui/inbox"})
+        assert r.status_code == 303, r.text
+        return c
+
+    def form(c: httpx.Client) -> dict[str, str]:
+        found = re.search(r'name="csrf" value="([0-9a-f]{64})"', c.get("/ui/inbox").text)
+        assert found
+        return {"decision": "approve", "proposal_hash": phash, "csrf": found.group(1)}
+
+    decide = f"/ui/runs/{run_id}/decide"
+    bob, carol, alice = session("bob"), session("carol"), session("alice")
+    try:
+        own = alice.post(decide, data=form(alice))
+        assert own.status_code == 403 and "OWN_RUN_APPROVAL_FORBIDDEN" in own.text
+        ok = bob.post(decide, data=form(bob))
+        assert ok.status_code == 303, ok.text
+        shown = bob.get(ok.headers["location"]).text
+        assert "approval recorded (1 of 2)" in shown
+        assert f"1 of 2 approvals: {people['label:bob']}" in carol.get("/ui/inbox").text
+        twice = bob.post(decide, data=form(bob))
+        assert twice.status_code == 409 and "ALREADY_APPROVED" in twice.text
+        assert paid(ledger) == 0
+        assert carol.post(decide, data=form(carol)).status_code == 303
+    finally:
+        for c in (bob, carol, alice):
+            c.close()
+    assert wait_until(api, people["bob"], run_id, DONE)["status"] == "completed"
+    assert paid(ledger) == 1
