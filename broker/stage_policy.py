@@ -95,8 +95,9 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 p = row.proposal
                 said = described(ctx, decision, view.subject)
                 decision = dataclasses.replace(decision, described=said)
+                floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
                 result = _await_confirmation(
-                    conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now
+                    conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
                 )
             else:
                 send = _accept(ctx, conn, view, row.proposal, decision, version, now)
@@ -256,12 +257,14 @@ def _await_confirmation(
     pid: str | None,
     decision: policy.AwaitConfirmation,
     now: float,
+    floor: int = 1,
 ) -> str:
     request = decision.request()
     ttl = view.budgets.confirmation_ttl_s
     request["expires_at"] = min(now + ttl, view.deadline_at)
     request["expires_at_step"] = step + view.budgets.confirmation_steps
-    request["approvals_required"] = approvals_required(decision.tool, decision.arguments)
+    required = approvals_required(decision.tool, decision.arguments)
+    request["approvals_required"] = max(required, floor)  # the deployment may ask for more
     request["approved_by"] = []
     request["self_approval_allowed"] = decision.tool.self_approval_allowed
     change = machine.request_confirmation(

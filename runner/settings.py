@@ -167,6 +167,10 @@ class WarrantSettings(BaseSettings):
     pre-approval of that exact proposal). Shown by ``warrant tools list``; every relaxed call
     is traced (``policy.confirmation.relaxed``)."""
 
+    approvals_required: str = ""
+    """Tools that need more distinct approvers than they declare, ``name=M[,name=M]`` (M ≥ 1;
+    the larger of this and the tool's own count applies)."""
+
     webhook_secret: str | None = None
     """The HMAC key that signs every webhook call (``X-Warrant-Signature``); without it a
     spec with a ``webhook`` is refused at start. A deployment setting, never in a spec."""
@@ -184,6 +188,26 @@ class WarrantSettings(BaseSettings):
         return frozenset(
             name.strip() for name in self.relax_confirmation.split(",") if name.strip()
         )
+
+    @property
+    def approvals_floor(self) -> dict[str, int]:
+        """``approvals_required`` as ``{tool: M}``."""
+        out: dict[str, int] = {}
+        for item in self.approvals_required.split(","):
+            name, _, count = item.partition("=")
+            if name.strip():
+                out[name.strip()] = int(count)
+        return out
+
+    @model_validator(mode="after")
+    def _approvals_are_counts(self) -> WarrantSettings:
+        for item in self.approvals_required.split(","):
+            name, sep, count = item.partition("=")
+            if item.strip() and not (
+                name.strip() and sep and count.strip().isdigit() and int(count) >= 1
+            ):
+                raise ValueError(f"WARRANT_APPROVALS_REQUIRED: {item.strip()!r} is not name=M")
+        return self
 
     @property
     def services_file(self) -> Path:

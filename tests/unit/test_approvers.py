@@ -86,3 +86,14 @@ def test_pending_approvals_are_those_of_this_proposal_while_short() -> None:
     assert approvals_pending(None, "h") is None
     old = {"proposal_hash": "h"}  # a request recorded before M of N: one approval, none yet
     assert approvals_pending(old, "h") == {"approvals_required": 1, "approved_by": []}
+
+
+def test_the_deployment_may_ask_more_approvals_of_a_tool(monkeypatch) -> None:
+    monkeypatch.setenv("WARRANT_APPROVALS_REQUIRED", "pay=2, send_notice=3")
+    assert WarrantSettings().approvals_floor == {"pay": 2, "send_notice": 3}
+    monkeypatch.setenv("WARRANT_APPROVALS_REQUIRED", "")
+    assert WarrantSettings().approvals_floor == {}
+    for bad in ("pay", "pay=0", "pay=two", "=2"):
+        monkeypatch.setenv("WARRANT_APPROVALS_REQUIRED", bad)
+        with pytest.raises(ValueError, match="WARRANT_APPROVALS_REQUIRED"):
+            WarrantSettings()
