@@ -14,6 +14,7 @@ from warrant.broker.describe import described
 from warrant.broker.faults import crash_point
 from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
+from warrant.broker.influence import influence, persistent
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import deployment_check
@@ -27,7 +28,6 @@ from warrant.ledger.guarded import (
     use_grants,
     use_pre_approval,
 )
-from warrant.ledger.proposal_facts import refused_under_untrusted_influence
 from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
 from warrant.ledger.stage_loads import (
     autocommit,
@@ -41,7 +41,8 @@ from warrant.ledger.stage_loads import (
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
-from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus, StopReason
+from warrant.runner.codes import ObservationKind, ObservationSource, StopReason
+from warrant.runner.confirmation_rules import approvals_required
 from warrant.runner.grants import narrowed
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
@@ -86,8 +87,8 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
             if isinstance(decision, policy.Reject) and asks(row, decision):
                 result = await_grant(ctx, conn, view, row, decision)
             elif isinstance(decision, policy.Reject):
-                if _persistent(conn, run_id, row.handoff):
-                    return _handoff(ctx, run_id, version, row.proposal["id"], _influence(decision))
+                if persistent(conn, run_id, row.handoff):
+                    return _handoff(ctx, run_id, version, row.proposal["id"], influence(decision))
                 send = _reject(ctx, conn, view, row.proposal, decision)
                 result = f"rejected:{decision.code}"
             elif isinstance(decision, policy.Halt):
@@ -98,8 +99,9 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
                 p = row.proposal
                 said = described(ctx, decision, view.subject)
                 decision = dataclasses.replace(decision, described=said)
+                floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
                 result = _await_confirmation(
-                    conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now
+                    conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
                 )
             else:
                 send = _accept(ctx, conn, view, row.proposal, decision, version, now)
@@ -157,26 +159,6 @@ def _provenance(
     with autocommit(ctx.engine) as conn:
         row = load_provenance(conn, run_id)
     return None if row is None else sources_from(row.goal, row.spec, row.observations)
-
-
-def _persistent(conn: Any, run_id: str, handoff: dict[str, Any] | None) -> bool:
-    """One more refusal reaches the spec's ``handoff.after_untrusted_refusals`` (counted only
-    when the spec asks: one read)."""
-    limit = (handoff or {}).get("after_untrusted_refusals")
-    return limit is not None and refused_under_untrusted_influence(conn, run_id) + 1 >= limit
-
-
-def _influence(decision: policy.Reject) -> policy.Halt:
-    """The refusal that ends a persistent injection's run in a person's hands."""
-    reason = StopReason.UNTRUSTED_INFLUENCE
-    detail = {"last_code": decision.code}
-    return policy.Halt(
-        reason=reason,
-        status=RunStatus.HANDOFF,
-        fingerprint=decision.fingerprint,
-        events=decision.events,
-        detail=detail,
-    )
 
 
 def _looping(decision: policy.Halt) -> bool:
@@ -265,11 +247,16 @@ def _await_confirmation(
     pid: str | None,
     decision: policy.AwaitConfirmation,
     now: float,
+    floor: int = 1,
 ) -> str:
     request = decision.request()
     ttl = view.budgets.confirmation_ttl_s
     request["expires_at"] = min(now + ttl, view.deadline_at)
     request["expires_at_step"] = step + view.budgets.confirmation_steps
+    required = approvals_required(decision.tool, decision.arguments)
+    request["approvals_required"] = max(required, floor)  # the deployment may ask for more
+    request["approved_by"] = []
+    request["self_approval_allowed"] = decision.tool.self_approval_allowed
     change = machine.request_confirmation(
         view,
         proposal_hash=decision.proposal_hash,

@@ -15,7 +15,15 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from warrant.ledger.models import Command, Confirmation, GrantRow, Handoff, PreApproval, Run
+from warrant.ledger.models import (
+    Command,
+    Confirmation,
+    GrantRow,
+    Handoff,
+    PreApproval,
+    Proposal,
+    Run,
+)
 from warrant.ledger.repo import to_datetime
 from warrant.ledger.rows import lock_run
 from warrant.runner.spec import Grant
@@ -29,6 +37,7 @@ __all__ = [
     "lock_run",
     "mark_handoff_resolved",
     "record_confirmation",
+    "record_partial_approval",
 ]
 
 
@@ -42,6 +51,13 @@ def lock_active_command(s: Session, run: Run) -> Command | None:
 def lock_handoff(s: Session, handoff_id: str) -> Handoff | None:
     """The handoff ``handoff_id``, locked (``None`` if there is none)."""
     return s.get(Handoff, handoff_id, with_for_update=True)
+
+
+def record_partial_approval(s: Session, proposal: Proposal, request: dict[str, Any]) -> None:
+    """Keep an approval that is not the last one needed on the pending (locked run's)
+    proposal's confirmation request (its ``approved_by`` list)."""
+    proposal.confirmation_request = request
+    s.flush()
 
 
 def record_confirmation(

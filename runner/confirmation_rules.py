@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from warrant.runner.authz import name_of
 from warrant.runner.canonical import proposal_hash
-from warrant.runner.errors import SpecError
+from warrant.runner.errors import ConfirmationRefused, Forbidden, SpecError
 from warrant.runner.gate import GateInput
 from warrant.runner.spec import PreApproval
 from warrant.runner.views import PreApprovalView
@@ -24,10 +25,15 @@ from warrant.tools.registry import Registry
 
 __all__ = [
     "FAIL_CLOSED",
+    "add_approval",
+    "approvals_pending",
+    "approvals_required",
     "person_decision",
     "pre_approval",
     "pre_approval_record",
+    "principal_of",
     "required_policy",
+    "self_approval",
 ]
 
 #: Side-effect classes that need a person's confirmation for each call by default.
@@ -65,6 +71,77 @@ def person_decision(
             continue
         return ("ok", c.confirmation_id) if c.approved else ("declined", None)
     return "missing", None
+
+
+def approvals_required(tool: Tool[Any, Any], arguments: dict[str, Any]) -> int:
+    """How many distinct principals must approve this call: the tool's ``approvals_required``
+    or, if larger, what its ``approvals_rule`` says of the validated arguments. A rule that
+    raises or answers no integer fails closed: one more than declared."""
+    declared = max(1, int(tool.approvals_required))
+    if tool.approvals_rule is None:
+        return declared
+    try:
+        ruled = tool.approvals_rule(arguments)
+    except Exception:
+        return declared + 1
+    if not isinstance(ruled, int) or isinstance(ruled, bool):
+        return declared + 1
+    return max(declared, ruled)
+
+
+def principal_of(label: str | None) -> str | None:
+    """Who a recorded identity is: an API token's name (``alice (producer)`` and ``alice
+    (approver)`` are both ``alice``); a local name (``--by``, unauthenticated) as given."""
+    if label is None or not label.strip():
+        return None
+    return name_of(label.strip())
+
+
+def self_approval(
+    started_by: str | None,
+    by: str,
+    *,
+    tool_allows: bool,
+    deployment_allows: bool,
+) -> str | None:
+    """``None`` when ``by`` did not start the run; else why it may decide anyway (``tool``
+    or ``deployment``); else :class:`Forbidden` ``OWN_RUN_APPROVAL_FORBIDDEN``."""
+    starter = principal_of(started_by)
+    if starter is None or starter != principal_of(by):
+        return None
+    if tool_allows:
+        return "tool"
+    if deployment_allows:
+        return "deployment"
+    raise Forbidden(
+        f"{by} started this run and may not decide on its proposals: another person must",
+        code="OWN_RUN_APPROVAL_FORBIDDEN",
+    )
+
+
+def add_approval(approved_by: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The approvals so far with ``entry`` (``{"by": label, …}``) added; the same principal
+    counts once: a second approval by it raises :class:`ConfirmationRefused`
+    ``ALREADY_APPROVED``."""
+    who = principal_of(str(entry["by"]))
+    if any(principal_of(str(a.get("by"))) == who for a in approved_by):
+        raise ConfirmationRefused(
+            f"{who} has already approved this proposal; another person must",
+            code="ALREADY_APPROVED",
+        )
+    return [*approved_by, entry]
+
+
+def approvals_pending(request: dict[str, Any] | None, phash: str) -> dict[str, Any] | None:
+    """``{"approvals_required": M, "approved_by": [label, …]}`` while the request for the
+    proposal ``phash`` still waits for more approvals; ``None`` once it does not."""
+    if not request or request.get("proposal_hash") != phash:
+        return None
+    names = [str(a.get("by")) for a in request.get("approved_by") or []]
+    required = int(request.get("approvals_required") or 1)
+    if len(names) >= required:
+        return None
+    return {"approvals_required": required, "approved_by": names}
 
 
 def pre_approval(phash: str, inp: GateInput) -> PreApprovalView | None:

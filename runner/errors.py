@@ -236,7 +236,7 @@ class WaitTimedOut(WarrantError):
 
 class ConfirmationRefused(WarrantError):
     """``RUN_NOT_WAITING_CONFIRMATION``, ``CONFIRMATION_HASH_MISMATCH``,
-    ``CONFIRMATION_EXPIRED``."""
+    ``CONFIRMATION_EXPIRED``, ``ALREADY_APPROVED`` (the same principal twice)."""
 
     code = "CONFIRMATION_REFUSED"
 

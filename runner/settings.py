@@ -133,11 +133,12 @@ class WarrantSettings(BaseSettings):
     server records as who acted, whatever ``--by`` says."""
     operator_token: str | None = None
     """If set, grants added through the API must present it (an operator credential)."""
-    approver_may_approve_own_runs: bool = True
-    """Whether whoever started a run may also confirm or decline its proposals. Off, a
-    decision whose ``by`` names who started the run (``started_by``; an API token's
-    ``NAME (role)``, compared by name whatever the role) raises ``Forbidden``
-    ``OWN_RUN_APPROVAL_FORBIDDEN``: a second person must decide (four eyes)."""
+    approver_may_approve_own_runs: bool = False
+    """Whether whoever started a run may also confirm or decline its proposals (the
+    deployment-wide opt-out; each use traced as ``confirmation.self_approved``). Off (the
+    default), a decision by the principal that started the run (``started_by``: an API
+    token's name whatever its role) raises ``Forbidden`` ``OWN_RUN_APPROVAL_FORBIDDEN``: a
+    second person must decide (four eyes). A tool may allow it (``self_approval_allowed``)."""
     revoked_runs_kept: int = Field(default=1000, ge=1)
     """Revoked runs each worker remembers (drops their queued messages on delivery); older
     ones are forgotten, which is safe: a stage ignores a cancelled run's stale messages."""
@@ -166,6 +167,10 @@ class WarrantSettings(BaseSettings):
     pre-approval of that exact proposal). Shown by ``warrant tools list``; every relaxed call
     is traced (``policy.confirmation.relaxed``)."""
 
+    approvals_required: str = ""
+    """Tools that need more distinct approvers than they declare, ``name=M[,name=M]`` (M ≥ 1;
+    the larger of this and the tool's own count applies)."""
+
     webhook_secret: str | None = None
     """The HMAC key that signs every webhook call (``X-Warrant-Signature``); without it a
     spec with a ``webhook`` is refused at start. A deployment setting, never in a spec."""
@@ -183,6 +188,26 @@ class WarrantSettings(BaseSettings):
         return frozenset(
             name.strip() for name in self.relax_confirmation.split(",") if name.strip()
         )
+
+    @property
+    def approvals_floor(self) -> dict[str, int]:
+        """``approvals_required`` as ``{tool: M}``."""
+        out: dict[str, int] = {}
+        for item in self.approvals_required.split(","):
+            name, _, count = item.partition("=")
+            if name.strip():
+                out[name.strip()] = int(count)
+        return out
+
+    @model_validator(mode="after")
+    def _approvals_are_counts(self) -> WarrantSettings:
+        for item in self.approvals_required.split(","):
+            name, sep, count = item.partition("=")
+            if item.strip() and not (
+                name.strip() and sep and count.strip().isdigit() and int(count) >= 1
+            ):
+                raise ValueError(f"WARRANT_APPROVALS_REQUIRED: {item.strip()!r} is not name=M")
+        return self
 
     @property
     def services_file(self) -> Path:

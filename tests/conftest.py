@@ -33,6 +33,7 @@ TEST_TOOL_PLUGINS = (
     "tests.refusing_tool:plugin",
     "tests.limited_tool:plugin",
     "tests.paid_tool:plugin",
+    "tests.approvals_tool:plugin",
 )
 
 #: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refunds only.

@@ -268,6 +268,14 @@ class Tool(Generic[InputT, OutputT]):
     max_calls_per_minute: int | None = None
     """Calls started per minute across every worker (None: no limit). Both may be replaced
     per deployment in ``WARRANT_TOOL_LIMITS``."""
+    self_approval_allowed: bool = False
+    """Let whoever started a run confirm this tool's calls in it (off: a second principal
+    must; every use traced as ``confirmation.self_approved``)."""
+    approvals_required: int = 1
+    """How many distinct people must approve a call that needs a confirmation (M of N)."""
+    approvals_rule: Callable[[Mapping[str, Any]], int] | None = None
+    """More approvals by the validated arguments (e.g. 2 when ``amount_cents > 100_000``);
+    the larger of this and ``approvals_required`` counts."""
     egress: bool = False
     """A read that sends data out (a fetch whose URL or query the caller chooses): its
     ``resources`` are destinations, scoped like a write's targets, and a value that only

@@ -19,15 +19,15 @@ from warrant.ledger.operator import (
     insert_pre_approval,
     lock_run,
     record_confirmation,
+    record_partial_approval,
 )
 from warrant.ledger.repo import append_events, commit, run_view
 from warrant.runner import run_machine as machine
-from warrant.runner.authz import name_of
 from warrant.runner.client.runs import RunsClient
 from warrant.runner.codes import RunStatus
+from warrant.runner.confirmation_rules import add_approval, self_approval
 from warrant.runner.errors import (
     ConfirmationRefused,
-    Forbidden,
     RunFinished,
     RunNotFound,
     SpecError,
@@ -87,10 +87,30 @@ class ApprovalsClient(RunsClient):
             run = lock_run(s, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id}")
-            _check_not_own_run(run, by=by)
             pending = _confirmable(s, run, proposal_hash=proposal_hash, now=now)
+            request = dict(pending.confirmation_request or {})
+            decider: dict[str, Any] = {"by": by, **(origin.details() if origin else {"via": "cli"})}
+            events = _self_approval_events(run, request, decider, proposal_hash)
             trace_id = run.trace_id
-            decider = {"by": by, **(origin.details() if origin else {"via": "cli"})}
+            if approved:
+                approved_by = add_approval(
+                    list(request.get("approved_by") or []),
+                    {"by": by, "via": decider["via"], "at": now},
+                )
+                required = int(request.get("approvals_required") or 1)
+                decider["approved_by"] = [a["by"] for a in approved_by]
+                record_partial_approval(s, pending, {**request, "approved_by": approved_by})
+                if len(approved_by) < required:
+                    partial = {
+                        "proposal_hash": proposal_hash,
+                        **decider,
+                        "approvals_required": required,
+                    }
+                    events.append(("confirmation.approval_recorded", partial))
+                    append_events(s, run_id, events, step=run.step)
+                    return run.version
+            if events:
+                append_events(s, run_id, events, step=run.step)
             version = _record_decision(
                 s, run_id, run, pending, proposal_hash, decider=decider, approved=approved
             )
@@ -202,16 +222,29 @@ def _open_run(s: Session, run_id: str, what: str) -> Run:
     return run
 
 
-def _check_not_own_run(run: Run, *, by: str) -> None:
-    """Raise :class:`Forbidden` ``OWN_RUN_APPROVAL_FORBIDDEN`` when who decides started the
-    run and the deployment bars that (``WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS=0``). Compared
-    by name: ``alice (approver)`` is who started a run ``alice (producer)`` started."""
-    own = run.started_by is not None and name_of(by) == name_of(run.started_by)
-    if own and not WarrantSettings().approver_may_approve_own_runs:
-        raise Forbidden(
-            f"{by} started run {run.id} and may not decide on its proposals",
-            code="OWN_RUN_APPROVAL_FORBIDDEN",
-        )
+def _self_approval_events(
+    run: Run, request: dict[str, Any], decider: dict[str, Any], proposal_hash: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """Raise :class:`Forbidden` ``OWN_RUN_APPROVAL_FORBIDDEN`` when the principal that
+    started the run decides on its proposal, unless the tool (``self_approval_allowed``) or
+    the deployment (``WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS=1``) allows it: then the trace
+    event ``confirmation.self_approved`` that says who and why."""
+    why = self_approval(
+        run.started_by,
+        str(decider["by"]),
+        tool_allows=bool(request.get("self_approval_allowed")),
+        deployment_allows=WarrantSettings().approver_may_approve_own_runs,
+    )
+    if why is None:
+        return []
+    details = {
+        "by": decider["by"],
+        "started_by": run.started_by,
+        "allowed_by": why,
+        "tool": request.get("tool"),
+        "proposal_hash": proposal_hash,
+    }
+    return [("confirmation.self_approved", details)]
 
 
 def _confirmable(s: Session, run: Run, *, proposal_hash: str, now: float) -> Proposal:
@@ -246,7 +279,7 @@ def _record_decision(
     pending: Proposal,
     proposal_hash: str,
     *,
-    decider: dict[str, str],
+    decider: dict[str, Any],
     approved: bool,
 ) -> int:
     """Record the decision and send the run back to the policy stage. Returns its version."""
@@ -260,7 +293,7 @@ def _record_decision(
         approved=approved,
         expires_at_step=int(request["expires_at_step"]),
         expires_at=float(request["expires_at"]),
-        decided_by=decider["by"],
+        decided_by=str(decider["by"]),
     )
     decided = {"confirmation_id": confirmation_id, "proposal_hash": proposal_hash, **decider}
     change = machine.resume_after_confirmation(run_view(run), approved=approved, decided=decided)

@@ -111,6 +111,10 @@ class PendingConfirmation:
     """The provenance check: ``flagged`` lists the values no trusted text supplied."""
     described: dict[str, str] = field(default_factory=dict)
     """What the tool's service says the call's resources are (``Tool.describe_resources``)."""
+    approvals_required: int = 1
+    """How many distinct people must approve (M of N)."""
+    approved_by: list[str] = field(default_factory=list)
+    """Who has approved so far (token labels), in order."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,6 +250,8 @@ def _pending(
         cited=[_cited(o) for o in cited],
         flagged=request.get("provenance"),
         described=dict(request.get("described") or {}),
+        approvals_required=int(request.get("approvals_required") or 1),
+        approved_by=[str(a.get("by")) for a in request.get("approved_by") or []],
     )
 
 

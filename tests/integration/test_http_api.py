@@ -168,6 +168,7 @@ def test_an_approver_confirms_by_hash_and_the_run_completes(api, tokens, engine,
         "run_id": run_id,
         "decision": "approved",
         "version": waiting["version"] + 1,
+        "waiting_for_more": False,
     }
 
     done = wait_until(api, tokens["producer"], run_id, {"completed", "failed"})

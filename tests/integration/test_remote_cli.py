@@ -170,6 +170,7 @@ def test_an_approver_confirms_remotely_under_the_tokens_identity(
         "run_id": run_id,
         "decision": "approved",
         "version": waiting["version"] + 1,
+        "waiting_for_more": False,
     }
 
     with RemoteClient(server, producer) as client:

@@ -179,7 +179,7 @@ def test_run_start_over_the_cli_with_an_idempotency_key(tmp_path, engine, reques
 
 
 @pytest.mark.slow
-def test_an_approver_may_not_decide_on_a_run_they_started_when_barred(
+def test_an_approver_may_not_decide_on_a_run_they_started_by_default(
     client, engine, worker, monkeypatch
 ) -> None:
     subject = "own-run-approval"
@@ -189,7 +189,7 @@ def test_an_approver_may_not_decide_on_a_run_they_started_when_barred(
     assert info.status == "waiting_confirmation", info
     proposal = info.confirmation_request["proposal_hash"]
 
-    monkeypatch.setenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", "0")
+    monkeypatch.delenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", raising=False)
     for by in ("alice (producer)", "alice (approver)"):
         with pytest.raises(Forbidden) as caught:
             client.confirm(run_id, proposal_hash=proposal, by=by)
@@ -204,15 +204,19 @@ def test_an_approver_may_not_decide_on_a_run_they_started_when_barred(
         assert decided.all() == ["bob (approver)"]
 
 
-def test_own_run_approval_is_allowed_by_default(recording: Client, monkeypatch) -> None:
-    """The default lets the starter decide: the request gets past the bar to the state check."""
-    from warrant.runner.errors import ConfirmationRefused
-
-    monkeypatch.delenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", raising=False)
-    run_id = recording.start_run(_spec(), publish=False, started_by="carol (operator)")
-    with pytest.raises(ConfirmationRefused) as caught:
-        recording.decline(run_id, proposal_hash="0" * 64, by="carol (operator)")
-    assert caught.value.code == "RUN_NOT_WAITING_CONFIRMATION"
-    monkeypatch.setenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", "false")
-    with pytest.raises(Forbidden):
-        recording.decline(run_id, proposal_hash="0" * 64, by="carol (approver)")
+@pytest.mark.slow
+def test_the_deployment_may_let_the_starter_decide_traced(
+    client, engine, worker, monkeypatch
+) -> None:
+    """``WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS=1`` (the opt-out): the starter declines its own
+    run's proposal, and the trace says who and why it was allowed."""
+    spec = memory_spec([save("fr-FR", pid="p1")], "own-run-opt-out")
+    run_id = client.start_run(spec, started_by="carol (operator)")
+    info = client.wait(run_id, timeout=30)
+    assert info.status == "waiting_confirmation", info
+    monkeypatch.setenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", "1")
+    phash = info.confirmation_request["proposal_hash"]
+    client.decline(run_id, proposal_hash=phash, by="carol (approver)")
+    [traced] = facts.events(engine, run_id, "confirmation.self_approved")
+    assert traced.details["by"] == "carol (approver)"
+    assert traced.details["allowed_by"] == "deployment"

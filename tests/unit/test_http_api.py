@@ -52,6 +52,12 @@ class FakeClient:
             raise self.raises
         return 7
 
+    def get_run(self, run_id: str) -> Any:
+        """After a decision: the run no longer waits for that proposal (all approvals in)."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(confirmation_request=None)
+
 
 @pytest.fixture
 def fake() -> FakeClient:
@@ -103,7 +109,12 @@ def test_statuses_follow_the_error_classes() -> None:
 
 def test_the_identity_is_the_tokens_label_never_the_bodys(http, fake) -> None:
     r = confirm(http, "approver", {"proposal_hash": "h"})
-    assert r.json() == {"run_id": "r-1", "decision": "approved", "version": 7}
+    assert r.json() == {
+        "run_id": "r-1",
+        "decision": "approved",
+        "version": 7,
+        "waiting_for_more": False,
+    }
     [(name, call)] = fake.calls
     origin = call.pop("origin")
     assert (name, call) == (

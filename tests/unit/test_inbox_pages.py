@@ -171,3 +171,42 @@ def test_the_inbox_view_lists_waiting_grant_runs_and_marks_them():
     context = views.inbox(Fake(), operator)
     assert asked == ["waiting_grant"] and context["may_grant"] is True
     assert context["keys"] == ["grant:r9:4"]
+
+
+def _request(**kw):
+    base = dict(
+        run_id="r2",
+        version=4,
+        goal="pay",
+        subject="s",
+        started_by="dave (producer)",
+        step=1,
+        tool="pay",
+        tool_version="1",
+        action="pay acme",
+        resource="acme",
+        side_effect="irreversible",
+        reversible=False,
+        undo="Cannot be undone.",
+        proposal_hash="b" * 64,
+        expires_at=0.0,
+        reason="",
+    )
+    return PendingConfirmation(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_the_inbox_shows_who_has_approved_so_far():
+    item = _request(approvals_required=2, approved_by=["alice (approver)"])
+    context = {"items": [item], "may_confirm": True, "csrf": "c", "who": None}
+    html = render.fragment("_inbox.html", context)
+    assert "1 of 2 approvals: alice (approver)" in html
+    one = render.fragment("_inbox.html", {**context, "items": [_request()]})
+    assert "approvals" not in one  # a single approval needs no counter
+    marks = views.inbox(SimpleNamespace(pending_confirmations=lambda **_: [item]), _who())["keys"]
+    assert marks == [f"r2:4:{'b' * 64}:1"]  # a new approval redraws the request
+
+
+def _who():
+    from warrant.runner.authz import Identity, Role
+
+    return Identity(token_id="t", name="carol", role=Role.APPROVER)

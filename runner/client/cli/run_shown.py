@@ -76,6 +76,13 @@ def _flag_line(flag: dict[str, Any]) -> str:
     return f"{head} ({what}) {where}"
 
 
+def approvals_line(request: dict[str, Any]) -> str:
+    """``"1 of 2 approvals: alice (approver)"`` (M of N, who has approved so far)."""
+    names = [str(a.get("by")) for a in request.get("approved_by") or []]
+    line = f"{len(names)} of {int(request.get('approvals_required') or 1)} approvals"
+    return f"{line}: {', '.join(names)}" if names else line
+
+
 def _show_request(info: dict[str, Any]) -> None:
     request = info.get("confirmation_request")
     note = reveal_note(info)
@@ -106,6 +113,7 @@ def _show_request(info: dict[str, Any]) -> None:
             console.print(f"  origins: {escape(said)}", soft_wrap=True)
         for path, text in (request.get("described") or {}).items():
             console.print(f"  the service says, {escape(path)}: {escape(text)}", soft_wrap=True)
+        console.print(f"  approvals: {escape(approvals_line(request))}", soft_wrap=True)
         console.print(  # one line whatever the width: it is copied and pasted
             f"  warrant run confirm {info['run_id']} --proposal-hash "
             f"{request['proposal_hash']} --by NAME",

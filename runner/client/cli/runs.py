@@ -23,6 +23,7 @@ from warrant.runner.client.cli.reveal import RevealByOpt, RevealOpt, revealed
 from warrant.runner.client.cli.run_shown import show_run
 from warrant.runner.client.cli.why import why
 from warrant.runner.codes import RunStatus
+from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest
 
 __all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
@@ -166,16 +167,31 @@ def _decision(run_id: str, proposal_hash: str, by: str, approved: bool, as_json:
             version = client.confirm(run_id, proposal_hash=proposal_hash, by=by)
         else:
             version = client.decline(run_id, proposal_hash=proposal_hash, by=by)
-        return {
+        out: dict[str, Any] = {
             "run_id": run_id,
             "decision": "approved" if approved else "declined",
             "version": version,
         }
+        if approved:
+            request = client.get_run(run_id).confirmation_request
+            more = approvals_pending(request, proposal_hash)
+            out["waiting_for_more"] = more is not None
+            out.update(more or {})
+        return out
 
     result = guard(as_json, go)
-    print_json(result) if as_json else console.print(
-        f"{result['decision']}: run {run_id} is back in the policy queue (v{result['version']})"
-    )
+    if as_json:
+        print_json(result)
+    elif result.get("waiting_for_more"):
+        names = ", ".join(result["approved_by"])
+        console.print(
+            f"approval recorded: {len(result['approved_by'])} of "
+            f"{result['approvals_required']} approvals ({names}); run {run_id} waits for more"
+        )
+    else:
+        console.print(
+            f"{result['decision']}: run {run_id} is back in the policy queue (v{result['version']})"
+        )
 
 
 HashOpt = Annotated[str, typer.Option("--proposal-hash", help="Hash shown by `run show`.")]

@@ -29,6 +29,7 @@ from warrant.runner.client.http.models import (
     RunOut,
 )
 from warrant.runner.client.http.runs import RUN_ID, run_out
+from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import Forbidden
 
 __all__ = ["router"]
@@ -52,17 +53,36 @@ Resolver = Annotated[Identity, Depends(requires(Action.RESOLVE_HANDOFF))]
 MemoryRevoker = Annotated[Identity, Depends(requires(Action.REVOKE_MEMORY))]
 
 
-@router.post("/runs/{run_id}/confirm", response_model=DecisionOut, summary="Confirm")
+@router.post(
+    "/runs/{run_id}/confirm",
+    response_model=DecisionOut,
+    response_model_exclude_none=True,
+    summary="Confirm",
+)
 def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
-    """Approve exactly the pending proposal (bound to its hash); the run goes on."""
+    """Approve exactly the pending proposal (bound to its hash); the run goes on once as many
+    distinct people approved as the tool needs (``waiting_for_more`` until then). Whoever
+    started the run may not (``OWN_RUN_APPROVAL_FORBIDDEN``) unless the tool or deployment
+    allows it; the same person twice: ``ALREADY_APPROVED``."""
     client = deps(request).client
     version = client.confirm(
         run_id, proposal_hash=body.proposal_hash, by=identity.label, origin=origin(request, "api")
     )
-    return DecisionOut(run_id=run_id, decision="approved", version=version)
+    info = client.get_run(run_id)
+    more = approvals_pending(info.confirmation_request, body.proposal_hash)
+    if more is None:
+        return DecisionOut(run_id=run_id, decision="approved", version=version)
+    return DecisionOut(
+        run_id=run_id, decision="approved", version=version, waiting_for_more=True, **more
+    )
 
 
-@router.post("/runs/{run_id}/decline", response_model=DecisionOut, summary="Decline")
+@router.post(
+    "/runs/{run_id}/decline",
+    response_model=DecisionOut,
+    response_model_exclude_none=True,
+    summary="Decline",
+)
 def decline(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
     """Refuse the pending proposal; the planner sees a decline observation."""
     client = deps(request).client

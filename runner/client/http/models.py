@@ -208,6 +208,13 @@ class DecisionOut(BaseModel):
     run_id: str
     decision: Literal["approved", "declined"]
     version: int = Field(description="The run's version after the decision.")
+    waiting_for_more: bool = Field(
+        default=False, description="An approval recorded; more people must approve (M of N)."
+    )
+    approvals_required: int | None = Field(default=None, description="M, when waiting for more.")
+    approved_by: list[str] | None = Field(
+        default=None, description="Who approved so far, when waiting for more."
+    )
 
 
 class AnswerIn(_In):

@@ -84,6 +84,10 @@ def inbox(request: Request, done: RunId = "", decision: str = "") -> Response:
     context = _view(request, "inbox", who)
     if done and decision in ("approved", "declined", "granted"):
         context["notice"] = f"Run {done}: {decision}."
+        short = [p for p in context.get("items", []) if p.run_id == done and p.approved_by]
+        if decision == "approved" and short:  # M of N: the request stays, with its counter
+            n, m = len(short[0].approved_by), short[0].approvals_required
+            context["notice"] = f"Run {done}: approval recorded ({n} of {m}); it waits for more."
     return page(request, "inbox.html", context, who=who)
 
 

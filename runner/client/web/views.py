@@ -41,7 +41,7 @@ def left(epoch: float, now: float | None = None) -> str:
 
 def inbox(client: Any, who: Identity, **_: Any) -> dict[str, Any]:
     items = client.pending_confirmations(reveal_sensitive=allowed(who.role, Action.CONFIRM))
-    marks = [f"{p.run_id}:{p.version}:{p.proposal_hash}" for p in items]
+    marks = [f"{p.run_id}:{p.version}:{p.proposal_hash}:{len(p.approved_by)}" for p in items]
     grants = client.list_runs(limit=100, status=RunStatus.WAITING_GRANT.value)
     marks += [f"grant:{r.run_id}:{r.version}" for r in grants]
     return {
