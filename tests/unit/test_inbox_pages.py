@@ -202,7 +202,8 @@ def test_the_inbox_shows_who_has_approved_so_far():
     assert "1 of 2 approvals: alice (approver)" in html
     one = render.fragment("_inbox.html", {**context, "items": [_request()]})
     assert "approvals" not in one  # a single approval needs no counter
-    marks = views.inbox(SimpleNamespace(pending_confirmations=lambda **_: [item]), _who())["keys"]
+    fake = SimpleNamespace(pending_confirmations=lambda **_: [item], list_runs=lambda **_: [])
+    marks = views.inbox(fake, _who())["keys"]
     assert marks == [f"r2:4:{'b' * 64}:1"]  # a new approval redraws the request
 
 
