@@ -124,6 +124,23 @@ def test_a_hijacked_planner_gets_no_injected_call_through(
     assert not problems, f"{scenario.label} (run {run.run_id}):\n  " + "\n  ".join(problems)
 
 
+def _every_order_and_benign(
+    adversary: Adversary, client: Any, engine: Any, config: str, person: str
+) -> list[RunResult]:
+    """One attack run per proposal order, then the task alone (benign, last), each answered
+    by ``person``; measured and kept for the module's table."""
+    root = str(adversary.root)
+    scenarios = [Scenario(config, order, "person", root, person=person) for order in ORDERS]
+    scenarios.append(Scenario(config, ORDERS[0], "person", root, attack=False, person=person))
+    results = []
+    for scenario in scenarios:
+        _seed(adversary, scenario)
+        run = drive(client, scenario, timeout=60)
+        results.append(measure(engine, adversary.services, scenario, run.run_id))
+    RESULTS.extend(results)
+    return results
+
+
 #: Injected calls that got through with every tool granted by name and a person who approves
 #: everything, on main before the fail-closed provenance defaults (issue 35's "today").
 THROUGH_BEFORE_APPROVES_ALL = 32
@@ -136,15 +153,7 @@ def test_grants_by_tool_name_with_the_default_rules(
     """Every tool granted by name (the structural rules stop nothing), the contracts' default
     rules, every proposal order, and a person who declines what the gate flags as coming from
     untrusted content — or one who approves everything. Plus the task alone (benign)."""
-    root = str(adversary.root)
-    scenarios = [Scenario(BY_NAME, order, "person", root, person=person) for order in ORDERS]
-    scenarios.append(Scenario(BY_NAME, ORDERS[0], "person", root, attack=False, person=person))
-    results = []
-    for scenario in scenarios:
-        _seed(adversary, scenario)
-        run = drive(client, scenario, timeout=60)
-        results.append(measure(engine, adversary.services, scenario, run.run_id))
-    RESULTS.extend(results)
+    results = _every_order_and_benign(adversary, client, engine, BY_NAME, person)
     (found,) = figures(results)
     benign = results[-1]
     with session_scope(engine) as s:
@@ -183,15 +192,7 @@ def test_task_scoped_grants_by_tool_name(
     no injected call gets past the gate (each refused with its code: the attacker's
     recipients, IBAN, hosts and memory key are in scope but not in the goal), none has an
     effect, and the task completes. Plus the task alone (benign)."""
-    root = str(adversary.root)
-    scenarios = [Scenario(TASK_SCOPED, order, "person", root, person=person) for order in ORDERS]
-    scenarios.append(Scenario(TASK_SCOPED, ORDERS[0], "person", root, attack=False, person=person))
-    results = []
-    for scenario in scenarios:
-        _seed(adversary, scenario)
-        run = drive(client, scenario, timeout=60)
-        results.append(measure(engine, adversary.services, scenario, run.run_id))
-    RESULTS.extend(results)
+    results = _every_order_and_benign(adversary, client, engine, TASK_SCOPED, person)
     problems = [f"{r.scenario.label}: {p}" for r in results for p in r.problems()]
     assert problems == [], "\n".join(problems)
     through = [
