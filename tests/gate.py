@@ -8,6 +8,7 @@ from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.policy import GateInput
 from warrant.runner.spec import Budgets
 from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, RunView
+from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
 from warrant.tools.plugins import registry_for
 
 NOW = 1_000_000.0
@@ -92,4 +93,29 @@ def gate(
         history=history or [],
         registry=registry_for(),
         now=NOW,
+    )
+
+
+class FetchIn(ToolInput):
+    url: str
+    """Where to fetch from."""
+
+
+class Done(ToolOutput):
+    ok: bool = True
+    """Always true."""
+
+
+def noop_tool(name: str, side_effect: SideEffect, model: type[Any], **kw: Any) -> Tool[Any, Any]:
+    """A tool that does nothing, capability ``<name>:use``: for gate tests."""
+    return Tool(
+        name=name,
+        version="1",
+        description=name,
+        input_model=model,
+        output_model=Done,
+        capabilities=(f"{name}:use",),
+        side_effect=side_effect,
+        execute=lambda args, ctx: Done(),
+        **kw,
     )

@@ -7,9 +7,8 @@ import dataclasses
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from tests.gate import NOW, confirmation, grant, proposal, run
+from tests.gate import NOW, FetchIn, confirmation, grant, noop_tool, proposal, run
 from warrant.runner import policy
 from warrant.runner.canonical import proposal_hash
 from warrant.runner.gate import GateInput
@@ -20,7 +19,6 @@ from warrant.tools.contract import (
     SideEffect,
     Tool,
     ToolInput,
-    ToolOutput,
     UntrustedPolicy,
 )
 from warrant.tools.registry import Registry
@@ -33,34 +31,10 @@ class MailIn(ToolInput):
     """The text."""
 
 
-class FetchIn(ToolInput):
-    url: str
-    """Where to fetch from."""
-
-
-class Done(ToolOutput):
-    ok: bool = True
-    """Always true."""
-
-
-def _tool(name: str, side_effect: SideEffect, model: type[BaseModel], **kw: Any) -> Tool[Any, Any]:
-    return Tool(
-        name=name,
-        version="1",
-        description=name,
-        input_model=model,
-        output_model=Done,
-        capabilities=(f"{name}:use",),
-        side_effect=side_effect,
-        execute=lambda args, ctx: Done(),
-        **kw,
-    )
-
-
-SEND = _tool("send_mail", SideEffect.IRREVERSIBLE, MailIn, resources={"to": ResourceKind.EMAIL})
-REFUND = _tool("refund", SideEffect.COMPENSATABLE_WRITE, MailIn)
-NOTE = _tool("note", SideEffect.IDEMPOTENT_WRITE, MailIn)
-FETCH = _tool(
+SEND = noop_tool("send_mail", SideEffect.IRREVERSIBLE, MailIn, resources={"to": ResourceKind.EMAIL})
+REFUND = noop_tool("refund", SideEffect.COMPENSATABLE_WRITE, MailIn)
+NOTE = noop_tool("note", SideEffect.IDEMPOTENT_WRITE, MailIn)
+FETCH = noop_tool(
     "http_fetch", SideEffect.READ, FetchIn, resources={"url": ResourceKind.URL}, egress=True
 )
 REGISTRY = Registry([SEND, REFUND, NOTE, FETCH])

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.gate import NOW, grant, proposal, run
+from tests.gate import NOW, FetchIn, grant, noop_tool, proposal, run
 from warrant.runner import policy
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import SpecError
@@ -19,7 +19,7 @@ from warrant.runner.provenance import sources_from
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import Grant, parse_run_spec
 from warrant.runner.views import ProvenanceSources
-from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
+from warrant.tools.contract import SideEffect, Tool, ToolInput
 from warrant.tools.registry import Registry
 
 GOAL = (
@@ -33,11 +33,6 @@ class MailIn(ToolInput):
     """Recipients."""
 
 
-class FetchIn(ToolInput):
-    url: str
-    """Where to fetch from."""
-
-
 class PathIn(ToolInput):
     path: str
     """Where to write."""
@@ -48,38 +43,23 @@ class LookupIn(ToolInput):
     """Whom to look up."""
 
 
-class Done(ToolOutput):
-    ok: bool = True
-    """Always true."""
-
-
-def _tool(name: str, side_effect: SideEffect, model: type[Any], **kw: Any) -> Tool[Any, Any]:
-    return Tool(
-        name=name,
-        version="1",
-        description=name,
-        input_model=model,
-        output_model=Done,
-        capabilities=(f"{name}:use",),
-        side_effect=side_effect,
-        execute=lambda args, ctx: Done(),
-        **kw,
-    )
-
-
-MAIL = _tool("mail", SideEffect.IDEMPOTENT_WRITE, MailIn, resources={"to": ResourceKind.EMAIL})
-FETCH = _tool("fetch", SideEffect.READ, FetchIn, resources={"url": ResourceKind.URL}, egress=True)
-WRITE = _tool("write", SideEffect.IDEMPOTENT_WRITE, PathIn, resources={"path": ResourceKind.PATH})
-NOTICE = _tool(
+MAIL = noop_tool("mail", SideEffect.IDEMPOTENT_WRITE, MailIn, resources={"to": ResourceKind.EMAIL})
+FETCH = noop_tool(
+    "fetch", SideEffect.READ, FetchIn, resources={"url": ResourceKind.URL}, egress=True
+)
+WRITE = noop_tool(
+    "write", SideEffect.IDEMPOTENT_WRITE, PathIn, resources={"path": ResourceKind.PATH}
+)
+NOTICE = noop_tool(
     "notice",
     SideEffect.IDEMPOTENT_WRITE,
     MailIn,
     resource=lambda args, subject: f"recipient:{args.to[0]}",
 )
-DIRECTORY = _tool(
+DIRECTORY = noop_tool(
     "directory", SideEffect.READ, LookupIn, output_source=ObservationSource.TRUSTED_TOOL
 )
-INBOX = _tool("inbox", SideEffect.READ, LookupIn)  # untrusted output (the default)
+INBOX = noop_tool("inbox", SideEffect.READ, LookupIn)  # untrusted output (the default)
 REGISTRY = Registry([MAIL, FETCH, WRITE, NOTICE, DIRECTORY, INBOX])
 
 #: A trusted directory lookup and an untrusted inbox, each naming carol.
