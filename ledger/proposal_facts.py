@@ -142,31 +142,20 @@ def refused_under_untrusted_influence(conn: Any, run_id: str) -> int:
         .where(Observation.run_id == run_id, Observation.source == "untrusted-content")
         .scalar_subquery()
     )
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(Proposal)
-            .where(
-                Proposal.run_id == run_id,
-                Proposal.kind == "tool",
-                Proposal.status == "rejected",
-                Proposal.step > first,
-            )
-        ).scalar_one()
+    return _proposals(
+        conn, run_id, Proposal.kind == "tool", Proposal.status == "rejected", Proposal.step > first
     )
 
 
 def refused_finals(conn: Any, run_id: str) -> int:
     """Final answers of the run refused (and planned again): for their citations, or given
     while the spec's success conditions did not hold."""
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(Proposal)
-            .where(
-                Proposal.run_id == run_id,
-                Proposal.kind == "final",
-                Proposal.rejection_code.in_(REFUSED_FINAL_CODES),
-            )
-        ).scalar_one()
+    return _proposals(
+        conn, run_id, Proposal.kind == "final", Proposal.rejection_code.in_(REFUSED_FINAL_CODES)
     )
+
+
+def _proposals(conn: Any, run_id: str, *where: Any) -> int:
+    """How many of the run's proposal rows match ``where``."""
+    query = select(func.count()).select_from(Proposal).where(Proposal.run_id == run_id, *where)
+    return int(conn.execute(query).scalar_one())
