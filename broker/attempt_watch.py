@@ -51,8 +51,10 @@ from warrant.ledger.stage_loads import autocommit
 __all__ = [
     "FENCE_MARGIN_S",
     "AttemptWatch",
+    "cancel_interrupts",
     "in_tool",
     "live_here",
+    "seen_cancel",
     "the_watch",
 ]
 
@@ -76,6 +78,8 @@ class Attempt:
     in_tool: bool = False
     interrupted: str | None = None
     """Why the attempt was interrupted (``deadline``, ``cancel``, ``fence``), if it was."""
+    saw_cancel: bool = False
+    """The tool read that its run is being cancelled: it stops on its own (no cancel raise)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -182,7 +186,7 @@ class AttemptWatch:
             if status is None:
                 continue  # no longer this worker's attempt: its record will find out
             a.renewed = sent
-            if status in _CANCELLED:
+            if cancel_interrupts(a, status):
                 self.interrupt(a, "cancel")
 
     def _enforce(self, attempts: list[Attempt], now: float) -> None:
@@ -241,6 +245,20 @@ def the_watch(engine: Engine, worker: str, *, beat_s: float, timeout_s: float) -
 def live_here(command_id: str) -> bool:
     """Is ``command_id`` an attempt this process is running right now (on its threads)?"""
     return _watch is not None and _watch.pid == os.getpid() and _watch.live(command_id)
+
+
+def cancel_interrupts(attempt: Attempt, run_status: str) -> bool:
+    """Does the run's status interrupt the attempt? Only a cancel the tool has not read."""
+    return run_status in _CANCELLED and not attempt.saw_cancel
+
+
+def seen_cancel() -> None:
+    """This thread's tool read that its run is being cancelled: it stops on its own, so the
+    watch does not interrupt it for the cancel (an interruption now could only turn what it
+    knows into an unknown effect). Its deadlines and the fence still apply."""
+    attempt = _current.attempt
+    if attempt is not None:
+        attempt.saw_cancel = True
 
 
 @contextmanager

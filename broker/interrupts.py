@@ -19,6 +19,12 @@ Inside the tool's window, the tool's own reads of the ledger (its cancellation c
 driver's connection mid-command and the engine's pool half-updated (its next checkout, the
 outcome's record, then waits out the pool timeout); it is raised when the read is done.
 
+Once the tool has read that its run is being cancelled (:func:`seen_cancel`, from its
+cancellation check), the signal no longer interrupts it: the tool is stopping on its own, and
+an interruption now could only replace what it knows (nothing was written) with an unknown
+effect — the run would then stay ``cancelling`` until the reconciler came. The attempt's own
+deadlines still apply.
+
 The pool, however, remembers that it signalled the child and would treat the child's *next*
 death as a controlled termination (the message of whatever task it then runs would be
 acknowledged and lost). So a child that received SIGUSR1 leaves after finishing its current
@@ -35,7 +41,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-__all__ = ["begin", "deferred", "install", "interruptible", "postponed", "take"]
+__all__ = ["begin", "deferred", "install", "interruptible", "postponed", "seen_cancel", "take"]
 
 _fired = False
 """SIGUSR1 arrived since the last :func:`take` (the process must leave after its task)."""
@@ -47,6 +53,10 @@ _in_task = False
 """Between :func:`begin` and :func:`take`: a signal outside that window is ignored."""
 _deferring = False
 """Inside :func:`deferred` (within :func:`interruptible`)."""
+_postponed = False
+"""The attempt's own soft deadline fired inside :func:`deferred`: raised as the block ends."""
+_stopping = False
+"""The tool read that its run is being cancelled: SIGUSR1 no longer interrupts it."""
 
 
 def install() -> None:
@@ -64,6 +74,8 @@ def install() -> None:
         if not _in_task:
             return  # between tasks: meant for a task that is over (a late soft time limit)
         _fired = True
+        if _stopping:
+            return  # the tool saw the cancel and is stopping on its own
         if _live and callable(previous):
             previous(signum, frame)  # billiard's: raises SoftTimeLimitExceeded
         else:
@@ -75,8 +87,8 @@ def install() -> None:
 
 def begin() -> None:
     """A tool task starts: forget any signal that arrived before it (meant for another task)."""
-    global _fired, _pending, _in_task
-    _fired, _pending, _in_task = False, False, True
+    global _fired, _pending, _in_task, _postponed, _stopping
+    _fired, _pending, _in_task, _postponed, _stopping = False, False, True, False, False
 
 
 @contextmanager
@@ -100,7 +112,7 @@ def interruptible(*, cancelled: Callable[[], bool] | None = None) -> Iterator[No
 def deferred() -> Iterator[None]:
     """Shield a block inside :func:`interruptible` (a ledger read): a signal arriving meanwhile
     is raised as the block ends, not in the middle of it. Outside the window: no effect."""
-    global _live, _pending, _deferring
+    global _live, _pending, _deferring, _postponed
     if not _live:
         yield
         return
@@ -109,17 +121,26 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _live, _deferring = True, False
-    if _pending:
-        _pending = False
+    cancel, overdue, _pending, _postponed = _pending and not _stopping, _postponed, False, False
+    if cancel or overdue:
         raise SoftTimeLimitExceeded("interrupted during the tool's ledger read")
+
+
+def seen_cancel() -> None:
+    """The tool's cancellation check read that the run is being cancelled: the tool stops on
+    its own, so the cancel's signal (also one that came during that read) no longer
+    interrupts it. The attempt's own deadlines still do."""
+    global _stopping
+    if _in_task:
+        _stopping = True
 
 
 def postponed() -> bool:
     """Called by another interrupting signal's handler (the attempt's own soft deadline):
     inside :func:`deferred`, remember it (raised as the block ends) and say so."""
-    global _pending
+    global _postponed
     if _deferring:
-        _pending = True
+        _postponed = True
     return _deferring
 
 
@@ -134,6 +155,7 @@ def _confirmed(cancelled: Callable[[], bool] | None) -> bool:
 
 def take() -> bool:
     """Did SIGUSR1 fire in this task? (Resets the flags; the task is over.)"""
-    global _fired, _pending, _in_task
+    global _fired, _pending, _in_task, _postponed, _stopping
     fired, _fired, _pending, _in_task = _fired, False, False, False
+    _postponed = _stopping = False
     return fired

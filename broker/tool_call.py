@@ -121,6 +121,9 @@ def cancel_flag(ctx: StageContext, run_id: str) -> Any:
             last["at"] = now
             with interrupts.deferred():  # never mid-query (see broker.interrupts)
                 last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
+                if last["value"]:  # the tool stops on its own: no interruption now
+                    interrupts.seen_cancel()
+                    attempt_watch.seen_cancel()
         return bool(last["value"])
 
     return is_cancelled

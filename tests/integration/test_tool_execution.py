@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from tests import facts
+from tests import stopping_tool as stopping
 from tests.conftest import wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, Handoff, OutcomeRow
@@ -330,6 +331,29 @@ def test_cancel_while_the_tool_is_still_logging_its_call_is_known_harmless(
         outcome = s.query(OutcomeRow).filter_by(run_id=run_id).one()
     assert outcome.code == "CANCELLED_BEFORE_WRITE"
     assert demo.draft_count(draft_id=did) == 0
+
+
+def test_a_tool_that_saw_the_cancel_is_not_interrupted_while_it_stops(
+    engine, client, worker, tmp_path
+):
+    # The cancel's ledger flag and its signal race. Here the flag wins: the tool reads it and
+    # reports nothing was written, and the signal lands while it is still closing its session.
+    # The known outcome stands (before: the signal replaced it with an unknown effect and the
+    # run stayed cancelling until the reconciler came).
+    journal = tmp_path / "journal"
+    run_id = client.start_run(
+        sc.spec([stopping.proposal("p1", journal)], grants=[{"capability": stopping.CAPABILITY}])
+    )
+    wait_for(lambda: "started" in stopping.journal_lines(journal), what="the call started")
+    client.cancel(run_id, by="alice", revoke=False)  # the ledger flag alone
+    wait_for(lambda: "tidying" in stopping.journal_lines(journal), what="the tool saw the cancel")
+    client.publisher.revoke_run(run_id, terminate=True)  # the signal, during the tidy-up
+    info = client.wait(run_id, timeout=15)
+    assert (info.status, info.stop_reason) == ("cancelled", "CANCELLED")
+    with session_scope(engine) as s:
+        outcome = s.query(OutcomeRow).filter_by(run_id=run_id).one()
+    assert (outcome.status, outcome.code) == ("failed", "CANCELLED_BEFORE_WRITE")
+    assert not facts.events(engine, run_id, "effect.reconciliation_required")
 
 
 def _waiting_on_lock(engine, table: str) -> bool:
