@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from warrant._namespace import only_as_warrant
+
 if TYPE_CHECKING:
     from warrant.runner.client.api import Client, RunInfo
     from warrant.runner.codes import Outcome, Rejection, RunStatus, StopReason
@@ -98,3 +100,5 @@ __all__ = [
     "WarrantError",
     "parse_run_spec",
 ]
+
+only_as_warrant(__name__, "runner")  # a bare `import runner` from the repository root fails here

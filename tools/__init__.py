@@ -31,3 +31,7 @@ __all__ = [
     "UntrustedPolicy",
     "build_registry",
 ]
+
+from warrant._namespace import only_as_warrant
+
+only_as_warrant(__name__, "tools")  # a bare `import tools` from the repository root fails here
