@@ -27,18 +27,21 @@ def _rows() -> list[tuple[str, list[tuple[str, str]]]]:
 def _defined(path: Path, name: str) -> bool:
     scope: list[ast.stmt] = ast.parse(path.read_text()).body
     for part in name.split("."):
-        found = [
-            node
-            for node in scope
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-            and node.name == part
-            or isinstance(node, ast.ClassDef | ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == part for t in getattr(node, "targets", []))
-        ]
+        found = [node for node in scope if _names(node, part)]
         if not found:
             return False
         scope = getattr(found[0], "body", [])
     return True
+
+
+def _names(node: ast.stmt, name: str) -> bool:
+    """Does this statement define ``name`` (a function, a class, or an assignment)?"""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return node.name == name
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(t, ast.Name) and t.id == name for t in targets)
+    return False
 
 
 def test_every_rule_names_at_least_one_enforcement_point():
