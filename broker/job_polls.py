@@ -27,7 +27,6 @@ from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func
 
 from warrant.broker.context import StageContext
 from warrant.broker.handoff_entry import enter_handoff
@@ -36,6 +35,11 @@ from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
 from warrant.ledger.repo import NewObservation, append_events, commit, run_view, to_datetime
+from warrant.ledger.row_updates import (
+    count_reconciliation,
+    resolve_outcome,
+    schedule_reconciliation,
+)
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.settings import WarrantSettings
@@ -171,12 +175,8 @@ class _Settle:
     outbox: Outbox
 
     def polled(self, result: str) -> tuple[str, dict[str, Any]]:
-        attempt = self.outcome.reconcile_attempts + 1
-        self.outcome.reconcile_attempts = attempt
-        self.s.add(
-            Reconciliation(
-                run_id=self.run.id, command_id=self.cmd.id, attempt=attempt, result=result
-            )
+        attempt = count_reconciliation(
+            self.s, self.outcome, run_id=self.run.id, command_id=self.cmd.id, result=result
         )
         return ("job.polled", {"tool": self.cmd.tool, "state": result, "polls": attempt})
 
@@ -197,7 +197,7 @@ def _apply(
             _settled(a, status, polled)
             report.jobs_settled += 1
         elif _given_up(a, job):
-            outcome.resolved_status, outcome.resolved_at = "handoff", func.now()
+            resolve_outcome(outcome, "handoff")
             s.flush()
             enter_handoff(
                 s,
@@ -209,7 +209,7 @@ def _apply(
             report.handed_off += 1
         else:
             interval = job.tool.job.interval_s if job.tool and job.tool.job else 5.0
-            outcome.next_reconcile_at = to_datetime(ctx.clock() + interval)
+            schedule_reconciliation(outcome, to_datetime(ctx.clock() + interval))
             append_events(s, run.id, [polled], step=cmd.step, proposal_id=cmd.proposal_id)
             report.jobs_waiting += 1
     outbox.flush()
@@ -237,8 +237,7 @@ def _why(job: _Job) -> str:
 def _settled(a: _Settle, status: JobStatus, polled: tuple[str, dict[str, Any]]) -> None:
     """The job ended: its final observation, and the run goes on (or ends its cancel)."""
     succeeded, content = _final_content(a, status)
-    a.outcome.resolved_status = "succeeded" if succeeded else "failed"
-    a.outcome.resolved_at = func.now()
+    resolve_outcome(a.outcome, "succeeded" if succeeded else "failed")
     source = a.tool.output_source.value if a.tool else "trusted-tool"
     observation = NewObservation(f"job-{a.cmd.step}", ObservationKind.TOOL_RESULT, source, content)
     settled = {"tool": a.cmd.tool, "status": content["status"], "code": content.get("code")}

@@ -31,6 +31,7 @@ from warrant.broker.handoff_entry import enter_handoff
 from warrant.ledger import rows
 from warrant.ledger.models import Command, Reconciliation, Run
 from warrant.ledger.repo import append_events, record_outcome
+from warrant.ledger.row_updates import resolve_outcome
 from warrant.runner.codes import Outcome, Phase, RunStatus, StopReason
 from warrant.tools.contract import SideEffect, Tool
 
@@ -152,7 +153,7 @@ def _correct(s: Session, run: Run, cmd: Command, late: LateOutcome, prior: Any, 
             attempt=late.attempt,
         )
         return
-    prior.resolved_status = "applied" if found == "applied" else "handoff"
+    resolve_outcome(prior, "applied" if found == "applied" else "handoff", stamp=False)
     s.add(
         Reconciliation(
             run_id=run.id,

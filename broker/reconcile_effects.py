@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from sqlalchemy import func
-
 from warrant.broker.context import StageContext
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
@@ -28,8 +26,16 @@ from warrant.broker.tool_record import acceptance
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S, reissue_command
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
+from warrant.ledger.models import Command, OutcomeRow, Run
 from warrant.ledger.repo import NewObservation, append_events, commit, run_view, to_datetime
+from warrant.ledger.row_updates import (
+    count_reconciliation,
+    finish_command,
+    merge_outcome_output,
+    outcome_became_job,
+    resolve_outcome,
+    schedule_reconciliation,
+)
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.retry import backoff_delay
@@ -147,7 +153,7 @@ class _Apply:
     outbox: Outbox
 
     def resolve(self, status: str) -> None:
-        self.outcome.resolved_status, self.outcome.resolved_at = status, func.now()
+        resolve_outcome(self.outcome, status)
 
     @property
     def cancelling(self) -> bool:
@@ -204,20 +210,12 @@ def _reconcile_one(
         ):
             report.still_unknown += 1
             return
-        attempt = outcome.reconcile_attempts + 1
         if tool is not None and tool.batch is not None and answer.found is not None:
-            outcome.output = {**(outcome.output or {}), **(answer.found.output or {})}
+            merge_outcome_output(outcome, answer.found.output or {})
         detail = {"error": answer.error} if answer.error else None
-        s.add(
-            Reconciliation(
-                run_id=run.id,
-                command_id=cmd.id,
-                attempt=attempt,
-                result=answer.result,
-                detail=detail,
-            )
+        attempt = count_reconciliation(
+            s, outcome, run_id=run.id, command_id=cmd.id, result=answer.result, detail=detail
         )
-        outcome.reconcile_attempts = attempt
         event = (
             "effect.reconciled",
             {"tool": cmd.tool, "result": answer.result, "attempt": attempt},
@@ -237,7 +235,7 @@ def _reconcile_one(
             report.handed_off += 1
         else:
             delay = backoff_delay(attempt, base_s=2.0, cap_s=300.0)
-            outcome.next_reconcile_at = to_datetime(ctx.clock() + max(0.5, delay))
+            schedule_reconciliation(outcome, to_datetime(ctx.clock() + max(0.5, delay)))
             append_events(s, run.id, [event], step=cmd.step, proposal_id=cmd.proposal_id)
             report.still_unknown += 1
     outbox.flush()
@@ -258,7 +256,7 @@ def _defer(
     )
     if until is None:
         return False
-    outcome.next_reconcile_at = until
+    schedule_reconciliation(outcome, until)
     append_events(
         s,
         run.id,
@@ -275,7 +273,7 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
         _job_found(a, str(operation_id))
         return
     a.resolve("applied")
-    a.cmd.status = "completed"
+    finish_command(a.cmd)
     observation = NewObservation(
         f"tool-{a.cmd.step}",
         ObservationKind.TOOL_RESULT,
@@ -303,9 +301,8 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
 def _job_found(a: _Apply, operation_id: str) -> None:
     """A long-running tool's call whose answer was lost: the service has its job. The outcome
     becomes the job's acceptance and the run waits for it (``broker.job_polls``)."""
-    a.outcome.status, a.outcome.output = "accepted", {"operation_id": operation_id}
-    a.outcome.reconcile_attempts, a.outcome.next_reconcile_at = 0, None
-    a.cmd.status = "completed"
+    outcome_became_job(a.outcome, operation_id)
+    finish_command(a.cmd)
     source = a.tool.output_source.value if a.tool else "trusted-tool"
     observation = acceptance(a.cmd.tool, source, a.cmd.step, {"operation_id": operation_id})
     accepted = {"tool": a.cmd.tool, "operation_id": operation_id, "found": "reconciliation"}
@@ -321,7 +318,7 @@ def _not_applied(a: _Apply) -> str:
     assert a.tool is not None
     timeout = min(a.tool.timeout_s, view.deadline_at - a.ctx.clock())
     if a.cancelling:
-        a.cmd.status = "completed"
+        finish_command(a.cmd)
         change = machine.finish_cancel(view, effect="none", step=a.cmd.step, events=[a.event])
         commit(a.s, change, step=a.cmd.step)
         return "not_applied"
@@ -343,7 +340,7 @@ def _not_applied(a: _Apply) -> str:
             outbox=a.outbox,
         )
         return "retried"
-    a.cmd.status = "completed"
+    finish_command(a.cmd)
     stop = Stop(
         RunStatus.FAILED,
         StopReason.TOOL_FAILED,

@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
-from sqlalchemy import func
-
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.job_polls import poll_waiting_jobs
@@ -40,6 +38,7 @@ from warrant.broker.webhooks import deliver_webhooks
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view
+from warrant.ledger.row_updates import finish_command, note_republished
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, Phase, RunStatus, StopReason
 from warrant.runner.run_machine import Stop
@@ -165,7 +164,7 @@ def _expire(ctx: StageContext, s: Any, cmd: Any, run: Any, outbox: Outbox) -> No
         message="started and never finished (worker lost)",
         attempt=cmd.attempts,
     )
-    cmd.status, cmd.finished_at = "completed", func.now()
+    finish_command(cmd, stamp=True)
     events: list[tuple[str, dict[str, Any]]] = [
         ("command.lease_expired", {"tool": cmd.tool, "attempt": cmd.attempts})
     ]
@@ -238,7 +237,7 @@ def _stalled_runs(
                 continue
             outbox.add(message)
             sweeps.touch_run(s, run_id)
-            run.republish_version, run.republish_count = version, republished + 1
+            note_republished(run, version=version, count=republished + 1)
             details = {"phase": phase, "version": version, "attempt": republished + 1}
             append_events(s, run_id, [("run.republished", details)], step=run.step)
             report.republished += 1

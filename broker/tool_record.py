@@ -7,8 +7,6 @@ import dataclasses
 import time
 from typing import Any
 
-from sqlalchemy import func
-
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
@@ -30,6 +28,7 @@ from warrant.ledger.repo import (
     run_view,
     to_datetime,
 )
+from warrant.ledger.row_updates import finish_command
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, Outcome, RunStatus, StopReason
@@ -222,7 +221,7 @@ def _finish(
 ) -> str:
     if not record_outcome(s, **_outcome_values(snap, res, duration_ms)):
         return "superseded"  # lost the race for this attempt's outcome: no transition follows
-    cmd.status, cmd.finished_at = "completed", func.now()
+    finish_command(cmd, stamp=True)
     if res.handoff:  # an effect nothing undid: a person looks (the bundle lists it)
         s.flush()
         reason = (res.stop or StopReason.TOOL_POSTCONDITION_FAILED).value

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from warrant.ledger.repo import commit, run_view, to_datetime
+from warrant.ledger.row_updates import reissue_command_row
 from warrant.runner import run_machine as machine
 
 __all__ = ["HARD_LIMIT_GRACE_S", "reissue_command"]
@@ -27,8 +28,8 @@ def reissue_command(
 ) -> int:
     """Schedule another attempt of the *same* command (same idempotency token): it counts as a
     tool call, and its message is published after the commit, ``delay_s`` from now."""
-    cmd.status, cmd.timeout_s = "issued", timeout_s
-    cmd.deadline_at = to_datetime(ctx.clock() + delay_s + timeout_s)
+    deadline_at = to_datetime(ctx.clock() + delay_s + timeout_s)
+    reissue_command_row(cmd, timeout_s=timeout_s, deadline_at=deadline_at)
     change = machine.reissue_command(
         run_view(run), tool=cmd.tool, scheduled=scheduled, events=events
     )

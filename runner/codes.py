@@ -35,6 +35,19 @@ TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.
 ``needs_input`` is not one of them: an answer to the clarification lets the run go on."""
 
 
+class CommandStatus(StrEnum):
+    """Where a command (one proposal the gate accepted for a tool) is in its life."""
+
+    ISSUED = "issued"
+    """Published to its tool queue (or re-issued for another attempt of the same token)."""
+    STARTED = "started"
+    """An attempt claimed it and holds its lease."""
+    COMPLETED = "completed"
+    """An outcome ends it (the effect may still be resolved by the reconciler)."""
+    DISCARDED = "discarded"
+    """Never executed: its run moved on before a worker claimed it."""
+
+
 class Phase(StrEnum):
     """Which stage message the run is waiting for (what a re-publish would send)."""
 
