@@ -3,8 +3,10 @@
 A worker step writes the worker process's identity (unique across hosts), its node, roles,
 queues and registry fingerprint when the worker starts, refreshes it every
 :data:`HEARTBEAT_S` and removes its own row (never another process's) when the worker stops.
-The policy stage asks :func:`deployment_check` whether the workers serving a tool's queue have
-that tool: a proposal no worker can run is refused ``TOOL_NOT_DEPLOYED``, naming the role.
+The policy stage hands the gate the live registrations (:func:`live_registrations`, plain data)
+and the gate asks whether the workers serving a tool's queue have that tool
+(``tools.deployment.lacking_role``): a proposal no worker can run is refused
+``TOOL_NOT_DEPLOYED``, naming the role.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from celery import bootsteps
@@ -21,13 +22,12 @@ from sqlalchemy import Engine
 
 from warrant.broker.process_identity import this_process
 from warrant.ledger.workers import live_workers, register_worker, touch_worker, unregister_worker
-from warrant.tools.deployment import WorkerInfo, lacking_role, roles_of
+from warrant.tools.deployment import WorkerInfo, roles_of
 
 __all__ = [
     "HEARTBEAT_S",
     "LIVE_WITHIN_S",
     "RegisterWorker",
-    "deployment_check",
     "live_registrations",
 ]
 
@@ -112,12 +112,3 @@ def _workers(engine: Engine) -> list[WorkerInfo]:
 def live_registrations(engine: Engine) -> list[WorkerInfo]:
     """The live workers' registrations (cached for :data:`CACHE_S`)."""
     return _workers(engine)
-
-
-def deployment_check(engine: Engine) -> Callable[[str, str], str | None]:
-    """The gate's ``deployment`` question, answered from the registrations (cached briefly)."""
-
-    def lacking(name: str, version: str) -> str | None:
-        return lacking_role(_workers(engine), name, version)
-
-    return lacking

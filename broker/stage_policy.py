@@ -17,7 +17,7 @@ from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.influence import influence, persistent
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.publish import Outbox
-from warrant.broker.registration import deployment_check
+from warrant.broker.registration import live_registrations
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
@@ -134,7 +134,7 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                 history=history_from(row.history),
                 registry=ctx.registry,
                 now=now,
-                deployment=deployment_check(ctx.engine),
+                deployment=live_registrations(ctx.engine),
                 relaxed=ctx.settings.relaxed_tools,
                 pre_approvals=pre_approvals_from(row.pre_approvals),
                 provenance=_provenance(ctx, run_id, proposal, grants),

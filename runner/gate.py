@@ -19,6 +19,7 @@ from warrant.runner.views import (
     RunView,
 )
 from warrant.tools.contract import Tool
+from warrant.tools.deployment import WorkerInfo
 from warrant.tools.registry import Registry
 
 __all__ = [
@@ -51,9 +52,10 @@ class GateInput:
     history: Sequence[HistoryEntry]
     registry: Registry
     now: float
-    deployment: Callable[[str, str], str | None] | None = None
-    """Which worker role lacks a tool the registry has (``None``: every role serving it has it;
-    from the workers' registrations in the ledger)."""
+    deployment: Sequence[WorkerInfo] | None = None
+    """The live workers' registrations (from the ledger, read by the stage): a tool the registry
+    has but no worker serving its queue has is refused ``TOOL_NOT_DEPLOYED``. ``None``: not
+    checked."""
     relaxed: frozenset[str] = frozenset()
     """Tools whose side-effect class the deployment relaxed (``WARRANT_RELAX_CONFIRMATION``)."""
     pre_approvals: Sequence[PreApprovalView] = ()

@@ -44,6 +44,7 @@ from warrant.runner.grants import authorize, resource_label
 from warrant.runner.provenance import provenance_of, refusal, trace_details, vouched
 from warrant.runner.spec import ToolProposal
 from warrant.tools.contract import ConfirmationPolicy, Tool
+from warrant.tools.deployment import lacking_role
 
 __all__ = [
     "LAYER_OF_EVENT",
@@ -232,7 +233,7 @@ def _look_up(
             f"the policy worker's registry has no {proposal.tool}@{proposal.tool_version} "
             f"(registry {inp.registry.fingerprint[:12]})",
         )
-    lacking = inp.deployment(tool.name, tool.version) if inp.deployment else None
+    lacking = lacking_role(inp.deployment, tool.name, tool.version) if inp.deployment else None
     if lacking:
         return _refuse_raw(Rejection.TOOL_NOT_DEPLOYED.value, "registry", inp, events, lacking)
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))

@@ -208,3 +208,29 @@ def test_steps_that_add_nothing_stop_whatever_they_are():
     assert isinstance(
         decide(proposal(arguments={"query": "z"}), history=distinct, budgets=loose), policy.Accept
     )
+
+
+def _worker(tools: set[str]):
+    from warrant.tools.deployment import WorkerInfo
+
+    return WorkerInfo(
+        node="tools@h1",
+        roles=("tool",),
+        queues=("tool.search_public",),
+        fingerprint="f",
+        tools=frozenset(tools),
+    )
+
+
+def test_the_deployment_reaches_the_gate_as_plain_data():
+    # The stage reads the live registrations; the gate needs nothing but that list.
+    import dataclasses
+
+    inp = gate(proposal())
+    old = dataclasses.replace(inp, deployment=[_worker({"search_public@0"})])
+    refused = policy.evaluate(old)
+    assert isinstance(refused, policy.Reject)
+    assert refused.code == "TOOL_NOT_DEPLOYED"
+    assert "tools@h1" in refused.message
+    served = dataclasses.replace(inp, deployment=[_worker({"search_public@1"})])
+    assert isinstance(policy.evaluate(served), policy.Accept)
