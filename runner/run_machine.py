@@ -35,6 +35,7 @@ from warrant.runner.run_rules import (
     RunEvent,
     Stop,
     make_change,
+    start,
     stop_changes,
     stop_events,
     transitioned,
@@ -70,6 +71,7 @@ __all__ = [
     "resolve",
     "resume_after_confirmation",
     "resume_after_grant",
+    "start",
     "stop",
 ]
 

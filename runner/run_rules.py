@@ -26,9 +26,11 @@ __all__ = [
     "IllegalTransition",
     "Rule",
     "RunEvent",
+    "Start",
     "Stop",
     "charge_tool_usage",
     "make_change",
+    "start",
     "stop_changes",
     "stop_events",
     "transitioned",
@@ -244,6 +246,22 @@ def make_change(
         changes=out,
         events=tuple(events),
     )
+
+
+@dataclass(frozen=True)
+class Start:
+    """A new run's first status, phase and trace events (it has no earlier view to change)."""
+
+    status: RunStatus
+    phase: Phase
+    events: tuple[Event, ...]
+
+
+def start(*, created: Mapping[str, Any]) -> Start:
+    """A run is created: it is ``running``, planning first; ``run.created`` carries ``created``
+    and the first ``state.transitioned`` comes from no status."""
+    first = ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value})
+    return Start(RunStatus.RUNNING, Phase.PLANNING, (("run.created", dict(created)), first))
 
 
 def transitioned(view: RunView, target: RunStatus) -> Event:

@@ -25,7 +25,7 @@ from warrant.runner.client.idempotency import origin as start_origin
 from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.pre_approvals import pre_approval_records
 from warrant.runner.client.run_info import SETTLED, RunInfo
-from warrant.runner.codes import ObservationKind, ObservationSource, Phase, RunStatus
+from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
 
@@ -152,12 +152,19 @@ class RunsClient:
         from warrant.ledger.stage_loads import autocommit
 
         goal = {"goal": spec.goal}
+        created = {
+            "subject_hash": content_hash(spec.subject)[:16],
+            "grants": len(spec.grants),
+            "pre_approved": len(pre),
+            "budgets": spec.budgets.model_dump(mode="json"),
+        }
+        first = machine.start(created=created)
         with autocommit(self.engine, held=False) as conn:
             create_run(
                 conn,
                 run_id=run_id,
-                status=RunStatus.RUNNING.value,
-                phase=Phase.PLANNING.value,
+                status=first.status.value,
+                phase=first.phase.value,
                 goal=spec.goal,
                 subject=spec.subject,
                 spec=spec.model_dump(mode="json"),
@@ -172,18 +179,7 @@ class RunsClient:
                     "content": goal,
                     "content_hash": content_hash(goal),
                 },
-                events=[
-                    (
-                        "run.created",
-                        {
-                            "subject_hash": content_hash(spec.subject)[:16],
-                            "grants": len(spec.grants),
-                            "pre_approved": len(pre),
-                            "budgets": spec.budgets.model_dump(mode="json"),
-                        },
-                    ),
-                    ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value}),
-                ],
+                events=list(first.events),
                 idempotency_key=origin["idempotency_key"],
                 spec_hash=origin["spec_hash"],
                 started_by=origin["started_by"],

@@ -197,3 +197,12 @@ def test_undeclared_changes_are_refused(status: RunStatus, produce: Producer) ->
 def test_a_change_without_its_trace_event_is_refused() -> None:
     with pytest.raises(IllegalTransition, match="records none of"):
         machine.replan(run(), why=[("something.else", {})])
+
+
+def test_a_run_starts_by_the_machine_running_and_planning():
+    first = machine.start(created={"grants": 2})
+    assert (first.status, first.phase) == (RunStatus.RUNNING, Phase.PLANNING)
+    assert first.events == (
+        ("run.created", {"grants": 2}),
+        ("state.transitioned", {"from": None, "to": "running"}),
+    )
