@@ -15,8 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools.plugins import Plugin
+from warrant.tools import Plugin, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 
 __all__ = ["CAPABILITY", "PAY", "PAY_SELF_OK", "paid", "plugin", "proposal"]
 

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 from pydantic import Field
 
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 from warrant.tools.registry import Plugin
 
 COUNTER_URL_ENV = "WARRANT_TEST_COUNTER_URL"

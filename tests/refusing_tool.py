@@ -10,9 +10,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from warrant.runner.errors import ToolFailed, ToolRejected
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools.plugins import Plugin
+from warrant.tools import (
+    Plugin,
+    SideEffect,
+    Tool,
+    ToolContext,
+    ToolFailed,
+    ToolInput,
+    ToolOutput,
+    ToolRejected,
+)
 
 __all__ = ["CAPABILITY", "REF", "TOOL", "plugin", "proposal"]
 

@@ -14,9 +14,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from warrant.runner.errors import ToolFailed
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools.plugins import Plugin
+from warrant.tools import Plugin, SideEffect, Tool, ToolContext, ToolFailed, ToolInput, ToolOutput
 
 __all__ = ["CAPABILITY", "TOOL", "journal_lines", "plugin", "proposal"]
 

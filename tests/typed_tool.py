@@ -11,8 +11,7 @@ import uuid
 from decimal import Decimal
 from typing import Literal
 
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools.plugins import Plugin
+from warrant.tools import Plugin, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 
 __all__ = ["REF", "TOOL", "Color", "TypedInput", "TypedOutput", "plugin"]
 

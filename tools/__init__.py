@@ -1,5 +1,12 @@
-"""Tool contract, registry, plug-ins and the built-in tools."""
+"""Everything a tool author needs, in one import: the contract (:class:`Tool`, its input and
+output models, :class:`ToolContext`), the errors a tool raises, where its output comes from,
+long-running jobs, batches and the plug-in that ships them. The names are pinned
+(``tests/unit/test_public_api.py``); the modules behind them are the project's own."""
 
+from warrant.runner.codes import ObservationSource
+from warrant.runner.errors import ToolError, ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.scopes import ResourceKind
+from warrant.tools.batches import Batch, ItemResult, ItemStatus
 from warrant.tools.contract import (
     ConfirmationPolicy,
     FlagAction,
@@ -12,22 +19,36 @@ from warrant.tools.contract import (
     ToolOutput,
     UntrustedPolicy,
 )
+from warrant.tools.jobs import Accepted, JobHooks, JobState, JobStatus
 from warrant.tools.plugins import build_registry
 from warrant.tools.registry import DepsContext, Plugin, Registry
 
 __all__ = [
+    "Accepted",
+    "Batch",
     "ConfirmationPolicy",
     "DepsContext",
     "FlagAction",
     "Isolation",
+    "ItemResult",
+    "ItemStatus",
+    "JobHooks",
+    "JobState",
+    "JobStatus",
+    "ObservationSource",
     "Plugin",
     "ReconcileResult",
     "Registry",
+    "ResourceKind",
     "SideEffect",
     "Tool",
     "ToolContext",
+    "ToolError",
+    "ToolFailed",
     "ToolInput",
     "ToolOutput",
+    "ToolRejected",
+    "ToolUnknown",
     "UntrustedPolicy",
     "build_registry",
 ]

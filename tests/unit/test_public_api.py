@@ -38,6 +38,19 @@ PINNED_RUNNER = {
     "parse_run_spec",
 }
 PINNED_TOOLS = {
+    "Accepted",
+    "Batch",
+    "ItemResult",
+    "ItemStatus",
+    "JobHooks",
+    "JobState",
+    "JobStatus",
+    "ObservationSource",
+    "ResourceKind",
+    "ToolError",
+    "ToolFailed",
+    "ToolRejected",
+    "ToolUnknown",
     "ConfirmationPolicy",
     "FlagAction",
     "UntrustedPolicy",
@@ -132,3 +145,21 @@ def test_the_pure_core_imports_neither_celery_nor_sqlalchemy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_example_plug_in_needs_only_the_public_surface():
+    """A tool author's imports: ``warrant`` and ``warrant.tools``, nothing internal."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "weather_plugin"
+    internal = [
+        f"{path.name}: {node.module}"
+        for path in sorted(root.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("warrant")
+        and node.module not in ("warrant", "warrant.tools")
+        and not (node.module or "").startswith("warrant_weather")
+    ]
+    assert internal == []

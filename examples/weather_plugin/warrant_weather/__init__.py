@@ -8,7 +8,7 @@ distribution's ``pyproject.toml``); not installed, name it with
 
 from __future__ import annotations
 
-from warrant.tools.plugins import DepsContext, Plugin
+from warrant.tools import DepsContext, Plugin
 from warrant_weather.client import URL_SECRET, WeatherClient
 from warrant_weather.tools import GET_WEATHER, SEND_MESSAGE
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.tools import ToolFailed, ToolRejected, ToolUnknown
 
 __all__ = ["URL_SECRET", "WeatherClient"]
 

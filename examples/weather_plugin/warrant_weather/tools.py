@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from warrant.runner.codes import ObservationSource
-from warrant.tools.contract import (
+from warrant.tools import (
     ConfirmationPolicy,
+    ObservationSource,
     ReconcileResult,
     SideEffect,
     Tool,
