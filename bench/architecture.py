@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.gate",
             "runner.step_decisions",
             "runner.success",
+            "runner.tool_outcomes",
             "runner.planner_protocol",
             "runner.memory_view",
             "runner.handoff_bundle",

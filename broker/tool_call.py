@@ -14,7 +14,6 @@ from typing import Any
 import psycopg
 import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
-from pydantic import ValidationError
 
 from warrant.broker import attempt_watch, deadline, interrupts
 from warrant.broker.batch_call import BatchCall, prepare
@@ -25,10 +24,10 @@ from warrant.ledger.repo import (
 )
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import Outcome, RunStatus, StopReason
-from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.errors import ToolError
+from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
 from warrant.runner.views import RunView
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolUsage
-from warrant.tools.jobs import Accepted
+from warrant.tools.contract import Tool, ToolContext
 
 __all__ = [
     "CANCELLED_STATUSES",
@@ -49,24 +48,6 @@ DATABASE_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.OperationalError,
     psycopg.InterfaceError,
 )
-
-
-@dataclass
-class ToolResult:
-    status: Outcome
-    code: str | None = None
-    message: str | None = None
-    retryable: bool = False
-    retry_after_s: float | None = None
-    output: dict[str, Any] | None = None
-    stop: StopReason | None = None
-    trigger: str | None = None
-    """For ``unknown``: what made the effect uncertain (adapter, timeout, cancellation)."""
-    handoff: bool = False
-    """A person must look at the effect (a failed postcondition nothing compensated)."""
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    usage: ToolUsage = field(default_factory=ToolUsage)
-    """What the call reported it consumed (``ToolContext.report_usage``): charged to the run."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,32 +189,18 @@ def _limits(tool: Tool[Any, Any], snap: Snapshot, context: ToolContext) -> Itera
 def _classified(
     ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, exc: Exception
 ) -> ToolResult:
-    """The typed outcome of a call that raised: the error's type decides (rejected, failed
-    with or without retry, unknown for a write whose effect cannot be known)."""
-    write = tool.side_effect is not SideEffect.READ
-    if isinstance(exc, ToolRejected):
-        return ToolResult(Outcome.REJECTED, exc.code, _said(tool, snap, exc), output=exc.details)
-    if isinstance(exc, ToolFailed):
-        return ToolResult(
-            Outcome.FAILED,
-            exc.code,
-            _said(tool, snap, exc),
-            retryable=exc.retryable,
-            retry_after_s=exc.retry_after_s,
-            stop=None if exc.retryable else StopReason.TOOL_FAILED,
-        )
-    if isinstance(exc, ToolUnknown | SoftTimeLimitExceeded):
-        return _unknown_or_timed_out(ctx, tool, snap, exc, write=write)
-    if isinstance(exc, DATABASE_ERRORS):  # the ledger or a tool's database went away
-        return _database_lost(exc, write=write)
-    # unclassified: an internal error; stop, never retry blindly
-    log.error("tool %s raised an unclassified exception", tool.name, exc_info=exc)
-    return ToolResult(
-        Outcome.FAILED,
-        "TOOL_INTERNAL_ERROR",
-        type(exc).__name__,
-        stop=StopReason.TOOL_INTERNAL_ERROR,
+    """The typed outcome of a call that raised (``runner.tool_outcomes.of_error``), with what
+    only the stage knows: an interruption, a lost database connection, a cancelling run."""
+    interrupted = isinstance(exc, SoftTimeLimitExceeded)
+    seen = Interruption(
+        interrupted=interrupted,
+        database_lost=isinstance(exc, DATABASE_ERRORS),
+        cancelled=interrupted and ctx.tool_deps.run_status(snap.run_id) in CANCELLED_STATUSES,
+        deadline_bound=snap.timeout_s < tool.timeout_s - 1e-6,
     )
+    if not (interrupted or seen.database_lost or isinstance(exc, ToolError)):
+        log.error("tool %s raised an unclassified exception", tool.name, exc_info=exc)
+    return of_error(tool, exc, said=_said(tool, snap, exc), seen=seen)
 
 
 def _said(tool: Tool[Any, Any], snap: Snapshot, exc: Exception) -> str | None:
@@ -242,72 +209,13 @@ def _said(tool: Tool[Any, Any], snap: Snapshot, exc: Exception) -> str | None:
     return tool.outcome_message(message, snap.arguments) if message else None
 
 
-def _unknown_or_timed_out(
-    ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, exc: Exception, *, write: bool
-) -> ToolResult:
-    cancelled = ctx.tool_deps.run_status(snap.run_id) in CANCELLED_STATUSES
-    if isinstance(exc, ToolUnknown):
-        code, trigger = exc.code, "adapter"
-    elif cancelled:
-        code, trigger = "CANCELLED_DURING_EXECUTION", "cancellation"
-    else:
-        code, trigger = "TOOL_TIMEOUT", "timeout"
-    said = _said(tool, snap, exc) or code
-    if write:
-        return ToolResult(
-            Outcome.UNKNOWN,
-            code,
-            said,
-            stop=StopReason.UNKNOWN_EFFECT,
-            trigger=trigger,
-        )
-    deadline_bound = snap.timeout_s < tool.timeout_s - 1e-6
-    stop = (
-        StopReason.DEADLINE_REACHED
-        if trigger == "timeout" and deadline_bound
-        else StopReason.TOOL_FAILED
-    )
-    return ToolResult(Outcome.FAILED, code, said, stop=stop)
-
-
-def _database_lost(exc: Exception, *, write: bool) -> ToolResult:
-    """A database connection failed during the call: transient (a read is retried, a write's
-    effect is unknown)."""
-    if write:
-        return ToolResult(
-            Outcome.UNKNOWN,
-            "DATABASE_UNAVAILABLE",
-            f"a database connection failed during the call ({type(exc).__name__})",
-            stop=StopReason.UNKNOWN_EFFECT,
-            trigger="database",
-        )
-    return ToolResult(
-        Outcome.FAILED,
-        "DATABASE_UNAVAILABLE",
-        f"a database connection failed during the read ({type(exc).__name__})",
-        retryable=True,
-    )
-
-
 def _checked(
     tool: Tool[Any, Any], snap: Snapshot, args: Any, out: Any, context: ToolContext
 ) -> ToolResult:
     """A returned output: validated against its schema, then the postcondition checked (an
     accepted job is checked when it settles: ``broker.job_polls``)."""
-    if isinstance(out, Accepted):
-        return _accepted(tool, out)
-    try:
-        validated = tool.output_model.model_validate(out.model_dump(mode="json"))
-    except (ValidationError, AttributeError):
-        return ToolResult(
-            Outcome.FAILED,
-            "TOOL_OUTPUT_INVALID",
-            "output failed its schema",
-            stop=StopReason.TOOL_INTERNAL_ERROR,
-        )
-    result = ToolResult(Outcome.SUCCEEDED, output=validated.model_dump(mode="json"))
-    result.events.append(("tool.result.validated", {"tool": tool.name}))
-    if tool.verify is None:
+    result, validated = of_output(tool, out)
+    if validated is None or tool.verify is None:
         return result
     ok, attempts = _verified(tool, args, validated, context)
     checked = {"tool": tool.name, "ok": ok, "attempts": attempts}
@@ -350,18 +258,6 @@ def _compensated(
     done["duration_ms"] = round((time.monotonic() - began) * 1000, 1)
     result.events.append(("effect.compensated", {"tool": tool.name, **done}))
     result.output = {**(result.output or {}), "compensation": done}
-
-
-def _accepted(tool: Tool[Any, Any], out: Accepted) -> ToolResult:
-    if tool.job is None or not isinstance(out.operation_id, str) or not out.operation_id:
-        why = "returned Accepted without job hooks" if tool.job is None else "no operation id"
-        return ToolResult(
-            Outcome.FAILED, "TOOL_OUTPUT_INVALID", why, stop=StopReason.TOOL_INTERNAL_ERROR
-        )
-    output: dict[str, Any] = {"operation_id": out.operation_id[:200]}
-    if out.details:
-        output["details"] = out.details
-    return ToolResult(Outcome.ACCEPTED, output=output)
 
 
 def _verified(tool: Tool[Any, Any], args: Any, out: Any, context: ToolContext) -> tuple[bool, int]:

@@ -1,0 +1,159 @@
+"""What a tool call's result means: the tool stage's pure decisions.
+
+A call either raised or returned. :func:`of_error` types what it raised (rejected, failed with
+or without a retry, unknown for a write whose effect cannot be known, an internal error) and
+:func:`of_output` checks what it returned (the output schema; an accepted long-running job).
+The broker (``broker.tool_call``) runs the call and says what only it can know — whether the
+error was an interruption or a lost database connection, whether the run is being cancelled,
+whether the run's deadline bounded the attempt — as plain flags; ``warrant.testing`` calls the
+same functions in process, so a plug-in author's test sees the outcome the workers would record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from warrant.runner.codes import Outcome, StopReason
+from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.tools.contract import SideEffect, Tool, ToolUsage
+from warrant.tools.jobs import Accepted
+
+__all__ = ["Interruption", "ToolResult", "of_error", "of_output"]
+
+
+@dataclass
+class ToolResult:
+    """The typed outcome of one call, before it is recorded."""
+
+    status: Outcome
+    code: str | None = None
+    message: str | None = None
+    retryable: bool = False
+    retry_after_s: float | None = None
+    output: dict[str, Any] | None = None
+    stop: StopReason | None = None
+    trigger: str | None = None
+    """For ``unknown``: what made the effect uncertain (adapter, timeout, cancellation)."""
+    handoff: bool = False
+    """A person must look at the effect (a failed postcondition nothing compensated)."""
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    usage: ToolUsage = field(default_factory=ToolUsage)
+    """What the call reported it consumed (``ToolContext.report_usage``): charged to the run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interruption:
+    """What the broker knows about an error the tool did not raise itself."""
+
+    interrupted: bool = False
+    """A soft time limit or a cancel's signal ended the call."""
+    database_lost: bool = False
+    """A database connection failed during the call."""
+    cancelled: bool = False
+    """The run is being cancelled (an interruption is then the cancel's)."""
+    deadline_bound: bool = False
+    """The attempt's time limit was cut to the run's deadline (a timeout then ends the run
+    ``DEADLINE_REACHED``)."""
+
+
+def of_error(
+    tool: Tool[Any, Any], exc: Exception, *, said: str | None, seen: Interruption
+) -> ToolResult:
+    """The typed outcome of a call that raised ``exc`` (``said``: its message, bounded and
+    masked): the error's type decides."""
+    write = tool.side_effect is not SideEffect.READ
+    if isinstance(exc, ToolRejected):
+        return ToolResult(Outcome.REJECTED, exc.code, said, output=exc.details)
+    if isinstance(exc, ToolFailed):
+        return ToolResult(
+            Outcome.FAILED,
+            exc.code,
+            said,
+            retryable=exc.retryable,
+            retry_after_s=exc.retry_after_s,
+            stop=None if exc.retryable else StopReason.TOOL_FAILED,
+        )
+    if isinstance(exc, ToolUnknown) or seen.interrupted:
+        return _unknown_or_timed_out(exc, said, seen, write=write)
+    if seen.database_lost:  # the ledger or a tool's database went away
+        return _database_lost(exc, write=write)
+    # unclassified: an internal error; stop, never retry blindly
+    return ToolResult(
+        Outcome.FAILED,
+        "TOOL_INTERNAL_ERROR",
+        type(exc).__name__,
+        stop=StopReason.TOOL_INTERNAL_ERROR,
+    )
+
+
+def _unknown_or_timed_out(
+    exc: Exception, said: str | None, seen: Interruption, *, write: bool
+) -> ToolResult:
+    if isinstance(exc, ToolUnknown):
+        code, trigger = exc.code, "adapter"
+    elif seen.cancelled:
+        code, trigger = "CANCELLED_DURING_EXECUTION", "cancellation"
+    else:
+        code, trigger = "TOOL_TIMEOUT", "timeout"
+    said = said or code
+    if write:
+        return ToolResult(
+            Outcome.UNKNOWN, code, said, stop=StopReason.UNKNOWN_EFFECT, trigger=trigger
+        )
+    deadline = trigger == "timeout" and seen.deadline_bound
+    stop = StopReason.DEADLINE_REACHED if deadline else StopReason.TOOL_FAILED
+    return ToolResult(Outcome.FAILED, code, said, stop=stop)
+
+
+def _database_lost(exc: Exception, *, write: bool) -> ToolResult:
+    """A database connection failed during the call: transient (a read is retried, a write's
+    effect is unknown)."""
+    if write:
+        return ToolResult(
+            Outcome.UNKNOWN,
+            "DATABASE_UNAVAILABLE",
+            f"a database connection failed during the call ({type(exc).__name__})",
+            stop=StopReason.UNKNOWN_EFFECT,
+            trigger="database",
+        )
+    return ToolResult(
+        Outcome.FAILED,
+        "DATABASE_UNAVAILABLE",
+        f"a database connection failed during the read ({type(exc).__name__})",
+        retryable=True,
+    )
+
+
+def of_output(tool: Tool[Any, Any], out: Any) -> tuple[ToolResult, Any]:
+    """A returned output: an accepted job, or the output validated against its schema.
+    Returns the result and the validated output (``None`` when there is none to verify)."""
+    if isinstance(out, Accepted):
+        return _accepted(tool, out), None
+    try:
+        validated = tool.output_model.model_validate(out.model_dump(mode="json"))
+    except (ValidationError, AttributeError):
+        invalid = ToolResult(
+            Outcome.FAILED,
+            "TOOL_OUTPUT_INVALID",
+            "output failed its schema",
+            stop=StopReason.TOOL_INTERNAL_ERROR,
+        )
+        return invalid, None
+    result = ToolResult(Outcome.SUCCEEDED, output=validated.model_dump(mode="json"))
+    result.events.append(("tool.result.validated", {"tool": tool.name}))
+    return result, validated
+
+
+def _accepted(tool: Tool[Any, Any], out: Accepted) -> ToolResult:
+    if tool.job is None or not isinstance(out.operation_id, str) or not out.operation_id:
+        why = "returned Accepted without job hooks" if tool.job is None else "no operation id"
+        return ToolResult(
+            Outcome.FAILED, "TOOL_OUTPUT_INVALID", why, stop=StopReason.TOOL_INTERNAL_ERROR
+        )
+    output: dict[str, Any] = {"operation_id": out.operation_id[:200]}
+    if out.details:
+        output["details"] = out.details
+    return ToolResult(Outcome.ACCEPTED, output=output)
