@@ -16,6 +16,7 @@ from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.influence import influence, persistent
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
+from warrant.broker.policy_versions import versioned
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import deployment_check
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
@@ -141,6 +142,7 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
             ),
             on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
         )
+        decision = versioned(ctx, proposal, grants, row.run_policy, decision)
         if sp is not None:
             sp.set_attribute("warrant.outcome", _outcome_name(decision))
     return decision
