@@ -61,7 +61,9 @@ def test_the_same_inputs_give_the_same_version_and_it_names_its_parts():
 def test_a_changed_grant_or_setting_changes_the_version(changes, part):
     before, after = version(), version(**changes)
     assert after.version != before.version
-    changed = {p for p in ("contract", "grants", "settings") if getattr(after, p) != getattr(before, p)}
+    changed = {
+        p for p in ("contract", "grants", "settings") if getattr(after, p) != getattr(before, p)
+    }
     assert changed == {part}
 
 
