@@ -77,6 +77,7 @@ def test_a_changed_mcp_tool_is_refused_until_an_operator_accepts_it(
 
         # An operator looks at it and accepts it; the tool's calls go through again.
         unknown = warrant("mcp", "accept", "nope", "list_notes", "--by", "ops", "--json", env=env)
+        assert unknown.returncode == 2
         assert json.loads(unknown.stdout)["error"]["code"] == "MCP_SERVER_UNKNOWN"
         out = warrant("mcp", "accept", server, "list_notes", "--by", "ops-alice", "--json", env=env)
         assert out.returncode == 0, out.stderr
