@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.run_rules",
             "runner.progress",
             "runner.policy",
+            "runner.policy_version",
             "runner.gate",
             "runner.step_decisions",
             "runner.success",

@@ -15,7 +15,9 @@ from warrant.broker.faults import crash_point
 from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.influence import influence, persistent
+from warrant.broker.mcp_pins import pin_check
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
+from warrant.broker.policy_versions import versioned
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import live_registrations
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
@@ -135,12 +137,14 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                 registry=ctx.registry,
                 now=now,
                 deployment=live_registrations(ctx.engine),
+                pins=pin_check(ctx.engine, run_id),
                 relaxed=ctx.settings.relaxed_tools,
                 pre_approvals=pre_approvals_from(row.pre_approvals),
                 provenance=_provenance(ctx, run_id, proposal, grants),
             ),
             on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
         )
+        decision = versioned(ctx, proposal, grants, row.run_policy, decision)
         if sp is not None:
             sp.set_attribute("warrant.outcome", _outcome_name(decision))
     return decision

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Mapped, configure_mappers, mapped_column
 from warrant.ledger.model_base import JSON, Base, ViewBase
 from warrant.ledger.model_base import created_now as _now
 from warrant.ledger.models_api import ApiToken, LedgerAnchor, WebhookDelivery
+from warrant.ledger.models_mcp import McpToolPin
 from warrant.ledger.models_workers import WorkerRegistration
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "GrantRow",
     "Handoff",
     "LedgerAnchor",
+    "McpToolPin",
     "MemoryRecord",
     "Observation",
     "OutcomeRow",

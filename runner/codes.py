@@ -105,6 +105,9 @@ class Rejection(StrEnum):
     UNKNOWN_TOOL_OR_VERSION = "UNKNOWN_TOOL_OR_VERSION"
     TOOL_NOT_DEPLOYED = "TOOL_NOT_DEPLOYED"
     """The policy worker has the tool, but the workers serving its queue do not."""
+    MCP_TOOL_CHANGED = "MCP_TOOL_CHANGED"
+    """An MCP server serves another definition of the tool than the one pinned (until an
+    operator accepts it: ``warrant mcp accept``)."""
     INPUT_NOT_OBJECT = "INPUT_NOT_OBJECT"
     UNKNOWN_INPUT_FIELD = "UNKNOWN_INPUT_FIELD"
     INPUT_TOO_LARGE = "INPUT_TOO_LARGE"

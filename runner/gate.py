@@ -60,6 +60,9 @@ class GateInput:
     """Tools whose side-effect class the deployment relaxed (``WARRANT_RELAX_CONFIRMATION``)."""
     pre_approvals: Sequence[PreApprovalView] = ()
     """Exact proposals approved ahead of time, each usable once."""
+    pins: Callable[[Tool[Any, Any]], str | None] | None = None
+    """Why a tool's served definition is not the pinned one (an MCP tool whose server changed
+    it; ``None``: pinned, or no pin applies)."""
     provenance: ProvenanceSources | None = None
     """Where argument values may come from; loaded for write and egress tools, and for calls
     a task-scoped grant may cover (its sources are in ``task``)."""

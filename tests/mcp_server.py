@@ -60,10 +60,19 @@ def _add(title: str, body: str) -> dict[str, Any]:
         return {"title": title, "created": cur.rowcount == 1}
 
 
+def _description(tool: str) -> str | None:
+    """A description the state directory gives ``tool`` (``<tool>.description``), read when
+    the server starts; ``None``: the function's docstring (tests change a server's tool
+    between its starts with it)."""
+    state = os.environ.get(STATE_ENV)
+    path = Path(state) / f"{tool}.description" if state else None
+    return path.read_text() if path is not None and path.exists() else None
+
+
 def build(port: int = 8000) -> FastMCP:
     server = FastMCP("notes", host="127.0.0.1", port=port, log_level="WARNING")
 
-    @server.tool()
+    @server.tool(description=_description("list_notes"))
     def list_notes(prefix: str = "") -> dict[str, Any]:
         """List the notes whose title starts with ``prefix``."""
         _called("list_notes", prefix)

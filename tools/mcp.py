@@ -81,6 +81,7 @@ from warrant.tools.mcp_config import (
     load_config,
 )
 from warrant.tools.mcp_jobs import accepted_of, job_hooks
+from warrant.tools.mcp_pins import McpDefinition, definition_of
 from warrant.tools.mcp_sessions import ServerSession
 from warrant.tools.registry import DepsContext, Plugin
 
@@ -206,6 +207,8 @@ class _Executor:
     server: ServerDeclaration
     remote_name: str
     declaration: ToolDeclaration
+    definition: McpDefinition | None = None
+    """The definition the server served (``None``: the declared registry did not ask)."""
 
     def __call__(self, args: McpInput, ctx: ToolContext) -> McpOutput | Accepted:
         where = f"MCP {self.server_name}/{self.remote_name}"
@@ -270,7 +273,7 @@ def _tool(
         output_model=McpOutput,
         capabilities=decl.capabilities,
         side_effect=decl.side_effect,
-        execute=_Executor(server_name, server, remote.name, decl),
+        execute=_Executor(server_name, server, remote.name, decl, _definition(server_name, remote)),
         confirmation=decl.confirmation,
         timeout_s=decl.timeout_s,
         resource=_resource(decl.resource_argument),
@@ -280,6 +283,10 @@ def _tool(
         max_attempts=decl.max_attempts,
         job=job_hooks(server, decl) if decl.job is not None else None,
     )
+
+
+def _definition(server_name: str, remote: Any) -> McpDefinition | None:
+    return None if isinstance(remote, _Declared) else definition_of(server_name, remote)
 
 
 def server_tools(path: Path, name: str, server: ServerDeclaration) -> list[Tool[Any, Any]]:

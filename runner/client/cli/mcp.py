@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from warrant.runner.client.cli.common import JsonOpt, guard
+from warrant.runner.client.cli.common import ByOpt, JsonOpt, guard, print_json
 from warrant.runner.errors import SpecError
 
 __all__ = ["mcp_app"]
@@ -114,3 +114,26 @@ def _gateway(
         tools=frozenset(t.strip() for t in tools.split(",") if t.strip()) if tools else None,
     )
     return Gateway(Client.from_env(service_name="warrant-mcp"), registry_for(), options)
+
+
+@mcp_app.command("accept")
+def mcp_accept(
+    server: Annotated[str, typer.Argument(help="The server's name in WARRANT_MCP_CONFIG.")],
+    tool: Annotated[str, typer.Argument(help="The server's name of the tool.")],
+    by: ByOpt,
+    as_json: JsonOpt = False,
+) -> None:
+    """Accept the definition (name, description, inputSchema, annotations) the server serves
+    now for a declared tool: its calls, refused with MCP_TOOL_CHANGED since the server changed
+    it, go through the gate again. Recorded with who (--by) and when."""
+    from warrant.runner.client.mcp_accept import accept_tool
+
+    accepted = guard(as_json, lambda: accept_tool(server, tool, by=by))
+    if as_json:
+        print_json(accepted)
+        return
+    changed = ", ".join(accepted["changed"]) or "nothing"
+    typer.echo(
+        f"accepted {server}/{tool} {accepted['definition_hash']} "
+        f"(replaced {accepted['replaced'] or 'no pin'}; changed: {changed})"
+    )

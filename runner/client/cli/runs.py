@@ -19,6 +19,7 @@ from warrant.runner.client.cli.common import (
     make_client,
     print_json,
 )
+from warrant.runner.client.cli.policy_steps import policy_versions
 from warrant.runner.client.cli.reveal import RevealByOpt, RevealOpt, revealed
 from warrant.runner.client.cli.run_shown import show_run
 from warrant.runner.client.cli.why import why
@@ -60,7 +61,8 @@ def run_show(
         data["trace_id"] = getattr(info, "trace_id", None)
         if reveal:
             data["revealed"] = revealed(client, whole, by=by)
-        return {**data, "why": why(data, client.trace(whole))}
+        trace = client.trace(whole)
+        return {**data, "why": why(data, trace), "policy_versions": policy_versions(trace)}
 
     info = guard(as_json, go)
     print_json(info) if as_json else show_run(info)

@@ -1,0 +1,136 @@
+"""Which policy decided: the *policy version* of a gate decision (issue 36 item 4).
+
+A decision's policy version is a sha256 over the canonical JSON (RFC 8785) of three parts:
+
+* ``contract``: the tool contract as the gate saw it (name, version, description, input
+  schema, side effect, capabilities, confirmation policy, approvals, provenance policy, masks,
+  resources, ...): :func:`contract_form`. ``None`` when the registry has no such tool.
+* ``grants``: the run's grants of the tool's capabilities (all of the run's grants when there
+  is no tool), each as capability, scope, step expiry, use limit and task sources; the grant
+  ids and how often a grant was used are no policy and are left out.
+* ``settings``: the deployment settings that apply to the tool (``WARRANT_RELAX_CONFIRMATION``,
+  ``WARRANT_APPROVALS_REQUIRED``) and the run spec's ``policy`` section.
+
+Anything else (the arguments, the history, the clock, the budgets) leaves it unchanged. The
+contract's hash is computed once per tool object (the hot path hashes only the small rest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from warrant.runner.canonical import canonical_json, sha256_hex
+from warrant.runner.views import GrantView
+from warrant.tools.contract import Tool
+
+__all__ = [
+    "PolicyVersion",
+    "contract_form",
+    "contract_hash",
+    "grants_form",
+    "policy_version",
+    "settings_form",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyVersion:
+    """The version (a sha256) and the hashes of its three parts."""
+
+    version: str
+    contract: str | None
+    grants: str
+    settings: str
+
+    def details(self) -> dict[str, Any]:
+        """As the ``policy.versioned`` trace event records it."""
+        return {
+            "policy_version": self.version,
+            "contract_hash": self.contract,
+            "grants_hash": self.grants,
+            "settings_hash": self.settings,
+        }
+
+
+def contract_form(tool: Tool[Any, Any]) -> dict[str, Any]:
+    """Everything of a tool's contract the gate reads, as JSON (callables by presence)."""
+    return {
+        **tool.describe(),
+        "outputSource": tool.output_source.value,
+        "untrusted": {
+            "destinations": tool.untrusted.destinations.value,
+            "content": tool.untrusted.content.value,
+        },
+        "selfApprovalAllowed": tool.self_approval_allowed,
+        "approvalsRequired": tool.approvals_required,
+        "approvalsRule": tool.approvals_rule is not None,
+        "semanticValidation": tool.validate is not None,
+        "maxInputBytes": tool.max_input_bytes,
+    }
+
+
+#: Contract hashes by tool object (the tool is kept, so its id is never reused meanwhile).
+_CONTRACTS: dict[int, tuple[Tool[Any, Any], str]] = {}
+
+
+def contract_hash(tool: Tool[Any, Any]) -> str:
+    """sha256 of :func:`contract_form`, computed once per tool object."""
+    cached = _CONTRACTS.get(id(tool))
+    if cached is not None and cached[0] is tool:
+        return cached[1]
+    digest = sha256_hex(canonical_json(contract_form(tool)))
+    _CONTRACTS[id(tool)] = (tool, digest)
+    return digest
+
+
+def grants_form(grants: Iterable[GrantView], capabilities: Iterable[str] | None) -> list[Any]:
+    """The grants in effect (of ``capabilities``; all when ``None``), in a stable order."""
+    wanted = None if capabilities is None else frozenset(capabilities)
+    forms = [
+        [g.capability, g.resource_scope, g.expires_at_step, g.max_uses, sorted(g.destinations_from)]
+        for g in grants
+        if wanted is None or g.capability in wanted
+    ]
+    return sorted(forms, key=lambda form: canonical_json(form))
+
+
+def settings_form(
+    *, relaxed: bool, approvals_floor: int | None, run_policy: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The deployment settings that apply to the tool and the spec's ``policy`` section."""
+    return {
+        "relax_confirmation": relaxed,
+        "approvals_required": approvals_floor,
+        "run_policy": dict(run_policy or {}),
+    }
+
+
+def policy_version(
+    *,
+    tool: Tool[Any, Any] | None,
+    grants: Iterable[GrantView],
+    relaxed_tools: frozenset[str] = frozenset(),
+    approvals_floor: Mapping[str, int] | None = None,
+    run_policy: Mapping[str, Any] | None = None,
+) -> PolicyVersion:
+    """The policy version of a decision about ``tool`` (``None``: the registry has none)."""
+    name = tool.name if tool is not None else None
+    contract = contract_hash(tool) if tool is not None else None
+    granted = sha256_hex(
+        canonical_json(grants_form(grants, tool.capabilities if tool is not None else None))
+    )
+    settings = sha256_hex(
+        canonical_json(
+            settings_form(
+                relaxed=name in relaxed_tools,
+                approvals_floor=(approvals_floor or {}).get(name or ""),
+                run_policy=run_policy,
+            )
+        )
+    )
+    version = sha256_hex(
+        canonical_json({"contract": contract, "grants": granted, "settings": settings})
+    )
+    return PolicyVersion(version=version, contract=contract, grants=granted, settings=settings)
