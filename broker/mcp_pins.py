@@ -14,8 +14,21 @@ from warrant.ledger.mcp_pins import pinned_definition
 from warrant.ledger.stage_loads import autocommit
 from warrant.tools.contract import Tool
 from warrant.tools.mcp_pins import changed_fields, mcp_definition
+from warrant.tools.registry import Registry
 
-__all__ = ["pin_check"]
+__all__ = ["pin_check", "pin_refusals"]
+
+
+def pin_refusals(
+    engine: Engine, registry: Registry, run_id: str, tool: str | None, version: str | None
+) -> dict[str, str]:
+    """The gate's ``pins`` for a proposal of ``tool@version``: why its served definition is
+    not the pinned one, keyed ``name@version`` (empty: no MCP tool, or pinned)."""
+    found = registry.get(tool, version) if tool and version else None
+    if found is None:
+        return {}
+    why = pin_check(engine, run_id)(found)
+    return {} if why is None else {f"{found.name}@{found.version}": why}
 
 
 def pin_check(engine: Engine, run_id: str) -> Callable[[Tool[Any, Any]], str | None]:

@@ -15,7 +15,7 @@ from warrant.broker.faults import crash_point
 from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.influence import influence, persistent
-from warrant.broker.mcp_pins import pin_check
+from warrant.broker.mcp_pins import pin_refusals
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.policy_versions import versioned
 from warrant.broker.publish import Outbox
@@ -137,7 +137,9 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                 registry=ctx.registry,
                 now=now,
                 deployment=live_registrations(ctx.engine),
-                pins=pin_check(ctx.engine, run_id),
+                pins=pin_refusals(
+                    ctx.engine, ctx.registry, run_id, proposal["tool"], proposal["tool_version"]
+                ),
                 relaxed=ctx.settings.relaxed_tools,
                 pre_approvals=pre_approvals_from(row.pre_approvals),
                 provenance=_provenance(ctx, run_id, proposal, grants),

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,9 +60,9 @@ class GateInput:
     """Tools whose side-effect class the deployment relaxed (``WARRANT_RELAX_CONFIRMATION``)."""
     pre_approvals: Sequence[PreApprovalView] = ()
     """Exact proposals approved ahead of time, each usable once."""
-    pins: Callable[[Tool[Any, Any]], str | None] | None = None
-    """Why a tool's served definition is not the pinned one (an MCP tool whose server changed
-    it; ``None``: pinned, or no pin applies)."""
+    pins: Mapping[str, str] = field(default_factory=dict)
+    """``name@version`` → why that tool's served definition is not the pinned one (an MCP tool
+    whose server changed it; read by the stage for the proposal's tool, as plain data)."""
     provenance: ProvenanceSources | None = None
     """Where argument values may come from; loaded for write and egress tools, and for calls
     a task-scoped grant may cover (its sources are in ``task``)."""

@@ -236,7 +236,7 @@ def _look_up(
     lacking = lacking_role(inp.deployment, tool.name, tool.version) if inp.deployment else None
     if lacking:
         return _refuse_raw(Rejection.TOOL_NOT_DEPLOYED.value, "registry", inp, events, lacking)
-    if changed := inp.pins(tool) if inp.pins else None:
+    if changed := inp.pins.get(f"{tool.name}@{tool.version}"):
         return _refuse_raw(Rejection.MCP_TOOL_CHANGED.value, "registry", inp, events, changed)
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
     return tool
