@@ -48,14 +48,14 @@ test-unit: install-dev   ## tests/unit: the pure core and the packaging (no serv
 	$(PY) -m pytest -ra tests/unit
 
 lint: install-dev
-	$(VENV)/bin/ruff check runner tools broker ledger warrant/__init__.py tests examples bench
-	$(VENV)/bin/ruff format --check runner tools broker ledger warrant/__init__.py tests examples bench
+	$(VENV)/bin/ruff check runner tools broker ledger warrant tests examples bench
+	$(VENV)/bin/ruff format --check runner tools broker ledger warrant tests examples bench
 	$(VENV)/bin/mypy
 	$(PY) -m bench.architecture --check
 
 format: install-dev
-	$(VENV)/bin/ruff format runner tools broker ledger warrant/__init__.py tests
-	$(VENV)/bin/ruff check --fix runner tools broker ledger warrant/__init__.py tests
+	$(VENV)/bin/ruff format runner tools broker ledger warrant tests
+	$(VENV)/bin/ruff check --fix runner tools broker ledger warrant tests
 
 bench: install-dev       ## benchmark against bare Celery and DBOS (prints ratios; see README)
 	$(PY) -m pip install -q -e '.[bench]'
