@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.mentions",
             "runner.confirmation_rules",
             "runner.grant_wait",
+            "runner.grant_bounds",
             "runner.webhook_signing",
             "runner.authz",
             "runner.cancellation",

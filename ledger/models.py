@@ -266,6 +266,8 @@ class GrantRow(Base):
     source: Mapped[str] = mapped_column(String(16), default="spec")
     destinations_from: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     """A task-scoped grant's sources (``Grant.destinations_from``); NULL: not narrowed."""
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """Wall-clock expiry, compared with the database's clock; NULL: none (migration 0020)."""
     created_at: Mapped[datetime] = _now()
 
 

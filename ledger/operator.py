@@ -97,8 +97,11 @@ def discard_issued_command(cmd: Command | None) -> None:
         cmd.status = "discarded"
 
 
-def insert_grant(s: Session, run_id: str, grant: Grant, *, source: str) -> int:
-    """Add ``grant`` to the run (unused so far). Returns the grant's id."""
+def insert_grant(
+    s: Session, run_id: str, grant: Grant, *, source: str, expires_at: float | None = None
+) -> int:
+    """Add ``grant`` to the run (unused so far); ``expires_at`` (epoch seconds) overrides the
+    grant's own. Returns the grant's id."""
     row = GrantRow(
         run_id=run_id,
         capability=grant.capability,
@@ -108,6 +111,7 @@ def insert_grant(s: Session, run_id: str, grant: Grant, *, source: str) -> int:
         uses=0,
         source=source,
         destinations_from=grant.destinations_from,
+        expires_at=to_datetime(expires_at) if expires_at is not None else grant.expires_at,
     )
     s.add(row)
     s.flush()

@@ -86,7 +86,8 @@ SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
   r.spec -> 'policy' AS run_policy,
   to_jsonb(p) AS proposal,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
-            g.expires_at_step, g.max_uses, g.uses, g.destinations_from) ORDER BY g.id),
+            g.expires_at_step, g.max_uses, g.uses, g.destinations_from,
+            extract(epoch FROM g.expires_at)) ORDER BY g.id),
           '[]'::jsonb)
      FROM grants g WHERE g.run_id = r.id) AS grants,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.proposal_hash, c.tool, c.approved,
@@ -207,6 +208,7 @@ def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
             max_uses=g[4],
             uses=g[5],
             destinations_from=tuple(g[6] or ()) if len(g) > 6 else (),
+            expires_at=float(g[7]) if len(g) > 7 and g[7] is not None else None,
         )
         for g in rows
     ]

@@ -87,7 +87,7 @@ def authorize(
         except scopes.InvalidResource:
             return Authorization(Rejection.RESOURCE_INVALID.value)
         for need in needs:
-            code, grant_id = _one(held, need, run.step, inp.provenance)
+            code, grant_id = _one(held, need, run.step, inp.provenance, now=inp.now)
             if code:
                 return Authorization(code, message=_why(code, need, held))
             if grant_id not in used:
@@ -164,7 +164,12 @@ def _in_task(grant: GrantView, need: _Need, sources: ProvenanceSources | None) -
 
 
 def _one(
-    held: Sequence[GrantView], need: _Need, step: int, sources: ProvenanceSources | None
+    held: Sequence[GrantView],
+    need: _Need,
+    step: int,
+    sources: ProvenanceSources | None,
+    *,
+    now: float,
 ) -> tuple[str | None, int | None]:
     in_scope = [g for g in held if need.covers(g.resource_scope)]
     if not in_scope:
@@ -172,7 +177,7 @@ def _one(
     in_task = [g for g in in_scope if _in_task(g, need, sources)]
     if not in_task:
         return Rejection.RESOURCE_NOT_IN_TASK.value, None
-    live = [g for g in in_task if g.expires_at_step is None or g.expires_at_step >= step]
+    live = [g for g in in_task if g.live(step=step, now=now)]
     if not live:
         return Rejection.GRANT_EXPIRED.value, None
     usable = [g for g in live if g.max_uses is None or g.uses < g.max_uses]

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+)
 
 from warrant.runner.errors import SpecError
 from warrant.runner.spec_success import ArtifactExists, SuccessSpec, ToolSucceeded
@@ -90,6 +98,9 @@ class Grant(_Strict):
     """Resources it covers: exact, ``*`` for all, or a prefix ending in ``*``."""
     expires_at_step: int | None = Field(default=None, ge=0, le=MAX_INT)
     """Last step (inclusive) at which the grant is valid; ``None`` = the whole run."""
+    expires_at: AwareDatetime | None = None
+    """Wall-clock end (exclusive), with its UTC offset; judged on the database's clock, never a
+    host's. ``None`` = no wall-clock end."""
     max_uses: int | None = Field(default=None, ge=1, le=MAX_INT)
     """How many executions it may authorize; ``None`` = unlimited."""
     destinations_from: list[DestinationSource] | None = Field(

@@ -89,6 +89,15 @@ class GrantView:
     uses: int
     destinations_from: tuple[str, ...] = ()
     """A task-scoped grant's sources (``Grant.destinations_from``); empty: not narrowed."""
+    expires_at: float | None = None
+    """Wall-clock expiry, epoch seconds on the database's clock; ``None``: none."""
+
+    def live(self, *, step: int, now: float) -> bool:
+        """Not past its last step nor its expiry; ``now`` is the database's time (the policy
+        stage's clock), never a host's own."""
+        if self.expires_at_step is not None and self.expires_at_step < step:
+            return False
+        return self.expires_at is None or now < self.expires_at
 
     def covers(self, resource: str) -> bool:
         scope = self.resource_scope

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,6 +24,7 @@ from warrant.ledger.operator import (
 )
 from warrant.ledger.repo import append_events, commit, run_view
 from warrant.runner import run_machine as machine
+from warrant.runner.client.grant_admission import Admission, admit
 from warrant.runner.client.runs import RunsClient
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import add_approval, self_approval
@@ -131,11 +133,17 @@ class ApprovalsClient(RunsClient):
         granted_by: str,
         operator_token: str | None = None,
         destinations_from: list[str] | None = None,
+        expires_at: datetime | None = None,
+        expires_in_s: float | None = None,
+        widen: bool = False,
     ) -> int:
         """Grant a capability to a running run (an authenticated operator call);
         ``destinations_from`` makes it task-scoped (``Grant.destinations_from``). A run in
         ``waiting_grant`` goes back to the gate with the same pending proposal: covered, it
-        goes on; still not covered, it waits again."""
+        goes on; still not covered, it waits again. ``expires_at`` (aware) or ``expires_in_s``
+        (from the database's now) end it in wall-clock time. A grant wider than a standing
+        grant of its capability is refused ``GRANT_WIDENING_REFUSED`` unless ``widen``
+        (then traced ``grant.widened``; :mod:`warrant.runner.client.grant_admission`)."""
         self._check_operator(operator_token, "grant capabilities")
         grant = _grant(
             capability=capability,
@@ -143,27 +151,29 @@ class ApprovalsClient(RunsClient):
             expires_at_step=expires_at_step,
             max_uses=max_uses,
             destinations_from=destinations_from,
+            expires_at=expires_at,
         )
+        from warrant.tools.plugins import registry_for
+
         if grant.destinations_from:
             from warrant.runner.grants import check_task_sources
-            from warrant.tools.plugins import registry_for
 
             check_task_sources([grant], registry_for(), where="grant")
         with session_scope(self.engine) as s:
             run = _open_run(s, run_id, "grant capabilities to")
-            grant_id = insert_grant(s, run_id, grant, source="api")
-            added = {
-                "grant_id": grant_id,
-                "capability": grant.capability,
-                "resource_scope": grant.resource_scope,
-                "by": granted_by,
-            }
-            if run.status != RunStatus.WAITING_GRANT:
-                append_events(s, run_id, [("grant.added", added)], step=run.step)
+            admitted = admit(
+                s,
+                run_id,
+                grant,
+                expires_in_s=expires_in_s,
+                widen=widen,
+                by=granted_by,
+                registry=registry_for(),
+            )
+            grant_id = insert_grant(s, run_id, grant, source="api", expires_at=admitted.expires_at)
+            version = _record_grant(s, run, grant, grant_id, admitted, by=granted_by)
+            if version is None:
                 return grant_id
-            # the run waits for a grant: the same pending proposal goes through the gate again
-            change = machine.resume_after_grant(run_view(run), added=added)
-            version = commit(s, change, step=run.step)
             trace_id = run.trace_id
         from warrant.broker import telemetry
 
@@ -220,6 +230,27 @@ def _open_run(s: Session, run_id: str, what: str) -> Run:
     if RunStatus(run.status).terminal:
         raise RunFinished(f"run {run_id} is {run.status}: no one can {what} it any more")
     return run
+
+
+def _record_grant(
+    s: Session, run: Run, grant: Grant, grant_id: int, admitted: Admission, *, by: str
+) -> int | None:
+    """Trace the grant (``grant.widened`` first, when it widens); a run that waits for a grant
+    goes back to the gate with the same pending proposal: its new version (else ``None``)."""
+    added = {
+        "grant_id": grant_id,
+        "capability": grant.capability,
+        "resource_scope": grant.resource_scope,
+        "by": by,
+        **({"expires_at": admitted.expires_at} if admitted.expires_at else {}),
+    }
+    widened = [(name, {"grant_id": grant_id, **d}) for name, d in admitted.events]
+    if run.status != RunStatus.WAITING_GRANT:
+        append_events(s, run.id, [*widened, ("grant.added", added)], step=run.step)
+        return None
+    append_events(s, run.id, widened, step=run.step)
+    change = machine.resume_after_grant(run_view(run), added=added)
+    return commit(s, change, step=run.step)
 
 
 def _self_approval_events(
@@ -308,6 +339,7 @@ def _grant(
     expires_at_step: int | None,
     max_uses: int | None,
     destinations_from: list[str] | None = None,
+    expires_at: datetime | None = None,
 ) -> Grant:
     """The grant, validated like a run spec's (:class:`SpecError` if it is not valid)."""
     try:
@@ -317,6 +349,7 @@ def _grant(
             expires_at_step=expires_at_step,
             max_uses=max_uses,
             destinations_from=destinations_from,
+            expires_at=expires_at,
         )
     except ValidationError as exc:
         raise SpecError(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import fields
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -329,6 +330,9 @@ class RemoteClient(RemoteProposals):
         max_uses: int | None = None,
         granted_by: str = "",
         operator_token: str | None = None,
+        expires_at: datetime | None = None,
+        expires_in_s: float | None = None,
+        widen: bool = False,
     ) -> int:
         """Grant a capability (an operator token's role is needed); the grant's id.
         ``granted_by`` and ``operator_token`` are ignored: the token decides and is recorded."""
@@ -337,6 +341,9 @@ class RemoteClient(RemoteProposals):
             "resource_scope": resource_scope,
             "expires_at_step": expires_at_step,
             "max_uses": max_uses,
+            "expires_at": expires_at.isoformat() if expires_at is not None else None,
+            "expires_in_s": expires_in_s,
+            "widen": widen,
         }
         return int(self._call("POST", f"/runs/{run_id}/grants", json=body)["grant_id"])
 

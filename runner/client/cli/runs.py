@@ -228,9 +228,17 @@ def run_grant(
         typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured."),
     ] = None,
     as_json: JsonOpt = False,
+    expires_in: Annotated[
+        str | None, typer.Option("--for", help="Valid for 90s, 15m, 1h30m, 2d (database time).")
+    ] = None,
+    expires_at: Annotated[str | None, typer.Option(help="Valid until (ISO 8601, UTC).")] = None,
+    widen: Annotated[bool, typer.Option(help="Widen a standing grant (traced).")] = False,
 ) -> None:
     """Grant a capability to a run (an operator action, recorded in the trace). A finished
-    run (completed, failed, cancelled) is refused: RUN_FINISHED."""
+    run (completed, failed, cancelled) is refused: RUN_FINISHED; a grant wider than a standing
+    one of its capability without --widen: GRANT_WIDENING_REFUSED."""
+    from warrant.runner.client.cli.grant_options import parse_duration, parse_instant
+
     client, run_id = _client_and_id(as_json, run_id)
     grant_id = guard(
         as_json,
@@ -242,6 +250,9 @@ def run_grant(
             max_uses=max_uses,
             granted_by=by,
             operator_token=token,
+            expires_in_s=parse_duration(expires_in) if expires_in is not None else None,
+            expires_at=parse_instant(expires_at) if expires_at is not None else None,
+            widen=widen,
         ),
     )
     print_json({"grant_id": grant_id}) if as_json else console.print(f"grant {grant_id} added")

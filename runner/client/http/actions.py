@@ -128,6 +128,9 @@ def add_grant(request: Request, run_id: RunId, body: GrantIn, identity: Granter)
         max_uses=body.max_uses,
         granted_by=identity.label,
         operator_token=d.operator_token,
+        expires_at=body.expires_at,
+        expires_in_s=body.expires_in_s,
+        widen=body.widen,
     )
     return GrantOut(run_id=run_id, grant_id=grant_id)
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 __all__ = [
     "INT32_MAX",
@@ -232,6 +239,11 @@ class GrantIn(_In):
     )
     expires_at_step: int | None = Field(default=None, ge=0, le=INT32_MAX)
     max_uses: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    expires_at: AwareDatetime | None = Field(default=None, description="Wall-clock end.")
+    expires_in_s: float | None = Field(
+        default=None, gt=0, le=7 * 24 * 3600, description="Or: seconds from the database's now."
+    )
+    widen: bool = Field(default=False, description="Widen a standing grant (traced).")
 
 
 class GrantOut(BaseModel):
