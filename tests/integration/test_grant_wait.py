@@ -73,8 +73,13 @@ def test_a_missing_grant_waits_and_a_grant_runs_the_same_proposal_once(engine, c
     assert info.waiting_for_grant["proposal_hash"] == waiting["proposal_hash"]
     assert (info.model_calls, facts.proposals(engine, run_id)) == (1, 1)
 
+    # the run now holds reports/*: run-output/* widens it, an explicit act (issue 36 item 6)
     client.add_grant(
-        run_id, capability="artifact:write", resource_scope="run-output/*", granted_by="ops"
+        run_id,
+        capability="artifact:write",
+        resource_scope="run-output/*",
+        granted_by="ops",
+        widen=True,
     )
     info = _settled_after(client, run_id, info.version)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
