@@ -7,7 +7,8 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     ├── InvalidRequest              INVALID_REQUEST      bad input that no run state could fix
     │   │                           (UNKNOWN_ROLE, UNKNOWN_TOOL, INVALID_RESOLUTION,
     │   │                           RESOLUTION_IDENTITY_REQUIRED, ARGUMENTS_NOT_JSON,
-    │   │                           USAGE_ERROR: a command line click/typer refused, …)
+    │   │                           USAGE_ERROR: a command line click/typer refused,
+    │   │                           DURATION_INVALID: ``run grant --for``, …)
     │   ├── InvalidChoice           INVALID_CHOICE       a value outside a fixed set; ``valid``
     │   │                                                lists the set (STATUS_INVALID)
     │   ├── IdAmbiguous             ID_AMBIGUOUS         an id prefix that several ids share
@@ -22,7 +23,9 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │   ├── HandoffNotFound         HANDOFF_NOT_FOUND    no handoff with that id (or for that run)
     │   └── MemoryNotFound          MEMORY_NOT_FOUND     no long-term memory record with that id
     ├── StateConflict               STATE_CONFLICT       the request does not fit the run's state
-    │   │                           (RUN_NOT_CANCELLABLE, HANDOFF_ALREADY_RESOLVED)
+    │   │                           (RUN_NOT_CANCELLABLE, HANDOFF_ALREADY_RESOLVED,
+    │   │                           GRANT_WIDENING_REFUSED: an operator's grant wider than a
+    │   │                           standing one, without widen)
     │   ├── RunFinished             RUN_FINISHED         a grant or pre-approval for a run that
     │   │                                                is completed, failed or cancelled
     │   ├── StaleVersion            STALE_VERSION        a compare-and-set on the run version

@@ -90,6 +90,7 @@ def grants_form(grants: Iterable[GrantView], capabilities: Iterable[str] | None)
     wanted = None if capabilities is None else frozenset(capabilities)
     forms = [
         [g.capability, g.resource_scope, g.expires_at_step, g.max_uses, sorted(g.destinations_from)]
+        + ([g.expires_at] if g.expires_at is not None else [])  # a wall-clock end, if any
         for g in grants
         if wanted is None or g.capability in wanted
     ]

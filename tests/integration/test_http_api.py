@@ -696,3 +696,26 @@ def test_a_run_waiting_for_a_grant_is_shown_and_resumed_by_an_operator(api, toke
     assert facts.commands(engine, run_id) == 1 and facts.outcomes(engine, run_id) == 1
     [added] = facts.events(engine, run_id, "grant.added")
     assert added.details["by"] == tokens["label:operator"]
+
+
+def test_a_grant_for_a_while_and_a_widening_over_http(api, tokens, client, engine):
+    """``expires_in_s`` / ``expires_at`` and ``widen`` (issue 36 item 6): a grant wider than
+    the run's standing one is 409 ``GRANT_WIDENING_REFUSED`` until ``widen`` says so."""
+    standing = {"capability": "artifact:write", "resource_scope": "run-output/reports/*"}
+    run_id = client.start_run(sc.spec([sc.search("p1")], grants=[standing]), publish=False)
+    base = f"/v1/runs/{run_id}/grants"
+    wide = {"capability": "artifact:write", "resource_scope": "run-output/*", "expires_in_s": 600}
+    r = call(api, tokens["operator"], "POST", base, json=wide)
+    assert (r.status_code, error(r)) == (409, "GRANT_WIDENING_REFUSED")
+    for bad in ({**wide, "expires_in_s": 0}, {**standing, "expires_at": "2030-01-01T00:00:00"}):
+        r = call(api, tokens["operator"], "POST", base, json=bad)
+        assert (r.status_code, error(r)) == (422, "REQUEST_INVALID"), bad
+    r = call(api, tokens["operator"], "POST", base, json={**wide, "widen": True})
+    assert r.status_code == 201, r.text
+    [event] = facts.events(engine, run_id, "grant.widened")
+    assert event.details["grant_id"] == r.json()["grant_id"]
+    assert event.details["wider_on"] == ["resource_scope"]
+    assert event.details["by"] == tokens["label:operator"]
+    narrower = {**standing, "expires_at": "2030-01-01T00:00:00Z"}
+    assert call(api, tokens["operator"], "POST", base, json=narrower).status_code == 201
+    assert len(facts.events(engine, run_id, "grant.widened")) == 1

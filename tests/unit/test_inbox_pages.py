@@ -148,6 +148,7 @@ def test_a_run_waiting_for_a_grant_shows_what_it_lacks_and_an_operator_form():
     assert "artifact:write" in html and "MISSING_CAPABILITY" in html
     assert "run-output/&lt;b&gt;.md" in html and "<script>" not in html
     assert 'action="/ui/runs/r9/grant"' in html and 'name="resource_scope"' in html
+    assert 'name="widen"' in html  # widening a standing grant is an explicit act
     assert "bbbbbbbbbbbb" in html and "Nothing is waiting" not in html
     viewer = SimpleNamespace(role="viewer")
     html = render.fragment("_inbox.html", {**context, "may_grant": False, "who": viewer})

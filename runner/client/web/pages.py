@@ -112,10 +112,15 @@ def decide(
 
 @router.post("/runs/{run_id}/grant")
 def grant(
-    request: Request, run_id: str, capability: FormStr, resource_scope: FormStr, csrf: Csrf
+    request: Request,
+    run_id: str,
+    capability: FormStr,
+    resource_scope: FormStr,
+    csrf: Csrf,
+    widen: Annotated[bool, Form()] = False,
 ) -> Response:
     """Grant what a ``waiting_grant`` run lacks (an operator): the same proposal is checked
-    again by the gate."""
+    again by the gate. Wider than a standing grant: only with the ``widen`` box ticked."""
     who = session.identity(request)
     try:
         session.check_form(request, csrf)
@@ -127,6 +132,7 @@ def grant(
             resource_scope=resource_scope,
             granted_by=who.label,
             operator_token=d.operator_token,
+            widen=widen,
         )
     except WarrantError as exc:
         context = {**_view(request, "inbox", who), "error": _refused(exc), "failed_run": run_id}
