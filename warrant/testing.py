@@ -188,6 +188,7 @@ def _grant_view(grant_id: int, given: Mapping[str, Any] | Grant) -> GrantView:
         max_uses=grant.max_uses,
         uses=0,
         destinations_from=tuple(grant.destinations_from or ()),
+        expires_at=grant.expires_at.timestamp() if grant.expires_at is not None else None,
     )
 
 

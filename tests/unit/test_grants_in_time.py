@@ -244,3 +244,15 @@ def test_durations_and_instants():
     with pytest.raises(InvalidRequest) as exc:
         parse_instant("tomorrow")
     assert exc.value.code == "INVALID_DATE"
+
+
+def test_the_testing_harness_judges_a_grant_s_expires_at():
+    from tests import paid_tool
+    from warrant.testing import ToolHarness
+
+    harness = ToolHarness(paid_tool.TOOL)
+    for at, decision in (("2000-01-01T00:00:00Z", "refused"), ("2999-01-01T00:00:00Z", "accepted")):
+        grants = [{"capability": paid_tool.CAPABILITY, "expires_at": at}]
+        verdict = harness.propose({"query": "prices"}, grants=grants)
+        assert verdict.decision == decision, at
+        assert verdict.code == (None if decision == "accepted" else "GRANT_EXPIRED")
