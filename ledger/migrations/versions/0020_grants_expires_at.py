@@ -1,7 +1,7 @@
 """grants: a wall-clock expiry (issue 36 item 6)
 
 Revision ID: 0020
-Revises: 0021
+Revises: 0019
 Create Date: 2026-12-10 10:00:00.000000
 
 ``expires_at``: the moment a grant stops covering calls, compared by the policy stage with the
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0020"
-down_revision = "0021"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 

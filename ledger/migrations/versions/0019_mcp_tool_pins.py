@@ -1,6 +1,6 @@
 """mcp_tool_pins: the accepted definition of each declared MCP server tool, by hash
 
-Revision ID: 0021
+Revision ID: 0019
 Revises: 0018
 Create Date: 2026-12-05 10:00:00.000000
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision = "0021"
+revision = "0019"
 down_revision = "0018"
 branch_labels = None
 depends_on = None
