@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.provenance",
             "runner.mentions",
             "runner.confirmation_rules",
+            "runner.observe",
             "runner.grant_wait",
             "runner.grant_bounds",
             "runner.webhook_signing",

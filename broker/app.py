@@ -17,7 +17,7 @@ from celery.signals import (
 )
 from kombu import Connection
 
-from warrant.broker import telemetry
+from warrant.broker import observe_mode, telemetry
 from warrant.broker._redis_transport import TRANSPORT as REDIS_TRANSPORT
 from warrant.broker.celery_app import (
     BROKER_HEARTBEAT_S,
@@ -39,6 +39,7 @@ __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
 Connection.resolve_aliases[REDIS_TRANSPORT] = "redis"
 
 app = deployment_app()
+_OBSERVE_WARNING = observe_mode.observe_warning  # its worker_ready hook is connected
 
 
 @worker_init.connect

@@ -141,6 +141,7 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                     ctx.engine, ctx.registry, run_id, proposal["tool"], proposal["tool_version"]
                 ),
                 relaxed=ctx.settings.relaxed_tools,
+                observed=ctx.settings.observed_tools,
                 pre_approvals=pre_approvals_from(row.pre_approvals),
                 provenance=_provenance(ctx, run_id, proposal, grants),
             ),

@@ -4,7 +4,8 @@ Cheap by construction where an index serves: runs by status and the confirmation
 (``ix_runs_status``), the reconciler's backlog (live runs by status, then their outcomes by
 ``run_id``; started commands by the partial ``ix_commands_started``), pending webhook deliveries
 (``ix_webhook_deliveries_due``). Gate refusals and tool outcomes are whole-ledger totals: one
-scan of ``proposals`` and of ``outcomes`` per scrape.
+scan of ``proposals`` and of ``outcomes`` per scrape; observe mode's would-be refusals one of
+the trace (:mod:`warrant.ledger.would_refuse`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import and_, func, literal_column, select
 from sqlalchemy.orm import Session
 
+from warrant.ledger import would_refuse
 from warrant.ledger.models import Command, OutcomeRow, Proposal, Run, WebhookDelivery
 from warrant.runner.codes import RunStatus
 
@@ -57,6 +59,8 @@ class LedgerMetrics:
     stale_commands: int = 0
     """``started`` commands of live runs past their time limit plus the lease margin."""
     webhooks_pending: int = 0
+    would_refuse: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(code, tool) -> refusals observe mode let through (``gate.would_refuse``)."""
 
 
 def snapshot(s: Session, *, stale_extra_s: float) -> LedgerMetrics:
@@ -68,6 +72,7 @@ def snapshot(s: Session, *, stale_extra_s: float) -> LedgerMetrics:
     return LedgerMetrics(
         runs_by_status=runs,
         refusals_by_code=_refusals(s),
+        would_refuse=would_refuse.counts(s),
         outcomes=_outcomes(s),
         latency=_latency(s),
         confirmations_waiting=runs.get(RunStatus.WAITING_CONFIRMATION.value, 0),

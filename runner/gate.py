@@ -66,6 +66,8 @@ class GateInput:
     provenance: ProvenanceSources | None = None
     """Where argument values may come from; loaded for write and egress tools, and for calls
     a task-scoped grant may cover (its sources are in ``task``)."""
+    observed: frozenset[str] = frozenset()
+    """Tools in observe mode (``WARRANT_OBSERVE_TOOLS``; ``*``: all): :mod:`~.observe`."""
 
 
 @dataclass(frozen=True, kw_only=True)

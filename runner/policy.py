@@ -41,6 +41,7 @@ from warrant.runner.gate import (
     Reject,
 )
 from warrant.runner.grants import authorize, resource_label
+from warrant.runner.observe import let_through
 from warrant.runner.provenance import provenance_of, refusal, trace_details, vouched
 from warrant.runner.spec import ToolProposal
 from warrant.tools.contract import ConfirmationPolicy, Tool
@@ -290,9 +291,11 @@ def _check_grants(checked: _Checked, inp: GateInput, events: list[Event]) -> _Gr
             {"required": list(tool.capabilities), "allowed": code is None, "code": code},
         )
     )
-    if code:
-        why = allowed.message
-        return _reject(code, "authorization", checked.proposal_hash, inp, events, message=why)
+    why, layer = allowed.message, "authorization"
+    if code and not let_through(
+        inp.observed, events, tool=tool.name, code=code, layer=layer, message=why
+    ):
+        return _reject(code, layer, checked.proposal_hash, inp, events, message=why)
     return _Granted(resource, allowed.grant_ids)
 
 

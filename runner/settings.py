@@ -167,6 +167,11 @@ class WarrantSettings(BaseSettings):
     pre-approval of that exact proposal). Shown by ``warrant tools list``; every relaxed call
     is traced (``policy.confirmation.relaxed``)."""
 
+    observe_tools: str = ""
+    """Tools (``name[,name]`` or ``*``) in observe mode, off by default: the gate traces a
+    refusal for lack of a grant as ``gate.would_refuse`` and lets the call through; every
+    other refusal stands (``docs/observe-mode.md``). Workers warn at start."""
+
     approvals_required: str = ""
     """Tools that need more distinct approvers than they declare, ``name=M[,name=M]`` (M ≥ 1;
     the larger of this and the tool's own count applies)."""
@@ -190,6 +195,11 @@ class WarrantSettings(BaseSettings):
         )
 
     @property
+    def observed_tools(self) -> frozenset[str]:
+        """``observe_tools`` as names (``{"*"}``: every tool)."""
+        return frozenset(n.strip() for n in self.observe_tools.split(",") if n.strip())
+
+    @property
     def approvals_floor(self) -> dict[str, int]:
         """``approvals_required`` as ``{tool: M}``."""
         out: dict[str, int] = {}
@@ -198,6 +208,12 @@ class WarrantSettings(BaseSettings):
             if name.strip():
                 out[name.strip()] = int(count)
         return out
+
+    @model_validator(mode="after")
+    def _observe_is_names_or_all(self) -> WarrantSettings:
+        if "*" in self.observed_tools and len(self.observed_tools) > 1:
+            raise ValueError(f"WARRANT_OBSERVE_TOOLS: '*' stands alone ({self.observe_tools!r})")
+        return self
 
     @model_validator(mode="after")
     def _approvals_are_counts(self) -> WarrantSettings:

@@ -8,6 +8,7 @@ Metrics (all ``warrant_``):
 
 * ``warrant_runs{status}``: runs by status (every status, 0 included);
 * ``warrant_gate_refusals_total{code}``: proposals the gate refused, by rejection code;
+* ``warrant_gate_would_refuse_total{code,tool}``: refusals observe mode let through;
 * ``warrant_tool_outcomes_total{tool,status}``: recorded tool outcomes;
 * ``warrant_tool_duration_seconds{tool}``: histogram of the outcomes' measured durations;
 * ``warrant_confirmations_waiting``: runs waiting for a person's confirmation;
@@ -86,6 +87,7 @@ def _families(m: LedgerMetrics) -> Iterator[Metric]:
     for code, n in sorted(m.refusals_by_code.items()):
         refusals.add_metric([code], n)
     yield refusals
+    yield _would_refuse(m)
     outcomes = CounterMetricFamily(
         "warrant_tool_outcomes", "Recorded tool outcomes.", labels=["tool", "status"]
     )
@@ -121,6 +123,17 @@ def _families(m: LedgerMetrics) -> Iterator[Metric]:
         "Webhook calls not yet delivered nor given up.",
         m.webhooks_pending,
     )
+
+
+def _would_refuse(m: LedgerMetrics) -> Metric:
+    would = CounterMetricFamily(
+        "warrant_gate_would_refuse",
+        "Refusals observe mode let through (gate.would_refuse), by code and tool.",
+        labels=["code", "tool"],
+    )
+    for (code, tool), n in sorted(m.would_refuse.items()):
+        would.add_metric([code, tool], n)
+    return would
 
 
 def _le(ms: float) -> str:

@@ -1,5 +1,6 @@
-"""The README's configuration table names every setting the code reads: each field of
-``WarrantSettings`` and every ``WARRANT_*`` variable read directly by production code."""
+"""The README's configuration table (with those of the docs/ pages) names every setting the
+code reads: each field of ``WarrantSettings`` and every ``WARRANT_*`` variable read directly by
+production code."""
 
 from __future__ import annotations
 
@@ -10,9 +11,22 @@ from warrant.runner.settings import WarrantSettings
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
-TABLE = README[
-    README.index("## Configuration") : README.index("\n## ", README.index("## Configuration") + 5)
-]
+
+
+def _configuration(page: str) -> str:
+    """A page's ``## Configuration`` section ('' if it has none)."""
+    if "## Configuration" not in page:
+        return ""
+    start = page.index("## Configuration")
+    end = page.find("\n## ", start + 5)
+    return page[start : end if end >= 0 else len(page)]
+
+
+#: The README's table, and those of the pages in docs/ that document a setting of their own
+#: (docs/observe-mode.md).
+TABLE = _configuration(README) + "".join(
+    _configuration(p.read_text()) for p in sorted((ROOT / "docs").glob("*.md"))
+)
 
 #: Variables set by warrant for its own child processes, not by people.
 INTERNAL = {

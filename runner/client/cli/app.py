@@ -33,6 +33,7 @@ from warrant.runner.client.cli import (
     start,
     tokens,
 )
+from warrant.runner.client.cli import gate as gate_cli
 from warrant.runner.client.cli import ledger as ledger_cli
 from warrant.runner.client.cli import mcp as mcp_cli
 from warrant.runner.client.cli import tools as tools_cli
@@ -70,6 +71,7 @@ app.add_typer(memory.memory_app, name="memory")
 app.add_typer(handoffs.handoff_app, name="handoff")
 app.add_typer(tokens.token_app, name="token")
 app.add_typer(ledger_cli.ledger_app, name="ledger")
+app.add_typer(gate_cli.gate_app, name="gate")
 app.add_typer(mcp_cli.mcp_app, name="mcp")
 app.command("reconcile")(stack.reconcile_once)
 app.command("beat")(stack.beat)

@@ -44,6 +44,9 @@ def show_run(info: dict[str, Any]) -> None:
             continue
         table.add_row(f"[bold]{key}[/]", "" if info[key] is None else escape(str(info[key])))
     console.print(table)
+    for w in info.get("would_refuse") or []:  # observe mode let these through: loud
+        said = f"step {w['step']} {w['tool']}: {w['code']} ({w['layer']})"
+        console.print(f"[bold red]observe mode let through[/] {escape(said)}", soft_wrap=True)
     _show_pre_approvals(info)
     _show_request(info)
 

@@ -26,6 +26,7 @@ from warrant.runner.client.cli.why import why
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest
+from warrant.runner.observe import would_refusals
 
 __all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
 
@@ -62,7 +63,12 @@ def run_show(
         if reveal:
             data["revealed"] = revealed(client, whole, by=by)
         trace = client.trace(whole)
-        return {**data, "why": why(data, trace), "policy_versions": policy_versions(trace)}
+        return {
+            **data,
+            "why": why(data, trace),
+            "policy_versions": policy_versions(trace),
+            "would_refuse": would_refusals(trace),
+        }
 
     info = guard(as_json, go)
     print_json(info) if as_json else show_run(info)

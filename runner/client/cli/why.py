@@ -10,15 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from warrant.runner.observe import WOULD_REFUSE
+
 __all__ = ["last_refusal", "waiting_for", "why", "why_lines"]
 
 
 def last_refusal(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest event with a ``code`` in its details: ``event``, ``code``, ``message``,
-    ``step``, ``seq`` (``None``: nothing was refused)."""
+    ``step``, ``seq`` (``None``: nothing was refused). A refusal observe mode let through
+    (``gate.would_refuse`` and the layer's event before it) is none."""
+    let_through: set[str] = set()  # observe mode: refusals it let through are no refusals
     for e in reversed(events):
         details = e.get("details") or {}
         code = details.get("code")
+        if e.get("event") == WOULD_REFUSE:
+            let_through.add(str(code))
+            continue
+        if code in let_through:  # the layer's own event of that refusal
+            let_through.discard(code)
+            continue
         if isinstance(code, str) and code:
             message = details.get("message") or details.get("reason") or _describe(details)
             return {
