@@ -5,7 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["policy_versions"]
+__all__ = ["policy_versions", "trace_facts"]
+
+
+def trace_facts(data: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``run show`` and ``run start --wait`` add to a run from its trace: ``why`` it
+    stopped or waits, the ``policy_versions`` of its decisions and the calls observe mode
+    let through (``would_refuse``)."""
+    from warrant.runner.client.cli.why import why
+    from warrant.runner.observe import would_refusals
+
+    return {
+        "why": why(data, trace),
+        "policy_versions": policy_versions(trace),
+        "would_refuse": would_refusals(trace),
+    }
 
 
 def policy_versions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

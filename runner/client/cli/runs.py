@@ -19,14 +19,12 @@ from warrant.runner.client.cli.common import (
     make_client,
     print_json,
 )
-from warrant.runner.client.cli.policy_steps import policy_versions
+from warrant.runner.client.cli.policy_steps import trace_facts
 from warrant.runner.client.cli.reveal import RevealByOpt, RevealOpt, revealed
 from warrant.runner.client.cli.run_shown import show_run
-from warrant.runner.client.cli.why import why
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest
-from warrant.runner.observe import would_refusals
 
 __all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
 
@@ -65,9 +63,7 @@ def run_show(
         trace = client.trace(whole)
         return {
             **data,
-            "why": why(data, trace),
-            "policy_versions": policy_versions(trace),
-            "would_refuse": would_refusals(trace),
+            **trace_facts(data, trace),
         }
 
     info = guard(as_json, go)

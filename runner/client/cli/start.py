@@ -26,8 +26,8 @@ from warrant.runner.client.cli.common import (
 )
 from warrant.runner.client.cli.deadline import GRACE_S, BoundedClient, Deadline
 from warrant.runner.client.cli.follow import Progress, follow
+from warrant.runner.client.cli.policy_steps import trace_facts
 from warrant.runner.client.cli.runs import run_app, show_run
-from warrant.runner.client.cli.why import why
 from warrant.runner.errors import SpecError, WarrantError
 
 __all__ = ["fixture_warnings", "run_start", "run_wait"]
@@ -144,7 +144,7 @@ def _attach(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         progress.close()
-    data = {**info.to_dict(), "why": why(info.to_dict(), events), **extra}
+    data = {**info.to_dict(), **trace_facts(info.to_dict(), events), **extra}
     if as_json:
         print_json(data)
     else:
