@@ -28,7 +28,10 @@ def _rows() -> list[list[str]]:
 
 
 def _status(cell: str) -> str:
-    return next(s for s in STATUSES if cell == s or cell.startswith(f"{s} ("))
+    """``meets``, ``partly`` or ``not yet``, alone or followed by ``(what brings it)``."""
+    found = [s for s in STATUSES if cell == s or cell.startswith(f"{s} (")]
+    assert found, f"not a status: {cell!r}"
+    return found[0]
 
 
 @cache
@@ -49,7 +52,7 @@ def test_exactly_the_32_guarantees_in_order_each_with_a_status() -> None:
     assert [row[0] for row in rows] == [f"G{n}" for n in range(1, 33)]
     for row in rows:
         assert len(row) == 5, row
-        assert any(row[2] == s or row[2].startswith(f"{s} (") for s in STATUSES), row
+        _status(row[2])
         assert row[1] and row[4], row  # a paraphrase, and how it holds or what is missing
 
 
