@@ -41,6 +41,7 @@ from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.retry import backoff_delay
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
+from warrant.runner.tool_outcomes import after_not_applied
 from warrant.tools import batches
 from warrant.tools.contract import ReconcileResult, Tool, ToolContext
 
@@ -322,7 +323,14 @@ def _not_applied(a: _Apply) -> str:
         change = machine.finish_cancel(view, effect="none", step=a.cmd.step, events=[a.event])
         commit(a.s, change, step=a.cmd.step)
         return "not_applied"
-    if view.tool_calls < view.budgets.max_tool_calls and timeout > 0.5:
+    stops = after_not_applied(
+        code=a.outcome.code,
+        attempts=a.cmd.attempts,
+        max_attempts=a.tool.max_attempts,
+        calls_left=view.tool_calls < view.budgets.max_tool_calls,
+        time_left_s=timeout,
+    )
+    if stops is None:
         reissue_command(
             a.ctx,
             a.s,
@@ -341,10 +349,6 @@ def _not_applied(a: _Apply) -> str:
         )
         return "retried"
     finish_command(a.cmd)
-    stop = Stop(
-        RunStatus.FAILED,
-        StopReason.TOOL_FAILED,
-        {"tool": a.cmd.tool, "code": "NOT_APPLIED_NO_BUDGET"},
-    )
+    stop = Stop(RunStatus.FAILED, stops[0], {"tool": a.cmd.tool, "code": stops[1]})
     commit(a.s, machine.stop(view, stop, step=a.cmd.step, events=[a.event]), step=a.cmd.step)
     return "not_applied"

@@ -21,7 +21,17 @@ from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.tools.contract import SideEffect, Tool, ToolUsage
 from warrant.tools.jobs import Accepted
 
-__all__ = ["Interruption", "ToolResult", "of_error", "of_output"]
+__all__ = [
+    "UNCLASSIFIED",
+    "Interruption",
+    "ToolResult",
+    "after_not_applied",
+    "of_error",
+    "of_output",
+]
+
+UNCLASSIFIED = "TOOL_INTERNAL_ERROR"
+"""The code of an exception the tool did not classify (neither rejected, failed nor unknown)."""
 
 
 @dataclass
@@ -80,7 +90,16 @@ def of_error(
         return _unknown_or_timed_out(exc, said, seen, write=write)
     if seen.database_lost:  # the ledger or a tool's database went away
         return _database_lost(exc, write=write)
-    # unclassified: an internal error; stop, never retry blindly
+    # unclassified: an internal error; stop, never retry blindly. A write's effect is then
+    # unknown (the adapter may have sent it before it broke): the reconciler asks.
+    if write:
+        return ToolResult(
+            Outcome.UNKNOWN,
+            UNCLASSIFIED,
+            type(exc).__name__,
+            stop=StopReason.UNKNOWN_EFFECT,
+            trigger="unclassified",
+        )
     return ToolResult(
         Outcome.FAILED,
         "TOOL_INTERNAL_ERROR",
@@ -157,3 +176,24 @@ def _accepted(tool: Tool[Any, Any], out: Accepted) -> ToolResult:
     if out.details:
         output["details"] = out.details
     return ToolResult(Outcome.ACCEPTED, output=output)
+
+
+def after_not_applied(
+    *,
+    code: str | None,
+    attempts: int,
+    max_attempts: int,
+    calls_left: bool,
+    time_left_s: float,
+) -> tuple[StopReason, str] | None:
+    """An unknown effect the reconciler found not applied: ``None`` retries the same command
+    (same idempotency token), else why the run stops. An adapter's unclassified error is never
+    retried (it would break again), nor an attempt past the tool's ``max_attempts``, past the
+    run's tool-call budget or with too little time left."""
+    if code == UNCLASSIFIED:
+        return StopReason.TOOL_INTERNAL_ERROR, UNCLASSIFIED
+    if attempts >= max_attempts:
+        return StopReason.TOOL_FAILED, "NOT_APPLIED_MAX_ATTEMPTS"
+    if not calls_left or time_left_s <= 0.5:
+        return StopReason.TOOL_FAILED, "NOT_APPLIED_NO_BUDGET"
+    return None

@@ -128,6 +128,49 @@ def test_timeout_before_commit_is_retried_with_the_same_token(
     assert info.tool_calls == 2
 
 
+def test_an_unclassified_error_of_a_write_is_unknown_and_never_retried(
+    engine, client, demo, draft_worker, reconciler_worker
+):
+    # The adapter broke with an exception it did not classify: the write may have been sent,
+    # so the effect is unknown (not "failed"); the reconciler finds it not applied, and the run
+    # stops TOOL_INTERNAL_ERROR instead of sending the same broken call again.
+    order = f"ord_{uuid.uuid4().hex[:10]}"
+    demo.set_fault("issue_refund", "crash", times=5)
+    run_id = client.start_run(spec([refund(order), sc.final("Refunded.", "tool-1")]))
+    client.wait(run_id, timeout=30, until={"reconciling"})
+    info = settle(client, run_id)
+    assert (info.status, info.stop_reason) == ("failed", "TOOL_INTERNAL_ERROR")
+    assert reconciliations(engine, run_id) == ["not_applied"]
+    with session_scope(engine) as s:
+        outcome = s.query(OutcomeRow).filter_by(run_id=run_id).one()
+        assert (outcome.status, outcome.code, outcome.resolved_status) == (
+            "unknown",
+            "TOOL_INTERNAL_ERROR",
+            "not_applied",
+        )
+    assert command_of(engine, run_id).attempts == 1  # never re-sent
+    assert demo.refund_count(order_id=order) == 0
+
+
+def test_a_not_applied_effect_is_retried_only_within_the_tools_max_attempts(
+    engine, client, demo, draft_worker, reconciler_worker
+):
+    # issue_refund allows 3 attempts: each times out before the service commits, the
+    # reconciler finds it not applied and retries; the third "not applied" stops the run.
+    order = f"ord_{uuid.uuid4().hex[:10]}"
+    demo.set_fault("issue_refund", "timeout_before_commit", times=10)
+    run_id = client.start_run(
+        spec([refund(order), sc.final("Refunded.", "tool-1")], max_tool_calls=10)
+    )
+    info = settle(client, run_id, timeout=60)
+    assert (info.status, info.stop_reason) == ("failed", "TOOL_FAILED")
+    with session_scope(engine) as s:
+        assert s.get(Run, run_id).stop_detail["code"] == "NOT_APPLIED_MAX_ATTEMPTS"
+    assert reconciliations(engine, run_id) == ["not_applied"] * 3
+    assert command_of(engine, run_id).attempts == 3
+    assert demo.refund_count(order_id=order) == 0
+
+
 def test_a_tool_without_reconcile_is_handed_to_a_person(
     engine, client, demo, draft_worker, reconciler_worker
 ):

@@ -70,13 +70,13 @@ def test_a_call_is_typed_as_the_workers_would_record_it(tmp_path):
     assert done.status == "succeeded" and ledger.read_text() == "acme 5\n"
 
 
-def test_an_unclassified_exception_is_an_internal_error_that_stops_the_run(tmp_path):
+def test_an_unclassified_exception_of_a_write_is_an_unknown_effect(tmp_path):
     missing = tmp_path / "no-such-dir" / "paid"
     crashed = ToolHarness(approvals_tool.PAY).call(
         {"payee": "acme", "amount_cents": 5, "ledger": str(missing)}
     )
     assert (crashed.status, crashed.code, crashed.stop_reason) == (
-        "failed",
+        "unknown",
         "TOOL_INTERNAL_ERROR",
-        "TOOL_INTERNAL_ERROR",
+        "UNKNOWN_EFFECT",
     )

@@ -9,7 +9,7 @@ import pytest
 from tests.gate import Done, FetchIn, noop_tool
 from warrant.runner.codes import Outcome, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
-from warrant.runner.tool_outcomes import Interruption, of_error, of_output
+from warrant.runner.tool_outcomes import Interruption, after_not_applied, of_error, of_output
 from warrant.tools import Accepted, JobHooks, SideEffect
 
 READ = noop_tool("fetch", SideEffect.READ, FetchIn)
@@ -60,11 +60,39 @@ def test_a_lost_database_is_retried_for_a_read_and_unknown_for_a_write():
 
 
 def test_anything_else_is_an_internal_error_never_retried():
-    result = of_error(WRITE, KeyError("x"), said=None, seen=NONE)
-    assert (result.code, result.stop, result.retryable) == (
+    read = of_error(READ, KeyError("x"), said=None, seen=NONE)
+    assert (read.status, read.code, read.stop, read.retryable) == (
+        Outcome.FAILED,
         "TOOL_INTERNAL_ERROR",
         StopReason.TOOL_INTERNAL_ERROR,
         False,
+    )
+    # a write's adapter may have sent the request before it broke: unknown, reconciled
+    write = of_error(WRITE, KeyError("x"), said=None, seen=NONE)
+    assert (write.status, write.code, write.stop, write.trigger) == (
+        Outcome.UNKNOWN,
+        "TOOL_INTERNAL_ERROR",
+        StopReason.UNKNOWN_EFFECT,
+        "unclassified",
+    )
+
+
+def test_a_not_applied_effect_is_retried_within_every_bound():
+    bounds = dict(code="SERVICE_TIMEOUT", attempts=1, max_attempts=3, calls_left=True)
+    assert after_not_applied(**bounds, time_left_s=30) is None
+    assert after_not_applied(**{**bounds, "attempts": 3}, time_left_s=30) == (
+        StopReason.TOOL_FAILED,
+        "NOT_APPLIED_MAX_ATTEMPTS",
+    )
+    assert after_not_applied(**{**bounds, "calls_left": False}, time_left_s=30) == (
+        StopReason.TOOL_FAILED,
+        "NOT_APPLIED_NO_BUDGET",
+    )
+    assert after_not_applied(**bounds, time_left_s=0.2)[1] == "NOT_APPLIED_NO_BUDGET"
+    broken = {**bounds, "code": "TOOL_INTERNAL_ERROR"}
+    assert after_not_applied(**broken, time_left_s=30) == (
+        StopReason.TOOL_INTERNAL_ERROR,
+        "TOOL_INTERNAL_ERROR",
     )
 
 
