@@ -1,5 +1,6 @@
 """The settings table of ``docs/settings.md``, generated from the field docstrings of
-``WarrantSettings`` (runner/settings.py): one row per field, its variable, default and docstring.
+``WarrantSettings`` (runner/settings.py): one row per field, its variable, default (and bounds)
+and docstring.
 
     python -m bench.settings_table            # rewrite the table in docs/settings.md
     python -m bench.settings_table --check    # exit 1 (and say so) when the page is out of date
@@ -59,6 +60,18 @@ def shown_default(value: Any) -> str:
     return f"`{value}`"
 
 
+def shown_bounds(metadata: list[Any]) -> str:
+    """The field's bounds (``Field(ge=..., le=...)``) as ``≥ 1, ≤ 1024``; empty without any."""
+    signs = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+    bounds = [
+        f"{sign} {getattr(item, name)}"
+        for item in metadata
+        for name, sign in signs.items()
+        if getattr(item, name, None) is not None
+    ]
+    return f" ({', '.join(bounds)})" if bounds else ""
+
+
 def markdown_text(docstring: str) -> str:
     """One table cell: reST literals as Markdown code, lines joined, pipes escaped."""
     text = " ".join(line.strip() for line in docstring.strip().splitlines())
@@ -72,7 +85,8 @@ def table() -> str:
     for name, field in WarrantSettings.model_fields.items():
         default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
         meaning = markdown_text(docs.get(name, ""))
-        rows.append(f"| `WARRANT_{name.upper()}` | {shown_default(default)} | {meaning} |")
+        shown = shown_default(default) + shown_bounds(field.metadata)
+        rows.append(f"| `WARRANT_{name.upper()}` | {shown} | {meaning} |")
     return "\n".join([*rows, "", END])
 
 
