@@ -162,7 +162,7 @@ class WarrantSettings(BaseSettings):
     """Extra planner kinds, ``module:attr[,module:attr]`` (a ``PlannerKind`` or a list)."""
     mcp_config: Path | None = None
     """A JSON or TOML file listing MCP servers and the operator's declaration of each tool
-    they expose (see README, "MCP servers as tools")."""
+    they expose (see docs/your-own-tools.md, "MCP servers as tools")."""
 
     relax_confirmation: str = ""
     """Tools (``name[,name]``) whose side-effect class does not force a person's confirmation:
