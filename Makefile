@@ -61,7 +61,7 @@ format: install-dev
 	$(VENV)/bin/ruff format runner tools broker ledger warrant tests
 	$(VENV)/bin/ruff check --fix runner tools broker ledger warrant tests
 
-bench: install-dev       ## benchmark against bare Celery and DBOS (prints ratios; see README)
+bench: install-dev       ## benchmark against bare Celery and DBOS (prints ratios; see docs/benchmarks.md)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
 
@@ -81,7 +81,7 @@ chaos: install-dev       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicat
 chaos-hosts: install-dev  ## the multi-host fault suite: hosts in network namespaces (root), partitions, kills, skewed clocks, twin host names
 	$(PY) -m bench.chaos_hosts $(CHAOS_HOSTS_ARGS)
 
-screenshots: install-dev  ## the inbox test, keeping its screenshot as docs/inbox.png (README)
+screenshots: install-dev  ## the inbox test, keeping its screenshot as docs/inbox.png (docs/http-api.md)
 	WARRANT_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q tests/integration/test_inbox.py -k appear
 
 clean:
