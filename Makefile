@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-dev demo up test test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos chaos-hosts architecture screenshots clean
+.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos chaos-hosts architecture screenshots clean
 
 install: $(STAMP)    ## warrant itself into .venv: what demo and up need (no test tools, no example plug-in)
 
@@ -33,10 +33,14 @@ PIPELINE_TESTS := $(addprefix tests/integration/test_,pipeline.py gate_pipeline.
                   plugin_pipeline.py tool_inputs.py mcp.py example_plugin.py live_attempt.py ledger_commit.py \
                   flower.py solo_heartbeat.py external_proposals.py)
 
-test: install-dev        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ
+test: install-dev        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ, then the docs site
 	$(PY) -m tests.preflight
 	$(PY) -m pytest -ra
 	$(MAKE) --no-print-directory test-rabbitmq
+	$(MAKE) --no-print-directory docs
+
+docs: install-dev        ## the documentation site (docs/, mkdocs.yml) into site/: a broken link or anchor fails it
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 test-rabbitmq: install-dev  ## the pipeline tests with RabbitMQ as the broker (WARRANT_TEST_AMQP_URL)
 	$(PY) -m pytest -ra --broker amqp $(PIPELINE_TESTS)
@@ -57,7 +61,7 @@ format: install-dev
 	$(VENV)/bin/ruff format runner tools broker ledger warrant tests
 	$(VENV)/bin/ruff check --fix runner tools broker ledger warrant tests
 
-bench: install-dev       ## benchmark against bare Celery and DBOS (prints ratios; see README)
+bench: install-dev       ## benchmark against bare Celery and DBOS (prints ratios; see docs/benchmarks.md)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
 
@@ -77,7 +81,7 @@ chaos: install-dev       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicat
 chaos-hosts: install-dev  ## the multi-host fault suite: hosts in network namespaces (root), partitions, kills, skewed clocks, twin host names
 	$(PY) -m bench.chaos_hosts $(CHAOS_HOSTS_ARGS)
 
-screenshots: install-dev  ## the inbox test, keeping its screenshot as docs/inbox.png (README)
+screenshots: install-dev  ## the inbox test, keeping its screenshot as docs/inbox.png (docs/http-api.md)
 	WARRANT_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q tests/integration/test_inbox.py -k appear
 
 clean:

@@ -33,18 +33,21 @@ class WarrantSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="WARRANT_", extra="ignore")
 
     broker_url: str | None = None
-    """Celery broker (``redis://...`` or ``amqp://...``)."""
+    """Celery broker (``redis://...``, ``redis+socket://...`` or ``amqp://...``); unset: the
+    embedded Redis that ``warrant up`` starts."""
     database_url: str | None = None
-    """PostgreSQL ledger (``postgresql://...``)."""
+    """PostgreSQL ledger (``postgresql://...``, psycopg 3); unset: the embedded PostgreSQL."""
     data_dir: Path = DEFAULT_DATA_DIR
-    """Embedded servers' data and ``services.json``."""
+    """Embedded servers' data, ``services.json`` and the workers' logs."""
     visibility_timeout_s: int = Field(default=DEFAULT_VISIBILITY_TIMEOUT_S, ge=60)
-    """Seconds before Redis redelivers an unacknowledged message."""
+    """Seconds before Redis redelivers an unacknowledged message; must exceed the longest
+    tool time limit (checked at start-up)."""
 
     reconcile_interval_s: float = Field(default=10.0, gt=0)
     """How often beat schedules a reconciler sweep."""
     stall_after_s: float = Field(default=60.0, gt=0)
-    """A non-waiting run with no progress for this long gets its expected message again."""
+    """A non-waiting run with no progress for this long gets its expected message again;
+    again after twice as long, and so on, at most every 60 s."""
     lease_margin_s: float = Field(default=30.0, ge=0)
     """A ``started`` command older than its time limit plus this is presumed lost."""
     sweep_batch: int = Field(default=100, ge=1)
@@ -159,7 +162,7 @@ class WarrantSettings(BaseSettings):
     """Extra planner kinds, ``module:attr[,module:attr]`` (a ``PlannerKind`` or a list)."""
     mcp_config: Path | None = None
     """A JSON or TOML file listing MCP servers and the operator's declaration of each tool
-    they expose (see README, "MCP servers as tools")."""
+    they expose (see docs/your-own-tools.md, "MCP servers as tools")."""
 
     relax_confirmation: str = ""
     """Tools (``name[,name]``) whose side-effect class does not force a person's confirmation:

@@ -1,5 +1,6 @@
-""" "Bring your own agent": each example of the README, run as written (the README's block is
-the example file) against real workers; the model is a fake OpenAI-compatible server."""
+""" "Bring your own agent": each example of docs/bring-your-own-agent.md, run as written (the
+page's block is the example file) against real workers; the model is a fake OpenAI-compatible
+server."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ RECIPIENT = "jo@example.com"
 
 
 def readme_block(example: str) -> str:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "bring-your-own-agent.md").read_text()
     marker = f"<!-- example: {example} (tests/integration/test_agent_examples.py runs it) -->"
-    assert marker in readme, f"the README shows {example} after its marker"
+    assert marker in readme, f"docs/bring-your-own-agent.md shows {example} after its marker"
     found = re.match(r"\s*```python\n(.*?)```", readme[readme.index(marker) + len(marker) :], re.S)
     assert found, f"a python block follows the marker of {example}"
     return found.group(1)
@@ -30,7 +31,9 @@ def readme_block(example: str) -> str:
 
 def run_example(example: str, fake_openai, model: str) -> subprocess.CompletedProcess[str]:
     path = ROOT / example
-    assert readme_block(example) == path.read_text(), f"README and {example} differ"
+    assert readme_block(example) == path.read_text(), (
+        f"docs/bring-your-own-agent.md and {example} differ"
+    )
     env = {
         **os.environ,
         "OPENAI_BASE_URL": fake_openai.base_url,

@@ -168,8 +168,8 @@ def test_at_start_the_registry_must_know_the_tool_its_version_and_its_arguments(
         assert caught.value.to_dict()["code"] == "SPEC_INVALID"
 
 
-def test_every_stop_reason_is_in_the_readmes_table():
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("### Stop reasons") : readme.index("### Rejection codes")]
+def test_every_stop_reason_is_in_the_docs_table():
+    page = (Path(__file__).parents[2] / "docs" / "using-it.md").read_text()
+    section = page[page.index("## Stop reasons") : page.index("## Rejection codes")]
     listed = set(re.findall(r"`([A-Z_]+)`", section))
     assert {r.value for r in StopReason} <= listed, {r.value for r in StopReason} - listed
