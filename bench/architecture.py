@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.observe",
             "runner.grant_wait",
             "runner.grant_bounds",
+            "runner.permission_wait",
             "runner.webhook_signing",
             "runner.authz",
             "runner.cancellation",

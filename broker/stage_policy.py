@@ -17,6 +17,7 @@ from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.influence import influence, persistent
 from warrant.broker.mcp_pins import pin_refusals
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
+from warrant.broker.permission_waits import command_write, reissued
 from warrant.broker.policy_versions import versioned
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import live_registrations
@@ -24,7 +25,6 @@ from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import (
-    insert_command,
     update_proposal,
     use_confirmation,
     use_grants,
@@ -300,6 +300,8 @@ def _command_writes(
     command_id: str,
     timeout: float,
     now: float,
+    *,
+    prior: Any = None,
 ) -> list[Any]:
     """What an accepted proposal writes with its transition: the proposal's verdict, the
     command (with its stable idempotency token), the grant uses and the confirmation's use."""
@@ -319,7 +321,8 @@ def _command_writes(
                 "provenance": decision.provenance,
             },
         ),
-        insert_command(
+        command_write(
+            prior,
             {
                 "id": command_id,
                 "run_id": run_id,
@@ -337,7 +340,7 @@ def _command_writes(
                 "deadline_at": to_datetime(now + timeout),
                 "confirmation_id": decision.confirmation_id,
                 "grant_ids": list(decision.grant_ids),
-            }
+            },
         ),
     ]
     if decision.grant_ids:
@@ -362,9 +365,10 @@ def _accept(
     tool = decision.tool
     run_id = view.run_id
     timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
-    command_id = str(uuid.uuid4())
+    prior = reissued(conn, view, proposal)  # its tool refused it for a permission: a grant came
+    command_id = str(uuid.uuid4()) if prior is None else prior.id
     pid = decision.proposal.proposal_id
-    guarded = _command_writes(view, proposal, decision, command_id, timeout, now)
+    guarded = _command_writes(view, proposal, decision, command_id, timeout, now, prior=prior)
     change = machine.issue_command(
         view,
         command_id=command_id,

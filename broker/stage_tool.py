@@ -22,6 +22,7 @@ from warrant.broker import attempt_watch, deadline, telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.limit_waits import tool_slot
+from warrant.broker.permission_waits import with_grant_wait
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
@@ -258,6 +259,7 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str
         reraise=True,
     ):
         with attempt:
+            outcome = with_grant_wait(ctx, snapshot, tool, outcome)  # a permission refusal asks?
             done = None
             if not (outcome.status is Outcome.FAILED and outcome.retryable) and not outcome.handoff:
                 done = record_fast(ctx, snapshot, tool, outcome)

@@ -32,6 +32,7 @@ from warrant.ledger.row_updates import finish_command
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, Outcome, RunStatus, StopReason
+from warrant.runner.permission_wait import wait_for_grant
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change
 from warrant.runner.run_rules import charge_tool_usage
@@ -252,6 +253,8 @@ def _conclusion(
     """What an outcome does to the run: the state machine's change, the observation the
     planner sees, and whether the planner goes on."""
     events = [attempt_event, *res.events]
+    if res.grant_wait is not None and view.status is RunStatus.RUNNING:  # its tool asks
+        return wait_for_grant(view, res.grant_wait, events=events), None, False
     if res.status is Outcome.UNKNOWN:
         required = {
             "tool": tool.name,

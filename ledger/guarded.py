@@ -29,6 +29,7 @@ __all__ = [
     "insert_command",
     "insert_outcome",
     "insert_proposal",
+    "rearm_command",
     "update_proposal",
     "use_confirmation",
     "use_grants",
@@ -120,6 +121,17 @@ def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
     shape = "command.update:" + ",".join(sorted(values))
     build = _cached(shape, lambda: _update(table, "id", values, "cu_"))
     return _guarded(shape, build, "cu_", {**values, "key": command_id})
+
+
+def rearm_command(command_id: str, values: dict[str, Any]) -> Guarded:
+    """The command refused by its tool for a permission is issued again (a new token, a new
+    attempt: ``warrant.runner.permission_wait``); its earlier outcomes stay."""
+    table: Any = Command.__table__
+    cleared = {"started_at": None, "finished_at": None, "heartbeat_at": None, "worker": None}
+    values = {**values, **cleared, "status": "issued"}
+    shape = "command.rearm:" + ",".join(sorted(values))
+    build = _cached(shape, lambda: _update(table, "id", values, "cr_"))
+    return _guarded(shape, build, "cr_", {**values, "key": command_id})
 
 
 def insert_outcome(values: dict[str, Any]) -> Guarded:

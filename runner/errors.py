@@ -64,6 +64,9 @@ Everything warrant raises on purpose derives from :class:`WarrantError` and carr
     │                               the step is re-published with a countdown (runner.retry)
     └── ToolError                   TOOL_ERROR           raised *by tool code* for a typed outcome
         ├── ToolRejected            TOOL_REJECTED        valid input, business or permission refusal
+        │   └── ToolPermissionDenied TOOL_PERMISSION_DENIED the external system refused for a
+        │                           permission (``capability``, ``resource``): with
+        │                           ``on_missing_grant: ask`` the run waits for a grant
         ├── ToolFailed              TOOL_FAILED          known not applied; ``retryable`` says if a
         │                                                retry may help
         └── ToolUnknown             TOOL_OUTCOME_UNKNOWN may have taken effect; only
@@ -103,6 +106,7 @@ __all__ = [
     "TokenInvalid",
     "ToolError",
     "ToolFailed",
+    "ToolPermissionDenied",
     "ToolRejected",
     "ToolUnknown",
     "Unauthorized",
@@ -284,6 +288,30 @@ class ToolRejected(ToolError):
     def details(self) -> dict[str, Any] | None:
         """Structured facts for the planner (e.g. a conflict's current value)."""
         return None
+
+
+class ToolPermissionDenied(ToolRejected):
+    """The external system refused the call for a permission the run's identity lacks there
+    (an HTTP 403, "not allowed"): ``capability`` names that permission, ``resource`` what it
+    is on. The code is always ``TOOL_PERMISSION_DENIED``. By default the planner sees it as
+    any refusal (``details`` carries both); with the run spec's ``policy.on_missing_grant:
+    "ask"`` the run waits in ``waiting_grant`` for an operator, who fixes the access and
+    grants, and the same proposal is checked and executed again (docs/refusals-that-ask.md).
+    Raise it only when nothing was applied."""
+
+    code = "TOOL_PERMISSION_DENIED"
+
+    def __init__(self, message: str, *, capability: str, resource: str | None = None) -> None:
+        super().__init__(message)
+        self.capability = capability
+        self.resource = resource
+
+    @property
+    def details(self) -> dict[str, Any] | None:
+        return {"capability": self.capability, "resource": self.resource}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), **(self.details or {})}
 
 
 class ToolFailed(ToolError):

@@ -69,6 +69,7 @@ def grant_request(
         missing = list(tool.capabilities)
     return {
         "code": code,
+        "source": "gate",
         "tool": tool.name,
         "tool_version": tool.version,
         "capabilities": missing,

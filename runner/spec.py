@@ -259,7 +259,8 @@ class RunPolicy(_Strict):
     """A proposal refused for a grant the run lacks (``MISSING_CAPABILITY``,
     ``RESOURCE_OUT_OF_SCOPE``): ``replan`` gives the planner the refusal as an observation;
     ``ask`` pauses the run in ``waiting_grant`` until an operator grants it (the same proposal
-    then goes through the gate again) or cancels the run."""
+    then goes through the gate again) or cancels the run. ``ask`` also covers a tool's own
+    permission refusal (``TOOL_PERMISSION_DENIED``: docs/refusals-that-ask.md)."""
 
 
 class PreApproval(_Strict):

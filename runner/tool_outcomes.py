@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from warrant.runner.codes import Outcome, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.permission_wait import GrantWait
 from warrant.tools.contract import SideEffect, Tool, ToolUsage
 from warrant.tools.jobs import Accepted
 
@@ -52,6 +53,8 @@ class ToolResult:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     usage: ToolUsage = field(default_factory=ToolUsage)
     """What the call reported it consumed (``ToolContext.report_usage``): charged to the run."""
+    grant_wait: GrantWait | None = None
+    """A permission refusal in a run that asks: the run waits for a grant (``permission_wait``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

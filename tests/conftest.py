@@ -35,6 +35,7 @@ TEST_TOOL_PLUGINS = (
     "tests.paid_tool:plugin",
     "tests.approvals_tool:plugin",
     "tests.stopping_tool:plugin",
+    "tests.permission_tool:plugin",
 )
 
 #: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refunds only.

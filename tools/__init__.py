@@ -4,7 +4,13 @@ long-running jobs, batches and the plug-in that ships them. The names are pinned
 (``tests/unit/test_public_api.py``); the modules behind them are the project's own."""
 
 from warrant.runner.codes import ObservationSource
-from warrant.runner.errors import ToolError, ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.errors import (
+    ToolError,
+    ToolFailed,
+    ToolPermissionDenied,
+    ToolRejected,
+    ToolUnknown,
+)
 from warrant.runner.scopes import ResourceKind
 from warrant.tools.batches import Batch, ItemResult, ItemStatus
 from warrant.tools.contract import (
@@ -47,6 +53,7 @@ __all__ = [
     "ToolFailed",
     "ToolInput",
     "ToolOutput",
+    "ToolPermissionDenied",
     "ToolRejected",
     "ToolUnknown",
     "UntrustedPolicy",

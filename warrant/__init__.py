@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         ToolContext,
         ToolInput,
         ToolOutput,
+        ToolPermissionDenied,
         UntrustedPolicy,
     )
 
@@ -95,6 +96,7 @@ _TOOLS_NAMES = (
     "ToolContext",
     "ToolInput",
     "ToolOutput",
+    "ToolPermissionDenied",
     "UntrustedPolicy",
 )
 _SOURCES = _RUNNER_SOURCES | {name: "warrant.tools" for name in _TOOLS_NAMES}
@@ -140,6 +142,7 @@ __all__ = [
     "ToolFailed",
     "ToolInput",
     "ToolOutput",
+    "ToolPermissionDenied",
     "ToolRejected",
     "ToolUnknown",
     "Unauthorized",

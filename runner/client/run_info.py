@@ -49,7 +49,9 @@ class RunInfo:
     """Who started it, if known (an API token's ``Identity.label``)."""
     waiting_for_grant: dict[str, Any] | None = None
     """While ``waiting_grant``: the tool, the capabilities it lacks (``capability`` the first),
-    the resources, the step, ``proposal_id``, ``proposal_hash`` and the refusal ``code``."""
+    the resources, the step, ``proposal_id``, ``proposal_hash``, the refusal ``code`` and its
+    ``source`` (``gate``, or ``tool`` for a tool's own permission refusal: then also its
+    ``message``, ``command_id`` and ``attempt``; docs/refusals-that-ask.md)."""
     trace_id: str | None = None
     """The run's OpenTelemetry trace id (32 hex digits) when tracing was on at its start:
     every stage and re-publish of the run continues this one trace."""

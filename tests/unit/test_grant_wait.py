@@ -61,6 +61,7 @@ def test_the_request_names_the_tool_the_missing_capability_and_the_resource():
     )
     assert request == {
         "code": "MISSING_CAPABILITY",
+        "source": "gate",
         "tool": "write_artifact",
         "tool_version": "1",
         "capabilities": ["artifact:write"],

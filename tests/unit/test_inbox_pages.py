@@ -155,6 +155,25 @@ def test_a_run_waiting_for_a_grant_shows_what_it_lacks_and_an_operator_form():
     assert "/grant" not in html and "An operator grants it" in html
 
 
+def test_a_tools_own_refusal_shows_what_the_tool_said():
+    run = _waiting_grant_run()
+    run.waiting_for_grant |= {
+        "code": "TOOL_PERMISSION_DENIED",
+        "source": "tool",
+        "capability": "crm:contacts.update",
+        "resources": ["contacts/7"],
+        "message": "403: <i>not</i> allowed",
+    }
+    context = {"items": [], "grants": [run], "may_grant": True, "csrf": "c", "who": None}
+    html = render.fragment("_inbox.html", context)
+    assert "TOOL_PERMISSION_DENIED</code> by the tool" in html
+    assert '<q class="said">403: &lt;i&gt;not&lt;/i&gt; allowed</q>' in html
+    assert 'name="capability" value="crm:contacts.update"' in html
+    assert 'name="resource_scope" value="contacts/7"' in html
+    gate = render.fragment("_inbox.html", {**context, "grants": [_waiting_grant_run()]})
+    assert "by the tool" not in gate
+
+
 def test_the_inbox_view_lists_waiting_grant_runs_and_marks_them():
     asked = []
 

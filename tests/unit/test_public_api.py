@@ -49,6 +49,7 @@ PINNED_TOOLS = {
     "ResourceKind",
     "ToolError",
     "ToolFailed",
+    "ToolPermissionDenied",
     "ToolRejected",
     "ToolUnknown",
     "ConfirmationPolicy",

@@ -156,7 +156,8 @@ class RunOut(BaseModel):
         default=None,
         description="While waiting_grant: tool, tool_version, capability, capabilities, "
         "resources, step, proposal_id, proposal_hash, code (MISSING_CAPABILITY or "
-        "RESOURCE_OUT_OF_SCOPE). POST /v1/runs/{run_id}/grants resumes it.",
+        "RESOURCE_OUT_OF_SCOPE: source gate; TOOL_PERMISSION_DENIED: source tool, with the "
+        "tool's message, command_id and attempt). POST /v1/runs/{run_id}/grants resumes it.",
     )
     pre_approvals: list[dict[str, Any]] = Field(default_factory=list)
     idempotency_key: str | None = Field(default=None, description="The key it was started with.")
