@@ -281,6 +281,7 @@ class Confirmation(Base):
     decided_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = _now()
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    precondition_fingerprint: Mapped[str | None] = mapped_column(String(64))  # 0019
 
 
 class PreApproval(Base):

@@ -55,6 +55,7 @@ PINNED_TOOLS = {
     "FlagAction",
     "UntrustedPolicy",
     "Isolation",
+    "PreconditionContext",
     "ReconcileResult",
     "Registry",
     "SideEffect",
