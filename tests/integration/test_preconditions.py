@@ -121,3 +121,16 @@ def test_run_show_prints_the_state_the_approver_is_asked_about(
     table = warrant("run", "show", run_id)
     assert request["precondition"]["fingerprint"][:16] in table.stdout
     assert "balance_cents" in table.stdout
+
+
+def test_the_inbox_shows_the_state_the_approver_approves(client, engine, worker, tmp_path) -> None:
+    from warrant.runner.client.web.render import fragment
+
+    run_id, _, _, request = _start(client, tmp_path, cite="tool-1")
+    [pending] = [
+        p for p in client.pending_confirmations(reveal_sensitive=True) if p.run_id == run_id
+    ]
+    assert pending.precondition == request["precondition"]
+    html = fragment("_inbox.html", {"items": [pending], "may_confirm": True})
+    assert "The state you approve" in html and "balance_cents" in html
+    assert request["precondition"]["fingerprint"][:16] in html
