@@ -64,6 +64,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.costs",
             "runner.external",
             "tools.contract",
+            "tools.preconditions",
             "tools.jobs",
             "tools.usage",
             "tools.batches",

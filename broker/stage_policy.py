@@ -19,6 +19,7 @@ from warrant.broker.mcp_pins import pin_refusals
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.permission_waits import command_write, reissued
 from warrant.broker.policy_versions import versioned
+from warrant.broker.preconditions import precondition_shown
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import live_registrations
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
@@ -100,7 +101,8 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
             elif isinstance(decision, policy.AwaitConfirmation):
                 p = row.proposal
                 said = described(ctx, decision, view.subject)
-                decision = dataclasses.replace(decision, described=said)
+                state = precondition_shown(ctx, decision, view)
+                decision = dataclasses.replace(decision, described=said, precondition=state)
                 floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
                 result = _await_confirmation(
                     conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy.exc
 import tenacity
 
-from warrant.broker import attempt_watch, deadline, telemetry
+from warrant.broker import attempt_watch, deadline, preconditions, telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.limit_waits import tool_slot
@@ -234,6 +234,9 @@ def _execute(
 
 
 def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str:
+    held = preconditions.before_execution(ctx, tool, snapshot)  # the state the approver saw
+    if isinstance(held, str):  # it moved: refused and asked again
+        return held
     with telemetry.span(
         "tool.execute",
         run_id=snapshot.run_id,
@@ -241,7 +244,7 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str
         tool=tool.name,
         attempt=snapshot.attempt,
     ) as sp:
-        outcome = run_tool(ctx, tool, snapshot)
+        outcome = held or run_tool(ctx, tool, snapshot)
         if sp is not None:
             sp.set_attribute("warrant.outcome", outcome.status.value)
             if outcome.code:

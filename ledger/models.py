@@ -285,6 +285,7 @@ class Confirmation(Base):
     decided_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = _now()
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    precondition_fingerprint: Mapped[str | None] = mapped_column(String(64))  # 0021
 
 
 class PreApproval(Base):

@@ -70,9 +70,11 @@ def record_confirmation(
     expires_at_step: int,
     expires_at: float,
     decided_by: str,
+    precondition_fingerprint: str | None = None,
 ) -> str:
     """Record a person's decision on the pending proposal ``proposal_hash`` (unused yet);
-    ``expires_at`` in epoch seconds. Returns the confirmation's id."""
+    ``expires_at`` in epoch seconds; ``precondition_fingerprint``: the state the request
+    showed (``Tool.precondition``). Returns the confirmation's id."""
     confirmation_id = str(uuid.uuid4())
     s.add(
         Confirmation(
@@ -85,6 +87,7 @@ def record_confirmation(
             expires_at_step=expires_at_step,
             expires_at=to_datetime(expires_at),
             decided_by=decided_by,
+            precondition_fingerprint=precondition_fingerprint,
         )
     )
     s.flush()

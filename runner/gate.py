@@ -119,6 +119,9 @@ class AwaitConfirmation:
     provenance: dict[str, Any] | None = None
     described: dict[str, str] = field(default_factory=dict)
     """What the call's resources refer to, by argument (the tool's ``describe_resources``)."""
+    precondition: dict[str, Any] | None = None
+    """The state the approver is shown and bound to (``Tool.precondition``: fingerprint and
+    summary, or the read's error)."""
 
     def _flagged(self) -> dict[str, Any]:
         """Where each argument value came from (``origins``: trusted, untrusted with its
@@ -145,6 +148,7 @@ class AwaitConfirmation:
             "proposal_hash": self.proposal_hash,
             **({"provenance": self._flagged()} if self.provenance else {}),
             **({"described": dict(self.described)} if self.described else {}),
+            **({"precondition": dict(self.precondition)} if self.precondition else {}),
         }
 
 

@@ -34,6 +34,7 @@ TEST_TOOL_PLUGINS = (
     "tests.limited_tool:plugin",
     "tests.paid_tool:plugin",
     "tests.approvals_tool:plugin",
+    "tests.precondition_tool:plugin",
     "tests.stopping_tool:plugin",
     "tests.permission_tool:plugin",
 )

@@ -27,6 +27,7 @@ from warrant.tools.contract import (
 )
 from warrant.tools.jobs import Accepted, JobHooks, JobState, JobStatus
 from warrant.tools.plugins import build_registry
+from warrant.tools.preconditions import PreconditionContext
 from warrant.tools.registry import DepsContext, Plugin, Registry
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "JobStatus",
     "ObservationSource",
     "Plugin",
+    "PreconditionContext",
     "ReconcileResult",
     "Registry",
     "ResourceKind",

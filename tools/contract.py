@@ -24,6 +24,7 @@ from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
 from warrant.tools.batches import Batch, item_token
 from warrant.tools.jobs import Accepted, JobHooks
+from warrant.tools.preconditions import PreconditionContext
 from warrant.tools.usage import ToolUsage, UsageMeter
 
 __all__ = [
@@ -252,6 +253,11 @@ class Tool(Generic[InputT, OutputT]):
     confirm it (a file's name and size, a recipient's display name, "never mailed before"),
     read from the tool's own service when the request is made. A quick read with no
     effect; by argument name; shown as ``described`` (the service's words, bounded)."""
+    precondition: Callable[[InputT, PreconditionContext], str | Mapping[str, Any]] | None = None
+    """``(args, ctx)``: the state the approver is asked about (a balance, a status, a version),
+    read when the confirmation is requested and again just before the call runs; a moved
+    state refuses the call (``PRECONDITION_CHANGED``) and asks again
+    (:mod:`warrant.tools.preconditions`)."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base_s: float = DEFAULT_RETRY_BASE_S

@@ -325,6 +325,7 @@ def _record_decision(
         expires_at_step=int(request["expires_at_step"]),
         expires_at=float(request["expires_at"]),
         decided_by=str(decider["by"]),
+        precondition_fingerprint=(request.get("precondition") or {}).get("fingerprint"),
     )
     decided = {"confirmation_id": confirmation_id, "proposal_hash": proposal_hash, **decider}
     change = machine.resume_after_confirmation(run_view(run), approved=approved, decided=decided)

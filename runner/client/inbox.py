@@ -111,6 +111,8 @@ class PendingConfirmation:
     """The provenance check: ``flagged`` lists the values no trusted text supplied."""
     described: dict[str, str] = field(default_factory=dict)
     """What the tool's service says the call's resources are (``Tool.describe_resources``)."""
+    precondition: dict[str, Any] | None = None
+    """The state the approval is bound to (``Tool.precondition``: fingerprint, summary)."""
     approvals_required: int = 1
     """How many distinct people must approve (M of N)."""
     approved_by: list[str] = field(default_factory=list)
@@ -250,6 +252,7 @@ def _pending(
         cited=[_cited(o) for o in cited],
         flagged=request.get("provenance"),
         described=dict(request.get("described") or {}),
+        precondition=request.get("precondition"),
         approvals_required=int(request.get("approvals_required") or 1),
         approved_by=[str(a.get("by")) for a in request.get("approved_by") or []],
     )

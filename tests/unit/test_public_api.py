@@ -56,6 +56,7 @@ PINNED_TOOLS = {
     "FlagAction",
     "UntrustedPolicy",
     "Isolation",
+    "PreconditionContext",
     "ReconcileResult",
     "Registry",
     "SideEffect",

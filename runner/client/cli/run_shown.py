@@ -86,6 +86,15 @@ def approvals_line(request: dict[str, Any]) -> str:
     return f"{line}: {', '.join(names)}" if names else line
 
 
+def precondition_line(state: dict[str, Any]) -> str:
+    """``"balance_cents=700, status=open (fingerprint 3f9c…)"``: the state the approval is
+    bound to (``Tool.precondition``), or why it could not be read."""
+    if not state.get("fingerprint"):
+        return f"unreadable ({state.get('error')})"
+    said = ", ".join(f"{k}={v}" for k, v in (state.get("summary") or {}).items())
+    return f"{said} (fingerprint {str(state['fingerprint'])[:16]})"
+
+
 def _show_request(info: dict[str, Any]) -> None:
     request = info.get("confirmation_request")
     note = reveal_note(info)
@@ -116,6 +125,9 @@ def _show_request(info: dict[str, Any]) -> None:
             console.print(f"  origins: {escape(said)}", soft_wrap=True)
         for path, text in (request.get("described") or {}).items():
             console.print(f"  the service says, {escape(path)}: {escape(text)}", soft_wrap=True)
+        if request.get("precondition"):
+            line = precondition_line(request["precondition"])
+            console.print(f"  state approved: {escape(line)}", soft_wrap=True)
         console.print(f"  approvals: {escape(approvals_line(request))}", soft_wrap=True)
         console.print(  # one line whatever the width: it is copied and pasted
             f"  warrant run confirm {info['run_id']} --proposal-hash "
