@@ -10,6 +10,7 @@ flagged calls, an unused pre-approval of exactly that proposal.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -149,10 +150,18 @@ def pre_approval(phash: str, inp: GateInput) -> PreApprovalView | None:
     return next((p for p in inp.pre_approvals if p.proposal_hash == phash and not p.used), None)
 
 
-def pre_approval_record(item: PreApproval, registry: Registry, *, field: str) -> dict[str, Any]:
+def pre_approval_record(
+    item: PreApproval,
+    registry: Registry,
+    *,
+    field: str,
+    floor: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """The row of a pre-approval: its arguments normalised as the gate normalises a
     proposal's, and the proposal hash they make. An unknown tool or arguments its schema
-    refuses raise :class:`SpecError` naming ``field``."""
+    refuses raise :class:`SpecError` naming ``field``; so does a call that needs more than one
+    approver (the tool's ``approvals_required`` or rule, or the deployment's ``floor``): a
+    pre-approval is one person's word and cannot stand for M of N."""
     tool = registry.get(item.tool, item.tool_version)
     if tool is None:
         message = f"no tool {item.tool}@{item.tool_version}"
@@ -163,6 +172,13 @@ def pre_approval_record(item: PreApproval, registry: Registry, *, field: str) ->
         message = f"arguments the tool's schema refuses: {exc}"[:500]
         errors = [{"field": f"{field}.arguments", "message": message}]
         raise SpecError(message, errors=errors) from None
+    needed = max(approvals_required(tool, arguments), (floor or {}).get(tool.name, 1))
+    if needed > 1:
+        message = (
+            f"{tool.name} needs {needed} distinct approvers for these arguments: one person's "
+            "pre-approval cannot stand for them (approve it when the run asks)"
+        )
+        raise SpecError(message, errors=[{"field": f"{field}.approved_by", "message": message}])
     return {
         "proposal_hash": proposal_hash(tool.name, tool.version, arguments),
         "tool": tool.name,

@@ -201,7 +201,8 @@ class ApprovalsClient(RunsClient):
         item = PreApproval(
             tool=tool, tool_version=tool_version, arguments=arguments, approved_by=approved_by
         )
-        record = pre_approval_record(item, registry_for(), field="pre_approval")
+        floor = WarrantSettings().approvals_floor
+        record = pre_approval_record(item, registry_for(), field="pre_approval", floor=floor)
         with session_scope(self.engine) as s:
             run = _open_run(s, run_id, "pre-approve proposals of")
             pre_id = insert_pre_approval(s, run_id, record)

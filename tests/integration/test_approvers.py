@@ -260,3 +260,18 @@ def test_the_inbox_shows_who_has_approved_and_refuses_the_same_person_twice(
             c.close()
     assert wait_until(api, people["bob"], run_id, DONE)["status"] == "completed"
     assert paid(ledger) == 1
+
+
+def test_a_pre_approval_cannot_stand_for_two_approvers(api, people, tmp_path) -> None:
+    # One person's word written into the spec would otherwise skip the second approver.
+    ledger = tmp_path / "payments"
+    big = proposal(ledger, 250_000)
+    spec = sc.spec([big, sc.final("Paid.", "tool-1")], grants=[{"capability": CAPABILITY}])
+    spec["pre_approved"] = [
+        {"tool": "pay", "tool_version": "1", "arguments": big["arguments"], "approved_by": "bob"}
+    ]
+    r = call(api, people["alice"], "POST", "/v1/runs", json=spec)
+    assert r.status_code == 422, r.text
+    assert error(r) == "SPEC_INVALID"
+    assert "2 distinct approvers" in r.text and "pre_approved.0.approved_by" in r.text
+    assert paid(ledger) == 0
