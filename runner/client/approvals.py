@@ -64,11 +64,21 @@ class ApprovalsClient(RunsClient):
     """Confirmations (bound to the pending proposal's hash) and operator grants."""
 
     def confirm(
-        self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
+        self,
+        run_id: str,
+        *,
+        proposal_hash: str,
+        by: str,
+        origin: Origin | None = None,
+        precondition: str | None = None,
     ) -> int:
         """Approve exactly the pending proposal (bound to its hash). Returns the new version.
-        ``origin`` (where the decision came from) goes into the trace event beside ``by``."""
-        return self._decide(run_id, proposal_hash, by=by, approved=True, origin=origin)
+        ``origin`` (where the decision came from) goes into the trace event beside ``by``.
+        ``precondition``: the state's fingerprint the approver saw; if the request now shows
+        another (the state moved and the run asked again), refused ``PRECONDITION_CHANGED``."""
+        return self._decide(
+            run_id, proposal_hash, by=by, approved=True, origin=origin, seen=precondition
+        )
 
     def decline(
         self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
@@ -77,7 +87,14 @@ class ApprovalsClient(RunsClient):
         return self._decide(run_id, proposal_hash, by=by, approved=False, origin=origin)
 
     def _decide(
-        self, run_id: str, proposal_hash: str, *, by: str, approved: bool, origin: Origin | None
+        self,
+        run_id: str,
+        proposal_hash: str,
+        *,
+        by: str,
+        approved: bool,
+        origin: Origin | None,
+        seen: str | None = None,
     ) -> int:
         if not by.strip():
             raise ConfirmationRefused(
@@ -91,6 +108,8 @@ class ApprovalsClient(RunsClient):
                 raise RunNotFound(f"no run {run_id}")
             pending = _confirmable(s, run, proposal_hash=proposal_hash, now=now)
             request = dict(pending.confirmation_request or {})
+            if seen is not None:
+                _check_seen_state(request, seen)
             decider: dict[str, Any] = {"by": by, **(origin.details() if origin else {"via": "cli"})}
             events = _self_approval_events(run, request, decider, proposal_hash)
             trace_id = run.trace_id
@@ -277,6 +296,17 @@ def _self_approval_events(
         "proposal_hash": proposal_hash,
     }
     return [("confirmation.self_approved", details)]
+
+
+def _check_seen_state(request: dict[str, Any], seen: str) -> None:
+    """The approver saw the state fingerprinted ``seen``: the request must still show it."""
+    shown = str((request.get("precondition") or {}).get("fingerprint"))
+    if shown != seen:
+        raise ConfirmationRefused(
+            f"the state you approved has moved since you looked (the request now shows "
+            f"{shown[:16]}, you saw {seen[:16]}): look again",
+            code="PRECONDITION_CHANGED",
+        )
 
 
 def _confirmable(s: Session, run: Run, *, proposal_hash: str, now: float) -> Proposal:

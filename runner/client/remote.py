@@ -297,18 +297,25 @@ class RemoteClient(RemoteProposals):
 
     # --- people's actions ----------------------------------------------------------------
 
-    def confirm(self, run_id: str, *, proposal_hash: str, by: str) -> int:
+    def confirm(
+        self, run_id: str, *, proposal_hash: str, by: str, precondition: str | None = None
+    ) -> int:
         """Approve exactly the pending proposal; the run's version after it. ``by`` is
-        ignored: the server records the token's identity (``name (role)``)."""
-        return self._decide(run_id, "confirm", proposal_hash)
+        ignored: the server records the token's identity (``name (role)``). ``precondition``:
+        the state's fingerprint the approver saw (see :meth:`Client.confirm`)."""
+        return self._decide(run_id, "confirm", proposal_hash, precondition=precondition)
 
     def decline(self, run_id: str, *, proposal_hash: str, by: str) -> int:
         """Refuse the pending proposal; the run's version after it. ``by`` is ignored: the
         server records the token's identity."""
         return self._decide(run_id, "decline", proposal_hash)
 
-    def _decide(self, run_id: str, action: str, proposal_hash: str) -> int:
+    def _decide(
+        self, run_id: str, action: str, proposal_hash: str, *, precondition: str | None = None
+    ) -> int:
         body = {"proposal_hash": proposal_hash}
+        if precondition is not None:
+            body["precondition"] = precondition
         return int(self._call("POST", f"/runs/{run_id}/{action}", json=body)["version"])
 
     def answer(self, run_id: str, *, text: str, by: str) -> RunInfo:

@@ -97,6 +97,31 @@ def test_a_moved_state_refuses_the_call_and_asks_again_with_the_new_fingerprint(
     assert _outcome_codes(engine, run_id) == ["PRECONDITION_CHANGED", None]
 
 
+def test_an_approval_from_a_page_that_showed_the_old_state_is_refused(
+    client, engine, worker, tmp_path
+) -> None:
+    # The re-ask keeps the proposal's hash; only the state differs. A person whose page still
+    # shows the old state must not approve the new one without seeing it.
+    from warrant.runner.errors import ConfirmationRefused
+
+    run_id, acct, ledger, request = _start(client, tmp_path, cite="tool-2")
+    before = request["precondition"]["fingerprint"]
+    move(acct, balance_cents=700)
+    client.confirm(run_id, proposal_hash=request["proposal_hash"], by="bob", precondition=before)
+    asked = client.wait(run_id, timeout=30, until=WAITING).confirmation_request
+    after = asked["precondition"]["fingerprint"]
+    with pytest.raises(ConfirmationRefused) as stale:
+        client.confirm(
+            run_id, proposal_hash=asked["proposal_hash"], by="carol", precondition=before
+        )
+    assert stale.value.code == "PRECONDITION_CHANGED"
+    assert client.get_run(run_id).confirmation_request["approved_by"] == []
+    assert withdrawn(ledger) == 0
+    client.confirm(run_id, proposal_hash=asked["proposal_hash"], by="carol", precondition=after)
+    info = client.wait(run_id, timeout=30)
+    assert (info.status, withdrawn(ledger)) == ("completed", 1), info
+
+
 def test_a_failed_read_before_the_call_fails_closed(client, engine, worker, tmp_path) -> None:
     run_id, acct, ledger, request = _start(client, tmp_path, cite="tool-1")
     move(acct, down=True)
@@ -134,3 +159,6 @@ def test_the_inbox_shows_the_state_the_approver_approves(client, engine, worker,
     html = fragment("_inbox.html", {"items": [pending], "may_confirm": True})
     assert "The state you approve" in html and "balance_cents" in html
     assert request["precondition"]["fingerprint"][:16] in html
+    # the approve form carries the state it showed: a moved one is refused, not approved unseen
+    fingerprint = request["precondition"]["fingerprint"]
+    assert f'name="precondition" value="{fingerprint}"' in html

@@ -66,7 +66,11 @@ def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirm
     allows it; the same person twice: ``ALREADY_APPROVED``."""
     client = deps(request).client
     version = client.confirm(
-        run_id, proposal_hash=body.proposal_hash, by=identity.label, origin=origin(request, "api")
+        run_id,
+        proposal_hash=body.proposal_hash,
+        by=identity.label,
+        origin=origin(request, "api"),
+        precondition=body.precondition,
     )
     info = client.get_run(run_id)
     more = approvals_pending(info.confirmation_request, body.proposal_hash)

@@ -210,6 +210,14 @@ class DecisionIn(_In):
         max_length=128,
         description="The pending proposal's hash (confirmation_request.proposal_hash).",
     )
+    precondition: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="When confirming: the state's fingerprint you were shown "
+        "(confirmation_request.precondition.fingerprint). If the state moved and the request "
+        "now shows another, the approval is refused PRECONDITION_CHANGED: look again.",
+    )
 
 
 class DecisionOut(BaseModel):

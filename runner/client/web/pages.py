@@ -27,6 +27,7 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 FormStr = Annotated[str, Form(max_length=4_000)]
 Csrf = Annotated[str, Form(max_length=128)]
 Decision = Annotated[str, Form(pattern="^(approve|decline)$")]
+SeenState = Annotated[str | None, Form(max_length=128)]
 RunId = Annotated[str, Query(max_length=64, pattern=r"^[A-Za-z0-9_-]*$")]
 
 
@@ -93,16 +94,25 @@ def inbox(request: Request, done: RunId = "", decision: str = "") -> Response:
 
 @router.post("/runs/{run_id}/decide")
 def decide(
-    request: Request, run_id: str, decision: Decision, proposal_hash: FormStr, csrf: Csrf
+    request: Request,
+    run_id: str,
+    decision: Decision,
+    proposal_hash: FormStr,
+    csrf: Csrf,
+    precondition: SeenState = None,
 ) -> Response:
-    """Approve or decline exactly the proposal the form was rendered with."""
+    """Approve or decline exactly the proposal the form was rendered with (and, approving, the
+    state it showed: a moved one is refused ``PRECONDITION_CHANGED``)."""
     who = session.identity(request)
     try:
         session.check_form(request, csrf)
         require(who, Action.CONFIRM)
         client = deps(request).client
-        act = client.confirm if decision == "approve" else client.decline
-        act(run_id, proposal_hash=proposal_hash, by=who.label, origin=origin(request, "web"))
+        how = {"by": who.label, "origin": origin(request, "web")}
+        if decision == "approve":
+            client.confirm(run_id, proposal_hash=proposal_hash, precondition=precondition, **how)
+        else:
+            client.decline(run_id, proposal_hash=proposal_hash, **how)
     except WarrantError as exc:
         context = {**_view(request, "inbox", who), "error": _refused(exc), "failed_run": run_id}
         return page(request, "inbox.html", context, who=who, status_code=status_for(exc))
