@@ -119,7 +119,7 @@ def test_the_identity_is_the_tokens_label_never_the_bodys(http, fake) -> None:
     origin = call.pop("origin")
     assert (name, call) == (
         "confirm",
-        {"run_id": "r-1", "proposal_hash": "h", "by": "approver (approver)"},
+        {"run_id": "r-1", "proposal_hash": "h", "by": "approver (approver)", "precondition": None},
     )
     assert (origin.via, origin.address) == ("api", "127.0.0.1")  # traced beside who
     r = confirm(http, "approver", {"proposal_hash": "h", "by": "mallory"})
