@@ -36,7 +36,7 @@ from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.ledger.sweeps import touch_run
 from warrant.runner import cancellation
-from warrant.runner.codes import RunStatus
+from warrant.runner.codes import CommandStatus, RunStatus
 from warrant.runner.limits import ModelLimit
 from warrant.runner.planner_protocol import PlannerFailure
 
@@ -213,7 +213,7 @@ def _defer(
         row is None
         or row.status != RunStatus.RUNNING
         or row.version != version
-        or row.cmd_status not in ("issued", "started")
+        or row.cmd_status not in (CommandStatus.ISSUED, CommandStatus.STARTED)
     ):
         return None
     try:

@@ -30,7 +30,13 @@ from warrant.ledger.repo import NewObservation, StaleVersion, append_events, com
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
-from warrant.runner.codes import ObservationKind, ObservationSource, Outcome, RunStatus
+from warrant.runner.codes import (
+    CommandStatus,
+    ObservationKind,
+    ObservationSource,
+    Outcome,
+    RunStatus,
+)
 from warrant.runner.views import RunView
 from warrant.tools.contract import Tool
 from warrant.tools.preconditions import (
@@ -208,7 +214,7 @@ def _writes(
         "attempt": snap.attempt,
         "duration_ms": None,
     }
-    finished = {"status": "completed", "finished_at": to_datetime(at)}
+    finished = {"status": CommandStatus.COMPLETED.value, "finished_at": to_datetime(at)}
     return [
         complete_command(snap.command_id, finished),
         insert_outcome(outcome),

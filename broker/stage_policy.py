@@ -44,7 +44,7 @@ from warrant.ledger.stage_loads import (
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
-from warrant.runner.codes import ObservationKind, ObservationSource, StopReason
+from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSource, StopReason
 from warrant.runner.confirmation_rules import approvals_required
 from warrant.runner.grants import narrowed
 from warrant.runner.provenance import sources_from
@@ -336,7 +336,7 @@ def _command_writes(
                 "arguments": decision.arguments,
                 "arguments_hash": decision.arguments_hash,
                 "idempotency_token": token,
-                "status": "issued",
+                "status": CommandStatus.ISSUED.value,
                 "attempts": 0,
                 "timeout_s": timeout,
                 "deadline_at": to_datetime(now + timeout),

@@ -40,7 +40,7 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view
 from warrant.ledger.row_updates import finish_command, note_republished
 from warrant.runner import run_machine as machine
-from warrant.runner.codes import ObservationKind, Phase, RunStatus, StopReason
+from warrant.runner.codes import CommandStatus, ObservationKind, Phase, RunStatus, StopReason
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
 from warrant.tools.contract import SideEffect
@@ -140,7 +140,7 @@ def _stale_commands(
         outbox = Outbox()
         with session_scope(ctx.engine) as s:
             cmd = rows.lock_command(s, command_id)
-            if cmd is None or cmd.status != "started":
+            if cmd is None or cmd.status != CommandStatus.STARTED:
                 continue
             run = rows.lock_run(s, cmd.run_id)
             assert run is not None
@@ -259,7 +259,7 @@ def _message_of(
     cmd = rows.command(s, run.active_command_id)
     if (
         cmd is None
-        or cmd.status != "issued"
+        or cmd.status != CommandStatus.ISSUED
         or cmd.deadline_at.timestamp() + settings.lease_margin_s >= ctx.clock()
     ):
         return None

@@ -32,7 +32,7 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.runner.canonical import sha256_hex
-from warrant.runner.codes import Outcome, Phase, RunStatus, StopReason
+from warrant.runner.codes import CommandStatus, Outcome, Phase, RunStatus, StopReason
 from warrant.tools.contract import SideEffect, Tool
 
 __all__ = ["tool_execute"]
@@ -125,19 +125,19 @@ def _general_path(
         row = load_tool(conn, run_id, command_id)
     if row is None:
         return "ignored"
-    if row.cmd_status == "completed":
+    if row.cmd_status == CommandStatus.COMPLETED:
         if row.status == RunStatus.RUNNING and row.phase == Phase.PLANNING:
             ctx.publisher.planner(run_id, row.version)
         return "duplicate"
-    if row.cmd_status == "discarded":
+    if row.cmd_status == CommandStatus.DISCARDED:
         return "discarded"
     if row.status != RunStatus.RUNNING or row.version != version:
-        if row.status != RunStatus.RUNNING and row.cmd_status == "issued":
+        if row.status != RunStatus.RUNNING and row.cmd_status == CommandStatus.ISSUED:
             with autocommit(ctx.engine) as conn:
                 discard_command(conn, command_id)
             return "discarded"
         return "ignored"
-    started = row.cmd_status == "started"
+    started = row.cmd_status == CommandStatus.STARTED
     if started and not _attempt_lost(ctx, row, worker):
         return _in_flight(ctx, row)
     tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)

@@ -31,7 +31,7 @@ from warrant.ledger.repo import (
 from warrant.ledger.row_updates import finish_command
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner import run_machine as machine
-from warrant.runner.codes import ObservationKind, Outcome, RunStatus, StopReason
+from warrant.runner.codes import CommandStatus, ObservationKind, Outcome, RunStatus, StopReason
 from warrant.runner.permission_wait import wait_for_grant
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change
@@ -94,7 +94,7 @@ def record_fast(
             cost=res.usage.cost,
             details=_usage(tool, snap),
         )
-    command = {"status": "completed", "finished_at": to_datetime(ctx.clock())}
+    command = {"status": CommandStatus.COMPLETED.value, "finished_at": to_datetime(ctx.clock())}
     try:
         with autocommit(ctx.engine) as conn:
             version = commit(
@@ -135,7 +135,7 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
                 details=_usage(tool, snap),
                 event="tool.usage.charged",
             )
-        if cmd.status != "started" or cmd.attempts != snap.attempt:
+        if cmd.status != CommandStatus.STARTED or cmd.attempts != snap.attempt:
             # Not (or no longer) this attempt's command to conclude.
             return record_late(ctx, s, run, cmd, tool, late_outcome(res, snap.attempt), outbox)
         duration_ms = None

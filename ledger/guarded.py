@@ -23,6 +23,7 @@ from warrant.ledger.models import (
     Proposal,
 )
 from warrant.ledger.repo import Guarded
+from warrant.runner.codes import CommandStatus
 
 __all__ = [
     "complete_command",
@@ -128,7 +129,7 @@ def rearm_command(command_id: str, values: dict[str, Any]) -> Guarded:
     attempt: ``warrant.runner.permission_wait``); its earlier outcomes stay."""
     table: Any = Command.__table__
     cleared = {"started_at": None, "finished_at": None, "heartbeat_at": None, "worker": None}
-    values = {**values, **cleared, "status": "issued"}
+    values = {**values, **cleared, "status": CommandStatus.ISSUED.value}
     shape = "command.rearm:" + ",".join(sorted(values))
     build = _cached(shape, lambda: _update(table, "id", values, "cr_"))
     return _guarded(shape, build, "cr_", {**values, "key": command_id})

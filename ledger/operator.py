@@ -26,6 +26,7 @@ from warrant.ledger.models import (
 )
 from warrant.ledger.repo import to_datetime
 from warrant.ledger.rows import lock_run
+from warrant.runner.codes import CommandStatus
 from warrant.runner.spec import Grant
 
 __all__ = [
@@ -96,8 +97,8 @@ def record_confirmation(
 
 def discard_issued_command(cmd: Command | None) -> None:
     """A command issued but never started is discarded (a cancelled run will not run it)."""
-    if cmd is not None and cmd.status == "issued":
-        cmd.status = "discarded"
+    if cmd is not None and cmd.status == CommandStatus.ISSUED:
+        cmd.status = CommandStatus.DISCARDED.value
 
 
 def insert_grant(

@@ -33,7 +33,7 @@ from warrant.ledger.models import (
     TraceRecord,
 )
 from warrant.runner.canonical import content_hash
-from warrant.runner.codes import ObservationKind, Phase, RunStatus
+from warrant.runner.codes import CommandStatus, ObservationKind, Phase, RunStatus
 from warrant.runner.errors import StateConflict
 from warrant.runner.run_rules import NEXT_PROPOSAL_ID, NOW, Change
 from warrant.runner.spec import Budgets
@@ -207,7 +207,7 @@ def _transition_statement(
         where.append(
             exists().where(
                 _COMMANDS.c.id == bindparam("cas_command", type_=String),
-                _COMMANDS.c.status == "started",
+                _COMMANDS.c.status == CommandStatus.STARTED.value,
                 _COMMANDS.c.attempts == bindparam("cas_attempt", type_=Integer),
             )
         )

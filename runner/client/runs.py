@@ -25,7 +25,7 @@ from warrant.runner.client.idempotency import origin as start_origin
 from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.pre_approvals import pre_approval_records
 from warrant.runner.client.run_info import SETTLED, RunInfo
-from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
+from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSource, RunStatus
 from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
 
@@ -324,7 +324,7 @@ def _cancel_locked(
     is unknown, else ``cancelled`` at once. Returns whether something was in flight."""
     cmd = lock_active_command(s, run)
     waits = status in (RunStatus.RECONCILING, RunStatus.WAITING_JOB)  # an effect still open
-    in_flight = waits or (cmd is not None and cmd.status == "started")
+    in_flight = waits or (cmd is not None and cmd.status == CommandStatus.STARTED)
     requested = {"by": by, "reason_chars": len(reason), "in_flight": in_flight}
     if not in_flight:
         discard_issued_command(cmd)
