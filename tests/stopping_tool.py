@@ -65,7 +65,7 @@ TOOL: Tool[StopInput, StopOutput] = Tool(
     side_effect=SideEffect.IDEMPOTENT_WRITE,
     execute=_write_when_allowed,
     resource=lambda args, subject: "journal",
-    timeout_s=60,
+    timeout_s=30,
 )
 
 plugin = Plugin(name="stopping", tools=(TOOL,))

@@ -219,7 +219,9 @@ def test_a_late_attempt_whose_effect_is_already_recorded_is_superseded(engine, c
             (planner_step if name == "planner" else policy_evaluate)(ctx, m["run_id"], m["version"])
 
     order = f"ord_{uuid.uuid4().hex[:10]}"
-    demo.set_fault("issue_refund", "slow", delay_s=6)
+    # The first attempt sleeps long enough that the sweeps below (slow on a loaded machine)
+    # judge it before it returns: it must come back only after its retry was recorded.
+    demo.set_fault("issue_refund", "slow", delay_s=20)
     run_id = client.start_run(spec([refund(order), sc.final("Refunded.", "tool-1")]), publish=False)
     publisher.planner(run_id, 1)
     m = drive_until_tool()

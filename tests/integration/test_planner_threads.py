@@ -70,7 +70,8 @@ def test_runs_waiting_on_a_slow_model_wait_together_in_one_planner_process(
     for run_id in runs:
         info = client.wait(run_id, timeout=120)
         assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), run_id
-        assert info.model_calls == 2
+        retried = len(facts.events(engine, run_id, "model.retry.scheduled"))  # a refused connect
+        assert info.model_calls == 2 + retried
         assert facts.commands(engine, run_id) == 1
     # one process, one thread per waiting call: most of the runs' calls were in flight at once
     # (the solo pool it replaces held exactly one)
