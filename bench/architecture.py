@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runner.step_decisions",
             "runner.success",
             "runner.tool_outcomes",
+            "runner.reconcile_rules",
             "runner.planner_protocol",
             "runner.memory_view",
             "runner.handoff_bundle",

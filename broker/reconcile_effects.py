@@ -38,7 +38,16 @@ from warrant.ledger.row_updates import (
 )
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
-from warrant.runner.retry import backoff_delay
+from warrant.runner.reconcile_rules import (
+    Answer,
+    Next,
+    ask_again_in,
+    batch_answer,
+    item_status,
+    late_effect_to_a_person,
+    may_still_be_applying,
+    next_step,
+)
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
 from warrant.runner.tool_outcomes import after_not_applied
@@ -48,10 +57,6 @@ from warrant.tools.contract import ReconcileResult, Tool, ToolContext
 __all__ = ["reconcile_unknown_effects"]
 
 log = logging.getLogger("warrant.reconciler")
-
-#: Unknown outcomes recorded by someone other than the attempt itself (the attempt may not
-#: have noticed that it was declared lost).
-_RECORDED_FOR_THE_ATTEMPT = frozenset({"WORKER_LOST_DURING_EXECUTION", "COMMAND_LEASE_EXPIRED"})
 
 
 def reconcile_unknown_effects(
@@ -75,8 +80,7 @@ def reconcile_unknown_effects(
 
 @dataclass(frozen=True)
 class _Answer:
-    result: str
-    """applied, not_applied, unknown, error (the query failed) or unsupported (no query)."""
+    result: Answer
     found: ReconcileResult | None = None
     error: str | None = None
 
@@ -91,7 +95,7 @@ def _ask(ctx: StageContext, outcome_id: int) -> tuple[Tool[Any, Any] | None, _An
         assert cmd is not None and run is not None
         tool = ctx.registry.get(cmd.tool, cmd.tool_version)
         if tool is None or tool.reconcile is None:
-            return tool, _Answer("unsupported")
+            return tool, _Answer(Answer.UNSUPPORTED)
         context = ToolContext(
             run_id=run.id,
             command_id=cmd.id,
@@ -110,10 +114,10 @@ def _ask(ctx: StageContext, outcome_id: int) -> tuple[Tool[Any, Any] | None, _An
     try:
         found = tool.reconcile(token, context)
     except Exception as exc:  # the status query itself failed: still unknown
-        return tool, _Answer("error", error=type(exc).__name__)
+        return tool, _Answer(Answer.ERROR, error=type(exc).__name__)
     if found is None or found.applied is None:
-        return tool, _Answer("unknown", found)
-    return tool, _Answer("applied" if found.applied else "not_applied", found)
+        return tool, _Answer(Answer.UNKNOWN, found)
+    return tool, _Answer(Answer.APPLIED if found.applied else Answer.NOT_APPLIED, found)
 
 
 def _ask_items(
@@ -131,13 +135,12 @@ def _ask_items(
         try:
             found = tool.reconcile(context.item_token(key), context)
         except Exception as exc:
-            return _Answer("error", error=type(exc).__name__)
-        status = {True: "applied", False: "failed", None: "unknown"}[found.applied]
+            return _Answer(Answer.ERROR, error=type(exc).__name__)
+        status = item_status(found.applied)
         now.append({"key": key, "status": status, "output": found.output, "retryable": True})
     items = batches.merged(tool.batch, arguments, reports, now)
-    result = batches.verdict(items).outcome
-    answer = {"succeeded": "applied", "unknown": "unknown", "failed": "not_applied"}[result]
-    return _Answer(answer, ReconcileResult(result == "succeeded", {"items": items}))
+    answer = batch_answer(batches.verdict(items).outcome)
+    return _Answer(answer, ReconcileResult(answer == Answer.APPLIED, {"items": items}))
 
 
 @dataclass
@@ -166,11 +169,11 @@ class _Apply:
         return self.run.status in (RunStatus.RECONCILING, RunStatus.CANCELLING)
 
 
-def _after_the_run_moved_on(a: _Apply, result: str) -> None:
+def _after_the_run_moved_on(a: _Apply, result: Answer) -> None:
     """The run no longer waits on this effect (a person has it, or it ended): the answer is
     recorded; an effect found applied after the run ended goes to a person."""
     a.resolve(result)
-    if result == "applied" and RunStatus(a.run.status).terminal:
+    if late_effect_to_a_person(result, run_ended=RunStatus(a.run.status).terminal):
         _to_a_person(a)
     else:
         append_events(a.s, a.run.id, [a.event], step=a.cmd.step, proposal_id=a.cmd.proposal_id)
@@ -206,7 +209,7 @@ def _reconcile_one(
             return
         outcome, run, cmd = locked
         waits = settings.lease_heartbeat_timeout_s
-        if answer.result == "not_applied" and _defer(
+        if answer.result == Answer.NOT_APPLIED and _defer(
             s, run, cmd, outcome, heartbeat_timeout_s=waits
         ):
             report.still_unknown += 1
@@ -222,21 +225,26 @@ def _reconcile_one(
             {"tool": cmd.tool, "result": answer.result, "attempt": attempt},
         )
         step = _Apply(ctx, s, outcome, run, cmd, tool, event, outbox)
-        if not step.in_flight and answer.result in ("applied", "not_applied"):
+        action = next_step(
+            answer.result,
+            run_waits=step.in_flight,
+            tries=attempt,
+            max_tries=settings.max_reconcile_attempts,
+        )
+        if action == Next.RECORD:
             _after_the_run_moved_on(step, answer.result)
-        elif answer.result == "applied":
+        elif action == Next.APPLY:
             _applied(step, answer.found)
             report.applied += 1
-        elif answer.result == "not_applied":
+        elif action == Next.RETRY_OR_STOP:
             counter = _not_applied(step)
             setattr(report, counter, getattr(report, counter) + 1)
-        elif answer.result == "unsupported" or attempt >= settings.max_reconcile_attempts:
+        elif action == Next.TO_A_PERSON:
             step.resolve("handoff")
             _to_a_person(step)
             report.handed_off += 1
         else:
-            delay = backoff_delay(attempt, base_s=2.0, cap_s=300.0)
-            schedule_reconciliation(outcome, to_datetime(ctx.clock() + max(0.5, delay)))
+            schedule_reconciliation(outcome, to_datetime(ctx.clock() + ask_again_in(attempt)))
             append_events(s, run.id, [event], step=cmd.step, proposal_id=cmd.proposal_id)
             report.still_unknown += 1
     outbox.flush()
@@ -247,7 +255,9 @@ def _defer(
 ) -> bool:
     """ "Not applied" is only true once no attempt can still be applying it: for an outcome
     recorded on behalf of an attempt that may still run, ask again after its hard limit."""
-    if outcome.code not in _RECORDED_FOR_THE_ATTEMPT or cmd.attempts != outcome.attempt:
+    if not may_still_be_applying(
+        code=outcome.code, attempts=cmd.attempts, outcome_attempt=outcome.attempt
+    ):
         return False
     until = sweeps.attempt_may_run(
         s,
