@@ -66,8 +66,12 @@ _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
 
 
-def leaf_strings(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, str]]:
-    """``(path, text)`` for every string (and long number) inside ``value``."""
+def leaf_strings(
+    value: Any, path: str = "", depth: int = 0, *, numbers: bool = False
+) -> Iterator[tuple[str, str]]:
+    """``(path, text)`` for every string (and long number) inside ``value``. ``numbers``:
+    every number, short ones too (a source's text: an id ``13`` a trusted listing returned
+    vouches for ``delete_file("13")``)."""
     if depth > MAX_DEPTH:
         return
     if isinstance(value, str):
@@ -76,14 +80,15 @@ def leaf_strings(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[s
         return
     elif isinstance(value, int | float):
         text = str(value)
-        if len(text) >= 6:  # account and card numbers, not counts
+        if numbers or len(text) >= 6:  # account and card numbers, not counts
             yield path, text
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from leaf_strings(item, f"{path}.{key}" if path else str(key), depth + 1)
+            at = f"{path}.{key}" if path else str(key)
+            yield from leaf_strings(item, at, depth + 1, numbers=numbers)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            yield from leaf_strings(item, f"{path}[{index}]", depth + 1)
+            yield from leaf_strings(item, f"{path}[{index}]", depth + 1, numbers=numbers)
 
 
 def embedded_values(text: str) -> list[tuple[ResourceKind, str]]:
@@ -295,7 +300,8 @@ def sources_from(
     for observation_id, source, content in observations:
         if source == ObservationSource.POLICY.value:
             continue  # a refusal echoes the model's own proposal: it vouches for nothing
-        text = "\n".join(t for _, t in leaf_strings(content))
+        # every number: a short id a tool returned is still what it said
+        text = "\n".join(t for _, t in leaf_strings(content, numbers=True))
         if source in _TRUSTED_SOURCES:
             trusted.append(text)
             if (name := _task_source(observation_id, source, content)) is not None:

@@ -135,3 +135,24 @@ def test_a_pre_approval_vouches_for_values_nobody_else_supplied_but_not_for_untr
     kept = vouched(found, pre_approved=True)
     assert [f["argument"] for f in kept["refused"]] == ["iban"]
     assert vouched(found, pre_approved=False) is found
+
+
+def test_a_short_numeric_id_a_trusted_tool_returned_is_trusted():
+    """``delete_file("13")`` after a trusted listing answered ``{"file_id": 13}``: the id is
+    what the tool said (was ``unseen``: sources dropped numbers shorter than 6 digits)."""
+    listing = {"tool": "list_files", "files": [{"file_id": 13, "name": "old.iso"}]}
+    sources = sources_from(
+        "Delete the largest file in my drive.",
+        {},
+        [["tool-1", "trusted-tool", listing], ["tool-2", "untrusted-content", {"n": 77}]],
+    )
+    resources = {"file_id": ResourceKind.IDENTIFIER}
+
+    def origin(file_id: str) -> str:
+        found = analyse({"file_id": file_id}, cites=[], sources=sources, resources=resources)
+        return found["origins"]["file_id"]["origin"]
+
+    assert origin("13") == "trusted"
+    assert origin("77") == "untrusted"  # a number only untrusted content said
+    assert origin("14") == "unseen"
+    assert origin("1") == "unseen"  # whole tokens: not inside 13
