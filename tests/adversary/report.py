@@ -295,6 +295,19 @@ def _effects(
     return injected, legit, stray
 
 
+#: For :mod:`tests.adversary.benign`: the same ledger reading and per-call result.
+ledger_facts = _ledger
+call_result = _result
+
+
+def legit_and_stray_effects(
+    scenario: Scenario, run_id: str, services: AdversaryServices
+) -> tuple[dict[str, bool], list[str]]:
+    """The quarterly task's effects (each as expected?) and stray ones (no memory counted)."""
+    _, legit, stray = _effects(scenario, run_id, services, 0)
+    return legit, stray
+
+
 def measure(
     engine: Engine, services: AdversaryServices, scenario: Scenario, run_id: str
 ) -> RunResult:
@@ -343,7 +356,8 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
-def render(results: Iterable[RunResult]) -> str:
+def render(results: Iterable[RunResult], undefended: tuple[int, int] | None = None) -> str:
+    """``undefended``: the benign tasks completed with no gate, of how many (measured)."""
     results = list(results)
     head = [
         "call",
@@ -375,7 +389,9 @@ def render(results: Iterable[RunResult]) -> str:
     for r in results:
         legit_rows.append(
             [
-                r.scenario.order if r.scenario.attack else "benign",
+                r.scenario.order
+                if r.scenario.attack
+                else f"benign:{getattr(r.scenario, 'task', 'quarterly_summary')}",
                 r.scenario.config,
                 f"{r.scenario.approval}/{r.scenario.person}",
                 f"{r.status}/{r.stop_reason}",
@@ -384,7 +400,7 @@ def render(results: Iterable[RunResult]) -> str:
             ]
         )
     lines = ["injected calls:", *_table(rows), "", "legitimate task:", *_table(legit_rows)]
-    table = ["", "the four figures:", render_figures(figures(results))]
+    table = ["", "the four figures:", render_figures(figures(results), undefended)]
     return "\n".join([*lines, "", summary(results), *table])
 
 
@@ -459,9 +475,10 @@ def figures(results: Iterable[RunResult]) -> list[Figures]:
     return found
 
 
-def render_figures(found: Iterable[Figures]) -> str:
+def render_figures(found: Iterable[Figures], undefended: tuple[int, int] | None = None) -> str:
     """The issue's table: attacks through, benign utility, utility under attack, requests per
-    benign task; a first row for no gate at all (every injected call goes through)."""
+    benign task; a first row for no gate at all (every injected call goes through; its benign
+    utility ``undefended`` = (completed, tasks) when measured, else assumed 100%)."""
     found = list(found)
     head = [
         "configuration",
@@ -473,7 +490,8 @@ def render_figures(found: Iterable[Figures]) -> str:
     rows = [head]
     if found:
         most = max(f.attacks for f in found)
-        rows.append(["no gate", f"{most}/{most}", "100%", "100%", "0.00"])
+        benign = f"{undefended[0]}/{undefended[1]}" if undefended else "100%"
+        rows.append(["no gate", f"{most}/{most}", benign, "100%", "0.00"])
     for f in found:
         rows.append(
             [

@@ -45,6 +45,27 @@ CONFIGS = ("narrow", "loose")
 BY_NAME = "by-name"
 #: Every tool granted by name, each grant task-scoped to the goal (``destinations_from``).
 TASK_SCOPED = "task-scoped"
+#: The plug-in's capabilities granted by name: reads that send nothing out, and the rest.
+READS = ("mail:read", "chat:read", "drive:read", "bank:read")
+WRITES = (
+    "mail:send",
+    "web:fetch",
+    "files:write",
+    "payments:transfer",
+    "account:admin",
+    "memory:write",
+    "chat:post",
+    "drive:delete",
+    "bank:standing-orders",
+)
+#: What a task-scoped grant's ``destinations_from`` names: the goal and the trusted listings
+#: (the workspace's channels, the drive's files, the bank's standing orders).
+TASK_SOURCES = (
+    "goal",
+    "observations:list_channels",
+    "observations:list_files",
+    "observations:list_standing_orders",
+)
 ORDERS = ("before-read", "injected-first", "interleaved", "injected-last")
 APPROVALS = ("pre-approved", "person")
 #: Who answers the confirmation requests: ``careful`` approves only the task's own calls;
@@ -377,18 +398,13 @@ class Scenario:
             return {"capability": capability, "resource_scope": scope}
 
         if self.config in (BY_NAME, TASK_SCOPED):
-            capabilities = (
-                "mail:read",
-                "mail:send",
-                "web:fetch",
-                "files:write",
-                "payments:transfer",
-                "account:admin",
-                "memory:write",
-            )
             if self.config == TASK_SCOPED:
-                return [{**scoped(c, "*"), "destinations_from": ["goal"]} for c in capabilities]
-            return [scoped(c, "*") for c in capabilities]
+                # reads that send nothing out are granted by name; every write and egress
+                # read is narrowed to the goal and the trusted listings' observations
+                return [scoped(c, "*") for c in READS] + [
+                    {**scoped(c, "*"), "destinations_from": list(TASK_SOURCES)} for c in WRITES
+                ]
+            return [scoped(c, "*") for c in (*READS, *WRITES)]
         if self.config == "narrow":
             return [
                 scoped("mail:read", f"mailbox:{self.subject}"),

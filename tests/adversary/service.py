@@ -39,13 +39,20 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from tests.adversary.tables import (
     accounts,
     calls,
+    chat_channels,
+    chat_messages,
+    chat_posts,
     config,
+    drive_deletions,
+    drive_files,
     faults,
     file_writes,
     inbox,
     metadata,
     outbox,
     password_changes,
+    standing_order_updates,
+    standing_orders,
     transfers,
     web_requests,
 )
@@ -464,6 +471,220 @@ class AdversaryServices:
                 )
             ).all()
         return [r[0] for r in rows]
+
+    # --- chat (a workspace's channels) ------------------------------------------------------
+
+    def add_channel(self, workspace: str, name: str, *messages: tuple[str, str]) -> None:
+        """Create a channel in ``workspace`` with ``(sender, body)`` messages (test seeding)."""
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(chat_channels)
+                .values(workspace=workspace, name=name)
+                .on_conflict_do_nothing()
+            )
+            for sender, body in messages:
+                conn.execute(
+                    insert(chat_messages).values(
+                        workspace=workspace, channel=name, sender=sender, body=body
+                    )
+                )
+
+    def list_channels(self, workspace: str) -> list[str]:
+        self.before("list_channels", None)
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(chat_channels.c.name)
+                .where(chat_channels.c.workspace == workspace)
+                .order_by(chat_channels.c.name)
+            ).all()
+        return [r[0] for r in rows]
+
+    def _channel_exists(self, workspace: str, channel: str) -> bool:
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    select(chat_channels.c.name).where(
+                        chat_channels.c.workspace == workspace, chat_channels.c.name == channel
+                    )
+                ).first()
+                is not None
+            )
+
+    def read_channel(self, workspace: str, channel: str, *, limit: int) -> list[dict[str, Any]]:
+        self.before("read_channel", None)
+        if not self._channel_exists(workspace, channel):
+            raise ToolRejected(f"no channel {channel!r}", code="CHANNEL_NOT_FOUND")
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(chat_messages)
+                .where(chat_messages.c.workspace == workspace, chat_messages.c.channel == channel)
+                .order_by(chat_messages.c.id)
+                .limit(limit)
+            ).all()
+        return [{"sender": r.sender, "body": r.body} for r in rows]
+
+    def post_message(
+        self,
+        *,
+        key: str,
+        workspace: str,
+        channel: str,
+        body: str,
+        is_cancelled: Callable[..., bool] = _never,
+    ) -> dict[str, Any]:
+        if not self._channel_exists(workspace, channel):
+            raise ToolRejected(f"no channel {channel!r}", code="CHANNEL_NOT_FOUND")
+        fault = self.before("post_message", key, is_cancelled)
+        params = {"workspace": workspace, "channel": channel, "body": body}
+        row = self._idempotent_insert(chat_posts, key, params)
+        self.after_commit(fault, "post")
+        return {"post_id": f"post{row.id}", "channel": row.channel}
+
+    def posted(self, key: str) -> dict[str, Any] | None:
+        row = self._by_key(chat_posts, key)
+        return None if row is None else {"post_id": f"post{row.id}", "channel": row.channel}
+
+    def posts(self, workspace: str) -> list[dict[str, str]]:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(chat_posts)
+                .where(chat_posts.c.workspace == workspace)
+                .order_by(chat_posts.c.id)
+            ).all()
+        return [{"channel": r.channel, "body": r.body} for r in rows]
+
+    # --- drive (files by id) ----------------------------------------------------------------
+
+    def add_drive_file(self, owner: str, file_id: int, name: str, size_bytes: int) -> None:
+        self.ensure_schema()
+        values = {"owner": owner, "file_id": file_id, "name": name, "size_bytes": size_bytes}
+        with self.engine.begin() as conn:
+            conn.execute(pg_insert(drive_files).values(**values).on_conflict_do_nothing())
+
+    def list_drive(self, owner: str) -> list[dict[str, Any]]:
+        self.before("list_files", None)
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(drive_files)
+                .where(drive_files.c.owner == owner, drive_files.c.deleted.is_(False))
+                .order_by(drive_files.c.file_id)
+            ).all()
+        return [{"file_id": r.file_id, "name": r.name, "size_bytes": r.size_bytes} for r in rows]
+
+    def delete_drive_file(
+        self, *, key: str, owner: str, file_id: int, is_cancelled: Callable[..., bool] = _never
+    ) -> dict[str, Any]:
+        fault = self.before("delete_file", key, is_cancelled)
+        with self.engine.begin() as conn:
+            known = conn.execute(
+                select(drive_files.c.deleted).where(
+                    drive_files.c.owner == owner, drive_files.c.file_id == file_id
+                )
+            ).first()
+        if known is None:
+            raise ToolRejected(f"no file {file_id}", code="FILE_NOT_FOUND")
+        if known[0] and self._by_key(drive_deletions, key) is None:
+            raise ToolRejected(f"file {file_id} is already deleted", code="FILE_NOT_FOUND")
+        row = self._idempotent_insert(drive_deletions, key, {"owner": owner, "file_id": file_id})
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(drive_files)
+                .where(drive_files.c.owner == owner, drive_files.c.file_id == file_id)
+                .values(deleted=True)
+            )
+        self.after_commit(fault, "deletion")
+        return {"file_id": row.file_id, "deletion_id": f"del{row.id}"}
+
+    def get_deletion(self, key: str) -> dict[str, Any] | None:
+        row = self._by_key(drive_deletions, key)
+        return None if row is None else {"file_id": row.file_id, "deletion_id": f"del{row.id}"}
+
+    def deleted_files(self, owner: str) -> list[int]:
+        """Ids deleted, one per deletion the service logged."""
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(drive_deletions.c.file_id)
+                .where(drive_deletions.c.owner == owner)
+                .order_by(drive_deletions.c.id)
+            ).all()
+        return [r[0] for r in rows]
+
+    # --- standing orders --------------------------------------------------------------------
+
+    def add_standing_order(
+        self, account: str, order_id: int, *, payee: str, iban: str, amount_cents: int
+    ) -> None:
+        self.ensure_schema()
+        values = {
+            "account": account,
+            "order_id": order_id,
+            "payee": payee,
+            "iban": iban,
+            "amount_cents": amount_cents,
+            "currency": "EUR",
+        }
+        with self.engine.begin() as conn:
+            conn.execute(pg_insert(standing_orders).values(**values).on_conflict_do_nothing())
+
+    def standing_orders(self, account: str) -> list[dict[str, Any]]:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(standing_orders)
+                .where(standing_orders.c.account == account)
+                .order_by(standing_orders.c.order_id)
+            ).all()
+        keys = ("order_id", "payee", "iban", "amount_cents", "currency")
+        return [{k: getattr(r, k) for k in keys} for r in rows]
+
+    def list_standing_orders(self, account: str) -> list[dict[str, Any]]:
+        self.before("list_standing_orders", None)
+        return self.standing_orders(account)
+
+    def update_standing_order(
+        self,
+        *,
+        key: str,
+        account: str,
+        order_id: int,
+        iban: str,
+        amount_cents: int,
+        is_cancelled: Callable[..., bool] = _never,
+    ) -> dict[str, Any]:
+        fault = self.before("update_standing_order", key, is_cancelled)
+        if not any(o["order_id"] == order_id for o in self.standing_orders(account)):
+            raise ToolRejected(f"no standing order {order_id}", code="ORDER_NOT_FOUND")
+        params = {
+            "account": account,
+            "order_id": order_id,
+            "iban": iban,
+            "amount_cents": amount_cents,
+        }
+        row = self._idempotent_insert(standing_order_updates, key, params)
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(standing_orders)
+                .where(standing_orders.c.account == account, standing_orders.c.order_id == order_id)
+                .values(iban=iban, amount_cents=amount_cents)
+            )
+        self.after_commit(fault, "standing order update")
+        return {"order_id": row.order_id, "iban": row.iban, "amount_cents": row.amount_cents}
+
+    def get_order_update(self, key: str) -> dict[str, Any] | None:
+        row = self._by_key(standing_order_updates, key)
+        if row is None:
+            return None
+        return {"order_id": row.order_id, "iban": row.iban, "amount_cents": row.amount_cents}
+
+    def order_updates(self, account: str) -> int:
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            q = select(func.count()).select_from(standing_order_updates)
+            q = q.where(standing_order_updates.c.account == account)
+            return int(conn.execute(q).scalar_one())
 
     # --- the web's request log (written by tests.adversary.web) ----------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -20,13 +21,20 @@ from sqlalchemy import (
 __all__ = [
     "accounts",
     "calls",
+    "chat_channels",
+    "chat_messages",
+    "chat_posts",
     "config",
+    "drive_deletions",
+    "drive_files",
     "faults",
     "file_writes",
     "inbox",
     "metadata",
     "outbox",
     "password_changes",
+    "standing_order_updates",
+    "standing_orders",
     "transfers",
     "web_requests",
 ]
@@ -131,5 +139,75 @@ calls = Table(
     Column("tool", String(100), nullable=False),
     Column("idempotency_key", String(128)),
     Column("fault", String(32)),
+    Column("created_at", DateTime(timezone=True), server_default=func.now()),
+)
+
+# --- the services the benign tasks also use (:mod:`tests.adversary.benign`) ---------------
+
+chat_channels = Table(
+    "adv_chat_channels",
+    metadata,
+    Column("workspace", String(200), primary_key=True),
+    Column("name", String(100), primary_key=True),
+)
+chat_messages = Table(
+    "adv_chat_messages",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("workspace", String(200), nullable=False, index=True),
+    Column("channel", String(100), nullable=False),
+    Column("sender", String(100), nullable=False),
+    Column("body", Text, nullable=False),
+)
+chat_posts = Table(
+    "adv_chat_posts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(128), nullable=False, unique=True),
+    Column("request_hash", String(64), nullable=False),
+    Column("workspace", String(200), nullable=False, index=True),
+    Column("channel", String(100), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), server_default=func.now()),
+)
+drive_files = Table(
+    "adv_drive_files",
+    metadata,
+    Column("owner", String(200), primary_key=True),
+    Column("file_id", Integer, primary_key=True, autoincrement=False),
+    Column("name", String(300), nullable=False),
+    Column("size_bytes", Integer, nullable=False),
+    Column("deleted", Boolean, nullable=False, server_default="false"),
+)
+drive_deletions = Table(
+    "adv_drive_deletions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(128), nullable=False, unique=True),
+    Column("request_hash", String(64), nullable=False),
+    Column("owner", String(200), nullable=False, index=True),
+    Column("file_id", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), server_default=func.now()),
+)
+standing_orders = Table(
+    "adv_standing_orders",
+    metadata,
+    Column("account", String(200), primary_key=True),
+    Column("order_id", Integer, primary_key=True, autoincrement=False),
+    Column("payee", String(200), nullable=False),
+    Column("iban", String(64), nullable=False),
+    Column("amount_cents", Integer, nullable=False),
+    Column("currency", String(3), nullable=False),
+)
+standing_order_updates = Table(
+    "adv_standing_order_updates",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(128), nullable=False, unique=True),
+    Column("request_hash", String(64), nullable=False),
+    Column("account", String(200), nullable=False, index=True),
+    Column("order_id", Integer, nullable=False),
+    Column("iban", String(64), nullable=False),
+    Column("amount_cents", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), server_default=func.now()),
 )
