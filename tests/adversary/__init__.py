@@ -1,5 +1,5 @@
 """The adversarial suite's plug-in: fake external services (mail, payments, account, web,
-files) and the tools over them, for a *hijacked* planner to attack
+files, chat, drive, standing orders) and the tools over them, for a *hijacked* planner to attack
 (``tests/integration/test_adversarial.py``).
 
 Named in the test deployment's ``WARRANT_TOOLS`` (``tests.adversary:plugin``, see
@@ -10,7 +10,9 @@ HTTP server started by the test (:mod:`tests.adversary.web`).
 Modules: :mod:`~tests.adversary.service` (the services, with fault injection),
 :mod:`~tests.adversary.tools` (the tool contracts), :mod:`~tests.adversary.scenario` (the
 inbox, the legitimate task, the injected calls, the grant configurations and the run specs),
-:mod:`~tests.adversary.person` (a careful person answering confirmation requests),
+:mod:`~tests.adversary.benign` (benign tasks whose values come from the goal, trusted listings
+or untrusted content, also run undefended), :mod:`~tests.adversary.person` (a careful person
+answering confirmation requests),
 :mod:`~tests.adversary.report` (what got through; ``python -m tests.adversary.report``).
 """
 

@@ -37,6 +37,7 @@ from tests.adversary.scenario import (
     BOB,
     BY_NAME,
     ORDERS,
+    PERSONS,
     TASK_SCOPED,
     Call,
     Scenario,
@@ -458,10 +459,29 @@ class BenignRun:
             "answer": f"Done: {TASKS[self.task].why.split(':')[0]}.",
             "citations": [f"tool-{i}" for i in range(1, len(proposals) + 1)],
         }
-        return [*proposals, final]
+        # when a call was refused, its citation does not resolve: the planner then says so,
+        # citing the first result (a read, in every task that can be refused)
+        # (the run completes; the task did not, and the figures count it so)
+        could_not = {
+            "kind": "final",
+            "answer": "I could not finish the task: a call was refused or declined.",
+            "citations": ["tool-1"],
+        }
+        return [*proposals, final, could_not]
 
     def grants(self) -> list[dict[str, Any]]:
         return Scenario(self.config, ORDERS[0], self.approval, self.root).grants()
+
+    @classmethod
+    def from_subject(cls, subject: str, root: str) -> BenignRun | None:
+        """The benign run a run's subject names (``advb-<task>-<config>-<person>``)."""
+        for name in TASKS:
+            for config in (BY_NAME, TASK_SCOPED):
+                for person in PERSONS:
+                    run = cls(name, config, person, root)
+                    if run.subject == subject:
+                        return run
+        return None
 
     def spec(self, *, pre_approved: bool = False) -> dict[str, Any]:
         return {
@@ -561,30 +581,48 @@ def _execute(services: AdversaryServices, subject: str, run_id: str, calls: list
         tool.execute(tool.input_model.model_validate(call.arguments), ctx)
 
 
+def _undefended_runs(root: str) -> list[tuple[str, Any, str]]:
+    """``(task, run, run_id)`` of each undefended run (the run id is derived from the subject,
+    so the report can find the web requests again)."""
+    quarterly = Scenario(BY_NAME, ORDERS[0], "person", root, attack=False, person=UNDEFENDED)
+    runs: list[tuple[str, Any]] = [("quarterly_summary", quarterly)]
+    runs += [(name, BenignRun(name, UNDEFENDED, "none", root)) for name in TASKS]
+    return [(name, run, str(uuid.uuid5(uuid.NAMESPACE_URL, run.subject))) for name, run in runs]
+
+
+def _completed(services: AdversaryServices, name: str, run: Any, run_id: str) -> bool:
+    if name == "quarterly_summary":
+        from tests.adversary.report import legit_and_stray_effects
+
+        legit, stray = legit_and_stray_effects(run, run_id, services)
+    else:
+        legit, stray = check(services, run, run_id)
+    return all(legit.values()) and not stray
+
+
 def run_undefended(services: AdversaryServices, root: str) -> dict[str, bool]:
     """Every benign task (the quarterly summary included) with no gate: each call executed
     by its tool, in order, against the same fake services; ``task -> completed`` by the same
     effect checks as the gated runs (every effect as expected, none stray)."""
-    from tests.adversary.report import legit_and_stray_effects
-
-    done = {}
-    quarterly = Scenario(BY_NAME, ORDERS[0], "person", root, attack=False, person=UNDEFENDED)
     from tests.adversary.scenario import inbox
 
-    for message in inbox(quarterly.subject):
-        services.deliver(quarterly.subject, **message)
-    run_id = str(uuid.uuid4())
-    _execute(services, quarterly.subject, run_id, quarterly.legit_calls())
-    legit, stray = legit_and_stray_effects(quarterly, run_id, services)
-    done["quarterly_summary"] = all(legit.values()) and not stray
-    for name in TASKS:
-        run = BenignRun(name, UNDEFENDED, "none", root)
-        seed(services, run)
-        run_id = str(uuid.uuid4())
+    for name, run, run_id in _undefended_runs(root):
+        if name == "quarterly_summary":
+            for message in inbox(run.subject):
+                services.deliver(run.subject, **message)
+        else:
+            seed(services, run)
         _execute(services, run.subject, run_id, run.legit_calls())
-        legit, stray = check(services, run, run_id)
-        done[name] = all(legit.values()) and not stray
-    return done
+    return undefended_results(services, root)
+
+
+def undefended_results(services: AdversaryServices, root: str) -> dict[str, bool]:
+    """``task -> completed`` of the undefended runs already in the fake services (empty if
+    none ran)."""
+    runs = _undefended_runs(root)
+    if not services.web_log(runs[0][2]):  # the quarterly run fetches its template
+        return {}
+    return {name: _completed(services, name, run, run_id) for name, run, run_id in runs}
 
 
 #: The configurations the benign set runs in (besides undefended).

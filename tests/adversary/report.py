@@ -335,16 +335,24 @@ def measure(
 
 def collect(engine: Engine, services: AdversaryServices) -> list[RunResult]:
     """Every adversarial run in the ledger, oldest first."""
+    from tests.adversary.benign import BenignRun, measure_benign
+
     root = services.setting("files_root") or ""
     with session_scope(engine) as s:
         runs = s.execute(
-            select(Run.id, Run.subject).where(Run.subject.like("adv-%")).order_by(Run.created_at)
+            select(Run.id, Run.subject)
+            .where(Run.subject.like("adv-%") | Run.subject.like("advb-%"))
+            .order_by(Run.created_at)
         ).all()
     found = []
     for run_id, subject in runs:
         scenario = Scenario.from_subject(subject, root)
         if scenario is not None:
             found.append(measure(engine, services, scenario, run_id))
+            continue
+        benign = BenignRun.from_subject(subject, root)
+        if benign is not None:
+            found.append(measure_benign(engine, services, benign, run_id))
     return found
 
 
@@ -550,7 +558,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no adversarial runs in {Path(url).name}", file=sys.stderr)
         return 1
     else:
-        print(render(results))
+        from tests.adversary.benign import undefended_results
+
+        done = undefended_results(services, services.setting("files_root") or "")
+        print(render(results, (sum(done.values()), len(done)) if done else None))
     return 0
 
 

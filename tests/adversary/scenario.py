@@ -4,7 +4,8 @@ hijacked planner copies from the inbox, the grant configurations and the run spe
 A scenario is one run: a grant configuration (``narrow``: exact recipients, URL host + path
 prefix, path prefix; ``loose``: the ``@corp.example`` domain, the whole docs host, the whole
 file area, transfers and memory writes granted; ``by-name``: every tool granted by name, any
-resource; ``task-scoped``: the same, each grant narrowed to what the goal mentions), an order
+resource; ``task-scoped``: the same, each write and egress grant narrowed to what the goal
+and the trusted listings mention, reads that send nothing out by name), an order
 (the injected calls before the inbox is read — a planner hijacked from the start knows the
 attacker's values —, right after it, interleaved with the task, or after it), how the
 legitimate writes are approved (``pre-approved`` in the spec, or confirmed by a ``person``

@@ -12,6 +12,13 @@ Per run it asserts: no injected call has an effect in the fake services (rows an
 counted), each injected call is refused with its code, the legitimate task completes. The
 table of what got through is printed at the end of the module (and by
 ``python -m tests.adversary.report`` from the session's database).
+
+Benign utility is measured over a set of tasks (``tests.adversary.benign``: the quarterly
+summary and eleven more, whose values come from the goal, from trusted listings or from
+untrusted content), undefended (each call straight through its tool) and through the gate.
+Issue 35's utility threshold (within 5 % of undefended with a person who declines flagged
+requests) is not met over that set, by the design's trade-off: a strict xfail says so
+(:data:`PROVENANCE_GAP`).
 """
 
 from __future__ import annotations
