@@ -623,7 +623,3 @@ def undefended_results(services: AdversaryServices, root: str) -> dict[str, bool
     if not services.web_log(runs[0][2]):  # the quarterly run fetches its template
         return {}
     return {name: _completed(services, name, run, run_id) for name, run, run_id in runs}
-
-
-#: The configurations the benign set runs in (besides undefended).
-GATED = ((BY_NAME, "declines-flagged"), (BY_NAME, "approves-all"), (TASK_SCOPED, "careful"))
