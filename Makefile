@@ -55,7 +55,7 @@ lint: install-dev
 	$(VENV)/bin/ruff check runner tools broker ledger warrant tests examples bench
 	$(VENV)/bin/ruff format --check runner tools broker ledger warrant tests examples bench
 	$(VENV)/bin/mypy
-	$(PY) -m bench.architecture --check
+	$(PY) -m tests.lint.architecture --check
 
 format: install-dev
 	$(VENV)/bin/ruff format runner tools broker ledger warrant tests
@@ -70,7 +70,7 @@ bench-series: install-dev  ## the verdict: the side-by-side part 5 times, task e
 	$(PY) -m bench.series $(SERIES_ARGS)
 
 architecture: install-dev  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
-	$(PY) -m bench.architecture
+	$(PY) -m tests.lint.architecture
 
 bench-cli: install-dev    ## CLI start-up: warrant --version and run list vs celery --version (median of 10)
 	$(PY) -m bench.cli_startup

@@ -57,8 +57,8 @@ from sqlalchemy import text  # noqa: E402
 from bench import dbos_pipeline  # noqa: E402
 from warrant.ledger.db import engine_for  # noqa: E402
 from warrant.ledger.migrate import upgrade  # noqa: E402
-from warrant.runner.client.roles import celery_worker_command, worker_command  # noqa: E402
-from warrant.runner.client.scenarios import read_steps  # noqa: E402
+from warrant.runner.stack.roles import celery_worker_command, worker_command  # noqa: E402
+from warrant.runner.stack.scenarios import read_steps  # noqa: E402
 
 LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
 

@@ -16,7 +16,7 @@ whatever the time their client took to create them.
 
 The model is stateless: it answers from the request alone. It counts the tool-result
 observations the planner's prompt shows (``- tool-<step> [...]`` lines, as
-:mod:`warrant.runner.openai_planner` renders them) and proposes ``http_read`` until
+:mod:`warrant.runner.planners.openai_compatible` renders them) and proposes ``http_read`` until
 :data:`TOOL_CALLS` results are in, then ``final`` citing the last: three model calls and two
 tool calls per run, whichever process asks (warrant's planner, the DBOS workflow).
 """

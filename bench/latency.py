@@ -140,7 +140,7 @@ class WarrantStack:
 
 
 def _pool_of(role: str, concurrency: int) -> str:
-    from warrant.runner.client.roles import worker_command
+    from warrant.runner.stack.roles import worker_command
 
     command = worker_command(
         role, tools=["http_read"] if role == "tool" else None, concurrency=concurrency
@@ -150,7 +150,7 @@ def _pool_of(role: str, concurrency: int) -> str:
 
 def start_warrant() -> WarrantStack:
     from warrant.broker.app import app as warrant_app
-    from warrant.runner.client.roles import role_concurrency
+    from warrant.runner.stack.roles import role_concurrency
 
     # the default deployment's sizes unless told otherwise
     sizes = {

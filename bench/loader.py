@@ -66,7 +66,7 @@ def template_run(url: str, *, steps: int = 3) -> str:
     from warrant.broker.stage_tool import tool_execute
     from warrant.ledger.db import engine_for
     from warrant.runner.client.api import Client
-    from warrant.runner.client.scenarios import read_steps
+    from warrant.runner.stack.scenarios import read_steps
 
     engine = engine_for(url)
     publisher = RecordingPublisher()

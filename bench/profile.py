@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from bench.__main__ import ENV
-from warrant.runner.client.scenarios import read_steps
+from warrant.runner.stack.scenarios import read_steps
 
 __all__ = ["main"]
 

@@ -5,7 +5,7 @@ A planner step binds its run's :class:`~warrant.runner.cancellation.CancelSignal
 asks the planner (``broker.stage_planner``); one watch thread per process asks the ledger,
 every ``WARRANT_LEASE_HEARTBEAT_S``, which of the runs being waited on are ``cancelling`` or
 ``cancelled`` (one statement however many calls are in flight), and sets their signals: an
-OpenAI-compatible call is then cancelled (``runner._model_http``). Bound: one interval. A
+OpenAI-compatible call is then cancelled (``runner.planners._model_http``). Bound: one interval. A
 failed query is logged and tried again at the next interval (a call just goes on waiting)."""
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ from warrant.runner.codes import (
     RunStatus,
 )
 from warrant.runner.memory_view import DEFAULT_MAX_ITEMS
-from warrant.runner.planner_kinds import planner_kinds
 from warrant.runner.planners import PlannerFailure, PlannerRetryLater, planner_for
+from warrant.runner.planners.kinds import planner_kinds
 from warrant.runner.retry import MODEL_RETRY_CAP_S, MODEL_RETRY_EVENT, ModelRetries
 from warrant.runner.run_machine import Stop
 from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, Usage

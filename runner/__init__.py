@@ -8,6 +8,8 @@ The names of ``__all__`` are imported on first use: the CLI and the workers impo
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -6,6 +6,8 @@ never rename one, only add.
 
 from __future__ import annotations
 
+__layer__ = "codes and errors"
+
 from enum import StrEnum
 
 

@@ -83,6 +83,8 @@ this tree and has a code.
 
 from __future__ import annotations
 
+__layer__ = "codes and errors"
+
 from typing import Any
 
 __all__ = [

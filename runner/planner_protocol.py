@@ -1,6 +1,6 @@
 """What every planner is (:class:`Planner`) and returns (:class:`PlannerReply`, or raises
 :class:`PlannerFailure`). The built-in planners (:mod:`warrant.runner.planners`,
-:mod:`warrant.runner.openai_planner`) and plug-in kinds build on these; the factory
+:mod:`warrant.runner.planners.openai_compatible`) and plug-in kinds build on these; the factory
 :func:`warrant.runner.planners.planner_for` picks one.
 """
 

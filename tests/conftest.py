@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from tests.services import DEFAULT_TEST_BROKER, Services, discover
-from warrant.runner.client.roles import celery_worker_command
-from warrant.runner.client.supervisor import stop_with_parent
+from warrant.runner.stack.roles import celery_worker_command
+from warrant.runner.stack.supervisor import stop_with_parent
 from warrant.tools.plugins import DEMO_PLUGIN
 
 #: The tool plug-ins of the test deployment (the pytest process and the pipeline worker).

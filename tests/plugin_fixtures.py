@@ -120,7 +120,7 @@ class ScriptPlanner:
 
 
 def _kind() -> Any:
-    from warrant.runner.planner_kinds import PlannerKind
+    from warrant.runner.planners.kinds import PlannerKind
 
     return PlannerKind(name="script", settings_model=ScriptSettings, build=ScriptPlanner)
 

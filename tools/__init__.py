@@ -3,6 +3,8 @@ output models, :class:`ToolContext`), the errors a tool raises, where its output
 long-running jobs, batches and the plug-in that ships them. The names are pinned
 (``tests/unit/test_public_api.py``); the modules behind them are the project's own."""
 
+__layer__ = "adapters"
+
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import (
     ToolError,

@@ -22,6 +22,8 @@ contract, as for any list argument).
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum

@@ -9,6 +9,8 @@ a stable code, the run stops, nothing is retried.
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 import json
 import re
 import time

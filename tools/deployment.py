@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 

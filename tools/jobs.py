@@ -17,6 +17,8 @@ token returns the same job (:class:`ToolContext.idempotency_token` is what makes
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum

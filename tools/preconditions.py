@@ -10,6 +10,8 @@ the policy stage and the tool stage (``broker.preconditions``).
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -7,6 +7,8 @@ worker role, the CLI and the client use that one function.
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field

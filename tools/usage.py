@@ -3,6 +3,8 @@ charged to the run's ``max_tokens`` and ``max_cost`` budgets with the call's out
 
 from __future__ import annotations
 
+__layer__ = "pure core"
+
 from dataclasses import dataclass
 
 __all__ = ["ToolUsage", "UsageMeter"]

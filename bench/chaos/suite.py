@@ -172,14 +172,14 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         from warrant.ledger.db import engine_for
         from warrant.ledger.migrate import upgrade
         from warrant.runner.client.api import Client
-        from warrant.runner.client.roles import (
+        from warrant.runner.settings import WarrantSettings
+        from warrant.runner.stack.roles import (
             beat_command,
             celery_worker_command,
             role_concurrency,
             role_pool,
             role_queues,
         )
-        from warrant.runner.settings import WarrantSettings
 
         settings = WarrantSettings()
         upgrade(database)

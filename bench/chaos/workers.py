@@ -1,6 +1,6 @@
 """The suite's worker processes (every role plus beat) and a supervisor that restarts them.
 
-Each process is the plain ``celery`` command line of :mod:`warrant.runner.client.roles`,
+Each process is the plain ``celery`` command line of :mod:`warrant.runner.stack.roles`,
 started in a session of its own so a whole process group can be reaped. When a main process dies (a
 SIGKILL from the suite), the supervisor starts it again and, a little later, kills what is
 left of its old group (pool children orphaned by their parent's death finish or die).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from warrant.runner.client.supervisor import stop_with_parent
+from warrant.runner.stack.supervisor import stop_with_parent
 
 __all__ = ["KILL_TARGETS", "Supervisor", "WorkerSpec"]
 

@@ -31,7 +31,7 @@ from tests.hosts import REDIS_PORT, Lab
 
 HOSTS = ("control", "tool-a", "tool-b", "producer")
 TOOL_HOSTS = ("tool-a", "tool-b")
-CLI = [sys.executable, "-m", "warrant.runner.client.cli"]
+CLI = [sys.executable, "-m", "warrant.runner.cli"]
 COUNTED = (
     "lost",
     "duplicated",

@@ -28,7 +28,7 @@ SETTLED = ("completed", "failed", "cancelled", "handoff")
 
 
 def refund_spec(tag: str, *, version: str = "1") -> dict[str, Any]:
-    from warrant.runner.client import scenarios as sc
+    from warrant.runner.stack import scenarios as sc
 
     step = {
         "kind": "tool",

@@ -20,7 +20,7 @@ with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as spec:
     json.dump(template, spec)
 server = StdioServerParameters(
     command=sys.executable,
-    args=["-m", "warrant.runner.client.cli", "mcp", "serve", "--spec", spec.name],
+    args=["-m", "warrant.runner.cli", "mcp", "serve", "--spec", spec.name],
     env=dict(os.environ),  # the deployment's WARRANT_* settings (mcp passes only a few)
 )
 

@@ -1,6 +1,11 @@
-"""The client, the CLI and the local stack: the top layer, over the broker and the ledger.
+"""The Python client: what a producer, an approver or an operator calls.
 
-``api`` (:class:`~warrant.runner.client.api.Client`, also ``warrant.runner.Client``), with its
-parts ``runs``, ``approvals`` and ``handoffs``; ``cli`` (the ``warrant`` command); ``stack``
-with ``embedded``, ``supervisor`` and ``roles``; ``demo`` and its ``scenarios``.
+``api`` (:class:`~warrant.runner.client.api.Client`, also ``warrant.Client``), with its parts
+``runs``, ``approvals``, ``handoffs``, ``answers``, ``proposals`` and ``inbox``;
+``remote`` (:class:`~warrant.runner.client.remote.RemoteClient`, the same methods over the HTTP
+API); the operator's tools (``tokens``, ``retention``, ``ledger_verify``, ``gate_report``,
+``mcp_accept``). The server, the CLI and the local stack are beside it: ``runner.server``,
+``runner.cli``, ``runner.stack``.
 """
+
+__layer__ = "client, server, CLI and stack"

@@ -79,7 +79,7 @@ class RunsClient:
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
         if isinstance(spec.planner, PluginPlannerSpec):
-            from warrant.runner.planner_kinds import check_planner, planner_kinds
+            from warrant.runner.planners.kinds import check_planner, planner_kinds
             from warrant.runner.settings import WarrantSettings
 
             settings = WarrantSettings()

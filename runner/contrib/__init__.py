@@ -5,3 +5,5 @@ own loop, and every tool call it makes is a proposal of its warrant run (planner
 * :mod:`warrant.runner.contrib.openai_agents` (``pip install 'warrant-runner[openai-agents]'``)
 * :mod:`warrant.runner.contrib.pydantic_ai` (``pip install 'warrant-runner[pydantic-ai]'``)
 """
+
+__layer__ = "client, server, CLI and stack"

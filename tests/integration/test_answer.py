@@ -8,8 +8,8 @@ import pytest
 
 from tests import facts
 from tests.integration.test_cli import warrant
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import StateConflict
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from tests import facts
 from tests.approvals_tool import CAPABILITY, paid, proposal
 from tests.integration.test_cli import warrant
 from tests.integration.test_http_api import LiveServer, call, error, wait_until
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ DONE = {"completed", "failed"}
 
 @pytest.fixture(scope="module")
 def api(client: Any) -> Iterator[str]:
-    from warrant.runner.client.http import create_app
+    from warrant.runner.server.http import create_app
 
     with LiveServer(create_app(client=client)) as server:
         yield server.url

@@ -15,8 +15,8 @@ from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
 from tests.paid_tool import CAPABILITY as PAID
 from tests.paid_tool import proposal as paid
 from warrant.runner import costs
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import SpecError
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from tests.integration.test_gate_pipeline import memory_spec, save, write
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
 from warrant.ledger.stores import LedgerToolDeps
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 from warrant.tools.builtin import SAVE_PREFERENCE, WRITE_ARTIFACT
 from warrant.tools.contract import ToolContext
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.roles import role_of_node
+from warrant.runner.stack import scenarios as sc
+from warrant.runner.stack.roles import role_of_node
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -20,7 +20,7 @@ def warrant(
     *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "warrant.runner.client.cli", *args],
+        [sys.executable, "-m", "warrant.runner.cli", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -140,7 +140,7 @@ def test_up_runs_every_role_and_the_server_and_ctrl_c_stops_them(services, tmp_p
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warrant.runner.client.cli", "up", "--serve", str(port), "--json"],
+        [sys.executable, "-m", "warrant.runner.cli", "up", "--serve", str(port), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -240,7 +240,7 @@ def test_run_list_reads_what_the_client_reads_without_importing_sqlalchemy(clien
         assert listed == [r.to_dict() for r in client.list_runs(limit=5, status=status)]
         assert listed and all(set(r) == set(listed[0]) for r in listed)
     timed = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "warrant.runner.client.cli", "run", "list"],
+        [sys.executable, "-X", "importtime", "-m", "warrant.runner.cli", "run", "list"],
         capture_output=True,
         text=True,
         timeout=60,

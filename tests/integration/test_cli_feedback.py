@@ -22,7 +22,7 @@ from tests import facts
 from tests.integration.test_cli import warrant
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.models import GrantRow, PreApproval
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 UNKNOWN_TOOL = {
     "kind": "tool",
@@ -57,7 +57,7 @@ class Streamed:
 
     def __init__(self, *args: str, read: str = "stdout") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warrant.runner.client.cli", *args],
+            [sys.executable, "-m", "warrant.runner.cli", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -18,7 +18,7 @@ import yaml
 
 from warrant.broker.app import app
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
-from warrant.runner.client.roles import ROLES, role_queues, worker_command
+from warrant.runner.stack.roles import ROLES, role_queues, worker_command
 from warrant.tools.plugins import registry_for
 
 ROOT = Path(__file__).parents[2]
@@ -104,7 +104,7 @@ def test_warrant_worker_with_empty_tools_consumes_every_tool(monkeypatch):
     """What the compose default runs: `warrant worker --role tool --tools ''`."""
     from typer.testing import CliRunner
 
-    from warrant.runner.client.cli import app, stack
+    from warrant.runner.cli import app, stack
 
     seen: list[list[str]] = []
     monkeypatch.setattr(stack.os, "execv", lambda path, argv: seen.append(list(argv)))
@@ -168,7 +168,7 @@ def test_a_worker_health_check_pings_its_own_container_only():
 def test_the_api_and_the_inbox_are_served_after_the_migration():
     from typer.main import get_command
 
-    from warrant.runner.client.cli import app as cli
+    from warrant.runner.cli import app as cli
 
     serve = SERVICES["serve"]
     assert serve["command"][0] in get_command(cli).commands  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import IN_CI
 from tests.own_postgres import OwnPostgres, postgres_binaries
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = pytest.mark.slow
 

@@ -70,7 +70,7 @@ def test_entry_points_off_leaves_it_out():
 def _tools_list(**env: str) -> set[str]:
     environ = {k: v for k, v in os.environ.items() if k != "WARRANT_TOOLS"}
     done = subprocess.run(
-        [sys.executable, "-m", "warrant.runner.client.cli", "tools", "list", "--json"],
+        [sys.executable, "-m", "warrant.runner.cli", "tools", "list", "--json"],
         env={**environ, **env},
         capture_output=True,
         text=True,

@@ -10,8 +10,8 @@ import pytest
 from tests import facts
 from tests.integration.test_reconciler import notice, settle
 from tests.integration.test_tool_execution import DRAFTS, LOOKUP, draft, lookup, uid
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import InvalidRequest, StateConflict
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -26,8 +26,8 @@ from tests.integration.test_cli_feedback import UNKNOWN_TOOL
 from tests.services import Services
 from warrant.broker import task_states
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.supervisor import stop_with_parent
+from warrant.runner.stack import scenarios as sc
+from warrant.runner.stack.supervisor import stop_with_parent
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -11,8 +11,8 @@ from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.models import Artifact, MemoryRecord
 from warrant.runner.canonical import proposal_hash
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import ConfirmationRefused
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -156,8 +156,8 @@ def test_arbitrary_planner_outputs_over_the_real_pipeline(engine, client, worker
     from tests import facts
     from warrant.ledger.db import session_scope
     from warrant.ledger.models import Command
-    from warrant.runner.client import scenarios as sc
     from warrant.runner.errors import SpecError
+    from warrant.runner.stack import scenarios as sc
 
     spec = sc.spec([*outputs, {"kind": "clarify", "question": "?"}])
     spec["subject"] = "prop-subject"

@@ -11,7 +11,7 @@ from sqlalchemy import select, text
 
 from tests import facts
 from warrant.ledger.models import Artifact, Command, Proposal
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

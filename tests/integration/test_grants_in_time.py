@@ -29,8 +29,8 @@ from tests.integration.test_external_proposals import external_spec
 from tests.integration.test_grant_wait import _settled_after, asking, write
 from tests.integration.test_tool_execution import LOOKUP, lookup
 from warrant.ledger.models import GrantRow
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import SpecError, StateConflict
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from tests.hosts import Lab, lab_problem
 
 pytestmark = [pytest.mark.slow]
 
-CLI = [sys.executable, "-m", "warrant.runner.client.cli"]
+CLI = [sys.executable, "-m", "warrant.runner.cli"]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.models import Command, GrantRow, Run, TraceEvent
 from warrant.runner.canonical import sha256_hex
-from warrant.runner.client.scenarios import read_steps
+from warrant.runner.stack.scenarios import read_steps
 
 pytestmark = pytest.mark.services
 
@@ -158,7 +158,7 @@ def test_starting_a_run_is_one_statement(engine, client, monkeypatch):
     import psycopg
 
     from warrant.ledger.models import Observation
-    from warrant.runner.client import scenarios as sc
+    from warrant.runner.stack import scenarios as sc
 
     spec = sc.spec(
         [sc.search("p1"), sc.final("x", "tool-1")],
@@ -210,7 +210,7 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
     from warrant.broker.stage_planner import planner_step
     from warrant.broker.stage_policy import policy_evaluate
     from warrant.ledger.models import Artifact
-    from warrant.runner.client.scenarios import SCENARIOS
+    from warrant.runner.stack.scenarios import SCENARIOS
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)

@@ -22,7 +22,7 @@ from tests.conftest import wait_for
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.models import Confirmation, MemoryRecord, Run
 from warrant.runner.authz import Action, Role, allowed
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services]
 
@@ -63,7 +63,7 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def app(client: Any) -> Any:
-    from warrant.runner.client.http import create_app
+    from warrant.runner.server.http import create_app
 
     return create_app(client=client)
 
@@ -316,7 +316,7 @@ def test_healthz_says_which_service_is_unreachable(client):
     ``ok`` whatever was down: a stale server passed every health check.)"""
     from warrant.ledger.db import engine_for
     from warrant.runner.client.api import Client
-    from warrant.runner.client.http import create_app
+    from warrant.runner.server.http import create_app
 
     gone = Client(engine=engine_for("postgresql://postgres@127.0.0.1:1/none"), publisher=None)
     with LiveServer(create_app(client=gone, tokens=object())) as server:
@@ -330,7 +330,7 @@ def test_healthz_says_which_service_is_unreachable(client):
 def test_a_broker_that_is_gone_fails_its_check_within_the_deadline():
     from celery import Celery
 
-    from warrant.runner.client.health import check_broker
+    from warrant.runner.stack.health import check_broker
 
     started = time.monotonic()
     check = check_broker(Celery(broker="redis://127.0.0.1:1/0"), timeout=2.0)
@@ -480,7 +480,7 @@ def test_warrant_serve(tmp_path, worker):
     import sys
 
     from tests.integration.test_cli import warrant
-    from warrant.runner.client.supervisor import stop_with_parent
+    from warrant.runner.stack.supervisor import stop_with_parent
 
     created = warrant("token", "create", "serve-test", "--role", "producer", "--json")
     assert created.returncode == 0, created.stderr
@@ -491,7 +491,7 @@ def test_warrant_serve(tmp_path, worker):
     api = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warrant.runner.client.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "warrant.runner.cli", "serve", "--port", str(port)],
         stdout=log,
         stderr=log,
         preexec_fn=stop_with_parent,
@@ -529,7 +529,7 @@ def _schema() -> Any:
     """The API's document, built without services."""
     import schemathesis
 
-    from warrant.runner.client.http import create_app
+    from warrant.runner.server.http import create_app
 
     document = create_app(client=SimpleNamespace(engine=None), tokens=object()).openapi()
     return schemathesis.openapi.from_dict(document)

@@ -20,7 +20,7 @@ from tests.browser import launch
 from tests.integration.test_gate_pipeline import memory_spec, save
 from tests.integration.test_http_api import LiveServer, call, wait_until
 from warrant.ledger.models import Confirmation
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ PHONE = {"width": 375, "height": 740}
 
 @pytest.fixture(scope="module")
 def api(client: Any) -> Iterator[str]:
-    from warrant.runner.client.http import create_app
+    from warrant.runner.server.http import create_app
 
     with LiveServer(create_app(client=client)) as server:
         yield server.url

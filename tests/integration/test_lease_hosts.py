@@ -35,7 +35,7 @@ from warrant.broker.queues import TASK_TOOL
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -22,8 +22,8 @@ from sqlalchemy import text
 from warrant.ledger.chain import Break, check_run, jsonb_text, record_hash
 from warrant.ledger.chain_store import read_chains
 from warrant.runner.client import ledger_verify as lv
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import LedgerTampered
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ TRICKY: list[Any] = [
 
 def warrant(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "warrant.runner.client.cli", *args],
+        [sys.executable, "-m", "warrant.runner.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -9,9 +9,9 @@ from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import StaleVersion, commit, run_view
 from warrant.runner import run_machine as machine
-from warrant.runner.client import scenarios as sc
 from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.run_machine import Stop
+from warrant.runner.stack import scenarios as sc
 
 
 def test_the_ledger_commits_a_change_once_raising_the_version_by_one(engine, client):

@@ -25,8 +25,8 @@ from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
 from tests.limited_tool import COUNTER_URL_ENV, CounterService
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.roles import role_pool
+from warrant.runner.stack import scenarios as sc
+from warrant.runner.stack.roles import role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -32,7 +32,7 @@ from warrant.broker.lease import holder_of
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, Run
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

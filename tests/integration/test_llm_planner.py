@@ -10,8 +10,8 @@ import pytest
 
 from tests import facts
 from tests.conftest import LIVE_WORKERS, MODEL_KEY, MODEL_KEY_ENV, WorkerProcess, wait_for
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import SpecError
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

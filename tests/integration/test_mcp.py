@@ -27,8 +27,8 @@ from tests import mcp_server as notes
 from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed, ToolUnknown
+from warrant.runner.stack import scenarios as sc
 from warrant.tools.contract import ToolContext
 from warrant.tools.mcp import McpOutput, load_config, mcp_plugins
 
@@ -492,7 +492,7 @@ def test_the_gateway_offers_upstream_server_tools_and_runs_them_through_the_gate
     import anyio
     from mcp.shared.memory import create_connected_server_and_client_session
 
-    from warrant.runner.client.mcp_gateway import Gateway, GatewayOptions, build_server
+    from warrant.runner.server.mcp_gateway import Gateway, GatewayOptions, build_server
     from warrant.tools.plugins import registry_for
 
     with notes.connect(stack.stdio_state) as conn:

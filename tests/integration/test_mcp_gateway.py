@@ -32,7 +32,7 @@ TEMPLATE = {
     "grants": [LOOKUP, DRAFTS, NOTICES],
     "budgets": {"max_steps": 20, "max_model_calls": 20},
 }
-CLI = [sys.executable, "-m", "warrant.runner.client.cli", "mcp", "serve"]
+CLI = [sys.executable, "-m", "warrant.runner.cli", "mcp", "serve"]
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def _clean_faults(demo):
 @pytest.fixture(scope="module")
 def api(client: Any) -> Iterator[str]:
     """The HTTP API, where a person approves."""
-    from warrant.runner.client.http import create_app
+    from warrant.runner.server.http import create_app
 
     with LiveServer(create_app(client=client)) as server:
         yield server.url

@@ -19,7 +19,7 @@ from tests.integration.test_cli import warrant
 from tests.integration.test_mcp import NOTES_TOOLS, READ, call, spec, stdio_server, write_config
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import McpToolPin
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -15,8 +15,8 @@ from tests.integration.test_cli import warrant
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, MemoryRecord
-from warrant.runner.client import scenarios as sc
 from warrant.runner.memory_view import ObservationRecord, build_view, delimit_untrusted
+from warrant.runner.stack import scenarios as sc
 
 SEARCH = {"capability": "search:public", "resource_scope": "public"}
 

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from tests.integration.test_gate_pipeline import tool
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.http_metrics import metrics_registry, metrics_response
 from warrant.runner.codes import RunStatus
+from warrant.runner.server.metrics import metrics_registry, metrics_response
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -16,9 +16,9 @@ from tests.conftest import WorkerProcess
 from tests.integration.test_cli import warrant
 from tests.integration.test_metrics import _samples
 from tests.integration.test_tracing import queues_to_myself
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.http_metrics import metrics_response
 from warrant.runner.observe import WOULD_REFUSE
+from warrant.runner.server.metrics import metrics_response
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -7,8 +7,8 @@ import pytest
 from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.models import Artifact
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import SpecError
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -20,7 +20,7 @@ from tests.conftest import LIVE_WORKERS, WorkerProcess, wait_for
 from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
-from warrant.runner.client.roles import role_concurrency, role_pool
+from warrant.runner.stack.roles import role_concurrency, role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -122,7 +122,7 @@ def test_a_plugin_planner_kind_runs_a_run(client, echo_worker):
 
 def test_tools_check_reports_the_roles_that_disagree(echo_worker):
     out = subprocess.run(
-        [sys.executable, "-m", "warrant.runner.client.cli", "tools", "check", "--json"],
+        [sys.executable, "-m", "warrant.runner.cli", "tools", "check", "--json"],
         capture_output=True,
         text=True,
         env=os.environ,

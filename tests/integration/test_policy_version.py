@@ -10,8 +10,8 @@ import pytest
 
 from tests import facts
 from tests.integration.test_cli import warrant
-from warrant.runner.client import scenarios as sc
 from warrant.runner.policy_version import contract_hash
+from warrant.runner.stack import scenarios as sc
 from warrant.tools.builtin import BUILTIN_TOOLS
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

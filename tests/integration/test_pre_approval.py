@@ -11,8 +11,8 @@ import pytest
 from tests import facts
 from tests.integration.test_cli import warrant
 from tests.integration.test_reconciler import NOTICES, notice, pre_approved, spec
-from warrant.runner.client import scenarios as sc
 from warrant.runner.errors import SpecError
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

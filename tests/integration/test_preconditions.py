@@ -16,7 +16,7 @@ from tests.integration.test_cli import warrant
 from tests.precondition_tool import CAPABILITY, account, move, proposal, withdrawn
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, OutcomeRow
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -149,7 +149,7 @@ def test_run_show_prints_the_state_the_approver_is_asked_about(
 
 
 def test_the_inbox_shows_the_state_the_approver_approves(client, engine, worker, tmp_path) -> None:
-    from warrant.runner.client.web.render import fragment
+    from warrant.runner.server.web.render import fragment
 
     run_id, _, _, request = _start(client, tmp_path, cite="tool-1")
     [pending] = [

@@ -7,7 +7,7 @@ import pytest
 
 from tests import facts
 from tests.integration.test_tool_execution import LOOKUP, lookup
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

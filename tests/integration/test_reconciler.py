@@ -21,7 +21,7 @@ from tests.integration.test_tool_execution import command_of, draft, refund, spe
 from warrant.broker.queues import TASK_RECONCILE
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

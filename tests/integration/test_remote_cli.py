@@ -21,9 +21,9 @@ import pytest
 from tests import facts
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.models import Confirmation
-from warrant.runner.client import scenarios as sc
 from warrant.runner.client.remote import RemoteClient
-from warrant.runner.client.supervisor import stop_with_parent
+from warrant.runner.stack import scenarios as sc
+from warrant.runner.stack.supervisor import stop_with_parent
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -41,7 +41,7 @@ def server(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "warrant.runner.client.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "warrant.runner.cli", "serve", "--port", str(port)],
             env=dict(os.environ),
             stdout=out,
             stderr=out,
@@ -94,7 +94,7 @@ def remote(
     }
     env.update(WARRANT_SERVER_URL=url, WARRANT_API_TOKEN=token, WARRANT_DATA_DIR=str(tmp))
     return subprocess.run(
-        [sys.executable, "-m", "warrant.runner.client.cli", *args],
+        [sys.executable, "-m", "warrant.runner.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -217,7 +217,7 @@ def test_database_commands_still_use_the_database_with_a_server_url(
         [
             sys.executable,
             "-m",
-            "warrant.runner.client.cli",
+            "warrant.runner.cli",
             "memory",
             "list",
             "--subject",

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from tests import facts
 from tests.services import ensure_database
 from warrant.broker.stage_reconciler import REPUBLISH_CAP_S, republish_wait_s
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = pytest.mark.services
 

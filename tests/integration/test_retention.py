@@ -23,7 +23,7 @@ from tests.conftest import wait_for
 from warrant.ledger import retention as ledger_retention
 from warrant.ledger.models import MemoryRecord, Run
 from warrant.runner.client import retention
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -33,7 +33,7 @@ SEARCH = {"capability": "search:public", "resource_scope": "public"}
 
 def warrant(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "warrant.runner.client.cli", *args],
+        [sys.executable, "-m", "warrant.runner.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,

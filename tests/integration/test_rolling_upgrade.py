@@ -17,7 +17,7 @@ from tests.conftest import WorkerProcess, wait_for
 from warrant.broker.registration import CACHE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, WorkerRegistration
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 from warrant.tools.plugins import DEMO_PLUGIN
 
 pytestmark = [

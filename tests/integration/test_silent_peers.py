@@ -96,7 +96,7 @@ def test_a_frozen_reconciler_holds_the_sweep_lock_within_its_timeout(holder):
 
 # --- the wait's deadline: a frozen PostgreSQL or Redis ---------------------------------------
 
-CLI = [sys.executable, "-m", "warrant.runner.client.cli"]
+CLI = [sys.executable, "-m", "warrant.runner.cli"]
 
 
 def _freeze(pid: int) -> list[int]:
@@ -164,7 +164,7 @@ def _pings(redis: Any, url: str) -> bool:
 
 
 def _spec_file(tmp_path: Path) -> Path:
-    from warrant.runner.client import scenarios as sc
+    from warrant.runner.stack import scenarios as sc
 
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(sc.spec([sc.search("p1"), sc.final("x", "tool-1")])))
@@ -200,7 +200,7 @@ def test_run_start_wait_honours_its_timeout_with_postgres_frozen(own_pg, own_red
     """``run start --wait --timeout T`` with the ledger's server frozen before the command
     (no connection answers) or while it follows the run (its pooled connection's query gets
     no reply): exit 5 ``WAIT_TIMED_OUT`` within T + the grace, not when the server thaws."""
-    from warrant.runner.client.cli.deadline import GRACE_S
+    from warrant.runner.cli.deadline import GRACE_S
 
     _, broker_url = own_redis
     timeout_s = 3.0 if when == "before" else 6.0
@@ -231,7 +231,7 @@ def test_run_start_wait_honours_its_timeout_with_redis_frozen(own_pg, own_redis,
     """The broker frozen: the start's publish gets no reply. The run is recorded (the stall
     sweep publishes it later), and the command exits within its timeout: 5 ``WAIT_TIMED_OUT``
     or, once the broker's socket timeout fires first, 3 ``BROKER_UNAVAILABLE``."""
-    from warrant.runner.client.cli.deadline import GRACE_S
+    from warrant.runner.cli.deadline import GRACE_S
 
     redis_proc, broker_url = own_redis
     timeout_s = 3.0

@@ -27,8 +27,8 @@ from tests.integration.test_tracing import (
 from tests.local_otlp import LocalOTLP
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.roles import role_concurrency, role_pool
+from warrant.runner.stack import scenarios as sc
+from warrant.runner.stack.roles import role_concurrency, role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -18,10 +18,10 @@ from warrant.broker.publish import RecordingPublisher
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import ApiToken, Confirmation, Run
 from warrant.runner.authz import Identity, Role
-from warrant.runner.client import scenarios as sc
 from warrant.runner.client.api import Client
 from warrant.runner.client.tokens import Tokens
 from warrant.runner.errors import Forbidden, StateConflict, TokenInvalid
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = pytest.mark.services
 

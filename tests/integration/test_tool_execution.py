@@ -20,7 +20,7 @@ from tests import stopping_tool as stopping
 from tests.conftest import wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, Handoff, OutcomeRow
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from tests.integration.test_cli import warrant
 from tests.integration.test_http_api import LiveServer
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Observation, OutcomeRow
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 from warrant.tools.contract import MAX_OUTCOME_MESSAGE_CHARS
 
 pytestmark = [pytest.mark.services]
@@ -97,8 +97,8 @@ def test_a_megabyte_failure_message_is_bounded(engine, run_to_end):
 
 
 def test_the_http_api_shows_the_message(engine, client, run_to_end):
-    from warrant.runner.client.http import create_app
     from warrant.runner.client.tokens import Tokens
+    from warrant.runner.server.http import create_app
 
     info = _run(run_to_end)
     token, _ = Tokens(engine).create(f"msg-{uuid.uuid4().hex[:6]}", "viewer", created_by="tests")

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from tests import facts
 from tests import permission_tool as crm
 from warrant.ledger.models import Command, OutcomeRow, Proposal
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -134,8 +134,8 @@ def test_the_default_replans_with_the_refusal_as_an_observation(engine, client, 
 def test_a_waiting_run_is_shown_in_the_api_and_can_be_cancelled(client, worker):
     from fastapi.testclient import TestClient
 
-    from warrant.runner.client.http import create_app
     from warrant.runner.client.tokens import Tokens
+    from warrant.runner.server.http import create_app
 
     record = f"c-{uuid.uuid4().hex[:12]}"
     run_id = client.start_run(crm_spec(record, [crm.proposal("p1", record), CLARIFY], ask=True))
@@ -156,7 +156,7 @@ def test_a_waiting_run_is_shown_in_the_api_and_can_be_cancelled(client, worker):
 
 def _run_show(run_id: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "warrant.runner.client.cli", "run", "show", run_id, "--json"],
+        [sys.executable, "-m", "warrant.runner.cli", "run", "show", run_id, "--json"],
         capture_output=True,
         text=True,
         timeout=120,

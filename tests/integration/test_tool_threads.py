@@ -24,8 +24,8 @@ from warrant.broker.deadline import HARD_LIMIT_EXIT
 from warrant.broker.lease import holder_of
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.roles import role_concurrency, role_pool
+from warrant.runner.stack import scenarios as sc
+from warrant.runner.stack.roles import role_concurrency, role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

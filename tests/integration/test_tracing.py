@@ -26,8 +26,8 @@ from warrant.broker import telemetry
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
-from warrant.runner.client import scenarios as sc
-from warrant.runner.client.roles import role_pool
+from warrant.runner.stack import scenarios as sc
+from warrant.runner.stack.roles import role_pool
 
 pytestmark = [pytest.mark.services]
 
@@ -215,7 +215,7 @@ def _cli_seconds(args: list[str], env: dict[str, str], *, times: int = 2) -> flo
     for _ in range(times):
         t0 = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "warrant.runner.client.cli", *args],
+            [sys.executable, "-m", "warrant.runner.cli", *args],
             env=env,
             capture_output=True,
             text=True,

@@ -9,7 +9,7 @@ import pytest
 
 from tests import facts
 from warrant.ledger.models import Proposal
-from warrant.runner.client import scenarios as sc
+from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

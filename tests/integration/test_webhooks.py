@@ -20,8 +20,8 @@ from tests.conftest import wait_for
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import WebhookDelivery
-from warrant.runner.client import scenarios as sc
 from warrant.runner.settings import WarrantSettings
+from warrant.runner.stack import scenarios as sc
 from warrant.runner.webhook_signing import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,

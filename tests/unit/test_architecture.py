@@ -1,8 +1,8 @@
-"""The layers of ARCHITECTURE.md, checked on the source (see ``python -m bench.architecture``)."""
+"""The layers of ARCHITECTURE.md, checked on the source (``python -m tests.lint.architecture``)."""
 
 from __future__ import annotations
 
-from bench import architecture as arch
+from tests.lint import architecture as arch
 
 
 def test_every_module_has_a_layer() -> None:
@@ -40,7 +40,7 @@ def test_the_checker_sees_a_violation() -> None:
     """The layer table is not vacuous: the broker sits above the ledger, the core below it."""
     assert arch.layer_of("broker.stage_tool") > arch.layer_of("ledger.repo")  # type: ignore[operator]
     assert arch.layer_of("runner.policy") < arch.layer_of("ledger.repo")  # type: ignore[operator]
-    assert arch.layer_of("runner.client.cli") == len(arch.LAYERS) - 1
+    assert arch.layer_of("runner.cli") == len(arch.LAYERS) - 1
     assert arch._SQL.search("run = s.get(Run, run_id)")
     assert arch._SQL.search("conn.execute(select(Run))")
     assert not arch._SQL.search("progress.update(task)")

@@ -20,12 +20,12 @@ from warrant.broker.external_step import check_shape
 from warrant.runner import policy
 from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
 from warrant.runner.client.external_calls import ExternalCalls
-from warrant.runner.client.http import create_app
-from warrant.runner.client.http.models import bad_text
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.external import Decision
 from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
-from warrant.runner.openai_planner import _Invalid, parse_reply
+from warrant.runner.planners.openai_compatible import _Invalid, parse_reply
+from warrant.runner.server.http import create_app
+from warrant.runner.server.http.models import bad_text
 from warrant.tools.plugins import registry_for
 
 REGISTRY = registry_for()

@@ -115,7 +115,7 @@ def test_not_found_kinds():
 def test_the_cli_maps_error_classes_to_exit_codes(exc, exit_code):
     import typer
 
-    from warrant.runner.client.cli.common import fail
+    from warrant.runner.cli.common import fail
 
     with pytest.raises(typer.Exit) as caught:
         fail(exc, as_json=True)
@@ -123,7 +123,7 @@ def test_the_cli_maps_error_classes_to_exit_codes(exc, exit_code):
 
 
 def test_role_queues_rejects_an_unknown_role_as_invalid_request():
-    from warrant.runner.client.roles import role_queues
+    from warrant.runner.stack.roles import role_queues
 
     with pytest.raises(InvalidRequest) as caught:
         role_queues("janitor")

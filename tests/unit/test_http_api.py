@@ -12,10 +12,6 @@ import pytest
 
 from warrant.ledger.repo import StaleVersion
 from warrant.runner.authz import Identity, Role
-from warrant.runner.client.http import create_app
-from warrant.runner.client.http.errors import status_for
-from warrant.runner.client.http.listing import decode_cursor, encode_cursor
-from warrant.runner.client.http.models import bad_text
 from warrant.runner.errors import (
     BrokerUnavailable,
     ConfirmationRefused,
@@ -29,6 +25,10 @@ from warrant.runner.errors import (
     TokenInvalid,
     Unauthorized,
 )
+from warrant.runner.server.http import create_app
+from warrant.runner.server.http.errors import status_for
+from warrant.runner.server.http.listing import decode_cursor, encode_cursor
+from warrant.runner.server.http.models import bad_text
 
 
 class FakeTokens:

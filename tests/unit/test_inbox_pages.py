@@ -15,7 +15,7 @@ from warrant.runner.client.inbox import (
     _parameters,
     _revealed,
 )
-from warrant.runner.client.web import live, render, session, views
+from warrant.runner.server.web import live, render, session, views
 
 SECRET, SENSITIVE = frozenset({"password"}), frozenset({"body"})
 ARGS = {"to": "bob@example.com", "body": "hello", "password": "hunter2"}

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from warrant.runner import openai_planner
 from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.errors import WarrantError
 from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
-from warrant.runner.openai_planner import OpenAIPlanner
 from warrant.runner.planners import PlannerFailure, PlannerRetryLater
+from warrant.runner.planners import openai_compatible as openai_planner
+from warrant.runner.planners.openai_compatible import OpenAIPlanner
 from warrant.runner.retry import (
     MODEL_RETRY_CAP_S,
     ModelRetries,

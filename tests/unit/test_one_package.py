@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import warrant
-from bench import architecture
+from tests.lint import architecture
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -88,7 +88,7 @@ def test_a_tool_no_worker_on_its_queue_has_names_the_role_that_lacks_it():
 
 
 def test_planner_kinds_come_from_warrant_planners_and_are_checked_at_start():
-    from warrant.runner.planner_kinds import check_planner, planner_kinds
+    from warrant.runner.planners.kinds import check_planner, planner_kinds
     from warrant.runner.spec import parse_run_spec
 
     kinds = planner_kinds(refs=f"{FIX}:script_planner", entry_points=False)
@@ -147,7 +147,7 @@ def test_the_wheel_has_exactly_one_top_level_package(tmp_path):
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"warrant"}
     for sub in (
-        "runner/client/cli/app.py",
+        "runner/cli/app.py",
         "tools/plugins.py",
         "broker/app.py",
         "ledger/models.py",

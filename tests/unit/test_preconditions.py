@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from warrant.runner.client.cli.run_shown import precondition_line
+from warrant.runner.cli.run_shown import precondition_line
 from warrant.tools.preconditions import fingerprint_of, moved
 
 

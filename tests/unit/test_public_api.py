@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench import architecture
+from tests.lint import architecture
 from warrant import runner, tools
 
 PINNED_RUNNER = {
@@ -97,8 +97,8 @@ def test_the_top_level_api_imports_in_a_fresh_interpreter():
         "print('ok')\n"
     )
     cli = (
-        "from warrant.runner.client.cli import app, main\n"
-        "import warrant.runner.client.cli as cli\n"
+        "from warrant.runner.cli import app, main\n"
+        "import warrant.runner.cli as cli\n"
         "assert type(app).__name__ == 'Typer' and cli.app is app\n"
     )
     for snippet in (code, "import warrant; print(warrant.WarrantError.__name__)", cli):

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from warrant.runner.client import roles
 from warrant.runner.errors import InvalidRequest
+from warrant.runner.stack import roles
 from warrant.tools import builtin
 from warrant.tools.contract import Isolation
 from warrant.tools.registry import Registry

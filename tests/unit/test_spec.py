@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from warrant.runner.client.scenarios import SCENARIOS, spec
 from warrant.runner.errors import SpecError
 from warrant.runner.spec import parse_run_spec
+from warrant.runner.stack.scenarios import SCENARIOS, spec
 
 
 def test_every_scenario_spec_is_valid():
@@ -46,7 +46,7 @@ def test_malformed_planner_outputs_are_allowed_in_the_spec():
 
 
 def test_an_unregistered_planner_kind_is_refused_at_start_naming_the_field():
-    from warrant.runner.planner_kinds import check_planner
+    from warrant.runner.planners.kinds import check_planner
 
     data = spec([])
     data["planner"] = {"kind": "oracle", "settings": {"x": 1}}

@@ -1,0 +1,48 @@
+"""The ``warrant`` command line (``app``; ``main`` is the console script).
+
+``main`` answers ``warrant --version`` before importing any command (the app imports its
+command groups, which import rich, typer and their own modules); everything else goes to
+:func:`warrant.runner.cli.app.main`.
+"""
+
+from __future__ import annotations
+
+__layer__ = "client, server, CLI and stack"
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from warrant.runner.cli.app import app
+
+__all__ = ["app", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console script: exits with the command's exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            sys.stdout.write(f"warrant {version('warrant-runner')}\n")
+        except PackageNotFoundError:
+            sys.stdout.write("warrant unknown\n")
+        sys.exit(0)
+    from warrant.runner.cli.app import run
+
+    sys.exit(run(args))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        # importlib: ``from warrant.runner.cli import app`` would ask this very
+        # function again. The submodule ``app`` binds itself here on import; the Typer app of
+        # the same name replaces it, as the eager import used to.
+        import importlib
+
+        typer_app = importlib.import_module("warrant.runner.cli.app").app
+        globals()["app"] = typer_app
+        return typer_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,153 @@
+"""``warrant ledger ...``: retention of the ledger. ``prune`` removes finished runs and all
+their rows in short batches (optionally archiving them first), ``restore`` puts archived runs
+back. For administrators: they work on the ledger database directly."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from warrant.runner.cli.common import JsonOpt, console, guard, print_json
+
+__all__ = ["ledger_app"]
+
+ledger_app = typer.Typer(
+    help="Retention (prune finished runs, restore them) and tamper evidence (verify).",
+    no_args_is_help=True,
+)
+
+
+def _engine() -> Any:
+    from warrant.ledger.db import engine_for
+    from warrant.runner.settings import resolved_urls
+
+    return engine_for(resolved_urls()[1])
+
+
+@contextmanager
+def _progress(as_json: bool, what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on a terminal (never with ``--json``: stdout is one document)."""
+    if as_json or not sys.stdout.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        yield advance
+
+
+def _rows(rows: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in rows.items() if n) or "no rows"
+
+
+@ledger_app.command("prune")
+def ledger_prune(
+    finished_before: Annotated[
+        str,
+        typer.Option(
+            "--finished-before",
+            help="Cutoff: an ISO 8601 date or datetime (UTC unless it says), or an age: 30d, 12h.",
+        ),
+    ],
+    archive: Annotated[
+        Path | None,
+        typer.Option("--archive", help="Append the runs to this gzip JSON-lines file first."),
+    ] = None,
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, max=100_000, help="Runs per transaction.")
+    ] = 500,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove completed, failed and cancelled runs that finished before the cutoff, with
+    every row they own (never a run that waits for a person, reconciles, runs or has an open
+    handoff; never long-term memory)."""
+    from warrant.runner.client import retention
+
+    cutoff = guard(as_json, lambda: retention.parse_cutoff(finished_before))
+    with _progress(as_json, "pruning runs") as on_progress:
+        summary = guard(
+            as_json,
+            lambda: retention.prune(
+                _engine(), cutoff, archive=archive, batch=batch, on_progress=on_progress
+            ),
+        )
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"pruned [bold]{summary['runs_pruned']}[/] runs finished before {summary['cutoff']}"
+        f" in {summary['seconds']}s ({_rows(summary['rows'])})"
+        + (f"; archived to {summary['archive']}" if summary["archive"] else "")
+    )
+
+
+@ledger_app.command("restore")
+def ledger_restore(
+    file: Annotated[Path, typer.Argument(help="An archive written by `ledger prune --archive`.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Put the runs of an archive back. A run that exists is skipped (and counted): restoring
+    twice changes nothing."""
+    from warrant.runner.client import retention
+
+    with _progress(as_json, "restoring runs") as on_progress:
+        summary = guard(
+            as_json, lambda: retention.restore(_engine(), file, on_progress=on_progress)
+        )
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"restored [bold]{summary['runs_restored']}[/] runs, skipped {summary['runs_skipped']}"
+        f" that exist, in {summary['seconds']}s ({_rows(summary['rows'])})"
+        + ("; the archive ends in a torn batch (never deleted)" if summary["truncated"] else "")
+    )
+
+
+@ledger_app.command("verify")
+def ledger_verify(
+    run: Annotated[
+        str | None, typer.Option("--run", help="Only this run (an id or a unique prefix).")
+    ] = None,
+    archive: Annotated[
+        Path | None,
+        typer.Option("--archive", help="Check this prune archive against its anchors instead."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check the trace's hash chain of every run (or one) and the prune anchors; exit 1 with
+    LEDGER_TAMPERED naming the run, the seq and the kind of the first broken link."""
+    from warrant.runner.client import ledger_verify as lv
+
+    with _progress(as_json, "verifying runs") as on_progress:
+        if archive is not None:
+            summary = guard(
+                as_json, lambda: lv.verify_archive(_engine(), archive, on_progress=on_progress)
+            )
+        else:
+            summary = guard(as_json, lambda: lv.verify(_engine(), run, on_progress=on_progress))
+    if as_json:
+        print_json(summary)
+        return
+    what = f"archive {archive}" if archive is not None else (f"run {run}" if run else "ledger")
+    console.print(
+        f"{what}: intact — {summary['runs_checked']} runs, {summary['records_checked']} records,"
+        f" {summary['anchors_checked']} prune anchors checked in {summary['seconds']}s"
+    )

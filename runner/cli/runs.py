@@ -1,0 +1,335 @@
+"""``warrant run ...``: start, inspect and steer runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Column, Table
+
+from warrant.runner.cli import ids
+from warrant.runner.cli.common import (
+    ByOpt,
+    JsonOpt,
+    console,
+    fail,
+    guard,
+    make_client,
+    print_json,
+)
+from warrant.runner.cli.policy_steps import trace_facts
+from warrant.runner.cli.reveal import RevealByOpt, RevealOpt, revealed
+from warrant.runner.cli.run_shown import show_run
+from warrant.runner.codes import RunStatus
+from warrant.runner.confirmation_rules import approvals_pending
+from warrant.runner.errors import InvalidChoice, InvalidRequest
+
+__all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
+
+run_app = typer.Typer(help="Start, inspect and steer runs.", no_args_is_help=True)
+
+
+def id_column(header: str) -> Column:
+    """A table column for ids: never wrapped nor cut (``run show`` and the other commands
+    take them whole, or a prefix of at least six characters)."""
+    return Column(header, no_wrap=True, min_width=36, overflow="ignore")
+
+
+RunIdArg = Annotated[str, typer.Argument(help="The run's id, or a unique prefix (6+ chars).")]
+
+
+def _client_and_id(as_json: bool, key: str) -> tuple[Any, str]:
+    """The client, and the whole id of the run ``key`` names (a prefix is resolved)."""
+    client = guard(as_json, make_client)
+    return client, guard(as_json, lambda: ids.run_id(client, key))
+
+
+@run_app.command("show")
+def run_show(
+    run_id: RunIdArg, reveal: RevealOpt = False, by: RevealByOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Why the run stopped or what it waits for (the stop reason, the last refusal), then its
+    status, counters, version and answer. --reveal: the pending proposal's sensitive values."""
+    client, whole = _client_and_id(as_json, run_id)
+
+    def go() -> dict[str, Any]:
+        info = client.get_run(whole)
+        data: dict[str, Any] = info.to_dict()
+        data["trace_id"] = getattr(info, "trace_id", None)
+        if reveal:
+            data["revealed"] = revealed(client, whole, by=by)
+        trace = client.trace(whole)
+        return {
+            **data,
+            **trace_facts(data, trace),
+        }
+
+    info = guard(as_json, go)
+    print_json(info) if as_json else show_run(info)
+
+
+#: The values ``run list --status`` accepts.
+STATUSES = [s.value for s in RunStatus]
+
+
+@run_app.command("list")
+def run_list(
+    status: Annotated[
+        str | None, typer.Option(help=f"Only runs with this status: {', '.join(STATUSES)}.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """The most recent runs (ids whole)."""
+    if status is not None and status not in STATUSES:
+        fail(
+            InvalidChoice(
+                f"--status {status!r} is no run status; valid: {', '.join(STATUSES)}",
+                valid=STATUSES,
+                code="STATUS_INVALID",
+            ),
+            as_json,
+        )
+    runs = guard(as_json, lambda: _list_runs(limit=limit, status=status))
+    if as_json:
+        print_json(runs)
+        return
+    table = Table(
+        id_column("run_id"),
+        "status",
+        Column("stop_reason", overflow="fold"),
+        "step",
+        "tools",
+        "created",
+    )
+    for r in runs:
+        table.add_row(
+            r["run_id"],
+            r["status"],
+            r["stop_reason"] or "",
+            str(r["step"]),
+            str(r["tool_calls"]),
+            r["created_at"][:19],
+        )
+    console.print(table)
+
+
+def _list_runs(*, limit: int, status: str | None) -> list[dict[str, Any]]:
+    """Over ``WARRANT_SERVER_URL``: the server's listing; else one psycopg query
+    (:mod:`warrant.ledger.run_listing`: no SQLAlchemy to import, the CLI's start-up)."""
+    from warrant.runner.settings import WarrantSettings, resolved_urls
+
+    settings = WarrantSettings()
+    if settings.server_url:
+        return [r.to_dict() for r in make_client().list_runs(limit=limit, status=status)]
+    from warrant.ledger.run_listing import newest_runs
+
+    return newest_runs(resolved_urls(settings)[1], limit=limit, status=status, settings=settings)
+
+
+@run_app.command("trace")
+def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
+    """The run's timeline: ordered events, stop reason and budget snapshot."""
+    client, run_id = _client_and_id(as_json, run_id)
+
+    def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return client.get_run(run_id).to_dict(), client.trace(run_id)
+
+    info, events = guard(as_json, go)
+    if as_json:  # the HTTP API's shape (GET /v1/runs/{id}/trace)
+        print_json({"run_id": run_id, "events": events})
+        return
+    from datetime import datetime
+
+    console.print(
+        f"[bold]run {run_id}[/] — {info['status']} ({info['stop_reason'] or 'no stop reason yet'})"
+    )
+    table = Table("seq", "+ms", "step", "event", "details")
+    start = datetime.fromisoformat(events[0]["at"]) if events else None
+    budget = None
+    for e in events:
+        offset = (datetime.fromisoformat(e["at"]) - start).total_seconds() * 1000 if start else 0
+        details = dict(e["details"] or {})
+        budget = details.pop("budget", budget)
+        said = details.pop("message", None) if e["event"] == "tool.completed" else None
+        text = ", ".join(f"{k}={v}" for k, v in details.items())[:100]
+        if said:  # a tool's refusal or failure in its own words (bounded when recorded)
+            text += f"\nmessage: {said}"
+        table.add_row(str(e["seq"]), f"{offset:.0f}", str(e["step"]), e["event"], escape(text))
+    console.print(table)
+    if budget:
+        console.print("budget at stop: " + ", ".join(f"{k}={v}" for k, v in budget.items()))
+
+
+def _decision(run_id: str, proposal_hash: str, by: str, approved: bool, as_json: bool) -> None:
+    client, run_id = _client_and_id(as_json, run_id)
+
+    def go() -> dict[str, Any]:
+        if approved:
+            version = client.confirm(run_id, proposal_hash=proposal_hash, by=by)
+        else:
+            version = client.decline(run_id, proposal_hash=proposal_hash, by=by)
+        out: dict[str, Any] = {
+            "run_id": run_id,
+            "decision": "approved" if approved else "declined",
+            "version": version,
+        }
+        if approved:
+            request = client.get_run(run_id).confirmation_request
+            more = approvals_pending(request, proposal_hash)
+            out["waiting_for_more"] = more is not None
+            out.update(more or {})
+        return out
+
+    result = guard(as_json, go)
+    if as_json:
+        print_json(result)
+    elif result.get("waiting_for_more"):
+        names = ", ".join(result["approved_by"])
+        console.print(
+            f"approval recorded: {len(result['approved_by'])} of "
+            f"{result['approvals_required']} approvals ({names}); run {run_id} waits for more"
+        )
+    else:
+        console.print(
+            f"{result['decision']}: run {run_id} is back in the policy queue (v{result['version']})"
+        )
+
+
+HashOpt = Annotated[str, typer.Option("--proposal-hash", help="Hash shown by `run show`.")]
+
+
+@run_app.command("confirm")
+def run_confirm(
+    run_id: RunIdArg, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False
+) -> None:
+    """Approve exactly the pending proposal; it is re-checked by every layer, then executed."""
+    _decision(run_id, proposal_hash, by, True, as_json)
+
+
+@run_app.command("decline")
+def run_decline(
+    run_id: RunIdArg, proposal_hash: HashOpt, by: ByOpt, as_json: JsonOpt = False
+) -> None:
+    """Refuse the pending proposal; the planner sees a decline observation."""
+    _decision(run_id, proposal_hash, by, False, as_json)
+
+
+@run_app.command("grant")
+def run_grant(
+    run_id: RunIdArg,
+    capability: Annotated[str, typer.Option(help="e.g. artifact:write")],
+    by: ByOpt,
+    scope: Annotated[str, typer.Option("--scope", help="Resource scope.")] = "*",
+    expires_at_step: Annotated[int | None, typer.Option(min=0)] = None,
+    max_uses: Annotated[int | None, typer.Option(min=1)] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured."),
+    ] = None,
+    as_json: JsonOpt = False,
+    expires_in: Annotated[
+        str | None, typer.Option("--for", help="Valid for 90s, 15m, 1h30m, 2d (database time).")
+    ] = None,
+    expires_at: Annotated[str | None, typer.Option(help="Valid until (ISO 8601, UTC).")] = None,
+    widen: Annotated[bool, typer.Option(help="Widen a standing grant (traced).")] = False,
+) -> None:
+    """Grant a capability to a run (an operator action, recorded in the trace). A finished
+    run (completed, failed, cancelled) is refused: RUN_FINISHED; a grant wider than a standing
+    one of its capability without --widen: GRANT_WIDENING_REFUSED."""
+    from warrant.runner.cli.grant_options import parse_duration, parse_instant
+
+    client, run_id = _client_and_id(as_json, run_id)
+    grant_id = guard(
+        as_json,
+        lambda: client.add_grant(
+            run_id,
+            capability=capability,
+            resource_scope=scope,
+            expires_at_step=expires_at_step,
+            max_uses=max_uses,
+            granted_by=by,
+            operator_token=token,
+            expires_in_s=parse_duration(expires_in) if expires_in is not None else None,
+            expires_at=parse_instant(expires_at) if expires_at is not None else None,
+            widen=widen,
+        ),
+    )
+    print_json({"grant_id": grant_id}) if as_json else console.print(f"grant {grant_id} added")
+
+
+@run_app.command("pre-approve")
+def run_pre_approve(
+    run_id: RunIdArg,
+    tool: Annotated[str, typer.Option(help="The tool's name.")],
+    tool_version: Annotated[str, typer.Option(help="The tool's version.")],
+    arguments: Annotated[str, typer.Option(help="The exact arguments, a JSON object.")],
+    by: ByOpt,
+    token: Annotated[
+        str | None,
+        typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve one exact proposal ahead of time: the run may use it once, unattended. A
+    finished run is refused: RUN_FINISHED."""
+    parsed = guard(as_json, lambda: _json_object(arguments))
+    client, run_id = _client_and_id(as_json, run_id)
+    pre_id = guard(
+        as_json,
+        lambda: client.pre_approve(
+            run_id,
+            tool=tool,
+            tool_version=tool_version,
+            arguments=parsed,
+            approved_by=by,
+            operator_token=token,
+        ),
+    )
+    if as_json:
+        print_json({"pre_approval_id": pre_id})
+    else:
+        console.print(f"pre-approval {pre_id} added")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"--arguments is not JSON: {exc}", code="ARGUMENTS_NOT_JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("--arguments must be a JSON object", code="ARGUMENTS_NOT_OBJECT")
+    return value
+
+
+@run_app.command("cancel")
+def run_cancel(
+    run_id: RunIdArg,
+    by: ByOpt,
+    reason: Annotated[str, typer.Option(help="Why (its length is traced).")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a run: no new work starts; a running tool is interrupted; the run ends
+    `cancelled` once its effects are known."""
+    client, run_id = _client_and_id(as_json, run_id)
+    info = guard(as_json, lambda: client.cancel(run_id, by=by, reason=reason).to_dict())
+    print_json(info) if as_json else console.print(f"run {run_id}: {info['status']}")
+
+
+@run_app.command("view")
+def run_view_cmd(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
+    """The working-memory view the planner gets for the run's next step (rebuilt)."""
+    client, run_id = _client_and_id(as_json, run_id)
+    view = guard(as_json, lambda: client.working_memory(run_id))
+    if as_json:
+        print_json(view)
+        return
+    console.print(f"[bold]goal[/]: {view['goal']['content']}")
+    for item in view["items"]:
+        shown = escape(f"[{item['source']}] {item['content'][:160]}")
+        console.print(f"[bold]{item['item_id']}[/] {shown}")
+    console.print(f"tools: {', '.join(t['name'] for t in view['tools'])}")
+    console.print(f"budgets: {view['budgets']}")
+    console.print(f"preferences: {view['preferences']}")

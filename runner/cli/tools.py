@@ -1,0 +1,145 @@
+"""``warrant tools ...``: the tool contracts, and whether the workers agree on them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from warrant.runner.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    console,
+    guard,
+    print_json,
+)
+
+__all__ = ["tools_app"]
+
+tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
+
+
+@tools_app.command("list")
+def tools_list(as_json: JsonOpt = False) -> None:
+    """Every tool contract, with JSON Schemas in the shape MCP uses."""
+    from warrant.runner.confirmation_rules import required_policy
+    from warrant.runner.settings import WarrantSettings
+    from warrant.tools.plugins import registry_for
+
+    registry = guard(as_json, registry_for)
+    relaxed = WarrantSettings().relaxed_tools
+    tools = []
+    for t in registry:
+        policy, why = required_policy(t, relaxed=relaxed, flagged=False)
+        effective = {"confirmationEffective": policy.value, "confirmationWhy": why}
+        extra = {"source": registry.source_of(t), "warnings": t.warnings}
+        tools.append({**t.describe(), **effective, **extra})
+    if as_json:
+        print_json({"tools": tools, "fingerprint": registry.fingerprint})
+        return
+    table = Table(
+        "name", "version", "side effect", "confirmation", "capabilities", "timeout", "source"
+    )
+    for t in tools:
+        table.add_row(
+            t["name"],
+            t["version"],
+            t["sideEffect"],
+            _confirmation_cell(t),
+            ", ".join(t["requiredCapabilities"]),
+            f"{t['timeoutSeconds']}s",
+            t["source"],
+        )
+    console.print(table)
+    _print_warnings([w for t in tools for w in t["warnings"]])
+    console.print(f"registry fingerprint {registry.fingerprint[:12]}")
+
+
+def _print_warnings(warnings: list[dict[str, str]]) -> None:
+    for w in warnings:
+        console.print(f"[yellow]warning[/] {w['code']}: {w['message']}")
+
+
+@tools_app.command("check")
+def tools_check(as_json: JsonOpt = False) -> None:
+    """Do the running workers (and this process) agree on the tool set, and does a worker
+    consume every tool's queue? Exit 1 if not."""
+    from warrant.broker.registration import LIVE_WITHIN_S
+    from warrant.ledger.db import engine_for
+    from warrant.ledger.workers import live_workers
+    from warrant.runner.settings import resolved_urls
+    from warrant.tools.deployment import WorkerInfo, disagreements, unserved
+    from warrant.tools.plugins import registry_for
+
+    registry = guard(as_json, registry_for)
+    url = guard(as_json, lambda: resolved_urls()[1])
+    workers = guard(as_json, lambda: live_workers(engine_for(url), seen_within_s=LIVE_WITHIN_S))
+    here = WorkerInfo(
+        node="(this process)",
+        roles=("cli",),
+        queues=(),
+        fingerprint=registry.fingerprint,
+        tools=frozenset(registry.keys()),
+    )
+    problems = disagreements([*workers, here])
+    idle = unserved(workers, registry.names())
+    report = {
+        "ok": not problems and not idle,
+        "fingerprint": registry.fingerprint,
+        "workers": [
+            {
+                "node": w.node,
+                "process": w.process,
+                "pid": w.pid,
+                "roles": list(w.roles),
+                "queues": list(w.queues),
+                "fingerprint": w.fingerprint,
+                "tools": sorted(w.tools),
+            }
+            for w in workers
+        ],
+        "disagreements": problems,
+        "unserved": idle,
+        "warnings": [w for t in registry for w in t.warnings],
+    }
+    if as_json:
+        print_json(report)
+    else:
+        _print_check(report, registry.fingerprint)
+    if not report["ok"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _print_check(report: dict[str, Any], fingerprint: str) -> None:
+    table = Table("node", "pid", "roles", "fingerprint", "tools")
+    for w in report["workers"]:
+        table.add_row(
+            w["node"],
+            str(w["pid"]),
+            ", ".join(w["roles"]),
+            w["fingerprint"][:12],
+            str(len(w["tools"])),
+        )
+    console.print(table)
+    for p in report["disagreements"]:
+        console.print(f"[red]disagree[/]: {p}")
+    _print_warnings(report["warnings"])
+    if report["unserved"]:
+        console.print(
+            f"[red]no worker[/] consumes the queue of: {', '.join(report['unserved'])} "
+            "(start `warrant worker --role tool`)"
+        )
+    if report["ok"]:
+        console.print(
+            f"[green]agree[/]: {len(report['workers'])} worker(s), fingerprint {fingerprint[:12]}"
+        )
+
+
+def _confirmation_cell(t: dict[str, Any]) -> str:
+    """The confirmation a call needs; a deployment's relaxation stands out."""
+    if t["confirmationWhy"] == "relaxed":
+        return f"[bold red]{t['confirmationEffective']} (relaxed by deployment)[/]"
+    if t["confirmationWhy"] == "side-effect":
+        return f"{t['confirmationEffective']} (side effect)"
+    return str(t["confirmationEffective"])

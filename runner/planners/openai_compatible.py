@@ -1,0 +1,323 @@
+"""An OpenAI-compatible chat-completions planner. The model's reply is untrusted input.
+
+Each step sends the working-memory view (the system text is fixed by the program; the goal;
+observations labelled by source, untrusted content delimited as data) and the allowed tools as
+function definitions generated from the tool contracts, plus ``final`` and ``clarify``. The
+reply must be exactly one function call, parsed into one tool proposal, final answer or
+clarification; anything else is ``MODEL_OUTPUT_INVALID`` with a reason, and the step is
+re-planned. Usage is charged to the token and cost budgets (a count the endpoint does not report
+is estimated, :mod:`warrant.runner.costs`); every HTTP attempt is a model call, and each carries
+``max_tokens``: the spec's ``max_completion_tokens`` cut to what the budgets leave. The API key
+is read from the environment by the worker and goes nowhere else.
+
+One step is one HTTP attempt: a 429, a 5xx, a timeout or a refused connection raises
+:class:`~warrant.runner.retry.PlannerRetryLater` (with the server's ``Retry-After``), and the
+planner stage re-publishes the step with a countdown instead of this process sleeping; the
+spec's ``max_retries`` bounds those re-publications.
+
+Every call of a process goes through one asynchronous client on one event-loop thread
+(:mod:`warrant.runner.planners._model_http`: keep-alive connections, one SSL context, a cancel
+cancels the request): ``httpx.post`` built a client and an SSL context for every call, about 50
+ms of CPU, which bounded a planner process to some 20 model calls a second whatever its threads
+(measured by ``python -m bench.latency``, issue 31).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+
+from warrant.runner import cancellation, costs
+from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
+from warrant.runner.errors import WarrantError
+from warrant.runner.limits import ModelLimiter, estimate_tokens
+from warrant.runner.memory_view import WorkingMemoryView
+from warrant.runner.planner_protocol import PlannerFailure, PlannerReply
+from warrant.runner.planners import _model_http
+from warrant.runner.planners.openai_prompt import (
+    REASON_CHARS,
+    SYSTEM_PROMPT,
+    functions,
+    render_view,
+)
+from warrant.runner.retry import PlannerRetryLater
+from warrant.runner.spec import OpenAIPlannerSpec, Usage
+from warrant.runner.views import RunView
+
+__all__ = ["SYSTEM_PROMPT", "OpenAIPlanner", "parse_reply"]
+
+
+class _Invalid(WarrantError):
+    """A reply that holds no single usable output; never leaves this module (it becomes
+    ``PlannerReply.invalid``). ``reason`` is also its ``code``."""
+
+    code = "MODEL_OUTPUT_INVALID"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, code=reason)
+        self.reason = reason
+
+
+def parse_reply(body: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict[str, Any]:
+    """The one untrusted output a reply may carry, or :class:`_Invalid` with a reason."""
+    try:
+        message = body["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise _Invalid("NO_CHOICE") from None
+    calls = message.get("tool_calls") or []
+    if not calls:
+        raise _Invalid("NO_TOOL_CALL")
+    if len(calls) > 1:
+        raise _Invalid("MULTIPLE_TOOL_CALLS")
+    function = (calls[0] or {}).get("function") or {}
+    name = function.get("name")
+    try:
+        arguments = json.loads(function.get("arguments") or "")
+    except (TypeError, ValueError):
+        raise _Invalid("ARGUMENTS_NOT_JSON") from None
+    except RecursionError:  # nested deeper than the parser's recursion limit
+        raise _Invalid("ARGUMENTS_TOO_DEEP") from None
+    if not isinstance(arguments, dict):
+        raise _Invalid("ARGUMENTS_NOT_OBJECT")
+    if json_depth(arguments) >= MAX_JSON_DEPTH:  # the output holding them is one level more
+        raise _Invalid("ARGUMENTS_TOO_DEEP")
+    # Only the function's own field: the assistant's free text is never taken for the reason
+    # (it is what injected wording would use to reach the person who approves the call).
+    reason = arguments.pop("reason_summary", "")
+    reason = reason if isinstance(reason, str) else ""
+    if name == "final":
+        return {
+            "kind": "final",
+            "answer": arguments.get("answer"),
+            "citations": arguments.get("citations", []),
+        }
+    if name == "clarify":
+        return {"kind": "clarify", "question": arguments.get("question")}
+    if name == "no_answer":
+        return {"kind": "no_answer", "reason": arguments.get("reason", "")}
+    versions = {t["name"]: t["version"] for t in view.tools}
+    if name not in versions:
+        raise _Invalid("UNKNOWN_FUNCTION")
+    return {
+        "kind": "tool",
+        "proposal_id": proposal_id,
+        "tool": name,
+        "tool_version": versions[name],
+        "arguments": arguments,
+        "reason_summary": reason[:REASON_CHARS],
+        "source_observation_ids": [],
+    }
+
+
+def _loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One chat-completions request (URL, body, headers)."""
+
+    url: str
+    payload: dict[str, Any]
+    headers: dict[str, str]
+    prompt_tokens: int
+    """The prompt's tokens by the documented estimate (:mod:`warrant.runner.costs`)."""
+
+
+@dataclass(frozen=True)
+class OpenAIPlanner:
+    spec: OpenAIPlannerSpec
+    prices: dict[str, dict[str, float]]
+    allow_remote: bool = False
+    limiter: ModelLimiter | None = None
+    """Shared limits (requests and tokens per minute) the call waits for."""
+
+    @property
+    def _price(self) -> costs.Price:
+        return costs.price_of(self.prices, self.spec.model)
+
+    def _usage(self, body: Any, request: _Request) -> Usage:
+        """What the reply says it used; a count it does not report is estimated
+        (:func:`warrant.runner.costs.estimated_usage`, ``estimated`` set)."""
+        reported = body.get("usage") if isinstance(body, dict) else None
+        try:
+            message = body["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            message = body
+        return costs.estimated_usage(
+            reported, prompt_tokens=request.prompt_tokens, message=message, price=self._price
+        )
+
+    def _sent(self, request: _Request) -> Usage:
+        """What an abandoned call is charged: its prompt, estimated (no answer came back to
+        say what it cost), priced as the model's prompts are."""
+        return costs.estimated_usage(
+            None,
+            prompt_tokens=request.prompt_tokens,
+            message=None,
+            price=self._price,
+            completion=False,
+        )
+
+    def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
+        """One HTTP attempt. Raises :class:`PlannerRetryLater` when the model may answer
+        later, :class:`PlannerFailure` when it will not (4xx, deadline, budget)."""
+        if view is None:
+            raise PlannerFailure("VIEW_REQUIRED")
+        if not self.allow_remote and not _loopback(self.spec.base_url):
+            raise PlannerFailure("REMOTE_MODEL_NOT_ALLOWED", calls=0)
+        remaining = run.deadline_at - time.time()
+        if remaining <= 0:
+            raise PlannerFailure("DEADLINE_REACHED", calls=0)
+        if run.model_calls >= run.budgets.max_model_calls:
+            raise PlannerFailure("MODEL_CALL_BUDGET", calls=0)
+        if costs.unpriced(run.budgets, self.spec, self.prices):  # this worker's price table
+            message = f"model {self.spec.model!r} has no price in WARRANT_MODEL_PRICES"
+            raise PlannerFailure("MODEL_UNPRICED", message, calls=0)
+        request = self._request(view)
+        left = costs.completion_cap(
+            run.budgets,
+            tokens_used=run.tokens_used,
+            cost_used=run.cost_used,
+            prompt_tokens=request.prompt_tokens,
+            price=self._price,
+            per_call=self.spec.max_completion_tokens,
+        )
+        if left.exhausted is not None and left.max_tokens < costs.MIN_COMPLETION_TOKENS:
+            message = f"the budget leaves {left.max_tokens} completion tokens after the prompt"
+            raise PlannerFailure(left.exhausted, message, calls=0)
+        request.payload["max_tokens"] = left.max_tokens
+        with self._limited(request, deadline_at=run.deadline_at) as settle:  # shared limits
+            timeout = min(self.spec.timeout_s, run.deadline_at - time.time())
+            if timeout <= 0:  # the wait for a limit took what was left
+                raise PlannerFailure("DEADLINE_REACHED", calls=0)
+            response = self._attempt(request, timeout=timeout)
+            reply = self._reply(response, request, run, view, calls=1)
+            settle(reply.usage.prompt_tokens + reply.usage.completion_tokens)
+        return reply
+
+    def _limited(
+        self, request: _Request, *, deadline_at: float
+    ) -> AbstractContextManager[Callable[[int], None]]:
+        """The call's slot of the shared limits it is held to (``limiter``; none: no wait)."""
+        if self.limiter is None:
+            return nullcontext(lambda _used: None)
+        return self.limiter.reserve(
+            base_url=self.spec.base_url,
+            api_key_env=self.spec.api_key_env,
+            tokens=estimate_tokens(request.payload),
+            deadline_at=deadline_at,
+        )
+
+    def _request(self, view: WorkingMemoryView) -> _Request:
+        key = os.environ.get(self.spec.api_key_env, "") if self.spec.api_key_env else ""
+        payload = {
+            "model": self.spec.model,
+            "temperature": self.spec.temperature,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": render_view(view)},
+            ],
+            "tools": functions(view),
+            "tool_choice": "auto",
+        }
+        return _Request(
+            url=self.spec.base_url.rstrip("/") + "/chat/completions",
+            payload=payload,
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            prompt_tokens=costs.estimated_tokens(payload),
+        )
+
+    def _attempt(self, request: _Request, *, timeout: float) -> httpx.Response:
+        """The response to read, or the typed reason there is none (this attempt is one model
+        call either way)."""
+        try:
+            response = _model_http.post(
+                request.url,
+                json=request.payload,
+                headers=request.headers,
+                timeout=timeout,
+                cancelled=cancellation.current(),
+            )
+        except _model_http.Abandoned:
+            # The model may have processed the prompt: charge what was sent (an estimate)
+            raise PlannerFailure(
+                "MODEL_CALL_ABANDONED",
+                "the run was cancelled while its model call was in flight",
+                usage=self._sent(request),
+            ) from None
+        except httpx.TimeoutException:
+            if timeout < self.spec.timeout_s:  # cut by the run deadline: no later
+                raise PlannerFailure("DEADLINE_REACHED") from None
+            raise self._later("MODEL_TIMEOUT") from None
+        except httpx.HTTPError:
+            raise self._later("MODEL_UNREACHABLE") from None
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise self._later(f"HTTP_{status}", retry_after_s=_retry_after(response))
+        if status >= 400:
+            raise PlannerFailure(f"HTTP_{status}")
+        return response
+
+    def _later(self, code: str, *, retry_after_s: float | None = None) -> PlannerRetryLater:
+        return PlannerRetryLater(
+            code, retry_after_s=retry_after_s, max_attempts=self.spec.max_retries + 1
+        )
+
+    def _reply(
+        self,
+        response: httpx.Response,
+        request: _Request,
+        run: RunView,
+        view: WorkingMemoryView,
+        *,
+        calls: int,
+    ) -> PlannerReply:
+        """The reply's one output, or why it holds none (``invalid``); usage is charged."""
+        try:
+            body = response.json()
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
+            usage = costs.estimated_usage(
+                None, prompt_tokens=request.prompt_tokens, message=response.text, price=self._price
+            )
+            return PlannerReply(None, usage, calls, invalid="BODY_NOT_JSON")
+        usage = self._usage(body, request)
+        try:
+            raw = parse_reply(body, view, proposal_id=f"p{run.step + 1}")
+        except _Invalid as exc:
+            return PlannerReply(None, usage, calls, invalid=exc.reason)
+        return PlannerReply(raw, usage, calls)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date), None without a usable one."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT; a zone-less one is not one
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,188 @@
+"""What people do to runs over HTTP: confirm or decline a pending proposal, answer a question,
+cancel, grant a capability, pre-approve a proposal, resolve a handoff, revoke a memory record.
+
+Who acted (``by``, ``granted_by``, ``approved_by``) is always the token's
+:attr:`~warrant.runner.authz.Identity.label`, never a field of the body; the role check of
+:func:`~warrant.runner.server.http.auth.requires` replaces ``WARRANT_OPERATOR_TOKEN`` (the
+configured token is passed through to the client)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Request
+
+from warrant.runner.authz import Action, Identity, Role, name_of
+from warrant.runner.confirmation_rules import approvals_pending
+from warrant.runner.errors import Forbidden
+from warrant.runner.server.http.auth import deps, origin, requires
+from warrant.runner.server.http.errors import ERROR_RESPONSES
+from warrant.runner.server.http.models import (
+    AnswerIn,
+    CancelIn,
+    DecisionIn,
+    DecisionOut,
+    GrantIn,
+    GrantOut,
+    MemoryRevokedOut,
+    PreApprovalIn,
+    PreApprovalOut,
+    ResolveIn,
+    RunOut,
+)
+from warrant.runner.server.http.runs import RUN_ID, run_out
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["actions"], responses=ERROR_RESPONSES)
+
+RunId = Annotated[str, RUN_ID]
+HandoffId = Annotated[
+    str,
+    Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="The handoff's id (or its run's)."),
+]
+RecordId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The memory record's id.")]
+
+
+Confirmer = Annotated[Identity, Depends(requires(Action.CONFIRM))]
+Answerer = Annotated[Identity, Depends(requires(Action.ANSWER))]
+Canceller = Annotated[Identity, Depends(requires(Action.CANCEL))]
+Granter = Annotated[Identity, Depends(requires(Action.GRANT))]
+PreApprover = Annotated[Identity, Depends(requires(Action.PRE_APPROVE))]
+Resolver = Annotated[Identity, Depends(requires(Action.RESOLVE_HANDOFF))]
+MemoryRevoker = Annotated[Identity, Depends(requires(Action.REVOKE_MEMORY))]
+
+
+@router.post(
+    "/runs/{run_id}/confirm",
+    response_model=DecisionOut,
+    response_model_exclude_none=True,
+    summary="Confirm",
+)
+def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
+    """Approve exactly the pending proposal (bound to its hash); the run goes on once as many
+    distinct people approved as the tool needs (``waiting_for_more`` until then). Whoever
+    started the run may not (``OWN_RUN_APPROVAL_FORBIDDEN``) unless the tool or deployment
+    allows it; the same person twice: ``ALREADY_APPROVED``."""
+    client = deps(request).client
+    version = client.confirm(
+        run_id,
+        proposal_hash=body.proposal_hash,
+        by=identity.label,
+        origin=origin(request, "api"),
+        precondition=body.precondition,
+    )
+    info = client.get_run(run_id)
+    more = approvals_pending(info.confirmation_request, body.proposal_hash)
+    if more is None:
+        return DecisionOut(run_id=run_id, decision="approved", version=version)
+    return DecisionOut(
+        run_id=run_id, decision="approved", version=version, waiting_for_more=True, **more
+    )
+
+
+@router.post(
+    "/runs/{run_id}/decline",
+    response_model=DecisionOut,
+    response_model_exclude_none=True,
+    summary="Decline",
+)
+def decline(request: Request, run_id: RunId, body: DecisionIn, identity: Confirmer) -> DecisionOut:
+    """Refuse the pending proposal; the planner sees a decline observation."""
+    client = deps(request).client
+    version = client.decline(
+        run_id, proposal_hash=body.proposal_hash, by=identity.label, origin=origin(request, "api")
+    )
+    return DecisionOut(run_id=run_id, decision="declined", version=version)
+
+
+@router.post("/runs/{run_id}/answer", response_model=RunOut, summary="Answer a question")
+def answer(request: Request, run_id: RunId, body: AnswerIn, identity: Answerer) -> RunOut:
+    """Answer the question a ``needs_input`` run asked; the planner is asked again."""
+    return run_out(deps(request).client.answer(run_id, text=body.text, by=identity.label))
+
+
+@router.post("/runs/{run_id}/cancel", response_model=RunOut, summary="Cancel")
+def cancel(
+    request: Request,
+    run_id: RunId,
+    identity: Canceller,
+    body: Annotated[CancelIn | None, Body()] = None,
+) -> RunOut:
+    """No new work for the run; a running tool is interrupted. A producer may cancel only
+    the runs it started (``NOT_YOUR_RUN``); an operator any run."""
+    reason = body.reason if body else ""
+    client = deps(request).client
+    if identity.role is Role.PRODUCER:
+        started_by = client.get_run(run_id).started_by
+        if started_by is None or name_of(started_by) != identity.name:
+            raise Forbidden(f"{identity.label} did not start run {run_id}", code="NOT_YOUR_RUN")
+    return run_out(client.cancel(run_id, by=identity.label, reason=reason))
+
+
+@router.post("/runs/{run_id}/grants", status_code=201, response_model=GrantOut, summary="Grant")
+def add_grant(request: Request, run_id: RunId, body: GrantIn, identity: Granter) -> GrantOut:
+    """Grant a capability to the run (scope, expiry step and uses as in a run spec)."""
+    d = deps(request)
+    grant_id = d.client.add_grant(
+        run_id,
+        capability=body.capability,
+        resource_scope=body.resource_scope,
+        expires_at_step=body.expires_at_step,
+        max_uses=body.max_uses,
+        granted_by=identity.label,
+        operator_token=d.operator_token,
+        expires_at=body.expires_at,
+        expires_in_s=body.expires_in_s,
+        widen=body.widen,
+    )
+    return GrantOut(run_id=run_id, grant_id=grant_id)
+
+
+@router.post(
+    "/runs/{run_id}/pre-approvals",
+    status_code=201,
+    response_model=PreApprovalOut,
+    summary="Pre-approve a proposal",
+)
+def pre_approve(
+    request: Request, run_id: RunId, body: PreApprovalIn, identity: PreApprover
+) -> PreApprovalOut:
+    """Approve one exact proposal ahead of time: the gate takes a matching proposal of this
+    run as confirmed, once."""
+    d = deps(request)
+    pre_id = d.client.pre_approve(
+        run_id,
+        tool=body.tool,
+        tool_version=body.tool_version,
+        arguments=body.arguments,
+        approved_by=identity.label,
+        operator_token=d.operator_token,
+    )
+    return PreApprovalOut(run_id=run_id, pre_approval_id=pre_id)
+
+
+@router.post("/handoffs/{handoff_id}/resolve", response_model=RunOut, summary="Resolve")
+def resolve_handoff(
+    request: Request,
+    handoff_id: HandoffId,
+    body: ResolveIn,
+    identity: Resolver,
+) -> RunOut:
+    """A person ends a handed-off run: completed, failed or cancelled, with the reason."""
+    client = deps(request).client
+    info = client.resolve_handoff(
+        handoff_id, outcome=body.outcome, by=identity.label, reason=body.reason
+    )
+    return run_out(info)
+
+
+@router.delete(
+    "/memory/{record_id}", response_model=MemoryRevokedOut, summary="Revoke a memory record"
+)
+def revoke_memory(
+    request: Request, record_id: RecordId, identity: MemoryRevoker
+) -> MemoryRevokedOut:
+    """The record is never returned to a planner again (kept, marked revoked)."""
+    out = deps(request).client.memory().revoke(record_id, by=identity.label)
+    return MemoryRevokedOut.model_validate(out)

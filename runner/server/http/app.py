@@ -1,0 +1,132 @@
+"""The FastAPI application of ``warrant serve``: :func:`create_app`.
+
+Routes: ``/v1/runs…`` (:mod:`~warrant.runner.server.http.runs`), the actions on runs, handoffs
+and memory (:mod:`~warrant.runner.server.http.actions`), and here ``/v1/tokens/me``,
+``/metrics`` and ``/healthz``; the browser pages under ``/ui``
+(:mod:`~warrant.runner.server.web`). The OpenAPI document is at ``/openapi.json`` (``/docs``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
+
+from warrant.runner.authz import Action, Identity
+from warrant.runner.server.http import actions, errors, proposals, runs
+from warrant.runner.server.http.auth import Deps, authenticated, deps, requires
+from warrant.runner.server.http.errors import ERROR_RESPONSES
+from warrant.runner.server.http.models import Health, IdentityOut
+
+__all__ = ["API_VERSION", "create_app"]
+
+API_VERSION = "1"
+
+DESCRIPTION = """The warrant runner over HTTP: start runs, read them, wait for them, and act
+on them as a person (confirm, decline, answer, cancel, grant, pre-approve, resolve handoffs).
+
+Every request but `/healthz` carries `Authorization: Bearer <token>` (`warrant token create
+NAME --role producer|approver|operator|viewer`). Who acted is always the token's label. Every
+error is `{"error": {"code", "message"}}` with a stable code."""
+
+
+def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
+    """The API over ``client`` (default :meth:`Client.from_env`) and ``tokens`` (default the
+    token service on the client's engine)."""
+    from warrant.runner.settings import WarrantSettings
+
+    if client is None:
+        from warrant.runner.client.api import Client
+
+        client = Client.from_env(service_name="warrant-serve")
+    if tokens is None:
+        from warrant.runner.client.tokens import Tokens
+
+        tokens = Tokens(client.engine)
+    app = FastAPI(title="warrant", version=API_VERSION, description=DESCRIPTION)
+    app.state.deps = Deps(
+        client=client, tokens=tokens, operator_token=WarrantSettings().operator_token
+    )
+    errors.install(app)
+    app.include_router(runs.router)
+    app.include_router(actions.router)
+    app.include_router(proposals.router)
+    _system_routes(app)
+    from warrant.runner.server import web
+
+    web.install(app)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _system_routes(app: FastAPI) -> None:
+    @app.get(
+        "/v1/tokens/me",
+        response_model=IdentityOut,
+        tags=["tokens"],
+        summary="Who this token is",
+        responses={401: ERROR_RESPONSES[401], 503: ERROR_RESPONSES[503]},
+    )
+    def whoami(identity: Annotated[Identity, Depends(authenticated)]) -> IdentityOut:
+        return IdentityOut(
+            token_id=identity.token_id,
+            name=identity.name,
+            role=str(identity.role),
+            label=identity.label,
+        )
+
+    @app.get(
+        "/metrics",
+        tags=["system"],
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={
+            200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+            **{k: ERROR_RESPONSES[k] for k in (401, 403, 503)},
+        },
+    )
+    def metrics(
+        request: Request, identity: Annotated[Identity, Depends(requires(Action.READ))]
+    ) -> Response:
+        from warrant.runner.server.metrics import metrics_response
+
+        body, content_type = metrics_response(deps(request).client.engine)
+        return Response(content=body, media_type=content_type)
+
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        tags=["system"],
+        summary="Can this server reach the broker and the ledger?",
+        responses={503: {"model": Health, "description": "The broker or the ledger is down."}},
+    )
+    def healthz(request: Request) -> Any:
+        from fastapi.responses import JSONResponse
+
+        from warrant.broker.app import app as celery_app
+        from warrant.runner.stack.health import health
+
+        report = health(deps(request).client.engine, celery_app)
+        return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The generated document, with the run spec's schema (``RunSpec`` and its parts) among
+    the components: ``POST /v1/runs`` reads its body itself, to answer ``SPEC_INVALID`` with
+    the spec's own field errors."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from warrant.runner.spec import RunSpec
+
+    document = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    spec = RunSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in spec.pop("$defs", {}).items():
+        schemas.setdefault(name, schema)
+    schemas["RunSpec"] = spec
+    app.openapi_schema = document
+    return document

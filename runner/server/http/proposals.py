@@ -1,0 +1,147 @@
+"""Proposals over HTTP, for an agent that runs its own loop (a run with planner kind
+``external``): ``POST /v1/runs/{id}/proposals`` submits the next one, ``GET
+/v1/runs/{id}/proposals/{step}`` reads (and long-polls) its decision. The submitter is the
+token's label; a ``producer`` token may propose in the runs it started (else ``403
+NOT_YOUR_RUN``), only an ``approver`` may confirm."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, Field
+
+from warrant.runner.authz import Action, Identity, Role, name_of
+from warrant.runner.errors import Forbidden
+from warrant.runner.external import Decision, DecisionState
+from warrant.runner.server.http.auth import deps, requires
+from warrant.runner.server.http.errors import ERROR_RESPONSES
+from warrant.runner.server.http.models import INT32_MAX, _In
+from warrant.runner.server.http.runs import RUN_ID
+
+__all__ = ["DecisionStateOut", "ProposalIn", "router"]
+
+router = APIRouter(prefix="/v1", tags=["proposals"], responses=ERROR_RESPONSES)
+
+RunId = Annotated[str, RUN_ID]
+Step = Annotated[int, Path(ge=1, le=INT32_MAX, description="The step the proposal filled.")]
+Proposer = Annotated[Identity, Depends(requires(Action.PROPOSE))]
+Reader = Annotated[Identity, Depends(requires(Action.READ))]
+
+#: The longest one request waits for a decision.
+MAX_WAIT_S = 60.0
+FIRST_PAUSE_S, MAX_PAUSE_S = 0.02, 0.5
+
+
+class UsageIn(_In):
+    prompt_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
+    completion_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
+    cost: float = Field(default=0.0, ge=0, le=1e9, allow_inf_nan=False)
+
+
+class ProposalIn(_In):
+    proposal: dict[str, Any] = Field(
+        description="One planner output: a tool proposal, a final answer or a question."
+    )
+    step: int | None = Field(
+        default=None,
+        ge=1,
+        le=INT32_MAX,
+        description="The step this proposal fills: sent again, the same proposal replays.",
+    )
+    usage: UsageIn | None = Field(default=None, description="What the caller's model used.")
+
+
+class DecisionStateOut(BaseModel):
+    run_id: str
+    step: int
+    state: DecisionState
+    settled: bool
+    proposal_id: str | None = None
+    tool: str | None = None
+    arguments: Any = None
+    code: str | None = None
+    message: str | None = None
+    proposal_hash: str | None = None
+    confirmation: dict[str, Any] | None = None
+    outcome: str | None = None
+    resolved: str | None = None
+    observation_id: str | None = None
+    output: Any = None
+    answer: str | None = None
+    run_status: str
+    run_version: int
+
+
+WaitQuery = Annotated[
+    float, Query(ge=0, le=MAX_WAIT_S, allow_inf_nan=False, description="Seconds (≤ 60).")
+]
+
+
+def _out(decision: Decision) -> DecisionStateOut:
+    return DecisionStateOut.model_validate(decision.to_dict())
+
+
+@router.post(
+    "/runs/{run_id}/proposals", response_model=DecisionStateOut, summary="Submit a proposal"
+)
+async def submit(
+    request: Request, run_id: RunId, body: ProposalIn, identity: Proposer, wait: WaitQuery = 0.0
+) -> DecisionStateOut:
+    """Record the run's next step; returns its decision (waiting up to ``wait`` seconds for
+    it to leave ``pending``). ``409 PROPOSAL_IN_FLIGHT`` while the previous one is undecided."""
+    client = deps(request).client
+    usage = body.usage.model_dump() if body.usage else None
+
+    def propose() -> Decision:
+        if identity.role is Role.PRODUCER:  # a producer proposes only in the runs it started
+            started_by = client.get_run(run_id).started_by
+            if started_by is None or name_of(started_by) != identity.name:
+                raise Forbidden(f"{identity.label} did not start run {run_id}", code="NOT_YOUR_RUN")
+        decision: Decision = client.propose(
+            run_id, body.proposal, by=identity.label, step=body.step, usage=usage
+        )
+        return decision
+
+    decision = await run_in_threadpool(propose)
+    return _out(await _wait(request, run_id, decision, wait, "pending"))
+
+
+@router.get(
+    "/runs/{run_id}/proposals/{step}",
+    response_model=DecisionStateOut,
+    summary="A proposal's decision (long poll)",
+)
+async def get_decision(
+    request: Request,
+    run_id: RunId,
+    step: Step,
+    identity: Reader,
+    wait: WaitQuery = 0.0,
+    seen: Annotated[
+        DecisionState, Query(description="Return as soon as the state is not this one.")
+    ] = "pending",
+) -> DecisionStateOut:
+    """The decision of ``step``; with ``wait``, returns as soon as its state differs from
+    ``seen``, else after ``wait`` seconds with the same state."""
+    client = deps(request).client
+    decision = await run_in_threadpool(client.decision, run_id, step)
+    return _out(await _wait(request, run_id, decision, wait, seen))
+
+
+async def _wait(
+    request: Request, run_id: str, decision: Decision, wait_s: float, seen: str
+) -> Decision:
+    client = deps(request).client
+    deadline = time.monotonic() + wait_s
+    pause = FIRST_PAUSE_S
+    while decision.state == seen and time.monotonic() < deadline:
+        if await request.is_disconnected():
+            break
+        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 1.5, MAX_PAUSE_S)
+        decision = await run_in_threadpool(client.decision, run_id, decision.step)
+    return decision
