@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "runner.canonical",
             "runner.settings",
+            "runner.settings_groups",
             "runner.loading",
             "runner.retry",
             "runner.spec",
