@@ -37,6 +37,7 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     token service on the client's engine)."""
     from warrant.runner.settings import load_settings
 
+    settings = load_settings()  # a bad setting stops the server here: SETTINGS_INVALID
     if client is None:
         from warrant.runner.client.api import Client
 
@@ -47,7 +48,7 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
         tokens = Tokens(client.engine)
     app = FastAPI(title="warrant", version=API_VERSION, description=DESCRIPTION)
     app.state.deps = Deps(
-        client=client, tokens=tokens, operator_token=load_settings().operator_token
+        client=client, tokens=tokens, operator_token=settings.operator_token
     )
     errors.install(app)
     app.include_router(runs.router)
