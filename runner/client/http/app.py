@@ -47,9 +47,7 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
 
         tokens = Tokens(client.engine)
     app = FastAPI(title="warrant", version=API_VERSION, description=DESCRIPTION)
-    app.state.deps = Deps(
-        client=client, tokens=tokens, operator_token=settings.operator_token
-    )
+    app.state.deps = Deps(client=client, tokens=tokens, operator_token=settings.operator_token)
     errors.install(app)
     app.include_router(runs.router)
     app.include_router(actions.router)
