@@ -1,5 +1,13 @@
 """Settings, from ``WARRANT_*`` environment variables (pydantic-settings).
 
+:class:`WarrantSettings` is the fields of its groups, one per role
+(:mod:`warrant.runner.settings_groups`: ``connections``, ``reconciler``, ``workers``,
+``limits``, ``api``, ``plugins``, ``approvals``, ``webhooks``), each field read from
+``WARRANT_<FIELD>`` and each group offered as a typed, frozen view. Production code takes them
+from :func:`load_settings`, which reads and validates the environment once per process (as
+the process starts: a bad value is ``SettingsInvalid`` ``SETTINGS_INVALID`` there, naming the
+variable); tests that change a variable get it read again (or call :func:`reload_settings`).
+
 When neither URL is set, the CLI's ``up``/``demo`` start embedded servers and record their
 URLs in ``<data_dir>/services.json``; every other command then finds them there.
 """
