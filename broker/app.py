@@ -27,6 +27,7 @@ from warrant.broker.celery_app import (
 )
 from warrant.broker.context import close_worker_context
 from warrant.ledger.db import reset_engines
+from warrant.runner.settings import load_settings
 from warrant.tools.plugins import registry_for
 
 __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
@@ -46,7 +47,9 @@ _OBSERVE_WARNING = observe_mode.observe_warning  # its worker_ready hook is conn
 def _load_registry(**_: object) -> None:
     """Before the pool forks: the full registry (each MCP server asked for its tools once, in
     this process), which every pool process inherits; a server that cannot be reached stops
-    the worker here. The app itself is built from the declared registry (no server asked)."""
+    the worker here. The app itself is built from the declared registry (no server asked).
+    The settings were validated when this module built the app (``SETTINGS_INVALID``)."""
+    load_settings()
     registry_for()
 
 

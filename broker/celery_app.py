@@ -21,7 +21,7 @@ from warrant.broker.revocations import TrimRevokedRuns
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.limits import check_storage, limit_table, limits_url
-from warrant.runner.settings import WarrantSettings, resolved_urls
+from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
 from warrant.tools.plugins import registry_for
 from warrant.tools.registry import Registry
 
@@ -76,7 +76,7 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
 
     Raises ``ValueError`` if the broker's visibility timeout does not exceed the longest tool
     time limit (plus the hard-limit grace): Redis would redeliver running commands."""
-    settings = settings or WarrantSettings()
+    settings = settings or load_settings()
     registry = registry_for(settings, ask_mcp_servers=False)  # queues, limits: no MCP server
     _check_visibility_timeout(settings, registry)
     broker_url = _broker_url(settings)

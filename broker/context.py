@@ -16,7 +16,7 @@ from warrant.broker.limits import SharedLimits, shared_limits
 from warrant.broker.publish import Publisher
 from warrant.ledger.db import engine_for
 from warrant.ledger.db_clock import DatabaseClock
-from warrant.runner.settings import WarrantSettings, resolved_urls
+from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
 from warrant.tools.contract import Tool
 from warrant.tools.plugins import registry_for
 from warrant.tools.registry import Registry
@@ -56,7 +56,7 @@ def context_for(
     """The stages' context on ``engine``: the deployment's registry and tool deps (a worker's,
     with a :class:`Publisher`; or one process driving the stages itself, with a
     :class:`~warrant.broker.publish.RecordingPublisher`)."""
-    settings = settings or WarrantSettings()
+    settings = settings or load_settings()
     registry = registry or registry_for(settings)
     return StageContext(
         engine=engine,

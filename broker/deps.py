@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from warrant.ledger.stores import LedgerToolDeps
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools.contract import Tool
 from warrant.tools.plugins import BUILTIN_SOURCE, DepsContext, load_object
 from warrant.tools.registry import Registry
@@ -88,7 +88,7 @@ def setup_plugins(database_url: str, settings: WarrantSettings | None = None) ->
     from warrant.ledger.db import engine_for
     from warrant.tools.plugins import registry_for
 
-    settings = settings or WarrantSettings()
+    settings = settings or load_settings()
     engine = engine_for(database_url)
     deps = ToolDepsSet(
         registry_for(settings, ask_mcp_servers=False),  # MCP servers have no set-up step

@@ -7,7 +7,7 @@ import logging
 
 from celery.signals import worker_ready
 
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 
 __all__ = ["observe_warning"]
 
@@ -29,6 +29,6 @@ def observe_warning(settings: WarrantSettings) -> str | None:
 
 @worker_ready.connect
 def _warn_at_start(**_: object) -> None:
-    warning = observe_warning(WarrantSettings())
+    warning = observe_warning(load_settings())
     if warning is not None:
         log.warning(warning)

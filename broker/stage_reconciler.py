@@ -42,7 +42,7 @@ from warrant.ledger.row_updates import finish_command, note_republished
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import CommandStatus, ObservationKind, Phase, RunStatus, StopReason
 from warrant.runner.run_machine import Stop
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools.contract import SideEffect
 
 __all__ = ["SWEEP_LOCK", "SweepReport", "sweep"]
@@ -77,7 +77,7 @@ class SweepReport:
 
 
 def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepReport:
-    settings = settings or WarrantSettings()
+    settings = settings or load_settings()
     t0 = time.perf_counter()
     report = SweepReport()
     ctx = _in_run_traces(ctx)

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from warrant.ledger import _json
 from warrant.ledger.connect_options import timeout_args
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 
 __all__ = [
     "DEFAULT_AUTOCOMMIT_POOL",
@@ -57,7 +57,7 @@ def connect_args(
 ) -> dict[str, Any]:
     """libpq parameters of every connection: :func:`warrant.ledger.connect_options.timeout_args`
     with this process's settings."""
-    return timeout_args(url, settings or WarrantSettings(), server=server)
+    return timeout_args(url, settings or load_settings(), server=server)
 
 
 def unbounded(conn: Connection) -> None:

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 
 from warrant.ledger.connect_options import libpq_url, timeout_args
 from warrant.runner.errors import ServiceUnavailable, SettingsInvalid
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 
 __all__ = ["COLUMNS", "newest_runs"]
 
@@ -58,7 +58,7 @@ def newest_runs(
     )
     if not url.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
         raise SettingsInvalid(f"WARRANT_DATABASE_URL is not a PostgreSQL URL: {url!r}")
-    options = timeout_args(url, settings or WarrantSettings())
+    options = timeout_args(url, settings or load_settings())
     try:
         with psycopg.connect(libpq_url(url), **options, row_factory=dict_row) as conn:
             rows = conn.execute(query, {"status": status, "limit": limit}).fetchall()

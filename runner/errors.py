@@ -180,7 +180,8 @@ class IdAmbiguous(InvalidRequest):
 
 class SettingsInvalid(WarrantError):
     """A ``WARRANT_*`` setting that cannot be used (pydantic refused it, or the database URL
-    does not parse): the deployment's fault, not the request's, so a server answers 500."""
+    does not parse): the deployment's fault, not the request's, so a server answers 500.
+    ``warrant.runner.settings.load_settings`` raises it as a process starts."""
 
     code = "SETTINGS_INVALID"
 

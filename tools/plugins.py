@@ -30,7 +30,7 @@ from typing import Any
 
 from warrant.runner.errors import PluginError
 from warrant.runner.loading import load_object
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools.builtin import BUILTIN_TOOLS
 from warrant.tools.contract import Tool
 from warrant.tools.registry import DepsContext, Plugin, Registry
@@ -107,7 +107,7 @@ def build_registry(
 ) -> Registry:
     """The registry the settings describe (see the module docstring). Raises
     :class:`PluginError` (``TOOL_CONFLICT``) when two sources declare one name and version."""
-    settings = settings or WarrantSettings()
+    settings = settings or load_settings()
     seen: dict[tuple[str, str], Plugin] = {}
     unique: list[Plugin] = []
     for plugin in plugins_for(settings, ask_mcp_servers=ask_mcp_servers):
@@ -129,10 +129,12 @@ def build_registry(
 
 @functools.lru_cache(maxsize=8)
 def _cached(tools: str, mcp_config: str | None, entry_points: bool, ask: bool = True) -> Registry:
-    settings = WarrantSettings(
-        tools=tools,
-        mcp_config=Path(mcp_config) if mcp_config else None,
-        plugin_entry_points=entry_points,
+    settings = load_settings().model_copy(
+        update={
+            "tools": tools,
+            "mcp_config": Path(mcp_config) if mcp_config else None,
+            "plugin_entry_points": entry_points,
+        }
     )
     return build_registry(settings, ask_mcp_servers=ask)
 
@@ -142,7 +144,7 @@ def registry_for(
 ) -> Registry:
     """:func:`build_registry`, built once per process for the same tool settings;
     ``ask_mcp_servers=False``: the declared registry (no MCP server is started or asked)."""
-    settings = settings or WarrantSettings()
+    settings = settings or load_settings()
     mcp = str(settings.mcp_config) if settings.mcp_config is not None else None
     if mcp is None:
         ask_mcp_servers = True  # the same registry either way: one cache entry

@@ -113,6 +113,9 @@ def _root(
     ] = False,
 ) -> None:
     """warrant: the model proposes, the program decides."""
+    from warrant.runner.settings import load_settings
+
+    load_settings()  # every command validates the settings first: SETTINGS_INVALID here
 
 
 def _cli_errors() -> tuple[tuple[type[Exception], ...], tuple[type[BaseException], ...]]:

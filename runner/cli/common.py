@@ -152,12 +152,10 @@ def settings_error(exc: BaseException) -> SettingsInvalid | None:
     from pydantic import ValidationError
     from sqlalchemy.exc import ArgumentError
 
+    from warrant.runner.settings import settings_invalid
+
     if isinstance(exc, ValidationError):
-        fields = "; ".join(
-            f"WARRANT_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        return SettingsInvalid(f"invalid setting: {fields or exc.title}")
+        return settings_invalid(exc)
     if isinstance(exc, ArgumentError) and "URL" in str(exc):
         return SettingsInvalid(f"WARRANT_DATABASE_URL is not a database URL: {exc}")
     return None
@@ -174,9 +172,9 @@ def make_client(*, remote_ok: bool = True) -> Any:
     set and ``remote_ok``, else the database-backed :class:`~warrant.runner.client.api.Client`
     (``remote_ok=False``: commands the HTTP API has no equivalent of)."""
     if remote_ok:
-        from warrant.runner.settings import WarrantSettings
+        from warrant.runner.settings import load_settings
 
-        settings = WarrantSettings()
+        settings = load_settings()
         if settings.server_url:
             from warrant.runner.client.remote import RemoteClient
 

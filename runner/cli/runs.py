@@ -119,9 +119,9 @@ def run_list(
 def _list_runs(*, limit: int, status: str | None) -> list[dict[str, Any]]:
     """Over ``WARRANT_SERVER_URL``: the server's listing; else one psycopg query
     (:mod:`warrant.ledger.run_listing`: no SQLAlchemy to import, the CLI's start-up)."""
-    from warrant.runner.settings import WarrantSettings, resolved_urls
+    from warrant.runner.settings import load_settings, resolved_urls
 
-    settings = WarrantSettings()
+    settings = load_settings()
     if settings.server_url:
         return [r.to_dict() for r in make_client().list_runs(limit=limit, status=status)]
     from warrant.ledger.run_listing import newest_runs

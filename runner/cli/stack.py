@@ -39,10 +39,10 @@ def beat(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the scheduler of reconciler sweeps (a plain `celery beat` underneath)."""
-    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.settings import load_settings
     from warrant.runner.stack.roles import beat_command
 
-    command = beat_command(WarrantSettings(), loglevel=loglevel)
+    command = beat_command(load_settings(), loglevel=loglevel)
     if as_json:
         print_json({"command": command})
     os.execv(command[0], command)
@@ -99,10 +99,10 @@ def worker(
 def _stack(
     as_json: bool, concurrency: int = 1, *, serve: int | None = None, serve_host: str = ""
 ) -> Any:
-    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.settings import load_settings
     from warrant.runner.stack.local import Stack
 
-    stack = Stack(WarrantSettings(), concurrency=concurrency)
+    stack = Stack(load_settings(), concurrency=concurrency)
     try:
         with console.status("starting services …") if not as_json else nullcontext():
             guard(as_json, stack.start_services)
@@ -214,9 +214,9 @@ def up(
 
 
 def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_host: str) -> None:
-    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.settings import load_settings
 
-    data_dir = WarrantSettings().data_dir
+    data_dir = load_settings().data_dir
     extra = ["--serve", str(serve), "--serve-host", serve_host] if serve is not None else []
     with console.status("starting services and workers …") if not as_json else nullcontext():
         info = guard(
@@ -234,9 +234,9 @@ def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_ho
 
 def down(as_json: JsonOpt = False) -> None:
     """Stop the stack that `warrant up --detach` started (SIGTERM; waits for a clean stop)."""
-    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.settings import load_settings
 
-    data_dir = WarrantSettings().data_dir
+    data_dir = load_settings().data_dir
     with console.status("stopping …") if not as_json else nullcontext():
         out = guard(as_json, lambda: background.stop(data_dir))
     print_json(out) if as_json else console.print(f"stopped (pid {out['stopped']})")

@@ -24,11 +24,11 @@ tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
 def tools_list(as_json: JsonOpt = False) -> None:
     """Every tool contract, with JSON Schemas in the shape MCP uses."""
     from warrant.runner.confirmation_rules import required_policy
-    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.settings import load_settings
     from warrant.tools.plugins import registry_for
 
     registry = guard(as_json, registry_for)
-    relaxed = WarrantSettings().relaxed_tools
+    relaxed = load_settings().relaxed_tools
     tools = []
     for t in registry:
         policy, why = required_policy(t, relaxed=relaxed, flagged=False)

@@ -35,7 +35,7 @@ from warrant.runner.errors import (
     SpecError,
     Unauthorized,
 )
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import load_settings
 from warrant.runner.spec import Grant
 
 __all__ = ["ApprovalsClient", "Origin"]
@@ -220,7 +220,7 @@ class ApprovalsClient(RunsClient):
         item = PreApproval(
             tool=tool, tool_version=tool_version, arguments=arguments, approved_by=approved_by
         )
-        floor = WarrantSettings().approvals_floor
+        floor = load_settings().approvals_floor
         record = pre_approval_record(item, registry_for(), field="pre_approval", floor=floor)
         with session_scope(self.engine) as s:
             run = _open_run(s, run_id, "pre-approve proposals of")
@@ -236,7 +236,7 @@ class ApprovalsClient(RunsClient):
 
     @staticmethod
     def _check_operator(token: str | None, what: str) -> None:
-        expected = WarrantSettings().operator_token
+        expected = load_settings().operator_token
         if expected and not hmac.compare_digest(expected, token or ""):
             raise Unauthorized(f"a valid operator token is required to {what}")
 
@@ -284,7 +284,7 @@ def _self_approval_events(
         run.started_by,
         str(decider["by"]),
         tool_allows=bool(request.get("self_approval_allowed")),
-        deployment_allows=WarrantSettings().approver_may_approve_own_runs,
+        deployment_allows=load_settings().approver_may_approve_own_runs,
     )
     if why is None:
         return []

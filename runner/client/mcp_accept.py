@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from warrant.runner.errors import NotFound, PluginError
-from warrant.runner.settings import WarrantSettings, resolved_urls
+from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
 
 __all__ = ["accept_tool"]
 
@@ -27,7 +27,7 @@ def accept_tool(
     from warrant.tools.mcp import load_config, server_tools
     from warrant.tools.mcp_pins import mcp_definition
 
-    settings = settings or WarrantSettings()
+    settings = settings or load_settings()
     path = settings.mcp_config
     if path is None:
         raise PluginError(

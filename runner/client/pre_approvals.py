@@ -14,10 +14,10 @@ def pre_approval_records(spec: RunSpec) -> list[dict[str, Any]]:
     if not spec.pre_approved:
         return []
     from warrant.runner.confirmation_rules import pre_approval_record
-    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.settings import load_settings
     from warrant.tools.plugins import registry_for
 
-    registry, floor = registry_for(), WarrantSettings().approvals_floor
+    registry, floor = registry_for(), load_settings().approvals_floor
     return [
         pre_approval_record(item, registry, field=f"pre_approved.{index}", floor=floor)
         for index, item in enumerate(spec.pre_approved)

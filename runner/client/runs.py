@@ -80,21 +80,21 @@ class RunsClient:
             spec = parse_run_spec(spec)
         if isinstance(spec.planner, PluginPlannerSpec):
             from warrant.runner.planners.kinds import check_planner, planner_kinds
-            from warrant.runner.settings import WarrantSettings
+            from warrant.runner.settings import load_settings
 
-            settings = WarrantSettings()
+            settings = load_settings()
             kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
             check_planner(spec, kinds)
         if spec.webhook is not None:
-            from warrant.runner.settings import WarrantSettings
+            from warrant.runner.settings import load_settings
             from warrant.runner.webhook_signing import check_webhook
 
-            check_webhook(spec, WarrantSettings())
+            check_webhook(spec, load_settings())
         if spec.budgets.max_cost is not None and isinstance(spec.planner, OpenAIPlannerSpec):
             from warrant.runner.costs import check_priced
-            from warrant.runner.settings import WarrantSettings
+            from warrant.runner.settings import load_settings
 
-            check_priced(spec, WarrantSettings().model_prices)
+            check_priced(spec, load_settings().model_prices)
         _check_against_registry(spec)
         from warrant.broker import telemetry
 

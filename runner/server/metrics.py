@@ -38,7 +38,7 @@ from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.metrics import LATENCY_BUCKETS_MS, LedgerMetrics, snapshot
 from warrant.runner.codes import RunStatus
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 
 __all__ = ["LedgerCollector", "metrics_registry", "metrics_response"]
 
@@ -53,7 +53,7 @@ class LedgerCollector:
 
     def __init__(self, engine: Engine, *, settings: WarrantSettings | None = None) -> None:
         self.engine = engine
-        settings = settings or WarrantSettings()
+        settings = settings or load_settings()
         self.stale_extra_s = settings.lease_margin_s + HARD_LIMIT_GRACE_S
 
     def describe(self) -> list[Metric]:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from warrant.runner.errors import InvalidRequest
-from warrant.runner.settings import WarrantSettings
+from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools.contract import Isolation
 
 __all__ = [
@@ -107,9 +107,9 @@ def role_concurrency(role: str, concurrency: int | None) -> int:
     if concurrency is not None:
         return concurrency
     if role == "planner":
-        return WarrantSettings().planner_concurrency
+        return load_settings().planner_concurrency
     if role == "tool":
-        return WarrantSettings().tool_concurrency
+        return load_settings().tool_concurrency
     return 1
 
 
@@ -206,7 +206,7 @@ def _check_limits() -> None:
     from warrant.runner.settings import resolved_urls
     from warrant.tools.plugins import registry_for
 
-    settings = WarrantSettings()
+    settings = load_settings()
     table = limit_table(settings, registry_for(settings, ask_mcp_servers=False))
     try:
         broker_url: str | None = resolved_urls(settings)[0]

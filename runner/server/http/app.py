@@ -35,8 +35,9 @@ error is `{"error": {"code", "message"}}` with a stable code."""
 def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     """The API over ``client`` (default :meth:`Client.from_env`) and ``tokens`` (default the
     token service on the client's engine)."""
-    from warrant.runner.settings import WarrantSettings
+    from warrant.runner.settings import load_settings
 
+    settings = load_settings()  # a bad setting stops the server here: SETTINGS_INVALID
     if client is None:
         from warrant.runner.client.api import Client
 
@@ -46,9 +47,7 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
 
         tokens = Tokens(client.engine)
     app = FastAPI(title="warrant", version=API_VERSION, description=DESCRIPTION)
-    app.state.deps = Deps(
-        client=client, tokens=tokens, operator_token=WarrantSettings().operator_token
-    )
+    app.state.deps = Deps(client=client, tokens=tokens, operator_token=settings.operator_token)
     errors.install(app)
     app.include_router(runs.router)
     app.include_router(actions.router)

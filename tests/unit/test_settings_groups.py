@@ -1,0 +1,167 @@
+"""The settings are grouped by role (``warrant.runner.settings_groups``) without any variable
+changing its name, and a process reads and validates them once (``load_settings``)."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from warrant.runner.errors import SettingsInvalid
+from warrant.runner.settings import (
+    GROUPS,
+    WarrantSettings,
+    load_settings,
+    reload_settings,
+)
+from warrant.runner.settings_groups import Approvals, Connections, Reconciler, Webhooks
+
+#: Every variable ``WarrantSettings`` read before it was grouped: compose files, docs, tests and
+#: deployments name them, so none may change.
+VARIABLES = [
+    "BROKER_URL",
+    "DATABASE_URL",
+    "DATA_DIR",
+    "VISIBILITY_TIMEOUT_S",
+    "RECONCILE_INTERVAL_S",
+    "STALL_AFTER_S",
+    "LEASE_MARGIN_S",
+    "SWEEP_BATCH",
+    "MAX_RECONCILE_ATTEMPTS",
+    "SWEEP_LOCK_TIMEOUT_S",
+    "LEASE_HEARTBEAT_S",
+    "LEASE_HEARTBEAT_TIMEOUT_S",
+    "PLANNER_CONCURRENCY",
+    "TOOL_CONCURRENCY",
+    "DB_CONNECT_TIMEOUT_S",
+    "DB_KEEPALIVES_IDLE_S",
+    "DB_KEEPALIVES_INTERVAL_S",
+    "DB_KEEPALIVES_COUNT",
+    "DB_TCP_USER_TIMEOUT_S",
+    "DB_STATEMENT_TIMEOUT_S",
+    "DB_IDLE_IN_TRANSACTION_TIMEOUT_S",
+    "BROKER_SOCKET_TIMEOUT_S",
+    "BROKER_CONNECT_TIMEOUT_S",
+    "BROKER_HEALTH_CHECK_INTERVAL_S",
+    "MODEL_PRICES",
+    "MODEL_LIMITS",
+    "TOOL_LIMITS",
+    "LIMITS_URL",
+    "LIMITS_WINDOW_S",
+    "ALLOW_REMOTE_MODELS",
+    "SERVER_URL",
+    "API_TOKEN",
+    "OPERATOR_TOKEN",
+    "APPROVER_MAY_APPROVE_OWN_RUNS",
+    "REVOKED_RUNS_KEPT",
+    "TASK_EVENTS",
+    "TOOLS",
+    "PLUGIN_ENTRY_POINTS",
+    "TOOL_DEPS",
+    "PLANNERS",
+    "MCP_CONFIG",
+    "RELAX_CONFIRMATION",
+    "OBSERVE_TOOLS",
+    "APPROVALS_REQUIRED",
+    "WEBHOOK_SECRET",
+    "WEBHOOK_MAX_ATTEMPTS",
+    "WEBHOOK_TIMEOUT_S",
+    "WEBHOOK_RETRY_BASE_S",
+    "WEBHOOK_RETRY_CAP_S",
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """Each test starts and ends with the settings read again (the environment it set)."""
+    reload_settings()
+    yield
+    reload_settings()
+
+
+def test_every_field_is_in_exactly_one_group_and_no_variable_changed_its_name():
+    grouped = [name for _, group, _ in GROUPS for name in group.model_fields]
+    assert len(grouped) == len(set(grouped))
+    assert set(grouped) == set(WarrantSettings.model_fields)
+    assert sorted(f"{name.upper()}" for name in grouped) == sorted(VARIABLES)
+    attributes = [attribute for attribute, _, _ in GROUPS]
+    assert not set(attributes) & set(WarrantSettings.model_fields)  # no view hides a field
+    for attribute, group, heading in GROUPS:
+        assert heading and group.__doc__, attribute
+
+
+def test_a_group_is_a_typed_frozen_view_of_the_same_values(monkeypatch):
+    monkeypatch.setenv("WARRANT_LEASE_MARGIN_S", "7")
+    monkeypatch.setenv("WARRANT_DB_CONNECT_TIMEOUT_S", "3")
+    monkeypatch.setenv("WARRANT_WEBHOOK_SECRET", "k")
+    monkeypatch.setenv("WARRANT_RELAX_CONFIRMATION", "pay, refund")
+    settings = load_settings()
+    assert isinstance(settings.reconciler, Reconciler)
+    assert settings.reconciler.lease_margin_s == settings.lease_margin_s == 7
+    assert isinstance(settings.connections, Connections)
+    assert settings.connections.db_connect_timeout_s == 3
+    assert settings.connections.services_file == settings.services_file
+    assert isinstance(settings.webhooks, Webhooks) and settings.webhooks.webhook_secret == "k"
+    assert isinstance(settings.approvals, Approvals)
+    assert settings.approvals.relaxed_tools == settings.relaxed_tools == {"pay", "refund"}
+    for attribute, group, _ in GROUPS:
+        view = getattr(settings, attribute)
+        assert type(view) is group
+        assert view.model_dump() == {n: getattr(settings, n) for n in group.model_fields}
+    with pytest.raises(pydantic.ValidationError):
+        settings.reconciler.lease_margin_s = 1  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        settings.lease_margin_s = 1  # type: ignore[misc]  # shared by the process: frozen
+
+
+def test_a_group_validates_its_own_fields_together():
+    with pytest.raises(pydantic.ValidationError, match="WARRANT_LEASE_HEARTBEAT_S"):
+        Reconciler(lease_heartbeat_s=10, lease_heartbeat_timeout_s=15)
+    with pytest.raises(pydantic.ValidationError, match="WARRANT_OBSERVE_TOOLS"):
+        Approvals(observe_tools="*,pay")
+
+
+def test_the_environment_is_read_once_and_again_only_when_it_changed(monkeypatch):
+    reads = []
+    real_init = WarrantSettings.__init__
+
+    def counting_init(self, **values):
+        reads.append(values)
+        real_init(self, **values)
+
+    monkeypatch.setattr(WarrantSettings, "__init__", counting_init)
+    monkeypatch.setenv("WARRANT_STALL_AFTER_S", "12")
+    first = load_settings()
+    assert load_settings() is first and load_settings() is first
+    assert (len(reads), first.stall_after_s) == (1, 12)
+    monkeypatch.setenv("WARRANT_STALL_AFTER_S", "13")  # a test's (never a deployment's) change
+    second = load_settings()
+    assert (len(reads), second.stall_after_s, first.stall_after_s) == (2, 13, 12)
+    assert load_settings() is second
+    third = reload_settings()
+    assert third is not second and third == second and len(reads) == 3
+    monkeypatch.setenv("SOMETHING_ELSE", "1")  # not a WARRANT_* variable: not read again
+    assert load_settings() is third and len(reads) == 3
+
+
+def test_an_invalid_value_is_settings_invalid_naming_its_variable(monkeypatch):
+    monkeypatch.setenv("WARRANT_LEASE_HEARTBEAT_S", "-1")
+    with pytest.raises(SettingsInvalid, match="WARRANT_LEASE_HEARTBEAT_S") as caught:
+        load_settings()
+    assert caught.value.code == "SETTINGS_INVALID"
+    assert caught.value.to_dict()["code"] == "SETTINGS_INVALID"
+    with pytest.raises(SettingsInvalid):  # a refused environment is not remembered as good
+        load_settings()
+    monkeypatch.setenv("WARRANT_LEASE_HEARTBEAT_S", "2")
+    monkeypatch.setenv("WARRANT_LEASE_HEARTBEAT_TIMEOUT_S", "5")
+    with pytest.raises(SettingsInvalid, match="WARRANT_LEASE_HEARTBEAT_TIMEOUT_S must be"):
+        load_settings()
+    monkeypatch.setenv("WARRANT_LEASE_HEARTBEAT_TIMEOUT_S", "8")
+    assert load_settings().reconciler.lease_heartbeat_s == 2
+
+
+def test_secrets_are_not_shown_in_the_message(monkeypatch):
+    monkeypatch.setenv("WARRANT_WEBHOOK_MAX_ATTEMPTS", "s3cr3t-value")
+    with pytest.raises(SettingsInvalid) as caught:
+        load_settings()
+    assert "WARRANT_WEBHOOK_MAX_ATTEMPTS" in str(caught.value)
+    assert "s3cr3t-value" not in str(caught.value)
