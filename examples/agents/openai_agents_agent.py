@@ -6,7 +6,7 @@ import os
 from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from warrant.runner.client.api import Client
+from warrant import Client
 from warrant.runner.contrib.openai_agents import WarrantTools
 
 set_tracing_disabled(True)  # this example exports no traces to OpenAI

@@ -7,7 +7,7 @@ from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from warrant.runner.client.api import Client
+from warrant import Client
 from warrant.runner.contrib.pydantic_ai import WarrantToolset
 
 client = Client.from_env()
