@@ -76,15 +76,16 @@ def modules() -> Iterator[Module]:
 
 
 def declared_layer(tree: ast.Module) -> str | None:
-    """The module's own ``__layer__ = "..."``, if it says one."""
+    """The module's own ``__layer__ = "..."``, if it says one (``""`` when ``__layer__`` is
+    assigned something other than a string literal: it names no layer, and is reported)."""
     for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "__layer__" for t in node.targets)
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__layer__" for t in node.targets
         ):
-            return node.value.value
+            value = node.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                return value.value
+            return ""
     return None
 
 
@@ -97,7 +98,7 @@ def declared_layers() -> dict[str, str]:
         parts = name.split(".")
         for size in range(len(parts), 0, -1):
             candidate = ".".join(parts[:size])
-            if own.get(candidate):
+            if own.get(candidate) is not None:
                 found[name] = own[candidate]  # type: ignore[assignment]
                 break
     return found
@@ -172,7 +173,9 @@ def upward_imports() -> list[tuple[str, str]]:
 
 
 def unlayered() -> list[str]:
-    return sorted(m.name for m in modules() if layer_of(m.name) is None and m.name not in PACKAGES)
+    """Modules that resolve to no layer: neither they nor a package above them declare one
+    (the four top-level packages included), or the declaration is not one of :data:`LAYERS`."""
+    return sorted(m.name for m in modules() if layer_of(m.name) is None)
 
 
 def cycles() -> list[list[str]]:

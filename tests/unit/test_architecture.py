@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from tests.lint import architecture as arch
 
 
@@ -44,3 +46,34 @@ def test_the_checker_sees_a_violation() -> None:
     assert arch._SQL.search("run = s.get(Run, run_id)")
     assert arch._SQL.search("conn.execute(select(Run))")
     assert not arch._SQL.search("progress.update(task)")
+
+
+def test_layers_are_declared_next_to_the_code() -> None:
+    """A package's ``__init__`` declares the layer of its modules; a module that differs
+    declares its own."""
+    assert arch.layer_of("runner") == arch.LAYERS.index("pure core")
+    assert arch.layer_of("runner.errors") == arch.LAYERS.index("codes and errors")
+    assert arch.layer_of("runner.planners.kinds") == arch.LAYERS.index("adapters")
+    assert arch.layer_of("tools.contract") == arch.LAYERS.index("pure core")
+    assert arch.layer_of("tools.builtin") == arch.LAYERS.index("adapters")
+    assert arch.layer_of("runner.server.http.app") == len(arch.LAYERS) - 1
+
+
+def test_a_module_that_resolves_to_no_layer_is_reported(monkeypatch) -> None:
+    """A typo, a computed value or no declaration at all (a top-level package included) is
+    reported, not silently given its package's layer."""
+
+    def module(name: str, source: str) -> arch.Module:
+        return arch.Module(name, arch.ROOT / f"{name}.py", ast.parse(source), 1)
+
+    fake = [
+        module("runner", '__layer__ = "pure core"'),
+        module("runner.typo", '__layer__ = "pure cor"'),
+        module("runner.computed", '__layer__ = "pure " + "core"'),
+        module("runner.plain", "x = 1"),
+        module("elsewhere", "x = 1"),
+    ]
+    monkeypatch.setattr(arch, "modules", lambda: iter(fake))
+    monkeypatch.setattr(arch, "declared_layers", arch.declared_layers.__wrapped__)
+    assert arch.layer_of("runner.plain") == arch.LAYERS.index("pure core")
+    assert arch.unlayered() == ["elsewhere", "runner.computed", "runner.typo"]
