@@ -47,7 +47,7 @@ from warrant.runner.canonical import idempotency_token
 from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSource, StopReason
 from warrant.runner.confirmation_rules import approvals_required
 from warrant.runner.grants import narrowed
-from warrant.runner.provenance import sources_from
+from warrant.runner.provenance_sources import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import GrantView, RunView
 from warrant.tools.contract import SideEffect
@@ -167,7 +167,8 @@ def _provenance(
         return None
     with autocommit(ctx.engine) as conn:
         row = load_provenance(conn, run_id)
-    return None if row is None else sources_from(row.goal, row.spec, row.observations)
+    found = ctx.registry.attributions()
+    return None if row is None else sources_from(*row, attributions=found)
 
 
 def _looping(decision: policy.Halt) -> bool:

@@ -11,6 +11,15 @@ Each argument value gets an **origin**: ``trusted`` (it appears in trusted text)
 read: the model made it up, or knew it from elsewhere), or ``unchecked`` (free text that
 proves nothing either way). Values are matched as whole tokens, case-insensitively.
 
+Two origins come from the items of untrusted outputs whose tools declare who wrote each
+(``Tool.attribution``, :mod:`warrant.runner.vouching`), and pass like trusted ones:
+``vouched`` (found in an item whose author the user named: "the link Bob sent me") and
+``author`` (a destination that is an item's author as the service reports it: a reply to a
+mail's sender). A destination that only an ``author`` origin vouches for receives nothing
+another item or observation said (a reference, an amount): such a call is ``disclosed`` and
+treated like an untrusted destination (the sender may be the attacker asking for the
+figures).
+
 What must be trusted, and what a value that is not does (:class:`~warrant.tools.contract.
 UntrustedPolicy`, per tool):
 
@@ -30,25 +39,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from warrant.runner.codes import ObservationSource, Rejection
+from warrant.runner.codes import Rejection
 from warrant.runner.mentions import destination_candidates, token
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
+from warrant.runner.vouching import data_tokens
 from warrant.tools.contract import FlagAction, SideEffect, Tool
 
 __all__ = [
     "EXCERPT_CHARS",
     "MIN_CHARS",
     "analyse",
+    "disclosures",
     "embedded_values",
     "leaf_strings",
     "provenance_of",
     "refusal",
-    "sources_from",
     "trace_details",
     "vouched",
 ]
@@ -143,15 +153,7 @@ def refusal(found: dict[str, Any]) -> str | None:
     refused = found.get("refused") or []
     if not refused:
         return None
-    said = "; ".join(
-        f"{f['argument']} ({f['what']}): "
-        + (
-            f"found only in untrusted content {f['observation_id']}"
-            if f["origin"] == "untrusted"
-            else "in nothing the user or a trusted tool said"
-        )
-        for f in refused
-    )
+    said = "; ".join(f"{f['argument']} ({f['what']}): {_why(f)}" for f in refused)
     return f"not from trusted text: {said}"
 
 
@@ -175,25 +177,60 @@ def trace_details(found: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _why(flag: dict[str, Any]) -> str:
+    if flag["what"] == "disclosed":
+        return (
+            f"carries what {flag['observation_id']} said to a destination only the author of "
+            f"{', '.join(flag['to'])} vouches for"
+        )
+    if flag["origin"] == "untrusted":
+        return f"found only in untrusted content {flag['observation_id']}"
+    return "in nothing the user or a trusted tool said"
+
+
 @dataclass(frozen=True)
 class _Text:
     """The run's text, folded once for matching."""
 
     trusted: str
     untrusted: list[tuple[str, str, str]]
+    vouched: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """``(item_id, text, folded, named_as)`` of the items whose author the user named."""
+    authors: dict[str, str] = field(default_factory=dict)
+    """Case-folded author -> the first item it wrote."""
 
-    def origin(self, candidate: str) -> tuple[str, str | None, str | None]:
-        """``(origin, observation_id, excerpt)`` of one candidate value."""
+    def origin(self, candidate: str, *, destination: bool = False) -> dict[str, Any]:
+        """The origin of one candidate value: ``trusted``, ``vouched`` (in an item whose
+        author the user named), ``author`` (a destination: an item's author, as the service
+        reports it), ``untrusted`` (with the observation and an excerpt) or ``unseen``."""
         pattern = token(candidate)
         if pattern.search(self.trusted):
-            return "trusted", None, None
+            return {"origin": "trusted"}
+        for item_id, _, folded, named in self.vouched:
+            if pattern.search(folded):
+                return {"origin": "vouched", "observation_id": item_id, "named_as": named}
+        item = self.authors.get(candidate.strip().casefold())
+        if destination and item is not None:
+            return {"origin": "author", "observation_id": item}
         for oid, text, folded in self.untrusted:
             match = pattern.search(folded)
             if match is not None:
                 start = max(0, match.start() - EXCERPT_CHARS)
                 end = min(len(text), match.end() + EXCERPT_CHARS)
-                return "untrusted", oid, text[start:end]
-        return "unseen", None, None
+                return {"origin": "untrusted", "observation_id": oid, "excerpt": text[start:end]}
+        return {"origin": "unseen"}
+
+
+def _text_of(sources: ProvenanceSources) -> _Text:
+    authors: dict[str, str] = {}
+    for item_id, author, _, _ in sources.items:
+        authors.setdefault(author.casefold(), item_id)
+    return _Text(
+        trusted="\n".join(sources.trusted).casefold(),
+        untrusted=[(oid, t, t.casefold()) for oid, t in sources.untrusted],
+        vouched=[(i, t, t.casefold(), n) for i, _, t, n in sources.items if n is not None],
+        authors=authors,
+    )
 
 
 def analyse(
@@ -209,13 +246,11 @@ def analyse(
 ) -> dict[str, Any]:
     """What the proposal cites, each argument value's origin, and which values are flagged
     (asked), refused or allowed by the tool's policy."""
-    text = _Text(
-        trusted="\n".join(sources.trusted).casefold(),
-        untrusted=[(oid, t, t.casefold()) for oid, t in sources.untrusted],
-    )
+    text = _text_of(sources)
     untrusted_ids = {oid for oid, _ in sources.untrusted}
     origins: dict[str, dict[str, Any]] = {}
     by_action: dict[FlagAction, list[dict[str, Any]]] = {a: [] for a in FlagAction}
+    free_text: list[tuple[str, str, str]] = []
     for path, value in leaf_strings(arguments):
         top = path.split(".")[0].split("[")[0]
         kind = resources.get(top)
@@ -229,11 +264,15 @@ def analyse(
             if len(value.strip()) >= MIN_CHARS:
                 checks.append(("value", value.strip()))
             action = content
+            free_text.append((path, shown, value))
         origin = _worst(path, shown, checks, text)
         origins[path] = origin
         flag = origin.get("flag")
         if flag is not None:
             by_action[action].append(flag)
+    replied = {o["observation_id"] for o in origins.values() if o["origin"] == "author"}
+    if replied:  # the author vouches for a reply, not for what someone else said
+        by_action[destinations] += disclosures(free_text, to=replied, sources=sources)
     return {
         "cites": cites,
         "cites_untrusted": [c for c in cites if c in untrusted_ids],
@@ -247,31 +286,78 @@ def analyse(
 def _worst(path: str, shown: str, checks: list[tuple[str, str]], text: _Text) -> dict[str, Any]:
     """A value's origin: trusted only if every candidate in it is; else its first untrusted or
     unseen candidate, with the flag to raise. A ``value`` check (a whole free-text value) flags
-    only a copy from untrusted content: text the model wrote itself is not suspect."""
+    only a copy from untrusted content: text the model wrote itself is not suspect. A value
+    found in a vouched item, or a destination that is an item's author, passes as such."""
     if not checks:
         return {"origin": "unchecked"}
+    passed: dict[str, Any] | None = None
     for what, candidate in checks:
-        origin, oid, excerpt = text.origin(candidate)
+        found = text.origin(candidate, destination=what in ("destination", "embedded"))
+        origin = found["origin"]
         if origin == "trusted" or (what == "value" and origin == "unseen"):
+            continue
+        if origin in ("vouched", "author"):
+            passed = passed or found
             continue
         flag = {
             "argument": path,
             "value": shown,
             "what": what,
             "origin": origin,
-            "observation_id": oid,
-            "excerpt": excerpt,
+            "observation_id": found.get("observation_id"),
+            "excerpt": found.get("excerpt"),
         }
-        return {"origin": origin, "observation_id": oid, "what": what, "flag": flag}
+        return {**found, "what": what, "flag": flag}
+    if passed is not None:
+        return passed
     if all(what == "value" for what, _ in checks):
         return {"origin": "unchecked"}
     return {"origin": "trusted"}
 
 
+def disclosures(
+    free_text: list[tuple[str, str, str]], *, to: set[str], sources: ProvenanceSources
+) -> list[dict[str, Any]]:
+    """Flags for data sent to a destination only an item's author vouches for (``to``: those
+    items): a token carrying data (a reference, an amount, an account) in a free-text argument
+    that another observation or item said and the user did not. Replying to a mail's sender is
+    fine; sending them what someone else wrote is not (the sender may be the attacker asking
+    for it): the destination is then no better than untrusted (the tool's ``destinations``
+    rule, refused by default)."""
+    user = "\n".join(sources.user).casefold()
+    others = [(i, t) for i, _, t, _ in sources.items if i not in to]
+    attributed = {i.split(".")[0] for i, *_ in sources.items}
+    others += [(oid, t) for oid, t in sources.untrusted if oid not in attributed]
+    others += [(name, t) for name, t in sources.task if name.startswith("observations:")]
+    flags = []
+    for path, shown, value in free_text:
+        for data in data_tokens(value):
+            pattern = token(data)
+            if pattern.search(user):
+                continue
+            where = next((i for i, t in others if pattern.search(t.casefold())), None)
+            if where is not None:
+                flags.append(_disclosed(path, shown, where, sorted(to)))
+                break
+    return flags
+
+
+def _disclosed(path: str, shown: str, where: str, to: list[str]) -> dict[str, Any]:
+    return {
+        "argument": path,
+        "value": shown,
+        "what": "disclosed",
+        "origin": "untrusted",
+        "observation_id": where,
+        "excerpt": None,
+        "to": to,
+    }
+
+
 def _destination_candidates(value: str, kind: ResourceKind | None, text: _Text) -> list[str]:
     """What must be trusted of a destination (:func:`warrant.runner.mentions.
     destination_candidates`)."""
-    return destination_candidates(value, kind, lambda v: text.origin(v)[0] == "trusted")
+    return destination_candidates(value, kind, lambda v: text.origin(v)["origin"] == "trusted")
 
 
 def _embedded_candidates(value: str, text: _Text) -> list[tuple[ResourceKind, str]]:
@@ -279,42 +365,3 @@ def _embedded_candidates(value: str, text: _Text) -> list[tuple[ResourceKind, st
     for kind, item in embedded_values(value):
         found += [(kind, c) for c in _destination_candidates(item, kind, text)]
     return found
-
-
-#: Observations whose text is trusted: a person's answer, a tool that declares its output so.
-_TRUSTED_SOURCES = frozenset({ObservationSource.USER.value, ObservationSource.TRUSTED_TOOL.value})
-
-
-def sources_from(
-    goal: str, spec: dict[str, Any], observations: list[list[Any]]
-) -> ProvenanceSources:
-    """Trusted text: the goal, the spec without its planner section (a scripted planner's
-    outputs are the model's, not the user's), a person's answers and trusted tools'
-    observations; untrusted: every other tool's. Policy refusals are neither. ``task``: the
-    same trusted text by the source name a task-scoped grant gives it."""
-    user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
-    spec_text = [text for _, text in leaf_strings(user_spec)]
-    trusted = [goal, *spec_text]
-    task = [("goal", goal), *(("spec", text) for text in spec_text)]
-    untrusted = []
-    for observation_id, source, content in observations:
-        if source == ObservationSource.POLICY.value:
-            continue  # a refusal echoes the model's own proposal: it vouches for nothing
-        # every number: a short id a tool returned is still what it said
-        text = "\n".join(t for _, t in leaf_strings(content, numbers=True))
-        if source in _TRUSTED_SOURCES:
-            trusted.append(text)
-            if (name := _task_source(observation_id, source, content)) is not None:
-                task.append((name, text))
-        else:  # untrusted-content, and any source this version does not know
-            untrusted.append((observation_id, text))
-    return ProvenanceSources(trusted=tuple(trusted), untrusted=tuple(untrusted), task=tuple(task))
-
-
-def _task_source(observation_id: str, source: str, content: Any) -> str | None:
-    """The ``destinations_from`` name of a trusted observation: ``answers`` for a person's
-    answer, ``observations:<tool>`` for a trusted tool's output (None for the goal's own)."""
-    if source == ObservationSource.USER.value:
-        return None if observation_id == "user-1" else "answers"
-    tool = content.get("tool") if isinstance(content, dict) else None
-    return f"observations:{tool}" if isinstance(tool, str) and tool else None

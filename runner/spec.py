@@ -85,7 +85,11 @@ MAX_INT = 2**31 - 1
 
 #: A source a task-scoped grant names (:attr:`Grant.destinations_from`).
 DestinationSource = Annotated[
-    str, Field(pattern=r"^(goal|spec|answers|observations:[^\s]{1,200})$", max_length=213)
+    str,
+    Field(
+        pattern=r"^(goal|spec|answers|named|authors|observations:[^\s]{1,200})$",
+        max_length=213,
+    ),
 ]
 
 
@@ -108,7 +112,10 @@ class Grant(_Strict):
     )
     """A task-scoped grant: it covers a call only if each of its resource values is also
     mentioned (whole token) in one of these: ``goal``, ``spec``, ``answers``,
-    ``observations:<tool>`` (a tool whose output is trusted). ``None`` = not narrowed."""
+    ``observations:<tool>`` (a tool whose output is trusted), ``named`` (items of untrusted
+    outputs whose author the user named: ``Tool.attribution``), ``authors`` (the authors of
+    those outputs' items, as the service reports them: a reply to a sender). ``None`` = not
+    narrowed."""
 
 
 class Budgets(_Strict):

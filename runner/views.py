@@ -149,7 +149,14 @@ class ProvenanceSources:
     """``(source, text)`` pairs a task-scoped grant may name (``Grant.destinations_from``):
     ``goal``, ``spec`` (the spec's text, planner section excluded), ``answers`` (a person's
     answers), ``observations:<tool>`` (outputs of that tool, only if its contract declared
-    them trusted)."""
+    them trusted), ``named`` (items of untrusted outputs whose author the user named),
+    ``authors`` (those items' authors, as the service reports them)."""
+    items: tuple[tuple[str, str, str, str | None], ...] = ()
+    """Attributed items of untrusted observations (:mod:`warrant.runner.vouching`):
+    ``(item_id, author, text, named_as)``; ``named_as`` is the user's word naming the author
+    (a vouched source), or None."""
+    user: tuple[str, ...] = ()
+    """The user's own words: the goal, the spec (planner excluded), a person's answers."""
 
 
 def request_as_shown(request: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from warrant.runner.errors import (
     ToolUnknown,
 )
 from warrant.runner.scopes import ResourceKind
+from warrant.tools.attribution import Attribution
 from warrant.tools.batches import Batch, ItemResult, ItemStatus
 from warrant.tools.contract import (
     ConfirmationPolicy,
@@ -34,6 +35,7 @@ from warrant.tools.registry import DepsContext, Plugin, Registry
 
 __all__ = [
     "Accepted",
+    "Attribution",
     "Batch",
     "ConfirmationPolicy",
     "DepsContext",

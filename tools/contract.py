@@ -16,7 +16,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
+from warrant.tools.attribution import Attribution
 from warrant.tools.batches import Batch, item_token
 from warrant.tools.jobs import Accepted, JobHooks
 from warrant.tools.preconditions import PreconditionContext
@@ -250,6 +251,10 @@ class Tool(Generic[InputT, OutputT]):
     (:mod:`warrant.runner.provenance`)."""
     untrusted: UntrustedPolicy = field(default_factory=lambda: UntrustedPolicy())
     """What the provenance layer does with a value that no trusted text supplied."""
+    attribution: Attribution | None = None
+    """Untrusted output: which field says who wrote each item, as the service reports it
+    (:class:`~warrant.tools.attribution.Attribution`). An item whose author the user named is
+    a source the user vouched for; an item's author may be replied to."""
     describe_resources: Callable[[InputT, Any, str], Mapping[str, Any]] | None = None
     """``(args, deps, subject)``: what the call's resources refer to, for the person asked to
     confirm it (a file's name and size, a recipient's display name, "never mailed before"),
@@ -374,6 +379,7 @@ class Tool(Generic[InputT, OutputT]):
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
             "egress": self.egress,
             "isolation": self.isolation.value,
+            **({"attribution": asdict(self.attribution)} if self.attribution else {}),
         }
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.errors import PluginError
+from warrant.tools.attribution import Attribution
 from warrant.tools.contract import Tool
 
 if TYPE_CHECKING:
@@ -93,6 +94,11 @@ class Registry:
 
     def by_name(self, name: str) -> list[Tool[Any, Any]]:
         return [t for (n, _), t in self._tools.items() if n == name]
+
+    def attributions(self) -> dict[str, Attribution]:
+        """Tool name -> its output's :class:`~warrant.tools.attribution.Attribution` (tools
+        that declare one; observations name their tool, not its version)."""
+        return {t.name: t.attribution for t in self._tools.values() if t.attribution is not None}
 
     def names(self) -> list[str]:
         return sorted({name for name, _ in self._tools})

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     )
     from warrant.tools import (
         Accepted,
+        Attribution,
         Batch,
         ConfirmationPolicy,
         DepsContext,
@@ -78,6 +79,7 @@ _RUNNER_SOURCES: dict[str, str] = {
 }
 _TOOLS_NAMES = (
     "Accepted",
+    "Attribution",
     "Batch",
     "ItemResult",
     "ItemStatus",
@@ -105,6 +107,7 @@ _SOURCES = _RUNNER_SOURCES | {name: "warrant.tools" for name in _TOOLS_NAMES}
 
 __all__ = [
     "Accepted",
+    "Attribution",
     "Batch",
     "BrokerUnavailable",
     "Budgets",

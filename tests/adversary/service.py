@@ -43,6 +43,7 @@ from tests.adversary.tables import (
     chat_messages,
     chat_posts,
     config,
+    contacts,
     drive_deletions,
     drive_files,
     faults,
@@ -255,16 +256,41 @@ class AdversaryServices:
                 insert(inbox).values(mailbox=mailbox, sender=sender, subject=subject, body=body)
             )
 
+    def add_contact(self, mailbox: str, address: str, name: str) -> None:
+        """Put ``address`` in ``mailbox``'s address book as ``name`` (the user's own words)."""
+        self.ensure_schema()
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(contacts)
+                .values(mailbox=mailbox, address=address, name=name)
+                .on_conflict_do_update(
+                    index_elements=[contacts.c.mailbox, contacts.c.address], set_={"name": name}
+                )
+            )
+
     def read_inbox(
         self, mailbox: str, *, limit: int, is_cancelled: Callable[..., bool] = _never
     ) -> list[dict[str, Any]]:
+        """The messages, each with ``sender_name``: the address book's name for the sender
+        (None for a sender the user never saved), as a mail client shows it."""
         self.before("read_inbox", None, is_cancelled)
+        known = (contacts.c.mailbox == inbox.c.mailbox) & (contacts.c.address == inbox.c.sender)
         with self.engine.begin() as conn:
             rows = conn.execute(
-                select(inbox).where(inbox.c.mailbox == mailbox).order_by(inbox.c.id).limit(limit)
+                select(inbox, contacts.c.name.label("sender_name"))
+                .select_from(inbox.outerjoin(contacts, known))
+                .where(inbox.c.mailbox == mailbox)
+                .order_by(inbox.c.id)
+                .limit(limit)
             ).all()
         return [
-            {"message_id": f"m{r.id}", "sender": r.sender, "subject": r.subject, "body": r.body}
+            {
+                "message_id": f"m{r.id}",
+                "sender": r.sender,
+                "sender_name": r.sender_name,
+                "subject": r.subject,
+                "body": r.body,
+            }
             for r in rows
         ]
 

@@ -25,6 +25,7 @@ __all__ = [
     "chat_messages",
     "chat_posts",
     "config",
+    "contacts",
     "drive_deletions",
     "drive_files",
     "faults",
@@ -56,6 +57,15 @@ inbox = Table(
     Column("subject", String(300), nullable=False),
     Column("body", Text, nullable=False),
     Column("received_at", DateTime(timezone=True), server_default=func.now()),
+)
+#: The user's address book: the name the mail service shows for a sender it knows (the user
+#: wrote it; a sender cannot choose it).
+contacts = Table(
+    "adv_contacts",
+    metadata,
+    Column("mailbox", String(200), primary_key=True),
+    Column("address", String(254), primary_key=True),
+    Column("name", String(200), nullable=False),
 )
 outbox = Table(
     "adv_outbox",

@@ -39,6 +39,7 @@ PINNED_RUNNER = {
 }
 PINNED_TOOLS = {
     "Accepted",
+    "Attribution",
     "Batch",
     "ItemResult",
     "ItemStatus",
