@@ -56,6 +56,7 @@ __all__ = [
     "analyse",
     "disclosures",
     "embedded_values",
+    "flag_reason",
     "leaf_strings",
     "provenance_of",
     "refusal",
@@ -153,7 +154,7 @@ def refusal(found: dict[str, Any]) -> str | None:
     refused = found.get("refused") or []
     if not refused:
         return None
-    said = "; ".join(f"{f['argument']} ({f['what']}): {_why(f)}" for f in refused)
+    said = "; ".join(f"{f['argument']} ({f['what']}): {flag_reason(f)}" for f in refused)
     return f"not from trusted text: {said}"
 
 
@@ -177,7 +178,8 @@ def trace_details(found: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _why(flag: dict[str, Any]) -> str:
+def flag_reason(flag: dict[str, Any]) -> str:
+    """Where a flagged or refused value came from, in words (no value shown)."""
     if flag["what"] == "disclosed":
         return (
             f"carries what {flag['observation_id']} said to a destination only the author of "
@@ -224,7 +226,8 @@ class _Text:
 def _text_of(sources: ProvenanceSources) -> _Text:
     authors: dict[str, str] = {}
     for item_id, author, _, _ in sources.items:
-        authors.setdefault(author.casefold(), item_id)
+        if author:  # "": an author the caller chose (Attribution.replies=False)
+            authors.setdefault(author.casefold(), item_id)
     return _Text(
         trusted="\n".join(sources.trusted).casefold(),
         untrusted=[(oid, t, t.casefold()) for oid, t in sources.untrusted],

@@ -65,8 +65,10 @@ def sources_from(
             strings=lambda v: leaf_strings(v, numbers=True),
         ):
             named = named_as(item, words)
-            items.append((item.item_id, item.author, item.text, named))
-            task.append(("authors", item.author))
+            author = item.author if attribution.replies else ""
+            items.append((item.item_id, author, item.text, named))
+            if author:
+                task.append(("authors", author))
             if named is not None:
                 task.append(("named", item.text))
     return ProvenanceSources(

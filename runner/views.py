@@ -154,7 +154,7 @@ class ProvenanceSources:
     items: tuple[tuple[str, str, str, str | None], ...] = ()
     """Attributed items of untrusted observations (:mod:`warrant.runner.vouching`):
     ``(item_id, author, text, named_as)``; ``named_as`` is the user's word naming the author
-    (a vouched source), or None."""
+    (a vouched source), or None; ``author`` is ``""`` when it may not be replied to."""
     user: tuple[str, ...] = ()
     """The user's own words: the goal, the spec (planner excluded), a person's answers."""
 

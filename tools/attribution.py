@@ -30,8 +30,8 @@ class Attribution:
     ``Attribution(items="messages", author="sender", names=("sender_name",))``: the output's
     ``messages`` list, each message's ``sender`` authenticated by the mail service, and
     ``sender_name`` the name the user's address book gives that sender (a name the sender
-    cannot choose). ``Attribution(author="url")``: the whole output is one item, its author
-    the URL it was fetched from."""
+    cannot choose). ``Attribution(author="url", replies=False)``: the whole output is one item,
+    its author the URL it was fetched from (named by the goal, never replied to)."""
 
     author: str
     """The field of each item that says who wrote it, as the service reports it."""
@@ -41,6 +41,9 @@ class Attribution:
     names: tuple[str, ...] = ()
     """Fields of each item naming the author in words the service, not the author, chose
     (a contact's name from the user's address book). Never a display name the sender sets."""
+    replies: bool = True
+    """May an item's author be a destination (a reply to a mail's sender, a message to a
+    chat author)? ``False`` for an author the caller chose (the URL a page was fetched from)."""
 
     def __post_init__(self) -> None:
         if not self.author or any(not n for n in self.names):

@@ -12,6 +12,7 @@ from rich.table import Table
 from warrant.runner.cli.common import console
 from warrant.runner.cli.reveal import reveal_note
 from warrant.runner.cli.why import why_lines
+from warrant.runner.provenance import flag_reason
 
 __all__ = ["show_run"]
 
@@ -72,7 +73,9 @@ def _flag_line(flag: dict[str, Any]) -> str:
     as data, never as markup)."""
     head = f"{flag['argument']}={flag['value']!r}"
     what = flag.get("what", "value")
-    if flag.get("origin", "untrusted") == "untrusted":
+    if what == "disclosed":
+        where = flag_reason(flag)
+    elif flag.get("origin", "untrusted") == "untrusted":
         where = f"appears only in untrusted content ({flag['observation_id']}): …{flag['excerpt']}…"
     else:
         where = "appears in nothing the user or a trusted tool said"

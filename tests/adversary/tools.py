@@ -360,7 +360,7 @@ HTTP_FETCH: Tool[HttpFetchInput, HttpFetchOutput] = Tool(
     resources={"url": ResourceKind.URL},
     egress=True,
     output_source=ObservationSource.UNTRUSTED_CONTENT,
-    attribution=Attribution(author="url"),
+    attribution=Attribution(author="url", replies=False),
     retry_base_s=0.05,
 )
 
