@@ -82,6 +82,17 @@ def _flag_line(flag: dict[str, Any]) -> str:
     return f"{head} ({what}) {where}"
 
 
+def origin_words(origin: dict[str, Any]) -> str:
+    """``vouched by "Bob" (tool-1.messages[1])``, ``author of tool-1.messages[0]``, or the
+    bare origin."""
+    kind = str(origin.get("origin"))
+    if kind == "vouched":
+        return f"vouched by {origin.get('named_as')!r} ({origin.get('observation_id')})"
+    if kind == "author":
+        return f"author of {origin.get('observation_id')}"
+    return kind
+
+
 def approvals_line(request: dict[str, Any]) -> str:
     """``"1 of 2 approvals: alice (approver)"`` (M of N, who has approved so far)."""
     names = [str(a.get("by")) for a in request.get("approved_by") or []]
@@ -124,7 +135,7 @@ def _show_request(info: dict[str, Any]) -> None:
             )
         origins = provenance.get("origins") or {}
         if origins:
-            said = ", ".join(f"{path}: {o.get('origin')}" for path, o in origins.items())
+            said = ", ".join(f"{path}: {origin_words(o)}" for path, o in origins.items())
             console.print(f"  origins: {escape(said)}", soft_wrap=True)
         for path, text in (request.get("described") or {}).items():
             console.print(f"  the service says, {escape(path)}: {escape(text)}", soft_wrap=True)

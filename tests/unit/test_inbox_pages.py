@@ -231,3 +231,23 @@ def _who():
     from warrant.runner.authz import Identity, Role
 
     return Identity(token_id="t", name="carol", role=Role.APPROVER)
+
+
+def test_the_inbox_says_which_values_a_third_party_the_user_pointed_at_supplied():
+    """A vouched value (from an item whose author the goal names) and a reply's recipient (an
+    item's author) are shown as such, the naming word escaped: what that author wrote is
+    believed, so the approver is told whose words they are."""
+    origins = {
+        "iban": {"origin": "vouched", "observation_id": "tool-1.messages[1]", "named_as": "<b>Bob"},
+        "to[0]": {"origin": "author", "observation_id": "tool-1.messages[0]"},
+        "amount_cents": {"origin": "trusted"},
+    }
+    item = _request(flagged={"flagged": [], "origins": origins})
+    html = render.fragment("_inbox.html", {"items": [item], "may_confirm": True, "csrf": "c"})
+    assert "From a third party you pointed at" in html
+    assert "<code>iban</code> (in <code>tool-1.messages[1]</code>" in html
+    assert "&ldquo;&lt;b&gt;Bob&rdquo;" in html
+    assert "the author of <code>tool-1.messages[0]</code>" in html
+    assert "amount_cents" not in html.split("From a third party")[1].split("</p>")[0]
+    plain = render.fragment("_inbox.html", {"items": [_request()], "may_confirm": True})
+    assert "From a third party" not in plain

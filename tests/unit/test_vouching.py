@@ -199,3 +199,13 @@ def test_an_author_the_caller_chose_is_never_replied_to():
         resources={"target": ResourceKind.IDENTIFIER},
     )
     assert [f["origin"] for f in found["refused"]] == ["untrusted"]
+
+
+def test_the_cli_says_whose_words_a_value_is():
+    from warrant.runner.cli.run_shown import origin_words
+
+    vouched = {"origin": "vouched", "observation_id": "tool-1.messages[1]", "named_as": "Bob"}
+    assert origin_words(vouched) == "vouched by 'Bob' (tool-1.messages[1])"
+    author = {"origin": "author", "observation_id": "tool-1.messages[0]"}
+    assert origin_words(author) == "author of tool-1.messages[0]"
+    assert origin_words({"origin": "trusted"}) == "trusted"
