@@ -44,17 +44,16 @@ from typing import Any
 
 from warrant.runner.codes import Rejection
 from warrant.runner.mentions import destination_candidates, token
+from warrant.runner.replies import disclosures
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
-from warrant.runner.vouching import data_tokens
 from warrant.tools.contract import FlagAction, SideEffect, Tool
 
 __all__ = [
     "EXCERPT_CHARS",
     "MIN_CHARS",
     "analyse",
-    "disclosures",
     "embedded_values",
     "flag_reason",
     "leaf_strings",
@@ -181,10 +180,12 @@ def trace_details(found: dict[str, Any]) -> dict[str, Any]:
 def flag_reason(flag: dict[str, Any]) -> str:
     """Where a flagged or refused value came from, in words (no value shown)."""
     if flag["what"] == "disclosed":
-        return (
-            f"carries what {flag['observation_id']} said to a destination only the author of "
-            f"{', '.join(flag['to'])} vouches for"
+        what = (
+            f"what {flag['observation_id']} said"
+            if flag.get("observation_id")
+            else "a resource nobody named"
         )
+        return f"carries {what} to a destination only the author of {flag['to'][0]} vouches for"
     if flag["origin"] == "untrusted":
         return f"found only in untrusted content {flag['observation_id']}"
     return "in nothing the user or a trusted tool said"
@@ -198,21 +199,22 @@ class _Text:
     untrusted: list[tuple[str, str, str]]
     vouched: list[tuple[str, str, str, str]] = field(default_factory=list)
     """``(item_id, text, folded, named_as)`` of the items whose author the user named."""
-    authors: dict[str, str] = field(default_factory=dict)
-    """Case-folded author -> the first item it wrote."""
+    authors: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(kind, lower-cased author)`` -> the first item it wrote (authors a reply may go to)."""
 
-    def origin(self, candidate: str, *, destination: bool = False) -> dict[str, Any]:
+    def origin(self, candidate: str, *, kind: ResourceKind | None = None) -> dict[str, Any]:
         """The origin of one candidate value: ``trusted``, ``vouched`` (in an item whose
-        author the user named), ``author`` (a destination: an item's author, as the service
-        reports it), ``untrusted`` (with the observation and an excerpt) or ``unseen``."""
+        author the user named), ``author`` (a destination of ``kind``: an item's author, as
+        the service reports it), ``untrusted`` (with the observation and an excerpt) or
+        ``unseen``."""
         pattern = token(candidate)
         if pattern.search(self.trusted):
             return {"origin": "trusted"}
         for item_id, _, folded, named in self.vouched:
             if pattern.search(folded):
                 return {"origin": "vouched", "observation_id": item_id, "named_as": named}
-        item = self.authors.get(candidate.strip().casefold())
-        if destination and item is not None:
+        item = None if kind is None else self.authors.get((kind.value, candidate.strip().lower()))
+        if item is not None:
             return {"origin": "author", "observation_id": item}
         for oid, text, folded in self.untrusted:
             match = pattern.search(folded)
@@ -224,10 +226,9 @@ class _Text:
 
 
 def _text_of(sources: ProvenanceSources) -> _Text:
-    authors: dict[str, str] = {}
-    for item_id, author, _, _ in sources.items:
-        if author:  # "": an author the caller chose (Attribution.replies=False)
-            authors.setdefault(author.casefold(), item_id)
+    authors: dict[tuple[str, str], str] = {}
+    for item_id, author, kind in sources.authors:
+        authors.setdefault((kind, author.strip().lower()), item_id)
     return _Text(
         trusted="\n".join(sources.trusted).casefold(),
         untrusted=[(oid, t, t.casefold()) for oid, t in sources.untrusted],
@@ -253,29 +254,30 @@ def analyse(
     untrusted_ids = {oid for oid, _ in sources.untrusted}
     origins: dict[str, dict[str, Any]] = {}
     by_action: dict[FlagAction, list[dict[str, Any]]] = {a: [] for a in FlagAction}
-    free_text: list[tuple[str, str, str]] = []
     for path, value in leaf_strings(arguments):
         top = path.split(".")[0].split("[")[0]
         kind = resources.get(top)
         shown = "<sensitive>" if top in sensitive else value[:200]
+        checks: list[tuple[str, str, ResourceKind | None]]
         if kind is not None or top in credentials:
             what = "destination" if kind is not None else "credential"
-            checks = [(what, c) for c in _destination_candidates(value, kind, text)]
+            checks = [(what, c, kind) for c in _destination_candidates(value, kind, text)]
             action = destinations
         else:
-            checks = [("embedded", c) for _, c in _embedded_candidates(value, text)]
+            checks = [("embedded", c, k) for k, c in _embedded_candidates(value, text)]
             if len(value.strip()) >= MIN_CHARS:
-                checks.append(("value", value.strip()))
+                checks.append(("value", value.strip(), None))
             action = content
-            free_text.append((path, shown, value))
         origin = _worst(path, shown, checks, text)
         origins[path] = origin
         flag = origin.get("flag")
         if flag is not None:
             by_action[action].append(flag)
-    replied = {o["observation_id"] for o in origins.values() if o["origin"] == "author"}
+    replied = {path: o["observation_id"] for path, o in origins.items() if o["origin"] == "author"}
     if replied:  # the author vouches for a reply, not for what someone else said
-        by_action[destinations] += disclosures(free_text, to=replied, sources=sources)
+        by_action[destinations] += disclosures(
+            arguments, replied=replied, resources=resources, sources=sources, sensitive=sensitive
+        )
     return {
         "cites": cites,
         "cites_untrusted": [c for c in cites if c in untrusted_ids],
@@ -286,7 +288,9 @@ def analyse(
     }
 
 
-def _worst(path: str, shown: str, checks: list[tuple[str, str]], text: _Text) -> dict[str, Any]:
+def _worst(
+    path: str, shown: str, checks: list[tuple[str, str, ResourceKind | None]], text: _Text
+) -> dict[str, Any]:
     """A value's origin: trusted only if every candidate in it is; else its first untrusted or
     unseen candidate, with the flag to raise. A ``value`` check (a whole free-text value) flags
     only a copy from untrusted content: text the model wrote itself is not suspect. A value
@@ -294,8 +298,8 @@ def _worst(path: str, shown: str, checks: list[tuple[str, str]], text: _Text) ->
     if not checks:
         return {"origin": "unchecked"}
     passed: dict[str, Any] | None = None
-    for what, candidate in checks:
-        found = text.origin(candidate, destination=what in ("destination", "embedded"))
+    for what, candidate, kind in checks:
+        found = text.origin(candidate, kind=kind if what != "credential" else None)
         origin = found["origin"]
         if origin == "trusted" or (what == "value" and origin == "unseen"):
             continue
@@ -313,48 +317,9 @@ def _worst(path: str, shown: str, checks: list[tuple[str, str]], text: _Text) ->
         return {**found, "what": what, "flag": flag}
     if passed is not None:
         return passed
-    if all(what == "value" for what, _ in checks):
+    if all(what == "value" for what, _, _ in checks):
         return {"origin": "unchecked"}
     return {"origin": "trusted"}
-
-
-def disclosures(
-    free_text: list[tuple[str, str, str]], *, to: set[str], sources: ProvenanceSources
-) -> list[dict[str, Any]]:
-    """Flags for data sent to a destination only an item's author vouches for (``to``: those
-    items): a token carrying data (a reference, an amount, an account) in a free-text argument
-    that another observation or item said and the user did not. Replying to a mail's sender is
-    fine; sending them what someone else wrote is not (the sender may be the attacker asking
-    for it): the destination is then no better than untrusted (the tool's ``destinations``
-    rule, refused by default)."""
-    user = "\n".join(sources.user).casefold()
-    others = [(i, t) for i, _, t, _ in sources.items if i not in to]
-    attributed = {i.split(".")[0] for i, *_ in sources.items}
-    others += [(oid, t) for oid, t in sources.untrusted if oid not in attributed]
-    others += [(name, t) for name, t in sources.task if name.startswith("observations:")]
-    flags = []
-    for path, shown, value in free_text:
-        for data in data_tokens(value):
-            pattern = token(data)
-            if pattern.search(user):
-                continue
-            where = next((i for i, t in others if pattern.search(t.casefold())), None)
-            if where is not None:
-                flags.append(_disclosed(path, shown, where, sorted(to)))
-                break
-    return flags
-
-
-def _disclosed(path: str, shown: str, where: str, to: list[str]) -> dict[str, Any]:
-    return {
-        "argument": path,
-        "value": shown,
-        "what": "disclosed",
-        "origin": "untrusted",
-        "observation_id": where,
-        "excerpt": None,
-        "to": to,
-    }
 
 
 def _destination_candidates(value: str, kind: ResourceKind | None, text: _Text) -> list[str]:

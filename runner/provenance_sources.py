@@ -31,11 +31,12 @@ def sources_from(
     observations; untrusted: every other tool's. Policy refusals are neither. ``task``: the
     same trusted text by the source name a task-scoped grant gives it. ``attributions``
     (tool name -> :class:`~warrant.tools.attribution.Attribution`): the items of those tools'
-    untrusted outputs, each with the user's word naming its author if any (``named``)."""
+    untrusted outputs, each with the user's word naming its author if any (``named``), and
+    the authors a reply may go to (``Attribution.reply_kind``)."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
     spec_text = [text for _, text in leaf_strings(user_spec)]
     trusted = [goal, *spec_text]
-    user = [goal, *spec_text]
+    user = [goal]  # the user's own words: never the spec's settings
     task = [("goal", goal), *(("spec", text) for text in spec_text)]
     untrusted = []
     attributed: list[tuple[str, Any, Attribution]] = []
@@ -55,29 +56,34 @@ def sources_from(
             found = _attribution(content, attributions or {})
             if found is not None:
                 attributed.append((observation_id, content.get("output"), found))
-    words = "\n".join(user).casefold()
-    items = []
-    for observation_id, output, attribution in attributed:
-        for item in items_of(
-            observation_id,
-            output,
-            attribution,
-            strings=lambda v: leaf_strings(v, numbers=True),
-        ):
-            named = named_as(item, words)
-            author = item.author if attribution.replies else ""
-            items.append((item.item_id, author, item.text, named))
-            if author:
-                task.append(("authors", author))
-            if named is not None:
-                task.append(("named", item.text))
+    own = user_spec.get("subject")
+    items, authors = _attributed(attributed, "\n".join(user), own if isinstance(own, str) else "")
+    task += [("authors", author) for _, author, _ in authors]
+    task += [("named", text) for _, _, text, named in items if named is not None]
     return ProvenanceSources(
         trusted=tuple(trusted),
         untrusted=tuple(untrusted),
         task=tuple(task),
         items=tuple(items),
+        authors=tuple(authors),
         user=tuple(user),
     )
+
+
+def _attributed(
+    attributed: list[tuple[str, Any, Attribution]], user: str, own: str
+) -> tuple[list[tuple[str, str, str, str | None]], list[tuple[str, str, str]]]:
+    """The items of the attributed observations (each with the user's word naming its author,
+    if any) and the authors a reply may go to."""
+    items, authors = [], []
+    for observation_id, output, attribution in attributed:
+        for item in items_of(
+            observation_id, output, attribution, strings=lambda v: leaf_strings(v, numbers=True)
+        ):
+            items.append((item.item_id, item.author, item.text, named_as(item, user, own=own)))
+            if attribution.reply_kind is not None:
+                authors.append((item.item_id, item.author, attribution.reply_kind.value))
+    return items, authors
 
 
 def _attribution(content: Any, attributions: Mapping[str, Attribution]) -> Attribution | None:

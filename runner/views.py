@@ -154,9 +154,12 @@ class ProvenanceSources:
     items: tuple[tuple[str, str, str, str | None], ...] = ()
     """Attributed items of untrusted observations (:mod:`warrant.runner.vouching`):
     ``(item_id, author, text, named_as)``; ``named_as`` is the user's word naming the author
-    (a vouched source), or None; ``author`` is ``""`` when it may not be replied to."""
+    (a vouched source), or None."""
+    authors: tuple[tuple[str, str, str], ...] = ()
+    """``(item_id, author, kind)``: the items' authors a reply may go to, as destinations of
+    that :class:`~warrant.runner.scopes.ResourceKind` only (``Attribution.reply_kind``)."""
     user: tuple[str, ...] = ()
-    """The user's own words: the goal, the spec (planner excluded), a person's answers."""
+    """The user's own words: the goal and a person's answers (never the spec's settings)."""
 
 
 def request_as_shown(request: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -98,7 +98,12 @@ READ_INBOX: Tool[ReadInboxInput, ReadInboxOutput] = Tool(
     timeout_s=5.0,
     resource=lambda args, subject: f"mailbox:{subject}",
     output_source=ObservationSource.UNTRUSTED_CONTENT,
-    attribution=Attribution(items="messages", author="sender", names=("sender_name",)),
+    attribution=Attribution(
+        items="messages",
+        author="sender",
+        names=("sender_name",),
+        reply_kind=ResourceKind.EMAIL,
+    ),
     retry_base_s=0.05,
 )
 
@@ -360,7 +365,7 @@ HTTP_FETCH: Tool[HttpFetchInput, HttpFetchOutput] = Tool(
     resources={"url": ResourceKind.URL},
     egress=True,
     output_source=ObservationSource.UNTRUSTED_CONTENT,
-    attribution=Attribution(author="url", replies=False),
+    attribution=Attribution(author="url"),
     retry_base_s=0.05,
 )
 

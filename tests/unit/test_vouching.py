@@ -13,8 +13,10 @@ from warrant.runner.scopes import ResourceKind
 from warrant.runner.vouching import data_tokens, items_of, named_as
 from warrant.tools.attribution import Attribution
 
-INBOX = Attribution(items="messages", author="sender", names=("sender_name",))
-PAGE = Attribution(author="url", replies=False)
+INBOX = Attribution(
+    items="messages", author="sender", names=("sender_name",), reply_kind=ResourceKind.EMAIL
+)
+PAGE = Attribution(author="url")
 ATTRIBUTIONS = {"read_inbox": INBOX, "http_fetch": PAGE}
 RESOURCES = {"to": ResourceKind.EMAIL, "url": ResourceKind.URL, "iban": ResourceKind.IDENTIFIER}
 
@@ -107,7 +109,7 @@ def test_a_reply_to_an_items_author_passes_and_carries_nothing_another_item_said
     leak = {"to": [ATTACKER], "body": f"Hello, the reference is {SECRET}. Alice"}
     found = _analyse(goal, leak)
     assert [(f["argument"], f["what"]) for f in found["refused"]] == [("body", "disclosed")]
-    assert found["refused"][0]["observation_id"] == "tool-1.messages[0]"
+    assert found["refused"][0]["observation_id"] == "tool-1"  # the inbox said it
     assert "only the author of tool-1.messages[3]" in (refusal(found) or "")
     assert trace_details(found)["code"] == "UNTRUSTED_DESTINATION"
     # what the user typed may be sent (the goal says the reference)
@@ -183,14 +185,15 @@ def test_the_limit_an_injection_inside_a_named_source_passes_provenance():
 
 def test_an_author_the_caller_chose_is_never_replied_to():
     """A page's author is the URL it was fetched from, which the planner chose: it names the
-    page (vouched when the goal gives it) but is no destination (``replies=False``)."""
+    page (vouched when the goal gives it) but is no destination (no ``reply_kind``)."""
     page = [
         "tool-2",
         "untrusted-content",
         {"tool": "http_fetch", "output": {"url": "https://evil.example/x", "text": "hi"}},
     ]
     sources = _sources("Read the news.", page)
-    assert [(i[1], i[3]) for i in sources.items] == [("", None)]
+    assert [(i[1], i[3]) for i in sources.items] == [("https://evil.example/x", None)]
+    assert sources.authors == ()
     assert "authors" not in {name for name, _ in sources.task}
     found = analyse(
         {"target": "https://evil.example/x"},
@@ -209,3 +212,22 @@ def test_the_cli_says_whose_words_a_value_is():
     author = {"origin": "author", "observation_id": "tool-1.messages[0]"}
     assert origin_words(author) == "author of tool-1.messages[0]"
     assert origin_words({"origin": "trusted"}) == "trusted"
+
+
+@pytest.mark.parametrize(
+    ("goal", "named"),
+    [
+        ("Post the notes in the channel Dana asked for.", "Dana"),
+        ("Ask (Dana) where to post.", None),  # after a bracket: a sentence may start there
+        ("Dana asked where to post.", None),  # the first word of a sentence
+        ("Post them. Dana knows where.", None),
+        ("Post where dana asked.", None),  # not written as a name
+        ("Post where @dana asked.", None),  # a mention is not the user's word for her
+    ],
+)
+def test_a_handle_is_named_only_as_a_proper_name(goal: str, named: str | None):
+    chat = Attribution(items="messages", author="sender")
+    (item,) = items_of(
+        "tool-1", {"messages": [{"sender": "dana", "body": "x"}]}, chat, strings=lambda v: []
+    )
+    assert named_as(item, goal) == named
