@@ -49,6 +49,15 @@ class Attribution:
     mail's sender), matched only against destinations of that kind; ``None`` (the default):
     never a destination (a chat handle its owner picked, the URL a page was fetched from)."""
 
+    def describe(self) -> dict[str, object]:
+        """For the tool's published contract (``Tool.describe``)."""
+        return {
+            "author": self.author,
+            "items": self.items,
+            "names": list(self.names),
+            "replyKind": self.reply_kind.value if self.reply_kind else None,
+        }
+
     def __post_init__(self) -> None:
         if not self.author or any(not n for n in self.names):
             raise ValueError("Attribution: author and names must be field names")

@@ -16,7 +16,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -379,7 +379,7 @@ class Tool(Generic[InputT, OutputT]):
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
             "egress": self.egress,
             "isolation": self.isolation.value,
-            **({"attribution": asdict(self.attribution)} if self.attribution else {}),
+            **({"attribution": self.attribution.describe()} if self.attribution else {}),
         }
 
 

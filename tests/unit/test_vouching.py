@@ -231,3 +231,23 @@ def test_a_handle_is_named_only_as_a_proper_name(goal: str, named: str | None):
         "tool-1", {"messages": [{"sender": "dana", "body": "x"}]}, chat, strings=lambda v: []
     )
     assert named_as(item, goal) == named
+
+
+def test_the_attribution_is_part_of_the_published_contract():
+    """Two deployments that attribute a tool's output differently do not share a registry
+    fingerprint (the gate would trust different things)."""
+    from dataclasses import replace
+
+    from tests.adversary.tools import ADVERSARY_TOOLS
+    from warrant.tools.registry import Registry
+
+    inbox = next(t for t in ADVERSARY_TOOLS if t.name == "read_inbox")
+    assert inbox.describe()["attribution"] == {
+        "author": "sender",
+        "items": "messages",
+        "names": ["sender_name"],
+        "replyKind": "email",
+    }
+    unattributed = replace(inbox, attribution=None)
+    assert "attribution" not in unattributed.describe()
+    assert Registry([inbox]).fingerprint != Registry([unattributed]).fingerprint
