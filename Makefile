@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-cli chaos chaos-hosts architecture screenshots clean
+.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-provenance bench-cli chaos chaos-hosts architecture screenshots clean
 
 install: $(STAMP)    ## warrant itself into .venv: what demo and up need (no test tools, no example plug-in)
 
@@ -71,6 +71,9 @@ bench-series: install-dev  ## the verdict: the side-by-side part 5 times, task e
 
 architecture: install-dev  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
 	$(PY) -m tests.lint.architecture
+
+bench-provenance: install-dev  ## the provenance layer on 8x larger inputs: ratios (linear ~8, quadratic ~64)
+	$(PY) -m bench.provenance_scaling
 
 bench-cli: install-dev    ## CLI start-up: warrant --version and run list vs celery --version (median of 10)
 	$(PY) -m bench.cli_startup

@@ -16,12 +16,21 @@ from urllib.parse import urlsplit
 
 from warrant.runner.scopes import ResourceKind
 
-__all__ = ["destination_candidates", "mentioned", "token"]
+__all__ = ["FOLDER", "Folder", "destination_candidates", "emails", "mentioned", "token"]
 
 
-#: A folder candidate (:func:`destination_candidates`): matched only as the folder of a file
-#: the text names, never as a prefix of a deeper path.
+#: How a folder candidate is written (:class:`Folder`).
 FOLDER = "/*"
+
+
+class Folder(str):
+    """A folder candidate :func:`destination_candidates` built (``<folder>/*``): matched only
+    as the folder of a file the text names, never as a prefix of a deeper path. A value that
+    merely ends in ``/*`` (a glob a planner proposed) is a plain string, matched literally."""
+
+    __slots__ = ()
+
+
 #: Before a token: not inside a word, a domain (``corp.example`` is not in
 #: ``docs.corp.example``), an address or a name with dashes.
 _BEFORE = r"(?<![\w.\-+@])"
@@ -33,7 +42,7 @@ _AFTER = r"(?![\w\-@])(?!\.\w)"
 def token(candidate: str) -> re.Pattern[str]:
     """The candidate as a whole token, case-folded (search a ``casefold()``-ed text)."""
     folded = candidate.casefold()
-    if folded.endswith(FOLDER):  # a file directly in that folder: "<folder>/<name>"
+    if isinstance(candidate, Folder):  # a file directly in that folder: "<folder>/<name>"
         folder = re.escape(folded[: -len(FOLDER)])
         return re.compile(rf"{_BEFORE}{folder}/[^/\s\"'<>]+(?![\w/])")
     return re.compile(rf"{_BEFORE}{re.escape(folded)}{_AFTER}")
@@ -43,7 +52,8 @@ def destination_candidates(
     value: str, kind: ResourceKind | None, found: Callable[[str], bool]
 ) -> list[str]:
     """What must be mentioned of a destination (``found``: is this text mentioned?): a URL's
-    host; a path, or else its folder (the normalised path's parent); anything else whole."""
+    host; a path, or else its folder (the normalised path's parent; never for a glob, which
+    names many files); anything else whole."""
     value = value.strip()
     if not value:
         return []
@@ -55,9 +65,41 @@ def destination_candidates(
         return [host or value]
     if kind is ResourceKind.PATH:
         folder = posixpath.dirname(posixpath.normpath(value))
-        if not found(value) and folder not in ("", "/", "."):
-            return [folder + FOLDER]
+        glob = any(ch in posixpath.basename(value) for ch in "*?[")  # many files, not one
+        if not found(value) and folder not in ("", "/", ".") and not glob:
+            return [Folder(folder + FOLDER)]
     return [value]
+
+
+_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_DOMAIN = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_DOMAIN_UNICODE = re.compile(r"[\w-]+(?:\.[\w-]+)+")
+
+
+def emails(text: str, *, unicode: bool = False) -> list[str]:
+    """The e-mail addresses in ``text``, in order, linear in its length (found from each
+    ``@``: a regular expression scanning for the local part first is quadratic on a long run
+    without one). ``unicode``: letters beyond ASCII in both parts (an address as a person
+    typed it)."""
+    found = []
+    domain = _DOMAIN_UNICODE if unicode else _DOMAIN
+    end = 0
+    for at in (i for i, ch in enumerate(text) if ch == "@"):
+        if at < end:
+            continue
+        start = at
+        while start > end and _local(text[start - 1], unicode=unicode):
+            start -= 1
+        match = domain.match(text, at + 1)
+        if start == at or match is None:
+            continue
+        found.append(text[start : match.end()].rstrip("."))
+        end = match.end()
+    return found
+
+
+def _local(ch: str, *, unicode: bool) -> bool:
+    return ch in _LOCAL or (unicode and ch.isalnum())
 
 
 def mentioned(value: str, kind: ResourceKind | None, folded: str) -> bool:

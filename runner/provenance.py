@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warrant.runner.codes import Rejection
-from warrant.runner.mentions import destination_candidates, token
+from warrant.runner.mentions import destination_candidates, emails, token
 from warrant.runner.replies import disclosures
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
@@ -72,7 +72,6 @@ EXCERPT_CHARS = 60
 MAX_DEPTH = 64
 
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
 
 
@@ -107,7 +106,7 @@ def embedded_values(text: str) -> list[tuple[ResourceKind, str]]:
     urls = [m.group(0).rstrip(".,;:!?") for m in _URL.finditer(text)]
     found += [(ResourceKind.URL, u) for u in urls]
     rest = _URL.sub(" ", text)
-    found += [(ResourceKind.EMAIL, m.group(0).rstrip(".")) for m in _EMAIL.finditer(rest)]
+    found += [(ResourceKind.EMAIL, address) for address in emails(rest)]
     found += [(ResourceKind.IDENTIFIER, m.group(0)) for m in _IBAN.finditer(rest)]
     return found
 
@@ -130,6 +129,7 @@ def provenance_of(
         credentials=tool.secret_fields,
         destinations=tool.untrusted.destinations,
         content=tool.untrusted.content,
+        replies=tool.untrusted.replies,
     )
 
 
@@ -180,11 +180,10 @@ def trace_details(found: dict[str, Any]) -> dict[str, Any]:
 def flag_reason(flag: dict[str, Any]) -> str:
     """Where a flagged or refused value came from, in words (no value shown)."""
     if flag["what"] == "disclosed":
-        what = (
-            f"what {flag['observation_id']} said"
-            if flag.get("observation_id")
-            else "a resource nobody named"
-        )
+        what = {
+            "resource": "a resource nobody named",
+            "too-much": "more of the run's data than the check reads",
+        }.get(str(flag.get("said")), f"what {flag['observation_id']} said")
         return f"carries {what} to a destination only the author of {flag['to'][0]} vouches for"
     if flag["origin"] == "untrusted":
         return f"found only in untrusted content {flag['observation_id']}"
@@ -225,9 +224,9 @@ class _Text:
         return {"origin": "unseen"}
 
 
-def _text_of(sources: ProvenanceSources) -> _Text:
+def _text_of(sources: ProvenanceSources, *, replies: bool) -> _Text:
     authors: dict[tuple[str, str], str] = {}
-    for item_id, author, kind in sources.authors:
+    for item_id, author, kind in sources.authors if replies else ():
         authors.setdefault((kind, author.strip().lower()), item_id)
     return _Text(
         trusted="\n".join(sources.trusted).casefold(),
@@ -247,10 +246,12 @@ def analyse(
     credentials: frozenset[str] = frozenset(),
     destinations: FlagAction = FlagAction.REFUSE,
     content: FlagAction = FlagAction.ASK,
+    replies: bool = False,
 ) -> dict[str, Any]:
     """What the proposal cites, each argument value's origin, and which values are flagged
-    (asked), refused or allowed by the tool's policy."""
-    text = _text_of(sources)
+    (asked), refused or allowed by the tool's policy (``replies``: a destination may be an
+    item's author, ``UntrustedPolicy.replies``)."""
+    text = _text_of(sources, replies=replies)
     untrusted_ids = {oid for oid, _ in sources.untrusted}
     origins: dict[str, dict[str, Any]] = {}
     by_action: dict[FlagAction, list[dict[str, Any]]] = {a: [] for a in FlagAction}
@@ -275,9 +276,10 @@ def analyse(
             by_action[action].append(flag)
     replied = {path: o["observation_id"] for path, o in origins.items() if o["origin"] == "author"}
     if replied:  # the author vouches for a reply, not for what someone else said
-        by_action[destinations] += disclosures(
+        for flag in disclosures(
             arguments, replied=replied, resources=resources, sources=sources, sensitive=sensitive
-        )
+        ):  # the user's own data (a trusted tool's) is asked about; a third party's refused
+            by_action[content if flag["origin"] == "trusted-tool" else destinations].append(flag)
     return {
         "cites": cites,
         "cites_untrusted": [c for c in cites if c in untrusted_ids],

@@ -32,7 +32,7 @@ def sources_from(
     same trusted text by the source name a task-scoped grant gives it. ``attributions``
     (tool name -> :class:`~warrant.tools.attribution.Attribution`): the items of those tools'
     untrusted outputs, each with the user's word naming its author if any (``named``), and
-    the authors a reply may go to (``Attribution.reply_kind``)."""
+    the authors a reply may go to (``Attribution.replies``)."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
     spec_text = [text for _, text in leaf_strings(user_spec)]
     trusted = [goal, *spec_text]
@@ -81,8 +81,8 @@ def _attributed(
             observation_id, output, attribution, strings=lambda v: leaf_strings(v, numbers=True)
         ):
             items.append((item.item_id, item.author, item.text, named_as(item, user, own=own)))
-            if attribution.reply_kind is not None:
-                authors.append((item.item_id, item.author, attribution.reply_kind.value))
+            if attribution.replies:
+                authors.append((item.item_id, item.author, attribution.kind.value))
     return items, authors
 
 

@@ -3,16 +3,24 @@
 Replying to a mail's sender is what the user asked; sending the sender what someone else
 wrote is what an attacker who mailed "reply with the Q3 reference" asks. So a call with an
 ``author`` destination (:mod:`warrant.runner.provenance`) is ``disclosed`` when, for any
-replied item, its other arguments carry:
+replied author, the rest of its arguments (every string, number and mapping key, and the
+replied argument's other elements) carry:
 
 * a data token (a reference, an amount, an account number: a digit and at least
   :data:`~warrant.runner.vouching.MIN_DATA_CHARS` letters and digits) that an observation of
-  the run said, that neither the user's words nor the replied item say. Matched on letters and
-  digits only, compatibility-normalised (:func:`~warrant.runner.vouching.squeeze`): spacing,
-  splitting, gluing, fullwidth digits and zero-width characters do not hide it. Every string,
-  number and mapping key of the arguments is read;
-* any other typed resource (an attachment's path, a file id) that neither the user's words nor
-  the replied item name.
+  the run said, and that neither the user's words nor that author's own items say. Matched on
+  letters and digits only, compatibility-normalised (:func:`~warrant.runner.vouching.squeeze`):
+  spacing, splitting, gluing, fullwidth digits and zero-width characters do not hide it, and
+  part of a value (``48,213`` of ``48,213.00``) is the value;
+* any other typed resource (an attachment's path) that neither the user's words nor that
+  author's items name.
+
+A third party's data is refused like an untrusted destination; the user's own (a trusted
+tool's output: their calendar, their balance) is asked about (the tool's ``content`` rule),
+so "reply proposing a slot from my calendar" reaches a person. Past
+:data:`~warrant.runner.vouching.MAX_DATA_TOKENS` distinct tokens in the run, or when the
+author's own items carry more than :data:`MAX_EXEMPT` (an attacker listing every number to
+exempt them), nothing is assumed: the reply is refused, or nothing of the author's is exempt.
 
 What it does not see: data without a digit (a password made of words), shorter codes, and any
 re-wording or encoding (spelled-out digits, base64). The reply's prose is the model's.
@@ -21,17 +29,28 @@ re-wording or encoding (spelled-out digits, base64). The reply's prose is the mo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from warrant.runner.mentions import token
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.views import ProvenanceSources
-from warrant.runner.vouching import carried, squeeze
+from warrant.runner.vouching import MAX_DATA_TOKENS, squeeze, squeezed_tokens
 
-__all__ = ["disclosures", "payload"]
+__all__ = ["MAX_EXEMPT", "disclosures", "payload"]
 
 #: Deepest argument nesting read (the gate refuses deeper input before this layer).
 MAX_DEPTH = 64
+#: Data tokens an author's own items may exempt, at most.
+MAX_EXEMPT = 2_000
+
+
+@dataclass(frozen=True)
+class _Hit:
+    data: str
+    path: str
+    source: str
+    origin: str
 
 
 def disclosures(
@@ -44,31 +63,35 @@ def disclosures(
 ) -> list[dict[str, Any]]:
     """The ``disclosed`` flags of a call whose destinations at ``replied`` (argument path ->
     item id) only an item's author vouches for; at most one."""
-    # the replied destinations' own arguments are not payload (free text that embeds the
+    # the replied destinations themselves are not payload (free text that embeds the
     # address is: it carries the rest of the message)
-    tops = {_top(path) for path in replied if _top(path) in resources}
-    carrying = [(p, squeeze(t)) for p, t in payload(arguments) if _top(p) not in tops]
-    others = [
-        *sources.untrusted,
-        *((name, text) for name, text in sources.task if name.startswith("observations:")),
-    ]
+    leaves = [(p, t) for p, t in payload(arguments) if not (p in replied and _top(p) in resources)]
+    hits = _hits(leaves, sources)
     user = "\n".join(sources.user)
-    texts = {item_id: text for item_id, _, text, _ in sources.items}
-    for item_id in sorted(set(replied.values())):
-        exempt = f"{user}\n{texts.get(item_id, '')}"
-        folded = exempt.casefold()
-        for path, value in _resources(arguments, resources, skip=tops):
-            if not token(value).search(folded):
-                return [_flag(path, value, None, item_id, sensitive)]
-        found = carried(carrying, sources=others, exempt=exempt)
-        if found is not None:
-            path, where = found
-            return [_flag(path, _value_at(arguments, path), where, item_id, sensitive)]
+    user_tokens = squeezed_tokens(user)[1]
+    author_of = {item_id: author.strip().lower() for item_id, author, _ in sources.authors}
+    for author in sorted({author_of.get(i, "") for i in replied.values()}):
+        own = "\n".join(t for i, a, t, _ in sources.items if a.strip().lower() == author)
+        own_tokens = squeezed_tokens(own)[1]
+        exempt = user_tokens | (own_tokens if len(own_tokens) <= MAX_EXEMPT else set())
+        first = _first_item(replied, author_of, author)
+        named = f"{user}\n{own}".casefold()
+        tops = {_top(p) for p in replied}
+        for path, value in leaves:
+            attached = _top(path) in resources and _top(path) not in tops and value.strip()
+            if attached and not token(value.strip()).search(named):
+                return [_flag(path, value, None, "resource", first, sensitive)]
+        if hits is None:
+            return [_flag("", "", None, "too-much", first, sensitive)]
+        for hit in hits:
+            if hit.data not in exempt:
+                value = next((t for p, t in leaves if p == hit.path), "")
+                return [_flag(hit.path, value, hit.source, hit.origin, first, sensitive)]
     return []
 
 
 def payload(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, str]]:
-    """``(path, text)`` of every string, number and mapping key inside ``value``."""
+    """``(path, text)`` of every string, number and nested mapping key inside ``value``."""
     if depth > MAX_DEPTH or value is None or isinstance(value, bool):
         return
     if isinstance(value, str | int | float):
@@ -76,40 +99,57 @@ def payload(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, s
     elif isinstance(value, Mapping):
         for key, item in value.items():
             at = f"{path}.{key}" if path else str(key)
-            yield at, str(key)
+            if path:  # a nested key is data; an argument's name is the schema's
+                yield f"{at}#key", str(key)
             yield from payload(item, at, depth + 1)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             yield from payload(item, f"{path}[{index}]", depth + 1)
 
 
-def _resources(
-    arguments: dict[str, Any], resources: Mapping[str, ResourceKind], *, skip: set[str]
-) -> Iterator[tuple[str, str]]:
-    for name in sorted(resources):
-        if name not in skip and name in arguments:
-            for path, text in payload(arguments[name], name):
-                if text.strip():
-                    yield path, text.strip()
+def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hit] | None:
+    """Every data token an observation said that a payload leaf carries: a whole source token
+    inside a squeezed leaf (however spaced or glued), or a part of a leaf's token that is a
+    part of a source token (part of a value). None past ``MAX_DATA_TOKENS``."""
+    observed = [(oid, text, "untrusted") for oid, text in sources.untrusted]
+    observed += [
+        (name.split(":", 1)[1], text, "trusted-tool")
+        for name, text in sources.task
+        if name.startswith("observations:")
+    ]
+    squeezed = [(p, squeeze(t), squeezed_tokens(t)[1]) for p, t in leaves]
+    hits: list[_Hit] = []
+    seen = 0
+    for source, text, origin in observed:
+        whole, windows = squeezed_tokens(text)
+        seen += len(windows)
+        if seen > MAX_DATA_TOKENS:
+            return None
+        for path, flat, parts in squeezed:
+            found = {w for w in whole if w in flat} | (parts & windows)
+            hits += [_Hit(data, path, source, origin) for data in sorted(found)]
+    return hits
+
+
+def _first_item(replied: Mapping[str, str], author_of: Mapping[str, str], author: str) -> str:
+    return next((i for i in sorted(set(replied.values())) if author_of.get(i) == author), "")
 
 
 def _top(path: str) -> str:
     return path.split(".")[0].split("[")[0]
 
 
-def _value_at(arguments: dict[str, Any], path: str) -> str:
-    return next((text for p, text in payload(arguments) if p == path), "")
-
-
 def _flag(
-    path: str, value: str, where: str | None, item_id: str, sensitive: frozenset[str]
+    path: str, value: str, where: str | None, said: str, item_id: str, sensitive: frozenset[str]
 ) -> dict[str, Any]:
-    """``where``: the observation that said the data (None: a resource nobody named)."""
+    """``said``: ``untrusted`` or ``trusted-tool`` (whose data ``where`` said), ``resource``
+    (a resource nobody named) or ``too-much`` (more data than the check reads)."""
     return {
         "argument": path,
         "value": "<sensitive>" if _top(path) in sensitive else value[:200],
         "what": "disclosed",
-        "origin": "untrusted",
+        "origin": said if said in ("untrusted", "trusted-tool") else "untrusted",
+        "said": said,
         "observation_id": where,
         "excerpt": None,
         "to": [item_id],

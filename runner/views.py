@@ -157,7 +157,7 @@ class ProvenanceSources:
     (a vouched source), or None."""
     authors: tuple[tuple[str, str, str], ...] = ()
     """``(item_id, author, kind)``: the items' authors a reply may go to, as destinations of
-    that :class:`~warrant.runner.scopes.ResourceKind` only (``Attribution.reply_kind``)."""
+    that :class:`~warrant.runner.scopes.ResourceKind` only (``Attribution.replies``)."""
     user: tuple[str, ...] = ()
     """The user's own words: the goal and a person's answers (never the spec's settings)."""
 

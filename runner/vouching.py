@@ -1,6 +1,6 @@
 """Vouched sources: the items of untrusted observations, who wrote each (as the service reports
-it, :class:`~warrant.tools.attribution.Attribution`), which of them the user named, and what a
-reply to an item's author may not carry.
+it, :class:`~warrant.tools.attribution.Attribution`), which of them the user named, and the
+data tokens a reply to an item's author may not carry.
 
 "Open the link Bob sent me", "pay the IBAN in my landlord's mail", "save the page at
 https://…": the user points at one third party's item. Its values are what the user asked
@@ -8,12 +8,12 @@ for, not an attacker's, as long as the attacker is not that third party. An item
 **named** when the user's own words (the goal and a person's answers; never the spec's
 settings, never a tool's output) contain:
 
-* its author, if that is an address or a URL, exactly (compared lower-cased, never
-  case-folded: ``straße`` is not ``strasse``), as a whole address or URL of those words;
-* its author, if that is a handle (a workspace member), as a proper name: capitalised, and
-  not the first word of a sentence ("the channel Dana asked for", not "Release the note");
-* a word of 3+ letters of a name the service knows the author by (``Attribution.names``: a
-  contact's name in the user's own address book), case-insensitively.
+* its author, when that is an e-mail address or a URL (``Attribution.kind``), exactly:
+  compared lower-cased, never case-folded (``straße`` is not ``strasse``), as a whole address
+  or URL of those words (a prefix of a URL is not the URL);
+* a word of 3+ letters of a name the service knows the author by (``Attribution.names``: the
+  user's own address book), case-insensitively. A handle (a workspace member's) is named only
+  this way: its owner picks it, and "IBAN" or "Friday" could be one.
 
 The user's own mails are never named (a forward quotes someone else).
 """
@@ -26,22 +26,25 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.runner.mentions import token
+from warrant.runner.mentions import emails, token
+from warrant.runner.scopes import ResourceKind
 from warrant.tools.attribution import Attribution
 
 __all__ = [
+    "MAX_DATA_TOKENS",
     "MAX_ITEMS",
+    "MAX_WINDOW",
     "MIN_DATA_CHARS",
     "MIN_NAME_CHARS",
     "Item",
-    "carried",
     "data_tokens",
     "items_of",
     "named_as",
     "squeeze",
+    "squeezed_tokens",
 ]
 
-#: A name word or handle shorter than this ("Al", "HR") names nobody reliably.
+#: A name word shorter than this ("Al", "HR") names nobody reliably.
 MIN_NAME_CHARS = 3
 #: Items read from one observation, at most (a longer list is attributed up to here; the
 #: rest is still untrusted text).
@@ -49,15 +52,18 @@ MAX_ITEMS = 500
 #: A data token of fewer letters and digits (a year, a 4-digit code) is too common to say
 #: that a reply carries another item's data.
 MIN_DATA_CHARS = 5
-#: Data tokens read from the run's observations for one reply, at most.
-MAX_DATA_TOKENS = 20_000
+#: Distinct data tokens read from the run's observations for a reply, at most: past it the
+#: reply is refused (more data than the check reads is no reason to let it through).
+MAX_DATA_TOKENS = 50_000
 
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
-# a token carrying data: letters, digits and separators, with at least one digit
-_DATA = re.compile(r"[\w][\w.,/:+-]*\d[\w.,/:+-]*|\d[\w.,/:+-]*")
+# runs of word characters and the separators data is written with (linear: no backtracking)
+_RUN = re.compile(r"[\w.,/:+-]+")
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
-_ADDRESS = re.compile(r"[\w.%+-]+@[\w-]+(?:\.[\w-]+)+")
-_SENTENCE_END = re.compile(r"(?:^|[.!?:;\n]\s*|[\"'(]\s*)$")
+_SEPARATORS = re.compile(r"[.,/:+-]+")
+#: Consecutive parts of a data token read as one value (``48,213`` of ``48,213.00``).
+MAX_WINDOW = 4
+_NAMED_BY_ITSELF = frozenset({ResourceKind.EMAIL, ResourceKind.URL})
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class Item:
     names: tuple[str, ...]
     text: str
     """Every string and number in the item, one per line."""
+    kind: ResourceKind = ResourceKind.IDENTIFIER
+    """What the author is (``Attribution.kind``)."""
 
 
 def items_of(
@@ -105,22 +113,18 @@ def items_of(
             n for n in (item.get(f) for f in attribution.names) if isinstance(n, str) and n
         )
         text = "\n".join(t for _, t in strings(item))
-        items.append(Item(item_id, observation_id, author.strip(), names, text))
+        items.append(Item(item_id, observation_id, author.strip(), names, text, attribution.kind))
     return items
 
 
 def named_as(item: Item, user: str, *, own: str = "") -> str | None:
     """The words by which the user (``user``: their own words, as typed) named the item's
     author, or None. ``own``: the user's own address (their mails are never named)."""
-    author = item.author.strip()
-    if own and author.lower() == own.strip().lower():
+    author = item.author.strip().lower()
+    if own and author == own.strip().lower():
         return None
-    if "@" in author or "://" in author:
-        wanted = author.lower().rstrip("/")
-        if wanted in _addresses(user):
-            return author
-    elif len(author) >= MIN_NAME_CHARS and (said := _proper_name(author, user)) is not None:
-        return said
+    if item.kind in _NAMED_BY_ITSELF and author.rstrip("/") in _addresses(user):
+        return item.author
     folded = user.casefold()
     for name in item.names:
         for word in _WORD.findall(name):
@@ -131,10 +135,10 @@ def named_as(item: Item, user: str, *, own: str = "") -> str | None:
 
 def data_tokens(text: str) -> Iterator[str]:
     """Tokens in free text that carry data (a reference, an amount, an account number): at
-    least one digit and four characters, trailing punctuation dropped."""
-    for match in _DATA.finditer(text):
-        found = match.group(0).rstrip(".,:;/-+")
-        if len(found) >= 4:
+    least one digit and four characters, trailing punctuation dropped. Linear in the text."""
+    for match in _RUN.finditer(text):
+        found = match.group(0).strip(".,:;/-+")
+        if len(found) >= 4 and any(ch.isdigit() for ch in found):
             yield found
 
 
@@ -146,44 +150,38 @@ def squeeze(text: str) -> str:
     return "".join(ch for ch in normal if ch.isalnum()).lower()
 
 
-def carried(
-    payload: list[tuple[str, str]], *, sources: list[tuple[str, str]], exempt: str
-) -> tuple[str, str] | None:
-    """``(argument path, source id)`` of the first data token a source said, that ``exempt``
-    (the user's words and the replied item) does not, and that a payload leaf (squeezed)
-    contains; None when the payload carries none."""
-    allowed = squeeze(exempt)
-    seen: set[str] = set()
-    for source_id, text in sources:
-        for found in data_tokens(text):
-            data = squeeze(found)
-            if len(data) < MIN_DATA_CHARS or data in seen or data in allowed:
-                continue
-            seen.add(data)
-            if len(seen) > MAX_DATA_TOKENS:
-                return None
-            for path, leaf in payload:
-                if data in leaf:
-                    return path, source_id
-    return None
+def squeezed_tokens(text: str) -> tuple[set[str], set[str]]:
+    """The data tokens of ``text``: squeezed whole, and every run of up to
+    :data:`MAX_WINDOW` consecutive parts between separators, squeezed (``48,213.00`` gives
+    ``4821300``, ``48213`` and ``21300``; ``ref:Q3REV-4213000`` gives ``q3rev4213000``,
+    ``q3rev`` and ``4213000`` among others); only those of :data:`MIN_DATA_CHARS` letters and
+    digits or more, with a digit."""
+    whole: set[str] = set()
+    windows: set[str] = set()
+    for data in data_tokens(text):
+        whole |= _kept([data])
+        parts = [p for p in _SEPARATORS.split(data) if p]
+        windows |= _kept(
+            "".join(parts[i:j])
+            for i in range(len(parts))
+            for j in range(i + 1, min(len(parts), i + MAX_WINDOW) + 1)
+        )
+    return whole, windows | whole
+
+
+def _kept(candidates: Iterable[str]) -> set[str]:
+    kept = set()
+    for candidate in candidates:
+        squeezed = squeeze(candidate)
+        if len(squeezed) >= MIN_DATA_CHARS and any(ch.isdigit() for ch in squeezed):
+            kept.add(squeezed)
+    return kept
 
 
 def _addresses(user: str) -> set[str]:
     urls = [m.group(0).rstrip(".,;:!?") for m in _URL.finditer(user)]
     rest = _URL.sub(" ", user)
-    addresses = [m.group(0).rstrip(".") for m in _ADDRESS.finditer(rest)]
-    return {a.lower().rstrip("/") for a in (*urls, *addresses)}
-
-
-def _proper_name(handle: str, user: str) -> str | None:
-    """The handle as the user wrote it, if they wrote it as a name (capitalised, not the first
-    word of a sentence)."""
-    pattern = re.compile(rf"(?<![\w@.\-#]){re.escape(handle)}(?![\w@\-])", re.IGNORECASE)
-    for match in pattern.finditer(user):
-        word = match.group(0)
-        if word[:1].isupper() and not _SENTENCE_END.search(user[: match.start()]):
-            return word
-    return None
+    return {a.lower().rstrip("/") for a in (*urls, *emails(rest, unicode=True))}
 
 
 def _at(output: Mapping[str, Any], dotted: str) -> Any:

@@ -9,9 +9,10 @@ item, but not these fields. The provenance layer uses them two ways
 * an item whose author the user **named** (the goal or a person's answer says the
   author's address, URL or one of the ``names`` the service knows them by) is a source the
   user vouched for: its values count as trusted, and are shown as ``vouched``;
-* an item's author is a destination the service vouches for (reply to a mail's sender, when
-  ``reply_kind`` says so): it passes as ``author``, but a call that carries what another item
-  or observation said to it is refused (``disclosed``).
+* an item's author is a destination the service vouches for (a reply to a mail's sender, when
+  ``replies`` says so and the sending tool's ``UntrustedPolicy(replies=True)`` too): it passes
+  as ``author``, but a call that carries what another observation said to it is not
+  (``disclosed``).
 """
 
 from __future__ import annotations
@@ -29,33 +30,38 @@ __all__ = ["Attribution"]
 class Attribution:
     """Where, in a tool's output, the items are and who wrote each one.
 
-    ``Attribution(items="messages", author="sender", names=("sender_name",),
-    reply_kind=ResourceKind.EMAIL)``: the output's ``messages`` list, each message's
-    ``sender`` authenticated by the mail service, ``sender_name`` the name the user's address
-    book gives that sender (a name the sender cannot choose), and a reply may go to the
-    sender. ``Attribution(author="url")``: the whole output is one item, its author the URL it
-    was fetched from (named by the goal, never replied to)."""
+    ``Attribution(items="messages", author="sender", kind=ResourceKind.EMAIL,
+    names=("sender_name",), replies=True)``: the output's ``messages`` list, each message's
+    ``sender`` an e-mail address the mail service authenticated, ``sender_name`` the name the
+    user's address book gives that sender (a name the sender cannot choose), and a reply may
+    go to the sender. ``Attribution(author="url", kind=ResourceKind.URL)``: the whole output
+    is one item, its author the URL it was fetched from (named by the goal, never replied
+    to)."""
 
     author: str
     """The field of each item that says who wrote it, as the service reports it."""
+    kind: ResourceKind = ResourceKind.IDENTIFIER
+    """What the author is: an ``email`` address or a ``url`` is named by the user's words
+    containing it exactly; an ``identifier`` (a handle its owner picked) only through
+    ``names``."""
     items: str = ""
     """The output's field holding the list of items (dotted for nested); ``""``: the whole
     output is one item."""
     names: tuple[str, ...] = ()
-    """Fields of each item naming the author in words the service, not the author, chose
-    (a contact's name from the user's address book). Never a display name the sender sets."""
-    reply_kind: ResourceKind | None = None
-    """The kind of destination an item's author may be (``ResourceKind.EMAIL``: a reply to a
-    mail's sender), matched only against destinations of that kind; ``None`` (the default):
-    never a destination (a chat handle its owner picked, the URL a page was fetched from)."""
+    """Fields of each item naming the author in words the user, not the author, chose (a
+    contact's name from the user's address book). Never a display name the author sets."""
+    replies: bool = False
+    """May an item's author be a destination (of ``kind``) of a tool that sends replies
+    (``UntrustedPolicy(replies=True)``)? A mail's sender: yes. A page's URL, a handle: no."""
 
     def describe(self) -> dict[str, object]:
         """For the tool's published contract (``Tool.describe``)."""
         return {
             "author": self.author,
+            "kind": self.kind.value,
             "items": self.items,
             "names": list(self.names),
-            "replyKind": self.reply_kind.value if self.reply_kind else None,
+            "replies": self.replies,
         }
 
     def __post_init__(self) -> None:

@@ -138,6 +138,9 @@ class UntrustedPolicy:
     content: FlagAction = FlagAction.ASK
     """Other arguments: URLs, addresses and IBANs inside free text, and whole values copied
     from untrusted content."""
+    replies: bool = False
+    """It sends replies: an item's author (a mail's sender) is a destination
+    (:mod:`warrant.runner.replies`). Off: a forwarding rule to whoever mailed is no reply."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,9 +255,8 @@ class Tool(Generic[InputT, OutputT]):
     untrusted: UntrustedPolicy = field(default_factory=lambda: UntrustedPolicy())
     """What the provenance layer does with a value that no trusted text supplied."""
     attribution: Attribution | None = None
-    """Untrusted output: which field says who wrote each item, as the service reports it
-    (:class:`~warrant.tools.attribution.Attribution`). An item whose author the user named is
-    a source the user vouched for; an item's author may be replied to."""
+    """Untrusted output: who wrote each item, as the service reports it
+    (:class:`~warrant.tools.attribution.Attribution`)."""
     describe_resources: Callable[[InputT, Any, str], Mapping[str, Any]] | None = None
     """``(args, deps, subject)``: what the call's resources refer to, for the person asked to
     confirm it (a file's name and size, a recipient's display name, "never mailed before"),

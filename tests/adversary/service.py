@@ -541,14 +541,19 @@ class AdversaryServices:
         self.before("read_channel", None)
         if not self._channel_exists(workspace, channel):
             raise ToolRejected(f"no channel {channel!r}", code="CHANNEL_NOT_FOUND")
+        known = (contacts.c.mailbox == chat_messages.c.workspace) & (
+            contacts.c.address == chat_messages.c.sender
+        )
         with self.engine.begin() as conn:
             rows = conn.execute(
-                select(chat_messages)
+                select(chat_messages, contacts.c.name.label("sender_name"))
+                .select_from(chat_messages.outerjoin(contacts, known))
                 .where(chat_messages.c.workspace == workspace, chat_messages.c.channel == channel)
                 .order_by(chat_messages.c.id)
                 .limit(limit)
             ).all()
-        return [{"sender": r.sender, "body": r.body} for r in rows]
+        # the name the user's address book gives the handle, as the workspace client shows it
+        return [{"sender": r.sender, "sender_name": r.sender_name, "body": r.body} for r in rows]
 
     def post_message(
         self,

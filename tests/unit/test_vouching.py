@@ -14,9 +14,13 @@ from warrant.runner.vouching import data_tokens, items_of, named_as
 from warrant.tools.attribution import Attribution
 
 INBOX = Attribution(
-    items="messages", author="sender", names=("sender_name",), reply_kind=ResourceKind.EMAIL
+    items="messages",
+    author="sender",
+    kind=ResourceKind.EMAIL,
+    names=("sender_name",),
+    replies=True,
 )
-PAGE = Attribution(author="url")
+PAGE = Attribution(author="url", kind=ResourceKind.URL)
 ATTRIBUTIONS = {"read_inbox": INBOX, "http_fetch": PAGE}
 RESOURCES = {"to": ResourceKind.EMAIL, "url": ResourceKind.URL, "iban": ResourceKind.IDENTIFIER}
 
@@ -54,7 +58,7 @@ def _sources(goal: str, *observations: list[object]):
 
 def _analyse(goal: str, arguments: dict[str, object], *observations: list[object]):
     sources = _sources(goal, *(observations or (MAILS,)))
-    return analyse(arguments, cites=[], sources=sources, resources=RESOURCES)
+    return analyse(arguments, cites=[], sources=sources, resources=RESOURCES, replies=True)
 
 
 def test_an_item_whose_author_the_goal_names_is_vouched_for():
@@ -217,20 +221,22 @@ def test_the_cli_says_whose_words_a_value_is():
 @pytest.mark.parametrize(
     ("goal", "named"),
     [
-        ("Post the notes in the channel Dana asked for.", "Dana"),
-        ("Ask (Dana) where to post.", None),  # after a bracket: a sentence may start there
-        ("Dana asked where to post.", None),  # the first word of a sentence
-        ("Post them. Dana knows where.", None),
-        ("Post where dana asked.", None),  # not written as a name
-        ("Post where @dana asked.", None),  # a mention is not the user's word for her
+        ("Post the notes in the channel Dana asked for.", "Dana"),  # the address book's name
+        ("Post where dana asked.", "Dana"),  # the name's word, as the address book writes it
+        ("Post where the ops team asked.", None),
     ],
 )
-def test_a_handle_is_named_only_as_a_proper_name(goal: str, named: str | None):
-    chat = Attribution(items="messages", author="sender")
-    (item,) = items_of(
+def test_a_handle_is_named_only_through_a_name_the_user_gave(goal: str, named: str | None):
+    """A workspace handle its owner picked ("iban", "friday") never names an item by itself;
+    the user's own address book ("Dana Lee" for ``dana``) does."""
+    chat = Attribution(items="messages", author="sender", names=("sender_name",))
+    messages = [{"sender": "dana", "sender_name": "Dana Lee", "body": "x"}]
+    (item,) = items_of("tool-1", {"messages": messages}, chat, strings=lambda v: [])
+    assert named_as(item, goal) == named
+    (bare,) = items_of(
         "tool-1", {"messages": [{"sender": "dana", "body": "x"}]}, chat, strings=lambda v: []
     )
-    assert named_as(item, goal) == named
+    assert named_as(bare, goal) is None
 
 
 def test_the_attribution_is_part_of_the_published_contract():
@@ -244,9 +250,10 @@ def test_the_attribution_is_part_of_the_published_contract():
     inbox = next(t for t in ADVERSARY_TOOLS if t.name == "read_inbox")
     assert inbox.describe()["attribution"] == {
         "author": "sender",
+        "kind": "email",
         "items": "messages",
         "names": ["sender_name"],
-        "replyKind": "email",
+        "replies": True,
     }
     unattributed = replace(inbox, attribution=None)
     assert "attribution" not in unattributed.describe()

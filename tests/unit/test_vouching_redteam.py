@@ -20,9 +20,13 @@ from warrant.runner.vouching import MAX_ITEMS
 from warrant.tools.attribution import Attribution
 
 INBOX = Attribution(
-    items="messages", author="sender", names=("sender_name",), reply_kind=ResourceKind.EMAIL
+    items="messages",
+    author="sender",
+    kind=ResourceKind.EMAIL,
+    names=("sender_name",),
+    replies=True,
 )
-PAGE = Attribution(author="url")
+PAGE = Attribution(author="url", kind=ResourceKind.URL)
 CHANNEL = Attribution(items="messages", author="sender")  # as tests/adversary/tools.py
 ATTRIBUTIONS = {"read_inbox": INBOX, "http_fetch": PAGE, "read_channel": CHANNEL}
 RESOURCES = {"to": ResourceKind.EMAIL, "url": ResourceKind.URL, "iban": ResourceKind.IDENTIFIER}
@@ -68,6 +72,7 @@ def _analyse(
     *observations: list[Any],
     resources: dict[str, ResourceKind] | None = None,
     spec: dict[str, Any] | None = None,
+    replies: bool = True,
 ) -> dict[str, Any]:
     sources = sources_from(
         goal,
@@ -75,7 +80,9 @@ def _analyse(
         [["user-1", "user", {"goal": goal}], *(observations or (MAILS,))],
         attributions=ATTRIBUTIONS,
     )
-    return analyse(arguments, cites=[], sources=sources, resources=resources or RESOURCES)
+    return analyse(
+        arguments, cites=[], sources=sources, resources=resources or RESOURCES, replies=replies
+    )
 
 
 def _passes(found: dict[str, Any]) -> bool:
