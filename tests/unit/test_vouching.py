@@ -189,7 +189,7 @@ def test_the_limit_an_injection_inside_a_named_source_passes_provenance():
 
 def test_an_author_the_caller_chose_is_never_replied_to():
     """A page's author is the URL it was fetched from, which the planner chose: it names the
-    page (vouched when the goal gives it) but is no destination (no ``reply_kind``)."""
+    page (vouched when the goal gives it) but is no destination (no ``replies``)."""
     page = [
         "tool-2",
         "untrusted-content",

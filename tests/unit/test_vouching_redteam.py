@@ -2,9 +2,9 @@
 ``vouched`` or ``author``, and disclosures a hijacked planner slips past the ``disclosed`` check.
 
 ``test_fixed_*``: bypasses the review found, each stopped since (``runner/replies.py``,
-``runner/vouching.py``, ``Attribution.reply_kind``). ``test_limit_*``: what the rules do not
-see, a strict xfail each (documented). ``test_stopped_*``: attacks the first version already
-stopped.
+``runner/vouching.py``, ``Attribution.kind`` and ``replies``). ``test_limit_*``: what the
+rules do not see, a strict xfail each (documented). ``test_stopped_*``: attacks the first
+version already stopped.
 """
 
 from __future__ import annotations
