@@ -14,11 +14,12 @@ proves nothing either way). Values are matched as whole tokens, case-insensitive
 Two origins come from the items of untrusted outputs whose tools declare who wrote each
 (``Tool.attribution``, :mod:`warrant.runner.vouching`), and pass like trusted ones:
 ``vouched`` (found in an item whose author the user named: "the link Bob sent me") and
-``author`` (a destination that is an item's author as the service reports it: a reply to a
-mail's sender). A destination that only an ``author`` origin vouches for receives nothing
-another item or observation said (a reference, an amount): such a call is ``disclosed`` and
-treated like an untrusted destination (the sender may be the attacker asking for the
-figures).
+``author`` (for a tool that sends replies, ``UntrustedPolicy.replies``: a destination that
+is an item's author as the service reports it, a mail's sender). A call to a destination
+only an ``author`` origin vouches for is ``disclosed`` when it carries what another
+observation said (:mod:`warrant.runner.replies`): a third party's data is handled like an
+untrusted destination (the sender may be the attacker asking for the figures), the user's
+own (a trusted tool's) is asked about.
 
 What must be trusted, and what a value that is not does (:class:`~warrant.tools.contract.
 UntrustedPolicy`, per tool):

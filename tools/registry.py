@@ -83,6 +83,7 @@ class Registry:
             for tool in plugin.tools:
                 self._plugin[(tool.name, tool.version)] = plugin
         self._fingerprint: str | None = None
+        self._attributions: dict[str, Attribution] | None = None
 
     @classmethod
     def from_plugins(cls, plugins: Iterable[Plugin]) -> Registry:
@@ -97,8 +98,11 @@ class Registry:
 
     def attributions(self) -> dict[str, Attribution]:
         """Tool name -> its output's :class:`~warrant.tools.attribution.Attribution` (tools
-        that declare one; observations name their tool, not its version)."""
-        return {t.name: t.attribution for t in self._tools.values() if t.attribution is not None}
+        that declare one; observations name their tool, not its version). Built once."""
+        if self._attributions is None:
+            tools = self._tools.values()
+            self._attributions = {t.name: t.attribution for t in tools if t.attribution}
+        return self._attributions
 
     def names(self) -> list[str]:
         return sorted({name for name, _ in self._tools})
