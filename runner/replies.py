@@ -70,13 +70,13 @@ def disclosures(
     user = "\n".join(sources.user)
     user_tokens = squeezed_tokens(user)[1]
     author_of = {item_id: author.strip().lower() for item_id, author, _ in sources.authors}
+    tops = {_top(p) for p in replied}
     for author in sorted({author_of.get(i, "") for i in replied.values()}):
         own = "\n".join(t for i, a, t, _ in sources.items if a.strip().lower() == author)
         own_tokens = squeezed_tokens(own)[1]
         exempt = user_tokens | (own_tokens if len(own_tokens) <= MAX_EXEMPT else set())
         first = _first_item(replied, author_of, author)
         named = f"{user}\n{own}".casefold()
-        tops = {_top(p) for p in replied}
         for path, value in leaves:
             attached = _top(path) in resources and _top(path) not in tops and value.strip()
             if attached and not token(value.strip()).search(named):
