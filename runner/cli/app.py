@@ -94,6 +94,10 @@ def version() -> str:
         return "unknown"
 
 
+#: The options that only print help (the command line's, as typed).
+_HELP = frozenset({"--help", "-h"})
+
+
 def _print_version(value: bool) -> None:
     if value:
         sys.stdout.write(f"warrant {version()}\n")
@@ -115,7 +119,8 @@ def _root(
     """warrant: the model proposes, the program decides."""
     from warrant.runner.settings import load_settings
 
-    load_settings()  # every command validates the settings first: SETTINGS_INVALID here
+    if _HELP.isdisjoint(sys.argv[1:]):  # help is readable whatever the settings say
+        load_settings()  # every command validates the settings first: SETTINGS_INVALID here
 
 
 def _cli_errors() -> tuple[tuple[type[Exception], ...], tuple[type[BaseException], ...]]:

@@ -54,6 +54,15 @@ def test_a_bad_setting_stops_the_command_at_start(tmp_path: Path, command: list[
     assert not (tmp_path / "data").exists()  # nothing was started
 
 
+@pytest.mark.parametrize("command", [["run", "list"], ["worker"], ["mcp", "serve"]], ids=" ".join)
+def test_help_is_readable_under_a_bad_setting(tmp_path: Path, command: list[str]):
+    """A user who set a bad value can still read how a command is used (and nothing starts)."""
+    out = warrant(*command, "--help", env=_nowhere(tmp_path), timeout=60)
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert "Usage" in out.stdout and "SETTINGS_INVALID" not in out.stdout + out.stderr
+    assert not (tmp_path / "data").exists()
+
+
 def test_without_json_one_line_names_the_code_and_the_variable(tmp_path: Path):
     out = warrant("worker", "--role", "planner", env=_nowhere(tmp_path), timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
