@@ -11,13 +11,29 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from warrant.runner.scopes import ResourceKind
 
-__all__ = ["FOLDER", "Folder", "destination_candidates", "emails", "mentioned", "token"]
+__all__ = [
+    "FOLDER",
+    "MAX_DEPTH",
+    "Folder",
+    "destination_candidates",
+    "emails",
+    "leaf_strings",
+    "mentioned",
+    "split_urls",
+    "token",
+]
 
+
+#: Deepest argument nesting walked (the gate refuses deeper input before provenance).
+MAX_DEPTH = 64
+#: A URL in free text (trailing punctuation is dropped by :func:`split_urls`).
+_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
 
 #: How a folder candidate is written (:class:`Folder`).
 FOLDER = "/*"
@@ -110,3 +126,38 @@ def mentioned(value: str, kind: ResourceKind | None, folded: str) -> bool:
 
     candidates = destination_candidates(value, kind, found)
     return bool(candidates) and all(found(c) for c in candidates)
+
+
+def leaf_strings(
+    value: Any, path: str = "", depth: int = 0, *, numbers: bool = False, keys: bool = False
+) -> Iterator[tuple[str, str]]:
+    """``(path, text)`` for every string (and long number) inside ``value``. ``numbers``:
+    every number, short ones too (a source's text: an id ``13`` a trusted listing returned
+    vouches for ``delete_file("13")``). ``keys``: nested mapping keys too, at
+    ``<path>#key`` (data a call may carry; an argument's own name is the schema's)."""
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        text = str(value)
+        if numbers or len(text) >= 6:  # account and card numbers, not counts
+            yield path, text
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            at = f"{path}.{key}" if path else str(key)
+            if keys and path:
+                yield f"{at}#key", str(key)
+            yield from leaf_strings(item, at, depth + 1, numbers=numbers, keys=keys)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            at = f"{path}[{index}]"
+            yield from leaf_strings(item, at, depth + 1, numbers=numbers, keys=keys)
+
+
+def split_urls(text: str) -> tuple[list[str], str]:
+    """The URLs in ``text`` (trailing punctuation dropped), and the text without them."""
+    urls = [m.group(0).rstrip(".,;:!?") for m in _URL.finditer(text)]
+    return urls, _URL.sub(" ", text)

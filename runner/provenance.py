@@ -39,12 +39,18 @@ UntrustedPolicy`, per tool):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from warrant.runner.codes import Rejection
-from warrant.runner.mentions import destination_candidates, emails, token
+from warrant.runner.mentions import (
+    destination_candidates,
+    emails,
+    leaf_strings,
+    split_urls,
+    token,
+)
 from warrant.runner.replies import disclosures
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
@@ -69,44 +75,15 @@ __all__ = [
 MIN_CHARS = 4
 #: Characters of untrusted context shown on each side of a flagged value.
 EXCERPT_CHARS = 60
-#: Deepest argument nesting walked (the gate refuses deeper input before this layer).
-MAX_DEPTH = 64
 
-_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
-
-
-def leaf_strings(
-    value: Any, path: str = "", depth: int = 0, *, numbers: bool = False
-) -> Iterator[tuple[str, str]]:
-    """``(path, text)`` for every string (and long number) inside ``value``. ``numbers``:
-    every number, short ones too (a source's text: an id ``13`` a trusted listing returned
-    vouches for ``delete_file("13")``)."""
-    if depth > MAX_DEPTH:
-        return
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, int | float):
-        text = str(value)
-        if numbers or len(text) >= 6:  # account and card numbers, not counts
-            yield path, text
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            at = f"{path}.{key}" if path else str(key)
-            yield from leaf_strings(item, at, depth + 1, numbers=numbers)
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            yield from leaf_strings(item, f"{path}[{index}]", depth + 1, numbers=numbers)
 
 
 def embedded_values(text: str) -> list[tuple[ResourceKind, str]]:
     """URLs, e-mail addresses and IBANs inside free text (a phishing link in a message body)."""
     found: list[tuple[ResourceKind, str]] = []
-    urls = [m.group(0).rstrip(".,;:!?") for m in _URL.finditer(text)]
+    urls, rest = split_urls(text)
     found += [(ResourceKind.URL, u) for u in urls]
-    rest = _URL.sub(" ", text)
     found += [(ResourceKind.EMAIL, address) for address in emails(rest)]
     found += [(ResourceKind.IDENTIFIER, m.group(0)) for m in _IBAN.finditer(rest)]
     return found

@@ -32,15 +32,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.runner.mentions import token
+from warrant.runner.mentions import leaf_strings, token
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.views import ProvenanceSources
 from warrant.runner.vouching import MAX_DATA_TOKENS, squeeze, squeezed_tokens
 
 __all__ = ["MAX_EXEMPT", "disclosures", "payload"]
 
-#: Deepest argument nesting read (the gate refuses deeper input before this layer).
-MAX_DEPTH = 64
 #: Data tokens an author's own items may exempt, at most.
 MAX_EXEMPT = 2_000
 
@@ -90,21 +88,9 @@ def disclosures(
     return []
 
 
-def payload(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, str]]:
+def payload(value: Any) -> Iterator[tuple[str, str]]:
     """``(path, text)`` of every string, number and nested mapping key inside ``value``."""
-    if depth > MAX_DEPTH or value is None or isinstance(value, bool):
-        return
-    if isinstance(value, str | int | float):
-        yield path, str(value)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            at = f"{path}.{key}" if path else str(key)
-            if path:  # a nested key is data; an argument's name is the schema's
-                yield f"{at}#key", str(key)
-            yield from payload(item, at, depth + 1)
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            yield from payload(item, f"{path}[{index}]", depth + 1)
+    return leaf_strings(value, numbers=True, keys=True)
 
 
 def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hit] | None:

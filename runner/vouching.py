@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.runner.mentions import emails, token
+from warrant.runner.mentions import emails, split_urls, token
 from warrant.runner.scopes import ResourceKind
 from warrant.tools.attribution import Attribution
 
@@ -59,7 +59,6 @@ MAX_DATA_TOKENS = 50_000
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 # runs of word characters and the separators data is written with (linear: no backtracking)
 _RUN = re.compile(r"[\w.,/:+-]+")
-_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[.,/:+-]+")
 #: Consecutive parts of a data token read as one value (``48,213`` of ``48,213.00``).
 MAX_WINDOW = 4
@@ -179,8 +178,7 @@ def _kept(candidates: Iterable[str]) -> set[str]:
 
 
 def _addresses(user: str) -> set[str]:
-    urls = [m.group(0).rstrip(".,;:!?") for m in _URL.finditer(user)]
-    rest = _URL.sub(" ", user)
+    urls, rest = split_urls(user)
     return {a.lower().rstrip("/") for a in (*urls, *emails(rest, unicode=True))}
 
 
