@@ -71,7 +71,6 @@ class Item:
 
     item_id: str
     """``<observation_id>`` (the whole output), or ``<observation_id>.<items>[<i>]``."""
-    observation_id: str
     author: str
     names: tuple[str, ...]
     text: str
@@ -112,7 +111,7 @@ def items_of(
             n for n in (item.get(f) for f in attribution.names) if isinstance(n, str) and n
         )
         text = "\n".join(t for _, t in strings(item))
-        items.append(Item(item_id, observation_id, author.strip(), names, text, attribution.kind))
+        items.append(Item(item_id, author.strip(), names, text, attribution.kind))
     return items
 
 
