@@ -35,12 +35,31 @@ their pool processes died at their hard limit): after the network healed both to
 sat in that read and took no command for minutes; a ``celery inspect`` released them. This
 channel reads the subscription only when its connection has data (buffered or on the socket).
 
+Unacknowledged messages come back within seconds of their worker's death (issue 47): kombu
+keeps a late-acknowledged message in Redis's ``unacked`` hash, indexed by its delivery time,
+and gives it back to the queue once it is older than the visibility timeout, whether its
+worker died or is still working on it. So the timeout had to exceed the longest tool time
+limit, and a SIGKILLed worker's whole in-flight set (hundreds of messages on a threads pool)
+sat there for an hour. Here every worker process **renews** the index entries of the messages
+it holds (:class:`UnackedLease`, one thread, every :data:`RENEW_EVERY_S`), so the visibility
+timeout is a lease: a live worker's messages are never given back however long their task
+runs, and a dead worker's are back once their last renewal is older than the timeout
+(``WARRANT_VISIBILITY_TIMEOUT_S``, 45 s by default; looked for every
+:data:`RESTORE_EVERY_S`). The index is scored on the Redis server's clock (the local clock
+corrected by the offset the renewer measures), so a worker whose clock is off neither loses
+its messages nor takes another's.
+
 Used for ``redis://`` and ``redis+socket://`` broker URLs (see
 :func:`warrant.broker.app.make_app`); other schemes keep their stock transport.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -48,14 +67,114 @@ from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.utils.json import dumps
 
-__all__ = ["TRANSPORT", "Channel", "Transport"]
+__all__ = ["RENEW_EVERY_S", "RESTORE_EVERY_S", "TRANSPORT", "Channel", "Transport"]
+
+log = logging.getLogger("warrant.broker")
 
 #: ``broker_transport`` value naming this transport.
 TRANSPORT = "warrant.broker._redis_transport:Transport"
+#: How often a worker renews the index entries of the messages it holds.
+RENEW_EVERY_S = 5.0
+#: How often a worker looks for messages whose holder stopped renewing them.
+RESTORE_EVERY_S = 5
+
+
+class _ServerClock:
+    """The Redis server's clock as this process reads it: ``time.time()`` plus an offset the
+    renewer measures (``TIME``) at each renewal."""
+
+    offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def measure(self, client: Any) -> None:
+        sent = time.time()
+        seconds, micros = client.time()
+        back = time.time()
+        self.offset = seconds + micros / 1e6 - (sent + back) / 2
+
+
+_clock = _ServerClock()
+
+
+class QoS(kombu_redis.QoS):
+    """kombu's QoS with the unacked index on the server's clock."""
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        delivery = message.delivery_info
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: _clock.now()}).hset(
+                self.unacked_key,
+                delivery_tag,
+                dumps([message._raw, delivery["exchange"], delivery["routing_key"]]),
+            ).execute()
+        kombu_redis.virtual.QoS.append(self, message, delivery_tag)
+
+    def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
+        with self.channel.conn_or_acquire() as client:
+            ceil = _clock.now() - self.visibility_timeout
+            try:
+                with kombu_redis.Mutex(client, self.unacked_mutex_key, self.unacked_mutex_expire):
+                    visible = client.zrange(
+                        self.unacked_index_key, ceil, 0, desc=True, byscore=True,
+                        offset=num and start, num=num, withscores=True,
+                    )  # fmt: skip
+                    for tag, _score in visible or []:
+                        self.restore_by_tag(tag, client)
+            except kombu_redis.MutexHeld:
+                pass
+
+
+class UnackedLease:
+    """Renews, every :data:`RENEW_EVERY_S`, the index entries of the messages this process's
+    channels hold (one daemon thread per process)."""
+
+    def __init__(self) -> None:
+        self.channels: weakref.WeakSet[Channel] = weakref.WeakSet()
+        self.lock = threading.Lock()
+        self.pid: int | None = None
+
+    def add(self, channel: Channel) -> None:
+        with self.lock:
+            self.channels.add(channel)
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                threading.Thread(
+                    target=self._run, name="warrant-unacked-lease", daemon=True
+                ).start()
+
+    def _run(self) -> None:
+        pid = os.getpid()
+        while pid == os.getpid():
+            time.sleep(RENEW_EVERY_S)
+            with self.lock:
+                channels = list(self.channels)
+            for channel in channels:
+                try:
+                    self.renew(channel)
+                except Exception as exc:  # Redis away: the next renewal tries again
+                    log.warning("renewing unacknowledged messages failed: %s", exc)
+
+    @staticmethod
+    def renew(channel: Channel) -> None:
+        qos = channel._qos
+        tags = list(qos._delivered) if qos is not None else []
+        if not tags:
+            return
+        with channel.conn_or_acquire() as client:
+            _clock.measure(client)
+            now = _clock.now()
+            client.zadd(channel.unacked_index_key, dict.fromkeys(tags, now), xx=True)
+
+
+_lease = UnackedLease()
 
 
 class Channel(kombu_redis.Channel):
+    QoS = QoS
     _shared: tuple[Any, Any] | None = None
     """(pool, client): the client is rebuilt when the channel replaces its pool."""
     _origin: SimpleNamespace | None = None
@@ -66,6 +185,7 @@ class Channel(kombu_redis.Channel):
             client=connection.client, default_port=connection.default_port
         )
         super().__init__(connection, *args, **kwargs)
+        _lease.add(self)
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         transport = self.connection

@@ -12,9 +12,13 @@ so its lease is its time limit. Nothing kills one thread of a process, so an att
 - **cancels**: an attempt whose run is ``cancelling`` gets ``SoftTimeLimitExceeded`` raised
   in its thread (``PyThreadState_SetAsyncExc``) while it is inside the tool's own code — the
   same exception a prefork tool gets from a revoke or a soft time limit, so the stage
-  records ``CANCELLED_DURING_EXECUTION`` the same way. Bound: one beat, plus the time the tool
-  takes to run Python code again (a call blocked in C, a socket read, returns first: tools on
-  this pool bound their I/O by ``ToolContext.remaining_s``);
+  records ``CANCELLED_DURING_EXECUTION`` the same way — and its context's ``interrupt``
+  signal set, which wakes ``ToolContext.sleep`` and shuts down the connections of
+  :mod:`warrant.tools.blocking` (a thread blocked in a socket read sees no raised exception
+  until it runs Python code again). Bound: one beat. A call still inside the tool
+  :data:`UNREACHED_AFTER_S` after its interruption blocks where nothing reaches (a plain
+  sleep, C code, its own socket): logged, and traced with its outcome
+  (``tool.interrupt.unreached``); such a tool belongs on the process pool;
 - **times out**: at the soft limit (the command's ``timeout_s``) the same exception;
 - **retires** its process when an attempt is still inside the tool at its hard limit (it
   ignored the exception or is stuck where none reaches it): the process stops taking work
@@ -47,21 +51,28 @@ from sqlalchemy import Engine
 from warrant.broker.deadline import HARD_LIMIT_EXIT
 from warrant.ledger.commands import beat_commands
 from warrant.ledger.stage_loads import autocommit
+from warrant.runner.cancellation import CancelSignal
 
 __all__ = [
     "FENCE_MARGIN_S",
+    "UNREACHED_AFTER_S",
     "AttemptWatch",
     "cancel_interrupts",
     "in_tool",
     "live_here",
     "seen_cancel",
+    "taken_here",
     "the_watch",
+    "this_attempt",
 ]
 
 log = logging.getLogger("warrant.tool")
 
 #: The process ends this long before the others may presume its unrenewed attempts lost.
 FENCE_MARGIN_S = 2.0
+#: A call still inside its tool this long after its interruption is reported: it blocks where
+#: no interruption reaches.
+UNREACHED_AFTER_S = 2.0
 _CANCELLED = frozenset({"cancelling", "cancelled"})
 
 
@@ -80,7 +91,25 @@ class Attempt:
     """Why the attempt was interrupted (``deadline``, ``cancel``, ``fence``), if it was."""
     saw_cancel: bool = False
     """The tool read that its run is being cancelled: it stops on its own (no cancel raise)."""
+    signal: CancelSignal = field(default_factory=CancelSignal)
+    """The call's ``ToolContext.interrupt``: set with the interruption."""
+    interrupted_at: float | None = None
+    """Monotonic instant of the interruption, if any."""
+    left_tool_at: float | None = None
+    """Monotonic instant the call left the tool's code, if it has."""
+    reported: bool = False
+    """Its outliving an interruption was logged."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def unreached(self) -> dict[str, object] | None:
+        """The trace of a call that outlived its interruption by more than
+        :data:`UNREACHED_AFTER_S` (None: it stopped in time, or was never interrupted)."""
+        if self.interrupted_at is None or self.left_tool_at is None:
+            return None
+        late = self.left_tool_at - self.interrupted_at
+        if late < UNREACHED_AFTER_S:
+            return None
+        return {"why": self.interrupted, "late_s": round(late, 3)}
 
 
 def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
@@ -172,6 +201,13 @@ class AttemptWatch:
             return time.monotonic() + 3600.0
         now = time.monotonic()
         ahead = [t for a in self.attempts.values() for t in (a.soft_at, a.hard_at) if t > now]
+        ahead += [
+            a.interrupted_at + UNREACHED_AFTER_S
+            for a in self.attempts.values()
+            if a.interrupted_at is not None
+            and not a.reported
+            and a.interrupted_at + UNREACHED_AFTER_S > now
+        ]
         return min([next_beat, *ahead])
 
     def _beat(self, attempts: list[Attempt], *, sent: float) -> None:
@@ -201,16 +237,34 @@ class AttemptWatch:
                 os._exit(HARD_LIMIT_EXIT)
             if a.in_tool and now >= a.hard_at:
                 self._retire(a, attempts)
+            if (
+                a.in_tool
+                and not a.reported
+                and a.interrupted_at is not None
+                and now - a.interrupted_at >= UNREACHED_AFTER_S
+            ):
+                a.reported = True
+                log.warning(
+                    "%s is still in its tool %.1f s after its interruption (%s): it blocks where "
+                    "no interruption reaches (a plain sleep, C code, a socket of its own); route "
+                    "its waits through its ToolContext or run it on the process pool",
+                    a.what,
+                    now - a.interrupted_at,
+                    a.interrupted,
+                )
 
     def interrupt(self, attempt: Attempt, why: str) -> None:
         """``SoftTimeLimitExceeded`` in the attempt's thread, if it is inside the tool."""
         with attempt.lock:
             if attempt.interrupted is not None:
                 return
-            attempt.interrupted = why
+            attempt.interrupted, attempt.interrupted_at = why, time.monotonic()
             if attempt.in_tool:
                 log.info("interrupting %s (%s)", attempt.what, why)
                 _raise_in(attempt.thread_id, SoftTimeLimitExceeded)
+        # Its callbacks unblock the call (shut a socket down, send a database a cancel
+        # request): on a thread of their own, so that none can hold up the watch's fence.
+        threading.Thread(target=attempt.signal.set, name="warrant-interrupt", daemon=True).start()
 
     def _retire(self, stuck: Attempt, attempts: list[Attempt]) -> None:
         """A tool outlived its hard limit in this process: take no more work, let the other
@@ -242,9 +296,53 @@ def the_watch(engine: Engine, worker: str, *, beat_s: float, timeout_s: float) -
         return _watch
 
 
+#: Commands a thread of this process is handling, from before its claim is sent until its
+#: outcome is recorded (or the delivery is sorted out): ``command_id`` -> (pid, thread id).
+_taken: dict[str, tuple[int, int]] = {}
+_taken_lock = threading.Lock()
+
+
+@contextmanager
+def taken_here(command_id: str) -> Iterator[bool]:
+    """Take ``command_id`` for this thread before its claim is sent: True if it is this
+    thread's now, False if another thread of this process already has it (a duplicate
+    delivery taken by a second thread: it must leave the command to the first, which records
+    its outcome or sorts the delivery out). Registered *before* the claim, so there is no
+    window in which the claim is committed and the attempt is not yet known to be live here
+    (issue 47: a second thread then judged the attempt lost and started another)."""
+    me = (os.getpid(), threading.get_ident())
+    with _taken_lock:
+        holder = _taken.get(command_id)
+        mine = holder is None or holder[0] != me[0]  # a forked child inherits stale entries
+        if mine:
+            _taken[command_id] = me
+    try:
+        yield mine
+    finally:
+        if mine:
+            with _taken_lock:
+                if _taken.get(command_id) == me:
+                    del _taken[command_id]
+
+
+def this_attempt() -> Attempt | None:
+    """The attempt this thread is running under the watch, if any."""
+    return _current.attempt
+
+
 def live_here(command_id: str) -> bool:
-    """Is ``command_id`` an attempt this process is running right now (on its threads)?"""
-    return _watch is not None and _watch.pid == os.getpid() and _watch.live(command_id)
+    """Is another thread of this process handling ``command_id`` right now (claiming it,
+    running its attempt or recording it)? The calling thread's own hold does not count: a
+    thread that holds the command and finds it ``started`` by this process knows that no
+    other thread here is in it, so that attempt is over (a prefork stage retry, a threads
+    attempt that ended without its record)."""
+    me = (os.getpid(), threading.get_ident())
+    with _taken_lock:
+        holder = _taken.get(command_id)
+    if holder is not None and holder[0] == me[0]:
+        return holder != me
+    watched = _watch is not None and _watch.pid == me[0] and _watch.live(command_id)
+    return watched and holder != me
 
 
 def cancel_interrupts(attempt: Attempt, run_status: str) -> bool:
@@ -281,4 +379,5 @@ def in_tool() -> Iterator[None]:
     finally:
         with attempt.lock:
             attempt.in_tool = False
+            attempt.left_tool_at = time.monotonic()
             _raise_in(attempt.thread_id, None)

@@ -15,10 +15,10 @@ from celery import Celery
 from celery.signals import beat_init, worker_init
 
 from warrant.broker import telemetry
+from warrant.broker._redis_transport import RESTORE_EVERY_S
 from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from warrant.broker.registration import RegisterWorker
 from warrant.broker.revocations import TrimRevokedRuns
-from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.limits import check_storage, limit_table, limits_url
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
@@ -59,6 +59,10 @@ def transport_options(settings: WarrantSettings) -> dict[str, object]:
             keepalive[getattr(socket, name)] = value
     return {
         "visibility_timeout": settings.visibility_timeout_s,
+        # Live workers renew their messages' entries (broker._redis_transport): look for a
+        # dead worker's every few seconds, not every 100 s.
+        "unacked_restore_interval": RESTORE_EVERY_S,
+        "unacked_restore_throttle": 1,
         "socket_timeout": timeout,
         "socket_connect_timeout": settings.broker_connect_timeout_s,
         "socket_keepalive": True,
@@ -72,13 +76,9 @@ def make_app(settings: WarrantSettings | None = None) -> Celery:
     """The Celery app for ``settings`` (default: the environment). The broker is
     ``settings.broker_url``, else a running ``warrant up``'s; with neither the app is still
     built but refuses to connect (``ServiceUnavailable`` ``SERVICES_NOT_CONFIGURED`` on first
-    use) rather than fall back to a default broker.
-
-    Raises ``ValueError`` if the broker's visibility timeout does not exceed the longest tool
-    time limit (plus the hard-limit grace): Redis would redeliver running commands."""
+    use) rather than fall back to a default broker."""
     settings = settings or load_settings()
     registry = registry_for(settings, ask_mcp_servers=False)  # queues, limits: no MCP server
-    _check_visibility_timeout(settings, registry)
     broker_url = _broker_url(settings)
     _check_limits(settings, registry, broker_url)
     celery = Celery("warrant", broker=broker_url, include=["warrant.broker.tasks"])
@@ -104,19 +104,22 @@ def _name_worker_for_tracing(sender: Any = None, **_: Any) -> None:
     telemetry.name_worker(list(queues) if queues else None)
 
 
+@worker_init.connect
+def _keep_threaded_tasks_on_connection_loss(sender: Any = None, **_: Any) -> None:
+    """A threads pool cannot cancel one running task (Celery then logs a ``NotImplementedError``
+    traceback per task and "Terminating it instead", and nothing is terminated): its tasks run
+    on, and are acknowledged once the broker is back (their messages stay leased meanwhile,
+    ``broker._redis_transport``). Other pools cancel them as before."""
+    pool = getattr(sender, "pool_cls", None)
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
+    if sender is not None and "thread" in str(name):
+        sender.app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
+
+
 @beat_init.connect
 def _trace_beat(**_: Any) -> None:
     """Beat publishes the reconciler's sweeps: traced as ``warrant-beat``."""
     telemetry.configure(service_name=telemetry.SERVICE_NAMES["beat"])
-
-
-def _check_visibility_timeout(settings: WarrantSettings, registry: Registry) -> None:
-    longest = registry.max_timeout_s() + HARD_LIMIT_GRACE_S
-    if settings.visibility_timeout_s <= longest:
-        raise ValueError(
-            f"visibility timeout {settings.visibility_timeout_s}s must exceed the longest tool "
-            f"time limit ({longest}s), or Redis would redeliver running commands"
-        )
 
 
 def _check_limits(settings: WarrantSettings, registry: Registry, broker_url: str | None) -> None:

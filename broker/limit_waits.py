@@ -9,8 +9,11 @@
   ``broker.deadline``) count from the task's start, so a wait there would eat the tool's own
   time and could turn a write into ``TOOL_TIMEOUT``/unknown. A message that finds no slot is
   sent again with a countdown (its result is ``limit_deferred``); the attempt (claim,
-  ``began``, deadlines) starts only once the slot is held, and the slot is released on every
-  way out of the stage.
+  ``began``, the deadline its tool sees) starts only once the slot is held. The slot is
+  released on every way out of the stage, except after an **abandoned** call (its effect
+  unknown, or interrupted by a cancel or its time limit: the service may still be working on
+  it): that slot stays taken until the attempt's deadline, by which a service that honours
+  the deadline it was given has stopped (:meth:`Slot.keep_until`).
 
 Traced: a command's first deferral appends ``limit.waiting`` ({limit, key, tool}); a call that
 waited appends ``limit.waited`` ({limit, key, waited_s}, plus ``deferrals`` for a tool), and
@@ -26,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from warrant.broker import telemetry
@@ -40,7 +44,7 @@ from warrant.runner.codes import CommandStatus, RunStatus
 from warrant.runner.limits import ModelLimit
 from warrant.runner.planner_protocol import PlannerFailure
 
-__all__ = ["DEFERRED", "ModelGate", "model_limiter", "tool_slot"]
+__all__ = ["DEFERRED", "ModelGate", "Slot", "model_limiter", "tool_slot"]
 
 log = logging.getLogger("warrant.limits")
 
@@ -162,17 +166,33 @@ def model_limiter(ctx: Any, run_id: str, *, step: int) -> ModelGate | None:
 # --- the tool stage's hook ------------------------------------------------------------------
 
 
+@dataclass
+class Slot:
+    """What :func:`tool_slot` yields to the tool stage."""
+
+    deferred: str | None = None
+    """The stage's result when the message was sent again for later (then nothing runs)."""
+    held_for_s: float = 0.0
+    """After the block: how much longer the slot stays taken (an abandoned call)."""
+
+    def keep_until(self, seconds: float) -> None:
+        """The call was abandoned with ``seconds`` left before its deadline: the slot stays
+        taken that long after the stage ends (a service may still be serving the call)."""
+        self.held_for_s = max(self.held_for_s, seconds)
+
+
 @contextmanager
 def tool_slot(
     ctx: Any, *, tool: str | None, run_id: str, version: int, command_id: str
-) -> Iterator[str | None]:
-    """Around the tool stage: yields None to go on (with the slot held, if ``tool`` is
-    capped, until the block ends however it ends), or the stage's result when the message was
-    sent again for later (:data:`DEFERRED`)."""
+) -> Iterator[Slot]:
+    """Around the tool stage: yields a :class:`Slot` (with ``deferred`` set when the message
+    was sent again for later, :data:`DEFERRED`); if ``tool`` is capped the slot is held until
+    the block ends however it ends, and longer if the stage said so (:meth:`Slot.keep_until`)."""
     shared: SharedLimits | None = getattr(ctx, "limits", None)
     limit = shared.table.for_tool(tool) if shared is not None and tool else None
+    slot = Slot()
     if shared is None or limit is None or tool is None:
-        yield None
+        yield slot
         return
     holder = uuid.uuid4().hex
     try:
@@ -182,17 +202,18 @@ def tool_slot(
         shared.release_tool(tool, holder)
         blocked, limit = None, None
     if blocked is not None:
-        yield _defer(
+        slot.deferred = _defer(
             ctx, shared, blocked, tool=tool, run_id=run_id, version=version, cid=command_id
         )
+        yield slot
         return
     try:
         if limit is not None:
             _note_waited(ctx, shared, run_id=run_id, command_id=command_id)
-        yield None
+        yield slot
     finally:
         if limit is not None and limit.max_in_flight:
-            shared.release_tool(tool, holder)
+            shared.release_tool(tool, holder, after_s=slot.held_for_s)
 
 
 def _defer(

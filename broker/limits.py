@@ -201,11 +201,15 @@ class SharedLimits:
                 return Blocked("max_calls_per_minute", f"tool:{tool}", wait)
         return None
 
-    def release_tool(self, tool: str, holder: str) -> None:
+    def release_tool(self, tool: str, holder: str, *, after_s: float = 0.0) -> None:
+        """Free the slot now, or ``after_s`` seconds from now (on the Redis server's clock)."""
         key = self.slot_key(tool)
         self.renewer.drop(key, holder)
         try:
-            self.semaphore.release(key, holder)
+            if after_s > 0:
+                self.semaphore.expire(key, holder, after_s=after_s)
+            else:
+                self.semaphore.release(key, holder)
         except FAILURES as exc:  # its lease ends it
             log.warning("releasing slot %s failed (%s): its lease frees it", key, exc)
 

@@ -46,6 +46,15 @@ end
 return 0
 """
 )
+_EXPIRE = (
+    _NOW
+    + """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+end
+return 1
+"""
+)
 _HOLDERS = _NOW + "return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')\n"
 
 
@@ -56,6 +65,7 @@ class RedisSemaphore:
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._holders = client.register_script(_HOLDERS)
+        self._expire = client.register_script(_EXPIRE)
 
     def acquire(self, key: str, holder: str, *, limit: int) -> bool:
         """Take one of ``limit`` slots for ``holder`` (already held: renewed)."""
@@ -67,6 +77,10 @@ class RedisSemaphore:
 
     def release(self, key: str, holder: str) -> None:
         self.client.zrem(key, holder)
+
+    def expire(self, key: str, holder: str, *, after_s: float) -> None:
+        """The holder's slot ends ``after_s`` seconds from now, not renewed any more."""
+        self._expire(keys=[key], args=[holder, after_s])
 
     def holders(self, key: str) -> int:
         """Holders whose lease has not ended."""

@@ -21,7 +21,7 @@ import tenacity
 from warrant.broker import attempt_watch, deadline, preconditions, telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.lease import holder_lost, holder_of, lease_expired
-from warrant.broker.limit_waits import tool_slot
+from warrant.broker.limit_waits import Slot, tool_slot
 from warrant.broker.permission_waits import with_grant_wait
 from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool_record import record, record_fast
@@ -43,6 +43,18 @@ RECORD_PATIENCE_S = 120.0
 LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 
+def _worker_lost() -> ToolResult:
+    """The outcome of a started command whose attempt is known lost (its tool is not safe
+    to run again with the same token): the reconciler asks the service."""
+    return ToolResult(
+        Outcome.UNKNOWN,
+        "WORKER_LOST_DURING_EXECUTION",
+        "an earlier delivery started this command and its process is gone",
+        stop=StopReason.UNKNOWN_EFFECT,
+        trigger="worker-lost",
+    )
+
+
 def tool_execute(
     ctx: StageContext,
     run_id: str,
@@ -52,15 +64,33 @@ def tool_execute(
     worker: str | None = None,
     tool: str | None = None,
 ) -> str:
-    """The tool's shared limits first (``broker.limits``: a message that finds no free slot
-    is sent again for later), then :func:`_claim_and_run` with the slot held: the attempt's
-    deadlines start counting only after the wait."""
-    with tool_slot(
-        ctx, tool=tool, run_id=run_id, version=version, command_id=command_id
-    ) as deferred:
-        if deferred is not None:
-            return deferred
-        return _claim_and_run(ctx, run_id, version, command_id, worker=worker, tool=tool)
+    """The command is this thread's first (``attempt_watch.taken_here``: a duplicate delivery
+    that another thread of this process holds is left to it), then the tool's shared limits
+    (``broker.limits``: a message that finds no free slot is sent again for later), then
+    :func:`_claim_and_run` with the slot held: the attempt's deadlines start counting only
+    after the wait."""
+    with attempt_watch.taken_here(command_id) as mine:
+        if not mine:
+            return _taken_elsewhere_here(ctx, run_id, command_id)
+        with tool_slot(
+            ctx, tool=tool, run_id=run_id, version=version, command_id=command_id
+        ) as slot:
+            if slot.deferred is not None:
+                return slot.deferred
+            return _claim_and_run(
+                ctx, run_id, version, command_id, worker=worker, tool=tool, slot=slot
+            )
+
+
+def _taken_elsewhere_here(ctx: StageContext, run_id: str, command_id: str) -> str:
+    """Another thread of this process is claiming or running the command: this delivery is
+    dropped (that thread records the outcome, or sorts its own delivery out), traced as any
+    delivery that finds a live attempt."""
+    with autocommit(ctx.engine) as conn:
+        row = load_tool(conn, run_id, command_id)
+    if row is None:
+        return "ignored"
+    return _in_flight(ctx, row)
 
 
 def _claim_and_run(
@@ -69,8 +99,9 @@ def _claim_and_run(
     version: int,
     command_id: str,
     *,
-    worker: str | None = None,
-    tool: str | None = None,
+    worker: str | None,
+    tool: str | None,
+    slot: Slot,
 ) -> str:
     """Claim the command, run the tool, record the outcome: two statements in the common case.
 
@@ -80,9 +111,13 @@ def _claim_and_run(
     lease. A read has no effect to protect: its start does not wait for the WAL flush (a lost
     start simply runs the read again). ``tool`` is the message's tool name; without it (or
     if it is not the command's) the command takes the general path, with a durable start."""
-    began = time.monotonic()  # the attempt's own deadlines count from here (broker.deadline)
+    # The attempt's own deadlines count from here (broker.deadline), and so does the deadline
+    # its tool sees (on the database's clock): after any slot wait and any queueing.
+    began, now = time.monotonic(), ctx.clock()
     if tool is None:
-        return _general_path(ctx, run_id, version, command_id, worker=worker, began=began)
+        return _general_path(
+            ctx, run_id, version, command_id, worker=worker, began=began, now=now, slot=slot
+        )
     # A read's start is only informational (re-running it is harmless): its commit does not
     # wait for the WAL flush. Any other start is the durable intent before the effect. The
     # claim matches the command's own tool, so a message naming another tool cannot relax it.
@@ -104,9 +139,11 @@ def _claim_and_run(
         assert found is not None, "the claim only starts versions this worker has"
         # The record compares-and-sets at the version the claim checked, not at the returned
         # row's (newer if a cancel committed meanwhile: then the locked path sorts it out).
-        snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, began=began)
-        return _execute(ctx, found, snapshot, worker=worker)
-    return _general_path(ctx, run_id, version, command_id, worker=worker, began=began)
+        snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, now=now, began=began)
+        return _execute(ctx, found, snapshot, worker=worker, slot=slot)
+    return _general_path(
+        ctx, run_id, version, command_id, worker=worker, began=began, now=now, slot=slot
+    )
 
 
 def _general_path(
@@ -117,6 +154,8 @@ def _general_path(
     *,
     worker: str | None,
     began: float,
+    now: float,
+    slot: Slot,
 ) -> str:
     """The claim did not apply: a duplicate or late delivery, a stopped run, a started
     command whose tool may (or may not) be re-invoked, or a message that does not name the
@@ -158,16 +197,10 @@ def _general_path(
     if attempt is None:
         if not started or tool.side_effect.safe_to_reinvoke:
             return "ignored"
-        lost = ToolResult(
-            Outcome.UNKNOWN,
-            "WORKER_LOST_DURING_EXECUTION",
-            "an earlier delivery started this command and its process is gone",
-            stop=StopReason.UNKNOWN_EFFECT,
-            trigger="worker-lost",
-        )
-        return record(ctx, snapshot_of(row, attempt=row.cmd_attempts, version=version), tool, lost)
-    snapshot = snapshot_of(row, attempt=attempt, version=version, began=began)
-    return _execute(ctx, tool, snapshot, worker=worker)
+        snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, now=now)
+        return record(ctx, snapshot, tool, _worker_lost())
+    snapshot = snapshot_of(row, attempt=attempt, version=version, now=now, began=began)
+    return _execute(ctx, tool, snapshot, worker=worker, slot=slot)
 
 
 def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
@@ -210,12 +243,12 @@ def _in_flight(ctx: StageContext, row: Any) -> str:
 
 
 def _execute(
-    ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, *, worker: str | None
+    ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, *, worker: str | None, slot: Slot
 ) -> str:
     """Run the attempt and record its outcome; on a threads pool, under the process's attempt
     watch from the claim to the record (its heartbeat is the lease: ``broker.attempt_watch``)."""
     if not deadline.concurrent() or worker is None:
-        return _attempt(ctx, tool, snapshot)
+        return _attempt(ctx, tool, snapshot, slot)
     settings = ctx.settings
     watch = attempt_watch.the_watch(
         ctx.engine,
@@ -230,10 +263,10 @@ def _execute(
         timeout_s=snapshot.timeout_s,
         hard_s=snapshot.timeout_s + HARD_LIMIT_GRACE_S,
     ):
-        return _attempt(ctx, tool, snapshot)
+        return _attempt(ctx, tool, snapshot, slot)
 
 
-def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str:
+def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, slot: Slot) -> str:
     held = preconditions.before_execution(ctx, tool, snapshot)  # the state the approver saw
     if isinstance(held, str):  # it moved: refused and asked again
         return held
@@ -249,6 +282,8 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot) -> str
             sp.set_attribute("warrant.outcome", outcome.status.value)
             if outcome.code:
                 sp.set_attribute("warrant.code", outcome.code)
+    if outcome.abandoned:  # the service may still be serving it: its slot stays taken
+        slot.keep_until(snapshot.deadline_at - ctx.clock())
     # The outcome is known only to this process: a lost ledger connection must not lose it.
     for attempt in tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(LEDGER_ERRORS),

@@ -22,9 +22,10 @@ from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
     run_view,
 )
+from warrant.runner.cancellation import CancelSignal
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import Outcome, RunStatus, StopReason
-from warrant.runner.errors import ToolError
+from warrant.runner.errors import ToolError, ToolInterrupted
 from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
 from warrant.runner.views import RunView
 from warrant.tools.contract import Tool, ToolContext
@@ -61,7 +62,11 @@ class Snapshot:
     token: str
     attempt: int
     deadline_at: float
+    """The attempt's deadline (epoch seconds on the database's clock): ``timeout_s`` from the
+    attempt's start, never past the run's deadline. It starts when the attempt does, after
+    any wait for a shared limit's slot or in a queue (issue 47)."""
     timeout_s: float
+    """The attempt's time limit: the command's, cut to what the run's deadline leaves."""
     subject: str
     confirmation_id: str | None
     started_at: float
@@ -71,7 +76,12 @@ class Snapshot:
     claim): the attempt's own deadlines count from here (:mod:`warrant.broker.deadline`)."""
 
 
-def snapshot_of(row: Any, *, attempt: int, version: int, began: float | None = None) -> Snapshot:
+def snapshot_of(
+    row: Any, *, attempt: int, version: int, now: float, began: float | None = None
+) -> Snapshot:
+    """The attempt of ``row``'s command that starts ``now`` (the database's clock)."""
+    run_left = row.deadline_at.timestamp() - now
+    timeout_s = max(0.001, min(row.cmd_timeout_s, run_left))
     return Snapshot(
         command_id=row.cmd_id,
         run_id=row.id,
@@ -81,8 +91,8 @@ def snapshot_of(row: Any, *, attempt: int, version: int, began: float | None = N
         arguments=dict(row.cmd_arguments),
         token=row.cmd_token,
         attempt=attempt,
-        deadline_at=row.cmd_deadline_at.timestamp(),
-        timeout_s=row.cmd_timeout_s,
+        deadline_at=now + timeout_s,
+        timeout_s=timeout_s,
         subject=row.subject,
         confirmation_id=row.cmd_confirmation_id,
         started_at=time.time(),
@@ -111,7 +121,10 @@ def cancel_flag(ctx: StageContext, run_id: str) -> Any:
 
 
 def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolResult:
-    """Call the tool once (deadline, idempotency token, cancellation) and type its outcome."""
+    """Call the tool once (deadline, idempotency token, cancellation) and type its outcome.
+    On a threads pool the context's ``interrupt`` is the attempt watch's signal for it, and
+    a call that outlived its interruption is traced (``tool.interrupt.unreached``)."""
+    watched = attempt_watch.this_attempt()
     context = ToolContext(
         run_id=snap.run_id,
         command_id=snap.command_id,
@@ -123,10 +136,14 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         is_cancelled=cancel_flag(ctx, snap.run_id),
         confirmation_id=snap.confirmation_id,
         clock=ctx.clock,
+        interrupt=watched.signal if watched is not None else CancelSignal(),
     )
     batch = prepare(ctx, tool, snap.command_id, snap.arguments, attempt=snap.attempt)
     result = _called(ctx, tool, snap, context, batch)
     result.usage = context.reported_usage  # whatever the outcome: the call was paid for
+    unreached = watched.unreached() if watched is not None else None
+    if unreached is not None:
+        result.events.append(("tool.interrupt.unreached", {"tool": tool.name, **unreached}))
     return result
 
 
@@ -191,7 +208,7 @@ def _classified(
 ) -> ToolResult:
     """The typed outcome of a call that raised (``runner.tool_outcomes.of_error``), with what
     only the stage knows: an interruption, a lost database connection, a cancelling run."""
-    interrupted = isinstance(exc, SoftTimeLimitExceeded)
+    interrupted = isinstance(exc, SoftTimeLimitExceeded | ToolInterrupted)
     seen = Interruption(
         interrupted=interrupted,
         database_lost=isinstance(exc, DATABASE_ERRORS),

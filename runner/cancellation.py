@@ -8,6 +8,7 @@ and its usage still charged)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,23 +18,33 @@ __all__ = ["CancelSignal", "bound", "current"]
 
 
 class CancelSignal:
-    """Set once the run is being cancelled; callbacks run when it is set."""
+    """Set once the run is being cancelled (or, for a tool call, once the worker interrupts
+    it); callbacks run when it is set, and :meth:`wait` wakes."""
 
     def __init__(self) -> None:
         self._set = False
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
+        self._event = threading.Event()
 
     def is_set(self) -> bool:
         return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the signal is set (True) or ``timeout`` seconds passed (False)."""
+        return self._event.wait(timeout)
 
     def set(self) -> None:
         with self._lock:
             if self._set:
                 return
             self._set, callbacks = True, list(self._callbacks)
+        self._event.set()
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:  # one failing callback must not keep the others from running
+                logging.getLogger("warrant").warning("a cancel callback failed", exc_info=True)
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` when the signal is set (at once if it is); returns the undo."""

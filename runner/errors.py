@@ -339,6 +339,15 @@ class ToolUnknown(ToolError):
     code = "TOOL_OUTCOME_UNKNOWN"
 
 
+class ToolInterrupted(ToolError):
+    """The worker interrupted the call (its run is being cancelled, its deadline passed, or
+    its lease could not be renewed), raised by the blocking helpers a tool calls
+    (``ToolContext.sleep``, ``warrant.tools.blocking``). Typed like a time limit's
+    interruption: a read fails, a write's effect is unknown."""
+
+    code = "TOOL_INTERRUPTED"
+
+
 class LedgerTampered(WarrantError):
     """``warrant ledger verify`` found a broken link in the trace's hash chain (or a prune
     anchor that does not match): ``run_id``, ``seq`` and ``kind`` (``edited``, ``deleted``,

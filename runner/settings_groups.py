@@ -30,8 +30,9 @@ __all__ = [
 
 #: Where embedded Redis/PostgreSQL keep their data.
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "warrant"
-#: Redis visibility timeout; must exceed the longest tool time limit (checked at start-up).
-DEFAULT_VISIBILITY_TIMEOUT_S = 3600
+#: Redis visibility timeout: how long after its worker's last renewal an unacknowledged
+#: message is given back to its queue (``broker._redis_transport``).
+DEFAULT_VISIBILITY_TIMEOUT_S = 45
 
 
 class _Group(BaseModel):
@@ -51,9 +52,11 @@ class Connections(_Group):
     """PostgreSQL ledger (``postgresql://...``, psycopg 3); unset: the embedded PostgreSQL."""
     data_dir: Path = DEFAULT_DATA_DIR
     """Embedded servers' data, ``services.json`` and the workers' logs."""
-    visibility_timeout_s: int = Field(default=DEFAULT_VISIBILITY_TIMEOUT_S, ge=60)
-    """Seconds before Redis redelivers an unacknowledged message; must exceed the longest
-    tool time limit (checked at start-up)."""
+    visibility_timeout_s: int = Field(default=DEFAULT_VISIBILITY_TIMEOUT_S, ge=15)
+    """Seconds after its worker last renewed it (every 5 s while the worker lives, however
+    long the task runs) before Redis gives an unacknowledged message back to its queue: how
+    soon a killed worker's messages run elsewhere. Longer than any broker stall a live worker
+    should ride out."""
     db_connect_timeout_s: int = Field(default=5, ge=0)
     """libpq ``connect_timeout``: give up on a connection (TCP and start-up) after this long
     (0: never)."""

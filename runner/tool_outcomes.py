@@ -33,6 +33,8 @@ __all__ = [
 
 UNCLASSIFIED = "TOOL_INTERNAL_ERROR"
 """The code of an exception the tool did not classify (neither rejected, failed nor unknown)."""
+INTERRUPTED = frozenset({"CANCELLED_DURING_EXECUTION", "TOOL_TIMEOUT"})
+"""The codes of a call the worker interrupted (a cancel, its time limit) before it returned."""
 
 
 @dataclass
@@ -55,6 +57,13 @@ class ToolResult:
     """What the call reported it consumed (``ToolContext.report_usage``): charged to the run."""
     grant_wait: GrantWait | None = None
     """A permission refusal in a run that asks: the run waits for a grant (``permission_wait``)."""
+
+    @property
+    def abandoned(self) -> bool:
+        """The service may still be working on the call: its effect is unknown, or the worker
+        interrupted it before it answered. A shared limit's slot then stays taken until the
+        attempt's deadline (``broker.limit_waits``)."""
+        return self.status is Outcome.UNKNOWN or self.code in INTERRUPTED
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,13 @@
 """A tool whose external service counts the calls it is serving at once (the shared-limits
 tests): ``held_call`` asks the counter service (a real HTTP server in the test process, its
 URL in ``WARRANT_TEST_COUNTER_URL``) to hold it for ``ms`` milliseconds; the service keeps
-the peak of calls in flight, whichever worker process or host sent them."""
+the peak of calls in flight, whichever worker process or host sent them, and counts a call
+until it has served it, even one whose caller gave up (an abandoned call).
+
+The tool calls the way the docs tell tool authors to: through ``warrant.tools.blocking``'s
+client (bounded by the attempt's deadline, shut down on interruption), passing its deadline
+to the service (``budget_s``), which stops serving a call at that deadline, as services that
+take a deadline do. The tool blocks in one socket read; the service in one plain sleep."""
 
 from __future__ import annotations
 
@@ -12,10 +18,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import httpx
 from pydantic import Field
 
 from warrant.tools import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools.blocking import http_client
 from warrant.tools.registry import Plugin
 
 COUNTER_URL_ENV = "WARRANT_TEST_COUNTER_URL"
@@ -24,7 +30,7 @@ COUNTER_URL_ENV = "WARRANT_TEST_COUNTER_URL"
 class HeldInput(ToolInput):
     n: int = Field(ge=0, le=10_000_000)
     """Any number (distinct per step)."""
-    ms: int = Field(default=300, ge=0, le=5_000)
+    ms: int = Field(default=300, ge=0, le=60_000)
     """How long the service holds the call."""
 
 
@@ -35,9 +41,11 @@ class HeldOutput(ToolOutput):
 
 def _held(args: HeldInput, ctx: ToolContext) -> HeldOutput:
     url = os.environ[COUNTER_URL_ENV]
-    httpx.get(
-        f"{url}/hold", params={"ms": args.ms, "run": ctx.run_id}, timeout=10
-    ).raise_for_status()
+    budget = ctx.remaining_s()
+    with http_client(ctx) as http:
+        http.get(
+            f"{url}/hold", params={"ms": args.ms, "run": ctx.run_id, "budget_s": budget}
+        ).raise_for_status()
     return HeldOutput(n=args.n)
 
 
@@ -75,8 +83,9 @@ class CounterService:
             def do_GET(self) -> None:
                 query = parse_qs(urlparse(self.path).query)
                 started = service.enter()
+                budget = float(query.get("budget_s", ["inf"])[0])
                 try:
-                    time.sleep(int(query.get("ms", ["0"])[0]) / 1000)
+                    time.sleep(min(int(query.get("ms", ["0"])[0]) / 1000, budget))
                 finally:
                     service.leave(started)
                 self.send_response(200)

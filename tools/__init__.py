@@ -9,6 +9,7 @@ from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import (
     ToolError,
     ToolFailed,
+    ToolInterrupted,
     ToolPermissionDenied,
     ToolRejected,
     ToolUnknown,
@@ -58,6 +59,7 @@ __all__ = [
     "ToolError",
     "ToolFailed",
     "ToolInput",
+    "ToolInterrupted",
     "ToolOutput",
     "ToolPermissionDenied",
     "ToolRejected",

@@ -13,7 +13,6 @@ __layer__ = "pure core"
 
 import json
 import re
-import time
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,10 +24,11 @@ from pydantic import BaseModel, ConfigDict
 from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
 from warrant.tools.attribution import Attribution
-from warrant.tools.batches import Batch, item_token
+from warrant.tools.batches import Batch
+from warrant.tools.context import ToolContext
 from warrant.tools.jobs import Accepted, JobHooks
 from warrant.tools.preconditions import PreconditionContext
-from warrant.tools.usage import ToolUsage, UsageMeter
+from warrant.tools.usage import ToolUsage
 
 __all__ = [
     "ConfirmationPolicy",
@@ -79,9 +79,11 @@ class ToolOutput(BaseModel):
 class Isolation(StrEnum):
     """Where a tool's calls run. ``thread`` (the default): many calls at once in one ``tool``
     worker process (its threads pool); the deadline and a cancel interrupt the tool's Python
-    code, so its blocking I/O must be bounded by ``ToolContext.remaining_s``. ``process``: one
-    call per pool process of the ``tool-process`` role (prefork), for a tool the process must
-    be killable for: CPU-bound code, C calls that hold the GIL, I/O it cannot bound."""
+    code and whatever waits through the context (``ToolContext.sleep``, ``on_interrupt``, the
+    HTTP client and sockets of :mod:`warrant.tools.blocking`), never a plain ``time.sleep`` or
+    a socket the tool opened itself. ``process``: one call per pool process of the
+    ``tool-process`` role (prefork), for a tool the process must be killable for: CPU-bound
+    code, C calls that hold the GIL, I/O it cannot route through the context."""
 
     THREAD = "thread"
     PROCESS = "process"
@@ -141,56 +143,6 @@ class UntrustedPolicy:
     replies: bool = False
     """It sends replies: an item's author (a mail's sender) is a destination
     (:mod:`warrant.runner.replies`). Off: a forwarding rule to whoever mailed is no reply."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolContext:
-    """Everything a tool may know about the call it is serving."""
-
-    run_id: str
-    command_id: str
-    subject: str
-    idempotency_token: str
-    attempt: int
-    deadline_at: float
-    deps: Any
-    confirmation_id: str | None = None
-    """The user confirmation that authorized this call, if its tool needs one."""
-    is_cancelled: Callable[..., bool] = field(default=lambda **_: False)
-    """Has the run been cancelled? Backed by the ledger; poll it at safe points
-    (``is_cancelled(fresh=True)`` skips the short cache)."""
-
-    clock: Callable[[], float] = field(default=time.time)
-    """Now, in epoch seconds on the database's clock (the one ``deadline_at`` is on), as the
-    worker reads it: this host's clock corrected by its measured offset."""
-
-    _usage: UsageMeter = field(default_factory=UsageMeter, repr=False, compare=False)
-
-    def report_usage(self, *, tokens: int = 0, cost: float = 0.0) -> None:
-        """Charge the run for what this call consumed (a paid search API, a model the tool
-        asked): ``tokens`` and ``cost`` (in the price table's currency) are added to the run's
-        ``max_tokens`` and ``max_cost`` budgets with the call's outcome, whatever the outcome
-        (a refusal or a failure after a paid request is charged too). Reports add up."""
-        self._usage.add(tokens, cost)
-
-    @property
-    def reported_usage(self) -> ToolUsage:
-        """The usage reported so far in this call."""
-        return self._usage.total
-
-    def item_token(self, key: str) -> str:
-        """The idempotency key of one item of a batch tool's call (:mod:`warrant.tools.batches`)."""
-        return item_token(self.idempotency_token, key)
-
-    def remaining_s(self) -> float:
-        return max(0.0, self.deadline_at - self.clock())
-
-    @property
-    def fencing_token(self) -> tuple[str, int]:
-        """``(command_id, attempt)``: attempts of a command only grow, and only the current
-        one may record an outcome. A service that keeps the highest attempt it has seen per
-        command can refuse a write from an older attempt (one whose lease was taken over)."""
-        return (self.command_id, self.attempt)
 
 
 @dataclass(frozen=True)

@@ -101,12 +101,26 @@ def test_the_slot_is_released_when_the_stage_raises(redis_url: str) -> None:
     ctx = _Ctx(shared)
     with (
         pytest.raises(RuntimeError),
-        tool_slot(ctx, tool=tool, run_id="r", version=1, command_id="c") as deferred,
+        tool_slot(ctx, tool=tool, run_id="r", version=1, command_id="c") as slot,
     ):
-        assert deferred is None
+        assert slot.deferred is None
         assert shared.semaphore.holders(shared.slot_key(tool)) == 1
         raise RuntimeError("the tool stage failed")
     assert shared.semaphore.holders(shared.slot_key(tool)) == 0
+
+
+def test_an_abandoned_call_keeps_its_slot_until_its_deadline(redis_url: str) -> None:
+    """A call the stage gave up on (unknown, interrupted) may still be served: its slot stays
+    taken for the time its deadline had left, then frees itself (issue 47, item 2)."""
+    tool = f"tool-{uuid.uuid4().hex[:8]}"
+    shared = SharedLimits(LimitTable(tools={tool: ToolLimit(max_in_flight=1)}), redis_url)
+    with tool_slot(_Ctx(shared), tool=tool, run_id="r", version=1, command_id="c") as slot:
+        slot.keep_until(1.5)
+    key = shared.slot_key(tool)
+    assert shared.semaphore.holders(key) == 1
+    assert not shared.semaphore.acquire(key, "next", limit=1)  # the next caller waits
+    wait_for(lambda: shared.semaphore.holders(key) == 0, timeout=5, what="the slot expired")
+    assert shared.semaphore.acquire(key, "next", limit=1)
 
 
 def test_an_unreachable_redis_fails_open() -> None:
@@ -123,6 +137,6 @@ def test_an_unreachable_redis_fails_open() -> None:
             base_url="http://m/v1", api_key_env=None, tokens=5, deadline_at=time.time() + 5
         ) as settle:
             settle(7)
-        with tool_slot(_Ctx(shared), tool="t", run_id="r", version=1, command_id="c") as deferred:
-            assert deferred is None
+        with tool_slot(_Ctx(shared), tool="t", run_id="r", version=1, command_id="c") as slot:
+            assert slot.deferred is None
     assert recorded == []

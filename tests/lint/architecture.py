@@ -50,7 +50,7 @@ _SQL = re.compile(
     r"\b(?:s|conn|session|connection)\.(?:execute|scalars?|get)\("
 )
 #: Outside the product: the demo plug-in's fake payment service keeps its own tables.
-SQL_EXEMPT = ("tools.demo.service", "tools.demo.service_jobs")
+SQL_EXEMPT = ("tools.demo.service", "tools.demo.service_faults", "tools.demo.service_jobs")
 _TRANSITION = re.compile(r"\b(?:transition|cas|commit_transition)\(")
 
 

@@ -50,6 +50,7 @@ PINNED_TOOLS = {
     "ResourceKind",
     "ToolError",
     "ToolFailed",
+    "ToolInterrupted",
     "ToolPermissionDenied",
     "ToolRejected",
     "ToolUnknown",

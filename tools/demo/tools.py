@@ -68,6 +68,7 @@ def _issue_refund(args: RefundInput, ctx: ToolContext) -> RefundOutput:
         amount_cents=args.amount_cents,
         currency=args.currency,
         is_cancelled=ctx.is_cancelled,
+        on_interrupt=ctx.on_interrupt,
     )
     return RefundOutput(**out)
 
@@ -167,7 +168,9 @@ LOOKUP: Tool[LookupInput, LookupOutput] = Tool(
     side_effect=SideEffect.READ,
     output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=lambda args, ctx: LookupOutput(
-        **ctx.deps.demo.lookup(query=args.query, is_cancelled=ctx.is_cancelled)
+        **ctx.deps.demo.lookup(
+            query=args.query, is_cancelled=ctx.is_cancelled, on_interrupt=ctx.on_interrupt
+        )
     ),
     timeout_s=3.0,
     resource=lambda args, subject: "records",
@@ -195,6 +198,7 @@ def _save_draft(args: SaveDraftInput, ctx: ToolContext) -> SaveDraftOutput:
             draft_id=args.draft_id,
             content=args.content,
             is_cancelled=ctx.is_cancelled,
+            on_interrupt=ctx.on_interrupt,
         )
     )
 
@@ -254,7 +258,10 @@ SEND_NOTICE: Tool[NoticeInput, NoticeOutput] = Tool(
     output_source=ObservationSource.TRUSTED_TOOL,  # the service's own records
     execute=lambda args, ctx: NoticeOutput(
         **ctx.deps.demo.send_notice(
-            recipient=args.recipient, body=args.body, is_cancelled=ctx.is_cancelled
+            recipient=args.recipient,
+            body=args.body,
+            is_cancelled=ctx.is_cancelled,
+            on_interrupt=ctx.on_interrupt,
         )
     ),
     timeout_s=3.0,
