@@ -74,6 +74,8 @@ class CounterService:
         self.in_flight = 0
         self.peak = 0
         self.calls: list[tuple[float, float]] = []
+        self.budgets: list[float] = []
+        """The time each call's caller said it had left (its deadline, as ``budget_s``)."""
         service = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,6 +86,7 @@ class CounterService:
                 query = parse_qs(urlparse(self.path).query)
                 started = service.enter()
                 budget = float(query.get("budget_s", ["inf"])[0])
+                service.budgets.append(budget)
                 try:
                     time.sleep(min(int(query.get("ms", ["0"])[0]) / 1000, budget))
                 finally:

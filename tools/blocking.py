@@ -9,7 +9,8 @@ the service answers or its own timeout ends. What goes through the call's contex
 * :func:`http_client`: an ``httpx.Client`` whose every request is bounded by the attempt's
   deadline (``ToolContext.remaining_s``) and whose connections are shut down the moment the
   worker interrupts the call, so a read blocked on the socket returns at once and the call
-  ends with :class:`~warrant.runner.errors.ToolInterrupted`;
+  ends with :class:`~warrant.runner.errors.ToolInterrupted` (as does a read that times out
+  at the deadline: typed as the call's time limit, ``TOOL_TIMEOUT``, not a tool error);
 * :func:`connect`: a TCP socket with the same two properties, for other protocols;
 * ``ToolContext.sleep`` for waiting, ``ToolContext.on_interrupt`` for anything else that can
   be unblocked from another thread (a database driver's ``cancel()``, a queue's close).
@@ -68,9 +69,11 @@ class _Stream(httpcore.NetworkStream):
     def _checked(self, call: Callable[[], Any]) -> Any:
         try:
             result = call()
-        except Exception:
+        except Exception as exc:
             if self.ctx.interrupt.is_set():
                 raise ToolInterrupted("the worker interrupted the call") from None
+            if isinstance(exc, httpcore.TimeoutException) and self.ctx.remaining_s() <= 0.01:
+                raise ToolInterrupted("the call reached its deadline") from None
             raise
         if not result and self.ctx.interrupt.is_set():
             raise ToolInterrupted("the worker interrupted the call")
@@ -126,9 +129,10 @@ class _Backend(httpcore.NetworkBackend):
 def http_client(ctx: ToolContext, **kwargs: Any) -> httpx.Client:
     """An ``httpx.Client`` for this call (close it, or use it as a context manager): each
     request times out at the attempt's deadline (a shorter ``timeout`` of the request's own
-    still applies), and its connections are shut down when the worker interrupts the call,
-    which then raises :class:`~warrant.runner.errors.ToolInterrupted`. ``kwargs`` go to
-    ``httpx.Client`` (not ``transport``)."""
+    still applies; there is no other default), and its connections are shut down when the
+    worker interrupts the call, which then raises
+    :class:`~warrant.runner.errors.ToolInterrupted`. ``kwargs`` go to ``httpx.Client`` (not
+    ``transport``)."""
     transport = httpx.HTTPTransport()
     # httpx builds its connection pool itself; the pool's network backend is the one place
     # every socket it opens passes through.
@@ -142,6 +146,7 @@ def http_client(ctx: ToolContext, **kwargs: Any) -> httpx.Client:
             for phase in ("connect", "read", "write", "pool")
         }
 
+    kwargs.setdefault("timeout", None)  # httpx's own 5 s default would cut a longer deadline
     hooks = kwargs.pop("event_hooks", {})
     hooks = {**hooks, "request": [bound, *hooks.get("request", [])]}
     return httpx.Client(transport=transport, event_hooks=hooks, **kwargs)

@@ -152,6 +152,31 @@ def test_a_tool_in_flight_cap_holds_across_two_tool_processes(
     assert all(_served(t, "warrant.tool.execute") > 0 for t in limited["tools"])
 
 
+def test_a_wait_for_a_slot_does_not_spend_the_tools_deadline(
+    engine: Any, client: Any, limited: dict[str, list[WorkerProcess]], counter: CounterService
+) -> None:
+    """Issue 47, item 2: eight calls of 3.5 s under a cap of two wait up to ~10.5 s for a slot,
+    longer than the tool's 10 s limit. Each attempt's deadline starts when the attempt does:
+    every call tells the service it has (nearly) the tool's whole limit left, none is given up,
+    and the service never serves more than the cap at once."""
+    counter.calls.clear()
+    counter.budgets.clear()
+    counter.peak = 0
+    runs = [client.start_run(sc.read_steps(1, tool="held_call", ms=3500)) for _ in range(8)]
+    for run_id in runs:
+        info = client.wait(run_id, timeout=120)
+        assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), run_id
+    waited = [e.details for run_id in runs for e in facts.events(engine, run_id, "limit.waited")]
+    longest = max(w["waited_s"] for w in waited)
+    print(f"longest slot wait {longest:.1f} s; budgets the service was told: {counter.budgets}")
+    assert longest > 6.0  # the last calls waited for most of the tool's limit
+    assert len(counter.budgets) == 8 and min(counter.budgets) > 8.0, counter.budgets
+    assert counter.peak <= MAX_IN_FLIGHT, counter.peak
+    with session_scope(engine) as s:
+        attempts = s.scalars(select(Command.attempts).where(Command.run_id.in_(runs))).all()
+    assert sorted(attempts) == [1] * 8
+
+
 BAD_MODEL_LIMITS = json.dumps({"http://127.0.0.1:9/v1": {"requests_per_minute": 0}})
 BAD_TOOL_LIMITS = json.dumps({"no_such_tool": {"max_in_flight": 2}})
 

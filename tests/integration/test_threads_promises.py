@@ -18,6 +18,7 @@ The third promise (a slot wait does not spend the tool's deadline) is in ``test_
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import statistics
@@ -260,3 +261,60 @@ def test_a_call_blocked_where_no_interruption_reaches_is_reported(
     assert threaded_tool_worker.log is not None
     assert "blocks where no interruption reaches" in threaded_tool_worker.log.read_text()
     demo.clear_faults()
+
+
+# --- a killed worker's unacknowledged messages ---------------------------------------------
+
+
+def _unacked_for(queue: str) -> int:
+    """Messages of ``queue`` that Redis holds as delivered and not yet acknowledged."""
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        entries = client.hvals("unacked")
+    return sum(1 for raw in entries if json.loads(raw)[2] == queue)
+
+
+def test_a_killed_workers_unacknowledged_messages_come_back_within_a_minute(
+    engine: Any, client: Any, counter: CounterService, worker: Any, tmp_path: Path
+) -> None:
+    """Eight reads are in flight on one threads-pool worker when it is SIGKILLed: Redis keeps
+    their messages as unacknowledged. Their lease (renewed while the worker lived) ends, and
+    they go back to the queue within a minute, not the hour the visibility timeout was; the
+    next worker runs them (a read is safe to run again)."""
+    queues = ["tool.held_call"]
+    if not app.conf.broker_url.startswith("redis"):
+        pytest.skip("unacknowledged messages are kept by the Redis transport")
+    env = {**LEASE_ENV, COUNTER_URL_ENV: counter.url}
+    with queues_to_myself(queues):
+        doomed = WorkerProcess(
+            queues, name="doomed", concurrency=16, pool="threads", env=env, log=tmp_path / "a.log"
+        )
+        doomed.wait_ready()
+        runs = [
+            client.start_run(sc.read_steps(1, tool="held_call", ms=5_000, n=i)) for i in range(8)
+        ]
+        for run_id in runs:
+            started(engine, run_id)
+        assert _unacked_for("tool.held_call") == 8
+        doomed.kill_all()
+        killed = time.monotonic()
+        heir = WorkerProcess(
+            queues,
+            name="heir",
+            concurrency=16,
+            pool="threads",
+            env={**env, "WARRANT_VISIBILITY_TIMEOUT_S": "15"},
+            log=tmp_path / "b.log",
+        )
+        with heir.serving():
+            wait_for(
+                lambda: _unacked_for("tool.held_call") == 0,
+                timeout=60,
+                what="the killed worker's messages back in their queue",
+            )
+            back = time.monotonic() - killed
+            for run_id in runs:
+                info = client.wait(run_id, timeout=60)
+                assert info.status == "completed", (run_id, info.status, info.stop_reason)
+    print(f"the killed worker's 8 unacknowledged messages were back in {back:.1f} s")
+    assert back <= 60
