@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-provenance bench-cli chaos chaos-hosts architecture screenshots clean
+.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-provenance bench-cli chaos chaos-concurrency chaos-hosts architecture screenshots clean
 
 install: $(STAMP)    ## warrant itself into .venv: what demo and up need (no test tools, no example plug-in)
 
@@ -80,6 +80,9 @@ bench-cli: install-dev    ## CLI start-up: warrant --version and run list vs cel
 
 chaos: install-dev       ## worker SIGKILLs, Redis/PostgreSQL restarts, duplicate deliveries; then the checker
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+chaos-concurrency: install-dev  ## the concurrency campaign: hundreds in flight, duplicated deliveries, a Redis stall, a shared cap (issue 47)
+	$(PY) -m bench.chaos --campaign concurrency $(CHAOS_ARGS)
 
 chaos-hosts: install-dev  ## the multi-host fault suite: hosts in network namespaces (root), partitions, kills, skewed clocks, twin host names
 	$(PY) -m bench.chaos_hosts $(CHAOS_HOSTS_ARGS)

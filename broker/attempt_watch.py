@@ -297,32 +297,34 @@ def the_watch(engine: Engine, worker: str, *, beat_s: float, timeout_s: float) -
 
 
 #: Commands a thread of this process is handling, from before its claim is sent until its
-#: outcome is recorded (or the delivery is sorted out): ``command_id`` -> (pid, thread id).
-_taken: dict[str, tuple[int, int]] = {}
+#: outcome is recorded (or the delivery is sorted out): (worker label, ``command_id``) ->
+#: (pid, thread id). A worker process has one label; a test driving the stage in-process for
+#: two simulated workers gives two.
+_taken: dict[tuple[str | None, str], tuple[int, int]] = {}
 _taken_lock = threading.Lock()
 
 
 @contextmanager
-def taken_here(command_id: str) -> Iterator[bool]:
+def taken_here(command_id: str, *, worker: str | None) -> Iterator[bool]:
     """Take ``command_id`` for this thread before its claim is sent: True if it is this
     thread's now, False if another thread of this process already has it (a duplicate
     delivery taken by a second thread: it must leave the command to the first, which records
     its outcome or sorts the delivery out). Registered *before* the claim, so there is no
     window in which the claim is committed and the attempt is not yet known to be live here
     (issue 47: a second thread then judged the attempt lost and started another)."""
-    me = (os.getpid(), threading.get_ident())
+    me, key = (os.getpid(), threading.get_ident()), (worker, command_id)
     with _taken_lock:
-        holder = _taken.get(command_id)
+        holder = _taken.get(key)
         mine = holder is None or holder[0] != me[0]  # a forked child inherits stale entries
         if mine:
-            _taken[command_id] = me
+            _taken[key] = me
     try:
         yield mine
     finally:
         if mine:
             with _taken_lock:
-                if _taken.get(command_id) == me:
-                    del _taken[command_id]
+                if _taken.get(key) == me:
+                    del _taken[key]
 
 
 def this_attempt() -> Attempt | None:
@@ -330,7 +332,7 @@ def this_attempt() -> Attempt | None:
     return _current.attempt
 
 
-def live_here(command_id: str) -> bool:
+def live_here(command_id: str, *, worker: str | None) -> bool:
     """Is another thread of this process handling ``command_id`` right now (claiming it,
     running its attempt or recording it)? The calling thread's own hold does not count: a
     thread that holds the command and finds it ``started`` by this process knows that no
@@ -338,7 +340,7 @@ def live_here(command_id: str) -> bool:
     attempt that ended without its record)."""
     me = (os.getpid(), threading.get_ident())
     with _taken_lock:
-        holder = _taken.get(command_id)
+        holder = _taken.get((worker, command_id))
     if holder is not None and holder[0] == me[0]:
         return holder != me
     watched = _watch is not None and _watch.pid == me[0] and _watch.live(command_id)

@@ -69,7 +69,7 @@ def tool_execute(
     (``broker.limits``: a message that finds no free slot is sent again for later), then
     :func:`_claim_and_run` with the slot held: the attempt's deadlines start counting only
     after the wait."""
-    with attempt_watch.taken_here(command_id) as mine:
+    with attempt_watch.taken_here(command_id, worker=worker) as mine:
         if not mine:
             return _taken_elsewhere_here(ctx, run_id, command_id)
         with tool_slot(
@@ -219,7 +219,7 @@ def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
     return holder_lost(
         holder_of(row.cmd_worker),
         here=holder_of(worker),
-        running_here=attempt_watch.live_here(row.cmd_id),
+        running_here=attempt_watch.live_here(row.cmd_id, worker=worker),
     )
 
 

@@ -7,5 +7,6 @@ and tool messages are delivered twice while their command is in flight; then
 :mod:`bench.chaos.checker` compares the ledger with the service's tables.
 
     python -m bench.chaos [--runs 300] [--faults-per-kind 50] [--seed 16] [--json]
+    python -m bench.chaos --campaign concurrency   # the threads pools under load (issue 47)
     python -m bench.chaos.checker --database-url postgresql://...   # the checker alone
 """

@@ -23,6 +23,11 @@ __all__ = ["FaultLog", "Injectors"]
 
 log = logging.getLogger("chaos")
 FAULT_KINDS = ("worker_kill", "redis_restart", "postgres_restart", "duplicate_delivery")
+#: The concurrency campaign's (``bench.chaos.concurrency``) extra kinds.
+CONCURRENCY_KINDS = ("redis_stall",)
+#: How long a Redis stall lasts, and how many a campaign makes at most.
+STALL_S = 20.0
+MAX_STALLS = 2
 
 
 @dataclass
@@ -52,6 +57,7 @@ class Injectors:
         publisher: Any,
         interval_s: float,
         rng: random.Random,
+        campaign: str | None = None,
     ) -> None:
         self.supervisor, self.redis, self.postgres = supervisor, redis, postgres
         self.engine, self.publisher = engine, publisher
@@ -61,6 +67,8 @@ class Injectors:
         self.stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._duplicated: set[tuple[str, int]] = set()
+        self.campaign = campaign
+        self.kinds = FAULT_KINDS + (CONCURRENCY_KINDS if campaign == "concurrency" else ())
 
     def start(self) -> None:
         loops: list[tuple[str, Callable[[], None], float]] = [
@@ -70,6 +78,9 @@ class Injectors:
             ("duplicate", self._duplicate_loop, 0.0),
             ("service-faults", self._service_fault_loop, 0.0),
         ]
+        if self.campaign == "concurrency":
+            loops[3] = ("duplicate", self._copies_loop, 0.0)
+            loops.append(("redis-stall", self._stall_loop, self.interval_s / 2))
         for name, fn, offset in loops:
             t = threading.Thread(target=self._guard, args=(fn, offset), name=name, daemon=True)
             t.start()
@@ -147,6 +158,43 @@ class Injectors:
             )
             self.faults.add("duplicate_delivery", tool, f"{tool}:{cid}:attempt{attempts}")
         self.stop.wait(0.15)
+
+    def _copies_loop(self) -> None:
+        """The concurrency campaign: every command's tool message 2-5 times in all, sent at
+        once while the command waits in its queue or runs (the threaded tool worker's threads
+        take the copies together)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT c.id, c.run_id, c.tool, c.timeout_s, r.version "
+                    "FROM commands c JOIN runs r ON r.id = c.run_id "
+                    "WHERE c.status IN ('issued', 'started') AND r.status = 'running' "
+                    "AND c.created_at > now() - interval '30 seconds'"
+                )
+            ).all()
+        for cid, run_id, tool, timeout_s, version in rows:
+            if (cid, 0) in self._duplicated:
+                continue
+            self._duplicated.add((cid, 0))
+            for _ in range(self.rng.randint(1, 4)):
+                self.publisher.tool(
+                    run_id=run_id,
+                    version=version,
+                    command_id=cid,
+                    tool=tool,
+                    soft_time_limit=timeout_s,
+                    time_limit=timeout_s + 5.0,
+                )
+            self.faults.add("duplicate_delivery", tool, f"{tool}:{cid}")
+        self.stop.wait(0.1)
+
+    def _stall_loop(self) -> None:
+        if self.faults.counts["redis_stall"] >= MAX_STALLS:
+            self.stop.wait(1.0)
+            return
+        self.redis.stall(STALL_S)
+        self.faults.add("redis_stall", f"{STALL_S:.0f}s")
+        self.stop.wait(self.interval_s * 4)
 
     # --- the demo service's faults ---------------------------------------------------------
 

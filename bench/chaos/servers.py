@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -80,6 +81,17 @@ class TempRedis:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
+
+    def stall(self, seconds: float) -> None:
+        """The server stops answering for ``seconds`` (``SIGSTOP``), its connections open: a
+        silent peer, not a closed one."""
+        if self.proc is None:
+            return
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
 
     def restart(self, *, down_s: float = 0.0) -> None:
         self.stop()

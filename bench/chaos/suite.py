@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.chaos.concurrency import UnackedProbe, measure, verdict
+from bench.chaos.faults import MAX_STALLS
 from bench.chaos.servers import TempPostgres, TempRedis
 
 __all__ = ["main"]
@@ -34,7 +36,8 @@ def _say(msg: str, quiet: bool = False) -> None:
         sys.stderr.flush()
 
 
-def _env(tmp: Path, broker: str, database: str) -> dict[str, str]:
+def _env(tmp: Path, broker: str, database: str, *, campaign: str | None) -> dict[str, str]:
+    from bench.chaos.concurrency import campaign_env
     from warrant.tools.demo import DEMO_RELAXED
 
     env = {
@@ -46,8 +49,8 @@ def _env(tmp: Path, broker: str, database: str) -> dict[str, str]:
         "WARRANT_RECONCILE_INTERVAL_S": "1",
         "WARRANT_STALL_AFTER_S": "5",
         "WARRANT_LEASE_MARGIN_S": "2",
-        "WARRANT_VISIBILITY_TIMEOUT_S": "60",
         "WARRANT_TASK_EVENTS": "0",
+        **(campaign_env() if campaign == "concurrency" else {}),
     }
     os.environ.update(env)
     return {**os.environ, **env}
@@ -73,6 +76,8 @@ class Load:
     rng: random.Random
     runs: list[Tracked] = field(default_factory=list)
     start_errors: int = 0
+    peak: int = 0
+    """The most runs in flight at once (as last polled)."""
 
     def start_one(self) -> bool:
         from bench.chaos.specs import plan_run
@@ -134,7 +139,9 @@ class Load:
                 t.confirmed = True
 
     def live(self) -> int:
-        return sum(1 for t in self.runs if t.status not in SETTLED)
+        live = sum(1 for t in self.runs if t.status not in SETTLED)
+        self.peak = max(self.peak, live)
+        return live
 
 
 def _wait_ready(app: Any, names: list[str], timeout: float) -> None:
@@ -161,7 +168,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         postgres.start()
         postgres.create_database()
         database = postgres.url()
-        env = _env(tmp, redis.url, database)
+        env = _env(tmp, redis.url, database, campaign=args.campaign)
         _say(f"servers up in {tmp} (redis :{redis.port}, postgres :{postgres.port})", quiet)
 
         from bench.chaos.faults import FAULT_KINDS, Injectors
@@ -221,7 +228,10 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             publisher=publisher,
             interval_s=max(1.5, load_s / max(1, args.faults_per_kind)),
             rng=random.Random(args.seed + 1),
+            campaign=args.campaign,
         )
+        probe = UnackedProbe(redis.url)
+        probe.start()
         injectors.start()
         _say(
             f"load: {args.runs} runs over ~{load_s:.0f}s, faults every "
@@ -234,7 +244,12 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         load_deadline = time.monotonic() + args.max_load_s
         while True:
             now = time.monotonic()
-            quotas = all(injectors.faults.counts[k] >= args.faults_per_kind for k in FAULT_KINDS)
+            quotas = all(
+                injectors.faults.counts[k] >= min(args.faults_per_kind, MAX_STALLS)
+                if k == "redis_stall"
+                else injectors.faults.counts[k] >= args.faults_per_kind
+                for k in injectors.kinds
+            )
             if (len(load.runs) >= args.runs and quotas) or now > load_deadline:
                 break
             room = len(load.runs) < cap and load.live() < args.max_in_flight
@@ -258,6 +273,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                 break
             time.sleep(0.5)
         load.poll()
+        probe.halt()
         _say(f"drained: {load.live()} live runs left", quiet)
 
         from bench.chaos.checker import check, format_table
@@ -283,7 +299,8 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             "cancels_requested": sum(1 for t in load.runs if t.cancelled),
             "confirmations": sum(1 for t in load.runs if t.confirmed),
             "start_errors": load.start_errors,
-            "faults": {k: injectors.faults.counts[k] for k in FAULT_KINDS},
+            "faults": {k: injectors.faults.counts[k] for k in injectors.kinds},
+            "peak_in_flight": load.peak,
             "fault_detail": dict(sorted(injectors.faults.detail.items())),
             "service_faults": service_faults,
             "worker_restarts": supervisor.restarts,
@@ -294,9 +311,14 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         }
         result["ok"] = (
             report.ok
+            and all(injectors.faults.counts[k] >= 1 for k in injectors.kinds)
             and all(injectors.faults.counts[k] >= args.faults_per_kind for k in FAULT_KINDS)
             and len(load.runs) >= args.runs
         )
+        if args.campaign == "concurrency":
+            figures = {**measure(engine), "unacked_max_age_s": round(probe.max_age_s, 1)}
+            result["concurrency"] = figures
+            result["ok"] = result["ok"] and verdict(figures)
         result["table"] = format_table(report)
         return result
     finally:
@@ -323,10 +345,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-in-flight", type=int, default=400)
     ap.add_argument("--max-load-s", type=float, default=420.0, help="hard cap on the load phase")
     ap.add_argument("--drain-s", type=float, default=150.0, help="how long to wait for settling")
+    ap.add_argument(
+        "--campaign",
+        choices=["concurrency"],
+        help="concurrency: hundreds in flight, every tool message 2-5 times, a 20 s Redis "
+        "stall, a shared cap (bench.chaos.concurrency); defaults --runs 1000 --rate 25 "
+        "--max-in-flight 320",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs, data)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     ap.add_argument("--json", action="store_true", help="print a machine-readable report")
     args = ap.parse_args(argv)
+    if args.campaign == "concurrency":
+        given = set(argv if argv is not None else sys.argv[1:])
+        for flag, value in (("--runs", 1000), ("--rate", 25.0), ("--max-in-flight", 320)):
+            if flag not in given:
+                setattr(args, flag[2:].replace("-", "_"), value)
 
     def _interrupt(*_: object) -> None:
         raise KeyboardInterrupt
@@ -349,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  detail            {result['fault_detail']}")
         print(f"service faults      {result['service_faults']}")
         print(f"worker restarts     {result['worker_restarts']}")
+        print(f"peak runs in flight {result['peak_in_flight']}")
+        if "concurrency" in result:
+            print(f"concurrency         {result['concurrency']}")
         print(result["table"])
         print("OK" if result["ok"] else "FAIL")
     return 0 if result["ok"] else 1

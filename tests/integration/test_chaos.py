@@ -155,3 +155,52 @@ def test_an_interrupted_chaos_run_stops_its_whole_stack(how: str) -> None:
             os.kill(pid, signal.SIGKILL)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    shutil.which("redis-server") is None or not (PG_BIN / "initdb").exists(),
+    reason="needs redis-server and PostgreSQL 15 binaries",
+)
+def test_short_concurrency_campaign_keeps_every_promise() -> None:
+    """Issue 47's campaign, short: duplicated deliveries to the threaded tool worker, a 20 s
+    Redis stall, a shared cap, kills and restarts; `make chaos-concurrency` is the full one."""
+    done = _run_chaos(
+        [
+            sys.executable,
+            "-m",
+            "bench.chaos",
+            "--campaign",
+            "concurrency",
+            "--runs",
+            "120",
+            "--rate",
+            "8",
+            "--faults-per-kind",
+            "1",
+            "--drain-s",
+            "120",
+            "--max-load-s",
+            "150",
+            "--quiet",
+            "--json",
+        ],
+        timeout=600,
+    )
+    assert done.stdout, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    figures = report["concurrency"]
+    counts = report["check"]["counts"]
+    failing = [f for f in report["check"]["findings"] if f["category"] != "handoffs"]
+    assert (counts["lost"], counts["duplicated"], counts["unexpected"], counts["unresolved"]) == (
+        0,
+        0,
+        0,
+        0,
+    ), failing
+    assert report["faults"]["redis_stall"] >= 1 and report["faults"]["duplicate_delivery"] >= 1
+    assert figures["second_live_attempts"] == 0, figures
+    assert figures["false_worker_lost"] == 0, figures
+    assert figures["over_cap"] == 0, figures
+    assert figures["cancel_to_stop_p95_s"] <= 2.0, figures
+    assert figures["unacked_max_age_s"] <= 60, figures
+    assert done.returncode == 0, report

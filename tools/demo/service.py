@@ -38,8 +38,8 @@ from warrant.tools.demo.service_faults import (
     FaultsService,
     OnInterrupt,
     calls,
+    served,
 )
-from warrant.tools.demo.service_faults import metadata as faults_metadata
 from warrant.tools.demo.service_jobs import JobsService
 
 __all__ = ["FAULT_MODES", "DemoService", "Fault", "IdempotencyConflict", "calls"]
@@ -96,12 +96,13 @@ class DemoService(FaultsService, JobsService):
     def ensure_schema(self) -> None:
         if not self._ready:
             metadata.create_all(self.engine)
-            faults_metadata.create_all(self.engine)
+            self._faults_schema()
             self._jobs_schema()
             self._ready = True
 
     # --- payments --------------------------------------------------------------------------
 
+    @served
     def issue_refund(
         self,
         *,
@@ -158,6 +159,7 @@ class DemoService(FaultsService, JobsService):
 
     # --- drafts and lookup -----------------------------------------------------------------
 
+    @served
     def save_draft(
         self,
         *,
@@ -195,6 +197,7 @@ class DemoService(FaultsService, JobsService):
         with self.engine.begin() as conn:
             return int(conn.execute(q).scalar_one())
 
+    @served
     def send_notice(
         self,
         *,
@@ -221,6 +224,7 @@ class DemoService(FaultsService, JobsService):
                 ).scalar_one()
             )
 
+    @served
     def lookup(
         self,
         *,

@@ -18,10 +18,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Column,
@@ -35,6 +38,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    inspect,
     select,
     text,
     update,
@@ -44,7 +48,15 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from warrant.runner.errors import ToolFailed, ToolInterrupted, ToolRejected, ToolUnknown
 from warrant.tools.demo.service_jobs import SETTLE_FAULTS
 
-__all__ = ["CALL_FAULTS", "FAULT_MODES", "Fault", "FaultsService", "OnInterrupt", "calls"]
+__all__ = [
+    "CALL_FAULTS",
+    "FAULT_MODES",
+    "Fault",
+    "FaultsService",
+    "OnInterrupt",
+    "calls",
+    "served",
+]
 
 FAULT_MODES = (
     "slow",
@@ -85,7 +97,31 @@ calls = Table(
     Column("idempotency_key", String(128)),
     Column("fault", String(32)),
     Column("created_at", DateTime(timezone=True), server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True)),
 )
+#: The call (``demo_calls`` row) this thread's service method is serving.
+_serving = threading.local()
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def served(method: _Method) -> _Method:
+    """A service method whose call's row gets ``finished_at`` when it returns or raises: the
+    service's own record of how long it served each call (how many at once, whether one key
+    was served twice at the same time)."""
+
+    @functools.wraps(method)
+    def serving(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _serving.call_id = None
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            call_id, _serving.call_id = getattr(_serving, "call_id", None), None
+            if call_id is not None:
+                with contextlib.suppress(Exception), self.engine.begin() as conn:
+                    done = update(calls).where(calls.c.id == call_id)
+                    conn.execute(done.values(finished_at=func.now()))
+
+    return serving  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -111,6 +147,13 @@ class FaultsService:
 
     def ensure_schema(self) -> None:
         raise NotImplementedError
+
+    def _faults_schema(self) -> None:
+        metadata.create_all(self.engine)
+        have = {c["name"] for c in inspect(self.engine).get_columns("demo_calls")}
+        if "finished_at" not in have:  # a table made before calls had an end
+            with self.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE demo_calls ADD COLUMN finished_at timestamptz"))
 
     # --- fault injection -------------------------------------------------------------------
 
@@ -168,11 +211,11 @@ class FaultsService:
         try:
             fault = self._take_fault(tool, CALL_FAULTS)
             with self.engine.begin() as conn:
-                conn.execute(
-                    insert(calls).values(
-                        tool=tool, idempotency_key=key, fault=fault.mode if fault else None
-                    )
-                )
+                _serving.call_id = conn.execute(
+                    insert(calls)
+                    .values(tool=tool, idempotency_key=key, fault=fault.mode if fault else None)
+                    .returning(calls.c.id)
+                ).scalar_one()
             if fault is not None and fault.mode == "slow":
                 self._busy(fault.delay_s, on_interrupt)
             if fault is not None and fault.mode == "hang":
@@ -208,7 +251,9 @@ class FaultsService:
     def _busy(self, seconds: float, on_interrupt: OnInterrupt | None) -> None:
         """The service working for ``seconds``: one statement, blocked in a socket read as
         real I/O is. The caller's interruption cancels the statement (a thread-safe cancel
-        request to the server); the call then raises ``ToolInterrupted``."""
+        request to the server); the call then raises ``ToolInterrupted``. A signal's exception
+        (a prefork tool's time limit or cancel) ends the wait with the statement still running:
+        that connection is dropped, not rolled back (which would fail, and hide the exception)."""
         cancelled: list[bool] = []
         with self.engine.connect() as conn:
             raw: Any = conn.connection.driver_connection
@@ -220,9 +265,10 @@ class FaultsService:
             undo = on_interrupt(cancel) if on_interrupt is not None else (lambda: None)
             try:
                 conn.execute(text("SELECT pg_sleep(:s)"), {"s": seconds})
-            except Exception:
+            except BaseException:
                 if cancelled:
                     raise ToolInterrupted("the call was interrupted") from None
+                conn.invalidate()
                 raise
             finally:
                 undo()
