@@ -7,7 +7,9 @@ worker, a 20 s Redis stall (``SIGSTOP``), and a shared cap on ``issue_refund`` (
 Besides the checker's lost / duplicated / unexpected / unresolved it measures, from the demo
 service's own record of each call (``demo_calls``: start and end) and the ledger:
 
-``second_live_attempts``  two calls with one idempotency key served at the same time
+``second_live_attempts``  two calls with one idempotency key served at the same time (of the
+                          calls the service saw end: a call whose process was killed has no
+                          end on record)
 ``false_worker_lost``     ``WORKER_LOST_DURING_EXECUTION`` recorded while the attempt it
                           declared lost was still being served
 ``over_cap``              the most ``issue_refund`` calls served at once, less the cap (> 0
@@ -90,7 +92,7 @@ def measure(engine: Engine) -> dict[str, Any]:
         calls = conn.execute(
             text(
                 "SELECT tool, idempotency_key, fault, extract(epoch from created_at), "
-                "extract(epoch from coalesce(finished_at, now())) FROM demo_calls"
+                "extract(epoch from finished_at) FROM demo_calls WHERE finished_at IS NOT NULL"
             )
         ).all()
         lost = conn.execute(
@@ -110,13 +112,19 @@ def measure(engine: Engine) -> dict[str, Any]:
             )
         ).all()
     by_key: dict[str, list[tuple[float, float, str | None]]] = {}
-    for _tool, key, fault, start, end in calls:
+    tool_of: dict[str, str] = {}
+    for tool, key, fault, start, end in calls:
         if key:
             by_key.setdefault(key, []).append((float(start), float(end), fault))
-    overlapping = 0
-    for spans in by_key.values():
+            tool_of[key] = tool
+    overlapping: list[dict[str, Any]] = []
+    for key, spans in by_key.items():
         spans.sort()
-        overlapping += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
+        overlapping += [
+            {"tool": tool_of[key], "key": key[:16], "first": a, "second": b}
+            for a, b in itertools.pairwise(spans)
+            if b[0] < a[1]
+        ]
     false_lost = sum(
         1
         for key, at in lost
@@ -131,9 +139,14 @@ def measure(engine: Engine) -> dict[str, Any]:
             for start, stop, fault in by_key.get(key, [])
         )
     ]
-    p95 = statistics.quantiles(stops, n=20)[-1] if len(stops) > 1 else (stops or [0.0])[0]
+    p95 = (
+        statistics.quantiles(stops, n=20, method="inclusive")[-1]
+        if len(stops) > 1
+        else (stops or [0.0])[0]
+    )
     return {
-        "second_live_attempts": overlapping,
+        "second_live_attempts": len(overlapping),
+        "second_live_attempt_examples": overlapping[:5],
         "false_worker_lost": false_lost,
         "capped_tool_peak": _peak(capped),
         "cap": CAP,
