@@ -2,8 +2,9 @@
 
 The base suite's faults (SIGKILLs of every role's processes, Redis and PostgreSQL restarts,
 cancels, the demo service's faults) with the threads pools under what they are for: hundreds of
-runs in flight, every tool message of a command delivered 2-5 times to the threaded tool
-worker, a 20 s Redis stall (``SIGSTOP``), and a shared cap on ``issue_refund`` (5 in flight).
+runs in flight (each first waits 4-12 s in a read), every tool message of a command delivered
+2-5 times to the threaded tool worker, a 20 s Redis stall (``SIGSTOP``), and a shared cap on
+``issue_refund`` (5 in flight).
 Besides the checker's lost / duplicated / unexpected / unresolved it measures, from the demo
 service's own record of each call (``demo_calls``: start and end) and the ledger:
 
@@ -32,10 +33,12 @@ from typing import Any
 import redis
 from sqlalchemy import Engine, text
 
-__all__ = ["CAP", "CAPPED_TOOL", "UnackedProbe", "campaign_env", "measure", "verdict"]
+__all__ = ["CAP", "CAPPED_TOOL", "WAIT_MS", "UnackedProbe", "campaign_env", "measure", "verdict"]
 
 CAPPED_TOOL = "issue_refund"
 CAP = 5
+#: Each run first waits this long (ms) in a read, so that hundreds are in flight at once.
+WAIT_MS = (4_000, 12_000)
 #: What the campaign must show (the issue's done-when).
 MAX_CANCEL_TO_STOP_P95_S = 2.0
 MAX_UNACKED_AGE_S = 60.0

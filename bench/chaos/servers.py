@@ -44,6 +44,9 @@ class TempRedis:
     folder: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    persistent: bool = False
+    """Keep an append-only file (``everysec``), as a production broker does: a restart then
+    keeps the queues and the unacknowledged messages."""
 
     @property
     def url(self) -> str:
@@ -62,7 +65,9 @@ class TempRedis:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.persistent else "no",
+                "--appendfsync",
+                "everysec",
                 "--dir",
                 str(self.folder),
             ],

@@ -84,7 +84,9 @@ class Planned:
     """Cancel this long after the start (None: never)."""
 
 
-def plan_run(rng: random.Random) -> Planned:
+def plan_run(rng: random.Random, *, wait_ms: tuple[int, int] | None = None) -> Planned:
+    """One run of the mix; with ``wait_ms``, its action comes after a read that waits that long
+    (``wait_read``: the concurrency campaign's way to hold hundreds of runs in flight)."""
     kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
     tag = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
     grants: list[dict[str, Any]]
@@ -120,13 +122,18 @@ def plan_run(rng: random.Random) -> Planned:
     else:
         step = _tool("save_preference", {"key": "answer_language", "value": "en"})
         grants = [{"capability": "memory:write", "resource_scope": f"memory:chaos-{tag}/*"}]
-    cite = "job-1" if kind == "refund_job" else "tool-1"  # a job's final observation
+    steps = [step]
+    if wait_ms is not None:
+        wait = _tool("wait_read", {"n": 1, "ms": rng.randint(*wait_ms)})
+        steps = [{**wait, "proposal_id": "p0"}, step]
+        grants = [*grants, {"capability": "bench:read"}]
+    cite = "job-1" if kind == "refund_job" else f"tool-{len(steps)}"  # a job's final observation
     spec = sc.spec(
-        [step, sc.final("Done.", cite)],
+        [*steps, sc.final("Done.", cite)],
         grants=grants,
-        max_steps=4,
-        max_model_calls=4,
-        max_tool_calls=4,
+        max_steps=5,
+        max_model_calls=5,
+        max_tool_calls=5,
         deadline_s=900,
     )
     spec["subject"] = f"chaos-{tag}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.concurrency import UnackedProbe, measure, verdict
+from bench.chaos.concurrency import WAIT_MS, UnackedProbe, measure, verdict
 from bench.chaos.faults import MAX_STALLS
 from bench.chaos.servers import TempPostgres, TempRedis
 
@@ -74,6 +74,8 @@ class Load:
     client: Any
     engine: Any
     rng: random.Random
+    wait_ms: tuple[int, int] | None = None
+    """Each run waits this long in a read first (the concurrency campaign)."""
     runs: list[Tracked] = field(default_factory=list)
     start_errors: int = 0
     peak: int = 0
@@ -82,7 +84,7 @@ class Load:
     def start_one(self) -> bool:
         from bench.chaos.specs import plan_run
 
-        planned = plan_run(self.rng)
+        planned = plan_run(self.rng, wait_ms=self.wait_ms)
         try:
             run_id = self.client.start_run(planned.spec, publish=False)
         except Exception:
@@ -158,7 +160,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
     quiet = args.quiet
     tmp = Path(tempfile.mkdtemp(prefix="warrant-chaos-"))
-    redis = TempRedis(tmp / "redis")
+    # The concurrency campaign's Redis keeps what it holds across a restart, so that a killed
+    # worker's unacknowledged messages are still there to watch coming back.
+    redis = TempRedis(tmp / "redis", persistent=args.campaign == "concurrency")
     postgres = TempPostgres(tmp / "pg")
     supervisor = None
     injectors = None
@@ -217,7 +221,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         publisher = Publisher(app)
         client = Client(engine=engine, publisher=publisher)
         rng = random.Random(args.seed)
-        load = Load(client, engine, rng)
+        load = Load(client, engine, rng, wait_ms=WAIT_MS if args.campaign else None)
         pace = 1.0 / args.rate
         load_s = args.runs * pace
         injectors = Injectors(
@@ -226,7 +230,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             postgres=postgres,
             engine=engine,
             publisher=publisher,
-            interval_s=max(1.5, load_s / max(1, args.faults_per_kind)),
+            interval_s=max(args.min_fault_interval_s, load_s / max(1, args.faults_per_kind)),
             rng=random.Random(args.seed + 1),
             campaign=args.campaign,
         )
@@ -350,7 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=["concurrency"],
         help="concurrency: hundreds in flight, every tool message 2-5 times, a 20 s Redis "
         "stall, a shared cap (bench.chaos.concurrency); defaults --runs 1000 --rate 25 "
-        "--max-in-flight 320",
+        "--max-in-flight 320 --faults-per-kind 12 --min-fault-interval-s 8",
+    )
+    ap.add_argument(
+        "--min-fault-interval-s",
+        type=float,
+        default=1.5,
+        help="the shortest pause between two faults of one kind",
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs, data)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -358,7 +368,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.campaign == "concurrency":
         given = set(argv if argv is not None else sys.argv[1:])
-        for flag, value in (("--runs", 1000), ("--rate", 25.0), ("--max-in-flight", 320)):
+        for flag, value in (
+            ("--runs", 1000),
+            ("--rate", 25.0),
+            ("--max-in-flight", 320),
+            ("--faults-per-kind", 12),
+            ("--min-fault-interval-s", 8.0),
+        ):
             if flag not in given:
                 setattr(args, flag[2:].replace("-", "_"), value)
 

@@ -334,19 +334,15 @@ class WaitInput(_Input):
 
 
 def _wait(args: WaitInput, ctx: ToolContext) -> NoopOutput:
-    import time
-
-    end = time.monotonic() + args.ms / 1000
-    while time.monotonic() < end:  # short slices: a deadline or a cancel interrupts the wait
-        time.sleep(min(0.02, max(0.0, end - time.monotonic())))
+    ctx.sleep(args.ms / 1000)  # one wait, ended at once by the worker's interruption
     return NoopOutput(n=args.n)
 
 
 WAIT_READ: Tool[WaitInput, NoopOutput] = Tool(
     name="wait_read",
     version="1",
-    description="Wait ms milliseconds in short slices, never asking whether the run is cancelled "
-    "(benchmarks and tests: an I/O-like wait only the worker can interrupt).",
+    description="Wait ms milliseconds through the call's context, never asking whether the run "
+    "is cancelled (benchmarks and tests: a wait only the worker can interrupt).",
     input_model=WaitInput,
     output_model=NoopOutput,
     capabilities=("bench:read",),
