@@ -63,6 +63,9 @@ def transport_options(settings: WarrantSettings) -> dict[str, object]:
         # dead worker's every few seconds, not every 100 s.
         "unacked_restore_interval": RESTORE_EVERY_S,
         "unacked_restore_throttle": 1,
+        # The restore's mutex: a worker killed while it held it (kombu's default 300 s) stopped
+        # every restore for five minutes.
+        "unacked_mutex_expire": 15,
         "socket_timeout": timeout,
         "socket_connect_timeout": settings.broker_connect_timeout_s,
         "socket_keepalive": True,

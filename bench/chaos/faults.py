@@ -24,7 +24,7 @@ __all__ = ["FaultLog", "Injectors"]
 log = logging.getLogger("chaos")
 FAULT_KINDS = ("worker_kill", "redis_restart", "postgres_restart", "duplicate_delivery")
 #: The concurrency campaign's (``bench.chaos.concurrency``) extra kinds.
-CONCURRENCY_KINDS = ("redis_stall",)
+CONCURRENCY_KINDS = ("redis_stall", "cancel_in_io")
 #: How long a Redis stall lasts, and how many a campaign makes at most.
 STALL_S = 20.0
 MAX_STALLS = 2
@@ -81,6 +81,7 @@ class Injectors:
         if self.campaign == "concurrency":
             loops[3] = ("duplicate", self._copies_loop, 0.0)
             loops.append(("redis-stall", self._stall_loop, self.interval_s / 2))
+            loops.append(("cancel-in-io", self._cancel_in_io_loop, 1.0))
         for name, fn, offset in loops:
             t = threading.Thread(target=self._guard, args=(fn, offset), name=name, daemon=True)
             t.start()
@@ -187,6 +188,28 @@ class Injectors:
                 )
             self.faults.add("duplicate_delivery", tool, f"{tool}:{cid}")
         self.stop.wait(0.1)
+
+    def _cancel_in_io_loop(self) -> None:
+        """Cancel a run whose call is blocked in the service's ``slow`` statement (a socket
+        read) right now: what cancel-to-stop is measured on."""
+        from warrant.runner.client.api import Client
+
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT c.run_id FROM demo_calls d "
+                    "JOIN commands c ON c.idempotency_token = d.idempotency_key "
+                    "JOIN runs r ON r.id = c.run_id "
+                    "WHERE d.fault = 'slow' AND d.finished_at IS NULL AND r.status = 'running' "
+                    "AND d.created_at > now() - interval '1 second' LIMIT 2"
+                )
+            ).all()
+        client = Client(engine=self.engine, publisher=self.publisher)
+        for (run_id,) in rows:
+            with contextlib.suppress(Exception):
+                client.cancel(run_id, by="chaos", reason="cancel while blocked in I/O")
+                self.faults.add("cancel_in_io", "slow", run_id)
+        self.stop.wait(self.interval_s / 4)
 
     def _stall_loop(self) -> None:
         if self.faults.counts["redis_stall"] >= MAX_STALLS:

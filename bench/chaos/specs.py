@@ -123,8 +123,11 @@ def plan_run(rng: random.Random, *, wait_ms: tuple[int, int] | None = None) -> P
         step = _tool("save_preference", {"key": "answer_language", "value": "en"})
         grants = [{"capability": "memory:write", "resource_scope": f"memory:chaos-{tag}/*"}]
     steps = [step]
+    waited_s = 0.0
     if wait_ms is not None:
-        wait = _tool("wait_read", {"n": 1, "ms": rng.randint(*wait_ms)})
+        ms = rng.randint(*wait_ms)
+        waited_s = ms / 1000
+        wait = _tool("wait_read", {"n": 1, "ms": ms})
         steps = [{**wait, "proposal_id": "p0"}, step]
         grants = [*grants, {"capability": "bench:read"}]
     cite = "job-1" if kind == "refund_job" else f"tool-{len(steps)}"  # a job's final observation
@@ -139,7 +142,7 @@ def plan_run(rng: random.Random, *, wait_ms: tuple[int, int] | None = None) -> P
     spec["subject"] = f"chaos-{tag}"
     cancel = None
     if kind != "read" and rng.random() < CANCEL_SHARE:
-        cancel = rng.uniform(0.3, 4.0)
+        cancel = waited_s + rng.uniform(0.3, 4.0)  # while the action runs, mostly
     return Planned(kind, spec, cancel)
 
 

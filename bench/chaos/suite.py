@@ -256,8 +256,13 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             )
             if (len(load.runs) >= args.runs and quotas) or now > load_deadline:
                 break
-            room = len(load.runs) < cap and load.live() < args.max_in_flight
-            if room and now >= next_start and load.start_one():
+            live = load.live()
+            # every start that is due (the loop turns ten times a second: faster rates start
+            # several per turn), while there is room
+            while len(load.runs) < cap and live < args.max_in_flight and now >= next_start:
+                if not load.start_one():
+                    break
+                live += 1
                 next_start = max(next_start + pace, now - 2 * pace)
             load.poll()
             if now - last_progress >= 10:
