@@ -8,10 +8,12 @@ this process, built from the environment on first use (``warrant.broker.app`` ex
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 from typing import Any
 
 from celery import Celery
+from celery.concurrency.thread import TaskPool as ThreadsPool
 from celery.signals import beat_init, worker_init
 
 from warrant.broker import telemetry
@@ -24,6 +26,8 @@ from warrant.runner.limits import check_storage, limit_table, limits_url
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
 from warrant.tools.plugins import registry_for
 from warrant.tools.registry import Registry
+
+log = logging.getLogger("warrant.broker")
 
 __all__ = ["BROKER_HEARTBEAT_S", "deployment_app", "make_app", "transport_options"]
 
@@ -108,15 +112,23 @@ def _name_worker_for_tracing(sender: Any = None, **_: Any) -> None:
 
 
 @worker_init.connect
-def _keep_threaded_tasks_on_connection_loss(sender: Any = None, **_: Any) -> None:
-    """A threads pool cannot cancel one running task (Celery then logs a ``NotImplementedError``
-    traceback per task and "Terminating it instead", and nothing is terminated): its tasks run
-    on, and are acknowledged once the broker is back (their messages stay leased meanwhile,
-    ``broker._redis_transport``). Other pools cancel them as before."""
+def _threads_pool_cancels_through_its_watch(sender: Any = None, **_: Any) -> None:
+    """A threads pool cannot kill one running task: Celery logged a ``NotImplementedError``
+    traceback for every revoke-terminate (each cancel of a run with a call in flight) and, on a
+    broker connection loss, one per running task with "Terminating it instead". There the
+    attempt watch interrupts the call (``broker.attempt_watch``): a terminate is a no-op, and a
+    connection loss lets the tasks run on, acknowledged once the broker is back (their messages
+    stay leased meanwhile, ``broker._redis_transport``). Other pools are left as they are."""
     pool = getattr(sender, "pool_cls", None)
     name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
-    if sender is not None and "thread" in str(name):
-        sender.app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
+    if sender is None or "thread" not in str(name):
+        return
+    sender.app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
+    ThreadsPool.terminate_job = _no_terminate
+
+
+def _no_terminate(self: Any, pid: Any, signal: Any = None) -> None:
+    log.debug("terminate of a threads-pool task: the attempt watch interrupts it")
 
 
 @beat_init.connect

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import httpx
 from pydantic import Field
 
 from warrant.tools import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
@@ -32,6 +33,9 @@ class HeldInput(ToolInput):
     """Any number (distinct per step)."""
     ms: int = Field(default=300, ge=0, le=60_000)
     """How long the service holds the call."""
+    own_client: bool = False
+    """Call through a client of its own, not the context's: nothing interrupts its read (the
+    tool the worker reports as unreachable)."""
 
 
 class HeldOutput(ToolOutput):
@@ -42,10 +46,12 @@ class HeldOutput(ToolOutput):
 def _held(args: HeldInput, ctx: ToolContext) -> HeldOutput:
     url = os.environ[COUNTER_URL_ENV]
     budget = ctx.remaining_s()
+    params = {"ms": args.ms, "run": ctx.run_id, "budget_s": budget}
+    if args.own_client:
+        httpx.get(f"{url}/hold", params=params, timeout=budget).raise_for_status()
+        return HeldOutput(n=args.n)
     with http_client(ctx) as http:
-        http.get(
-            f"{url}/hold", params={"ms": args.ms, "run": ctx.run_id, "budget_s": budget}
-        ).raise_for_status()
+        http.get(f"{url}/hold", params=params).raise_for_status()
     return HeldOutput(n=args.n)
 
 

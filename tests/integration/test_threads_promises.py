@@ -242,15 +242,13 @@ def test_a_cancel_stops_a_read_blocked_on_an_http_response(
 
 
 def test_a_call_blocked_where_no_interruption_reaches_is_reported(
-    engine: Any, client: Any, demo: Any, threaded_tool_worker: WorkerProcess
+    engine: Any, client: Any, threaded_tool_worker: WorkerProcess
 ) -> None:
-    """``hang``: one plain ``time.sleep`` in the service, which nothing reaches from another
-    thread. The cancel cannot stop it; the worker logs it and the outcome is traced with how
-    late the call ended (a tool like this belongs on the process pool)."""
-    demo.clear_faults()
-    demo.set_fault("issue_refund", "hang", delay_s=4)
-    order = f"ord_{uuid.uuid4().hex[:10]}"
-    run_id = client.start_run(spec([refund(order), sc.final("x", "tool-1")]))
+    """The read calls its service through a client of its own (not the context's): its thread
+    sits in a socket read nothing reaches from another thread. The cancel cannot stop it; the
+    worker logs it, and the outcome is traced with how late the call ended (a tool like this
+    belongs on the process pool)."""
+    run_id = client.start_run(sc.read_steps(1, tool="held_call", ms=4_000, own_client=True))
     started(engine, run_id)
     client.cancel(run_id, by="test", reason="no longer needed")
     client.wait(run_id, timeout=60, until={"cancelled", "failed", "completed", "handoff"})
@@ -260,7 +258,6 @@ def test_a_call_blocked_where_no_interruption_reaches_is_reported(
     assert late[0].details["late_s"] >= 2.0
     assert threaded_tool_worker.log is not None
     assert "blocks where no interruption reaches" in threaded_tool_worker.log.read_text()
-    demo.clear_faults()
 
 
 # --- a killed worker's unacknowledged messages ---------------------------------------------

@@ -266,9 +266,11 @@ class FaultsService:
             try:
                 conn.execute(text("SELECT pg_sleep(:s)"), {"s": seconds})
             except BaseException:
+                # The statement may still be running (an exception landed inside the wait):
+                # drop the connection rather than roll back on it (which fails).
+                conn.invalidate()
                 if cancelled:
                     raise ToolInterrupted("the call was interrupted") from None
-                conn.invalidate()
                 raise
             finally:
                 undo()
