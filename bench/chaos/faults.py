@@ -149,6 +149,15 @@ class Injectors:
             if (cid, attempts) in self._duplicated:
                 continue
             self._duplicated.add((cid, attempts))
+            self._send_again(cid, run_id, tool, timeout_s, version, times=1)
+            self.faults.add("duplicate_delivery", tool, f"{tool}:{cid}:attempt{attempts}")
+        self.stop.wait(0.15)
+
+    def _send_again(
+        self, cid: str, run_id: str, tool: str, timeout_s: float, version: int, *, times: int
+    ) -> None:
+        """The command's tool message, exactly as the policy stage sent it, ``times`` more."""
+        for _ in range(times):
             self.publisher.tool(
                 run_id=run_id,
                 version=version,
@@ -157,8 +166,6 @@ class Injectors:
                 soft_time_limit=timeout_s,
                 time_limit=timeout_s + 5.0,
             )
-            self.faults.add("duplicate_delivery", tool, f"{tool}:{cid}:attempt{attempts}")
-        self.stop.wait(0.15)
 
     def _copies_loop(self) -> None:
         """The concurrency campaign: every command's tool message 2-5 times in all, sent at
@@ -177,15 +184,7 @@ class Injectors:
             if (cid, 0) in self._duplicated:
                 continue
             self._duplicated.add((cid, 0))
-            for _ in range(self.rng.randint(1, 4)):
-                self.publisher.tool(
-                    run_id=run_id,
-                    version=version,
-                    command_id=cid,
-                    tool=tool,
-                    soft_time_limit=timeout_s,
-                    time_limit=timeout_s + 5.0,
-                )
+            self._send_again(cid, run_id, tool, timeout_s, version, times=self.rng.randint(1, 4))
             self.faults.add("duplicate_delivery", tool, f"{tool}:{cid}")
         self.stop.wait(0.1)
 
