@@ -20,6 +20,7 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, GrantRow, MemoryRecord, Run
 from warrant.ledger.repo import append_events
 from warrant.runner.canonical import proposal_hash
+from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import MemoryNotFound, ToolRejected
 from warrant.runner.views import GrantView
 
@@ -33,7 +34,7 @@ MAX_VALUE_CHARS = 40
 class MemoryConflict(ToolRejected):
     """The record changed since the writer saw it: nothing was overwritten."""
 
-    code = "MEMORY_VERSION_CONFLICT"
+    code: str = ErrorCode.MEMORY_VERSION_CONFLICT
 
     def __init__(self, *, current_value: str | None, current_version: int, candidate: str) -> None:
         super().__init__(f"memory changed: now v{current_version}")

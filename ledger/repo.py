@@ -33,7 +33,7 @@ from warrant.ledger.models import (
     TraceRecord,
 )
 from warrant.runner.canonical import content_hash
-from warrant.runner.codes import CommandStatus, ObservationKind, Phase, RunStatus
+from warrant.runner.codes import CommandStatus, ErrorCode, ObservationKind, Phase, RunStatus
 from warrant.runner.errors import StateConflict
 from warrant.runner.run_rules import NEXT_PROPOSAL_ID, NOW, Change
 from warrant.runner.spec import Budgets
@@ -60,7 +60,7 @@ class StaleVersion(StateConflict):
     Raised on the hot path (every duplicate delivery): no ``__init__`` of its own, the
     code is the class attribute."""
 
-    code = "STALE_VERSION"
+    code: str = ErrorCode.STALE_VERSION
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, and_, func, literal_column, or_, sele
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, OutcomeRow, Proposal, Reconciliation, Run
-from warrant.runner.codes import RunStatus
+from warrant.runner.codes import ErrorCode, RunStatus
 from warrant.runner.errors import StateConflict
 
 __all__ = [
@@ -40,7 +40,7 @@ class SweepLockLost(StateConflict):
     """The sweep's exclusion ended under it (its session was ended: the process was frozen
     or cut off for longer than the lock's timeout); another sweep may be running."""
 
-    code = "SWEEP_LOCK_LOST"
+    code: str = ErrorCode.SWEEP_LOCK_LOST
 
 
 class SweepLock:

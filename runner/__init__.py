@@ -17,7 +17,7 @@ from warrant._namespace import only_as_warrant
 
 if TYPE_CHECKING:
     from warrant.runner.client.api import Client, RunInfo
-    from warrant.runner.codes import Outcome, Rejection, RunStatus, StopReason
+    from warrant.runner.codes import ErrorCode, Outcome, Rejection, RunStatus, StopReason
     from warrant.runner.errors import (
         BrokerUnavailable,
         ConfirmationRefused,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 #: Where each public name lives. The client needs the ledger and the broker; the pure core
 #: imports neither, so it is only imported when asked for.
 _SOURCES = {
-    **dict.fromkeys(("Outcome", "Rejection", "RunStatus", "StopReason"), "codes"),
+    **dict.fromkeys(("ErrorCode", "Outcome", "Rejection", "RunStatus", "StopReason"), "codes"),
     **dict.fromkeys(
         (
             "BrokerUnavailable",
@@ -80,6 +80,7 @@ __all__ = [
     "Budgets",
     "Client",
     "ConfirmationRefused",
+    "ErrorCode",
     "Grant",
     "HandoffNotFound",
     "InvalidRequest",

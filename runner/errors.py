@@ -1,7 +1,8 @@
 """The one rooted error tree of warrant.
 
 Everything warrant raises on purpose derives from :class:`WarrantError` and carries a stable
-``code`` (the class default, or a finer one given at the raise site). The tree::
+``code``, a member of :class:`warrant.runner.codes.ErrorCode` (the class default, or a finer
+one given at the raise site). The tree::
 
     WarrantError                    WARRANT_ERROR
     ├── InvalidRequest              INVALID_REQUEST      bad input that no run state could fix
@@ -87,6 +88,8 @@ __layer__ = "codes and errors"
 
 from typing import Any
 
+from warrant.runner.codes import ErrorCode
+
 __all__ = [
     "BrokerUnavailable",
     "ConfirmationRefused",
@@ -120,7 +123,7 @@ __all__ = [
 class WarrantError(Exception):
     """Base of every error warrant raises on purpose."""
 
-    code: str = "WARRANT_ERROR"
+    code: str = ErrorCode.WARRANT_ERROR
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -134,7 +137,7 @@ class WarrantError(Exception):
 class SpecError(WarrantError):
     """A run spec is not valid; ``errors`` lists ``{"field", "message"}`` items."""
 
-    code = "SPEC_INVALID"
+    code: str = ErrorCode.SPEC_INVALID
 
     def __init__(self, message: str, *, errors: list[dict[str, str]]) -> None:
         super().__init__(message)
@@ -147,14 +150,14 @@ class SpecError(WarrantError):
 class InvalidRequest(WarrantError):
     """Bad input: an unknown role or tool, an argument out of its allowed values."""
 
-    code = "INVALID_REQUEST"
+    code: str = ErrorCode.INVALID_REQUEST
 
 
 class InvalidChoice(InvalidRequest):
     """A value outside a fixed set (a ``--status`` filter, …): ``valid`` lists the set, so a
     caller can correct itself without reading the message."""
 
-    code = "INVALID_CHOICE"
+    code: str = ErrorCode.INVALID_CHOICE
 
     def __init__(self, message: str, *, valid: list[str], code: str | None = None) -> None:
         super().__init__(message, code=code)
@@ -168,7 +171,7 @@ class IdAmbiguous(InvalidRequest):
     """An id prefix that more than one id starts with: ``matches`` names some of them (a
     longer prefix picks one)."""
 
-    code = "ID_AMBIGUOUS"
+    code: str = ErrorCode.ID_AMBIGUOUS
 
     def __init__(self, message: str, *, matches: list[str]) -> None:
         super().__init__(message)
@@ -183,42 +186,42 @@ class SettingsInvalid(WarrantError):
     does not parse): the deployment's fault, not the request's, so a server answers 500.
     ``warrant.runner.settings.load_settings`` raises it as a process starts."""
 
-    code = "SETTINGS_INVALID"
+    code: str = ErrorCode.SETTINGS_INVALID
 
 
 class NotFound(WarrantError):
     """The object a request names does not exist."""
 
-    code = "NOT_FOUND"
+    code: str = ErrorCode.NOT_FOUND
 
 
 class RunNotFound(NotFound):
-    code = "RUN_NOT_FOUND"
+    code: str = ErrorCode.RUN_NOT_FOUND
 
 
 class HandoffNotFound(NotFound):
-    code = "HANDOFF_NOT_FOUND"
+    code: str = ErrorCode.HANDOFF_NOT_FOUND
 
 
 class MemoryNotFound(NotFound):
-    code = "MEMORY_NOT_FOUND"
+    code: str = ErrorCode.MEMORY_NOT_FOUND
 
 
 class StateConflict(WarrantError):
     """The request does not fit the run's current state (or lost a race for it)."""
 
-    code = "STATE_CONFLICT"
+    code: str = ErrorCode.STATE_CONFLICT
 
 
 class RunFinished(StateConflict):
     """The run is completed, failed or cancelled: a grant or pre-approval could never be used
     (it would only sit in the ledger as if it mattered)."""
 
-    code = "RUN_FINISHED"
+    code: str = ErrorCode.RUN_FINISHED
 
 
 class ServiceUnavailable(WarrantError):
-    code = "SERVICE_UNAVAILABLE"
+    code: str = ErrorCode.SERVICE_UNAVAILABLE
 
 
 class BrokerUnavailable(ServiceUnavailable):
@@ -226,7 +229,7 @@ class BrokerUnavailable(ServiceUnavailable):
     message continues is already committed: the reconciler's stalled-run sweep re-publishes
     it once the broker is back (after ``WARRANT_STALL_AFTER_S``)."""
 
-    code = "BROKER_UNAVAILABLE"
+    code: str = ErrorCode.BROKER_UNAVAILABLE
 
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)
@@ -241,31 +244,31 @@ class WaitTimedOut(WarrantError):
     to the ledger or the broker had not answered (a silent server or network): the command
     exits 5 as a wait that timed out does; the run, if recorded, goes on."""
 
-    code = "WAIT_TIMED_OUT"
+    code: str = ErrorCode.WAIT_TIMED_OUT
 
 
 class ConfirmationRefused(WarrantError):
     """``RUN_NOT_WAITING_CONFIRMATION``, ``CONFIRMATION_HASH_MISMATCH``,
     ``CONFIRMATION_EXPIRED``, ``ALREADY_APPROVED`` (the same principal twice)."""
 
-    code = "CONFIRMATION_REFUSED"
+    code: str = ErrorCode.CONFIRMATION_REFUSED
 
 
 class Unauthorized(WarrantError):
-    code = "OPERATOR_TOKEN_INVALID"
+    code: str = ErrorCode.OPERATOR_TOKEN_INVALID
 
 
 class TokenInvalid(Unauthorized):
     """No API token, or one that is unknown or revoked (who is calling is not known)."""
 
-    code = "TOKEN_INVALID"
+    code: str = ErrorCode.TOKEN_INVALID
 
 
 class Forbidden(Unauthorized):
     """The caller is known, but its role may not do that action (or, with
     ``OWN_RUN_APPROVAL_FORBIDDEN``, not on a run it started itself)."""
 
-    code = "FORBIDDEN"
+    code: str = ErrorCode.FORBIDDEN
 
 
 class PluginError(WarrantError):
@@ -275,17 +278,17 @@ class PluginError(WarrantError):
     offer), ``MCP_SCHEMA_INVALID`` (one whose inputSchema is not a JSON Schema). An MCP server
     that cannot be reached is :class:`ServiceUnavailable` (``MCP_SERVER_UNAVAILABLE``)."""
 
-    code = "PLUGIN_LOAD_FAILED"
+    code: str = ErrorCode.PLUGIN_LOAD_FAILED
 
 
 class ToolError(WarrantError):
     """Raised inside a tool to report a typed, non-success outcome."""
 
-    code = "TOOL_ERROR"
+    code: str = ErrorCode.TOOL_ERROR
 
 
 class ToolRejected(ToolError):
-    code = "TOOL_REJECTED"
+    code: str = ErrorCode.TOOL_REJECTED
 
     @property
     def details(self) -> dict[str, Any] | None:
@@ -302,7 +305,7 @@ class ToolPermissionDenied(ToolRejected):
     grants, and the same proposal is checked and executed again (docs/refusals-that-ask.md).
     Raise it only when nothing was applied."""
 
-    code = "TOOL_PERMISSION_DENIED"
+    code: str = ErrorCode.TOOL_PERMISSION_DENIED
 
     def __init__(self, message: str, *, capability: str, resource: str | None = None) -> None:
         super().__init__(message)
@@ -320,7 +323,7 @@ class ToolPermissionDenied(ToolRejected):
 class ToolFailed(ToolError):
     """Known not applied. ``retryable`` and ``retry_after_s`` drive the retry policy."""
 
-    code = "TOOL_FAILED"
+    code: str = ErrorCode.TOOL_FAILED
 
     def __init__(
         self,
@@ -336,7 +339,7 @@ class ToolFailed(ToolError):
 
 
 class ToolUnknown(ToolError):
-    code = "TOOL_OUTCOME_UNKNOWN"
+    code: str = ErrorCode.TOOL_OUTCOME_UNKNOWN
 
 
 class ToolInterrupted(ToolError):
@@ -345,7 +348,7 @@ class ToolInterrupted(ToolError):
     (``ToolContext.sleep``, ``warrant.tools.blocking``). Typed like a time limit's
     interruption: a read fails, a write's effect is unknown."""
 
-    code = "TOOL_INTERRUPTED"
+    code: str = ErrorCode.TOOL_INTERRUPTED
 
 
 class LedgerTampered(WarrantError):
@@ -353,7 +356,7 @@ class LedgerTampered(WarrantError):
     anchor that does not match): ``run_id``, ``seq`` and ``kind`` (``edited``, ``deleted``,
     ``reordered``, ``inserted``, ``anchor_mismatch``, ``anchor_missing``) name the first."""
 
-    code = "LEDGER_TAMPERED"
+    code: str = ErrorCode.LEDGER_TAMPERED
 
     def __init__(self, message: str, *, found: dict[str, Any]) -> None:
         super().__init__(message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import WarrantError
 from warrant.runner.memory_view import WorkingMemoryView
 from warrant.runner.spec import Usage
@@ -22,7 +23,7 @@ class PlannerFailure(WarrantError):
 
     ``usage`` and ``calls`` are what the failed attempt cost (charged to the run's budgets)."""
 
-    code = "PLANNER_FAILED"
+    code: str = ErrorCode.PLANNER_FAILED
 
     def __init__(
         self, code: str, message: str = "", *, usage: Usage | None = None, calls: int = 1

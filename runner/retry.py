@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warrant.runner.codes import ErrorCode
 from warrant.runner.planner_protocol import PlannerFailure
 from warrant.runner.spec import Usage
 from warrant.runner.views import RunView
@@ -58,7 +59,7 @@ class PlannerRetryLater(PlannerFailure):
     ``max_attempts`` bounds the attempts of one step (the planner's own retry setting). The
     failed attempt's ``calls`` and ``usage`` are charged like any other."""
 
-    code = "PLANNER_RETRY_LATER"
+    code: str = ErrorCode.PLANNER_RETRY_LATER
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from warrant.runner.codes import Phase, RunStatus, StopReason
+from warrant.runner.codes import ErrorCode, Phase, RunStatus, StopReason
 from warrant.runner.errors import StateConflict
 from warrant.runner.views import RunView
 
@@ -56,7 +56,7 @@ NEXT_PROPOSAL_ID: Final = _Marker("NEXT_PROPOSAL_ID")
 class IllegalTransition(StateConflict):
     """A change the state machine does not declare (a bug in a stage, never bad input)."""
 
-    code = "ILLEGAL_TRANSITION"
+    code: str = ErrorCode.ILLEGAL_TRANSITION
 
 
 @dataclass(frozen=True)

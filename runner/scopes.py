@@ -37,6 +37,7 @@ from fnmatch import fnmatchcase
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
+from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import InvalidRequest
 
 __all__ = [
@@ -71,13 +72,13 @@ class ResourceKind(StrEnum):
 class InvalidResource(InvalidRequest):
     """A value that cannot be a resource of its kind: the gate refuses the call."""
 
-    code = "RESOURCE_INVALID"
+    code: str = ErrorCode.RESOURCE_INVALID
 
 
 class InvalidScope(InvalidRequest):
     """A grant scope that is not a valid scope of its kind (checked when a grant is made)."""
 
-    code = "SCOPE_INVALID"
+    code: str = ErrorCode.SCOPE_INVALID
 
 
 #: Longest value (and canonical form) accepted per kind, in characters.

@@ -7,7 +7,7 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabl
 from openai import AsyncOpenAI
 
 from warrant import Client
-from warrant.runner.contrib.openai_agents import WarrantTools
+from warrant.contrib.openai_agents import WarrantTools
 
 set_tracing_disabled(True)  # this example exports no traces to OpenAI
 client = Client.from_env()

@@ -8,7 +8,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from warrant import Client
-from warrant.runner.contrib.pydantic_ai import WarrantToolset
+from warrant.contrib.pydantic_ai import WarrantToolset
 
 client = Client.from_env()
 run_id = client.start_run(

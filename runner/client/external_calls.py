@@ -1,5 +1,5 @@
 """Tool calls of an agent that runs its own loop, through its run's gate: what the MCP gateway
-and the framework adapters (:mod:`warrant.runner.contrib`) share.
+and the framework adapters (:mod:`warrant.contrib`) share.
 
 :meth:`ExternalCalls.call` proposes one call (planner kind ``external``) and waits for its
 decision: the gate and the tool within ``decision_wait_s``, a person within

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from warrant.runner.cancellation import CancelSignal
+from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import WarrantError
 
 __all__ = ["Abandoned", "post"]
@@ -34,7 +35,7 @@ SHARDS = 256
 class Abandoned(WarrantError):
     """The run was cancelled while its model call was in flight; the request was cancelled."""
 
-    code = "MODEL_CALL_ABANDONED"
+    code: str = ErrorCode.MODEL_CALL_ABANDONED
 
     def __init__(self) -> None:
         super().__init__("the run was cancelled while its model call was in flight")

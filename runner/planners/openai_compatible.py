@@ -39,6 +39,7 @@ import httpx
 
 from warrant.runner import cancellation, costs
 from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
+from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import WarrantError
 from warrant.runner.limits import ModelLimiter, estimate_tokens
 from warrant.runner.memory_view import WorkingMemoryView
@@ -61,7 +62,7 @@ class _Invalid(WarrantError):
     """A reply that holds no single usable output; never leaves this module (it becomes
     ``PlannerReply.invalid``). ``reason`` is also its ``code``."""
 
-    code = "MODEL_OUTPUT_INVALID"
+    code: str = ErrorCode.MODEL_OUTPUT_INVALID
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, code=reason)

@@ -67,7 +67,7 @@ def test_pydantic_ai_refusal_unknown_effect_and_a_persons_no(
 ):
     from pydantic_ai import DeferredToolRequests
 
-    from warrant.runner.contrib.pydantic_ai import WarrantToolset
+    from warrant.contrib.pydantic_ai import WarrantToolset
 
     run_id = external_run(client, [LOOKUP, DRAFTS, NOTICES])
     toolset = WarrantToolset(
@@ -107,7 +107,7 @@ def test_pydantic_ai_refusal_unknown_effect_and_a_persons_no(
 
 
 def test_pydantic_ai_a_call_outside_the_grants(fake_openai, client, worker):
-    from warrant.runner.contrib.pydantic_ai import WarrantToolset
+    from warrant.contrib.pydantic_ai import WarrantToolset
 
     run_id = external_run(client, [LOOKUP])
     toolset = WarrantToolset(client, run_id, by="pai", tools=["lookup", "send_notice"])
@@ -137,7 +137,7 @@ def test_agents_sdk_refusal_unknown_effect_and_a_persons_no(
 ):
     from agents import Runner
 
-    from warrant.runner.contrib.openai_agents import WarrantTools
+    from warrant.contrib.openai_agents import WarrantTools
 
     run_id = external_run(client, [DRAFTS, NOTICES])
     gate = WarrantTools(client, run_id, by="sdk", tools=["lookup", "save_draft", "send_notice"])

@@ -131,3 +131,36 @@ def test_role_queues_rejects_an_unknown_role_as_invalid_request():
     with pytest.raises(InvalidRequest) as caught:
         role_queues("tool", tools=["no_such_tool_anywhere"])
     assert caught.value.code == "UNKNOWN_TOOL"
+
+
+def test_every_error_class_code_is_an_error_code_member():
+    from warrant.runner.codes import ErrorCode
+
+    classes = {
+        n: c
+        for n, c in _exception_classes().items()
+        # a plug-in's tools raise codes of their own: the demo plug-in is one
+        if issubclass(c, WarrantError) and not n.startswith("warrant.tools.demo.")
+    }
+    loose = sorted(n for n, c in classes.items() if not isinstance(c.code, ErrorCode))
+    assert loose == [], f"error classes whose code is not an ErrorCode member: {loose}"
+    assert warrant.ErrorCode is ErrorCode
+    assert RunNotFound("x").to_dict() == {"code": "RUN_NOT_FOUND", "message": "x"}
+
+
+def test_every_code_given_where_an_error_is_raised_is_an_error_code_and_none_is_unused():
+    from bench import error_codes_table
+    from warrant.runner.codes import ErrorCode
+
+    defaults, raised = error_codes_table.scan()
+    assert defaults["RunNotFound"] == "RUN_NOT_FOUND" and "InvalidRequest" in raised["USAGE_ERROR"]
+    values = {c.value for c in ErrorCode}
+    assert sorted(set(raised) - values) == [], "a code given at a raise site is no ErrorCode"
+    unused = sorted(values - set(raised) - set(defaults.values()))
+    assert unused == [], f"ErrorCode members nothing raises: {unused}"
+
+
+def test_the_error_codes_table_is_up_to_date():
+    from bench import error_codes_table
+
+    assert error_codes_table.main(["--check"]) == 0, "run python -m bench.error_codes_table"

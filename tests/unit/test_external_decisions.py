@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from warrant.runner.contrib._tools import failure_text, succeeded
+from warrant.contrib._tools import failure_text, succeeded
 from warrant.runner.external import Decision, decision_of, explain
 
 

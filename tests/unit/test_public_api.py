@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ PINNED_RUNNER = {
     "Budgets",
     "Client",
     "ConfirmationRefused",
+    "ErrorCode",
     "Unauthorized",
     "Grant",
     "HandoffNotFound",
@@ -71,12 +73,26 @@ PINNED_TOOLS = {
     "Plugin",
 }
 
+#: The other public faces: the test kit for tool authors and the agent framework adapters.
+PINNED_FACES = {
+    "warrant.testing": {"GateVerdict", "ToolHarness", "ToolOutcome"},
+    "warrant.contrib.openai_agents": {"WarrantTools"},
+    "warrant.contrib.pydantic_ai": {"WarrantToolset"},
+}
+
 
 def test_all_is_pinned():
     assert set(runner.__all__) == PINNED_RUNNER
     assert set(tools.__all__) == PINNED_TOOLS
     for name in runner.__all__:
         assert hasattr(runner, name)
+
+
+@pytest.mark.parametrize("module", sorted(PINNED_FACES))
+def test_the_other_faces_are_pinned(module):
+    face = importlib.import_module(module)
+    assert set(face.__all__) == PINNED_FACES[module]
+    assert all(hasattr(face, name) for name in face.__all__)
 
 
 def test_the_top_level_names_are_runner_and_tool_author_names():
