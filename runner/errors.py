@@ -124,6 +124,8 @@ class WarrantError(Exception):
     """Base of every error warrant raises on purpose."""
 
     code: str = ErrorCode.WARRANT_ERROR
+    dict_fields: tuple[str, ...] = ()
+    """The attributes :meth:`to_dict` gives after the code and the message."""
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -131,20 +133,19 @@ class WarrantError(Exception):
             self.code = code
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": str(self)}
+        extra = {name: getattr(self, name) for name in self.dict_fields}
+        return {"code": self.code, "message": str(self), **extra}
 
 
 class SpecError(WarrantError):
     """A run spec is not valid; ``errors`` lists ``{"field", "message"}`` items."""
 
     code: str = ErrorCode.SPEC_INVALID
+    dict_fields = ("errors",)
 
     def __init__(self, message: str, *, errors: list[dict[str, str]]) -> None:
         super().__init__(message)
         self.errors = errors
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "errors": self.errors}
 
 
 class InvalidRequest(WarrantError):
@@ -158,13 +159,11 @@ class InvalidChoice(InvalidRequest):
     caller can correct itself without reading the message."""
 
     code: str = ErrorCode.INVALID_CHOICE
+    dict_fields = ("valid",)
 
     def __init__(self, message: str, *, valid: list[str], code: str | None = None) -> None:
         super().__init__(message, code=code)
         self.valid = valid
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "valid": self.valid}
 
 
 class IdAmbiguous(InvalidRequest):
@@ -172,13 +171,11 @@ class IdAmbiguous(InvalidRequest):
     longer prefix picks one)."""
 
     code: str = ErrorCode.ID_AMBIGUOUS
+    dict_fields = ("matches",)
 
     def __init__(self, message: str, *, matches: list[str]) -> None:
         super().__init__(message)
         self.matches = matches
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "matches": self.matches}
 
 
 class SettingsInvalid(WarrantError):
@@ -230,13 +227,11 @@ class BrokerUnavailable(ServiceUnavailable):
     it once the broker is back (after ``WARRANT_STALL_AFTER_S``)."""
 
     code: str = ErrorCode.BROKER_UNAVAILABLE
+    dict_fields = ("run_id",)
 
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)
         self.run_id = run_id
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "run_id": self.run_id}
 
 
 class WaitTimedOut(WarrantError):

@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,7 +38,6 @@ __all__ = [
     "SideEffect",
     "Tool",
     "ToolContext",
-    "ToolDeps",
     "ToolInput",
     "ToolOutput",
     "ToolUsage",
@@ -105,16 +104,6 @@ class ConfirmationPolicy(StrEnum):
     NEVER = "never"
     PER_RUN = "per-run"
     PER_CALL = "per-call"
-
-
-class ToolDeps(Protocol):
-    """What the program lends tools (stores, clients). Passed explicitly, never global."""
-
-    @property
-    def artifacts(self) -> Any: ...
-
-    @property
-    def memory(self) -> Any: ...
 
 
 class FlagAction(StrEnum):
