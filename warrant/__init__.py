@@ -8,6 +8,11 @@ ledger).
 The public API is pinned in ``__all__``: the client, the run spec, the codes and the error
 tree from :mod:`warrant.runner`, and what a tool author needs from :mod:`warrant.tools`. Each
 name is imported on first use, so ``import warrant`` (and the CLI's start-up) stays cheap.
+
+Two more public faces, imported by their own path: :mod:`warrant.testing` (test a tool in
+process: the gate's verdict and the outcome the workers would record) and
+:mod:`warrant.contrib` (the OpenAI Agents SDK and pydantic-ai adapters, optional extras).
+``tests/unit/test_public_api.py`` pins all of them.
 """
 
 from __future__ import annotations
