@@ -277,7 +277,7 @@ def _demo_distribution() -> Any:
         # lazy: optional dependency (the demo distribution)
         import warrant_demo.run
     except ModuleNotFoundError as exc:
-        if exc.name != "warrant_demo":
+        if (exc.name or "").partition(".")[0] != "warrant_demo":
             raise
         raise PluginError(
             "the demo is a distribution of its own, warrant-demo, and it is not installed: "
