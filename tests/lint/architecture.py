@@ -315,6 +315,7 @@ def functions() -> list[tuple[str, int]]:
 #: The counts ``--check`` (``make lint``) requires to be zero.
 PINNED = (
     "bare_imports",
+    "demo_imports",
     "orm_writes_outside_ledger",
     "upward_imports",
     "unlayered_modules",
@@ -349,6 +350,35 @@ def bare_imports() -> list[str]:
     return found
 
 
+def demo_imports() -> list[str]:
+    """Product modules importing the demo distribution (``warrant_demo``) other than inside a
+    function: the product runs without it (``warrant demo`` imports it when it runs)."""
+    found: list[str] = []
+    for m in modules():
+        in_functions = {
+            id(inner)
+            for node in ast.walk(m.tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(m.tree):
+            if id(node) in in_functions:
+                continue
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            found.extend(
+                f"{m.path.relative_to(ROOT)}:{node.lineno} {name}"
+                for name in names
+                if name.partition(".")[0] == "warrant_demo"
+            )
+    return found
+
+
 # -- The house's figures (issue 48): what a newcomer walks through. -----------------------------
 
 #: Inside the product packages but not the product: the demo plug-in, were it back there (it is
@@ -368,6 +398,11 @@ def product_lines() -> int:
     return own + sum(p.read_text().count("\n") for p in (ROOT / "warrant").rglob("*.py"))
 
 
+def _is_warrant(name: str) -> bool:
+    """``warrant`` or one of its modules (not ``warrant_demo``, another distribution)."""
+    return name == "warrant" or name.startswith("warrant.")
+
+
 def function_imports() -> list[str]:
     """Imports of the project's own modules made inside a function (``TYPE_CHECKING`` apart)."""
     found: list[str] = []
@@ -377,11 +412,11 @@ def function_imports() -> list[str]:
                 continue
             for inner in ast.walk(node):
                 if isinstance(inner, ast.ImportFrom) and (
-                    inner.level or (inner.module or "").startswith("warrant")
+                    inner.level or _is_warrant(inner.module or "")
                 ):
                     found.append(f"{m.name}:{inner.lineno} {inner.module}")
                 elif isinstance(inner, ast.Import) and any(
-                    a.name.startswith("warrant") for a in inner.names
+                    _is_warrant(a.name) for a in inner.names
                 ):
                     found.append(f"{m.name}:{inner.lineno}")
     return sorted(set(found))
@@ -437,6 +472,7 @@ def house() -> dict[str, object]:
 def report() -> dict[str, object]:
     return {
         "bare_imports": bare_imports(),
+        "demo_imports": demo_imports(),
         "upward_imports": [f"{a} -> {b}" for a, b in upward_imports()],
         "unlayered_modules": unlayered(),
         "cycles": cycles(),
