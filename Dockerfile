@@ -8,7 +8,9 @@ COPY tools ./tools
 COPY broker ./broker
 COPY ledger ./ledger
 COPY warrant ./warrant
-RUN pip install --no-cache-dir .
+# the demo distribution too: `warrant demo` and WARRANT_TOOLS=warrant_demo:plugin work in the image
+COPY examples/demo_plugin ./examples/demo_plugin
+RUN pip install --no-cache-dir . ./examples/demo_plugin
 # Every path a compose volume is mounted on exists and belongs to `warrant`: Docker copies an
 # image directory's ownership into a new named volume, which would otherwise be root's.
 RUN useradd --create-home warrant \

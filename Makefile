@@ -1,25 +1,27 @@
 # One target per habit. `make demo` and `make test` work on a fresh clone.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
-DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml examples/demo_plugin/pyproject.toml | cksum | cut -d' ' -f1)
+DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/demo_plugin/pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-provenance bench-cli chaos chaos-concurrency chaos-hosts architecture screenshots clean
 
-install: $(STAMP)    ## warrant itself into .venv: what demo and up need (no test tools, no example plug-in)
+install: $(STAMP)    ## warrant itself and the demo distribution (examples/demo_plugin) into .venv: what demo and up need (no test tools, no example plug-in)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/demo_plugin/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e examples/demo_plugin --no-deps
 	rm -f $(VENV)/.installed-[0-9]*; touch $@
 
 install-dev: $(DEV_STAMP)  ## + the test and lint tools, and the example plug-in the tests load (its tools then show in this venv's registries)
 
-$(DEV_STAMP): pyproject.toml examples/weather_plugin/pyproject.toml
+$(DEV_STAMP): pyproject.toml examples/demo_plugin/pyproject.toml examples/weather_plugin/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e examples/demo_plugin --no-deps
 	$(PY) -m pip install -q -e examples/weather_plugin --no-deps
 	rm -f $(VENV)/.installed-*; touch $@ $(STAMP)
 

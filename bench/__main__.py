@@ -43,7 +43,7 @@ def _env() -> dict[str, str]:
         "WARRANT_DATABASE_URL": os.environ.get("WARRANT_BENCH_DATABASE_URL", DEFAULT_DB),
         "WARRANT_BROKER_URL": os.environ.get("WARRANT_BENCH_BROKER_URL", DEFAULT_BROKER),
         # the benchmark tools (noop_read, sleep_read) live in the opt-in demo plug-in
-        "WARRANT_TOOLS": "warrant.tools.demo:plugin",
+        "WARRANT_TOOLS": "warrant_demo:plugin",
     }
 
 
@@ -53,12 +53,12 @@ os.environ.update(
 )
 
 from sqlalchemy import text  # noqa: E402
+from warrant_demo.scenarios import read_steps  # noqa: E402
 
 from bench import dbos_pipeline  # noqa: E402
 from warrant.ledger.db import engine_for  # noqa: E402
 from warrant.ledger.migrate import upgrade  # noqa: E402
 from warrant.runner.stack.roles import celery_worker_command, worker_command  # noqa: E402
-from warrant.runner.stack.scenarios import read_steps  # noqa: E402
 
 LOGS = Path(os.environ.get("WARRANT_BENCH_LOGS", "/tmp/warrant-bench"))
 

@@ -104,7 +104,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Ledger, Ledger, Any]:
 
 def _pipeline(ledger: Ledger, app: Any, *, steps: int, runs: int, run_steps: int) -> None:
     """One round of ``python -m bench``'s warrant measures, with workers on ``ledger``."""
-    from warrant.runner.stack.scenarios import read_steps
+    from warrant_demo.scenarios import read_steps
 
     ENV["WARRANT_DATABASE_URL"] = ledger.url  # the workers' and warrant_step_latencies' ledger
     workers = Workers()

@@ -58,7 +58,9 @@ class LoadReport:
 def template_run(url: str, *, steps: int = 3) -> str:
     """One real run of ``steps`` no-op reads driven through the planner, policy and tool
     stages in this process (a recording publisher stands in for Celery); returns its id."""
-    os.environ.setdefault("WARRANT_TOOLS", "warrant.tools.demo:plugin")
+    os.environ.setdefault("WARRANT_TOOLS", "warrant_demo:plugin")
+    from warrant_demo.scenarios import read_steps
+
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
     from warrant.broker.stage_planner import planner_step
@@ -66,7 +68,6 @@ def template_run(url: str, *, steps: int = 3) -> str:
     from warrant.broker.stage_tool import tool_execute
     from warrant.ledger.db import engine_for
     from warrant.runner.client.api import Client
-    from warrant.runner.stack.scenarios import read_steps
 
     engine = engine_for(url)
     publisher = RecordingPublisher()

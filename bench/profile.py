@@ -21,8 +21,9 @@ import pstats
 import time
 from typing import Any
 
+from warrant_demo.scenarios import read_steps
+
 from bench.__main__ import ENV
-from warrant.runner.stack.scenarios import read_steps
 
 __all__ = ["main"]
 
@@ -65,7 +66,7 @@ def main() -> None:
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--sql", action="store_true", help="the slowest statements too")
     args = parser.parse_args()
-    os.environ["WARRANT_TOOLS"] = "warrant.tools.demo:plugin"  # noop_read is a demo tool
+    os.environ["WARRANT_TOOLS"] = "warrant_demo:plugin"  # noop_read is a demo tool
 
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher

@@ -270,8 +270,10 @@ class PluginError(WarrantError):
     """``PLUGIN_LOAD_FAILED`` (an import or object that is not a tool source),
     ``TOOL_CONFLICT`` (one name and version from two sources), ``PLANNER_CONFLICT``,
     ``MCP_CONFIG_INVALID``, ``MCP_TOOL_MISSING`` (a declared tool the MCP server does not
-    offer), ``MCP_SCHEMA_INVALID`` (one whose inputSchema is not a JSON Schema). An MCP server
-    that cannot be reached is :class:`ServiceUnavailable` (``MCP_SERVER_UNAVAILABLE``)."""
+    offer), ``MCP_SCHEMA_INVALID`` (one whose inputSchema is not a JSON Schema),
+    ``DEMO_NOT_INSTALLED`` (``warrant demo`` without the demo distribution, ``warrant-demo``).
+    An MCP server that cannot be reached is :class:`ServiceUnavailable`
+    (``MCP_SERVER_UNAVAILABLE``)."""
 
     code: str = ErrorCode.PLUGIN_LOAD_FAILED
 

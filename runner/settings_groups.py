@@ -183,7 +183,7 @@ class Plugins(_Group):
 
     tools: str = ""
     """Extra tool sources, ``module:attr[,module:attr]`` (a Tool, a list, a Registry or a
-    Plugin); the demo and benchmark tools are ``warrant.tools.demo:plugin``."""
+    Plugin); the demo and benchmark tools are ``warrant_demo:plugin``."""
     plugin_entry_points: bool = True
     """Load the tools every installed distribution registers under the entry-point group
     ``warrant.tools`` (and planners under ``warrant.planners``)."""

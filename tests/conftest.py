@@ -386,8 +386,9 @@ def reconciler_worker(
 
 @pytest.fixture(scope="session")
 def demo(services: Services) -> Any:
+    from warrant_demo.service import DemoService
+
     from warrant.ledger.db import engine_for
-    from warrant.tools.demo.service import DemoService
 
     service = DemoService(engine_for(services.database_url or ""))
     service.ensure_schema()

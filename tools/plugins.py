@@ -7,7 +7,7 @@ worker role, the CLI and the Python client use. Sources, in order:
 2. the entry-point group ``warrant.tools`` of every installed distribution (switch off with
    ``WARRANT_PLUGIN_ENTRY_POINTS=0``);
 3. each ``module:attr`` of ``WARRANT_TOOLS`` (comma-separated), e.g. the demo plug-in
-   ``warrant.tools.demo:plugin``;
+   ``warrant_demo:plugin``;
 4. the MCP servers declared in the file named by ``WARRANT_MCP_CONFIG``: each asked for its
    tools, except in the *declared* registry (``ask_mcp_servers=False``), which starts and asks
    no server (its MCP tools have their declared policy and an open input schema). That one is
@@ -49,7 +49,7 @@ __all__ = [
 #: The entry-point group plug-in distributions register their tools under.
 TOOLS_ENTRY_POINT_GROUP = "warrant.tools"
 #: The demo and benchmark tools: off unless named in ``WARRANT_TOOLS``.
-DEMO_PLUGIN = "warrant.tools.demo:plugin"
+DEMO_PLUGIN = "warrant_demo:plugin"
 #: The source name of the built-in tools.
 BUILTIN_SOURCE = "builtin"
 

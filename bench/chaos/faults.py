@@ -223,7 +223,7 @@ class Injectors:
     def _service_fault_loop(self) -> None:
         """One pending fault per tool at a time (the service keeps one row per tool): a new
         one only once the last was consumed, so none is overwritten unseen."""
-        from warrant.tools.demo.service import DemoService
+        from warrant_demo.service import DemoService
 
         demo = DemoService(self.engine)
         with self.engine.connect() as conn:

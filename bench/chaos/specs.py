@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.runner.stack import scenarios as sc
+from warrant_demo import scenarios as sc
 
 __all__ = ["KINDS", "Planned", "plan_run", "service_fault"]
 

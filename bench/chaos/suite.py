@@ -37,14 +37,15 @@ def _say(msg: str, quiet: bool = False) -> None:
 
 
 def _env(tmp: Path, broker: str, database: str, *, campaign: str | None) -> dict[str, str]:
+    from warrant_demo import DEMO_RELAXED
+
     from bench.chaos.concurrency import campaign_env
-    from warrant.tools.demo import DEMO_RELAXED
 
     env = {
         "WARRANT_BROKER_URL": broker,
         "WARRANT_DATABASE_URL": database,
         "WARRANT_DATA_DIR": str(tmp / "data"),
-        "WARRANT_TOOLS": "warrant.tools.demo:plugin",
+        "WARRANT_TOOLS": "warrant_demo:plugin",
         "WARRANT_RELAX_CONFIRMATION": DEMO_RELAXED,
         "WARRANT_RECONCILE_INTERVAL_S": "1",
         "WARRANT_STALL_AFTER_S": "5",

@@ -44,7 +44,7 @@ COUNTED = (
 )
 #: The settings of every process of a scenario (the chaos suite's, with a short stall).
 SCENARIO_ENV = {
-    "WARRANT_TOOLS": "warrant.tools.demo:plugin",
+    "WARRANT_TOOLS": "warrant_demo:plugin",
     "WARRANT_RELAX_CONFIRMATION": "issue_refund",  # nobody confirms in the lab
     "WARRANT_RECONCILE_INTERVAL_S": "1",
     "WARRANT_STALL_AFTER_S": "2",
@@ -178,7 +178,7 @@ def _kill_holders(*, power_off: bool) -> Callable[[Round], None]:
     return fault
 
 
-_OLD_BUILD = "warrant.tools.demo:plugin"  # issue_refund 1
+_OLD_BUILD = "warrant_demo:plugin"  # issue_refund 1
 _NEW_BUILD = "bench.chaos_hosts.upgrade:v2_only"
 _BOTH = "bench.chaos_hosts.upgrade:both"
 

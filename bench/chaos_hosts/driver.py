@@ -28,7 +28,7 @@ SETTLED = ("completed", "failed", "cancelled", "handoff")
 
 
 def refund_spec(tag: str, *, version: str = "1") -> dict[str, Any]:
-    from warrant.runner.stack import scenarios as sc
+    from warrant_demo import scenarios as sc
 
     step = {
         "kind": "tool",
@@ -101,11 +101,12 @@ def outlived_leases(engine: Engine, ids: list[str], *, margin_s: float) -> list[
 
 
 def run_round(args: argparse.Namespace) -> dict[str, Any]:
+    from warrant_demo.service import DemoService
+
     from bench.chaos.checker import check
     from warrant.ledger.db import engine_for
     from warrant.runner.client.api import Client
     from warrant.runner.settings import WarrantSettings, resolved_urls
-    from warrant.tools.demo.service import DemoService
 
     _, database = resolved_urls()
     engine = engine_for(database)

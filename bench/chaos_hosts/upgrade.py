@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from warrant.tools.demo import plugin as demo
+from warrant_demo import plugin as demo
+
 from warrant.tools.plugins import Plugin
 
 __all__ = ["both", "v2_only"]

@@ -21,6 +21,7 @@ from warrant.runner.cli.common import (
     guard,
     print_json,
 )
+from warrant.runner.errors import PluginError
 
 __all__ = ["beat", "demo", "down", "reconcile_once", "up", "worker"]
 
@@ -244,15 +245,14 @@ def down(as_json: JsonOpt = False) -> None:
 
 def demo(as_json: JsonOpt = False) -> None:
     """Start the stack with the demo plug-in, run the seed scenarios, print a table, stop."""
-    from warrant.runner.stack.demo import run_demo
-    from warrant.tools.demo import DEMO_RELAXED
     from warrant.tools.plugins import DEMO_PLUGIN, split_refs
 
+    demo_plugin = guard(as_json, _demo_distribution)
     refs = split_refs(os.environ.get("WARRANT_TOOLS", ""))
     if DEMO_PLUGIN not in refs:  # the demo's tools are a plug-in, off unless named
         os.environ["WARRANT_TOOLS"] = ",".join([*refs, DEMO_PLUGIN])
     # The seed scenarios refund and notify unattended: relaxed explicitly, and said so.
-    os.environ.setdefault("WARRANT_RELAX_CONFIRMATION", DEMO_RELAXED)
+    os.environ.setdefault("WARRANT_RELAX_CONFIRMATION", demo_plugin.DEMO_RELAXED)
     if not as_json:
         relaxed = os.environ["WARRANT_RELAX_CONFIRMATION"]
         console.print(
@@ -262,9 +262,26 @@ def demo(as_json: JsonOpt = False) -> None:
     _raise_on_sigterm()
     stack = _stack(as_json)
     try:
-        ok = run_demo(as_json=as_json, console=console)
+        ok = demo_plugin.run.run_demo(as_json=as_json, console=console)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stack.stop()
     if not ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _demo_distribution() -> Any:
+    """The demo distribution's package, ``warrant_demo`` (its ``run`` loaded), or
+    ``DEMO_NOT_INSTALLED``."""
+    try:
+        # lazy: optional dependency (the demo distribution)
+        import warrant_demo.run
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "warrant_demo":
+            raise
+        raise PluginError(
+            "the demo is a distribution of its own, warrant-demo, and it is not installed: "
+            "pip install -e examples/demo_plugin (make install and make demo do)",
+            code="DEMO_NOT_INSTALLED",
+        ) from exc
+    return warrant_demo

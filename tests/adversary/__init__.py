@@ -4,7 +4,8 @@ files, chat, drive, standing orders) and the tools over them, for a *hijacked* p
 
 Named in the test deployment's ``WARRANT_TOOLS`` (``tests.adversary:plugin``, see
 ``tests/conftest.py``). Like the demo plug-in, its services keep their own tables (``adv_*``),
-created by the plug-in's set-up step, never by the ledger's migrations; the web is a real
+created by the plug-in's set-up step, never by the ledger's migrations; their fault injection
+and call log are the demo service's (``warrant_demo.service_faults``); the web is a real
 HTTP server started by the test (:mod:`tests.adversary.web`).
 
 Modules: :mod:`~tests.adversary.service` (the services, with fault injection),

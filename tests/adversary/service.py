@@ -10,15 +10,9 @@ other parameters → ``IDEMPOTENCY_KEY_REUSED``) and are queryable by key (the t
 request into ``adv_web_requests``.
 
 Faults are switched on per tool and consumed atomically, so a test can inject them into the
-worker processes (the same modes as the demo service):
-
-``slow``                   sleep ``delay_s`` (checking for cancellation) before acting
-``transient``              fail retryably, with ``retry_after_s``
-``timeout_before_commit``  the call times out and nothing was written
-``timeout_after_commit``   the effect is committed, then the response is lost
-``reject``                 a business refusal (``ToolRejected``)
-``fail``                   a known, permanent failure
-``crash``                  an unclassified exception (a bug in the adapter)
+worker processes: the demo service's fault injection
+(:class:`warrant_demo.service_faults.FaultsService`, its modes and its tables
+``demo_faults`` and ``demo_calls``), one fake service's faults for the demo and this suite.
 """
 
 from __future__ import annotations
@@ -27,18 +21,17 @@ import hashlib
 import json
 import os
 import re
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Table, delete, func, insert, select, update
+from sqlalchemy import Engine, Table, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from warrant_demo.service import IdempotencyConflict
+from warrant_demo.service_faults import FAULT_MODES, Fault, FaultsService
 
 from tests.adversary.tables import (
     accounts,
-    calls,
     chat_channels,
     chat_messages,
     chat_posts,
@@ -46,7 +39,6 @@ from tests.adversary.tables import (
     contacts,
     drive_deletions,
     drive_files,
-    faults,
     file_writes,
     inbox,
     metadata,
@@ -57,35 +49,12 @@ from tests.adversary.tables import (
     transfers,
     web_requests,
 )
-from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.errors import ToolFailed, ToolRejected
 
 __all__ = ["FAULT_MODES", "AdversaryServices", "Fault", "IdempotencyConflict"]
 
-FAULT_MODES = (
-    "slow",
-    "transient",
-    "timeout_before_commit",
-    "timeout_after_commit",
-    "reject",
-    "fail",
-    "crash",
-)
-
 #: An address as the mail service accepts it: no display name, no comments, one ``@``.
 ADDRESS = re.compile(r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
-
-
-class IdempotencyConflict(ToolFailed):
-    """The key was used before with other parameters (never retryable)."""
-
-    code = "IDEMPOTENCY_KEY_REUSED"
-
-
-@dataclass(frozen=True)
-class Fault:
-    mode: str
-    delay_s: float = 0.0
-    retry_after_s: float | None = None
 
 
 def _hash(params: dict[str, Any]) -> str:
@@ -100,7 +69,7 @@ def _never(**_: Any) -> bool:
     return False
 
 
-class AdversaryServices:
+class AdversaryServices(FaultsService):
     """The external systems. ``engine`` points at their database (may share the ledger's)."""
 
     def __init__(self, engine: Engine) -> None:
@@ -111,6 +80,7 @@ class AdversaryServices:
         """The plug-in's set-up step: create the ``adv_*`` tables (idempotent)."""
         if not self._ready:
             metadata.create_all(self.engine)
+            self._faults_schema()
             self._ready = True
 
     # --- configuration (what the test process tells the worker processes) -------------------
@@ -130,98 +100,15 @@ class AdversaryServices:
         with self.engine.begin() as conn:
             return conn.execute(select(config.c.value).where(config.c.key == key)).scalar()
 
-    # --- fault injection -------------------------------------------------------------------
-
-    def set_fault(
-        self,
-        tool: str,
-        mode: str,
-        *,
-        times: int = 1,
-        delay_s: float = 0.0,
-        retry_after_s: float | None = None,
-    ) -> None:
-        if mode not in FAULT_MODES:
-            raise ValueError(f"unknown fault mode {mode!r}; one of {', '.join(FAULT_MODES)}")
-        self.ensure_schema()
-        values = {
-            "tool": tool,
-            "mode": mode,
-            "remaining": times,
-            "delay_s": delay_s,
-            "retry_after_s": retry_after_s,
-        }
-        with self.engine.begin() as conn:
-            conn.execute(
-                pg_insert(faults)
-                .values(**values)
-                .on_conflict_do_update(index_elements=[faults.c.tool], set_=values)
-            )
-
-    def clear_faults(self) -> None:
-        self.ensure_schema()
-        with self.engine.begin() as conn:
-            conn.execute(delete(faults))
-
-    def _take_fault(self, tool: str) -> Fault | None:
-        self.ensure_schema()
-        with self.engine.begin() as conn:
-            row = conn.execute(
-                update(faults)
-                .where(faults.c.tool == tool, faults.c.remaining > 0)
-                .values(remaining=faults.c.remaining - 1)
-                .returning(faults.c.mode, faults.c.delay_s, faults.c.retry_after_s)
-            ).first()
-        return Fault(row[0], row[1], row[2]) if row else None
+    # --- fault injection (the demo service's: set_fault, clear_faults, call_count) -----------
 
     def before(
         self, tool: str, key: str | None, is_cancelled: Callable[..., bool] = _never
     ) -> Fault | None:
         """Log the call and apply a pending fault that acts before the service does."""
-        fault = self._take_fault(tool)
-        with self.engine.begin() as conn:
-            conn.execute(
-                insert(calls).values(
-                    tool=tool, idempotency_key=key, fault=fault.mode if fault else None
-                )
-            )
-        if fault is None:
-            return None
-        if fault.mode == "slow":
-            end = time.monotonic() + fault.delay_s
-            while time.monotonic() < end and not is_cancelled():
-                time.sleep(min(0.05, max(0.0, end - time.monotonic())))
-            if is_cancelled(fresh=True):
-                raise ToolFailed("cancelled before the write", code="CANCELLED_BEFORE_WRITE")
-        if fault.mode == "reject":
-            raise ToolRejected("the service refused the request", code="REQUEST_REFUSED")
-        if fault.mode == "fail":
-            raise ToolFailed("the service failed permanently", code="SERVICE_FAILED")
-        if fault.mode == "crash":
-            raise RuntimeError("adapter bug")
-        if fault.mode == "transient":
-            raise ToolFailed(
-                "service temporarily unavailable",
-                code="SERVICE_UNAVAILABLE",
-                retryable=True,
-                retry_after_s=fault.retry_after_s,
-            )
-        if fault.mode == "timeout_before_commit":
-            raise ToolUnknown("timed out waiting for the service", code="SERVICE_TIMEOUT")
-        return fault
+        return self._before(tool, key, is_cancelled)
 
-    @staticmethod
-    def after_commit(fault: Fault | None, what: str) -> None:
-        if fault is not None and fault.mode == "timeout_after_commit":
-            raise ToolUnknown(
-                f"the response was lost after the {what} was committed", code="SERVICE_TIMEOUT"
-            )
-
-    def call_count(self, tool: str) -> int:
-        self.ensure_schema()
-        with self.engine.begin() as conn:
-            q = select(func.count()).select_from(calls).where(calls.c.tool == tool)
-            return int(conn.execute(q).scalar_one())
+    after_commit = staticmethod(FaultsService._after_commit)
 
     def _idempotent_insert(
         self, table: Table, key: str, params: dict[str, Any], **columns: Any

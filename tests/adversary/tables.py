@@ -9,7 +9,6 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
-    Float,
     Integer,
     MetaData,
     String,
@@ -20,7 +19,6 @@ from sqlalchemy import (
 
 __all__ = [
     "accounts",
-    "calls",
     "chat_channels",
     "chat_messages",
     "chat_posts",
@@ -28,7 +26,6 @@ __all__ = [
     "contacts",
     "drive_deletions",
     "drive_files",
-    "faults",
     "file_writes",
     "inbox",
     "metadata",
@@ -130,24 +127,6 @@ web_requests = Table(
     Column("path", Text, nullable=False),
     Column("query", Text, nullable=False),
     Column("status", Integer, nullable=False),
-    Column("fault", String(32)),
-    Column("created_at", DateTime(timezone=True), server_default=func.now()),
-)
-faults = Table(
-    "adv_faults",
-    metadata,
-    Column("tool", String(100), primary_key=True),
-    Column("mode", String(32), nullable=False),
-    Column("remaining", Integer, nullable=False),
-    Column("delay_s", Float, nullable=False, server_default="0"),
-    Column("retry_after_s", Float),
-)
-calls = Table(
-    "adv_calls",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("tool", String(100), nullable=False),
-    Column("idempotency_key", String(128)),
     Column("fault", String(32)),
     Column("created_at", DateTime(timezone=True), server_default=func.now()),
 )

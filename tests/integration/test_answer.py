@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_cli import warrant
 from warrant.runner.errors import StateConflict
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

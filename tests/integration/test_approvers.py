@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.approvals_tool import CAPABILITY, paid, proposal
 from tests.integration.test_cli import warrant
 from tests.integration.test_http_api import LiveServer, call, error, wait_until
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -9,6 +9,7 @@ import json
 import uuid
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
@@ -16,7 +17,6 @@ from tests.paid_tool import CAPABILITY as PAID
 from tests.paid_tool import proposal as paid
 from warrant.runner import costs
 from warrant.runner.errors import SpecError
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

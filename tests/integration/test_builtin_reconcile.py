@@ -7,12 +7,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests.integration.test_gate_pipeline import memory_spec, save, write
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
 from warrant.ledger.stores import LedgerToolDeps
-from warrant.runner.stack import scenarios as sc
 from warrant.tools.builtin import SAVE_PREFERENCE, WRITE_ARTIFACT
 from warrant.tools.contract import ToolContext
 

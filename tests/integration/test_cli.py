@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from warrant_demo import scenarios as sc
 
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.roles import role_of_node
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_cli import warrant
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.models import GrantRow, PreApproval
-from warrant.runner.stack import scenarios as sc
 
 UNKNOWN_TOOL = {
     "kind": "tool",
@@ -362,7 +362,7 @@ def test_start_warns_from_the_policy_workers_registrations_not_its_own_registry(
         "arguments": {"n": 1, "amount": "1.5"},
     }
     spec = sc.spec([typed, UNKNOWN_TOOL, sc.final("x", "tool-1")])
-    own = {"WARRANT_TOOLS": "warrant.tools.demo:plugin"}  # no tests.typed_tool:plugin here
+    own = {"WARRANT_TOOLS": "warrant_demo:plugin"}  # no tests.typed_tool:plugin here
     out = warrant("run", "start", spec_file(tmp_path, spec), "--json", env=own)
     assert out.returncode == 0, out.stderr
     warnings = json.loads(out.stdout)["warnings"]

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests.conftest import IN_CI
 from tests.own_postgres import OwnPostgres, postgres_binaries
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = pytest.mark.slow
 

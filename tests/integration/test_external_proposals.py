@@ -6,12 +6,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_reconciler import notice, settle
 from tests.integration.test_tool_execution import DRAFTS, LOOKUP, draft, lookup, uid
 from warrant.runner.errors import InvalidRequest, StateConflict
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import psutil
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests.conftest import wait_for
 from warrant.runner.errors import ServiceUnavailable
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.local import Backoff, EmbeddedServices, Stack, reap_stray_servers
 from warrant.runner.stack.roles import role_of_node
 

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import refusing_tool
 from tests.conftest import WorkerProcess, wait_for
@@ -26,7 +27,6 @@ from tests.integration.test_cli_feedback import UNKNOWN_TOOL
 from tests.services import Services
 from warrant.broker import task_states
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.supervisor import stop_with_parent
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

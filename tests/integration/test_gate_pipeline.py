@@ -6,13 +6,13 @@ import time
 from datetime import datetime
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.models import Artifact, MemoryRecord
 from warrant.runner.canonical import proposal_hash
 from warrant.runner.errors import ConfirmationRefused
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

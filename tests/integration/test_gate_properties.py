@@ -153,11 +153,12 @@ def test_no_tool_executes_without_grant_and_confirmation(data, raw, held):
 )
 @given(outputs=st.lists(proposals, min_size=1, max_size=4))
 def test_arbitrary_planner_outputs_over_the_real_pipeline(engine, client, worker, outputs):
+    from warrant_demo import scenarios as sc
+
     from tests import facts
     from warrant.ledger.db import session_scope
     from warrant.ledger.models import Command
     from warrant.runner.errors import SpecError
-    from warrant.runner.stack import scenarios as sc
 
     spec = sc.spec([*outputs, {"kind": "clarify", "question": "?"}])
     spec["subject"] = "prop-subject"

@@ -8,10 +8,10 @@ import time
 
 import pytest
 from sqlalchemy import select, text
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from warrant.ledger.models import Artifact, Command, Proposal
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
@@ -30,7 +31,6 @@ from tests.integration.test_grant_wait import _settled_after, asking, write
 from tests.integration.test_tool_execution import LOOKUP, lookup
 from warrant.ledger.models import GrantRow
 from warrant.runner.errors import SpecError, StateConflict
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

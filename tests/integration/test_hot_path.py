@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo.scenarios import read_steps
 
 from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.models import Command, GrantRow, Run, TraceEvent
 from warrant.runner.canonical import sha256_hex
-from warrant.runner.stack.scenarios import read_steps
 
 pytestmark = pytest.mark.services
 
@@ -156,9 +156,9 @@ def test_other_brokers_keep_their_stock_transport():
 
 def test_starting_a_run_is_one_statement(engine, client, monkeypatch):
     import psycopg
+    from warrant_demo import scenarios as sc
 
     from warrant.ledger.models import Observation
-    from warrant.runner.stack import scenarios as sc
 
     spec = sc.spec(
         [sc.search("p1"), sc.final("x", "tool-1")],
@@ -204,13 +204,14 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
     """The claim only applies to the command's own tool: a message that names a read tool for
     a write command cannot make the write's start skip the WAL flush; the command still runs
     once, through the general (durable) path."""
+    from warrant_demo.scenarios import SCENARIOS
+
     import warrant.broker.stage_tool as stage_tool
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
     from warrant.broker.stage_planner import planner_step
     from warrant.broker.stage_policy import policy_evaluate
     from warrant.ledger.models import Artifact
-    from warrant.runner.stack.scenarios import SCENARIOS
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)

@@ -16,13 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.models import Confirmation, MemoryRecord, Run
 from warrant.runner.authz import Action, Role, allowed
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services]
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.browser import launch
 from tests.integration.test_gate_pipeline import memory_spec, save
 from tests.integration.test_http_api import LiveServer, call, wait_until
 from warrant.ledger.models import Confirmation
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

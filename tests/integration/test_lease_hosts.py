@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import DRAFT_QUEUES, LIVE_WORKERS, WorkerProcess, wait_for
@@ -35,7 +36,6 @@ from warrant.broker.queues import TASK_TOOL
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -18,12 +18,12 @@ from typing import Any
 import orjson
 import pytest
 from sqlalchemy import text
+from warrant_demo import scenarios as sc
 
 from warrant.ledger.chain import Break, check_run, jsonb_text, record_hash
 from warrant.ledger.chain_store import read_chains
 from warrant.runner.client import ledger_verify as lv
 from warrant.runner.errors import LedgerTampered
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

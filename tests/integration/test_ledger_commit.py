@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from warrant.ledger import rows
@@ -11,7 +12,6 @@ from warrant.ledger.repo import StaleVersion, commit, run_view
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.run_machine import Stop
-from warrant.runner.stack import scenarios as sc
 
 
 def test_the_ledger_commits_a_change_once_raising_the_version_by_one(engine, client):

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import LIVE_WORKERS, WorkerProcess
@@ -25,7 +26,6 @@ from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
 from tests.limited_tool import COUNTER_URL_ENV, CounterService
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.roles import role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import DRAFT_QUEUES, LIVE_WORKERS, WorkerProcess, wait_for
@@ -32,7 +33,6 @@ from warrant.broker.lease import holder_of
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, Run
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -7,11 +7,11 @@ import time
 import uuid
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import LIVE_WORKERS, MODEL_KEY, MODEL_KEY_ENV, WorkerProcess, wait_for
 from warrant.runner.errors import SpecError
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import JOB_QUEUES, RECONCILER_ENV, WorkerProcess, wait_for
@@ -17,7 +18,6 @@ from tests.integration.test_tool_execution import refund, uid
 from warrant.ledger import metrics
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, Observation, OutcomeRow, Reconciliation, Run
-from warrant.runner.stack import scenarios as sc
 from warrant.tools.batches import item_token
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

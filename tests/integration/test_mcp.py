@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests import mcp_server as notes
@@ -28,7 +29,6 @@ from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow
 from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed, ToolUnknown
-from warrant.runner.stack import scenarios as sc
 from warrant.tools.contract import ToolContext
 from warrant.tools.mcp import McpOutput, load_config, mcp_plugins
 

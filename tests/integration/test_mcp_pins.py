@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests import mcp_server as notes
@@ -19,7 +20,6 @@ from tests.integration.test_cli import warrant
 from tests.integration.test_mcp import NOTES_TOOLS, READ, call, spec, stdio_server, write_config
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import McpToolPin
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text, update
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
@@ -16,7 +17,6 @@ from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, MemoryRecord
 from warrant.runner.memory_view import ObservationRecord, build_view, delimit_untrusted
-from warrant.runner.stack import scenarios as sc
 
 SEARCH = {"capability": "search:public", "resource_scope": "public"}
 

@@ -8,11 +8,11 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
+from warrant_demo import scenarios as sc
 
 from tests.integration.test_gate_pipeline import tool
 from warrant.runner.codes import RunStatus
 from warrant.runner.server.metrics import metrics_registry, metrics_response
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

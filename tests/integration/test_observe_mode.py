@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import WorkerProcess
@@ -18,7 +19,6 @@ from tests.integration.test_metrics import _samples
 from tests.integration.test_tracing import queues_to_myself
 from warrant.runner.observe import WOULD_REFUSE
 from warrant.runner.server.metrics import metrics_response
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

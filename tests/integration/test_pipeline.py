@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger.models import Artifact
 from warrant.runner.errors import SpecError
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_cli import warrant
 from warrant.runner.policy_version import contract_hash
-from warrant.runner.stack import scenarios as sc
 from warrant.tools.builtin import BUILTIN_TOOLS
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -7,12 +7,12 @@ import json
 import uuid
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_cli import warrant
 from tests.integration.test_reconciler import NOTICES, notice, pre_approved, spec
 from warrant.runner.errors import SpecError
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_cli import warrant
 from tests.precondition_tool import CAPABILITY, account, move, proposal, withdrawn
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, OutcomeRow
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

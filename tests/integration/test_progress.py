@@ -4,10 +4,10 @@ stops, and so do steps that add nothing whatever they are."""
 from __future__ import annotations
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_tool_execution import LOOKUP, lookup
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

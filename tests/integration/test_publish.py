@@ -259,11 +259,12 @@ def test_a_publish_that_fails_after_its_commit_is_a_warning_not_a_stage_failure(
     import logging
     import socket
 
+    from warrant_demo import scenarios as sc
+
     from warrant.broker.context import context_for
     from warrant.broker.stage_planner import planner_step
     from warrant.runner.client.api import Client
     from warrant.runner.errors import BrokerUnavailable
-    from warrant.runner.stack import scenarios as sc
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -12,6 +12,7 @@ from datetime import datetime
 
 import pytest
 from sqlalchemy import func, select, text
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import RECONCILER_ENV, wait_for
@@ -21,7 +22,6 @@ from tests.integration.test_tool_execution import command_of, draft, refund, spe
 from warrant.broker.queues import TASK_RECONCILE
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

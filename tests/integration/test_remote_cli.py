@@ -17,12 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.models import Confirmation
 from warrant.runner.client.remote import RemoteClient
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.supervisor import stop_with_parent
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.services import ensure_database
 from warrant.broker.stage_reconciler import REPUBLISH_CAP_S, republish_wait_s
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = pytest.mark.services
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, text
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
 from warrant.ledger import retention as ledger_retention
 from warrant.ledger.models import MemoryRecord, Run
 from warrant.runner.client import retention
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration import test_remote_cli as remote_cli
@@ -20,7 +21,6 @@ from tests.integration.test_cli import warrant
 from tests.integration.test_gate_pipeline import memory_spec, save
 from tests.integration.test_remote_cli import error_code, remote
 from warrant.runner.cli.reveal import local_user
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

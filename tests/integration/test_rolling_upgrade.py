@@ -11,13 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import WorkerProcess, wait_for
 from warrant.broker.registration import CACHE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, WorkerRegistration
-from warrant.runner.stack import scenarios as sc
 from warrant.tools.plugins import DEMO_PLUGIN
 
 pytestmark = [

@@ -164,7 +164,7 @@ def _pings(redis: Any, url: str) -> bool:
 
 
 def _spec_file(tmp_path: Path) -> Path:
-    from warrant.runner.stack import scenarios as sc
+    from warrant_demo import scenarios as sc
 
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(sc.spec([sc.search("p1"), sc.final("x", "tool-1")])))

@@ -17,13 +17,13 @@ from typing import Any
 import psutil
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
 from tests.integration.test_tracing import queues_to_myself, settle_by_sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.roles import role_pool, worker_command
 
 pytestmark = [pytest.mark.services]

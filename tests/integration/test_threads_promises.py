@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
+from warrant_demo.service import calls as demo_calls
 
 from tests import facts
 from tests.conftest import WorkerProcess, wait_for
@@ -43,8 +45,6 @@ from warrant.broker.app import app
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow
-from warrant.runner.stack import scenarios as sc
-from warrant.tools.demo.service import calls as demo_calls
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

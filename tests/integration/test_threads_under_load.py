@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
@@ -27,7 +28,6 @@ from tests.integration.test_tracing import (
 from tests.local_otlp import LocalOTLP
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.roles import role_concurrency, role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.integration.test_cli import warrant
@@ -21,7 +22,6 @@ from warrant.runner.authz import Identity, Role
 from warrant.runner.client.api import Client
 from warrant.runner.client.tokens import Tokens
 from warrant.runner.errors import Forbidden, StateConflict, TokenInvalid
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = pytest.mark.services
 

@@ -14,13 +14,13 @@ import uuid
 
 import psutil
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests import stopping_tool as stopping
 from tests.conftest import wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, Handoff, OutcomeRow
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -189,9 +189,10 @@ def test_a_typed_tool_receives_python_objects_through_the_workers(
     client: Any, worker: Any, engine: Any
 ) -> None:
     # the test deployment (tests/conftest.py) names tests.typed_tool:plugin in WARRANT_TOOLS
+    from warrant_demo import scenarios as sc
+
     from warrant.ledger.db import session_scope
     from warrant.ledger.models import Observation, OutcomeRow
-    from warrant.runner.stack import scenarios as sc
 
     big = -(2**63)
     call = typed(n=big)

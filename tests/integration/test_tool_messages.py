@@ -11,13 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts, refusing_tool
 from tests.integration.test_cli import warrant
 from tests.integration.test_http_api import LiveServer
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Observation, OutcomeRow
-from warrant.runner.stack import scenarios as sc
 from warrant.tools.contract import MAX_OUTCOME_MESSAGE_CHARS
 
 pytestmark = [pytest.mark.services]

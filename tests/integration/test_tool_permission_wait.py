@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests import permission_tool as crm
 from warrant.ledger.models import Command, OutcomeRow, Proposal
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import LIVE_WORKERS, RECONCILER_ENV, WorkerProcess, wait_for
@@ -24,7 +25,6 @@ from warrant.broker.deadline import HARD_LIMIT_EXIT
 from warrant.broker.lease import holder_of
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.roles import role_concurrency, role_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

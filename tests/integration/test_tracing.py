@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
@@ -26,7 +27,6 @@ from warrant.broker import telemetry
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.stack.roles import role_pool
 
 pytestmark = [pytest.mark.services]

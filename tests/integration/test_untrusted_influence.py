@@ -6,10 +6,10 @@ read do not count, and without the option nothing changes. Real workers, Redis, 
 from __future__ import annotations
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from warrant.ledger.models import Proposal
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
@@ -21,7 +22,6 @@ from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import WebhookDelivery
 from warrant.runner.settings import WarrantSettings
-from warrant.runner.stack import scenarios as sc
 from warrant.runner.webhook_signing import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,

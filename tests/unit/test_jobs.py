@@ -3,11 +3,12 @@ warning, and the contract's listing says what kind of tool it is."""
 
 from __future__ import annotations
 
+from warrant_demo.tools_jobs import PAYOUT_BATCH, REFUND_ASYNC
+
 from warrant.runner.codes import ObservationKind, StopReason
 from warrant.runner.spec import FinalAnswer
 from warrant.runner.step_decisions import Complete, validate_final
 from warrant.runner.views import ObservationView
-from warrant.tools.demo.tools_jobs import PAYOUT_BATCH, REFUND_ASYNC
 
 
 def result(observation_id: str, status: str) -> ObservationView:

@@ -154,6 +154,27 @@ def test_the_wheel_has_exactly_one_top_level_package(tmp_path):
         "ledger/migrations/env.py",
         "ledger/migrations/script.py.mako",
         "ledger/migrations/versions/0009_worker_registrations.py",
-        "tools/demo/tools.py",
     ):
         assert f"warrant/{sub}" in names, sub
+    # the demo is a distribution of its own (examples/demo_plugin), not in the product's wheel
+    assert [n for n in names if "demo" in n] == []
+
+
+def test_warrant_demo_without_the_demo_distribution_says_so_before_starting_anything():
+    """The demo is a distribution of its own (examples/demo_plugin): without it, `warrant
+    demo` exits 2 with a stable code, before any service or worker is started."""
+    code = (
+        "import sys\n"
+        "class Absent:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] == 'warrant_demo':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "from warrant.runner.cli import main\n"
+        "main(['demo', '--json'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert '"code": "DEMO_NOT_INSTALLED"' in done.stdout

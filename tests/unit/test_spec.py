@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from warrant_demo.scenarios import SCENARIOS, spec
 
 from warrant.runner.errors import SpecError
 from warrant.runner.spec import parse_run_spec
-from warrant.runner.stack.scenarios import SCENARIOS, spec
 
 
 def test_every_scenario_spec_is_valid():

@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+from warrant_demo.scenarios import spec
 
 from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.errors import SpecError
 from warrant.runner.spec import SuccessSpec, parse_run_spec
-from warrant.runner.stack.scenarios import spec
 from warrant.runner.success import (
     CompletionFacts,
     SucceededCall,

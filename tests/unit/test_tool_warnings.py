@@ -7,7 +7,7 @@ from warrant.tools.builtin import SAVE_PREFERENCE, WRITE_ARTIFACT
 
 
 def test_a_write_with_neither_verify_nor_reconcile_is_warned_about():
-    from warrant.tools.demo.tools import LOOKUP, SAVE_DRAFT, SEND_NOTICE
+    from warrant_demo.tools import LOOKUP, SAVE_DRAFT, SEND_NOTICE
 
     assert [w["code"] for w in SEND_NOTICE.warnings] == ["WRITE_UNCHECKED"]
     assert SAVE_DRAFT.warnings == [] and LOOKUP.warnings == []

@@ -10,7 +10,7 @@ when the job is created:
 ``never_settle``  the job stays pending until it is cancelled
 
 ``payout`` pays one item of a batch, keyed by that item's own idempotency key; the call
-faults of :mod:`warrant.tools.demo.service` apply per item (``transient`` with ``times=2``
+faults of :mod:`warrant_demo.service` apply per item (``transient`` with ``times=2``
 fails the first two items a batch sends).
 """
 
@@ -76,7 +76,7 @@ payouts = Table(
 
 
 class JobsService:
-    """Mixed into :class:`~warrant.tools.demo.service.DemoService` (its engine and faults)."""
+    """Mixed into :class:`~warrant_demo.service.DemoService` (its engine and faults)."""
 
     engine: Engine
     if TYPE_CHECKING:  # DemoService's

@@ -16,8 +16,8 @@ from warrant.tools.contract import (
     ToolInput,
     ToolOutput,
 )
-from warrant.tools.demo.tools import RefundInput, RefundOutput
 from warrant.tools.jobs import Accepted, JobHooks, JobState, JobStatus
+from warrant_demo.tools import RefundInput, RefundOutput
 
 __all__ = ["PAYOUT_BATCH", "REFUND_ASYNC"]
 

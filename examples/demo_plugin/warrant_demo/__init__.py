@@ -1,8 +1,8 @@
 """The demo plug-in: a fake external payment and drafts service with fault injection
-(``warrant.tools.demo.service``) and the tools that call it, plus the benchmark tools
-(``warrant.tools.demo.tools``).
+(``warrant_demo.service``) and the tools that call it, plus the benchmark tools
+(``warrant_demo.tools``).
 
-Off unless named: ``WARRANT_TOOLS=warrant.tools.demo:plugin`` (``warrant demo``, the benchmark
+Off unless named: ``WARRANT_TOOLS=warrant_demo:plugin`` (``warrant demo``, the benchmark
 and the test suite turn it on). Its tables are created by its own set-up step, never by the
 ledger's migrations.
 """
@@ -28,24 +28,24 @@ class DemoDeps:
     """What the demo tools see as ``ctx.deps``."""
 
     demo: Any
-    """The demo service (:class:`~warrant.tools.demo.service.DemoService`)."""
+    """The demo service (:class:`~warrant_demo.service.DemoService`)."""
 
 
 def _deps(ctx: DepsContext) -> DemoDeps:
-    from warrant.tools.demo.service import DemoService
+    from warrant_demo.service import DemoService
 
     return DemoDeps(demo=DemoService(ctx.engine))
 
 
 def _setup(ctx: DepsContext) -> None:
-    from warrant.tools.demo.service import DemoService
+    from warrant_demo.service import DemoService
 
     DemoService(ctx.engine).ensure_schema()
 
 
 def _tools() -> tuple[Any, ...]:
-    from warrant.tools.demo.tools import DEMO_TOOLS
-    from warrant.tools.demo.tools_jobs import PAYOUT_BATCH, REFUND_ASYNC
+    from warrant_demo.tools import DEMO_TOOLS
+    from warrant_demo.tools_jobs import PAYOUT_BATCH, REFUND_ASYNC
 
     return (*DEMO_TOOLS, REFUND_ASYNC, PAYOUT_BATCH)
 

@@ -3,10 +3,10 @@
 It is what the demo tools call: a real implementation with its own tables (not the ledger's),
 honouring idempotency keys the way payment APIs do — the same key with the same parameters
 returns the same refund, the same key with other parameters is an error — and answering a
-status query by key. Its faults (:mod:`warrant.tools.demo.service_faults`) are switched on
+status query by key. Its faults (:mod:`warrant_demo.service_faults`) are switched on
 per tool and consumed atomically, so tests and the demo can inject them into worker processes.
 
-Refunds that settle later and batch payouts: :mod:`warrant.tools.demo.service_jobs`.
+Refunds that settle later and batch payouts: :mod:`warrant_demo.service_jobs`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from warrant.runner.errors import ToolFailed, ToolUnknown
-from warrant.tools.demo.service_faults import (
+from warrant_demo.service_faults import (
     FAULT_MODES,
     Fault,
     FaultsService,
@@ -40,7 +40,7 @@ from warrant.tools.demo.service_faults import (
     calls,
     served,
 )
-from warrant.tools.demo.service_jobs import JobsService
+from warrant_demo.service_jobs import JobsService
 
 __all__ = ["FAULT_MODES", "DemoService", "Fault", "IdempotencyConflict", "calls"]
 

@@ -16,7 +16,7 @@ from warrant.tools.contract import (
     ToolInput,
     ToolOutput,
 )
-from warrant.tools.demo.http_read import HTTP_READ
+from warrant_demo.http_read import HTTP_READ
 
 __all__ = [
     "DEMO_TOOLS",

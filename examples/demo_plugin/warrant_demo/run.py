@@ -11,7 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from warrant.runner.client.api import Client
-from warrant.runner.stack.scenarios import SCENARIOS
+from warrant_demo.scenarios import SCENARIOS
 
 __all__ = ["run_demo"]
 

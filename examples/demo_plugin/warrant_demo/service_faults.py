@@ -46,7 +46,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from warrant.runner.errors import ToolFailed, ToolInterrupted, ToolRejected, ToolUnknown
-from warrant.tools.demo.service_jobs import SETTLE_FAULTS
+from warrant_demo.service_jobs import SETTLE_FAULTS
 
 __all__ = [
     "CALL_FAULTS",
@@ -72,7 +72,7 @@ FAULT_MODES = (
     *SETTLE_FAULTS,
 )
 #: The modes consumed before the call acts (``corrupt_read`` is consumed by read-backs, the
-#: settle faults by a refund job's creation: ``warrant.tools.demo.service_jobs``).
+#: settle faults by a refund job's creation: ``warrant_demo.service_jobs``).
 CALL_FAULTS = tuple(m for m in FAULT_MODES if m != "corrupt_read" and m not in SETTLE_FAULTS)
 
 #: ``ToolContext.on_interrupt``: register what unblocks a wait when the worker interrupts it.
@@ -141,7 +141,7 @@ def _known_cancelled(is_cancelled: Callable[..., bool]) -> bool:
 
 
 class FaultsService:
-    """The fault half of :class:`~warrant.tools.demo.service.DemoService`."""
+    """The fault half of :class:`~warrant_demo.service.DemoService`."""
 
     engine: Engine
 
