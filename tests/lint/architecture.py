@@ -34,9 +34,10 @@ LAYERS: tuple[str, ...] = (
     "broker stages",
     "client, server, CLI and stack",
 )
-#: Allowed limits (issue 17): module lines and function lines (longer ones need a reason in
-#: ``LONG_FUNCTIONS``).
-MAX_MODULE_LINES = 400
+#: Allowed limits: module lines (issue 48: a module may hold one whole rule; the cap only catches
+#: a module that grew past any one rule) and function lines (issue 17; longer ones need a reason
+#: in ``LONG_FUNCTIONS``).
+MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 60
 #: Functions allowed over the limit, with the reason.
 LONG_FUNCTIONS: dict[str, str] = {
