@@ -10,22 +10,19 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from warrant.broker import (
-    deadline,
-    interrupts,
-    stage_planner,
-    stage_policy,
-    stage_reconciler,
-    stage_tool,
-)
 from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
 from warrant.broker.handoff_entry import enter_handoff
-from warrant.broker.lease import worker_label
+from warrant.broker.planner import stage as stage_planner
+from warrant.broker.policy import stage as stage_policy
 from warrant.broker.process_identity import this_process
 from warrant.broker.publish import log_deferred
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
+from warrant.broker.reconciler import stage as stage_reconciler
 from warrant.broker.task_states import reported
+from warrant.broker.tool import deadline, interrupts
+from warrant.broker.tool import stage as stage_tool
+from warrant.broker.tool.lease import worker_label
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import StaleVersion, commit, run_view
@@ -111,13 +108,13 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
     started = time.monotonic()
     worker = worker_label(self.request.hostname, this_process())
     # prefork: signals (a cancel's revoke-terminate); a threads pool's attempts are
-    # interrupted by the process's attempt watch instead (broker.attempt_watch)
+    # interrupted by the process's attempt watch instead (broker.tool.attempt_watch)
     signalled = threading.current_thread() is threading.main_thread()
     if signalled:
         interrupts.install()
         interrupts.begin()
     try:
-        with deadline.enforced():  # the attempt ends itself at its limits (broker.deadline)
+        with deadline.enforced():  # the attempt ends itself at its limits (broker.tool.deadline)
             result = _guarded(
                 "tool",
                 run_id,
@@ -130,7 +127,8 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
         # which billiard does not remember): the outcome is committed; leave so the pool
-        # replaces this process (see warrant.broker.interrupts). billiard reports the result first.
+        # replaces this process (see warrant.broker.tool.interrupts). billiard reports the
+        # result first.
         if (
             signalled
             and interrupts.take()

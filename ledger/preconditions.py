@@ -12,7 +12,7 @@ from warrant.ledger._compiled import Compiled
 
 __all__ = ["PROPOSAL_COPIED", "approved_state"]
 
-#: The proposal columns a request asked again carries over (``broker.preconditions``).
+#: The proposal columns a request asked again carries over (``broker.tool.preconditions``).
 PROPOSAL_COPIED = (
     "proposal_id",
     "kind",

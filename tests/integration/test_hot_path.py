@@ -22,10 +22,10 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
     import psycopg
 
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.tool.stage import tool_execute
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)
@@ -204,11 +204,11 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
     """The claim only applies to the command's own tool: a message that names a read tool for
     a write command cannot make the write's start skip the WAL flush; the command still runs
     once, through the general (durable) path."""
-    import warrant.broker.stage_tool as stage_tool
+    import warrant.broker.tool.stage as stage_tool
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
     from warrant.ledger.models import Artifact
     from warrant.runner.stack.scenarios import SCENARIOS
 
@@ -307,10 +307,10 @@ def test_a_cancel_committed_during_the_claim_is_not_overwritten(engine, client):
     from sqlalchemy import text
 
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.tool.stage import tool_execute
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)

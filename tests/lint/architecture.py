@@ -431,7 +431,7 @@ def house() -> dict[str, object]:
         "demo_in_product": sorted(m.name for m in modules() if m.name.startswith(DEMO_PREFIXES)),
         "stage_imports": {
             name: len(graph().get(name, ()))
-            for name in ("broker.stage_policy", "broker.stage_planner", "broker.stage_tool")
+            for name in ("broker.policy.stage", "broker.planner.stage", "broker.tool.stage")
         },
     }
 

@@ -15,9 +15,9 @@ import psycopg
 import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 
-from warrant.broker import attempt_watch, deadline, interrupts
-from warrant.broker.batch_call import BatchCall, prepare
 from warrant.broker.context import StageContext
+from warrant.broker.tool import attempt_watch, deadline, interrupts
+from warrant.broker.tool.batch_call import BatchCall, prepare
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
     run_view,
@@ -73,7 +73,7 @@ class Snapshot:
     view: RunView
     began: float = field(default_factory=time.monotonic)
     """When the tool stage began handling the message (``time.monotonic()``, before the
-    claim): the attempt's own deadlines count from here (:mod:`warrant.broker.deadline`)."""
+    claim): the attempt's own deadlines count from here (:mod:`warrant.broker.tool.deadline`)."""
 
 
 def snapshot_of(
@@ -110,7 +110,7 @@ def cancel_flag(ctx: StageContext, run_id: str) -> Any:
         stale = now - float(last["at"]) >= CANCEL_CHECK_EVERY_S
         if not last["value"] and (fresh or stale):
             last["at"] = now
-            with interrupts.deferred():  # never mid-query (see broker.interrupts)
+            with interrupts.deferred():  # never mid-query (see broker.tool.interrupts)
                 last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
                 if last["value"]:  # the tool stops on its own: no interruption now
                     interrupts.seen_cancel()
@@ -167,7 +167,7 @@ def _called(
 
 
 def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
-    """A batch tool's report merged with its earlier attempts' (``broker.batch_call``)."""
+    """A batch tool's report merged with its earlier attempts' (``broker.tool.batch_call``)."""
     if result.status is not Outcome.SUCCEEDED or result.stop is not None:
         return result
     fields = batch.conclude(result.status, result.output)
@@ -185,9 +185,9 @@ def _counted(items: list[dict[str, Any]]) -> dict[str, int]:
 @contextmanager
 def _limits(tool: Tool[Any, Any], snap: Snapshot, context: ToolContext) -> Iterator[None]:
     """The tool's own code, under its deadline and cancellation: on a threads pool the
-    process's attempt watch raises into it (``broker.attempt_watch``); on prefork a cancel's
+    process's attempt watch raises into it (``broker.tool.attempt_watch``); on prefork a cancel's
     SIGUSR1 lands only here (one that came earlier, only if the run is cancelling) and the
-    process ends itself at the hard limit (``broker.deadline``)."""
+    process ends itself at the hard limit (``broker.tool.deadline``)."""
     if deadline.concurrent():
         with attempt_watch.in_tool():
             yield
@@ -230,7 +230,7 @@ def _checked(
     tool: Tool[Any, Any], snap: Snapshot, args: Any, out: Any, context: ToolContext
 ) -> ToolResult:
     """A returned output: validated against its schema, then the postcondition checked (an
-    accepted job is checked when it settles: ``broker.job_polls``)."""
+    accepted job is checked when it settles: ``broker.reconciler.job_polls``)."""
     result, validated = of_output(tool, out)
     if validated is None or tool.verify is None:
         return result

@@ -10,18 +10,18 @@ from typing import Any
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.describe import described
 from warrant.broker.faults import crash_point
-from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
-from warrant.broker.influence import influence, persistent
-from warrant.broker.mcp_pins import pin_refusals
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
-from warrant.broker.permission_waits import command_write, reissued
-from warrant.broker.policy_versions import versioned
-from warrant.broker.preconditions import precondition_shown
+from warrant.broker.policy.describe import described
+from warrant.broker.policy.grant_waits import asks, await_grant
+from warrant.broker.policy.influence import influence, persistent
+from warrant.broker.policy.mcp_pins import pin_refusals
+from warrant.broker.policy.policy_versions import versioned
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import live_registrations
+from warrant.broker.tool.permission_waits import command_write, reissued
+from warrant.broker.tool.preconditions import precondition_shown
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope

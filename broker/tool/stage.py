@@ -3,10 +3,10 @@
 Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``). The common
 case is two statements: the claim (load and start) and the record. A redelivery that finds an
 outcome only re-emits the continuation; one that finds ``started`` leaves a live attempt alone
-(``broker.lease``) and, once the attempt is lost, re-invokes only tools that are safe to
+(``broker.tool.lease``) and, once the attempt is lost, re-invokes only tools that are safe to
 re-invoke with the same idempotency token and records ``unknown`` for the others (the
-reconciler resolves it). Calling the tool is ``broker.tool_call``; recording what it did,
-``broker.tool_record`` (and ``broker.late`` for an attempt that is no longer current).
+reconciler resolves it). Calling the tool is ``broker.tool.call``; recording what it did,
+``broker.tool.record`` (and ``broker.tool.late`` for an attempt that is no longer current).
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ from typing import Any
 import sqlalchemy.exc
 import tenacity
 
-from warrant.broker import attempt_watch, deadline, preconditions, telemetry
+from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.limit_waits import Slot, tool_slot
-from warrant.broker.permission_waits import with_grant_wait
-from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
-from warrant.broker.tool_record import record, record_fast
+from warrant.broker.tool import attempt_watch, deadline, preconditions
+from warrant.broker.tool.call import Snapshot, ToolResult, run_tool, snapshot_of
+from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
+from warrant.broker.tool.permission_waits import with_grant_wait
+from warrant.broker.tool.record import record, record_fast
+from warrant.broker.tool.version_redirect import redirect
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
-from warrant.broker.version_redirect import redirect
 from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
@@ -111,7 +112,7 @@ def _claim_and_run(
     lease. A read has no effect to protect: its start does not wait for the WAL flush (a lost
     start simply runs the read again). ``tool`` is the message's tool name; without it (or
     if it is not the command's) the command takes the general path, with a durable start."""
-    # The attempt's own deadlines count from here (broker.deadline), and so does the deadline
+    # The attempt's own deadlines count from here (broker.tool.deadline), and so does the deadline
     # its tool sees (on the database's clock): after any slot wait and any queueing.
     began, now = time.monotonic(), ctx.clock()
     if tool is None:
@@ -180,7 +181,9 @@ def _general_path(
     if started and not _attempt_lost(ctx, row, worker):
         return _in_flight(ctx, row)
     tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
-    if tool is None:  # a rolling upgrade: another worker has this version (broker.version_redirect)
+    if (
+        tool is None
+    ):  # a rolling upgrade: another worker has this version (broker.tool.version_redirect)
         return redirect(ctx, row, version=version, worker=worker)
     with autocommit(ctx.engine) as conn:
         attempt = start_command(
@@ -206,7 +209,7 @@ def _general_path(
 def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
     """May a delivery that finds the command ``started`` declare its attempt lost? Only when
     the attempt's lease has expired by the database's clock (``cmd_running_s``: never this
-    host's clock) or its process is known gone (see ``broker.lease``)."""
+    host's clock) or its process is known gone (see ``broker.tool.lease``)."""
     settings = ctx.settings
     if lease_expired(
         row.cmd_running_s,
@@ -246,7 +249,8 @@ def _execute(
     ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, *, worker: str | None, slot: Slot
 ) -> str:
     """Run the attempt and record its outcome; on a threads pool, under the process's attempt
-    watch from the claim to the record (its heartbeat is the lease: ``broker.attempt_watch``)."""
+    watch from the claim to the record (its heartbeat is the lease:
+    ``broker.tool.attempt_watch``)."""
     if not deadline.concurrent() or worker is None:
         return _attempt(ctx, tool, snapshot, slot)
     settings = ctx.settings

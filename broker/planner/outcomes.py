@@ -1,7 +1,7 @@
 """What one planner output means, committed: a proposal forwarded to the gate, a final
 answer, a question, a stop, an unparseable reply, a failed model. Shared by the planner step
-(:mod:`warrant.broker.stage_planner`) and a caller's own proposals
-(:mod:`warrant.broker.external_step`). Each function writes one transition on ``conn`` and
+(:mod:`warrant.broker.planner.stage`) and a caller's own proposals
+(:mod:`warrant.broker.planner.external_step`). Each function writes one transition on ``conn`` and
 returns the task's result and the message to publish after the commit (or None).
 
 ``built`` are the events recorded before the output's own (the working-memory view the

@@ -1,6 +1,6 @@
 """A planner step's model call and its run's cancellation: the cancel signal the planner is
-given while it thinks (``broker.run_watch``), and the charge for a call whose answer came too
-late to be recorded (the run was cancelled or moved on meanwhile)."""
+given while it thinks (``broker.planner.run_watch``), and the charge for a call whose answer came
+too late to be recorded (the run was cancelled or moved on meanwhile)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from warrant.broker.context import StageContext
-from warrant.broker.run_watch import the_run_watch
+from warrant.broker.planner.run_watch import the_run_watch
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import charge_usage
 from warrant.runner.cancellation import CancelSignal

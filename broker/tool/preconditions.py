@@ -21,8 +21,8 @@ import logging
 from typing import Any
 
 from warrant.broker.context import StageContext
-from warrant.broker.tool_call import Snapshot, ToolResult
-from warrant.broker.tool_record import record
+from warrant.broker.tool.call import Snapshot, ToolResult
+from warrant.broker.tool.record import record
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome, insert_proposal
 from warrant.ledger.preconditions import PROPOSAL_COPIED, approved_state

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from warrant.broker.context import StageContext
-from warrant.broker.tool_call import Snapshot
+from warrant.broker.tool.call import Snapshot
 from warrant.ledger.guarded import insert_command, rearm_command
 from warrant.ledger.permission_refusals import refusal_facts, refused_command
 from warrant.ledger.repo import Guarded
