@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
-from warrant.ledger.completion import completion_facts, success_of
 from warrant.ledger.guarded import insert_proposal
 from warrant.ledger.proposal_facts import refused_finals
 from warrant.ledger.repo import NewObservation, commit, observations_of
+from warrant.ledger.stage_loads import completion_facts, success_of
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
     ObservationKind,
@@ -273,7 +273,7 @@ def _replan(
 
 
 def stopped(stop: Stop) -> str:
-    """The task's result for a stop: ``stopped:<status>:<reason>`` (see broker.task_states)."""
+    """The task's result for a stop: ``stopped:<status>:<reason>`` (see broker.tasks)."""
     return f"stopped:{stop.status.value}:{stop.reason.value}"
 
 

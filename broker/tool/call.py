@@ -17,7 +17,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from warrant.broker.context import StageContext
 from warrant.broker.tool import attempt_watch, deadline, interrupts
-from warrant.broker.tool.batch_call import BatchCall, prepare
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
     run_view,
@@ -28,6 +27,7 @@ from warrant.runner.codes import Outcome, RunStatus, StopReason
 from warrant.runner.errors import ToolError, ToolInterrupted
 from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
 from warrant.runner.views import RunView
+from warrant.tools import batches
 from warrant.tools.contract import Tool, ToolContext
 
 __all__ = [
@@ -167,7 +167,7 @@ def _called(
 
 
 def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
-    """A batch tool's report merged with its earlier attempts' (``broker.tool.batch_call``)."""
+    """A batch tool's report merged with its earlier attempts' (``broker.tool.call``)."""
     if result.status is not Outcome.SUCCEEDED or result.stop is not None:
         return result
     fields = batch.conclude(result.status, result.output)
@@ -288,3 +288,56 @@ def _verified(tool: Tool[Any, Any], args: Any, out: Any, context: ToolContext) -
         if attempts >= tool.verify_attempts or context.remaining_s() <= tool.verify_interval_s:
             return False, attempts
         time.sleep(tool.verify_interval_s)
+
+
+# -- A batch tool's attempt (:mod:`warrant.tools.batches`): only the items not applied yet are
+# passed to the tool, and its report is merged with the earlier attempts' into one outcome.
+
+
+class BatchCall:
+    """One attempt of a batch tool: the items it is given, and how its report concludes."""
+
+    def __init__(self, tool: Tool[Any, Any], arguments: dict[str, Any], reports: list[Any]):
+        assert tool.batch is not None
+        self.batch, self.arguments, self.reports = tool.batch, arguments, reports
+        self.applied = batches.applied_keys(reports)
+        self.given = batches.narrowed(self.batch, arguments, self.applied)
+
+    @property
+    def nothing_left(self) -> bool:
+        return not self.given[self.batch.items]
+
+    def conclude(self, status: Outcome, output: dict[str, Any] | None) -> dict[str, Any]:
+        """The attempt's outcome fields (status, code, retryable, message, output, stop) from
+        what the tool returned (``output`` with ``items``) merged with the earlier reports."""
+        now = (output or {}).get("items") or [] if status is Outcome.SUCCEEDED else []
+        items = batches.merged(self.batch, self.arguments, self.reports, now)
+        found = batches.verdict(items)
+        fields: dict[str, Any] = {
+            "status": Outcome(found.outcome),
+            "code": found.code,
+            "retryable": found.retryable,
+            "message": found.message,
+            "output": {**(output or {}), "items": items},
+            "stop": None,
+        }
+        if found.outcome == Outcome.UNKNOWN.value:
+            fields["stop"] = StopReason.UNKNOWN_EFFECT
+            fields["trigger"] = "batch-item"
+        return fields
+
+
+def prepare(
+    ctx: StageContext,
+    tool: Tool[Any, Any],
+    command_id: str,
+    arguments: dict[str, Any],
+    *,
+    attempt: int,
+) -> BatchCall | None:
+    """The batch view of an attempt (None for a tool that is no batch tool). The first
+    attempt of a command has no earlier reports (no read)."""
+    if tool.batch is None:
+        return None
+    reports = ctx.tool_deps.item_reports(command_id) if attempt > 1 else []
+    return BatchCall(tool, arguments, reports)

@@ -11,9 +11,8 @@ from typing import Any
 from warrant.broker.context import StageContext
 from warrant.broker.tool.call import Snapshot
 from warrant.ledger.guarded import insert_command, rearm_command
-from warrant.ledger.permission_refusals import refusal_facts, refused_command
 from warrant.ledger.repo import Guarded
-from warrant.ledger.stage_loads import autocommit
+from warrant.ledger.stage_loads import autocommit, refusal_facts, refused_command
 from warrant.runner.codes import Outcome
 from warrant.runner.permission_wait import (
     PERMISSION_DENIED,

@@ -21,12 +21,12 @@ import tenacity
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.limit_waits import Slot, tool_slot
+from warrant.broker.registration import live_registrations
 from warrant.broker.tool import attempt_watch, deadline, preconditions
 from warrant.broker.tool.call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool.permission_waits import with_grant_wait
 from warrant.broker.tool.record import record, record_fast
-from warrant.broker.tool.version_redirect import redirect
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.db import session_scope
@@ -181,9 +181,7 @@ def _general_path(
     if started and not _attempt_lost(ctx, row, worker):
         return _in_flight(ctx, row)
     tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
-    if (
-        tool is None
-    ):  # a rolling upgrade: another worker has this version (broker.tool.version_redirect)
+    if tool is None:  # a rolling upgrade: another worker has this version (redirect, below)
         return redirect(ctx, row, version=version, worker=worker)
     with autocommit(ctx.engine) as conn:
         attempt = start_command(
@@ -306,7 +304,64 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, slot: 
             if not (outcome.status is Outcome.FAILED and outcome.retryable) and not outcome.handoff:
                 done = record_fast(ctx, snapshot, tool, outcome)
             done = done or record(ctx, snapshot, tool, outcome)
-            # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.task_states)
+            # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.tasks)
             coded = outcome.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
             return f"{done}:{outcome.code}" if coded else done
     raise AssertionError("unreachable: tenacity re-raises")
+
+
+# -- A command for a tool version this worker does not have: leave it for a worker that does.
+#
+# During a rolling upgrade the workers consuming ``tool.<name>`` may hold different versions of
+# the tool (old hosts ``@1``, upgraded ones ``@2``); the queue is shared, so a ``@1`` command can
+# reach an upgraded host. That worker must not fail the run (it did: an assertion, then
+# ``INTERNAL_ERROR``) and cannot run a contract it does not have. It publishes the same message
+# again and traces ``tool.delivery.redirected`` (the tool, its version, this worker, and whether a
+# live worker registered that version); the command stays ``issued`` (or ``started`` by its
+# holder), so nothing is lost and nothing runs twice. With a live worker that has the version,
+# the message comes back at once; with none (every old host already gone), every
+# :data:`NONE_LIVE_RETRY_S` seconds, until a worker with the version registers or the run is
+# cancelled or ends. The gate refuses new proposals for a version no consumer has
+# (``TOOL_NOT_DEPLOYED``).
+
+
+#: Countdown of the re-published message when some live worker has the version.
+SOME_LIVE_RETRY_S = 0.5
+#: ... and when none has it (yet).
+NONE_LIVE_RETRY_S = 10.0
+
+
+def redirect(ctx: StageContext, row: Any, *, version: int, worker: str | None) -> str:
+    """Re-publish the command's message for a capable worker; the stage's result."""
+    key, queue = f"{row.cmd_tool}@{row.cmd_tool_version}", f"tool.{row.cmd_tool}"
+    capable = sorted(
+        w.node for w in live_registrations(ctx.engine) if queue in w.queues and key in w.tools
+    )
+    with session_scope(ctx.engine) as s:
+        append_events(
+            s,
+            row.id,
+            [
+                (
+                    "tool.delivery.redirected",
+                    {
+                        "tool": row.cmd_tool,
+                        "tool_version": row.cmd_tool_version,
+                        "worker": worker,
+                        "capable_workers": capable[:10],
+                    },
+                )
+            ],
+            step=row.cmd_step,
+            proposal_id=row.cmd_proposal_id,
+        )
+    ctx.publisher.tool(
+        run_id=row.id,
+        version=version,
+        command_id=row.cmd_id,
+        tool=row.cmd_tool,
+        soft_time_limit=row.cmd_timeout_s,
+        time_limit=row.cmd_timeout_s + HARD_LIMIT_GRACE_S,
+        countdown=SOME_LIVE_RETRY_S if capable else NONE_LIVE_RETRY_S,
+    )
+    return f"redirected:{key}"

@@ -250,8 +250,7 @@ ROW_NAMES = frozenset(
 def _row_attributes() -> frozenset[str]:
     """Every mapped attribute of the ledger's ORM models."""
     import warrant.ledger.models
-    import warrant.ledger.models_api
-    import warrant.ledger.models_workers  # noqa: F401
+    import warrant.ledger.models_api  # noqa: F401
     from warrant.ledger.model_base import Base
 
     return frozenset(a.key for m in Base.registry.mappers for a in m.attrs)
