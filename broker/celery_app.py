@@ -117,9 +117,10 @@ def _threads_pool_cancels_through_its_watch(sender: Any = None, **_: Any) -> Non
     """A threads pool cannot kill one running task: Celery logged a ``NotImplementedError``
     traceback for every revoke-terminate (each cancel of a run with a call in flight) and, on a
     broker connection loss, one per running task with "Terminating it instead". There the
-    attempt watch interrupts the call (``broker.tool.attempt_watch``): a terminate is a no-op, and a
-    connection loss lets the tasks run on, acknowledged once the broker is back (their messages
-    stay leased meanwhile, ``broker._redis_transport``). Other pools are left as they are."""
+    attempt watch interrupts the call (``broker.tool._attempt_watch``): a terminate is a no-op,
+    and a connection loss lets the tasks run on, acknowledged once the broker is back (their
+    messages stay leased meanwhile, ``broker._redis_transport``). Other pools are left as they
+    are."""
     pool = getattr(sender, "pool_cls", None)
     name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
     if sender is None or "thread" not in str(name):

@@ -2,7 +2,7 @@
 
 * A **model call** waits in its planner thread (the threads pool) for every limit it is held
   to, until the run's deadline (then ``DEADLINE_REACHED``, as a model call cut by it) or its
-  cancel (``broker.planner.run_watch``: no call is made, nothing charged); while
+  cancel (``broker.planner._run_watch``: no call is made, nothing charged); while
   it waits it marks the run progressed every third of ``WARRANT_STALL_AFTER_S``, so the
   stall sweep does not send the step again. A 429 still backs off as before.
 * A **tool call** never waits inside its task: the task's time limits (Celery's parent and

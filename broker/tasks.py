@@ -108,7 +108,7 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
     started = time.monotonic()
     worker = worker_label(self.request.hostname, this_process())
     # prefork: signals (a cancel's revoke-terminate); a threads pool's attempts are
-    # interrupted by the process's attempt watch instead (broker.tool.attempt_watch)
+    # interrupted by the process's attempt watch instead (broker.tool._attempt_watch)
     signalled = threading.current_thread() is threading.main_thread()
     if signalled:
         interrupts.install()

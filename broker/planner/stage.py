@@ -22,8 +22,8 @@ from warrant.broker.memory_views import (
     built_event,
     view_from_row,
 )
-from warrant.broker.planner.outcomes import invalid_output, model_failed, record_proposal, stopped
-from warrant.broker.planner.run_watch import the_run_watch
+from warrant.broker.planner._outcomes import invalid_output, model_failed, record_proposal, stopped
+from warrant.broker.planner._run_watch import the_run_watch
 from warrant.broker.publish import Outbox
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
@@ -279,7 +279,7 @@ def _stop(ctx: StageContext, view: RunView, stop: Stop, *, counters: Any = None)
 
 
 # -- A planner step's model call and its run's cancellation: the cancel signal the planner is
-# given while it thinks (``broker.planner.run_watch``), and the charge for a call whose answer came
+# given while it thinks (``broker.planner._run_watch``), and the charge for a call whose answer came
 # too late to be recorded (the run was cancelled or moved on meanwhile).
 
 

@@ -74,7 +74,7 @@ def enforced() -> Iterator[None]:
 
 def concurrent() -> bool:
     """A Celery tool task on a threads pool (not the process's main thread): its limits and
-    lease are :mod:`warrant.broker.tool.attempt_watch`'s, not this module's."""
+    lease are :mod:`warrant.broker.tool._attempt_watch`'s, not this module's."""
     return _task.enforce and threading.current_thread() is not threading.main_thread()
 
 

@@ -83,7 +83,7 @@ def lease_expired(
 ) -> bool:
     """Has an attempt that has been ``started`` for ``running_s`` seconds (by the database's
     clock; None: no start recorded) outlived its lease? An attempt with a heartbeat (a
-    threads-pool one, ``broker.tool.attempt_watch``; ``heartbeat_age_s`` by the database's clock)
+    threads-pool one, ``broker.tool._attempt_watch``; ``heartbeat_age_s`` by the database's clock)
     holds its lease until the heartbeat is ``heartbeat_timeout_s`` old, however long it runs."""
     if heartbeat_age_s is not None and heartbeat_timeout_s is not None:
         return heartbeat_age_s >= heartbeat_timeout_s

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from warrant.broker.context import StageContext
-from warrant.broker.tool.call import Snapshot
+from warrant.broker.tool._call import Snapshot
 from warrant.ledger.guarded import insert_command, rearm_command
 from warrant.ledger.repo import Guarded
 from warrant.ledger.stage_loads import autocommit, refusal_facts, refused_command

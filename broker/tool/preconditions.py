@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from warrant.broker.context import StageContext
-from warrant.broker.tool.call import Snapshot, ToolResult
+from warrant.broker.tool._call import Snapshot, ToolResult
 from warrant.broker.tool.record import record
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome, insert_proposal

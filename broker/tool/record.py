@@ -11,8 +11,8 @@ from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
-from warrant.broker.tool.call import Snapshot, ToolResult
-from warrant.broker.tool.late import late_outcome, record_late
+from warrant.broker.tool._call import Snapshot, ToolResult
+from warrant.broker.tool._late import late_outcome, record_late
 from warrant.broker.transitions import reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
@@ -305,7 +305,7 @@ def _accepted(
     step: int,
     events: list[tuple[str, dict[str, Any]]],
 ) -> tuple[Change, NewObservation | None, bool]:
-    """A long-running tool's job was accepted: the run waits (``broker.reconciler.job_polls``
+    """A long-running tool's job was accepted: the run waits (``broker.reconciler._job_polls``
     follows the job); the planner sees the acceptance, marked not final (a final answer cannot
     cite it)."""
     output = res.output or {}

@@ -5,8 +5,8 @@ case is two statements: the claim (load and start) and the record. A redelivery 
 outcome only re-emits the continuation; one that finds ``started`` leaves a live attempt alone
 (``broker.tool.lease``) and, once the attempt is lost, re-invokes only tools that are safe to
 re-invoke with the same idempotency token and records ``unknown`` for the others (the
-reconciler resolves it). Calling the tool is ``broker.tool.call``; recording what it did,
-``broker.tool.record`` (and ``broker.tool.late`` for an attempt that is no longer current).
+reconciler resolves it). Calling the tool is ``broker.tool._call``; recording what it did,
+``broker.tool.record`` (and ``broker.tool._late`` for an attempt that is no longer current).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.limit_waits import Slot, tool_slot
 from warrant.broker.registration import live_registrations
-from warrant.broker.tool import attempt_watch, deadline, preconditions
-from warrant.broker.tool.call import Snapshot, ToolResult, run_tool, snapshot_of
+from warrant.broker.tool import _attempt_watch as attempt_watch
+from warrant.broker.tool import deadline, preconditions
+from warrant.broker.tool._call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool.permission_waits import with_grant_wait
 from warrant.broker.tool.record import record, record_fast
@@ -248,7 +249,7 @@ def _execute(
 ) -> str:
     """Run the attempt and record its outcome; on a threads pool, under the process's attempt
     watch from the claim to the record (its heartbeat is the lease:
-    ``broker.tool.attempt_watch``)."""
+    ``broker.tool._attempt_watch``)."""
     if not deadline.concurrent() or worker is None:
         return _attempt(ctx, tool, snapshot, slot)
     settings = ctx.settings

@@ -1,5 +1,5 @@
 """Tool calls that wait without holding a process (issue 31): the ``tool`` role on Celery's
-threads pool, its attempts' leases kept by heartbeat (``broker.tool.attempt_watch``).
+threads pool, its attempts' leases kept by heartbeat (``broker.tool._attempt_watch``).
 
 Two threaded tool workers (the pool and concurrency ``warrant worker tool`` chooses) take the
 demo tools' queues. Asserted on facts: the ledger's commands (who started them, when they

@@ -16,7 +16,8 @@ import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 
 from warrant.broker.context import StageContext
-from warrant.broker.tool import attempt_watch, deadline, interrupts
+from warrant.broker.tool import _attempt_watch as attempt_watch
+from warrant.broker.tool import deadline, interrupts
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
     run_view,
@@ -167,7 +168,7 @@ def _called(
 
 
 def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
-    """A batch tool's report merged with its earlier attempts' (``broker.tool.call``)."""
+    """A batch tool's report merged with its earlier attempts' (``broker.tool._call``)."""
     if result.status is not Outcome.SUCCEEDED or result.stop is not None:
         return result
     fields = batch.conclude(result.status, result.output)
@@ -185,7 +186,7 @@ def _counted(items: list[dict[str, Any]]) -> dict[str, int]:
 @contextmanager
 def _limits(tool: Tool[Any, Any], snap: Snapshot, context: ToolContext) -> Iterator[None]:
     """The tool's own code, under its deadline and cancellation: on a threads pool the
-    process's attempt watch raises into it (``broker.tool.attempt_watch``); on prefork a cancel's
+    process's attempt watch raises into it (``broker.tool._attempt_watch``); on prefork a cancel's
     SIGUSR1 lands only here (one that came earlier, only if the run is cancelling) and the
     process ends itself at the hard limit (``broker.tool.deadline``)."""
     if deadline.concurrent():
@@ -230,7 +231,7 @@ def _checked(
     tool: Tool[Any, Any], snap: Snapshot, args: Any, out: Any, context: ToolContext
 ) -> ToolResult:
     """A returned output: validated against its schema, then the postcondition checked (an
-    accepted job is checked when it settles: ``broker.reconciler.job_polls``)."""
+    accepted job is checked when it settles: ``broker.reconciler._job_polls``)."""
     result, validated = of_output(tool, out)
     if validated is None or tool.verify is None:
         return result

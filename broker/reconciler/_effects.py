@@ -311,7 +311,7 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
 
 def _job_found(a: _Apply, operation_id: str) -> None:
     """A long-running tool's call whose answer was lost: the service has its job. The outcome
-    becomes the job's acceptance and the run waits for it (``broker.reconciler.job_polls``)."""
+    becomes the job's acceptance and the run waits for it (``broker.reconciler._job_polls``)."""
     outcome_became_job(a.outcome, operation_id)
     finish_command(a.cmd)
     source = a.tool.output_source.value if a.tool else "trusted-tool"
