@@ -80,9 +80,10 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
     ``waiting_grant:<code>``, ``handoff`` or ``accepted``.
 
-    One read (run, pending proposal, grants, confirmations, loop history) and one write (the
-    transition with the proposal's verdict and, if accepted, the command), each a single
-    statement."""
+    Load → decide → commit → publish: one read (run, pending proposal, grants, confirmations,
+    loop history), the pure gate and the steps around it (:func:`_decide`), one write (the
+    transition with the proposal's verdict and, if accepted, the command: :func:`_commit`),
+    then the message that write calls for."""
     now = ctx.clock()
     with autocommit(ctx.engine) as conn:
         row = load_policy(conn, run_id)
@@ -93,40 +94,58 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     if isinstance(decision, policy.Ignore):
         log.info("policy ignoring run=%s: %s", run_id, decision.reason)
         return "ignored"
-    send: Callable[[], None] | None = None
     try:
-        with autocommit(ctx.engine) as conn:
-            if isinstance(decision, policy.Reject) and asks(row, decision):
-                result = await_grant(ctx, conn, view, row, decision)
-            elif isinstance(decision, policy.Reject):
-                if persistent(conn, run_id, row.handoff):
-                    return _handoff(ctx, run_id, version, row.proposal["id"], influence(decision))
-                send = _reject(ctx, conn, view, row.proposal, decision)
-                result = f"rejected:{decision.code}"
-            elif isinstance(decision, policy.Halt):
-                if _looping(decision) and (row.handoff or {}).get("on_repeated_proposal"):
-                    return _handoff(ctx, run_id, version, row.proposal["id"], decision)
-                result = _stop(conn, view, row.proposal, decision)
-            elif isinstance(decision, policy.AwaitConfirmation):
-                p = row.proposal
-                said = described(ctx, decision, view.subject)
-                state = precondition_shown(ctx, decision, view)
-                decision = dataclasses.replace(decision, described=said, precondition=state)
-                floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
-                result = _await_confirmation(
-                    conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
-                )
-            else:
-                send = _accept(ctx, conn, view, row.proposal, decision, version, now)
-                result = "accepted"
+        committed = _commit(ctx, view, row, decision, version, now)
     except StaleVersion:
         return "ignored"
+    if isinstance(committed, str):  # handed to a person (its own transaction): nothing follows
+        return committed
+    result, send = committed
     crash_point("policy:after_commit", run_id)
     if send is not None:
         outbox = Outbox()
         outbox.add(send)
         outbox.flush()
     return result
+
+
+def _commit(
+    ctx: StageContext,
+    view: RunView,
+    row: Any,
+    decision: policy.Accept | policy.Reject | policy.Halt | policy.AwaitConfirmation,
+    version: int,
+    now: float,
+) -> tuple[str, Callable[[], None] | None] | str:
+    """The decision's one write: the stage's result and the message to publish after it (or,
+    for a run handed to a person instead, only the result)."""
+    run_id = view.run_id
+    send: Callable[[], None] | None = None
+    with autocommit(ctx.engine) as conn:
+        if isinstance(decision, policy.Reject) and asks(row, decision):
+            result = await_grant(ctx, conn, view, row, decision)
+        elif isinstance(decision, policy.Reject):
+            if persistent(conn, run_id, row.handoff):
+                return _handoff(ctx, run_id, version, row.proposal["id"], influence(decision))
+            send = _reject(ctx, conn, view, row.proposal, decision)
+            result = f"rejected:{decision.code}"
+        elif isinstance(decision, policy.Halt):
+            if _looping(decision) and (row.handoff or {}).get("on_repeated_proposal"):
+                return _handoff(ctx, run_id, version, row.proposal["id"], decision)
+            result = _stop(conn, view, row.proposal, decision)
+        elif isinstance(decision, policy.AwaitConfirmation):
+            p = row.proposal
+            said = described(ctx, decision, view.subject)
+            state = precondition_shown(ctx, decision, view)
+            decision = dataclasses.replace(decision, described=said, precondition=state)
+            floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
+            result = _await_confirmation(
+                conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
+            )
+        else:
+            send = _accept(ctx, conn, view, row.proposal, decision, version, now)
+            result = "accepted"
+    return result, send
 
 
 def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.Decision:

@@ -7,6 +7,11 @@ outcome only re-emits the continuation; one that finds ``started`` leaves a live
 re-invoke with the same idempotency token and records ``unknown`` for the others (the
 reconciler resolves it). Calling the tool is ``broker.tool._call``; recording what it did,
 ``broker.tool.record`` (and ``broker.tool._late`` for an attempt that is no longer current).
+
+Load → decide → commit → publish, for an effect: the claim loads the command and commits its
+start in one statement (a delivery the claim does not apply to loads it with ``load_tool`` and
+decides what is left to do in :func:`_general_path`); the call is the effect; the record is the
+one write of the outcome with the run's change, and publishes the continuation after it.
 """
 
 from __future__ import annotations
