@@ -130,7 +130,7 @@ def _sweep(ledger: Ledger) -> None:
     """The reconciler's sweep, best of 5 (as the integration test times it)."""
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     ctx = context_for(ledger.engine, publisher=RecordingPublisher())
     best = float("inf")

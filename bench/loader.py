@@ -62,10 +62,10 @@ def template_run(url: str, *, steps: int = 3) -> str:
     from warrant_demo.scenarios import read_steps
 
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.tool.stage import tool_execute
     from warrant.ledger.db import engine_for
     from warrant.runner.client.api import Client
 

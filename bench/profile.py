@@ -69,10 +69,10 @@ def main() -> None:
     os.environ["WARRANT_TOOLS"] = "warrant_demo:plugin"  # noop_read is a demo tool
 
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.tool.stage import tool_execute
     from warrant.ledger.db import engine_for
     from warrant.ledger.migrate import upgrade
     from warrant.runner.client.api import Client

@@ -7,17 +7,19 @@ settings).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_ready,
     worker_shutdown,
 )
 from kombu import Connection
 
-from warrant.broker import observe_mode, telemetry
+from warrant.broker import telemetry
 from warrant.broker._redis_transport import TRANSPORT as REDIS_TRANSPORT
 from warrant.broker.celery_app import (
     BROKER_HEARTBEAT_S,
@@ -27,7 +29,7 @@ from warrant.broker.celery_app import (
 )
 from warrant.broker.context import close_worker_context
 from warrant.ledger.db import reset_engines
-from warrant.runner.settings import load_settings
+from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools.plugins import registry_for
 
 __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
@@ -40,7 +42,6 @@ __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
 Connection.resolve_aliases[REDIS_TRANSPORT] = "redis"
 
 app = deployment_app()
-_OBSERVE_WARNING = observe_mode.observe_warning  # its worker_ready hook is connected
 
 
 @worker_init.connect
@@ -99,3 +100,30 @@ def _init_in_process_worker(sender: Any = None, **_: object) -> None:
 def _close_in_process_worker(sender: Any = None, **_: object) -> None:
     if sender is not None and _in_process(sender):
         _close_process()
+
+
+# -- Observe mode is loud: a worker whose deployment observes tools (``WARRANT_OBSERVE_TOOLS``)
+# says so in its log when it is ready, as a warning (``docs/observe-mode.md``).
+
+
+log = logging.getLogger("warrant.observe")
+
+
+def observe_warning(settings: WarrantSettings) -> str | None:
+    """The warning a worker logs at start (``None``: observe mode is off)."""
+    observed = settings.observed_tools
+    if not observed:
+        return None
+    which = "EVERY tool" if "*" in observed else ", ".join(sorted(observed))
+    return (
+        f"OBSERVE MODE (WARRANT_OBSERVE_TOOLS): the gate lets through calls of {which} that "
+        "it would refuse for lack of a grant, and traces each as gate.would_refuse; "
+        "see `warrant gate report`"
+    )
+
+
+@worker_ready.connect
+def _warn_at_start(**_: object) -> None:
+    warning = observe_warning(load_settings())
+    if warning is not None:
+        log.warning(warning)

@@ -12,15 +12,16 @@ import logging
 import socket
 from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.concurrency.thread import TaskPool as ThreadsPool
 from celery.signals import beat_init, worker_init
+from celery.worker import state as worker_state
 
 from warrant.broker import telemetry
 from warrant.broker._redis_transport import RESTORE_EVERY_S
+from warrant.broker.publish import RUN_HEADER
 from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from warrant.broker.registration import RegisterWorker
-from warrant.broker.revocations import TrimRevokedRuns
 from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.limits import check_storage, limit_table, limits_url
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
@@ -116,9 +117,10 @@ def _threads_pool_cancels_through_its_watch(sender: Any = None, **_: Any) -> Non
     """A threads pool cannot kill one running task: Celery logged a ``NotImplementedError``
     traceback for every revoke-terminate (each cancel of a run with a call in flight) and, on a
     broker connection loss, one per running task with "Terminating it instead". There the
-    attempt watch interrupts the call (``broker.attempt_watch``): a terminate is a no-op, and a
-    connection loss lets the tasks run on, acknowledged once the broker is back (their messages
-    stay leased meanwhile, ``broker._redis_transport``). Other pools are left as they are."""
+    attempt watch interrupts the call (``broker.tool._attempt_watch``): a terminate is a no-op,
+    and a connection loss lets the tasks run on, acknowledged once the broker is back (their
+    messages stay leased meanwhile, ``broker._redis_transport``). Other pools are left as they
+    are."""
     pool = getattr(sender, "pool_cls", None)
     name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
     if sender is None or "thread" not in str(name):
@@ -202,3 +204,49 @@ def _configuration(settings: WarrantSettings, registry: Registry) -> dict[str, A
             }
         },
     }
+
+
+# -- Keep each worker's memory of revoked runs bounded.
+#
+# A cancel revokes every message of a run with ``revoke_by_stamped_headers`` (see
+# :meth:`warrant.broker.publish.Publisher.revoke_run`). Celery keeps those stamps in a plain list
+# per header, in every worker, for the worker's lifetime, and checks each incoming stamped message
+# against the whole list: memory and per-message cost grow with every cancellation. This worker
+# step trims the list to the most recent ``revoked_runs_kept`` runs, every
+# :data:`TRIM_INTERVAL_S`. Forgetting an old revocation is safe: a stage never acts on a
+# cancelled run's message (its compare-and-set on the run's version fails and it is ignored);
+# the revocation only spares the queue that work and interrupts a running tool at once.
+
+
+#: Seconds between trims.
+TRIM_INTERVAL_S = 30.0
+
+
+def trim_revoked_runs(keep: int, revoked: dict[str, Any] | None = None) -> int:
+    """Keep the ``keep`` most recently revoked runs; returns how many were forgotten."""
+    revoked = worker_state.revoked_stamps if revoked is None else revoked
+    stamps = revoked.get(RUN_HEADER)
+    if not isinstance(stamps, list) or len(stamps) <= keep:
+        return 0  # (repeats are only dropped once the list is over the bound)
+    distinct = list(dict.fromkeys(reversed(stamps)))  # newest first, without repeats
+    revoked[RUN_HEADER] = distinct[:keep][::-1]
+    return max(0, len(distinct) - keep)
+
+
+class TrimRevokedRuns(bootsteps.StartStopStep):
+    """A worker step (registered by :func:`warrant.broker.app.make_app`)."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.tref: Any = None
+
+    def start(self, worker: Any) -> None:
+        keep = worker.app.conf.get("warrant_revoked_runs_kept", 1000)
+        self.tref = worker.timer.call_repeatedly(TRIM_INTERVAL_S, trim_revoked_runs, (keep,))
+
+    def stop(self, worker: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from warrant.ledger import handoff_evidence as evidence
+from warrant.ledger import rows as evidence
 from warrant.ledger.models import Proposal, Run
 from warrant.ledger.repo import commit, run_view
 from warrant.runner import run_machine as machine

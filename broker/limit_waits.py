@@ -2,11 +2,11 @@
 
 * A **model call** waits in its planner thread (the threads pool) for every limit it is held
   to, until the run's deadline (then ``DEADLINE_REACHED``, as a model call cut by it) or its
-  cancel (``broker.run_watch``: no call is made, nothing charged); while
+  cancel (``broker.planner._run_watch``: no call is made, nothing charged); while
   it waits it marks the run progressed every third of ``WARRANT_STALL_AFTER_S``, so the
   stall sweep does not send the step again. A 429 still backs off as before.
 * A **tool call** never waits inside its task: the task's time limits (Celery's parent and
-  ``broker.deadline``) count from the task's start, so a wait there would eat the tool's own
+  ``broker.tool.deadline``) count from the task's start, so a wait there would eat the tool's own
   time and could turn a write into ``TOOL_TIMEOUT``/unknown. A message that finds no slot is
   sent again with a countdown (its result is ``limit_deferred``); the attempt (claim,
   ``began``, the deadline its tool sees) starts only once the slot is held. The slot is

@@ -8,24 +8,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from celery.exceptions import Ignore
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from warrant.broker import (
-    deadline,
-    interrupts,
-    stage_planner,
-    stage_policy,
-    stage_reconciler,
-    stage_tool,
-)
 from warrant.broker.app import app
 from warrant.broker.context import StageContext, worker_context
 from warrant.broker.handoff_entry import enter_handoff
-from warrant.broker.lease import worker_label
+from warrant.broker.planner import stage as stage_planner
+from warrant.broker.policy import stage as stage_policy
 from warrant.broker.process_identity import this_process
 from warrant.broker.publish import log_deferred
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
-from warrant.broker.task_states import reported
+from warrant.broker.reconciler import stage as stage_reconciler
+from warrant.broker.tool import deadline, interrupts
+from warrant.broker.tool import stage as stage_tool
+from warrant.broker.tool.lease import worker_label
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import StaleVersion, commit, run_view
@@ -111,13 +108,13 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
     started = time.monotonic()
     worker = worker_label(self.request.hostname, this_process())
     # prefork: signals (a cancel's revoke-terminate); a threads pool's attempts are
-    # interrupted by the process's attempt watch instead (broker.attempt_watch)
+    # interrupted by the process's attempt watch instead (broker.tool._attempt_watch)
     signalled = threading.current_thread() is threading.main_thread()
     if signalled:
         interrupts.install()
         interrupts.begin()
     try:
-        with deadline.enforced():  # the attempt ends itself at its limits (broker.deadline)
+        with deadline.enforced():  # the attempt ends itself at its limits (broker.tool.deadline)
             result = _guarded(
                 "tool",
                 run_id,
@@ -130,7 +127,8 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
     finally:
         # SIGUSR1 from a cancel's revoke-with-terminate (not from a plain soft time limit,
         # which billiard does not remember): the outcome is committed; leave so the pool
-        # replaces this process (see warrant.broker.interrupts). billiard reports the result first.
+        # replaces this process (see warrant.broker.tool.interrupts). billiard reports the
+        # result first.
         if (
             signalled
             and interrupts.take()
@@ -147,3 +145,61 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
 def reconciler_sweep() -> dict[str, Any]:
     """One sweep (scheduled by beat; safe to run concurrently: an advisory lock serializes)."""
     return stage_reconciler.sweep(worker_context()).to_dict()
+
+
+# -- What a warrant task shows in Flower: a task whose stage recorded a refusal or a failure
+# ends in a state of its own, not ``SUCCESS``.
+#
+# Flower keeps Celery's event state (:class:`celery.events.state.State`): a task's state follows
+# its events, an unknown ``task-<name>`` event sets the custom state ``<NAME>``, and
+# ``task-succeeded`` outranks every state but ``RETRY``. So such a task sends one custom event,
+# ``task-<state>`` with its result and runtime, and ends with :class:`celery.exceptions.Ignore`:
+# Celery acknowledges the message and sends no ``task-succeeded`` — no retry, no failure, no
+# ``task_failure`` signal (there is no result backend; the ledger is the record). Should the
+# event not go out, the task returns as before and shows ``SUCCESS``.
+
+#: A tool refused the call (``ToolRejected``); the run usually goes on.
+TOOL_REJECTED = "TOOL_REJECTED"
+#: A tool attempt failed (``ToolFailed``, a timeout, an internal error), retried or not.
+TOOL_FAILED = "TOOL_FAILED"
+#: A write whose effect is unknown: the run is reconciled.
+EFFECT_UNKNOWN = "EFFECT_UNKNOWN"
+#: The gate refused the planner's proposal; the run re-plans.
+PROPOSAL_REJECTED = "PROPOSAL_REJECTED"
+#: The task ended its run as ``failed`` (a budget, a model failure, a bug in a stage).
+RUN_FAILED = "RUN_FAILED"
+
+_TOOL_STATES = {
+    "rejected": TOOL_REJECTED,
+    "failed": TOOL_FAILED,
+    "retry_scheduled": TOOL_FAILED,
+    "unknown": EFFECT_UNKNOWN,
+}
+
+
+def flower_state(task_name: str, result: str) -> str | None:
+    """The custom state of a task that returned ``result`` (``None``: it shows ``SUCCESS``).
+    Results are a stage's: ``rejected:<code>``, ``stopped:<status>:<reason>``, ..."""
+    head, _, rest = result.partition(":")
+    if head == "internal_error" or (head == "stopped" and rest.startswith("failed:")):
+        return RUN_FAILED
+    if task_name == TASK_TOOL:
+        return _TOOL_STATES.get(head)
+    if task_name == TASK_POLICY and head == "rejected":
+        return PROPOSAL_REJECTED
+    return None  # the planner's other results: forwarded, completed, stopped as needs_input...
+
+
+def reported(task: Any, result: str, *, started: float) -> str:
+    """Return ``result``, or show the task in its custom state and end it with ``Ignore``."""
+    state = flower_state(task.name, result)
+    if state is None or task.request.called_directly:
+        return result
+    runtime = time.monotonic() - started
+    try:
+        task.send_event(f"task-{state.lower()}", retry=False, result=repr(result), runtime=runtime)
+    except Exception as exc:  # no event: the task shows SUCCESS rather than STARTED forever
+        log.warning("task %s[%s]: no %s event (%s)", task.name, task.request.id, state, exc)
+        return result
+    log.info("task %s[%s] %s in %.3fs: %s", task.name, task.request.id, state, runtime, result)
+    raise Ignore(state)

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
+import re
 import select
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
+import orjson
 import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
-from warrant.ledger import _json
 from warrant.ledger.connect_options import timeout_args
 from warrant.runner.settings import WarrantSettings, load_settings
 
@@ -40,8 +42,44 @@ _ENGINES: dict[tuple[int, str], Engine] = {}
 _FACTORIES: dict[Engine, sessionmaker[Session]] = {}
 
 
-#: JSON parameters and columns through orjson (see ``warrant.ledger._json``).
-_JSON = {"json_serializer": _json.dumps, "json_deserializer": _json.loads}
+# -- JSON for the ledger's connections: orjson, and the standard library where they differ.
+#
+# psycopg encodes every JSON parameter and decodes every JSON column with these (the engines
+# pass them as SQLAlchemy's ``json_serializer`` / ``json_deserializer``); a stage binds and reads
+# several JSON documents per statement, and the standard library spent about a quarter of a
+# stage's own CPU on them. The results are the standard library's:
+#
+# * encoding: what orjson refuses (integers beyond 64 bits, anything that is not plain JSON data
+#   — ``datetime`` and dataclasses are passed through to refuse them, as ``json.dumps`` does) is
+#   encoded by ``json.dumps``; keys that are not strings are converted as ``json.dumps`` converts
+#   them. One difference is kept: NaN and infinities become ``null`` (``json.dumps`` writes
+#   ``NaN``, which PostgreSQL rejects).
+# * decoding: a document with a run of 20 or more digits (an integer orjson would turn into a
+#   float) is decoded by ``json.loads``, which keeps it exact.
+
+
+_OPTIONS = (
+    orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+_LONG_NUMBER = re.compile(rb"\d{20}")
+
+
+def dumps(value: Any) -> bytes | str:
+    try:
+        return orjson.dumps(value, option=_OPTIONS)
+    except TypeError:
+        return json.dumps(value)
+
+
+def loads(data: bytes | str) -> Any:
+    raw = data.encode() if isinstance(data, str) else data
+    if _LONG_NUMBER.search(raw):
+        return json.loads(raw)
+    return orjson.loads(raw)
+
+
+#: JSON parameters and columns through orjson (:func:`dumps`, :func:`loads`).
+_JSON = {"json_serializer": dumps, "json_deserializer": loads}
 
 
 def normalize_url(url: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import psycopg
 from alembic import command
 from alembic.config import Config
+from psycopg import sql
 from psycopg.errors import UndefinedTable
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
@@ -65,3 +67,17 @@ def current_revision(url: str) -> str | None:
 
 def _first_line(exc: BaseException) -> str:
     return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+
+
+# -- Database administration outside the ledger's schema: creating the ledger's database.
+
+
+def ensure_database(admin_url: str, name: str) -> bool:
+    """Create the database ``name`` through the server at ``admin_url`` unless it exists.
+    Returns whether it was created."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists:
+            return False
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return True

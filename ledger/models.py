@@ -28,8 +28,6 @@ from sqlalchemy.orm import Mapped, configure_mappers, mapped_column
 from warrant.ledger.model_base import JSON, Base, ViewBase
 from warrant.ledger.model_base import created_now as _now
 from warrant.ledger.models_api import ApiToken, LedgerAnchor, WebhookDelivery
-from warrant.ledger.models_mcp import McpToolPin
-from warrant.ledger.models_workers import WorkerRegistration
 
 __all__ = [
     "ApiToken",
@@ -385,3 +383,52 @@ class Handoff(Base):
 # may run inside a tool, and a soft time limit or a cancel's SIGUSR1 arriving during lazy
 # configuration would leave every mapper of that worker process broken for good.
 configure_mappers()
+
+
+# -- MCP tool pins: the definition of each declared MCP server tool an operator accepted (or
+# that its first use pinned), by hash. Re-exported by :mod:`warrant.ledger.models`.
+
+
+class McpToolPin(Base):
+    """One server tool's pinned definition (``warrant.tools.mcp_pins``): the policy gate
+    refuses its calls (``MCP_TOOL_CHANGED``) while the server serves another one."""
+
+    __tablename__ = "mcp_tool_pins"
+
+    server: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """The server's name of the tool."""
+    definition_hash: Mapped[str] = mapped_column(String(64))
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """Name, description, inputSchema and annotations, as the server served them."""
+    accepted_by: Mapped[str] = mapped_column(String(200))
+    """Who accepted it: an operator (``warrant mcp accept --by``) or ``first-use:<run id>``."""
+    accepted_at: Mapped[datetime] = _now()
+    history: Mapped[list[Any]] = mapped_column(JSON)
+    """Every acceptance, oldest first: ``definition_hash``, ``accepted_by``, ``accepted_at``,
+    ``replaced`` (the hash it replaced, ``None`` for the first) and ``changed`` fields."""
+
+
+# -- The workers' registrations (one row per worker process): what tool set each running worker
+# has. Re-exported by :mod:`warrant.ledger.models`.
+
+
+class WorkerRegistration(Base):
+    """What tool set a running worker has: written when it starts, refreshed while it runs,
+    removed when it stops. The policy gate and ``warrant tools check`` read it to tell when
+    the roles disagree."""
+
+    __tablename__ = "worker_registrations"
+
+    process: Mapped[str] = mapped_column(String(80), primary_key=True)
+    """The worker process's identity (``<pid>.<started>.<space>``; unique across hosts)."""
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    """Celery node name (``tool-1234@host``): for people; two workers may share one."""
+    roles: Mapped[list[Any]] = mapped_column(JSON)
+    queues: Mapped[list[Any]] = mapped_column(JSON)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    tools: Mapped[list[Any]] = mapped_column(JSON)
+    """``name@version`` of every tool in the worker's registry."""
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = _now()
+    seen_at: Mapped[datetime] = _now()

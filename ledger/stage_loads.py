@@ -17,10 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, exists, or_, select
 
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.db import autocommit_engine, held_autocommit
+from warrant.ledger.models import Artifact, Command, OutcomeRow, Run
+from warrant.runner.spec import SuccessSpec
+from warrant.runner.success import CompletionFacts, SucceededCall
 from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, PreApprovalView
 
 __all__ = [
@@ -241,3 +244,112 @@ def run_status(conn: Connection, run_id: str) -> str | None:
     """The run's status, or None if there is no such run."""
     row = _STATUS.first(conn, {"id": run_id})
     return None if row is None else str(row.status)
+
+
+# -- The ledger's reads for a tool's own permission refusal (``warrant.runner.permission_wait``):
+# what the tool stage needs to turn one into a wait for a grant, and the refused command the
+# policy stage issues again once the same proposal is accepted after the grant. Both run only
+# on that rare path, never on the hot one.
+
+
+_FACTS = Compiled.text(
+    """
+SELECT r.spec -> 'policy' ->> 'on_missing_grant' AS on_missing_grant,
+       c.proposal_pk, p.proposal_hash
+  FROM commands c JOIN runs r ON r.id = c.run_id JOIN proposals p ON p.id = c.proposal_pk
+ WHERE c.id = %(command_id)s
+"""
+)
+
+_REFUSED = Compiled.text(
+    """
+SELECT c.id, c.idempotency_token, c.attempts, c.status
+  FROM commands c
+ WHERE c.run_id = %(run_id)s AND c.step = %(step)s AND c.proposal_pk = %(proposal_pk)s
+"""
+)
+
+
+def refusal_facts(conn: Connection, command_id: str) -> Any:
+    """The run's ``policy.on_missing_grant`` (``None`` when not set), the command's proposal
+    row id and the proposal's hash; ``None`` if there is no such command."""
+    return _FACTS.first(conn, {"command_id": command_id})
+
+
+def refused_command(conn: Connection, *, run_id: str, step: int, proposal_pk: int) -> Any:
+    """The command already issued for this proposal (``id``, ``idempotency_token``,
+    ``attempts``, ``status``): one exists only when its tool refused it for a permission and
+    the run waited for a grant. ``None`` otherwise."""
+    return _REFUSED.first(conn, {"run_id": run_id, "step": step, "proposal_pk": proposal_pk})
+
+
+# -- What the tool stage reads before running a call whose tool has a precondition read
+# (``Tool.precondition``): the fingerprint the approver's confirmation is bound to (migration
+# 0021) and the pending proposal's row, which a moved state copies into a new request.
+
+
+#: The proposal columns a request asked again carries over (``broker.tool.preconditions``).
+PROPOSAL_COPIED = (
+    "proposal_id",
+    "kind",
+    "tool",
+    "tool_version",
+    "raw",
+    "arguments",
+    "fingerprint",
+    "proposal_hash",
+    "confirmation_request",
+    "provenance",
+)
+
+_APPROVED = Compiled.text(
+    "SELECT "
+    + ", ".join(f"p.{c}" for c in PROPOSAL_COPIED)
+    + ", cf.precondition_fingerprint AS approved_fingerprint"
+    " FROM commands c JOIN proposals p ON p.id = c.proposal_pk"
+    " LEFT JOIN confirmations cf ON cf.id = c.confirmation_id"
+    " WHERE c.id = %(command_id)s"
+)
+
+
+def approved_state(conn: Connection, command_id: str) -> Any:
+    """The command's proposal (the :data:`PROPOSAL_COPIED` columns) and
+    ``approved_fingerprint``: the precondition its confirmation was given on (None when the
+    read failed at the request, or there is no such confirmation). None without the command."""
+    return _APPROVED.first(conn, {"command_id": command_id})
+
+
+# -- The ledger facts a run's success conditions are checked on (queries only): the spec's
+# ``success`` declaration, the run's calls whose outcome succeeded, the paths of its artifacts.
+# The pure :func:`warrant.runner.success.check_success` decides.
+
+
+def success_of(conn: Any, run_id: str) -> SuccessSpec | None:
+    """The run's ``success`` declaration (None: the spec declares none)."""
+    declared = conn.execute(select(Run.spec["success"]).where(Run.id == run_id)).scalar()
+    return SuccessSpec.model_validate(declared) if declared else None
+
+
+def completion_facts(conn: Any, run_id: str) -> CompletionFacts:
+    """What the run did, as the ledger says: each command with an outcome that succeeded, a
+    job that ended succeeded, or an unknown effect found applied; and its stored artifacts."""
+    succeeded = exists().where(
+        OutcomeRow.command_id == Command.id,
+        or_(
+            OutcomeRow.status == "succeeded",
+            OutcomeRow.resolved_status.in_(("applied", "succeeded")),
+        ),
+    )
+    calls = conn.execute(
+        select(Command.tool, Command.tool_version, Command.arguments, Command.step)
+        .where(Command.run_id == run_id, succeeded)
+        .order_by(Command.step)
+    ).all()
+    paths = conn.execute(select(Artifact.path).where(Artifact.run_id == run_id)).scalars()
+    return CompletionFacts(
+        succeeded_calls=tuple(
+            SucceededCall(tool, version, arguments or {}, step)
+            for tool, version, arguments, step in calls
+        ),
+        artifact_paths=frozenset(paths),
+    )

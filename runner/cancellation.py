@@ -1,7 +1,7 @@
 """Whether the run a planner step works for is being cancelled: a signal for planners.
 
 The planner stage binds the run's :class:`CancelSignal` (set by the worker's run watch,
-``warrant.broker.run_watch``) around the planner's ``propose``; a planner that waits on
+``warrant.broker.planner._run_watch``) around the planner's ``propose``; a planner that waits on
 something slow (a model call) asks :func:`current` and gives up when it is set. A planner that
 never asks simply finishes its call (its answer is then dropped by the stage's version check,
 and its usage still charged)."""

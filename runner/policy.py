@@ -11,13 +11,12 @@ registry, now); its input, events and decisions are in :mod:`warrant.runner.gate
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from warrant.runner import progress
 from warrant.runner.canonical import (
     MAX_JSON_DEPTH,
     canonical_json,
@@ -44,6 +43,7 @@ from warrant.runner.grants import authorize, resource_label
 from warrant.runner.observe import let_through
 from warrant.runner.provenance import provenance_of, refusal, trace_details, vouched
 from warrant.runner.spec import ToolProposal
+from warrant.runner.views import HistoryEntry
 from warrant.tools.contract import ConfirmationPolicy, Tool
 from warrant.tools.deployment import lacking_role
 
@@ -70,21 +70,19 @@ def _schema_code(exc: ValidationError) -> str:
 
 
 def _repeats(fp: str, inp: GateInput) -> int:
-    return progress.repeats(fp, inp.history, version=inp.run.observation_version)
+    return repeats(fp, inp.history, version=inp.run.observation_version)
 
 
 def _no_progress(fp: str, inp: GateInput, events: list[Event]) -> Halt | None:
     """A cycle, or too many proposals in a row that added nothing (issue 34, progress)."""
     version, budgets = inp.run.observation_version, inp.run.budgets
-    period = progress.cycle_period(
-        fp, inp.history, version=version, max_period=budgets.max_cycle_period
-    )
+    period = cycle_period(fp, inp.history, version=version, max_period=budgets.max_cycle_period)
     if period is not None:
         events.append(
             Event("proposal.oscillation_detected", {"window": 2 * period, "period": period})
         )
         return _fail(StopReason.PROPOSAL_OSCILLATION_DETECTED, fp, events, period=period)
-    steps = progress.without_progress(inp.history, version=version)
+    steps = without_progress(inp.history, version=version)
     if steps > budgets.max_steps_without_new_observation:
         events.append(Event("proposal.no_progress", {"steps": steps}))
         return _fail(StopReason.STEPS_WITHOUT_NEW_OBSERVATION, fp, events, steps=steps)
@@ -395,3 +393,33 @@ def _check_budgets(checked: _Checked, inp: GateInput, events: list[Event]) -> Ha
         )
     )
     return None
+
+
+# -- Progress, as pure counts over a run's earlier proposals (the gate's loop layer,
+# :func:`_no_progress` above): the same proposal again, a cycle of proposals, and proposals in a
+# row that added no new observation. ``history`` holds the run's earlier tool proposals (their
+# fingerprints and the observation version each was made at), oldest first.
+
+
+def repeats(fp: str, history: Sequence[HistoryEntry], *, version: int) -> int:
+    """1 + earlier proposals with this fingerprint and no new observation since."""
+    return 1 + sum(1 for h in history if h.fingerprint == fp and h.observation_version == version)
+
+
+def cycle_period(
+    fp: str, history: Sequence[HistoryEntry], *, version: int, max_period: int
+) -> int | None:
+    """The period of a cycle this proposal completes twice (A-B-A-B, A-B-C-A-B-C, ... up to
+    ``max_period``) with no new observation since it began; None if there is none."""
+    seq = [h.fingerprint for h in history if h.observation_version == version] + [fp]
+    for period in range(2, max_period + 1):
+        tail = seq[-2 * period :]
+        cycle = tail[period:]
+        if len(tail) == 2 * period and tail[:period] == cycle and len(set(cycle)) == period:
+            return period
+    return None
+
+
+def without_progress(history: Sequence[HistoryEntry], *, version: int) -> int:
+    """This proposal and the earlier ones made since the last new observation."""
+    return 1 + sum(1 for h in history if h.observation_version == version)

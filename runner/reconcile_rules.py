@@ -1,6 +1,6 @@
 """What the reconciler does with a tool's answer about an unknown effect: pure decisions.
 
-``broker/reconcile_effects.py`` asks the tool (``reconcile(idempotency_token)``), locks the
+``broker/reconciler/_effects.py`` asks the tool (``reconcile(idempotency_token)``), locks the
 outcome, its run and command, and then carries out what these functions decide:
 
 - the run no longer waits on the effect (a person has it, or it ended): record the answer;

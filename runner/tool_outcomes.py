@@ -3,7 +3,7 @@
 A call either raised or returned. :func:`of_error` types what it raised (rejected, failed with
 or without a retry, unknown for a write whose effect cannot be known, an internal error) and
 :func:`of_output` checks what it returned (the output schema; an accepted long-running job).
-The broker (``broker.tool_call``) runs the call and says what only it can know — whether the
+The broker (``broker.tool._call``) runs the call and says what only it can know — whether the
 error was an interruption or a lost database connection, whether the run is being cancelled,
 whether the run's deadline bounded the attempt — as plain flags; ``warrant.testing`` calls the
 same functions in process, so a plug-in author's test sees the outcome the workers would record.

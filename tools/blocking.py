@@ -16,7 +16,7 @@ the service answers or its own timeout ends. What goes through the call's contex
   be unblocked from another thread (a database driver's ``cancel()``, a queue's close).
 
 A tool that blocks where none of these reach is detected: its call outlives the interruption
-by more than ``broker.attempt_watch.UNREACHED_AFTER_S``, which is logged and traced
+by more than ``broker.tool._attempt_watch.UNREACHED_AFTER_S``, which is logged and traced
 (``tool.interrupt.unreached``). Such a tool belongs on the process pool
 (``isolation="process"``), where a signal or the pool ends it.
 """

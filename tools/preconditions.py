@@ -5,7 +5,7 @@ tool's own service when the confirmation is requested and again just before the 
 What the read returns (a string or a mapping of JSON values) is reduced to a
 :class:`Fingerprint`: a SHA-256 of its canonical JSON (what the approval is bound to) and a
 short readable summary (what the approver is shown). Pure: the reads themselves are made by
-the policy stage and the tool stage (``broker.preconditions``).
+the policy stage and the tool stage (``broker.tool.preconditions``).
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ class Round:
     def restart_exited(self, host: str) -> None:
         """What a host's supervisor (systemd, compose's restart policy, ``warrant up``) does for
         a tool worker that ended itself during the fault: a threads-pool worker that could not
-        renew its attempts' leases exits (``broker.attempt_watch``'s fence); start it again."""
+        renew its attempts' leases exits (``broker.tool._attempt_watch``'s fence); start it
+        again."""
         exited = [p for p in self.workers.get(host, []) if p.poll() is not None]
         if exited:
             self.fenced_exits += len(exited)

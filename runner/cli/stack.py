@@ -29,7 +29,7 @@ __all__ = ["beat", "demo", "down", "reconcile_once", "up", "worker"]
 def reconcile_once(as_json: JsonOpt = False) -> None:
     """Run one reconciler sweep now, in this process (beat schedules them normally)."""
     from warrant.broker.context import worker_context
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     report = guard(as_json, lambda: sweep(worker_context()).to_dict())
     print_json(report) if as_json else console.print(report)

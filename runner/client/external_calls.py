@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from warrant.broker.external_step import check_shape
+from warrant.broker.planner.external_step import check_shape
 from warrant.runner.canonical import canonical_json
 from warrant.runner.errors import StateConflict
 from warrant.runner.external import Decision

@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from warrant.ledger.grant_rows import database_now, standing_grants
 from warrant.ledger.models import GrantRow
+from warrant.ledger.operator import database_now, standing_grants
 from warrant.runner.errors import SpecError, StateConflict
 from warrant.runner.grant_bounds import Bounds, ResourceKind, widening
 from warrant.runner.spec import Grant

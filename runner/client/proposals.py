@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from warrant.broker.external_step import submit_proposal
+from warrant.broker.planner.external_step import submit_proposal
 from warrant.ledger.db import session_scope
 from warrant.ledger.db_clock import DatabaseClock
 from warrant.ledger.proposal_facts import step_facts

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.models import ApiToken
-from warrant.ledger.tokens import active_token, insert_token, lock_token, mark_revoked, tokens
+from warrant.ledger.operator import active_token, insert_token, lock_token, mark_revoked, tokens
 from warrant.runner.authz import Identity, Role, parse_role
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.errors import InvalidRequest, NotFound, TokenInvalid

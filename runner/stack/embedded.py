@@ -168,7 +168,7 @@ class EmbeddedServices:
             self.servers[name] = rec
 
     def _ensure_database(self, admin: str) -> str:
-        from warrant.ledger.admin import ensure_database
+        from warrant.ledger.migrate import ensure_database
 
         ensure_database(admin, "warrant")
         return str(self._postgres.get_uri("warrant"))

@@ -39,7 +39,7 @@ SOLO_ROLES = ("policy",)
 #: ``WARRANT_TOOL_CONCURRENCY`` threads by default). A planner step has no time limit to
 #: enforce and nothing to terminate (its model call is bounded by its HTTP timeout and the
 #: run's deadline); a tool attempt's lease, deadline and cancellation are the process's
-#: attempt watch's (``warrant.broker.attempt_watch``). Tools declared
+#: attempt watch's (``warrant.broker.tool._attempt_watch``). Tools declared
 #: ``isolation="process"`` run on the ``tool-process`` role instead (prefork: time limits and
 #: revoke-terminate kill the process).
 THREADED_ROLES = ("planner", "tool")

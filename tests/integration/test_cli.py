@@ -189,7 +189,7 @@ def test_run_start_with_the_broker_down_exits_3_and_names_the_recorded_run(
 
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -168,7 +168,7 @@ def test_a_database_lost_during_a_tool_call_is_transient(engine, side_effect, ex
     from tests.integration.test_hot_path import _terminate_backends
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.tool_call import Snapshot, run_tool
+    from warrant.broker.tool._call import Snapshot, run_tool
     from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
 
     name = f"tool-{uuid.uuid4().hex[:8]}"

@@ -25,7 +25,7 @@ from tests import refusing_tool
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_cli_feedback import UNKNOWN_TOOL
 from tests.services import Services
-from warrant.broker import task_states
+from warrant.broker import tasks as task_states
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
 from warrant.runner.stack.supervisor import stop_with_parent
 

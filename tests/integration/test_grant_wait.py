@@ -121,7 +121,7 @@ def test_a_waiting_run_can_be_cancelled(client, worker):
 def test_a_waiting_run_past_its_deadline_stops(engine, client, worker):
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     run_id = client.start_run(asking([write(), CLARIFY]))
     assert client.wait(run_id, timeout=30).status == "waiting_grant"

@@ -103,7 +103,7 @@ _PROBE = """
 import json, sys, time
 from warrant.broker.context import context_for
 from warrant.broker.publish import RecordingPublisher
-from warrant.broker.stage_policy import policy_evaluate
+from warrant.broker.policy.stage import policy_evaluate
 from warrant.ledger.db import engine_for
 ctx = context_for(engine_for(sys.argv[1]), publisher=RecordingPublisher())
 verdict = policy_evaluate(ctx, sys.argv[2], int(sys.argv[3]))

@@ -22,10 +22,10 @@ def test_each_stage_reads_once_and_writes_once(engine, client, monkeypatch):
     import psycopg
 
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.tool.stage import tool_execute
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)
@@ -206,11 +206,11 @@ def test_a_message_naming_another_tool_takes_the_general_path(engine, client, mo
     once, through the general (durable) path."""
     from warrant_demo.scenarios import SCENARIOS
 
-    import warrant.broker.stage_tool as stage_tool
+    import warrant.broker.tool.stage as stage_tool
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
     from warrant.ledger.models import Artifact
 
     publisher = RecordingPublisher()
@@ -308,10 +308,10 @@ def test_a_cancel_committed_during_the_claim_is_not_overwritten(engine, client):
     from sqlalchemy import text
 
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.tool.stage import tool_execute
 
     publisher = RecordingPublisher()
     ctx = context_for(engine, publisher=publisher)

@@ -1,5 +1,5 @@
 """SIGUSR1 (a cancel's revoke with terminate) interrupts only the tool's own code
-(warrant.broker.interrupts): outside it, it is remembered and interrupts the next tool as it
+(warrant.broker.tool.interrupts): outside it, it is remembered and interrupts the next tool as it
 starts
 if its run is being cancelled; a signal between tasks, or a stray one, never fails a task."""
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
-from warrant.broker import interrupts
+from warrant.broker.tool import interrupts
 
 
 class Raised(Exception):

@@ -4,7 +4,7 @@
   the lease is judged on the database's clock only.
 - A prefork parent that cannot enforce its time limits (``SIGSTOP``, what an event loop blocked
   in a synchronous broker call amounts to) must not let an attempt outlive them: the pool
-  process ends the attempt itself (``warrant.broker.deadline``).
+  process ends the attempt itself (``warrant.broker.tool.deadline``).
 - A late attempt whose effect another attempt already recorded under the same token is
   superseded; it never reopens the run.
 - A SIGUSR1 that reaches a pool process between tasks never fails its next task.
@@ -31,8 +31,8 @@ from tests.conftest import DRAFT_QUEUES, LIVE_WORKERS, WorkerProcess, wait_for
 from tests.integration.test_live_attempt import outcomes
 from tests.integration.test_reconciler import reconciliations, settle
 from tests.integration.test_tool_execution import command_of, draft, refund, spec, started, uid
-from warrant.broker.lease import holder_of
 from warrant.broker.queues import TASK_TOOL
+from warrant.broker.tool.lease import holder_of
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow
@@ -200,11 +200,11 @@ def test_a_late_attempt_whose_effect_is_already_recorded_is_superseded(engine, c
     (same token) is retried and succeeds; the run completes. Then the first attempt returns
     with the very refund the retry recorded: traced as superseded, the run stays completed."""
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_reconciler import sweep
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.reconciler.stage import sweep
+    from warrant.broker.tool.stage import tool_execute
     from warrant.runner.settings import WarrantSettings
 
     publisher = RecordingPublisher()

@@ -29,7 +29,7 @@ from tests.integration.test_tool_execution import (
     started,
     uid,
 )
-from warrant.broker.lease import holder_of
+from warrant.broker.tool.lease import holder_of
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, Run
@@ -160,11 +160,11 @@ def test_an_attempt_that_outlived_its_lease_corrects_a_not_applied_verdict(
     from sqlalchemy import text
 
     from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_planner import planner_step
-    from warrant.broker.stage_policy import policy_evaluate
-    from warrant.broker.stage_reconciler import sweep
-    from warrant.broker.stage_tool import tool_execute
+    from warrant.broker.reconciler.stage import sweep
+    from warrant.broker.tool.stage import tool_execute
     from warrant.runner.settings import WarrantSettings
 
     publisher = RecordingPublisher()

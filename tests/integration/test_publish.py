@@ -262,7 +262,7 @@ def test_a_publish_that_fails_after_its_commit_is_a_warning_not_a_stage_failure(
     from warrant_demo import scenarios as sc
 
     from warrant.broker.context import context_for
-    from warrant.broker.stage_planner import planner_step
+    from warrant.broker.planner.stage import planner_step
     from warrant.runner.client.api import Client
     from warrant.runner.errors import BrokerUnavailable
 

@@ -363,7 +363,7 @@ def test_two_beats_reconcile_each_unknown_once(
 
 def test_the_sweep_lock_admits_one_sweep_at_a_time(engine, services):
     from warrant.broker.context import worker_context
-    from warrant.broker.stage_reconciler import SWEEP_LOCK, sweep
+    from warrant.broker.reconciler.stage import SWEEP_LOCK, sweep
 
     ctx = worker_context()
     with engine.connect() as holder:
@@ -376,7 +376,7 @@ def test_the_sweep_lock_admits_one_sweep_at_a_time(engine, services):
 
 def test_sweep_cost_does_not_grow_with_finished_runs(engine, services, capsys):
     from warrant.broker.context import worker_context
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     ctx = worker_context()
 

@@ -17,7 +17,7 @@ from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.services import ensure_database
-from warrant.broker.stage_reconciler import REPUBLISH_CAP_S, republish_wait_s
+from warrant.broker.reconciler.stage import REPUBLISH_CAP_S, republish_wait_s
 
 pytestmark = pytest.mark.services
 
@@ -50,7 +50,7 @@ def private_url(services) -> Iterator[str]:
 
 
 def _sweep(ctx: Any, settings: Any) -> int:
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     return sweep(ctx, settings).republished
 

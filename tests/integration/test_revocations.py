@@ -1,4 +1,4 @@
-"""Each worker's memory of revoked runs stays bounded (warrant.broker.revocations)."""
+"""Each worker's memory of revoked runs stays bounded (warrant.broker.celery_app)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from kombu.asynchronous.timer import Timer
 
+from warrant.broker.celery_app import TRIM_INTERVAL_S, TrimRevokedRuns, trim_revoked_runs
 from warrant.broker.publish import RUN_HEADER
-from warrant.broker.revocations import TRIM_INTERVAL_S, TrimRevokedRuns, trim_revoked_runs
 
 
 def test_trim_keeps_the_most_recent_runs_in_order():

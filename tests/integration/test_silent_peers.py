@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 HOLDER = textwrap.dedent(
     """
     import json, pathlib, sys, time
-    from warrant.broker import stage_reconciler as r
+    from warrant.broker.reconciler import stage as r
     from warrant.broker.context import worker_context
 
     go = pathlib.Path(sys.argv[1])
@@ -69,7 +69,7 @@ def test_a_frozen_reconciler_holds_the_sweep_lock_within_its_timeout(holder):
     timeout (plus one sweep), not when TCP gives up hours later. Thawed, the old holder finds
     its lock lost and stops (``lost``) instead of sweeping beside the standby."""
     from warrant.broker.context import worker_context
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     proc, go = holder
     assert proc.stdout is not None

@@ -1,5 +1,5 @@
 """Tool calls that wait without holding a process (issue 31): the ``tool`` role on Celery's
-threads pool, its attempts' leases kept by heartbeat (``broker.attempt_watch``).
+threads pool, its attempts' leases kept by heartbeat (``broker.tool._attempt_watch``).
 
 Two threaded tool workers (the pool and concurrency ``warrant worker tool`` chooses) take the
 demo tools' queues. Asserted on facts: the ledger's commands (who started them, when they
@@ -21,8 +21,8 @@ from tests.conftest import LIVE_WORKERS, RECONCILER_ENV, WorkerProcess, wait_for
 from tests.integration.test_live_attempt import deliver_again, outcomes
 from tests.integration.test_reconciler import settle
 from tests.integration.test_tool_execution import command_of, refund, spec, started
-from warrant.broker.deadline import HARD_LIMIT_EXIT
-from warrant.broker.lease import holder_of
+from warrant.broker.tool.deadline import HARD_LIMIT_EXIT
+from warrant.broker.tool.lease import holder_of
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
 from warrant.runner.stack.roles import role_concurrency, role_pool

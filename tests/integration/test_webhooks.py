@@ -119,7 +119,7 @@ def sweeper(engine: Any) -> Any:
     of the session, started without a secret, leaves the deliveries alone)."""
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
-    from warrant.broker.stage_reconciler import sweep
+    from warrant.broker.reconciler.stage import sweep
 
     settings = WarrantSettings(
         webhook_secret=SECRET,

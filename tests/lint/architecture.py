@@ -36,9 +36,10 @@ LAYERS: tuple[str, ...] = (
     "broker stages",
     "client, server, CLI and stack",
 )
-#: Allowed limits (issue 17): module lines and function lines (longer ones need a reason in
-#: ``LONG_FUNCTIONS``).
-MAX_MODULE_LINES = 400
+#: Allowed limits: module lines (issue 48: a module may hold one whole rule; the cap only catches
+#: a module that grew past any one rule) and function lines (issue 17; longer ones need a reason
+#: in ``LONG_FUNCTIONS``).
+MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 60
 #: Functions allowed over the limit, with the reason.
 LONG_FUNCTIONS: dict[str, str] = {
@@ -250,8 +251,7 @@ ROW_NAMES = frozenset(
 def _row_attributes() -> frozenset[str]:
     """Every mapped attribute of the ledger's ORM models."""
     import warrant.ledger.models
-    import warrant.ledger.models_api
-    import warrant.ledger.models_workers  # noqa: F401
+    import warrant.ledger.models_api  # noqa: F401
     from warrant.ledger.model_base import Base
 
     return frozenset(a.key for m in Base.registry.mappers for a in m.attrs)
@@ -468,7 +468,7 @@ def house() -> dict[str, object]:
         "demo_in_product": sorted(m.name for m in modules() if m.name.startswith(DEMO_PREFIXES)),
         "stage_imports": {
             name: len(graph().get(name, ()))
-            for name in ("broker.stage_policy", "broker.stage_planner", "broker.stage_tool")
+            for name in ("broker.policy.stage", "broker.planner.stage", "broker.tool.stage")
         },
     }
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-from warrant.broker import attempt_watch
-from warrant.broker.attempt_watch import Attempt, cancel_interrupts
+from warrant.broker.tool import _attempt_watch as attempt_watch
+from warrant.broker.tool._attempt_watch import Attempt, cancel_interrupts
 
 
 def _attempt() -> Attempt:

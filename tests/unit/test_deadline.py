@@ -1,4 +1,4 @@
-"""An attempt ends itself at its limits (warrant.broker.deadline), with no help from the pool's
+"""An attempt ends itself at its limits (warrant.broker.tool.deadline), with no help from the pool's
 parent: the soft limit raises inside the tool, the hard limit ends the process."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
-from warrant.broker import deadline
+from warrant.broker.tool import deadline
 
 
 def test_the_soft_limit_raises_inside_the_tool():
@@ -42,7 +42,7 @@ def test_a_tool_that_swallows_the_soft_limit_is_ended_at_the_hard_limit():
     script = textwrap.dedent(
         """
         import time
-        from warrant.broker import deadline
+        from warrant.broker.tool import deadline
         t0 = time.monotonic()
         with deadline.enforced(), deadline.own_deadline(
             soft_at=t0 + 0.2, hard_at=t0 + 1.0, what="a stubborn tool"

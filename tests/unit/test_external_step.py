@@ -1,4 +1,4 @@
-"""Which runs take a caller's proposal (``warrant.broker.external_step``): the checks made
+"""Which runs take a caller's proposal (``warrant.broker.planner.external_step``): the checks made
 under the run's lock before anything is recorded."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from warrant.broker.external_step import _check_open, check_shape
+from warrant.broker.planner.external_step import _check_open, check_shape
 from warrant.runner.errors import InvalidRequest, RunFinished, StateConflict
 
 

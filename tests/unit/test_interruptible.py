@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from warrant.broker import attempt_watch
+from warrant.broker.tool import _attempt_watch as attempt_watch
 from warrant.runner.codes import Outcome
 from warrant.runner.errors import ToolInterrupted
 from warrant.runner.tool_outcomes import ToolResult

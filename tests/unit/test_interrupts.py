@@ -1,5 +1,5 @@
 """A cancel's SIGUSR1 and the attempt's own soft deadline interrupt the tool's code, never the
-middle of the tool's own ledger read (warrant.broker.interrupts.deferred): a signal landing
+middle of the tool's own ledger read (warrant.broker.tool.interrupts.deferred): a signal landing
 inside a database call leaves the driver's connection mid-command and the engine's pool
 half-updated, and the outcome's record then waits out the pool timeout."""
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
-from warrant.broker import deadline, interrupts
+from warrant.broker.tool import deadline, interrupts
 
 
 def _billiards(signum, frame):  # what billiard's own SIGUSR1 handler does in a pool child

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from dataclasses import replace
 
-from warrant.broker.lease import Holder, holder_lost, holder_of, worker_label
 from warrant.broker.process_identity import process_started, this_process
+from warrant.broker.tool.lease import Holder, holder_lost, holder_of, worker_label
 
 
 def here() -> Holder:

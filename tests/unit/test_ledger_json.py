@@ -1,4 +1,4 @@
-"""The ledger's JSON codec gives the standard library's results, faster (warrant.ledger._json)."""
+"""The ledger's JSON codec gives the standard library's results, faster (warrant.ledger.db)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from enum import StrEnum
 
 import pytest
 
-from warrant.ledger import _json
+from warrant.ledger import db as _json
 
 
 class Colour(StrEnum):

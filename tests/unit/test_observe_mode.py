@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.gate import gate, grant, proposal
-from warrant.broker.observe_mode import observe_warning
+from warrant.broker.app import observe_warning
 from warrant.runner import policy
 from warrant.runner.cli.why import last_refusal
 from warrant.runner.observe import WOULD_REFUSE, would_refusals

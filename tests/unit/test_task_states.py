@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from warrant.broker import task_states as ts
+from warrant.broker import tasks as ts
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL
 
 

@@ -6,7 +6,7 @@ Create Date: 2026-12-02 19:20:00.000000
 
 A tool attempt on a threads-pool worker cannot be killed by a pool's hard time limit, so its
 lease is not "started_at + time limit": its worker renews ``heartbeat_at`` while it runs
-(``broker.attempt_watch``), and the attempt is presumed lost only once the heartbeat is older
+(``broker.tool._attempt_watch``), and the attempt is presumed lost only once the heartbeat is older
 than ``WARRANT_LEASE_HEARTBEAT_TIMEOUT_S``. NULL for an attempt on a prefork pool (its lease
 is still its hard time limit plus the margin).
 """

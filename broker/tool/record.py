@@ -10,9 +10,9 @@ from typing import Any
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
-from warrant.broker.late import late_outcome, record_late
 from warrant.broker.publish import Outbox
-from warrant.broker.tool_call import Snapshot, ToolResult
+from warrant.broker.tool._call import Snapshot, ToolResult
+from warrant.broker.tool._late import late_outcome, record_late
 from warrant.broker.transitions import reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
@@ -305,8 +305,9 @@ def _accepted(
     step: int,
     events: list[tuple[str, dict[str, Any]]],
 ) -> tuple[Change, NewObservation | None, bool]:
-    """A long-running tool's job was accepted: the run waits (``broker.job_polls`` follows the
-    job); the planner sees the acceptance, marked not final (a final answer cannot cite it)."""
+    """A long-running tool's job was accepted: the run waits (``broker.reconciler._job_polls``
+    follows the job); the planner sees the acceptance, marked not final (a final answer cannot
+    cite it)."""
     output = res.output or {}
     observation = acceptance(tool.name, tool.output_source.value, step, output)
     accepted = {"tool": tool.name, "operation_id": output.get("operation_id")}

@@ -4,7 +4,7 @@ The caller takes the planner worker's place for one step: the run must be ``runn
 waiting for a proposal (phase ``planning``), else ``PROPOSAL_IN_FLIGHT`` (``RUN_RECONCILING``
 while an unknown effect is being found out; ``RUN_FINISHED`` after the run's end).
 Deadline and budgets are checked first, as before a planner is asked; then the proposal is
-recorded by the same code as a planner's (:mod:`warrant.broker.planner_outcomes`): a tool
+recorded by the same code as a planner's (:mod:`warrant.broker.planner._outcomes`): a tool
 proposal goes to the policy queue, a final answer or a question ends the step here. Each
 proposal counts as one model call, with the tokens and cost the caller reports.
 
@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from warrant.broker import telemetry
-from warrant.broker.planner_outcomes import record_proposal, stopped
+from warrant.broker.planner._outcomes import record_proposal, stopped
 from warrant.broker.publish import Outbox
 from warrant.ledger.db import session_scope
 from warrant.ledger.proposal_facts import step_raw

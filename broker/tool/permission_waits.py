@@ -9,11 +9,10 @@ import dataclasses
 from typing import Any
 
 from warrant.broker.context import StageContext
-from warrant.broker.tool_call import Snapshot
+from warrant.broker.tool._call import Snapshot
 from warrant.ledger.guarded import insert_command, rearm_command
-from warrant.ledger.permission_refusals import refusal_facts, refused_command
 from warrant.ledger.repo import Guarded
-from warrant.ledger.stage_loads import autocommit
+from warrant.ledger.stage_loads import autocommit, refusal_facts, refused_command
 from warrant.runner.codes import Outcome
 from warrant.runner.permission_wait import (
     PERMISSION_DENIED,

@@ -15,9 +15,9 @@ import psycopg
 import sqlalchemy.exc
 from celery.exceptions import SoftTimeLimitExceeded
 
-from warrant.broker import attempt_watch, deadline, interrupts
-from warrant.broker.batch_call import BatchCall, prepare
 from warrant.broker.context import StageContext
+from warrant.broker.tool import _attempt_watch as attempt_watch
+from warrant.broker.tool import deadline, interrupts
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.repo import (
     run_view,
@@ -28,6 +28,7 @@ from warrant.runner.codes import Outcome, RunStatus, StopReason
 from warrant.runner.errors import ToolError, ToolInterrupted
 from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
 from warrant.runner.views import RunView
+from warrant.tools import batches
 from warrant.tools.contract import Tool, ToolContext
 
 __all__ = [
@@ -73,7 +74,7 @@ class Snapshot:
     view: RunView
     began: float = field(default_factory=time.monotonic)
     """When the tool stage began handling the message (``time.monotonic()``, before the
-    claim): the attempt's own deadlines count from here (:mod:`warrant.broker.deadline`)."""
+    claim): the attempt's own deadlines count from here (:mod:`warrant.broker.tool.deadline`)."""
 
 
 def snapshot_of(
@@ -110,7 +111,7 @@ def cancel_flag(ctx: StageContext, run_id: str) -> Any:
         stale = now - float(last["at"]) >= CANCEL_CHECK_EVERY_S
         if not last["value"] and (fresh or stale):
             last["at"] = now
-            with interrupts.deferred():  # never mid-query (see broker.interrupts)
+            with interrupts.deferred():  # never mid-query (see broker.tool.interrupts)
                 last["value"] = ctx.tool_deps.run_status(run_id) in CANCELLED_STATUSES
                 if last["value"]:  # the tool stops on its own: no interruption now
                     interrupts.seen_cancel()
@@ -167,7 +168,7 @@ def _called(
 
 
 def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
-    """A batch tool's report merged with its earlier attempts' (``broker.batch_call``)."""
+    """A batch tool's report merged with its earlier attempts' (``broker.tool._call``)."""
     if result.status is not Outcome.SUCCEEDED or result.stop is not None:
         return result
     fields = batch.conclude(result.status, result.output)
@@ -185,9 +186,9 @@ def _counted(items: list[dict[str, Any]]) -> dict[str, int]:
 @contextmanager
 def _limits(tool: Tool[Any, Any], snap: Snapshot, context: ToolContext) -> Iterator[None]:
     """The tool's own code, under its deadline and cancellation: on a threads pool the
-    process's attempt watch raises into it (``broker.attempt_watch``); on prefork a cancel's
+    process's attempt watch raises into it (``broker.tool._attempt_watch``); on prefork a cancel's
     SIGUSR1 lands only here (one that came earlier, only if the run is cancelling) and the
-    process ends itself at the hard limit (``broker.deadline``)."""
+    process ends itself at the hard limit (``broker.tool.deadline``)."""
     if deadline.concurrent():
         with attempt_watch.in_tool():
             yield
@@ -230,7 +231,7 @@ def _checked(
     tool: Tool[Any, Any], snap: Snapshot, args: Any, out: Any, context: ToolContext
 ) -> ToolResult:
     """A returned output: validated against its schema, then the postcondition checked (an
-    accepted job is checked when it settles: ``broker.job_polls``)."""
+    accepted job is checked when it settles: ``broker.reconciler._job_polls``)."""
     result, validated = of_output(tool, out)
     if validated is None or tool.verify is None:
         return result
@@ -288,3 +289,56 @@ def _verified(tool: Tool[Any, Any], args: Any, out: Any, context: ToolContext) -
         if attempts >= tool.verify_attempts or context.remaining_s() <= tool.verify_interval_s:
             return False, attempts
         time.sleep(tool.verify_interval_s)
+
+
+# -- A batch tool's attempt (:mod:`warrant.tools.batches`): only the items not applied yet are
+# passed to the tool, and its report is merged with the earlier attempts' into one outcome.
+
+
+class BatchCall:
+    """One attempt of a batch tool: the items it is given, and how its report concludes."""
+
+    def __init__(self, tool: Tool[Any, Any], arguments: dict[str, Any], reports: list[Any]):
+        assert tool.batch is not None
+        self.batch, self.arguments, self.reports = tool.batch, arguments, reports
+        self.applied = batches.applied_keys(reports)
+        self.given = batches.narrowed(self.batch, arguments, self.applied)
+
+    @property
+    def nothing_left(self) -> bool:
+        return not self.given[self.batch.items]
+
+    def conclude(self, status: Outcome, output: dict[str, Any] | None) -> dict[str, Any]:
+        """The attempt's outcome fields (status, code, retryable, message, output, stop) from
+        what the tool returned (``output`` with ``items``) merged with the earlier reports."""
+        now = (output or {}).get("items") or [] if status is Outcome.SUCCEEDED else []
+        items = batches.merged(self.batch, self.arguments, self.reports, now)
+        found = batches.verdict(items)
+        fields: dict[str, Any] = {
+            "status": Outcome(found.outcome),
+            "code": found.code,
+            "retryable": found.retryable,
+            "message": found.message,
+            "output": {**(output or {}), "items": items},
+            "stop": None,
+        }
+        if found.outcome == Outcome.UNKNOWN.value:
+            fields["stop"] = StopReason.UNKNOWN_EFFECT
+            fields["trigger"] = "batch-item"
+        return fields
+
+
+def prepare(
+    ctx: StageContext,
+    tool: Tool[Any, Any],
+    command_id: str,
+    arguments: dict[str, Any],
+    *,
+    attempt: int,
+) -> BatchCall | None:
+    """The batch view of an attempt (None for a tool that is no batch tool). The first
+    attempt of a command has no earlier reports (no read)."""
+    if tool.batch is None:
+        return None
+    reports = ctx.tool_deps.item_reports(command_id) if attempt > 1 else []
+    return BatchCall(tool, arguments, reports)

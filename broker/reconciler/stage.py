@@ -14,9 +14,9 @@ the size of the ledger.
    token, back off, or hand off to a person
 3. stalled runs: no progress for ``stall_after_s`` -> re-publish the message the state expects
 4. expired confirmations: waiting past the request's expiry or the run deadline -> cancelled
-5. webhooks: due deliveries are sent and recorded (:mod:`warrant.broker.webhooks`)
+5. webhooks: due deliveries are sent and recorded (:mod:`warrant.broker.reconciler._webhooks`)
 6. waiting jobs: a long-running tool's accepted job is polled to its end, cancelled when its
-   run is (:mod:`warrant.broker.job_polls`)
+   run is (:mod:`warrant.broker.reconciler._job_polls`)
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from typing import Any
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.job_polls import poll_waiting_jobs
 from warrant.broker.publish import Outbox
-from warrant.broker.reconcile_effects import reconcile_unknown_effects
+from warrant.broker.reconciler._effects import reconcile_unknown_effects
+from warrant.broker.reconciler._job_polls import poll_waiting_jobs
+from warrant.broker.reconciler._webhooks import deliver_webhooks
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
-from warrant.broker.webhooks import deliver_webhooks
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view

@@ -3,10 +3,15 @@
 Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``). The common
 case is two statements: the claim (load and start) and the record. A redelivery that finds an
 outcome only re-emits the continuation; one that finds ``started`` leaves a live attempt alone
-(``broker.lease``) and, once the attempt is lost, re-invokes only tools that are safe to
+(``broker.tool.lease``) and, once the attempt is lost, re-invokes only tools that are safe to
 re-invoke with the same idempotency token and records ``unknown`` for the others (the
-reconciler resolves it). Calling the tool is ``broker.tool_call``; recording what it did,
-``broker.tool_record`` (and ``broker.late`` for an attempt that is no longer current).
+reconciler resolves it). Calling the tool is ``broker.tool._call``; recording what it did,
+``broker.tool.record`` (and ``broker.tool._late`` for an attempt that is no longer current).
+
+Load → decide → commit → publish, for an effect: the claim loads the command and commits its
+start in one statement (a delivery the claim does not apply to loads it with ``load_tool`` and
+decides what is left to do in :func:`_general_path`); the call is the effect; the record is the
+one write of the outcome with the run's change, and publishes the continuation after it.
 """
 
 from __future__ import annotations
@@ -18,15 +23,17 @@ from typing import Any
 import sqlalchemy.exc
 import tenacity
 
-from warrant.broker import attempt_watch, deadline, preconditions, telemetry
+from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.limit_waits import Slot, tool_slot
-from warrant.broker.permission_waits import with_grant_wait
-from warrant.broker.tool_call import Snapshot, ToolResult, run_tool, snapshot_of
-from warrant.broker.tool_record import record, record_fast
+from warrant.broker.registration import live_registrations
+from warrant.broker.tool import _attempt_watch as attempt_watch
+from warrant.broker.tool import deadline, preconditions
+from warrant.broker.tool._call import Snapshot, ToolResult, run_tool, snapshot_of
+from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
+from warrant.broker.tool.permission_waits import with_grant_wait
+from warrant.broker.tool.record import record, record_fast
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
-from warrant.broker.version_redirect import redirect
 from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
@@ -111,7 +118,7 @@ def _claim_and_run(
     lease. A read has no effect to protect: its start does not wait for the WAL flush (a lost
     start simply runs the read again). ``tool`` is the message's tool name; without it (or
     if it is not the command's) the command takes the general path, with a durable start."""
-    # The attempt's own deadlines count from here (broker.deadline), and so does the deadline
+    # The attempt's own deadlines count from here (broker.tool.deadline), and so does the deadline
     # its tool sees (on the database's clock): after any slot wait and any queueing.
     began, now = time.monotonic(), ctx.clock()
     if tool is None:
@@ -180,7 +187,7 @@ def _general_path(
     if started and not _attempt_lost(ctx, row, worker):
         return _in_flight(ctx, row)
     tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
-    if tool is None:  # a rolling upgrade: another worker has this version (broker.version_redirect)
+    if tool is None:  # a rolling upgrade: another worker has this version (redirect, below)
         return redirect(ctx, row, version=version, worker=worker)
     with autocommit(ctx.engine) as conn:
         attempt = start_command(
@@ -206,7 +213,7 @@ def _general_path(
 def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
     """May a delivery that finds the command ``started`` declare its attempt lost? Only when
     the attempt's lease has expired by the database's clock (``cmd_running_s``: never this
-    host's clock) or its process is known gone (see ``broker.lease``)."""
+    host's clock) or its process is known gone (see ``broker.tool.lease``)."""
     settings = ctx.settings
     if lease_expired(
         row.cmd_running_s,
@@ -246,7 +253,8 @@ def _execute(
     ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, *, worker: str | None, slot: Slot
 ) -> str:
     """Run the attempt and record its outcome; on a threads pool, under the process's attempt
-    watch from the claim to the record (its heartbeat is the lease: ``broker.attempt_watch``)."""
+    watch from the claim to the record (its heartbeat is the lease:
+    ``broker.tool._attempt_watch``)."""
     if not deadline.concurrent() or worker is None:
         return _attempt(ctx, tool, snapshot, slot)
     settings = ctx.settings
@@ -302,7 +310,64 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, slot: 
             if not (outcome.status is Outcome.FAILED and outcome.retryable) and not outcome.handoff:
                 done = record_fast(ctx, snapshot, tool, outcome)
             done = done or record(ctx, snapshot, tool, outcome)
-            # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.task_states)
+            # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.tasks)
             coded = outcome.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
             return f"{done}:{outcome.code}" if coded else done
     raise AssertionError("unreachable: tenacity re-raises")
+
+
+# -- A command for a tool version this worker does not have: leave it for a worker that does.
+#
+# During a rolling upgrade the workers consuming ``tool.<name>`` may hold different versions of
+# the tool (old hosts ``@1``, upgraded ones ``@2``); the queue is shared, so a ``@1`` command can
+# reach an upgraded host. That worker must not fail the run (it did: an assertion, then
+# ``INTERNAL_ERROR``) and cannot run a contract it does not have. It publishes the same message
+# again and traces ``tool.delivery.redirected`` (the tool, its version, this worker, and whether a
+# live worker registered that version); the command stays ``issued`` (or ``started`` by its
+# holder), so nothing is lost and nothing runs twice. With a live worker that has the version,
+# the message comes back at once; with none (every old host already gone), every
+# :data:`NONE_LIVE_RETRY_S` seconds, until a worker with the version registers or the run is
+# cancelled or ends. The gate refuses new proposals for a version no consumer has
+# (``TOOL_NOT_DEPLOYED``).
+
+
+#: Countdown of the re-published message when some live worker has the version.
+SOME_LIVE_RETRY_S = 0.5
+#: ... and when none has it (yet).
+NONE_LIVE_RETRY_S = 10.0
+
+
+def redirect(ctx: StageContext, row: Any, *, version: int, worker: str | None) -> str:
+    """Re-publish the command's message for a capable worker; the stage's result."""
+    key, queue = f"{row.cmd_tool}@{row.cmd_tool_version}", f"tool.{row.cmd_tool}"
+    capable = sorted(
+        w.node for w in live_registrations(ctx.engine) if queue in w.queues and key in w.tools
+    )
+    with session_scope(ctx.engine) as s:
+        append_events(
+            s,
+            row.id,
+            [
+                (
+                    "tool.delivery.redirected",
+                    {
+                        "tool": row.cmd_tool,
+                        "tool_version": row.cmd_tool_version,
+                        "worker": worker,
+                        "capable_workers": capable[:10],
+                    },
+                )
+            ],
+            step=row.cmd_step,
+            proposal_id=row.cmd_proposal_id,
+        )
+    ctx.publisher.tool(
+        run_id=row.id,
+        version=version,
+        command_id=row.cmd_id,
+        tool=row.cmd_tool,
+        soft_time_limit=row.cmd_timeout_s,
+        time_limit=row.cmd_timeout_s + HARD_LIMIT_GRACE_S,
+        countdown=SOME_LIVE_RETRY_S if capable else NONE_LIVE_RETRY_S,
+    )
+    return f"redirected:{key}"

@@ -21,13 +21,12 @@ import logging
 from typing import Any
 
 from warrant.broker.context import StageContext
-from warrant.broker.tool_call import Snapshot, ToolResult
-from warrant.broker.tool_record import record
+from warrant.broker.tool._call import Snapshot, ToolResult
+from warrant.broker.tool.record import record
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome, insert_proposal
-from warrant.ledger.preconditions import PROPOSAL_COPIED, approved_state
 from warrant.ledger.repo import NewObservation, StaleVersion, append_events, commit, to_datetime
-from warrant.ledger.stage_loads import autocommit
+from warrant.ledger.stage_loads import PROPOSAL_COPIED, approved_state, autocommit
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (

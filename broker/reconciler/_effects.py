@@ -22,7 +22,7 @@ from typing import Any
 from warrant.broker.context import StageContext
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
-from warrant.broker.tool_record import acceptance
+from warrant.broker.tool.record import acceptance
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S, reissue_command
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
@@ -311,7 +311,7 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
 
 def _job_found(a: _Apply, operation_id: str) -> None:
     """A long-running tool's call whose answer was lost: the service has its job. The outcome
-    becomes the job's acceptance and the run waits for it (``broker.job_polls``)."""
+    becomes the job's acceptance and the run waits for it (``broker.reconciler._job_polls``)."""
     outcome_became_job(a.outcome, operation_id)
     finish_command(a.cmd)
     source = a.tool.output_source.value if a.tool else "trusted-tool"

@@ -2,7 +2,7 @@
 interval for all of them.
 
 A planner step binds its run's :class:`~warrant.runner.cancellation.CancelSignal` while it
-asks the planner (``broker.stage_planner``); one watch thread per process asks the ledger,
+asks the planner (``broker.planner.stage``); one watch thread per process asks the ledger,
 every ``WARRANT_LEASE_HEARTBEAT_S``, which of the runs being waited on are ``cancelling`` or
 ``cancelled`` (one statement however many calls are in flight), and sets their signals: an
 OpenAI-compatible call is then cancelled (``runner.planners._model_http``). Bound: one interval. A

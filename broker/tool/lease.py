@@ -4,7 +4,7 @@ A tool attempt is ``started`` by one worker process, recorded on the command as
 ``<node>/<pid>.<started>.<space>`` (:func:`worker_label`; see
 :mod:`warrant.broker.process_identity`). Its lease lasts until the attempt's hard time limit
 (the pool kills the process then; the process also ends itself then, see
-:mod:`warrant.broker.deadline`) plus a margin. The lease is measured on the database's clock
+:mod:`warrant.broker.tool.deadline`) plus a margin. The lease is measured on the database's clock
 only: ``started_at`` is the database's ``now()`` at the claim, and a delivery compares it with
 the database's ``now()`` again (:func:`lease_expired` on ``cmd_running_s``), never with its
 host's clock, which may be minutes off. Until then a second delivery of
@@ -83,7 +83,7 @@ def lease_expired(
 ) -> bool:
     """Has an attempt that has been ``started`` for ``running_s`` seconds (by the database's
     clock; None: no start recorded) outlived its lease? An attempt with a heartbeat (a
-    threads-pool one, ``broker.attempt_watch``; ``heartbeat_age_s`` by the database's clock)
+    threads-pool one, ``broker.tool._attempt_watch``; ``heartbeat_age_s`` by the database's clock)
     holds its lease until the heartbeat is ``heartbeat_timeout_s`` old, however long it runs."""
     if heartbeat_age_s is not None and heartbeat_timeout_s is not None:
         return heartbeat_age_s >= heartbeat_timeout_s

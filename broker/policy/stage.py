@@ -5,23 +5,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from sqlalchemy import Engine
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.describe import described
 from warrant.broker.faults import crash_point
-from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
-from warrant.broker.influence import influence, persistent
-from warrant.broker.mcp_pins import pin_refusals
 from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
-from warrant.broker.permission_waits import command_write, reissued
-from warrant.broker.policy_versions import versioned
-from warrant.broker.preconditions import precondition_shown
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import live_registrations
+from warrant.broker.tool.permission_waits import command_write, reissued
+from warrant.broker.tool.preconditions import precondition_shown
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
@@ -31,6 +28,8 @@ from warrant.ledger.guarded import (
     use_grants,
     use_pre_approval,
 )
+from warrant.ledger.mcp_pins import pinned_definition
+from warrant.ledger.proposal_facts import refused_under_untrusted_influence
 from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
 from warrant.ledger.stage_loads import (
     autocommit,
@@ -44,13 +43,23 @@ from warrant.ledger.stage_loads import (
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
-from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSource, StopReason
+from warrant.runner.codes import (
+    CommandStatus,
+    ObservationKind,
+    ObservationSource,
+    RunStatus,
+    StopReason,
+)
 from warrant.runner.confirmation_rules import approvals_required
+from warrant.runner.grant_wait import asks_for_grant, grant_request
 from warrant.runner.grants import narrowed
+from warrant.runner.policy_version import policy_version
 from warrant.runner.provenance_sources import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import GrantView, RunView
-from warrant.tools.contract import SideEffect
+from warrant.tools.contract import SideEffect, Tool
+from warrant.tools.mcp_pins import changed_fields, mcp_definition
+from warrant.tools.registry import Registry
 
 __all__ = ["policy_evaluate"]
 
@@ -71,9 +80,10 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
     ``waiting_grant:<code>``, ``handoff`` or ``accepted``.
 
-    One read (run, pending proposal, grants, confirmations, loop history) and one write (the
-    transition with the proposal's verdict and, if accepted, the command), each a single
-    statement."""
+    Load → decide → commit → publish: one read (run, pending proposal, grants, confirmations,
+    loop history), the pure gate and the steps around it (:func:`_decide`), one write (the
+    transition with the proposal's verdict and, if accepted, the command: :func:`_commit`),
+    then the message that write calls for."""
     now = ctx.clock()
     with autocommit(ctx.engine) as conn:
         row = load_policy(conn, run_id)
@@ -84,40 +94,58 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     if isinstance(decision, policy.Ignore):
         log.info("policy ignoring run=%s: %s", run_id, decision.reason)
         return "ignored"
-    send: Callable[[], None] | None = None
     try:
-        with autocommit(ctx.engine) as conn:
-            if isinstance(decision, policy.Reject) and asks(row, decision):
-                result = await_grant(ctx, conn, view, row, decision)
-            elif isinstance(decision, policy.Reject):
-                if persistent(conn, run_id, row.handoff):
-                    return _handoff(ctx, run_id, version, row.proposal["id"], influence(decision))
-                send = _reject(ctx, conn, view, row.proposal, decision)
-                result = f"rejected:{decision.code}"
-            elif isinstance(decision, policy.Halt):
-                if _looping(decision) and (row.handoff or {}).get("on_repeated_proposal"):
-                    return _handoff(ctx, run_id, version, row.proposal["id"], decision)
-                result = _stop(conn, view, row.proposal, decision)
-            elif isinstance(decision, policy.AwaitConfirmation):
-                p = row.proposal
-                said = described(ctx, decision, view.subject)
-                state = precondition_shown(ctx, decision, view)
-                decision = dataclasses.replace(decision, described=said, precondition=state)
-                floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
-                result = _await_confirmation(
-                    conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
-                )
-            else:
-                send = _accept(ctx, conn, view, row.proposal, decision, version, now)
-                result = "accepted"
+        committed = _commit(ctx, view, row, decision, version, now)
     except StaleVersion:
         return "ignored"
+    if isinstance(committed, str):  # handed to a person (its own transaction): nothing follows
+        return committed
+    result, send = committed
     crash_point("policy:after_commit", run_id)
     if send is not None:
         outbox = Outbox()
         outbox.add(send)
         outbox.flush()
     return result
+
+
+def _commit(
+    ctx: StageContext,
+    view: RunView,
+    row: Any,
+    decision: policy.Accept | policy.Reject | policy.Halt | policy.AwaitConfirmation,
+    version: int,
+    now: float,
+) -> tuple[str, Callable[[], None] | None] | str:
+    """The decision's one write: the stage's result and the message to publish after it (or,
+    for a run handed to a person instead, only the result)."""
+    run_id = view.run_id
+    send: Callable[[], None] | None = None
+    with autocommit(ctx.engine) as conn:
+        if isinstance(decision, policy.Reject) and asks(row, decision):
+            result = await_grant(ctx, conn, view, row, decision)
+        elif isinstance(decision, policy.Reject):
+            if persistent(conn, run_id, row.handoff):
+                return _handoff(ctx, run_id, version, row.proposal["id"], influence(decision))
+            send = _reject(ctx, conn, view, row.proposal, decision)
+            result = f"rejected:{decision.code}"
+        elif isinstance(decision, policy.Halt):
+            if _looping(decision) and (row.handoff or {}).get("on_repeated_proposal"):
+                return _handoff(ctx, run_id, version, row.proposal["id"], decision)
+            result = _stop(conn, view, row.proposal, decision)
+        elif isinstance(decision, policy.AwaitConfirmation):
+            p = row.proposal
+            said = described(ctx, decision, view.subject)
+            state = precondition_shown(ctx, decision, view)
+            decision = dataclasses.replace(decision, described=said, precondition=state)
+            floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
+            result = _await_confirmation(
+                conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
+            )
+        else:
+            send = _accept(ctx, conn, view, row.proposal, decision, version, now)
+            result = "accepted"
+    return result, send
 
 
 def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.Decision:
@@ -398,3 +426,193 @@ def _accept(
         soft_time_limit=timeout,
         time_limit=timeout + HARD_LIMIT_GRACE_S,
     )
+
+
+# -- What a call's resources refer to, for the person asked to confirm it: the tool's
+# ``describe_resources(args, deps, subject)`` hook (``Tool.describe_resources``), asked by the
+# policy stage when it requests a confirmation. Its answer is the service's words, not
+# the program's: bounded (:data:`MAX_FIELDS` entries of :data:`MAX_CHARS` characters, control
+# characters dropped), and a hook that fails says so instead of holding the request back.
+
+MAX_FIELDS = 20
+MAX_CHARS = 200
+UNAVAILABLE = "(the service could not say)"
+
+
+def _clean(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return "".join(ch for ch in text if ch.isprintable())[:MAX_CHARS]
+
+
+def described(
+    ctx: StageContext, decision: policy.AwaitConfirmation, subject: str
+) -> dict[str, str]:
+    """The tool's description of the call's resources ({} when it has no hook)."""
+    tool = decision.tool
+    if tool.describe_resources is None:
+        return {}
+    try:
+        args = tool.parse_input(decision.arguments)
+        said = tool.describe_resources(args, ctx.deps_for(tool), subject)
+        items = list(dict(said).items())[:MAX_FIELDS]
+    except Exception:  # the request goes to the person all the same
+        log.warning("describe_resources failed for %s", tool.name, exc_info=True)
+        return {"*": UNAVAILABLE}
+    return {_clean(k)[:64]: _clean(v) for k, v in items}
+
+
+# -- A persistent injection (``handoff.after_untrusted_refusals``): when one more refused tool
+# proposal reaches the spec's limit, counted from the run's first untrusted read, the policy
+# stage hands the run to a person (``UNTRUSTED_INFLUENCE``) instead of planning again.
+
+
+def persistent(conn: Any, run_id: str, handoff: dict[str, Any] | None) -> bool:
+    """One more refusal reaches the spec's ``handoff.after_untrusted_refusals`` (counted only
+    when the spec asks: one read)."""
+    limit = (handoff or {}).get("after_untrusted_refusals")
+    return limit is not None and refused_under_untrusted_influence(conn, run_id) + 1 >= limit
+
+
+def influence(decision: policy.Reject) -> policy.Halt:
+    """The refusal that ends a persistent injection's run in a person's hands."""
+    reason = StopReason.UNTRUSTED_INFLUENCE
+    detail = {"last_code": decision.code}
+    return policy.Halt(
+        reason=reason,
+        status=RunStatus.HANDOFF,
+        fingerprint=decision.fingerprint,
+        events=decision.events,
+        detail=detail,
+    )
+
+
+# -- The policy stage's record of which policy decided: every decision of the gate (accepted,
+# refused, waiting for a person, halted) gets a ``policy.versioned`` trace event with its policy
+# version (:mod:`warrant.runner.policy_version`) and the decision it versions.
+
+
+def _decision_name(decision: policy.Decision) -> str:
+    if isinstance(decision, policy.Accept):
+        return "accepted"
+    if isinstance(decision, policy.AwaitConfirmation):
+        return "needs_confirmation"
+    if isinstance(decision, policy.Reject):
+        return "refused"
+    return "halted"
+
+
+def versioned(
+    ctx: StageContext,
+    proposal: dict[str, Any],
+    grants: Sequence[GrantView],
+    run_policy: dict[str, Any] | None,
+    decision: policy.Decision,
+) -> policy.Decision:
+    """``decision`` with a last ``policy.versioned`` event (an ignored message: unchanged)."""
+    if isinstance(decision, policy.Ignore):
+        return decision
+    tool = ctx.registry.get(proposal.get("tool") or "", proposal.get("tool_version") or "")
+    settings = ctx.settings
+    version = policy_version(
+        tool=tool,
+        grants=grants,
+        relaxed_tools=settings.relaxed_tools,
+        approvals_floor=settings.approvals_floor if settings.approvals_required else None,
+        run_policy=run_policy,
+    )
+    details = {**version.details(), "decision": _decision_name(decision)}
+    event = policy.Event("policy.versioned", details)
+    return dataclasses.replace(decision, events=[*decision.events, event])
+
+
+# -- The policy gate's ``pins`` question (:class:`warrant.runner.gate.GateInput`): is the MCP
+# tool's definition, as the policy worker's registry got it from its server, the pinned one?
+# The first use of a tool pins it; afterwards another definition is refused
+# (``MCP_TOOL_CHANGED``) until an operator accepts it (``warrant mcp accept``).
+
+
+def pin_refusals(
+    engine: Engine, registry: Registry, run_id: str, tool: str | None, version: str | None
+) -> dict[str, str]:
+    """The gate's ``pins`` for a proposal of ``tool@version``: why its served definition is
+    not the pinned one, keyed ``name@version`` (empty: no MCP tool, or pinned)."""
+    found = registry.get(tool, version) if tool and version else None
+    if found is None:
+        return {}
+    why = pin_check(engine, run_id)(found)
+    return {} if why is None else {f"{found.name}@{found.version}": why}
+
+
+def pin_check(engine: Engine, run_id: str) -> Callable[[Tool[Any, Any]], str | None]:
+    """``why(tool)``: ``None`` when ``tool`` is no MCP tool or its definition is pinned, else
+    what changed with the pinned and the served hash (a ledger read for MCP tools only)."""
+
+    def why(tool: Tool[Any, Any]) -> str | None:
+        served = mcp_definition(tool)
+        if served is None:
+            return None
+        with autocommit(engine) as conn:
+            pinned_hash, pinned = pinned_definition(conn, served, run_id=run_id)
+        if pinned_hash == served.hash:
+            return None
+        changed = ", ".join(changed_fields(pinned, served.definition)) or "definition"
+        return (
+            f"MCP server {served.server} serves another definition of {served.tool} than the "
+            f"one accepted ({changed} changed; pinned {pinned_hash}, served {served.hash}): "
+            f"an operator accepts it with `warrant mcp accept {served.server} {served.tool}`"
+        )
+
+    return why
+
+
+# -- The policy stage's refusals that ask: a proposal refused for a missing grant, in a run whose
+# spec says ``policy.on_missing_grant: "ask"``, pauses the run in ``waiting_grant`` (the pending
+# proposal kept, nothing re-planned). The decision is :mod:`warrant.runner.grant_wait`.
+
+
+def asks(row: Any, decision: policy.Reject) -> bool:
+    """Does the run's spec turn this refusal into a wait for a grant?"""
+    on_missing = (getattr(row, "run_policy", None) or {}).get("on_missing_grant")
+    return asks_for_grant(on_missing, decision.code)
+
+
+def await_grant(
+    ctx: StageContext, conn: Any, view: RunView, row: Any, decision: policy.Reject
+) -> str:
+    """Commit the wait: the run's status, the request as its ``stop_detail``, the proposal's
+    status ``waiting_grant``. Returns ``waiting_grant:<code>`` (or the refusal's fallback when
+    the tool is unknown to this worker: then nothing can be asked)."""
+    proposal = row.proposal
+    raw = proposal.get("raw") or {}
+    tool = ctx.registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
+    assert tool is not None  # an authorization refusal comes after the registry layer
+    given = raw.get("arguments")
+    arguments: dict[str, Any] = given if isinstance(given, dict) else {}
+    request = grant_request(
+        code=decision.code,
+        tool=tool,
+        arguments=arguments,
+        subject=view.subject,
+        grants=grants_from(view.run_id, row.grants),
+        step=proposal["step"],
+        proposal_id=proposal["proposal_id"],
+        proposal_hash=decision.fingerprint,
+    )
+    events = [(e.name, e.details) for e in decision.events]
+    commit(
+        conn,
+        machine.request_grant(view, request=request, events=events),
+        step=proposal["step"],
+        proposal_id=proposal["proposal_id"],
+        guarded=[
+            update_proposal(
+                proposal["id"],
+                {
+                    "status": "waiting_grant",
+                    "rejection_code": decision.code,
+                    "proposal_hash": decision.fingerprint,
+                },
+            )
+        ],
+    )
+    return f"waiting_grant:{decision.code}"

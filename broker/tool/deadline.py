@@ -36,7 +36,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from warrant.broker import interrupts
+from warrant.broker.tool import interrupts
 
 __all__ = ["HARD_LIMIT_EXIT", "SOFT_LIMIT_LAG_S", "concurrent", "enforced", "own_deadline"]
 
@@ -74,7 +74,7 @@ def enforced() -> Iterator[None]:
 
 def concurrent() -> bool:
     """A Celery tool task on a threads pool (not the process's main thread): its limits and
-    lease are :mod:`warrant.broker.attempt_watch`'s, not this module's."""
+    lease are :mod:`warrant.broker.tool._attempt_watch`'s, not this module's."""
     return _task.enforce and threading.current_thread() is not threading.main_thread()
 
 

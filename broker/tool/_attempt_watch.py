@@ -1,6 +1,6 @@
 """Tool attempts on a threads pool: their lease is a heartbeat, their limits are the watch's.
 
-A prefork attempt is ended by its pool's hard time limit (and by itself, ``broker.deadline``),
+A prefork attempt is ended by its pool's hard time limit (and by itself, ``broker.tool.deadline``),
 so its lease is its time limit. Nothing kills one thread of a process, so an attempt on the
 ``tool`` role's threads pool holds a lease that its worker renews instead: one
 :class:`AttemptWatch` thread per process
@@ -23,7 +23,7 @@ so its lease is its time limit. Nothing kills one thread of a process, so an att
 - **retires** its process when an attempt is still inside the tool at its hard limit (it
   ignored the exception or is stuck where none reaches it): the process stops taking work
   (warm shutdown), keeps beating for the stuck attempt while the others finish, then exits
-  with :data:`~warrant.broker.deadline.HARD_LIMIT_EXIT`; only then does the stuck attempt's
+  with :data:`~warrant.broker.tool.deadline.HARD_LIMIT_EXIT`; only then does the stuck attempt's
   heartbeat stop and its lease end. A tool that cannot be interrupted declares
   ``isolation="process"`` and runs on prefork instead;
 - **fences** itself: an attempt whose heartbeat could not be renewed for half the timeout
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Engine
 
-from warrant.broker.deadline import HARD_LIMIT_EXIT
+from warrant.broker.tool.deadline import HARD_LIMIT_EXIT
 from warrant.ledger.commands import beat_commands
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner.cancellation import CancelSignal

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,14 +22,15 @@ from warrant.broker.memory_views import (
     built_event,
     view_from_row,
 )
-from warrant.broker.model_call import cancel_signal, charge_late
-from warrant.broker.planner_outcomes import invalid_output, model_failed, record_proposal, stopped
+from warrant.broker.planner._outcomes import invalid_output, model_failed, record_proposal, stopped
+from warrant.broker.planner._run_watch import the_run_watch
 from warrant.broker.publish import Outbox
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import (
     StaleVersion,
     append_events,
+    charge_usage,
     commit,
     run_view,
 )
@@ -35,6 +38,7 @@ from warrant.ledger.stage_loads import autocommit, load_planning
 from warrant.ledger.sweeps import touch_run
 from warrant.runner import cancellation
 from warrant.runner import run_machine as machine
+from warrant.runner.cancellation import CancelSignal
 from warrant.runner.codes import (
     Phase,
     RunStatus,
@@ -119,7 +123,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         counters = {"model_calls": view.model_calls} if retries.calls else None
         return _stop(ctx, view, stop, counters=counters)
     if isinstance(spec.planner, ExternalPlannerSpec):
-        return "awaiting_proposal"  # the caller proposes (warrant.broker.external_step)
+        return "awaiting_proposal"  # the caller proposes (warrant.broker.planner.external_step)
     memory = view_from_row(row, view, registry=ctx.registry)
     if spec.success is not None:  # what the program will check before it accepts a final
         done_when = spec.success.model_dump(mode="json")["all_of"]
@@ -272,3 +276,48 @@ def _stop(ctx: StageContext, view: RunView, stop: Stop, *, counters: Any = None)
     except StaleVersion:
         return "ignored"
     return stopped(stop)
+
+
+# -- A planner step's model call and its run's cancellation: the cancel signal the planner is
+# given while it thinks (``broker.planner._run_watch``), and the charge for a call whose answer came
+# too late to be recorded (the run was cancelled or moved on meanwhile).
+
+
+#: The code of a model call given up because its run was cancelled (its usage estimated).
+ABANDONED = "MODEL_CALL_ABANDONED"
+
+
+@contextmanager
+def cancel_signal(ctx: StageContext, spec: RunSpec, run_id: str) -> Iterator[CancelSignal | None]:
+    """The run's cancel signal while a model is asked; none for a fixture planner (it answers
+    at once)."""
+    if isinstance(spec.planner, FixturePlannerSpec):
+        yield None
+        return
+    watch = the_run_watch(ctx.engine, every_s=ctx.settings.lease_heartbeat_s)
+    with watch.watching(run_id) as signal:
+        yield signal
+
+
+def charge_late(
+    ctx: StageContext,
+    view: RunView,
+    usage: Usage,
+    calls: int,
+    failed: dict[str, Any] | None,
+    *,
+    step: int,
+) -> None:
+    """The step's answer lost its compare-and-set (a cancel, most often, while the model was
+    thinking): its model calls and their usage still count against the run."""
+    code = (failed or {}).get("code")
+    with session_scope(ctx.engine) as s:
+        charge_usage(
+            s,
+            view.run_id,
+            model_calls=calls,
+            tokens=usage.prompt_tokens + usage.completion_tokens,
+            cost=usage.cost,
+            step=step,
+            details={"version": view.version, "code": code, "estimated": usage.estimated},
+        )
