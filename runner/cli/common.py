@@ -26,6 +26,7 @@ from warrant.runner.errors import (
     WaitTimedOut,
     WarrantError,
 )
+from warrant.runner.settings import load_settings, settings_invalid
 
 __all__ = [
     "BAD_INPUT",
@@ -152,8 +153,6 @@ def settings_error(exc: BaseException) -> SettingsInvalid | None:
     from pydantic import ValidationError
     from sqlalchemy.exc import ArgumentError
 
-    from warrant.runner.settings import settings_invalid
-
     if isinstance(exc, ValidationError):
         return settings_invalid(exc)
     if isinstance(exc, ArgumentError) and "URL" in str(exc):
@@ -172,17 +171,15 @@ def make_client(*, remote_ok: bool = True) -> Any:
     set and ``remote_ok``, else the database-backed :class:`~warrant.runner.client.api.Client`
     (``remote_ok=False``: commands the HTTP API has no equivalent of)."""
     if remote_ok:
-        from warrant.runner.settings import load_settings
-
         settings = load_settings()
         if settings.server_url:
-            from warrant.runner.client.remote import RemoteClient
+            from warrant.runner.client.remote import RemoteClient  # lazy: httpx, remote only
 
             if not settings.api_token:
                 raise TokenInvalid(
                     "WARRANT_SERVER_URL is set: WARRANT_API_TOKEN must name an API token"
                 )
             return RemoteClient(settings.server_url, settings.api_token)
-    from warrant.runner.client.api import Client
+    from warrant.runner.client.api import Client  # lazy: Celery + SQLAlchemy, ~0.5 s
 
     return Client.from_env()

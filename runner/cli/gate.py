@@ -9,7 +9,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from warrant.ledger.db import engine_for
 from warrant.runner.cli.common import JsonOpt, console, guard, print_json
+from warrant.runner.client.gate_report import gate_report as read_report
+from warrant.runner.settings import resolved_urls
 
 __all__ = ["gate_app"]
 
@@ -17,9 +20,6 @@ gate_app = typer.Typer(help="The policy gate: observe mode's report.", no_args_i
 
 
 def _engine() -> Any:
-    from warrant.ledger.db import engine_for
-    from warrant.runner.settings import resolved_urls
-
     return engine_for(resolved_urls()[1])
 
 
@@ -36,8 +36,6 @@ def gate_report(
 ) -> None:
     """Would-be refusals of observe mode (traced gate.would_refuse, let through), grouped by
     code and tool: counts, runs, first and last seen, example run ids."""
-    from warrant.runner.client.gate_report import gate_report as read_report
-
     summary = guard(as_json, lambda: read_report(_engine(), since=since, run=run))
     if as_json:
         print_json(summary)

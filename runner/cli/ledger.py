@@ -12,7 +12,11 @@ from typing import Annotated, Any
 
 import typer
 
+from warrant.ledger.db import engine_for
 from warrant.runner.cli.common import JsonOpt, console, guard, print_json
+from warrant.runner.client import ledger_verify as lv
+from warrant.runner.client import retention
+from warrant.runner.settings import resolved_urls
 
 __all__ = ["ledger_app"]
 
@@ -23,9 +27,6 @@ ledger_app = typer.Typer(
 
 
 def _engine() -> Any:
-    from warrant.ledger.db import engine_for
-    from warrant.runner.settings import resolved_urls
-
     return engine_for(resolved_urls()[1])
 
 
@@ -78,8 +79,6 @@ def ledger_prune(
     """Remove completed, failed and cancelled runs that finished before the cutoff, with
     every row they own (never a run that waits for a person, reconciles, runs or has an open
     handoff; never long-term memory)."""
-    from warrant.runner.client import retention
-
     cutoff = guard(as_json, lambda: retention.parse_cutoff(finished_before))
     with _progress(as_json, "pruning runs") as on_progress:
         summary = guard(
@@ -105,8 +104,6 @@ def ledger_restore(
 ) -> None:
     """Put the runs of an archive back. A run that exists is skipped (and counted): restoring
     twice changes nothing."""
-    from warrant.runner.client import retention
-
     with _progress(as_json, "restoring runs") as on_progress:
         summary = guard(
             as_json, lambda: retention.restore(_engine(), file, on_progress=on_progress)
@@ -134,8 +131,6 @@ def ledger_verify(
 ) -> None:
     """Check the trace's hash chain of every run (or one) and the prune anchors; exit 1 with
     LEDGER_TAMPERED naming the run, the seq and the kind of the first broken link."""
-    from warrant.runner.client import ledger_verify as lv
-
     with _progress(as_json, "verifying runs") as on_progress:
         if archive is not None:
             summary = guard(

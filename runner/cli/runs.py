@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
+from warrant.ledger.run_listing import newest_runs
 from warrant.runner.cli import ids
 from warrant.runner.cli.common import (
     ByOpt,
@@ -19,12 +20,14 @@ from warrant.runner.cli.common import (
     make_client,
     print_json,
 )
+from warrant.runner.cli.grant_options import parse_duration, parse_instant
 from warrant.runner.cli.policy_steps import trace_facts
 from warrant.runner.cli.reveal import RevealByOpt, RevealOpt, revealed
 from warrant.runner.cli.run_shown import show_run
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest
+from warrant.runner.settings import load_settings, resolved_urls
 
 __all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
 
@@ -119,12 +122,9 @@ def run_list(
 def _list_runs(*, limit: int, status: str | None) -> list[dict[str, Any]]:
     """Over ``WARRANT_SERVER_URL``: the server's listing; else one psycopg query
     (:mod:`warrant.ledger.run_listing`: no SQLAlchemy to import, the CLI's start-up)."""
-    from warrant.runner.settings import load_settings, resolved_urls
-
     settings = load_settings()
     if settings.server_url:
         return [r.to_dict() for r in make_client().list_runs(limit=limit, status=status)]
-    from warrant.ledger.run_listing import newest_runs
 
     return newest_runs(resolved_urls(settings)[1], limit=limit, status=status, settings=settings)
 
@@ -239,8 +239,6 @@ def run_grant(
     """Grant a capability to a run (an operator action, recorded in the trace). A finished
     run (completed, failed, cancelled) is refused: RUN_FINISHED; a grant wider than a standing
     one of its capability without --widen: GRANT_WIDENING_REFUSED."""
-    from warrant.runner.cli.grant_options import parse_duration, parse_instant
-
     client, run_id = _client_and_id(as_json, run_id)
     grant_id = guard(
         as_json,

@@ -1,5 +1,5 @@
-"""The commands that run the stack or a piece of it: ``worker``, ``beat``, ``reconcile``,
-``up`` and ``demo``."""
+"""The commands that run the stack or a piece of it: ``worker``, ``beat``, ``up`` and ``down``
+(``reconcile``: :mod:`~warrant.runner.cli.reconcile`; ``demo``: :mod:`~warrant.runner.cli.demo`)."""
 
 from __future__ import annotations
 
@@ -14,24 +14,17 @@ import typer
 
 from warrant.runner.cli import background
 from warrant.runner.cli.common import (
-    EXIT_FAILED,
     JsonOpt,
     console,
     err,
     guard,
     print_json,
 )
+from warrant.runner.settings import load_settings
+from warrant.runner.stack.local import Stack
+from warrant.runner.stack.roles import beat_command, worker_command
 
-__all__ = ["beat", "demo", "down", "reconcile_once", "up", "worker"]
-
-
-def reconcile_once(as_json: JsonOpt = False) -> None:
-    """Run one reconciler sweep now, in this process (beat schedules them normally)."""
-    from warrant.broker.context import worker_context
-    from warrant.broker.stage_reconciler import sweep
-
-    report = guard(as_json, lambda: sweep(worker_context()).to_dict())
-    print_json(report) if as_json else console.print(report)
+__all__ = ["beat", "down", "up", "worker"]
 
 
 def beat(
@@ -39,9 +32,6 @@ def beat(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the scheduler of reconciler sweeps (a plain `celery beat` underneath)."""
-    from warrant.runner.settings import load_settings
-    from warrant.runner.stack.roles import beat_command
-
     command = beat_command(load_settings(), loglevel=loglevel)
     if as_json:
         print_json({"command": command})
@@ -78,8 +68,6 @@ def worker(
     as_json: JsonOpt = False,
 ) -> None:
     """Run one worker role in the foreground (a plain `celery worker` underneath)."""
-    from warrant.runner.stack.roles import worker_command
-
     command = guard(
         as_json,
         lambda: worker_command(
@@ -99,9 +87,6 @@ def worker(
 def _stack(
     as_json: bool, concurrency: int = 1, *, serve: int | None = None, serve_host: str = ""
 ) -> Any:
-    from warrant.runner.settings import load_settings
-    from warrant.runner.stack.local import Stack
-
     stack = Stack(load_settings(), concurrency=concurrency)
     try:
         with console.status("starting services …") if not as_json else nullcontext():
@@ -214,8 +199,6 @@ def up(
 
 
 def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_host: str) -> None:
-    from warrant.runner.settings import load_settings
-
     data_dir = load_settings().data_dir
     extra = ["--serve", str(serve), "--serve-host", serve_host] if serve is not None else []
     with console.status("starting services and workers …") if not as_json else nullcontext():
@@ -234,37 +217,7 @@ def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_ho
 
 def down(as_json: JsonOpt = False) -> None:
     """Stop the stack that `warrant up --detach` started (SIGTERM; waits for a clean stop)."""
-    from warrant.runner.settings import load_settings
-
     data_dir = load_settings().data_dir
     with console.status("stopping …") if not as_json else nullcontext():
         out = guard(as_json, lambda: background.stop(data_dir))
     print_json(out) if as_json else console.print(f"stopped (pid {out['stopped']})")
-
-
-def demo(as_json: JsonOpt = False) -> None:
-    """Start the stack with the demo plug-in, run the seed scenarios, print a table, stop."""
-    from warrant.runner.stack.demo import run_demo
-    from warrant.tools.demo import DEMO_RELAXED
-    from warrant.tools.plugins import DEMO_PLUGIN, split_refs
-
-    refs = split_refs(os.environ.get("WARRANT_TOOLS", ""))
-    if DEMO_PLUGIN not in refs:  # the demo's tools are a plug-in, off unless named
-        os.environ["WARRANT_TOOLS"] = ",".join([*refs, DEMO_PLUGIN])
-    # The seed scenarios refund and notify unattended: relaxed explicitly, and said so.
-    os.environ.setdefault("WARRANT_RELAX_CONFIRMATION", DEMO_RELAXED)
-    if not as_json:
-        relaxed = os.environ["WARRANT_RELAX_CONFIRMATION"]
-        console.print(
-            f"[yellow]confirmation relaxed for: {relaxed}[/] (WARRANT_RELAX_CONFIRMATION)"
-        )
-
-    _raise_on_sigterm()
-    stack = _stack(as_json)
-    try:
-        ok = run_demo(as_json=as_json, console=console)
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stack.stop()
-    if not ok:
-        raise typer.Exit(EXIT_FAILED)

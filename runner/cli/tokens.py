@@ -9,8 +9,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from warrant.ledger.db import engine_for
 from warrant.runner.cli.common import JsonOpt, console, err, guard, print_json
 from warrant.runner.cli.runs import id_column
+from warrant.runner.client.tokens import Tokens
+from warrant.runner.settings import resolved_urls
 
 __all__ = ["token_app"]
 
@@ -25,10 +28,6 @@ AdminOpt = Annotated[
 
 
 def _tokens() -> Any:
-    from warrant.ledger.db import engine_for
-    from warrant.runner.client.tokens import Tokens
-    from warrant.runner.settings import resolved_urls
-
     return Tokens(engine_for(resolved_urls()[1]))
 
 

@@ -7,6 +7,9 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from warrant.broker.registration import LIVE_WITHIN_S
+from warrant.ledger.db import engine_for
+from warrant.ledger.workers import live_workers
 from warrant.runner.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -14,6 +17,10 @@ from warrant.runner.cli.common import (
     guard,
     print_json,
 )
+from warrant.runner.confirmation_rules import required_policy
+from warrant.runner.settings import load_settings, resolved_urls
+from warrant.tools.deployment import WorkerInfo, disagreements, unserved
+from warrant.tools.plugins import registry_for
 
 __all__ = ["tools_app"]
 
@@ -23,10 +30,6 @@ tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
 @tools_app.command("list")
 def tools_list(as_json: JsonOpt = False) -> None:
     """Every tool contract, with JSON Schemas in the shape MCP uses."""
-    from warrant.runner.confirmation_rules import required_policy
-    from warrant.runner.settings import load_settings
-    from warrant.tools.plugins import registry_for
-
     registry = guard(as_json, registry_for)
     relaxed = load_settings().relaxed_tools
     tools = []
@@ -65,13 +68,6 @@ def _print_warnings(warnings: list[dict[str, str]]) -> None:
 def tools_check(as_json: JsonOpt = False) -> None:
     """Do the running workers (and this process) agree on the tool set, and does a worker
     consume every tool's queue? Exit 1 if not."""
-    from warrant.broker.registration import LIVE_WITHIN_S
-    from warrant.ledger.db import engine_for
-    from warrant.ledger.workers import live_workers
-    from warrant.runner.settings import resolved_urls
-    from warrant.tools.deployment import WorkerInfo, disagreements, unserved
-    from warrant.tools.plugins import registry_for
-
     registry = guard(as_json, registry_for)
     url = guard(as_json, lambda: resolved_urls()[1])
     workers = guard(as_json, lambda: live_workers(engine_for(url), seen_within_s=LIVE_WITHIN_S))

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from warrant.runner.errors import InvalidRequest
-from warrant.runner.settings import WarrantSettings, load_settings
+from warrant.runner.limits import check_storage, limit_table, limits_url
+from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
 from warrant.tools.contract import Isolation
+from warrant.tools.plugins import registry_for
 
 __all__ = [
     "ROLES",
@@ -50,8 +52,6 @@ TOOL_ROLES = {"tool": Isolation.THREAD, "tool-process": Isolation.PROCESS}
 def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
     """The queues a worker of ``role`` consumes: for a tool role, those of the tools of its
     isolation (all of them, or the ones named in ``tools``)."""
-    from warrant.tools.plugins import registry_for
-
     if role in TOOL_ROLES:
         registry = registry_for(ask_mcp_servers=False)  # names only: no MCP server
         unknown = sorted(set(tools or ()) - set(registry.names()))
@@ -84,8 +84,6 @@ def _isolation(registry: Any, name: str) -> Isolation:
 def roles_needed(roles: Sequence[str] = ROLES) -> list[str]:
     """``roles`` without a tool role that would serve no tool in this deployment's registry
     (``warrant up`` starts ``tool-process`` only when some tool needs it)."""
-    from warrant.tools.plugins import registry_for
-
     registry = registry_for(ask_mcp_servers=False)
     present = {_isolation(registry, n) for n in registry.names()}
     return [r for r in roles if r not in TOOL_ROLES or TOOL_ROLES[r] in present]
@@ -202,10 +200,6 @@ def worker_command(
 
 def _check_limits() -> None:
     """Bad shared limits stop a worker before it starts (``INVALID_LIMIT``)."""
-    from warrant.runner.limits import check_storage, limit_table, limits_url
-    from warrant.runner.settings import resolved_urls
-    from warrant.tools.plugins import registry_for
-
     settings = load_settings()
     table = limit_table(settings, registry_for(settings, ask_mcp_servers=False))
     try:
