@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
-from typing import Annotated, Any
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from typing import Annotated, Any, ClassVar
 
 import typer
 from typer.core import TyperGroup
@@ -76,18 +76,52 @@ def _module(name: str) -> object:
     return importlib.import_module(f"warrant.runner.cli.{name}")
 
 
+class _Commands(MutableMapping[str, Any]):
+    """A lazy group's commands: every name is in it from the start, in ``--help``'s order; the
+    command behind a name is built the first time it is looked up."""
+
+    def __init__(self, built: dict[str, Any], names: Iterable[str], load: Callable[[str], Any]):
+        self._built = dict(built)
+        self._names = [*built, *(name for name in names if name not in built)]
+        self._load = load
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in self._names:
+                raise KeyError(name)
+            self._built[name] = self._load(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+        if name not in self._names:
+            self._names.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        self._names.remove(name)
+        self._built.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class _LazyGroup(TyperGroup):
     """A command group whose commands (``lazy``: name to what loads it) are built on demand."""
 
-    lazy: dict[str, object] = {}
+    lazy: ClassVar[dict[str, object]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(dict(self.commands), self.lazy, self.load)
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return [*self.commands, *(name for name in self.lazy if name not in self.commands)]
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if cmd_name not in self.commands and cmd_name in self.lazy:
-            self.commands[cmd_name] = self.load(cmd_name)
-        return super().get_command(ctx, cmd_name)
+        return list(self.commands)  # the names alone: no command module is imported
 
     def load(self, name: str) -> Any:
         raise NotImplementedError
