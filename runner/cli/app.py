@@ -193,6 +193,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     show_version: Annotated[
         bool,
         typer.Option(
@@ -205,7 +206,9 @@ def _root(
 ) -> None:
     """warrant: the model proposes, the program decides."""
     if _HELP.isdisjoint(sys.argv[1:]):  # help is readable whatever the settings say
-        load_settings()  # every command validates the settings first: SETTINGS_INVALID here
+        # read once, here: a bad one is SETTINGS_INVALID before any command runs, and every
+        # command takes them from the root context (common.settings_of)
+        ctx.obj = load_settings()
 
 
 def _cli_errors() -> tuple[tuple[type[Exception], ...], tuple[type[BaseException], ...]]:

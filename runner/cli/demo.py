@@ -10,6 +10,7 @@ import typer
 
 from warrant.runner.cli.common import EXIT_FAILED, JsonOpt, console
 from warrant.runner.cli.stack import _raise_on_sigterm, _stack
+from warrant.runner.settings import load_settings
 from warrant.runner.stack.demo import run_demo
 from warrant.tools.demo import DEMO_RELAXED
 from warrant.tools.plugins import DEMO_PLUGIN, split_refs
@@ -31,7 +32,8 @@ def demo(as_json: JsonOpt = False) -> None:
         )
 
     _raise_on_sigterm()
-    stack = _stack(as_json)
+    # the environment changed above: the settings are read again, with the demo's tools
+    stack = _stack(load_settings(), as_json)
     try:
         ok = run_demo(as_json=as_json, console=console)
     finally:

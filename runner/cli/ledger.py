@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from warrant.ledger.db import engine_for
-from warrant.runner.cli.common import JsonOpt, console, guard, print_json
+from warrant.runner.cli.common import JsonOpt, console, guard, print_json, settings_of
 from warrant.runner.client import ledger_verify as lv
 from warrant.runner.client import retention
 from warrant.runner.settings import resolved_urls
@@ -26,8 +26,8 @@ ledger_app = typer.Typer(
 )
 
 
-def _engine() -> Any:
-    return engine_for(resolved_urls()[1])
+def _engine(ctx: typer.Context) -> Any:
+    return engine_for(resolved_urls(settings_of(ctx))[1])
 
 
 @contextmanager
@@ -60,6 +60,7 @@ def _rows(rows: dict[str, int]) -> str:
 
 @ledger_app.command("prune")
 def ledger_prune(
+    ctx: typer.Context,
     finished_before: Annotated[
         str,
         typer.Option(
@@ -84,7 +85,7 @@ def ledger_prune(
         summary = guard(
             as_json,
             lambda: retention.prune(
-                _engine(), cutoff, archive=archive, batch=batch, on_progress=on_progress
+                _engine(ctx), cutoff, archive=archive, batch=batch, on_progress=on_progress
             ),
         )
     if as_json:
@@ -99,6 +100,7 @@ def ledger_prune(
 
 @ledger_app.command("restore")
 def ledger_restore(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="An archive written by `ledger prune --archive`.")],
     as_json: JsonOpt = False,
 ) -> None:
@@ -106,7 +108,7 @@ def ledger_restore(
     twice changes nothing."""
     with _progress(as_json, "restoring runs") as on_progress:
         summary = guard(
-            as_json, lambda: retention.restore(_engine(), file, on_progress=on_progress)
+            as_json, lambda: retention.restore(_engine(ctx), file, on_progress=on_progress)
         )
     if as_json:
         print_json(summary)
@@ -120,6 +122,7 @@ def ledger_restore(
 
 @ledger_app.command("verify")
 def ledger_verify(
+    ctx: typer.Context,
     run: Annotated[
         str | None, typer.Option("--run", help="Only this run (an id or a unique prefix).")
     ] = None,
@@ -134,10 +137,10 @@ def ledger_verify(
     with _progress(as_json, "verifying runs") as on_progress:
         if archive is not None:
             summary = guard(
-                as_json, lambda: lv.verify_archive(_engine(), archive, on_progress=on_progress)
+                as_json, lambda: lv.verify_archive(_engine(ctx), archive, on_progress=on_progress)
             )
         else:
-            summary = guard(as_json, lambda: lv.verify(_engine(), run, on_progress=on_progress))
+            summary = guard(as_json, lambda: lv.verify(_engine(ctx), run, on_progress=on_progress))
     if as_json:
         print_json(summary)
         return

@@ -19,8 +19,9 @@ from warrant.runner.cli.common import (
     err,
     guard,
     print_json,
+    settings_of,
 )
-from warrant.runner.settings import load_settings
+from warrant.runner.settings import WarrantSettings
 from warrant.runner.stack.local import Stack
 from warrant.runner.stack.roles import beat_command, worker_command
 
@@ -28,17 +29,19 @@ __all__ = ["beat", "down", "up", "worker"]
 
 
 def beat(
+    ctx: typer.Context,
     loglevel: Annotated[str, typer.Option()] = "info",
     as_json: JsonOpt = False,
 ) -> None:
     """Run the scheduler of reconciler sweeps (a plain `celery beat` underneath)."""
-    command = beat_command(load_settings(), loglevel=loglevel)
+    command = beat_command(settings_of(ctx), loglevel=loglevel)
     if as_json:
         print_json({"command": command})
     os.execv(command[0], command)
 
 
 def worker(
+    ctx: typer.Context,
     role: Annotated[str, typer.Option(help="planner | policy | tool | tool-process | reconciler")],
     tools: Annotated[
         str | None, typer.Option(help="Comma-separated tools (roles tool, tool-process).")
@@ -77,6 +80,7 @@ def worker(
             name=hostname,
             concurrency=concurrency,
             loglevel=loglevel,
+            settings=settings_of(ctx),
         ),
     )
     if as_json:
@@ -85,9 +89,14 @@ def worker(
 
 
 def _stack(
-    as_json: bool, concurrency: int = 1, *, serve: int | None = None, serve_host: str = ""
+    settings: WarrantSettings,
+    as_json: bool,
+    concurrency: int = 1,
+    *,
+    serve: int | None = None,
+    serve_host: str = "",
 ) -> Any:
-    stack = Stack(load_settings(), concurrency=concurrency)
+    stack = Stack(settings, concurrency=concurrency)
     try:
         with console.status("starting services …") if not as_json else nullcontext():
             guard(as_json, stack.start_services)
@@ -143,6 +152,7 @@ def _report_exit(exit_: Any, as_json: bool) -> None:
 
 
 def up(
+    ctx: typer.Context,
     concurrency: Annotated[int, typer.Option(min=1, help="Processes per role.")] = 1,
     detach: Annotated[
         bool,
@@ -169,10 +179,10 @@ def up(
     back-off; Ctrl-C or SIGTERM stops the workers and the embedded servers. With --detach it
     runs in the background (output in <data dir>/up.log) until `warrant down`."""
     if detach:
-        _up_detached(concurrency, as_json, serve=serve, serve_host=serve_host)
+        _up_detached(settings_of(ctx), concurrency, as_json, serve=serve, serve_host=serve_host)
         return
     _raise_on_sigterm()
-    stack = _stack(as_json, concurrency, serve=serve, serve_host=serve_host)
+    stack = _stack(settings_of(ctx), as_json, concurrency, serve=serve, serve_host=serve_host)
     info = {
         "broker_url": stack.broker_url.split("@")[-1],
         "database": "ready",
@@ -198,8 +208,15 @@ def up(
             console.print("stopped")
 
 
-def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_host: str) -> None:
-    data_dir = load_settings().data_dir
+def _up_detached(
+    settings: WarrantSettings,
+    concurrency: int,
+    as_json: bool,
+    *,
+    serve: int | None,
+    serve_host: str,
+) -> None:
+    data_dir = settings.data_dir
     extra = ["--serve", str(serve), "--serve-host", serve_host] if serve is not None else []
     with console.status("starting services and workers …") if not as_json else nullcontext():
         info = guard(
@@ -215,9 +232,9 @@ def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_ho
     )
 
 
-def down(as_json: JsonOpt = False) -> None:
+def down(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Stop the stack that `warrant up --detach` started (SIGTERM; waits for a clean stop)."""
-    data_dir = load_settings().data_dir
+    data_dir = settings_of(ctx).data_dir
     with console.status("stopping …") if not as_json else nullcontext():
         out = guard(as_json, lambda: background.stop(data_dir))
     print_json(out) if as_json else console.print(f"stopped (pid {out['stopped']})")

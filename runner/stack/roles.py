@@ -98,16 +98,18 @@ def role_pool(role: str, concurrency: int) -> str:
     return "solo" if role in SOLO_ROLES and concurrency == 1 else "prefork"
 
 
-def role_concurrency(role: str, concurrency: int | None) -> int:
+def role_concurrency(
+    role: str, concurrency: int | None, settings: WarrantSettings | None = None
+) -> int:
     """``-c`` for a worker of ``role``: ``concurrency`` if given; else, for a threaded role,
     ``WARRANT_PLANNER_CONCURRENCY`` or ``WARRANT_TOOL_CONCURRENCY`` (calls one process holds
     at once), otherwise 1."""
     if concurrency is not None:
         return concurrency
     if role == "planner":
-        return load_settings().planner_concurrency
+        return (settings or load_settings()).planner_concurrency
     if role == "tool":
-        return load_settings().tool_concurrency
+        return (settings or load_settings()).tool_concurrency
     return 1
 
 
@@ -170,14 +172,17 @@ def worker_command(
     loglevel: str = "warning",
     name: str | None = None,
     events: bool = True,
+    settings: WarrantSettings | None = None,
 ) -> list[str]:
     """The plain ``celery worker`` command line for a role; its node is ``name`` (Celery's
     ``%h`` is the host name) or :func:`default_node`, its pool :func:`role_pool`'s.
 
     ``queues`` narrows what the worker consumes to some of the role's own queues (a tool
-    worker for ``tool.issue_refund`` only, say); a queue the role does not serve is refused."""
+    worker for ``tool.issue_refund`` only, say); a queue the role does not serve is refused.
+    ``settings``: the caller's (``warrant worker``: the command line's), else this process's."""
     own = role_queues(role, tools=tools)
-    _check_limits()
+    settings = settings or load_settings()
+    _check_limits(settings)
     if queues:
         foreign = sorted(set(queues) - set(own))
         if foreign:
@@ -186,7 +191,7 @@ def worker_command(
                 code="UNKNOWN_QUEUE",
             )
         own = [q for q in own if q in set(queues)]
-    concurrency = role_concurrency(role, concurrency)
+    concurrency = role_concurrency(role, concurrency, settings)
     return celery_worker_command(
         "warrant.broker.app",
         own,
@@ -198,9 +203,8 @@ def worker_command(
     )
 
 
-def _check_limits() -> None:
+def _check_limits(settings: WarrantSettings) -> None:
     """Bad shared limits stop a worker before it starts (``INVALID_LIMIT``)."""
-    settings = load_settings()
     table = limit_table(settings, registry_for(settings, ask_mcp_servers=False))
     try:
         broker_url: str | None = resolved_urls(settings)[0]
