@@ -148,7 +148,7 @@ def test_an_invalid_value_is_settings_invalid_naming_its_variable(monkeypatch):
     with pytest.raises(SettingsInvalid, match="WARRANT_LEASE_HEARTBEAT_TIMEOUT_S must be"):
         load_settings()
     monkeypatch.setenv("WARRANT_LEASE_HEARTBEAT_TIMEOUT_S", "8")
-    assert load_settings().reconciler.lease_heartbeat_s == 2
+    assert load_settings().lease_heartbeat_s == 2
 
 
 def test_secrets_are_not_shown_in_the_message(monkeypatch):
