@@ -78,9 +78,9 @@ def table() -> str:
     """The generated block, markers included: one heading and table per group, in the order
     of ``GROUPS``."""
     blocks = [BEGIN]
-    for attribute, group, heading in GROUPS:
+    for _, group, heading in GROUPS:
         about = markdown_text(group.__doc__ or "")
-        blocks += ["", f"## {heading}", "", f"{about} In code: `settings.{attribute}`.", ""]
+        blocks += ["", f"## {heading}", "", about, ""]
         blocks += _rows(group)
     return "\n".join([*blocks, "", END])
 

@@ -18,7 +18,8 @@ from celery.signals import beat_init, worker_init
 from celery.worker import state as worker_state
 
 from warrant.broker import telemetry
-from warrant.broker._redis_transport import RESTORE_EVERY_S
+from warrant.broker._redis_transport import RESTORE_EVERY_S, TRANSPORT
+from warrant.broker._unconfigured import TRANSPORT as UNCONFIGURED
 from warrant.broker.publish import RUN_HEADER
 from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from warrant.broker.registration import RegisterWorker
@@ -160,12 +161,9 @@ def _choose_transport(celery: Celery, broker_url: str | None) -> None:
     if broker_url is None:
         # Importing the app stays possible; its first connection raises
         # SERVICES_NOT_CONFIGURED (see warrant.broker._unconfigured).
-        from warrant.broker._unconfigured import TRANSPORT as UNCONFIGURED
 
         celery.conf.broker_transport = UNCONFIGURED
     elif broker_url.startswith(("redis://", "redis+socket://")):
-        from warrant.broker._redis_transport import TRANSPORT
-
         celery.conf.broker_transport = TRANSPORT
 
 

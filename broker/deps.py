@@ -14,10 +14,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from warrant.ledger.db import engine_for
 from warrant.ledger.stores import LedgerToolDeps
 from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools.contract import Tool
-from warrant.tools.plugins import BUILTIN_SOURCE, DepsContext, load_object
+from warrant.tools.plugins import BUILTIN_SOURCE, DepsContext, load_object, registry_for
 from warrant.tools.registry import Registry
 
 __all__ = ["ToolDepsSet"]
@@ -85,9 +86,6 @@ class ToolDepsSet:
 
 def setup_plugins(database_url: str, settings: WarrantSettings | None = None) -> list[str]:
     """Run every enabled plug-in's set-up step (``warrant db upgrade``, ``up``, ``demo``)."""
-    from warrant.ledger.db import engine_for
-    from warrant.tools.plugins import registry_for
-
     settings = settings or load_settings()
     engine = engine_for(database_url)
     deps = ToolDepsSet(

@@ -21,8 +21,11 @@ from celery import bootsteps
 from sqlalchemy import Engine
 
 from warrant.broker.process_identity import this_process
+from warrant.ledger.db import engine_for
 from warrant.ledger.workers import live_workers, register_worker, touch_worker, unregister_worker
+from warrant.runner.settings import resolved_urls
 from warrant.tools.deployment import WorkerInfo, roles_of
+from warrant.tools.plugins import registry_for
 
 __all__ = [
     "HEARTBEAT_S",
@@ -42,9 +45,6 @@ CACHE_S = 5.0
 
 
 def _engine() -> Engine:
-    from warrant.ledger.db import engine_for
-    from warrant.runner.settings import resolved_urls
-
     return engine_for(resolved_urls()[1])
 
 
@@ -59,8 +59,6 @@ class RegisterWorker(bootsteps.StartStopStep):
         self.process = this_process().label
 
     def start(self, worker: Any) -> None:
-        from warrant.tools.plugins import registry_for
-
         registry = registry_for()
         queues = sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues)
         node = worker.hostname

@@ -30,6 +30,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from warrant.runner.policy import LAYER_OF_EVENT
+
 __all__ = [
     "CLIENT_EXIT_FLUSH_S",
     "EXPORT_TIMEOUT_S",
@@ -290,8 +292,6 @@ def layer_observer(**attributes: Any) -> Any:
     if _PROVIDER is None:
         return None
     import time
-
-    from warrant.runner.policy import LAYER_OF_EVENT
 
     attrs = {f"warrant.{k}": v for k, v in attributes.items() if v is not None}
     last = [time.time_ns()]

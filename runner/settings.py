@@ -3,10 +3,11 @@
 :class:`WarrantSettings` is the fields of its groups, one per role
 (:mod:`warrant.runner.settings_groups`: ``connections``, ``reconciler``, ``workers``,
 ``limits``, ``api``, ``plugins``, ``approvals``, ``webhooks``), each field read from
-``WARRANT_<FIELD>`` and each group offered as a typed, frozen view. Production code takes them
-from :func:`load_settings`, which reads and validates the environment once per process (as
-the process starts: a bad value is ``SettingsInvalid`` ``SETTINGS_INVALID`` there, naming the
-variable); tests that change a variable get it read again (or call :func:`reload_settings`).
+``WARRANT_<FIELD>``. Production code takes them from :func:`load_settings`, which reads and
+validates the environment once per process (as the process starts: a bad value is
+``SettingsInvalid`` ``SETTINGS_INVALID`` there, naming the variable), at each edge (the CLI's
+root, a worker's Celery app, the HTTP app factory) that passes them down; tests that change a
+variable get it read again (or call :func:`reload_settings`).
 
 When neither URL is set, the CLI's ``up``/``demo`` start embedded servers and record their
 URLs in ``<data_dir>/services.json``; every other command then finds them there.
@@ -17,9 +18,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from warrant.runner.errors import ServiceUnavailable, SettingsInvalid
@@ -49,53 +49,14 @@ __all__ = [
 ]
 
 
-_G = TypeVar("_G", bound=BaseModel)
-
-
 class WarrantSettings(
     Connections, Reconciler, Workers, Limits, Api, Plugins, Approvals, Webhooks, BaseSettings
 ):
     """Every setting: the fields of each group (``warrant.runner.settings_groups``), each read
-    from ``WARRANT_<FIELD>``, flat (``settings.lease_margin_s``) and as its group's typed,
-    frozen view (``settings.reconciler.lease_margin_s``). Frozen: one instance is shared by the
-    whole process (:func:`load_settings`)."""
+    from ``WARRANT_<FIELD>`` (``settings.lease_margin_s``). Frozen: one instance is shared by
+    the whole process (:func:`load_settings`)."""
 
     model_config = SettingsConfigDict(env_prefix="WARRANT_", extra="ignore", frozen=True)
-
-    def _view(self, group: type[_G]) -> _G:
-        return group.model_construct(**{name: getattr(self, name) for name in group.model_fields})
-
-    @property
-    def connections(self) -> Connections:
-        return self._view(Connections)
-
-    @property
-    def reconciler(self) -> Reconciler:
-        return self._view(Reconciler)
-
-    @property
-    def workers(self) -> Workers:
-        return self._view(Workers)
-
-    @property
-    def limits(self) -> Limits:
-        return self._view(Limits)
-
-    @property
-    def api(self) -> Api:
-        return self._view(Api)
-
-    @property
-    def plugins(self) -> Plugins:
-        return self._view(Plugins)
-
-    @property
-    def approvals(self) -> Approvals:
-        return self._view(Approvals)
-
-    @property
-    def webhooks(self) -> Webhooks:
-        return self._view(Webhooks)
 
 
 _LOCK = threading.Lock()

@@ -2,9 +2,9 @@
 (type, default, bounds and the docstring ``docs/settings.md`` shows).
 
 :class:`~warrant.runner.settings.WarrantSettings` inherits every group's fields, so each keeps
-its flat ``WARRANT_<FIELD>`` variable and its flat attribute (``settings.lease_margin_s``),
-and offers each group as a typed view of the same values (``settings.reconciler``, a
-:class:`Reconciler`). :data:`GROUPS` lists them in the order the settings page shows them.
+its flat ``WARRANT_<FIELD>`` variable and its flat attribute (``settings.lease_margin_s``):
+the groups declare the fields, in the sections the settings page follows (:data:`GROUPS`, in
+the page's order).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ DEFAULT_VISIBILITY_TIMEOUT_S = 45
 
 
 class _Group(BaseModel):
-    """A group's fields; frozen (a view never changes under its reader)."""
+    """A group's fields; frozen (the settings never change under their reader)."""
 
     model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
 
@@ -273,8 +273,8 @@ class Webhooks(_Group):
     """... and never more than this."""
 
 
-#: The groups in the order the settings page shows them: (attribute on ``WarrantSettings``,
-#: its class, the page's heading).
+#: The groups in the order the settings page shows them: (the group's name, its class, the
+#: page's heading).
 GROUPS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("connections", Connections, "Connections"),
     ("reconciler", Reconciler, "Reconciler and leases"),

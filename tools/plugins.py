@@ -95,8 +95,7 @@ def plugins_for(settings: WarrantSettings, *, ask_mcp_servers: bool = True) -> l
     for ref in split_refs(settings.tools):
         plugins.append(as_plugin(load_object(ref), source=f"WARRANT_TOOLS {ref}"))
     if settings.mcp_config is not None:
-        # imported here: the MCP client (anyio, httpx, jsonschema) only when a config names it
-        from warrant.tools.mcp import mcp_plugins
+        from warrant.tools.mcp import mcp_plugins  # lazy: MCP client only when a config names it
 
         plugins.extend(mcp_plugins(settings.mcp_config, ask_servers=ask_mcp_servers))
     return plugins

@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         except PackageNotFoundError:
             sys.stdout.write("warrant unknown\n")
         sys.exit(0)
-    from warrant.runner.cli.app import run
+    from warrant.runner.cli.app import run  # lazy: --version answers before typer/rich load
 
     sys.exit(run(args))
 

@@ -16,27 +16,16 @@ these: tests and embedders see the exit code).
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Sequence
-from typing import Annotated, Any
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from typing import Annotated, Any, ClassVar
 
 import typer
+from typer.core import TyperGroup
+from typer.main import get_command_from_info, get_group_from_info
+from typer.models import TyperInfo
 
-from warrant.runner.cli import (
-    answers,
-    db,
-    handoffs,
-    memory,
-    proposals,
-    runs,
-    stack,
-    start,
-    tokens,
-)
-from warrant.runner.cli import gate as gate_cli
-from warrant.runner.cli import ledger as ledger_cli
-from warrant.runner.cli import mcp as mcp_cli
-from warrant.runner.cli import tools as tools_cli
 from warrant.runner.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -44,42 +33,140 @@ from warrant.runner.cli.common import (
     report,
     settings_error,
 )
-from warrant.runner.cli.serve import serve
 from warrant.runner.errors import InvalidRequest, WarrantError
+from warrant.runner.settings import load_settings
 
 __all__ = ["app", "main", "run", "version"]
 
-# importing them registers `warrant run answer`, `run start`, `run wait`, `run propose` and
-# `run decision`
-_REGISTERED = (
-    answers.run_answer,
-    start.run_start,
-    start.run_wait,
-    proposals.run_propose,
-    proposals.run_decision,
-)
+# The command line's one lazy place: a command's module (and what it imports: the broker and
+# Celery, SQLAlchemy, the HTTP server) is imported when that command runs or its help is
+# shown, never at start-up: `warrant run list` loads the run commands it needs, nothing else.
+#: Each command of the root: its module under ``warrant.runner.cli`` and the attribute there
+#: (a function: a command; a Typer app: a command group), in the order ``--help`` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "reconcile": ("reconcile", "reconcile_once"),
+    "beat": ("stack", "beat"),
+    "worker": ("stack", "worker"),
+    "up": ("stack", "up"),
+    "down": ("stack", "down"),
+    "demo": ("demo", "demo"),
+    "serve": ("serve", "serve"),
+    "run": ("runs", "run_app"),
+    "tools": ("tools", "tools_app"),
+    "db": ("db", "db_app"),
+    "memory": ("memory", "memory_app"),
+    "handoff": ("handoffs", "handoff_app"),
+    "token": ("tokens", "token_app"),
+    "ledger": ("ledger", "ledger_app"),
+    "gate": ("gate", "gate_app"),
+    "mcp": ("mcp", "mcp_app"),
+}
+#: The ``run`` commands other modules add to ``runs.run_app`` (importing the module registers
+#: them): ``run start`` imports the broker's registrations, which ``run list`` does without.
+RUN_COMMANDS: dict[str, str] = {
+    "answer": "answers",
+    "propose": "proposals",
+    "decision": "proposals",
+    "start": "start",
+    "wait": "start",
+}
+
+
+def _module(name: str) -> object:
+    return importlib.import_module(f"warrant.runner.cli.{name}")
+
+
+class _Commands(MutableMapping[str, Any]):
+    """A lazy group's commands: every name is in it from the start, in ``--help``'s order; the
+    command behind a name is built the first time it is looked up."""
+
+    def __init__(self, built: dict[str, Any], names: Iterable[str], load: Callable[[str], Any]):
+        self._built = dict(built)
+        self._names = [*built, *(name for name in names if name not in built)]
+        self._load = load
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in self._names:
+                raise KeyError(name)
+            self._built[name] = self._load(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+        if name not in self._names:
+            self._names.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        self._names.remove(name)
+        self._built.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+class _LazyGroup(TyperGroup):
+    """A command group whose commands (``lazy``: name to what loads it) are built on demand."""
+
+    lazy: ClassVar[dict[str, object]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(dict(self.commands), self.lazy, self.load)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)  # the names alone: no command module is imported
+
+    def load(self, name: str) -> Any:
+        raise NotImplementedError
+
+
+class _RunGroup(_LazyGroup):
+    lazy = dict(RUN_COMMANDS)
+
+    def load(self, name: str) -> Any:
+        _module(RUN_COMMANDS[name])  # registers its commands on run_app
+        run_app = _module("runs").run_app  # type: ignore[attr-defined]
+        info = next(c for c in run_app.registered_commands if c.name == name)
+        return get_command_from_info(
+            info,
+            pretty_exceptions_short=run_app.pretty_exceptions_short,
+            rich_markup_mode=run_app.rich_markup_mode,
+        )
+
+
+class _RootGroup(_LazyGroup):
+    lazy = dict(COMMANDS)
+
+    def load(self, name: str) -> Any:
+        module, attribute = COMMANDS[name]
+        found = getattr(_module(module), attribute)
+        if isinstance(found, typer.Typer):
+            return get_group_from_info(
+                TyperInfo(found, name=name, cls=_RunGroup if name == "run" else TyperGroup),
+                pretty_exceptions_short=app.pretty_exceptions_short,
+                rich_markup_mode=app.rich_markup_mode,
+                suggest_commands=app.suggest_commands,
+            )
+        return get_command_from_info(
+            typer.models.CommandInfo(name=name, callback=found),
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode,
+        )
+
 
 app = typer.Typer(
     help="warrant: the model proposes, the program decides.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=_RootGroup,
 )
-app.add_typer(runs.run_app, name="run")
-app.add_typer(tools_cli.tools_app, name="tools")
-app.add_typer(db.db_app, name="db")
-app.add_typer(memory.memory_app, name="memory")
-app.add_typer(handoffs.handoff_app, name="handoff")
-app.add_typer(tokens.token_app, name="token")
-app.add_typer(ledger_cli.ledger_app, name="ledger")
-app.add_typer(gate_cli.gate_app, name="gate")
-app.add_typer(mcp_cli.mcp_app, name="mcp")
-app.command("reconcile")(stack.reconcile_once)
-app.command("beat")(stack.beat)
-app.command("worker")(stack.worker)
-app.command("up")(stack.up)
-app.command("down")(stack.down)
-app.command("demo")(stack.demo)
-app.command("serve")(serve)
 
 
 def version() -> str:
@@ -106,6 +193,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     show_version: Annotated[
         bool,
         typer.Option(
@@ -117,10 +205,10 @@ def _root(
     ] = False,
 ) -> None:
     """warrant: the model proposes, the program decides."""
-    from warrant.runner.settings import load_settings
-
     if _HELP.isdisjoint(sys.argv[1:]):  # help is readable whatever the settings say
-        load_settings()  # every command validates the settings first: SETTINGS_INVALID here
+        # read once, here: a bad one is SETTINGS_INVALID before any command runs, and every
+        # command takes them from the root context (common.settings_of)
+        ctx.obj = load_settings()
 
 
 def _cli_errors() -> tuple[tuple[type[Exception], ...], tuple[type[BaseException], ...]]:

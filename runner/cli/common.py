@@ -26,6 +26,7 @@ from warrant.runner.errors import (
     WaitTimedOut,
     WarrantError,
 )
+from warrant.runner.settings import WarrantSettings, load_settings, settings_invalid
 
 __all__ = [
     "BAD_INPUT",
@@ -48,6 +49,7 @@ __all__ = [
     "print_json",
     "report",
     "settings_error",
+    "settings_of",
 ]
 
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -152,8 +154,6 @@ def settings_error(exc: BaseException) -> SettingsInvalid | None:
     from pydantic import ValidationError
     from sqlalchemy.exc import ArgumentError
 
-    from warrant.runner.settings import settings_invalid
-
     if isinstance(exc, ValidationError):
         return settings_invalid(exc)
     if isinstance(exc, ArgumentError) and "URL" in str(exc):
@@ -166,23 +166,28 @@ def exit_code_for(status: str) -> int:
     return EXIT_BY_STATUS.get(status, EXIT_TIMED_OUT)
 
 
-def make_client(*, remote_ok: bool = True) -> Any:
+def settings_of(ctx: typer.Context) -> WarrantSettings:
+    """The settings the command line's root read for this command (:mod:`warrant.runner.cli.app`
+    keeps them on the root context); a command group run on its own reads them here."""
+    loaded = ctx.find_root().obj
+    return loaded if isinstance(loaded, WarrantSettings) else load_settings()
+
+
+def make_client(*, remote_ok: bool = True, settings: WarrantSettings | None = None) -> Any:
     """The client a command works with: a :class:`~warrant.runner.client.remote.RemoteClient`
     of ``WARRANT_SERVER_URL`` (with ``WARRANT_API_TOKEN``; none: ``TokenInvalid``) when that is
     set and ``remote_ok``, else the database-backed :class:`~warrant.runner.client.api.Client`
     (``remote_ok=False``: commands the HTTP API has no equivalent of)."""
     if remote_ok:
-        from warrant.runner.settings import load_settings
-
-        settings = load_settings()
+        settings = settings or load_settings()
         if settings.server_url:
-            from warrant.runner.client.remote import RemoteClient
+            from warrant.runner.client.remote import RemoteClient  # lazy: httpx, remote only
 
             if not settings.api_token:
                 raise TokenInvalid(
                     "WARRANT_SERVER_URL is set: WARRANT_API_TOKEN must name an API token"
                 )
             return RemoteClient(settings.server_url, settings.api_token)
-    from warrant.runner.client.api import Client
+    from warrant.runner.client.api import Client  # lazy: Celery + SQLAlchemy, ~0.5 s
 
     return Client.from_env()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from warrant.runner.cli.common import JsonOpt, console, guard, print_json
+from warrant.broker.deps import setup_plugins
+from warrant.ledger.migrate import upgrade
+from warrant.runner.cli.common import JsonOpt, console, guard, print_json, settings_of
+from warrant.runner.settings import resolved_urls
 
 __all__ = ["db_app"]
 
@@ -12,15 +15,12 @@ db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
 
 
 @db_app.command("upgrade")
-def db_upgrade(as_json: JsonOpt = False) -> None:
+def db_upgrade(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Apply the ledger's Alembic migrations."""
-    from warrant.broker.deps import setup_plugins
-    from warrant.ledger.migrate import upgrade
-    from warrant.runner.settings import resolved_urls
-
-    url = guard(as_json, lambda: resolved_urls()[1])
+    settings = settings_of(ctx)
+    url = guard(as_json, lambda: resolved_urls(settings)[1])
     revision = guard(as_json, lambda: upgrade(url))
-    plugins = guard(as_json, lambda: setup_plugins(url))
+    plugins = guard(as_json, lambda: setup_plugins(url, settings))
     print_json({"revision": revision, "plugins_set_up": plugins}) if as_json else console.print(
         f"ledger at revision [bold]{revision}[/]"
         + (f"; set up: {', '.join(plugins)}" if plugins else "")

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from warrant.runner.client.runs import SETTLED
+
 if TYPE_CHECKING:
     from warrant.runner.client.runs import RunInfo
 
@@ -73,7 +75,6 @@ def follow(client: Any, run_id: str, *, timeout: float, progress: Progress) -> R
     """Report each change of the run to ``progress`` until it settles (terminal or waiting
     for a person) or ``timeout`` seconds pass; the last state seen."""
     deadline = time.monotonic() + timeout
-    from warrant.runner.client.runs import SETTLED
 
     info: RunInfo = client.get_run(run_id)
     seen: int | None = None
@@ -93,7 +94,6 @@ def _next_change(client: Any, run_id: str, version: int, left: float) -> RunInfo
     if hasattr(client, "wait_change"):
         changed: RunInfo = client.wait_change(run_id, version=version, timeout=left)
         return changed
-    from warrant.runner.client.runs import SETTLED
 
     end = time.monotonic() + left
     pause = FIRST_PAUSE_S

@@ -9,22 +9,23 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from warrant.runner.cli.common import JsonOpt, console, guard, print_json
+from warrant.ledger.db import engine_for
+from warrant.runner.cli.common import JsonOpt, console, guard, print_json, settings_of
+from warrant.runner.client.gate_report import gate_report as read_report
+from warrant.runner.settings import resolved_urls
 
 __all__ = ["gate_app"]
 
 gate_app = typer.Typer(help="The policy gate: observe mode's report.", no_args_is_help=True)
 
 
-def _engine() -> Any:
-    from warrant.ledger.db import engine_for
-    from warrant.runner.settings import resolved_urls
-
-    return engine_for(resolved_urls()[1])
+def _engine(ctx: typer.Context) -> Any:
+    return engine_for(resolved_urls(settings_of(ctx))[1])
 
 
 @gate_app.command("report")
 def gate_report(
+    ctx: typer.Context,
     since: Annotated[
         str | None,
         typer.Option("--since", help="From: an ISO 8601 date or datetime, or an age: 24h, 7d."),
@@ -36,9 +37,7 @@ def gate_report(
 ) -> None:
     """Would-be refusals of observe mode (traced gate.would_refuse, let through), grouped by
     code and tool: counts, runs, first and last seen, example run ids."""
-    from warrant.runner.client.gate_report import gate_report as read_report
-
-    summary = guard(as_json, lambda: read_report(_engine(), since=since, run=run))
+    summary = guard(as_json, lambda: read_report(_engine(ctx), since=since, run=run))
     if as_json:
         print_json(summary)
         return

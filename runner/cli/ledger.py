@@ -12,7 +12,11 @@ from typing import Annotated, Any
 
 import typer
 
-from warrant.runner.cli.common import JsonOpt, console, guard, print_json
+from warrant.ledger.db import engine_for
+from warrant.runner.cli.common import JsonOpt, console, guard, print_json, settings_of
+from warrant.runner.client import ledger_verify as lv
+from warrant.runner.client import retention
+from warrant.runner.settings import resolved_urls
 
 __all__ = ["ledger_app"]
 
@@ -22,11 +26,8 @@ ledger_app = typer.Typer(
 )
 
 
-def _engine() -> Any:
-    from warrant.ledger.db import engine_for
-    from warrant.runner.settings import resolved_urls
-
-    return engine_for(resolved_urls()[1])
+def _engine(ctx: typer.Context) -> Any:
+    return engine_for(resolved_urls(settings_of(ctx))[1])
 
 
 @contextmanager
@@ -59,6 +60,7 @@ def _rows(rows: dict[str, int]) -> str:
 
 @ledger_app.command("prune")
 def ledger_prune(
+    ctx: typer.Context,
     finished_before: Annotated[
         str,
         typer.Option(
@@ -78,14 +80,12 @@ def ledger_prune(
     """Remove completed, failed and cancelled runs that finished before the cutoff, with
     every row they own (never a run that waits for a person, reconciles, runs or has an open
     handoff; never long-term memory)."""
-    from warrant.runner.client import retention
-
     cutoff = guard(as_json, lambda: retention.parse_cutoff(finished_before))
     with _progress(as_json, "pruning runs") as on_progress:
         summary = guard(
             as_json,
             lambda: retention.prune(
-                _engine(), cutoff, archive=archive, batch=batch, on_progress=on_progress
+                _engine(ctx), cutoff, archive=archive, batch=batch, on_progress=on_progress
             ),
         )
     if as_json:
@@ -100,16 +100,15 @@ def ledger_prune(
 
 @ledger_app.command("restore")
 def ledger_restore(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="An archive written by `ledger prune --archive`.")],
     as_json: JsonOpt = False,
 ) -> None:
     """Put the runs of an archive back. A run that exists is skipped (and counted): restoring
     twice changes nothing."""
-    from warrant.runner.client import retention
-
     with _progress(as_json, "restoring runs") as on_progress:
         summary = guard(
-            as_json, lambda: retention.restore(_engine(), file, on_progress=on_progress)
+            as_json, lambda: retention.restore(_engine(ctx), file, on_progress=on_progress)
         )
     if as_json:
         print_json(summary)
@@ -123,6 +122,7 @@ def ledger_restore(
 
 @ledger_app.command("verify")
 def ledger_verify(
+    ctx: typer.Context,
     run: Annotated[
         str | None, typer.Option("--run", help="Only this run (an id or a unique prefix).")
     ] = None,
@@ -134,15 +134,13 @@ def ledger_verify(
 ) -> None:
     """Check the trace's hash chain of every run (or one) and the prune anchors; exit 1 with
     LEDGER_TAMPERED naming the run, the seq and the kind of the first broken link."""
-    from warrant.runner.client import ledger_verify as lv
-
     with _progress(as_json, "verifying runs") as on_progress:
         if archive is not None:
             summary = guard(
-                as_json, lambda: lv.verify_archive(_engine(), archive, on_progress=on_progress)
+                as_json, lambda: lv.verify_archive(_engine(ctx), archive, on_progress=on_progress)
             )
         else:
-            summary = guard(as_json, lambda: lv.verify(_engine(), run, on_progress=on_progress))
+            summary = guard(as_json, lambda: lv.verify(_engine(ctx), run, on_progress=on_progress))
     if as_json:
         print_json(summary)
         return

@@ -10,7 +10,13 @@ from typing import Annotated, Any
 import typer
 
 from warrant.runner.cli.common import ByOpt, JsonOpt, guard, print_json
-from warrant.runner.errors import SpecError
+from warrant.runner.client.api import Client
+from warrant.runner.client.mcp_accept import accept_tool
+from warrant.runner.client.tokens import Tokens
+from warrant.runner.errors import InvalidRequest, SpecError
+from warrant.runner.server.mcp_gateway import Gateway, GatewayOptions, http_app, serve_stdio
+from warrant.runner.spec import parse_run_spec
+from warrant.tools.plugins import registry_for
 
 __all__ = ["mcp_app"]
 
@@ -20,8 +26,6 @@ mcp_app = typer.Typer(help="warrant as an MCP server (a gateway).", no_args_is_h
 def load_template(path: Path) -> dict[str, Any]:
     """The run spec template: a run spec whose planner is (or becomes) ``external``;
     validated now (``SPEC_INVALID`` names the field)."""
-    from warrant.runner.spec import parse_run_spec
-
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -70,22 +74,15 @@ def mcp_serve(
     stdio: `warrant mcp serve --spec run.json` as the client's server command. HTTP:
     `--transport http`, the client sends `Authorization: Bearer <producer token>` to
     http://HOST:PORT/mcp (header `Warrant-Run-Key` continues a run)."""
-    from warrant.runner.errors import InvalidRequest
-
     if transport not in ("stdio", "http"):
         guard(as_json, lambda: _raise(InvalidRequest("--transport is stdio or http")))
     gateway = guard(as_json, lambda: _gateway(spec, run_key, approval_wait, decision_wait, tools))
     if transport == "stdio":
         import anyio
 
-        from warrant.runner.server.mcp_gateway import serve_stdio
-
         anyio.run(lambda: serve_stdio(gateway, identity=identity))
         return
     import uvicorn
-
-    from warrant.runner.client.tokens import Tokens
-    from warrant.runner.server.mcp_gateway import http_app
 
     app = http_app(gateway, Tokens(gateway.client.engine))
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
@@ -100,10 +97,6 @@ def _gateway(
 ) -> Any:
     import logging
     import sys
-
-    from warrant.runner.client.api import Client
-    from warrant.runner.server.mcp_gateway import Gateway, GatewayOptions
-    from warrant.tools.plugins import registry_for
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout may be MCP's
     options = GatewayOptions(
@@ -126,8 +119,6 @@ def mcp_accept(
     """Accept the definition (name, description, inputSchema, annotations) the server serves
     now for a declared tool: its calls, refused with MCP_TOOL_CHANGED since the server changed
     it, go through the gate again. Recorded with who (--by) and when."""
-    from warrant.runner.client.mcp_accept import accept_tool
-
     accepted = guard(as_json, lambda: accept_tool(server, tool, by=by))
     if as_json:
         print_json(accepted)

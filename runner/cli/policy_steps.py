@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from warrant.runner.cli.why import why
+from warrant.runner.observe import would_refusals
+
 __all__ = ["policy_versions", "trace_facts"]
 
 
@@ -12,9 +15,6 @@ def trace_facts(data: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, 
     """What ``run show`` and ``run start --wait`` add to a run from its trace: ``why`` it
     stopped or waits, the ``policy_versions`` of its decisions and the calls observe mode
     let through (``would_refuse``)."""
-    from warrant.runner.cli.why import why
-    from warrant.runner.observe import would_refusals
-
     return {
         "why": why(data, trace),
         "policy_versions": policy_versions(trace),

@@ -46,7 +46,7 @@ def local_user() -> str:
 
 def revealed(client: Any, run_id: str, *, by: str | None) -> dict[str, Any] | None:
     """The run's pending proposal with its sensitive values (``None``: it waits for none)."""
-    from warrant.runner.client.approvals import Origin
+    from warrant.runner.client.approvals import Origin  # lazy: SQLAlchemy; run list skips it
 
     where = Origin(via="cli", address=socket.gethostname())
     found = client.reveal(run_id, by=by or local_user(), origin=where)

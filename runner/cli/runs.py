@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
+from warrant.ledger.run_listing import newest_runs
 from warrant.runner.cli import ids
 from warrant.runner.cli.common import (
     ByOpt,
@@ -18,13 +19,16 @@ from warrant.runner.cli.common import (
     guard,
     make_client,
     print_json,
+    settings_of,
 )
+from warrant.runner.cli.grant_options import parse_duration, parse_instant
 from warrant.runner.cli.policy_steps import trace_facts
 from warrant.runner.cli.reveal import RevealByOpt, RevealOpt, revealed
 from warrant.runner.cli.run_shown import show_run
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest
+from warrant.runner.settings import WarrantSettings, resolved_urls
 
 __all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
 
@@ -76,6 +80,7 @@ STATUSES = [s.value for s in RunStatus]
 
 @run_app.command("list")
 def run_list(
+    ctx: typer.Context,
     status: Annotated[
         str | None, typer.Option(help=f"Only runs with this status: {', '.join(STATUSES)}.")
     ] = None,
@@ -92,7 +97,8 @@ def run_list(
             ),
             as_json,
         )
-    runs = guard(as_json, lambda: _list_runs(limit=limit, status=status))
+    settings = settings_of(ctx)
+    runs = guard(as_json, lambda: _list_runs(settings, limit=limit, status=status))
     if as_json:
         print_json(runs)
         return
@@ -116,15 +122,14 @@ def run_list(
     console.print(table)
 
 
-def _list_runs(*, limit: int, status: str | None) -> list[dict[str, Any]]:
+def _list_runs(
+    settings: WarrantSettings, *, limit: int, status: str | None
+) -> list[dict[str, Any]]:
     """Over ``WARRANT_SERVER_URL``: the server's listing; else one psycopg query
     (:mod:`warrant.ledger.run_listing`: no SQLAlchemy to import, the CLI's start-up)."""
-    from warrant.runner.settings import load_settings, resolved_urls
-
-    settings = load_settings()
     if settings.server_url:
-        return [r.to_dict() for r in make_client().list_runs(limit=limit, status=status)]
-    from warrant.ledger.run_listing import newest_runs
+        client = make_client(settings=settings)
+        return [r.to_dict() for r in client.list_runs(limit=limit, status=status)]
 
     return newest_runs(resolved_urls(settings)[1], limit=limit, status=status, settings=settings)
 
@@ -239,8 +244,6 @@ def run_grant(
     """Grant a capability to a run (an operator action, recorded in the trace). A finished
     run (completed, failed, cancelled) is refused: RUN_FINISHED; a grant wider than a standing
     one of its capability without --widen: GRANT_WIDENING_REFUSED."""
-    from warrant.runner.cli.grant_options import parse_duration, parse_instant
-
     client, run_id = _client_and_id(as_json, run_id)
     grant_id = guard(
         as_json,

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from warrant.runner.cli.common import JsonOpt, guard
+from warrant.runner.server.http import create_app
 
 __all__ = ["serve"]
 
@@ -23,8 +24,6 @@ def serve(
     token is entered once on /ui/login."""
 
     def build() -> object:
-        from warrant.runner.server.http import create_app
-
         return create_app()
 
     app = guard(as_json, build)

@@ -1,5 +1,5 @@
-"""The commands that run the stack or a piece of it: ``worker``, ``beat``, ``reconcile``,
-``up`` and ``demo``."""
+"""The commands that run the stack or a piece of it: ``worker``, ``beat``, ``up`` and ``down``
+(``reconcile``: :mod:`~warrant.runner.cli.reconcile`; ``demo``: :mod:`~warrant.runner.cli.demo`)."""
 
 from __future__ import annotations
 
@@ -14,42 +14,34 @@ import typer
 
 from warrant.runner.cli import background
 from warrant.runner.cli.common import (
-    EXIT_FAILED,
     JsonOpt,
     console,
     err,
     guard,
     print_json,
+    settings_of,
 )
-from warrant.runner.errors import PluginError
+from warrant.runner.settings import WarrantSettings
+from warrant.runner.stack.local import Stack
+from warrant.runner.stack.roles import beat_command, worker_command
 
-__all__ = ["beat", "demo", "down", "reconcile_once", "up", "worker"]
-
-
-def reconcile_once(as_json: JsonOpt = False) -> None:
-    """Run one reconciler sweep now, in this process (beat schedules them normally)."""
-    from warrant.broker.context import worker_context
-    from warrant.broker.reconciler.stage import sweep
-
-    report = guard(as_json, lambda: sweep(worker_context()).to_dict())
-    print_json(report) if as_json else console.print(report)
+__all__ = ["beat", "down", "up", "worker"]
 
 
 def beat(
+    ctx: typer.Context,
     loglevel: Annotated[str, typer.Option()] = "info",
     as_json: JsonOpt = False,
 ) -> None:
     """Run the scheduler of reconciler sweeps (a plain `celery beat` underneath)."""
-    from warrant.runner.settings import load_settings
-    from warrant.runner.stack.roles import beat_command
-
-    command = beat_command(load_settings(), loglevel=loglevel)
+    command = beat_command(settings_of(ctx), loglevel=loglevel)
     if as_json:
         print_json({"command": command})
     os.execv(command[0], command)
 
 
 def worker(
+    ctx: typer.Context,
     role: Annotated[str, typer.Option(help="planner | policy | tool | tool-process | reconciler")],
     tools: Annotated[
         str | None, typer.Option(help="Comma-separated tools (roles tool, tool-process).")
@@ -79,8 +71,6 @@ def worker(
     as_json: JsonOpt = False,
 ) -> None:
     """Run one worker role in the foreground (a plain `celery worker` underneath)."""
-    from warrant.runner.stack.roles import worker_command
-
     command = guard(
         as_json,
         lambda: worker_command(
@@ -90,6 +80,7 @@ def worker(
             name=hostname,
             concurrency=concurrency,
             loglevel=loglevel,
+            settings=settings_of(ctx),
         ),
     )
     if as_json:
@@ -98,12 +89,14 @@ def worker(
 
 
 def _stack(
-    as_json: bool, concurrency: int = 1, *, serve: int | None = None, serve_host: str = ""
+    settings: WarrantSettings,
+    as_json: bool,
+    concurrency: int = 1,
+    *,
+    serve: int | None = None,
+    serve_host: str = "",
 ) -> Any:
-    from warrant.runner.settings import load_settings
-    from warrant.runner.stack.local import Stack
-
-    stack = Stack(load_settings(), concurrency=concurrency)
+    stack = Stack(settings, concurrency=concurrency)
     try:
         with console.status("starting services …") if not as_json else nullcontext():
             guard(as_json, stack.start_services)
@@ -159,6 +152,7 @@ def _report_exit(exit_: Any, as_json: bool) -> None:
 
 
 def up(
+    ctx: typer.Context,
     concurrency: Annotated[int, typer.Option(min=1, help="Processes per role.")] = 1,
     detach: Annotated[
         bool,
@@ -185,10 +179,10 @@ def up(
     back-off; Ctrl-C or SIGTERM stops the workers and the embedded servers. With --detach it
     runs in the background (output in <data dir>/up.log) until `warrant down`."""
     if detach:
-        _up_detached(concurrency, as_json, serve=serve, serve_host=serve_host)
+        _up_detached(settings_of(ctx), concurrency, as_json, serve=serve, serve_host=serve_host)
         return
     _raise_on_sigterm()
-    stack = _stack(as_json, concurrency, serve=serve, serve_host=serve_host)
+    stack = _stack(settings_of(ctx), as_json, concurrency, serve=serve, serve_host=serve_host)
     info = {
         "broker_url": stack.broker_url.split("@")[-1],
         "database": "ready",
@@ -214,10 +208,15 @@ def up(
             console.print("stopped")
 
 
-def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_host: str) -> None:
-    from warrant.runner.settings import load_settings
-
-    data_dir = load_settings().data_dir
+def _up_detached(
+    settings: WarrantSettings,
+    concurrency: int,
+    as_json: bool,
+    *,
+    serve: int | None,
+    serve_host: str,
+) -> None:
+    data_dir = settings.data_dir
     extra = ["--serve", str(serve), "--serve-host", serve_host] if serve is not None else []
     with console.status("starting services and workers …") if not as_json else nullcontext():
         info = guard(
@@ -233,55 +232,9 @@ def _up_detached(concurrency: int, as_json: bool, *, serve: int | None, serve_ho
     )
 
 
-def down(as_json: JsonOpt = False) -> None:
+def down(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Stop the stack that `warrant up --detach` started (SIGTERM; waits for a clean stop)."""
-    from warrant.runner.settings import load_settings
-
-    data_dir = load_settings().data_dir
+    data_dir = settings_of(ctx).data_dir
     with console.status("stopping …") if not as_json else nullcontext():
         out = guard(as_json, lambda: background.stop(data_dir))
     print_json(out) if as_json else console.print(f"stopped (pid {out['stopped']})")
-
-
-def demo(as_json: JsonOpt = False) -> None:
-    """Start the stack with the demo plug-in, run the seed scenarios, print a table, stop."""
-    from warrant.tools.plugins import DEMO_PLUGIN, split_refs
-
-    demo_plugin = guard(as_json, _demo_distribution)
-    refs = split_refs(os.environ.get("WARRANT_TOOLS", ""))
-    if DEMO_PLUGIN not in refs:  # the demo's tools are a plug-in, off unless named
-        os.environ["WARRANT_TOOLS"] = ",".join([*refs, DEMO_PLUGIN])
-    # The seed scenarios refund and notify unattended: relaxed explicitly, and said so.
-    os.environ.setdefault("WARRANT_RELAX_CONFIRMATION", demo_plugin.DEMO_RELAXED)
-    if not as_json:
-        relaxed = os.environ["WARRANT_RELAX_CONFIRMATION"]
-        console.print(
-            f"[yellow]confirmation relaxed for: {relaxed}[/] (WARRANT_RELAX_CONFIRMATION)"
-        )
-
-    _raise_on_sigterm()
-    stack = _stack(as_json)
-    try:
-        ok = demo_plugin.run.run_demo(as_json=as_json, console=console)
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stack.stop()
-    if not ok:
-        raise typer.Exit(EXIT_FAILED)
-
-
-def _demo_distribution() -> Any:
-    """The demo distribution's package, ``warrant_demo`` (its ``run`` loaded), or
-    ``DEMO_NOT_INSTALLED``."""
-    try:
-        # lazy: optional dependency (the demo distribution)
-        import warrant_demo.run
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "warrant_demo":
-            raise
-        raise PluginError(
-            "the demo is a distribution of its own, warrant-demo, and it is not installed: "
-            "pip install -e examples/demo_plugin (make install and make demo do)",
-            code="DEMO_NOT_INSTALLED",
-        ) from exc
-    return warrant_demo

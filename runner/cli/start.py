@@ -12,6 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from warrant.broker.registration import LIVE_WITHIN_S
+from warrant.ledger.workers import live_workers
 from warrant.runner.cli import ids
 from warrant.runner.cli.common import (
     EXIT_INTERRUPTED,
@@ -29,6 +31,8 @@ from warrant.runner.cli.follow import Progress, follow
 from warrant.runner.cli.policy_steps import trace_facts
 from warrant.runner.cli.runs import run_app, show_run
 from warrant.runner.errors import SpecError, WarrantError
+from warrant.runner.spec import parse_run_spec
+from warrant.tools.plugins import registry_for
 
 __all__ = ["fixture_warnings", "run_start", "run_wait"]
 
@@ -70,8 +74,6 @@ def run_start(
 
     The run's id is printed at once (first line; on stderr with --json). A fixture plan that
     names a tool this deployment's registry lacks is started, with a warning."""
-    from warrant.runner.spec import parse_run_spec
-
     deadline = Deadline(timeout)  # with --wait, the whole command ends by then
     text = _read_spec(spec_file, as_json)
     spec = guard(as_json, lambda: parse_run_spec(text))
@@ -172,8 +174,6 @@ def _policy_tools(client: Any) -> frozenset[str] | None:
     engine = getattr(client, "engine", None)
     if engine is None:
         return None
-    from warrant.broker.registration import LIVE_WITHIN_S
-    from warrant.ledger.workers import live_workers
 
     try:
         workers = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
@@ -208,8 +208,6 @@ def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> li
     if deployed is not None:
         known, lacks = deployed, "which the policy workers' registries lack"
     else:
-        from warrant.tools.plugins import registry_for
-
         try:
             known = frozenset(registry_for(ask_mcp_servers=False).keys())  # no MCP server
         except WarrantError as exc:

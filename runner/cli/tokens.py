@@ -9,8 +9,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from warrant.runner.cli.common import JsonOpt, console, err, guard, print_json
+from warrant.ledger.db import engine_for
+from warrant.runner.cli.common import JsonOpt, console, err, guard, print_json, settings_of
 from warrant.runner.cli.runs import id_column
+from warrant.runner.client.tokens import Tokens
+from warrant.runner.settings import resolved_urls
 
 __all__ = ["token_app"]
 
@@ -24,12 +27,8 @@ AdminOpt = Annotated[
 ]
 
 
-def _tokens() -> Any:
-    from warrant.ledger.db import engine_for
-    from warrant.runner.client.tokens import Tokens
-    from warrant.runner.settings import resolved_urls
-
-    return Tokens(engine_for(resolved_urls()[1]))
+def _tokens(ctx: typer.Context) -> Any:
+    return Tokens(engine_for(resolved_urls(settings_of(ctx))[1]))
 
 
 def _admin(by: str | None) -> str:
@@ -43,13 +42,14 @@ def _admin(by: str | None) -> str:
 
 @token_app.command("create")
 def token_create(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Whose token (a person or a service).")],
     role: Annotated[str, typer.Option(help="producer, approver, operator or viewer.")],
     by: AdminOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a token. Its text is printed once: the ledger keeps only its hash."""
-    token, record = guard(as_json, lambda: _tokens().create(name, role, created_by=_admin(by)))
+    token, record = guard(as_json, lambda: _tokens(ctx).create(name, role, created_by=_admin(by)))
     if as_json:
         print_json({**record, "token": token})
         return
@@ -59,9 +59,9 @@ def token_create(
 
 
 @token_app.command("list")
-def token_list(as_json: JsonOpt = False) -> None:
+def token_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Every token, revoked ones too (never the tokens themselves)."""
-    records = guard(as_json, lambda: _tokens().list())
+    records = guard(as_json, lambda: _tokens(ctx).list())
     if as_json:
         print_json(records)
         return
@@ -81,10 +81,11 @@ def token_list(as_json: JsonOpt = False) -> None:
 
 @token_app.command("revoke")
 def token_revoke(
+    ctx: typer.Context,
     token_id: Annotated[str, typer.Argument(help="The token's id (from `token list`).")],
     by: AdminOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Revoke a token: it is refused from now on."""
-    record = guard(as_json, lambda: _tokens().revoke(token_id, by=_admin(by)))
+    record = guard(as_json, lambda: _tokens(ctx).revoke(token_id, by=_admin(by)))
     print_json(record) if as_json else console.print(f"revoked {token_id} ({record['name']})")

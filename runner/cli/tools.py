@@ -7,13 +7,21 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from warrant.broker.registration import LIVE_WITHIN_S
+from warrant.ledger.db import engine_for
+from warrant.ledger.workers import live_workers
 from warrant.runner.cli.common import (
     EXIT_FAILED,
     JsonOpt,
     console,
     guard,
     print_json,
+    settings_of,
 )
+from warrant.runner.confirmation_rules import required_policy
+from warrant.runner.settings import resolved_urls
+from warrant.tools.deployment import WorkerInfo, disagreements, unserved
+from warrant.tools.plugins import registry_for
 
 __all__ = ["tools_app"]
 
@@ -21,14 +29,11 @@ tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
 
 
 @tools_app.command("list")
-def tools_list(as_json: JsonOpt = False) -> None:
+def tools_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Every tool contract, with JSON Schemas in the shape MCP uses."""
-    from warrant.runner.confirmation_rules import required_policy
-    from warrant.runner.settings import load_settings
-    from warrant.tools.plugins import registry_for
-
-    registry = guard(as_json, registry_for)
-    relaxed = load_settings().relaxed_tools
+    settings = settings_of(ctx)
+    registry = guard(as_json, lambda: registry_for(settings))
+    relaxed = settings.relaxed_tools
     tools = []
     for t in registry:
         policy, why = required_policy(t, relaxed=relaxed, flagged=False)
@@ -62,18 +67,12 @@ def _print_warnings(warnings: list[dict[str, str]]) -> None:
 
 
 @tools_app.command("check")
-def tools_check(as_json: JsonOpt = False) -> None:
+def tools_check(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Do the running workers (and this process) agree on the tool set, and does a worker
     consume every tool's queue? Exit 1 if not."""
-    from warrant.broker.registration import LIVE_WITHIN_S
-    from warrant.ledger.db import engine_for
-    from warrant.ledger.workers import live_workers
-    from warrant.runner.settings import resolved_urls
-    from warrant.tools.deployment import WorkerInfo, disagreements, unserved
-    from warrant.tools.plugins import registry_for
-
-    registry = guard(as_json, registry_for)
-    url = guard(as_json, lambda: resolved_urls()[1])
+    settings = settings_of(ctx)
+    registry = guard(as_json, lambda: registry_for(settings))
+    url = guard(as_json, lambda: resolved_urls(settings)[1])
     workers = guard(as_json, lambda: live_workers(engine_for(url), seen_within_s=LIVE_WITHIN_S))
     here = WorkerInfo(
         node="(this process)",

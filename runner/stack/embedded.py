@@ -14,6 +14,7 @@ from typing import Any
 
 import psutil
 
+from warrant.ledger.migrate import ensure_database
 from warrant.runner.errors import ServiceUnavailable
 
 __all__ = ["STOP_SIGNALS", "EmbeddedServices", "reap_stray_servers", "stop_server"]
@@ -168,8 +169,6 @@ class EmbeddedServices:
             self.servers[name] = rec
 
     def _ensure_database(self, admin: str) -> str:
-        from warrant.ledger.migrate import ensure_database
-
         ensure_database(admin, "warrant")
         return str(self._postgres.get_uri("warrant"))
 

@@ -12,6 +12,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from warrant.ledger.db import ping
+
 __all__ = ["CHECK_TIMEOUT_S", "Check", "check_broker", "check_database", "health"]
 
 #: How long one check may take before it counts as failed.
@@ -45,8 +47,6 @@ def _ms(started: float) -> float:
 
 
 def check_database(engine: Any, *, timeout: float = CHECK_TIMEOUT_S) -> Check:
-    from warrant.ledger.db import ping
-
     return _timed(lambda: ping(engine), timeout=timeout)
 
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from warrant.broker.deps import setup_plugins
+from warrant.ledger.migrate import upgrade
 from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.settings import WarrantSettings
 from warrant.runner.stack.embedded import EmbeddedServices, reap_stray_servers, stop_server
@@ -80,9 +82,6 @@ class Stack:
         os.environ["WARRANT_DATABASE_URL"] = self.database_url
 
     def migrate(self) -> str | None:
-        from warrant.broker.deps import setup_plugins
-        from warrant.ledger.migrate import upgrade
-
         revision = upgrade(self.database_url)
         setup_plugins(self.database_url, self.settings)
         return revision
@@ -152,7 +151,7 @@ class Stack:
 
     def wait_ready(self, roles: Sequence[str], *, timeout: float = 60.0) -> None:
         """Wait until every role answers a control ping (workers consume only then)."""
-        from warrant.broker.app import app
+        from warrant.broker.app import app  # lazy: built from the URLs this stack set in os.environ
 
         want = set(roles)
         end = time.monotonic() + timeout

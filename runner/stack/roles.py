@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from warrant.runner.errors import InvalidRequest
-from warrant.runner.settings import WarrantSettings, load_settings
+from warrant.runner.limits import check_storage, limit_table, limits_url
+from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
 from warrant.tools.contract import Isolation
+from warrant.tools.plugins import registry_for
 
 __all__ = [
     "ROLES",
@@ -50,8 +52,6 @@ TOOL_ROLES = {"tool": Isolation.THREAD, "tool-process": Isolation.PROCESS}
 def role_queues(role: str, *, tools: Sequence[str] | None = None) -> list[str]:
     """The queues a worker of ``role`` consumes: for a tool role, those of the tools of its
     isolation (all of them, or the ones named in ``tools``)."""
-    from warrant.tools.plugins import registry_for
-
     if role in TOOL_ROLES:
         registry = registry_for(ask_mcp_servers=False)  # names only: no MCP server
         unknown = sorted(set(tools or ()) - set(registry.names()))
@@ -84,8 +84,6 @@ def _isolation(registry: Any, name: str) -> Isolation:
 def roles_needed(roles: Sequence[str] = ROLES) -> list[str]:
     """``roles`` without a tool role that would serve no tool in this deployment's registry
     (``warrant up`` starts ``tool-process`` only when some tool needs it)."""
-    from warrant.tools.plugins import registry_for
-
     registry = registry_for(ask_mcp_servers=False)
     present = {_isolation(registry, n) for n in registry.names()}
     return [r for r in roles if r not in TOOL_ROLES or TOOL_ROLES[r] in present]
@@ -100,16 +98,18 @@ def role_pool(role: str, concurrency: int) -> str:
     return "solo" if role in SOLO_ROLES and concurrency == 1 else "prefork"
 
 
-def role_concurrency(role: str, concurrency: int | None) -> int:
+def role_concurrency(
+    role: str, concurrency: int | None, settings: WarrantSettings | None = None
+) -> int:
     """``-c`` for a worker of ``role``: ``concurrency`` if given; else, for a threaded role,
     ``WARRANT_PLANNER_CONCURRENCY`` or ``WARRANT_TOOL_CONCURRENCY`` (calls one process holds
     at once), otherwise 1."""
     if concurrency is not None:
         return concurrency
     if role == "planner":
-        return load_settings().planner_concurrency
+        return (settings or load_settings()).planner_concurrency
     if role == "tool":
-        return load_settings().tool_concurrency
+        return (settings or load_settings()).tool_concurrency
     return 1
 
 
@@ -172,14 +172,17 @@ def worker_command(
     loglevel: str = "warning",
     name: str | None = None,
     events: bool = True,
+    settings: WarrantSettings | None = None,
 ) -> list[str]:
     """The plain ``celery worker`` command line for a role; its node is ``name`` (Celery's
     ``%h`` is the host name) or :func:`default_node`, its pool :func:`role_pool`'s.
 
     ``queues`` narrows what the worker consumes to some of the role's own queues (a tool
-    worker for ``tool.issue_refund`` only, say); a queue the role does not serve is refused."""
+    worker for ``tool.issue_refund`` only, say); a queue the role does not serve is refused.
+    ``settings``: the caller's (``warrant worker``: the command line's), else this process's."""
     own = role_queues(role, tools=tools)
-    _check_limits()
+    settings = settings or load_settings()
+    _check_limits(settings)
     if queues:
         foreign = sorted(set(queues) - set(own))
         if foreign:
@@ -188,7 +191,7 @@ def worker_command(
                 code="UNKNOWN_QUEUE",
             )
         own = [q for q in own if q in set(queues)]
-    concurrency = role_concurrency(role, concurrency)
+    concurrency = role_concurrency(role, concurrency, settings)
     return celery_worker_command(
         "warrant.broker.app",
         own,
@@ -200,13 +203,8 @@ def worker_command(
     )
 
 
-def _check_limits() -> None:
+def _check_limits(settings: WarrantSettings) -> None:
     """Bad shared limits stop a worker before it starts (``INVALID_LIMIT``)."""
-    from warrant.runner.limits import check_storage, limit_table, limits_url
-    from warrant.runner.settings import resolved_urls
-    from warrant.tools.plugins import registry_for
-
-    settings = load_settings()
     table = limit_table(settings, registry_for(settings, ask_mcp_servers=False))
     try:
         broker_url: str | None = resolved_urls(settings)[0]

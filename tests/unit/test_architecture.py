@@ -77,3 +77,27 @@ def test_a_module_that_resolves_to_no_layer_is_reported(monkeypatch) -> None:
     monkeypatch.setattr(arch, "declared_layers", arch.declared_layers.__wrapped__)
     assert arch.layer_of("runner.plain") == arch.LAYERS.index("pure core")
     assert arch.unlayered() == ["elsewhere", "runner.computed", "runner.typo"]
+
+
+def test_function_level_imports_say_why() -> None:
+    """A project import inside a function carries ``# lazy: <reason>`` (issue 48)."""
+    assert arch.unexplained_function_imports() == []
+
+
+def test_an_unexplained_function_import_is_reported(tmp_path, monkeypatch) -> None:
+    source = (
+        "def f():\n"
+        "    from warrant.ledger.db import engine_for\n"
+        "    from warrant.broker.app import app  # lazy: builds Celery\n"
+        "    from warrant.runner.client.api import (  # lazy: Celery\n"
+        "        Client,\n"
+        "    )\n"
+        "    import warrant.tools\n"
+        "    import json\n"
+    )
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    monkeypatch.setattr(arch, "ROOT", tmp_path)
+    fake = [arch.Module("runner.mod", path, ast.parse(source), 8)]
+    monkeypatch.setattr(arch, "modules", lambda: iter(fake))
+    assert arch.unexplained_function_imports() == ["mod.py:2", "mod.py:7"]

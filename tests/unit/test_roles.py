@@ -20,7 +20,7 @@ CRUNCH = dataclasses.replace(SEARCH, name="crunch", isolation=Isolation.PROCESS)
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
     reg = Registry([SEARCH, CRUNCH])
-    monkeypatch.setattr("warrant.tools.plugins.registry_for", lambda **_: reg)
+    monkeypatch.setattr("warrant.runner.stack.roles.registry_for", lambda **_: reg)
     return reg
 
 
@@ -48,7 +48,7 @@ def test_a_tool_named_on_the_wrong_role_is_refused(registry: Registry):
 
 
 def test_tool_process_is_started_only_when_a_tool_needs_it(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr("warrant.tools.plugins.registry_for", lambda **_: Registry([SEARCH]))
+    monkeypatch.setattr("warrant.runner.stack.roles.registry_for", lambda **_: Registry([SEARCH]))
     assert "tool-process" not in roles.roles_needed()
     assert "tool" in roles.roles_needed()
 

@@ -8,6 +8,7 @@ from typing import Any
 from warrant.runner.client.external_calls import ExternalCalls, newest_tools
 from warrant.runner.external import Decision, explain
 from warrant.tools.contract import Tool
+from warrant.tools.plugins import registry_for
 from warrant.tools.registry import Registry
 
 __all__ = ["failure_text", "gate_calls", "offered", "output_text", "succeeded"]
@@ -18,8 +19,6 @@ def gate_calls(
 ) -> tuple[ExternalCalls, Registry]:
     """The adapters' calls through the gate, on ``registry`` (default: this deployment's)."""
     if registry is None:
-        from warrant.tools.plugins import registry_for
-
         registry = registry_for()
     return ExternalCalls(client, registry, decision_wait_s=decision_wait_s), registry
 

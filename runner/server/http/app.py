@@ -15,10 +15,17 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from warrant.runner.authz import Action, Identity
+from warrant.runner.client.api import Client
+from warrant.runner.client.tokens import Tokens
+from warrant.runner.server import web
 from warrant.runner.server.http import actions, errors, proposals, runs
 from warrant.runner.server.http.auth import Deps, authenticated, deps, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import Health, IdentityOut
+from warrant.runner.server.metrics import metrics_response
+from warrant.runner.settings import load_settings
+from warrant.runner.spec import RunSpec
+from warrant.runner.stack.health import health
 
 __all__ = ["API_VERSION", "create_app"]
 
@@ -35,16 +42,10 @@ error is `{"error": {"code", "message"}}` with a stable code."""
 def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     """The API over ``client`` (default :meth:`Client.from_env`) and ``tokens`` (default the
     token service on the client's engine)."""
-    from warrant.runner.settings import load_settings
-
     settings = load_settings()  # a bad setting stops the server here: SETTINGS_INVALID
     if client is None:
-        from warrant.runner.client.api import Client
-
         client = Client.from_env(service_name="warrant-serve")
     if tokens is None:
-        from warrant.runner.client.tokens import Tokens
-
         tokens = Tokens(client.engine)
     app = FastAPI(title="warrant", version=API_VERSION, description=DESCRIPTION)
     app.state.deps = Deps(client=client, tokens=tokens, operator_token=settings.operator_token)
@@ -53,7 +54,6 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     app.include_router(actions.router)
     app.include_router(proposals.router)
     _system_routes(app)
-    from warrant.runner.server import web
 
     web.install(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -89,8 +89,6 @@ def _system_routes(app: FastAPI) -> None:
     def metrics(
         request: Request, identity: Annotated[Identity, Depends(requires(Action.READ))]
     ) -> Response:
-        from warrant.runner.server.metrics import metrics_response
-
         body, content_type = metrics_response(deps(request).client.engine)
         return Response(content=body, media_type=content_type)
 
@@ -104,8 +102,7 @@ def _system_routes(app: FastAPI) -> None:
     def healthz(request: Request) -> Any:
         from fastapi.responses import JSONResponse
 
-        from warrant.broker.app import app as celery_app
-        from warrant.runner.stack.health import health
+        from warrant.broker.app import app as celery_app  # lazy: builds Celery from the settings
 
         report = health(deps(request).client.engine, celery_app)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
@@ -117,7 +114,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     the spec's own field errors."""
     if app.openapi_schema:
         return app.openapi_schema
-    from warrant.runner.spec import RunSpec
 
     document = get_openapi(
         title=app.title, version=app.version, description=app.description, routes=app.routes

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from warrant.runner.authz import Action, Identity, require
+from warrant.runner.client.approvals import Origin
 from warrant.runner.errors import TokenInvalid
 
 __all__ = ["Deps", "authenticated", "deps", "origin", "requires"]
@@ -65,7 +66,5 @@ def requires(action: Action) -> Callable[..., Identity]:
 def origin(request: Request, via: str) -> Any:
     """Where a request came from (:class:`~warrant.runner.client.approvals.Origin`): the peer
     address uvicorn reports (behind a proxy, run uvicorn with ``--proxy-headers``)."""
-    from warrant.runner.client.approvals import Origin
-
     address = request.client.host if request.client else None
     return Origin(via=via, address=address, user_agent=request.headers.get("user-agent"))

@@ -16,6 +16,8 @@ from starlette.concurrency import run_in_threadpool
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.runner.authz import Action, Identity, allowed
+from warrant.runner.client.idempotency import origin as run_origin
+from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.codes import RunStatus
 from warrant.runner.errors import Forbidden, InvalidRequest, RunNotFound
@@ -32,6 +34,7 @@ from warrant.runner.server.http.models import (
     TraceOut,
     bad_text,
 )
+from warrant.runner.spec import parse_run_spec
 
 __all__ = ["RUN_ID", "router", "run_out"]
 
@@ -122,11 +125,8 @@ def _json_body(raw: bytes) -> Any:
 
 
 def _start(d: Deps, data: Any, key: str | None, identity: Identity) -> tuple[RunInfo, bool]:
-    from warrant.runner.client.idempotency import origin, run_for_key
-    from warrant.runner.spec import parse_run_spec
-
     spec = parse_run_spec(data)
-    start = origin(spec, idempotency_key=key, started_by=identity.label)
+    start = run_origin(spec, idempotency_key=key, started_by=identity.label)
     existed = run_for_key(d.client.engine, start) is not None  # IDEMPOTENCY_KEY_REUSED: 409
     run_id = d.client.start_run(spec, idempotency_key=key, started_by=identity.label)
     return d.client.get_run(run_id), not existed

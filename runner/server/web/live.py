@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from warrant.runner.authz import Action, allowed
 from warrant.runner.errors import TokenInvalid, WarrantError
 from warrant.runner.server.http.auth import deps
 from warrant.runner.server.web import render, session, views
@@ -90,6 +91,4 @@ async def _stream(
 
 
 def _may_confirm(who: Any) -> bool:
-    from warrant.runner.authz import Action, allowed
-
     return allowed(who.role, Action.CONFIRM)
