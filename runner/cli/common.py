@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -26,6 +26,9 @@ from warrant.runner.errors import (
     WaitTimedOut,
     WarrantError,
 )
+
+if TYPE_CHECKING:
+    from warrant.runner.client.contract import RunnerClient
 
 __all__ = [
     "BAD_INPUT",
@@ -131,7 +134,12 @@ def fail(exc: WarrantError, as_json: bool) -> NoReturn:
     raise typer.Exit(report(exc, as_json))
 
 
-def guard(as_json: bool, fn: Callable[[], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def guard(as_json: bool, fn: Callable[[], _T]) -> _T:
+    """``fn()``; a :class:`WarrantError` (or an unreachable service, a setting that cannot
+    be read) is printed with its code and ends the command with its exit code."""
     try:
         return fn()
     except WarrantError as exc:
@@ -166,11 +174,13 @@ def exit_code_for(status: str) -> int:
     return EXIT_BY_STATUS.get(status, EXIT_TIMED_OUT)
 
 
-def make_client(*, remote_ok: bool = True) -> Any:
+def make_client(*, remote_ok: bool = True) -> RunnerClient:
     """The client a command works with: a :class:`~warrant.runner.client.remote.RemoteClient`
     of ``WARRANT_SERVER_URL`` (with ``WARRANT_API_TOKEN``; none: ``TokenInvalid``) when that is
     set and ``remote_ok``, else the database-backed :class:`~warrant.runner.client.api.Client`
-    (``remote_ok=False``: commands the HTTP API has no equivalent of)."""
+    (``remote_ok=False``: commands that keep to the database when it is in the environment).
+    Either is a :class:`~warrant.runner.client.contract.RunnerClient`: the commands never ask
+    which one they hold."""
     if remote_ok:
         from warrant.runner.settings import load_settings
 

@@ -74,7 +74,9 @@ def mcp_serve(
 
     if transport not in ("stdio", "http"):
         guard(as_json, lambda: _raise(InvalidRequest("--transport is stdio or http")))
-    gateway = guard(as_json, lambda: _gateway(spec, run_key, approval_wait, decision_wait, tools))
+    gateway, engine = guard(
+        as_json, lambda: _gateway(spec, run_key, approval_wait, decision_wait, tools)
+    )
     if transport == "stdio":
         import anyio
 
@@ -87,7 +89,7 @@ def mcp_serve(
     from warrant.runner.client.tokens import Tokens
     from warrant.runner.server.mcp_gateway import http_app
 
-    app = http_app(gateway, Tokens(gateway.client.engine))
+    app = http_app(gateway, Tokens(engine))
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
 
 
@@ -97,7 +99,9 @@ def _raise(exc: Exception) -> None:
 
 def _gateway(
     spec: Path, run_key: str | None, approval_wait: float, decision_wait: float, tools: str | None
-) -> Any:
+) -> tuple[Any, Any]:
+    """The gateway, over a database-backed client, and that client's engine (the HTTP
+    transport's tokens are the ledger's)."""
     import logging
     import sys
 
@@ -113,7 +117,8 @@ def _gateway(
         decision_wait_s=decision_wait,
         tools=frozenset(t.strip() for t in tools.split(",") if t.strip()) if tools else None,
     )
-    return Gateway(Client.from_env(service_name="warrant-mcp"), registry_for(), options)
+    client = Client.from_env(service_name="warrant-mcp")
+    return Gateway(client, registry_for(), options), client.engine
 
 
 @mcp_app.command("accept")

@@ -40,7 +40,7 @@ class ProposalsClient(RunsClient):
         run_id: str,
         proposal: dict[str, Any],
         *,
-        by: str,
+        by: str = "",
         step: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
         wait_s: float = 0.0,

@@ -28,6 +28,7 @@ from typing import Any
 from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.contrib._tools import failure_text, gate_calls, offered, output_text, succeeded
 from warrant.runner.errors import WarrantError
 from warrant.runner.external import Decision
@@ -39,7 +40,7 @@ __all__ = ["WarrantTools"]
 class WarrantTools:
     def __init__(
         self,
-        client: Any,
+        client: RunnerClient,
         run_id: str,
         *,
         by: str,

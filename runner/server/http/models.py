@@ -17,19 +17,27 @@ from pydantic import (
     model_validator,
 )
 
+from warrant.runner.client.inbox import PendingConfirmation
+from warrant.runner.spec import DestinationSource
+
 __all__ = [
     "INT32_MAX",
     "AnswerIn",
+    "BudgetsOut",
     "CancelIn",
+    "ConfirmationsOut",
     "DecisionIn",
     "DecisionOut",
     "ErrorBody",
     "ErrorDetail",
     "GrantIn",
     "GrantOut",
+    "HandoffPage",
     "Health",
     "IdentityOut",
+    "MemoryRecordsOut",
     "MemoryRevokedOut",
+    "ObservationsOut",
     "PreApprovalIn",
     "PreApprovalOut",
     "ResolveIn",
@@ -201,6 +209,35 @@ class TraceOut(BaseModel):
     events: list[TraceEventOut] = Field(description="The run's timeline, in order.")
 
 
+class ObservationsOut(BaseModel):
+    run_id: str
+    observations: list[dict[str, Any]] = Field(
+        description="observation_id, kind, source, step, content, observation_version; in order."
+    )
+
+
+class BudgetsOut(BaseModel):
+    run_id: str
+    budgets: list[dict[str, Any]] = Field(
+        description="Each budget's name, used and limit (null: unlimited)."
+    )
+
+
+class ConfirmationsOut(BaseModel):
+    confirmations: list[PendingConfirmation] = Field(
+        description="The runs waiting for a confirmation, longest waiting first."
+    )
+
+
+class HandoffPage(BaseModel):
+    handoffs: list[dict[str, Any]] = Field(description="Newest first.")
+
+
+class MemoryRecordsOut(BaseModel):
+    subject: str
+    records: list[dict[str, Any]]
+
+
 # --- actions ---------------------------------------------------------------------------------
 
 
@@ -248,6 +285,13 @@ class GrantIn(_In):
     )
     expires_at_step: int | None = Field(default=None, ge=0, le=INT32_MAX)
     max_uses: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    destinations_from: list[DestinationSource] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=20,
+        description="Task-scoped: the sources its destinations must come from "
+        "(as a run spec's grant).",
+    )
     expires_at: AwareDatetime | None = Field(default=None, description="Wall-clock end.")
     expires_in_s: float | None = Field(
         default=None, gt=0, le=7 * 24 * 3600, description="Or: seconds from the database's now."
