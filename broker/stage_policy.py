@@ -16,7 +16,6 @@ from warrant.broker.grant_waits import asks, await_grant
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.influence import influence, persistent
 from warrant.broker.mcp_pins import pin_refusals
-from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.permission_waits import command_write, reissued
 from warrant.broker.policy_versions import versioned
 from warrant.broker.preconditions import precondition_shown
@@ -31,6 +30,7 @@ from warrant.ledger.guarded import (
     use_grants,
     use_pre_approval,
 )
+from warrant.ledger.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
 from warrant.ledger.stage_loads import (
     autocommit,

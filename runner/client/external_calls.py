@@ -17,11 +17,10 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from warrant.broker.external_step import check_shape
 from warrant.runner.canonical import canonical_json
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import StateConflict
-from warrant.runner.external import Decision
+from warrant.runner.external import Decision, check_shape
 from warrant.tools.contract import Tool
 from warrant.tools.registry import Registry
 

@@ -15,10 +15,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from warrant.broker import telemetry
-from warrant.broker.memory_views import load_view
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.memory_store import MemoryStore
+from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
 from warrant.ledger.operator import discard_issued_command, lock_active_command, lock_run
 from warrant.ledger.repo import commit, run_view

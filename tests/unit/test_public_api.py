@@ -26,6 +26,7 @@ PINNED_RUNNER = {
     "RunNotFound",
     "RunSpec",
     "RunStatus",
+    "RunnerClient",
     "ServiceUnavailable",
     "SpecError",
     "StateConflict",
