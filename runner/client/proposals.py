@@ -67,7 +67,7 @@ class ProposalsClient(RunsClient):
             clock=self._clock(),
         )
         if recorded.message is not None:
-            outbox = Outbox()  # a broker that does not take it: the stalled-run sweep will
+            outbox = Outbox()  # not taken by the broker: logged, the stalled-run sweep resends
             outbox.add(recorded.message)
             with telemetry.run_context(recorded.trace_id):
                 outbox.flush()
