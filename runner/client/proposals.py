@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 from warrant.broker import telemetry
-from warrant.broker.publish import Outbox
 from warrant.ledger.db import session_scope
 from warrant.ledger.db_clock import DatabaseClock
 from warrant.ledger.external_proposals import record_external_proposal
@@ -67,6 +66,8 @@ class ProposalsClient(RunsClient):
             clock=self._clock(),
         )
         if recorded.message is not None:
+            from warrant.broker.publish import Outbox  # lazy: it imports Celery (~150 ms)
+
             outbox = Outbox()  # not taken by the broker: logged, the stalled-run sweep resends
             outbox.add(recorded.message)
             with telemetry.run_context(recorded.trace_id):

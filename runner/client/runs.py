@@ -35,7 +35,6 @@ from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSour
 from warrant.runner.costs import check_priced
 from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.grants import check_task_sources
-from warrant.runner.planners.kinds import check_planner, planner_kinds
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
 from warrant.runner.success import check_success_spec
@@ -95,6 +94,9 @@ class RunsClient:
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
         if isinstance(spec.planner, PluginPlannerSpec):
+            # lazy: warrant.runner.planners imports httpx (~75 ms) for a plug-in planner only
+            from warrant.runner.planners.kinds import check_planner, planner_kinds
+
             settings = load_settings()
             kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
             check_planner(spec, kinds)
