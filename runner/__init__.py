@@ -17,6 +17,7 @@ from warrant._namespace import only_as_warrant
 
 if TYPE_CHECKING:
     from warrant.runner.client.api import Client, RunInfo
+    from warrant.runner.client.contract import RunnerClient
     from warrant.runner.codes import ErrorCode, Outcome, Rejection, RunStatus, StopReason
     from warrant.runner.errors import (
         BrokerUnavailable,
@@ -63,6 +64,7 @@ _SOURCES = {
     ),
     **dict.fromkeys(("Budgets", "Grant", "RunSpec", "parse_run_spec"), "spec"),
     **dict.fromkeys(("Client", "RunInfo"), "client.api"),
+    "RunnerClient": "client.contract",
 }
 
 
@@ -91,6 +93,7 @@ __all__ = [
     "RunNotFound",
     "RunSpec",
     "RunStatus",
+    "RunnerClient",
     "ServiceUnavailable",
     "SpecError",
     "StateConflict",

@@ -26,15 +26,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from warrant.runner.codes import RunStatus
+from warrant.runner.canonical import MAX_JSON_DEPTH, canonical_json, json_depth
+from warrant.runner.codes import Phase, RunStatus
+from warrant.runner.errors import InvalidRequest, RunFinished, StateConflict
 
 __all__ = [
+    "MAX_PROPOSAL_BYTES",
     "SETTLED_STATES",
     "WAITING_FOR_APPROVAL",
     "Decision",
     "DecisionState",
+    "Submitted",
+    "check_open",
+    "check_shape",
     "decision_of",
     "explain",
+    "in_flight",
 ]
 
 #: The code of a call that waits for a person: call again with the same arguments.
@@ -46,6 +53,9 @@ DecisionState = Literal[
 
 #: States that no longer change by themselves (``awaiting_confirmation`` waits for a person).
 SETTLED_STATES: frozenset[str] = frozenset({"refused", "executed", "completed", "asked", "stopped"})
+
+#: A proposal is what a model would have answered: as large as a planner reply may be.
+MAX_PROPOSAL_BYTES = 256 * 1024
 
 _TERMINAL_COMMAND = frozenset({"succeeded", "failed", "rejected", "unknown", "accepted"})
 
@@ -193,3 +203,80 @@ def explain(d: Decision) -> tuple[str, str]:
             f"not decided yet {where}; call the tool again with the same arguments",
         )
     return d.code or "RUN_STOPPED", f"the run stopped {where} ({d.run_status})"
+
+
+# --- submitting a proposal (the checks; the locked write is ledger.external_proposals) -----
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What recording a caller's proposal did."""
+
+    run_id: str
+    step: int
+    result: str
+    """The step's result (``forwarded``, ``completed``, ``stopped:<status>:<reason>``)."""
+    replayed: bool = False
+    """The same proposal had already filled this step: nothing new was recorded."""
+    stop: tuple[str, str] | None = None
+    """``(status, reason)`` when the run stopped before the proposal was recorded (its
+    deadline passed, a budget was spent): ``step`` was never filled."""
+
+
+def check_shape(raw: Any) -> None:
+    """A caller's proposal is a JSON object, nested at most ``MAX_JSON_DEPTH`` levels, with
+    no NaN or Infinity, of at most ``MAX_PROPOSAL_BYTES``; else :class:`InvalidRequest`
+    (``PROPOSAL_INVALID``, ``PROPOSAL_TOO_DEEP``, ``PROPOSAL_TOO_LARGE``)."""
+    if not isinstance(raw, dict):
+        raise InvalidRequest("a proposal is a JSON object", code="PROPOSAL_INVALID")
+    if json_depth(raw) > MAX_JSON_DEPTH:  # before anything walks it recursively
+        raise InvalidRequest(
+            f"a proposal nests arrays and objects at most {MAX_JSON_DEPTH} levels deep",
+            code="PROPOSAL_TOO_DEEP",
+        )
+    try:
+        size = len(canonical_json(raw))
+    except ValueError as exc:  # NaN or Infinity (a JSON parser may let them through)
+        raise InvalidRequest(f"a proposal is plain JSON: {exc}", code="PROPOSAL_INVALID") from None
+    if size > MAX_PROPOSAL_BYTES:
+        raise InvalidRequest(
+            f"a proposal is at most {MAX_PROPOSAL_BYTES} bytes", code="PROPOSAL_TOO_LARGE"
+        )
+
+
+def check_open(run: Any, step: int | None) -> None:
+    """The run (its ``id``, ``status``, ``phase``, ``step``, ``stop_reason``) waits for a
+    caller's proposal of ``step`` (``None``: the next one); else why not, with its code."""
+    status = RunStatus(run.status)
+    if status.terminal or status is RunStatus.HANDOFF:
+        raise RunFinished(
+            f"run {run.id} is {status.value} ({run.stop_reason}): it takes no proposal",
+            code="RUN_FINISHED",
+        )
+    if status is RunStatus.RECONCILING:
+        raise StateConflict(
+            f"run {run.id}: the effect of step {run.step} is unknown; the reconciler finds out "
+            "before the run takes another proposal",
+            code="RUN_RECONCILING",
+        )
+    if status is RunStatus.WAITING_JOB:
+        raise StateConflict(
+            f"run {run.id}: the job of step {run.step} has not ended; the run takes another "
+            "proposal once it has",
+            code="RUN_WAITING_JOB",
+        )
+    if status is not RunStatus.RUNNING or run.phase != Phase.PLANNING.value:
+        raise in_flight(run.id, status=status.value, step=run.step)
+    if step is not None and step != run.step + 1:
+        raise StateConflict(
+            f"run {run.id} waits for step {run.step + 1}, not {step}", code="STEP_MISMATCH"
+        )
+
+
+def in_flight(run_id: str, *, status: str = "running", step: int | None = None) -> StateConflict:
+    """``PROPOSAL_IN_FLIGHT``: an earlier proposal of the run is still undecided."""
+    at = f" (step {step}, {status})" if step is not None else ""
+    return StateConflict(
+        f"run {run_id} has a proposal in flight{at}: wait for its decision before the next",
+        code="PROPOSAL_IN_FLIGHT",
+    )

@@ -1,7 +1,7 @@
 """What done means: a run spec's ``success`` conditions, checked against the run's ledger facts
 when the planner gives a final answer. Pure: the facts come from
 :func:`warrant.ledger.stage_loads.completion_facts`; the wiring is
-:mod:`warrant.broker.planner._outcomes`.
+:mod:`warrant.ledger.planner_outcomes`.
 
 The conditions are checked on what the ledger says happened (succeeded outcomes, stored
 artifacts), never on what the answer cites: citation rules still apply, first and unchanged.

@@ -18,15 +18,15 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.limit_waits import model_limiter
-from warrant.broker.memory_views import (
-    built_event,
-    view_from_row,
-)
-from warrant.broker.planner._outcomes import invalid_output, model_failed, record_proposal, stopped
 from warrant.broker.planner._run_watch import the_run_watch
 from warrant.broker.publish import Outbox
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
+from warrant.ledger.memory_views import (
+    built_event,
+    view_from_row,
+)
+from warrant.ledger.planner_outcomes import invalid_output, model_failed, record_proposal, stopped
 from warrant.ledger.repo import (
     StaleVersion,
     append_events,
@@ -123,7 +123,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         counters = {"model_calls": view.model_calls} if retries.calls else None
         return _stop(ctx, view, stop, counters=counters)
     if isinstance(spec.planner, ExternalPlannerSpec):
-        return "awaiting_proposal"  # the caller proposes (warrant.broker.planner.external_step)
+        return "awaiting_proposal"  # the caller proposes (warrant.ledger.external_proposals)
     memory = view_from_row(row, view, registry=ctx.registry)
     if spec.success is not None:  # what the program will check before it accepts a final
         done_when = spec.success.model_dump(mode="json")["all_of"]

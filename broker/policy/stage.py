@@ -14,7 +14,6 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
-from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.broker.publish import Outbox
 from warrant.broker.registration import live_registrations
 from warrant.broker.tool.permission_waits import command_write, reissued
@@ -29,6 +28,7 @@ from warrant.ledger.guarded import (
     use_pre_approval,
 )
 from warrant.ledger.mcp_pins import pinned_definition
+from warrant.ledger.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.ledger.proposal_facts import refused_under_untrusted_influence
 from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
 from warrant.ledger.stage_loads import (

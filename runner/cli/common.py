@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -27,6 +27,9 @@ from warrant.runner.errors import (
     WarrantError,
 )
 from warrant.runner.settings import WarrantSettings, load_settings, settings_invalid
+
+if TYPE_CHECKING:
+    from warrant.runner.client.contract import RunnerClient
 
 __all__ = [
     "BAD_INPUT",
@@ -133,7 +136,12 @@ def fail(exc: WarrantError, as_json: bool) -> NoReturn:
     raise typer.Exit(report(exc, as_json))
 
 
-def guard(as_json: bool, fn: Callable[[], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def guard(as_json: bool, fn: Callable[[], _T]) -> _T:
+    """``fn()``; a :class:`WarrantError` (or an unreachable service, a setting that cannot
+    be read) is printed with its code and ends the command with its exit code."""
     try:
         return fn()
     except WarrantError as exc:
@@ -173,11 +181,13 @@ def settings_of(ctx: typer.Context) -> WarrantSettings:
     return loaded if isinstance(loaded, WarrantSettings) else load_settings()
 
 
-def make_client(*, remote_ok: bool = True, settings: WarrantSettings | None = None) -> Any:
+def make_client(*, remote_ok: bool = True, settings: WarrantSettings | None = None) -> RunnerClient:
     """The client a command works with: a :class:`~warrant.runner.client.remote.RemoteClient`
     of ``WARRANT_SERVER_URL`` (with ``WARRANT_API_TOKEN``; none: ``TokenInvalid``) when that is
     set and ``remote_ok``, else the database-backed :class:`~warrant.runner.client.api.Client`
-    (``remote_ok=False``: commands the HTTP API has no equivalent of)."""
+    (``remote_ok=False``: commands that keep to the database when it is in the environment).
+    Either is a :class:`~warrant.runner.client.contract.RunnerClient`: the commands never ask
+    which one they hold."""
     if remote_ok:
         settings = settings or load_settings()
         if settings.server_url:

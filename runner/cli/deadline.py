@@ -12,11 +12,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from warrant.runner.errors import WaitTimedOut
 
-__all__ = ["GRACE_S", "BoundedClient", "Deadline"]
+if TYPE_CHECKING:
+    from warrant.runner.client.contract import RunnerClient
+
+__all__ = ["GRACE_S", "BoundedClient", "Deadline", "bounded"]
 
 #: How long after ``--timeout`` a call that has not answered is given up on.
 GRACE_S = 2.0
@@ -55,9 +58,14 @@ class Deadline:
         return result[0]
 
 
+def bounded(client: RunnerClient, deadline: Deadline, *, what: str = "the ledger") -> RunnerClient:
+    """``client`` with every method call bounded by ``deadline`` (:class:`BoundedClient`)."""
+    return cast("RunnerClient", BoundedClient(client, deadline, what=what))
+
+
 class BoundedClient:
     """A client whose every method call is bounded by ``deadline`` (attributes that are not
-    methods pass through; a method the client lacks is still missing: ``hasattr`` holds)."""
+    methods pass through)."""
 
     def __init__(self, client: Any, deadline: Deadline, *, what: str = "the ledger") -> None:
         self._client = client

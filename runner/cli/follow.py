@@ -1,9 +1,9 @@
 """Following a run while it moves (``run start --wait``, ``run wait``): one progress line per
 change of the run (its version), until it settles or the wait's timeout passes.
 
-A database-backed client is polled (a growing pause, 50 ms to 0.5 s); a remote one long-polls
-``GET /v1/runs/{id}/wait?version=`` (:meth:`~warrant.runner.client.remote.RemoteClient.
-wait_change`), so the server answers once per change, not per look."""
+Each change comes from the client's ``wait_change``: a database-backed client polls the ledger
+(a growing pause, 50 ms to 0.5 s); a remote one long-polls ``GET /v1/runs/{id}/wait?version=``,
+so the server answers once per change, not per look."""
 
 from __future__ import annotations
 
@@ -15,16 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from warrant.runner.client.runs import SETTLED
+from warrant.runner.client.run_info import SETTLED
 
 if TYPE_CHECKING:
-    from warrant.runner.client.runs import RunInfo
+    from warrant.runner.client.contract import RunnerClient
+    from warrant.runner.client.run_info import RunInfo
 
 
 __all__ = ["Progress", "follow", "progress_line"]
-
-#: The local poll's first and longest pause between two looks at the run.
-FIRST_PAUSE_S, MAX_PAUSE_S = 0.05, 0.5
 
 
 class Progress:
@@ -71,12 +69,11 @@ def progress_line(info: RunInfo, event: dict[str, Any] | None) -> str:
     return line
 
 
-def follow(client: Any, run_id: str, *, timeout: float, progress: Progress) -> RunInfo:
+def follow(client: RunnerClient, run_id: str, *, timeout: float, progress: Progress) -> RunInfo:
     """Report each change of the run to ``progress`` until it settles (terminal or waiting
     for a person) or ``timeout`` seconds pass; the last state seen."""
     deadline = time.monotonic() + timeout
-
-    info: RunInfo = client.get_run(run_id)
+    info = client.get_run(run_id)
     seen: int | None = None
     while True:
         if info.version != seen:
@@ -86,20 +83,4 @@ def follow(client: Any, run_id: str, *, timeout: float, progress: Progress) -> R
         left = deadline - time.monotonic()
         if info.status in SETTLED or left <= 0:
             return info
-        info = _next_change(client, run_id, info.version, left)
-
-
-def _next_change(client: Any, run_id: str, version: int, left: float) -> RunInfo:
-    """The run once its version moves past ``version`` (or it settles, or ``left`` passes)."""
-    if hasattr(client, "wait_change"):
-        changed: RunInfo = client.wait_change(run_id, version=version, timeout=left)
-        return changed
-
-    end = time.monotonic() + left
-    pause = FIRST_PAUSE_S
-    while True:
-        info: RunInfo = client.get_run(run_id)
-        if info.version != version or info.status in SETTLED or time.monotonic() >= end:
-            return info
-        time.sleep(min(pause, max(0.0, end - time.monotonic())))
-        pause = min(pause * 1.5, MAX_PAUSE_S)
+        info = client.wait_change(run_id, version=info.version, timeout=left)

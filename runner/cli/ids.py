@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from warrant.runner.errors import HandoffNotFound, IdAmbiguous, RunNotFound
+
+if TYPE_CHECKING:
+    from warrant.runner.client.contract import RunnerClient
 
 __all__ = ["MIN_PREFIX", "handoff_id", "run_id"]
 
@@ -13,8 +16,8 @@ __all__ = ["MIN_PREFIX", "handoff_id", "run_id"]
 MIN_PREFIX = 6
 
 
-def _resolve(client: Any, key: str, kind: str) -> str:
-    found: list[str] = client.ids_like(key, kind=kind, min_length=MIN_PREFIX)
+def _resolve(client: RunnerClient, key: str, kind: str) -> str:
+    found = client.ids_like(key, kind=kind, min_length=MIN_PREFIX)
     if len(found) > 1:
         raise IdAmbiguous(
             f"{key!r} starts more than one {kind} id ({', '.join(found)}, …): give more characters",
@@ -27,12 +30,12 @@ def _resolve(client: Any, key: str, kind: str) -> str:
     return found[0]
 
 
-def run_id(client: Any, key: str) -> str:
+def run_id(client: RunnerClient, key: str) -> str:
     """The whole id of the run ``key`` names (``RUN_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
     return _resolve(client, key, "run")
 
 
-def handoff_id(client: Any, key: str) -> str:
+def handoff_id(client: RunnerClient, key: str) -> str:
     """The whole id of the handoff (or of the run handed off) ``key`` names
     (``HANDOFF_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
     return _resolve(client, key, "handoff")

@@ -76,7 +76,9 @@ def mcp_serve(
     http://HOST:PORT/mcp (header `Warrant-Run-Key` continues a run)."""
     if transport not in ("stdio", "http"):
         guard(as_json, lambda: _raise(InvalidRequest("--transport is stdio or http")))
-    gateway = guard(as_json, lambda: _gateway(spec, run_key, approval_wait, decision_wait, tools))
+    gateway, engine = guard(
+        as_json, lambda: _gateway(spec, run_key, approval_wait, decision_wait, tools)
+    )
     if transport == "stdio":
         import anyio
 
@@ -84,7 +86,7 @@ def mcp_serve(
         return
     import uvicorn
 
-    app = http_app(gateway, Tokens(gateway.client.engine))
+    app = http_app(gateway, Tokens(engine))
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
 
 
@@ -94,7 +96,9 @@ def _raise(exc: Exception) -> None:
 
 def _gateway(
     spec: Path, run_key: str | None, approval_wait: float, decision_wait: float, tools: str | None
-) -> Any:
+) -> tuple[Any, Any]:
+    """The gateway, over a database-backed client, and that client's engine (the HTTP
+    transport's tokens are the ledger's)."""
     import logging
     import sys
 
@@ -106,7 +110,8 @@ def _gateway(
         decision_wait_s=decision_wait,
         tools=frozenset(t.strip() for t in tools.split(",") if t.strip()) if tools else None,
     )
-    return Gateway(Client.from_env(service_name="warrant-mcp"), registry_for(), options)
+    client = Client.from_env(service_name="warrant-mcp")
+    return Gateway(client, registry_for(), options), client.engine
 
 
 @mcp_app.command("accept")

@@ -23,7 +23,7 @@ def memory_list(
     """Records of a subject (active only unless --all)."""
     records = guard(
         as_json,
-        lambda: make_client(remote_ok=False).memory().records(subject, include_inactive=all_),
+        lambda: make_client(remote_ok=False).memory_records(subject, include_inactive=all_),
     )
     if as_json:
         print_json(records)
@@ -45,5 +45,5 @@ def memory_list(
 @memory_app.command("revoke")
 def memory_revoke(record_id: int, by: ByOpt, as_json: JsonOpt = False) -> None:
     """Revoke a record: it is never returned to a planner again."""
-    out = guard(as_json, lambda: make_client(remote_ok=False).memory().revoke(record_id, by=by))
+    out = guard(as_json, lambda: make_client(remote_ok=False).revoke_memory(record_id, by=by))
     print_json(out) if as_json else console.print(f"revoked {record_id} ({out['key']})")

@@ -12,9 +12,12 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from warrant.runner.client.contract import RunnerClient
 
 __all__ = ["RevealByOpt", "RevealOpt", "local_user", "reveal_note", "revealed"]
 
@@ -44,7 +47,7 @@ def local_user() -> str:
         return f"uid {os.getuid()}"
 
 
-def revealed(client: Any, run_id: str, *, by: str | None) -> dict[str, Any] | None:
+def revealed(client: RunnerClient, run_id: str, *, by: str | None) -> dict[str, Any] | None:
     """The run's pending proposal with its sensitive values (``None``: it waits for none)."""
     from warrant.runner.client.approvals import Origin  # lazy: SQLAlchemy; run list skips it
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -30,6 +30,9 @@ from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest
 from warrant.runner.settings import WarrantSettings, resolved_urls
 
+if TYPE_CHECKING:
+    from warrant.runner.client.contract import RunnerClient
+
 __all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
 
 run_app = typer.Typer(help="Start, inspect and steer runs.", no_args_is_help=True)
@@ -44,7 +47,7 @@ def id_column(header: str) -> Column:
 RunIdArg = Annotated[str, typer.Argument(help="The run's id, or a unique prefix (6+ chars).")]
 
 
-def _client_and_id(as_json: bool, key: str) -> tuple[Any, str]:
+def _client_and_id(as_json: bool, key: str) -> tuple[RunnerClient, str]:
     """The client, and the whole id of the run ``key`` names (a prefix is resolved)."""
     client = guard(as_json, make_client)
     return client, guard(as_json, lambda: ids.run_id(client, key))
@@ -61,7 +64,6 @@ def run_show(
     def go() -> dict[str, Any]:
         info = client.get_run(whole)
         data: dict[str, Any] = info.to_dict()
-        data["trace_id"] = getattr(info, "trace_id", None)
         if reveal:
             data["revealed"] = revealed(client, whole, by=by)
         trace = client.trace(whole)

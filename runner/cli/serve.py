@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -23,7 +23,7 @@ def serve(
     Callers present API tokens (`warrant token create NAME --role ROLE`); in a browser, the
     token is entered once on /ui/login."""
 
-    def build() -> object:
+    def build() -> Any:  # the ASGI app
         return create_app()
 
     app = guard(as_json, build)

@@ -7,13 +7,12 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from warrant.broker.registration import LIVE_WITHIN_S
-from warrant.ledger.workers import live_workers
 from warrant.runner.cli import ids
 from warrant.runner.cli.common import (
     EXIT_INTERRUPTED,
@@ -26,13 +25,16 @@ from warrant.runner.cli.common import (
     make_client,
     print_json,
 )
-from warrant.runner.cli.deadline import GRACE_S, BoundedClient, Deadline
+from warrant.runner.cli.deadline import GRACE_S, Deadline, bounded
 from warrant.runner.cli.follow import Progress, follow
 from warrant.runner.cli.policy_steps import trace_facts
 from warrant.runner.cli.runs import run_app, show_run
 from warrant.runner.errors import SpecError, WarrantError
 from warrant.runner.spec import parse_run_spec
 from warrant.tools.plugins import registry_for
+
+if TYPE_CHECKING:
+    from warrant.runner.client.contract import RunnerClient
 
 __all__ = ["fixture_warnings", "run_start", "run_wait"]
 
@@ -126,12 +128,17 @@ def run_wait(
 
 
 def _attach(
-    client: Any, run_id: str, *, deadline: Deadline, as_json: bool, extra: dict[str, Any]
+    client: RunnerClient,
+    run_id: str,
+    *,
+    deadline: Deadline,
+    as_json: bool,
+    extra: dict[str, Any],
 ) -> None:
     """Follow the run until the deadline, print where it ended (with why) and exit with its
     exit code; every call is bounded by the deadline (a silent ledger: ``WAIT_TIMED_OUT``)."""
     progress = Progress.for_output(as_json=as_json)
-    client = BoundedClient(client, deadline, what=f"the ledger (run {run_id} goes on)")
+    client = bounded(client, deadline, what=f"the ledger (run {run_id} goes on)")
     timeout = max(0.0, deadline.end - GRACE_S - time.monotonic())
     try:
         info = guard(as_json, lambda: follow(client, run_id, timeout=timeout, progress=progress))
@@ -167,20 +174,15 @@ def _read_spec(spec_file: Path, as_json: bool) -> str:
         )
 
 
-def _policy_tools(client: Any) -> frozenset[str] | None:
+def _policy_tools(client: RunnerClient) -> frozenset[str] | None:
     """``name@version`` of every tool the live policy workers have (their registrations: the
     gate runs there), or None when that cannot be read (a remote client, no policy worker
     registered, the ledger unreachable)."""
-    engine = getattr(client, "engine", None)
-    if engine is None:
-        return None
 
     try:
-        workers = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
+        return client.policy_tools(seen_within_s=LIVE_WITHIN_S)
     except Exception:  # the start itself reports an unreachable ledger, with its code
         return None
-    policy = [w for w in workers if "policy" in w.roles]
-    return frozenset().union(*(w.tools for w in policy)) if policy else None
 
 
 def _fixture_calls(spec: Any) -> list[tuple[int, str, str]]:

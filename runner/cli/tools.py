@@ -35,11 +35,11 @@ def tools_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     registry = guard(as_json, lambda: registry_for(settings))
     relaxed = settings.relaxed_tools
     tools = []
-    for t in registry:
-        policy, why = required_policy(t, relaxed=relaxed, flagged=False)
+    for tool in registry:
+        policy, why = required_policy(tool, relaxed=relaxed, flagged=False)
         effective = {"confirmationEffective": policy.value, "confirmationWhy": why}
-        extra = {"source": registry.source_of(t), "warnings": t.warnings}
-        tools.append({**t.describe(), **effective, **extra})
+        extra = {"source": registry.source_of(tool), "warnings": tool.warnings}
+        tools.append({**tool.describe(), **effective, **extra})
     if as_json:
         print_json({"tools": tools, "fingerprint": registry.fingerprint})
         return

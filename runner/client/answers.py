@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from warrant.broker import telemetry
 from warrant.ledger.db import session_scope
 from warrant.ledger.operator import lock_run
 from warrant.ledger.repo import NewObservation, commit, run_view
@@ -43,8 +44,6 @@ class AnswersClient(RunsClient):
             )
             version = commit(s, change, step=run.step, observation=observation)
             trace_id = run.trace_id
-        from warrant.broker import telemetry
-
         with telemetry.run_context(trace_id):
             self.publisher.planner(run_id, version)
         return self.get_run(run_id)

@@ -14,16 +14,18 @@ that runs its own loop (:mod:`~warrant.runner.client.proposals`).
 
 from __future__ import annotations
 
+from warrant.broker import telemetry
 from warrant.ledger.db import engine_for
 from warrant.runner.client.answers import AnswersClient
 from warrant.runner.client.approvals import ApprovalsClient
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.handoffs import HandoffsClient
 from warrant.runner.client.inbox import InboxClient
 from warrant.runner.client.proposals import ProposalsClient
 from warrant.runner.client.runs import RunInfo
 from warrant.runner.settings import resolved_urls
 
-__all__ = ["Client", "RunInfo"]
+__all__ = ["Client", "RunInfo", "RunnerClient"]
 
 
 class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient, ProposalsClient):
@@ -35,8 +37,6 @@ class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient, Propos
         ``service_name``'s (``warrant-serve`` for the HTTP API); the command-line client
         (``warrant-client``) spends at most ``telemetry.CLIENT_EXIT_FLUSH_S`` exporting them
         (at exit): a command must not wait on a collector that is slow or not there."""
-        from warrant.broker import telemetry
-
         _, database_url = resolved_urls()
         short_lived = service_name == telemetry.SERVICE_NAMES["client"]
         telemetry.configure(
@@ -46,9 +46,14 @@ class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient, Propos
         return cls(engine=engine_for(database_url), publisher_factory=_publisher)
 
 
+_conforms: type[RunnerClient] = Client
+"""mypy checks that :class:`Client` is a :class:`RunnerClient` (as ``remote.py`` does for
+:class:`~warrant.runner.client.remote.RemoteClient`)."""
+
+
 def _publisher() -> object:
     """The Celery app's fail-fast publisher (imported only when a command publishes)."""
-    from warrant.broker.app import app
-    from warrant.broker.publish import Publisher
+    from warrant.broker.app import app  # lazy: Celery's import, for a command that publishes
+    from warrant.broker.publish import Publisher  # lazy: likewise
 
     return Publisher.fail_fast(app)

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from warrant.broker import telemetry
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Proposal, Run
@@ -27,7 +28,7 @@ from warrant.runner import run_machine as machine
 from warrant.runner.client.grant_admission import Admission, admit
 from warrant.runner.client.runs import RunsClient
 from warrant.runner.codes import RunStatus
-from warrant.runner.confirmation_rules import add_approval, self_approval
+from warrant.runner.confirmation_rules import add_approval, pre_approval_record, self_approval
 from warrant.runner.errors import (
     ConfirmationRefused,
     RunFinished,
@@ -35,8 +36,10 @@ from warrant.runner.errors import (
     SpecError,
     Unauthorized,
 )
+from warrant.runner.grants import check_task_sources
 from warrant.runner.settings import load_settings
-from warrant.runner.spec import Grant
+from warrant.runner.spec import Grant, PreApproval
+from warrant.tools.plugins import registry_for
 
 __all__ = ["ApprovalsClient", "Origin"]
 
@@ -135,8 +138,6 @@ class ApprovalsClient(RunsClient):
             version = _record_decision(
                 s, run_id, run, pending, proposal_hash, decider=decider, approved=approved
             )
-        from warrant.broker import telemetry
-
         with telemetry.run_context(trace_id):
             self.publisher.policy(run_id, version)
         return version
@@ -172,11 +173,7 @@ class ApprovalsClient(RunsClient):
             destinations_from=destinations_from,
             expires_at=expires_at,
         )
-        from warrant.tools.plugins import registry_for
-
         if grant.destinations_from:
-            from warrant.runner.grants import check_task_sources
-
             check_task_sources([grant], registry_for(), where="grant")
         with session_scope(self.engine) as s:
             run = _open_run(s, run_id, "grant capabilities to")
@@ -194,8 +191,6 @@ class ApprovalsClient(RunsClient):
             if version is None:
                 return grant_id
             trace_id = run.trace_id
-        from warrant.broker import telemetry
-
         with telemetry.run_context(trace_id):
             self.publisher.policy(run_id, version)
         return grant_id
@@ -213,10 +208,6 @@ class ApprovalsClient(RunsClient):
         """Approve one exact proposal ahead of time (an authenticated operator call): the gate
         takes a matching proposal of this run as confirmed, once. Returns its id."""
         self._check_operator(operator_token, "pre-approve proposals")
-        from warrant.runner.confirmation_rules import pre_approval_record
-        from warrant.runner.spec import PreApproval
-        from warrant.tools.plugins import registry_for
-
         item = PreApproval(
             tool=tool, tool_version=tool_version, arguments=arguments, approved_by=approved_by
         )

@@ -17,10 +17,10 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from warrant.broker.planner.external_step import check_shape
 from warrant.runner.canonical import canonical_json
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import StateConflict
-from warrant.runner.external import Decision
+from warrant.runner.external import Decision, check_shape
 from warrant.tools.contract import Tool
 from warrant.tools.registry import Registry
 
@@ -51,7 +51,7 @@ def newest_version(registry: Registry, name: str) -> str:
 class ExternalCalls:
     def __init__(
         self,
-        client: Any,
+        client: RunnerClient,
         registry: Registry,
         *,
         approval_wait_s: float = 0.0,
@@ -91,7 +91,7 @@ class ExternalCalls:
             "source_observation_ids": [],
         }
         try:
-            decision: Decision = self.client.propose(run_id, proposal, by=by)
+            decision = self.client.propose(run_id, proposal, by=by)
         except StateConflict as exc:
             if exc.code != "PROPOSAL_IN_FLIGHT":
                 raise

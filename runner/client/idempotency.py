@@ -9,6 +9,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from warrant.ledger.db import retry_once_on_disconnect
+from warrant.ledger.runs_create import run_for_idempotency_key
+from warrant.ledger.stage_loads import autocommit
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.errors import InvalidRequest, StateConflict
 from warrant.runner.spec import RunSpec
@@ -47,9 +49,6 @@ def origin(
 def run_for_key(engine: Engine, start: dict[str, Any]) -> str | None:
     """The run recorded with ``start``'s idempotency key (``None`` if there is none yet);
     :class:`StateConflict` ``IDEMPOTENCY_KEY_REUSED`` if that run has another spec."""
-    from warrant.ledger.runs_create import run_for_idempotency_key
-    from warrant.ledger.stage_loads import autocommit
-
     key = start["idempotency_key"]
     if key is None:
         return None

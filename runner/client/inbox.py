@@ -22,9 +22,12 @@ from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.models import Observation, Proposal, Run
 from warrant.ledger.repo import append_events
+from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT
 from warrant.runner.client.runs import RunsClient
 from warrant.runner.codes import ObservationSource, RunStatus
 from warrant.runner.errors import InvalidRequest, RunNotFound
+from warrant.runner.spec import Budgets
+from warrant.tools.plugins import registry_for
 
 if TYPE_CHECKING:
     from warrant.runner.client.approvals import Origin
@@ -39,8 +42,6 @@ __all__ = [
     "budget_rows",
 ]
 
-DEFAULT_INBOX_LIMIT = 100
-"""How many waiting runs the inbox shows at most (the longest waiting first)."""
 
 REVEALED_EVENT = "sensitive.revealed"
 """The trace event of a reveal: ``by``, ``via``, ``from``, ``fields``, ``proposal_hash``."""
@@ -150,8 +151,6 @@ class InboxClient(RunsClient):
     ) -> list[PendingConfirmation]:
         """The runs waiting for a confirmation, longest waiting first. ``reveal_sensitive``:
         whether the reader may see sensitive values (who may confirm must)."""
-        from warrant.tools.plugins import registry_for
-
         registry = registry_for(ask_mcp_servers=False)  # the masks are declared
         found = []
         with session_scope(self.engine) as s:
@@ -166,15 +165,13 @@ class InboxClient(RunsClient):
                 found.append(_pending(run, proposal, cited, hidden, reveal_sensitive, raw))
         return found
 
-    def reveal(self, run_id: str, *, by: str, origin: Origin | None = None) -> Revealed | None:
+    def reveal(self, run_id: str, *, by: str = "", origin: Origin | None = None) -> Revealed | None:
         """The pending proposal's arguments with its sensitive values shown, and the trace
         event ``sensitive.revealed`` (``by``, where from, which fields) on the run in the same
         transaction. ``None`` (nothing traced) when the run waits for no confirmation; a
         proposal without sensitive values is shown without an event. Who may see them is the
         caller's check (the HTTP API: a role that may confirm). :class:`RunNotFound` if there
         is no run; ``REVEAL_IDENTITY_REQUIRED`` without ``by``."""
-        from warrant.tools.plugins import registry_for
-
         if not by.strip():
             raise InvalidRequest(
                 "a reveal needs the identity of who looks", code="REVEAL_IDENTITY_REQUIRED"
@@ -212,8 +209,6 @@ class InboxClient(RunsClient):
     @retry_once_on_disconnect
     def budgets(self, run_id: str) -> list[dict[str, Any]]:
         """The run's budgets: used and limit of each (:class:`RunNotFound` if no run)."""
-        from warrant.runner.errors import RunNotFound
-
         with session_scope(self.engine) as s:
             run = reads.run(s, run_id)
             if run is None:
@@ -317,8 +312,6 @@ def _json(value: Any) -> str:
 
 def budget_rows(run: Run) -> list[dict[str, Any]]:
     """What the run has used of each budget, and the limit (``None``: unlimited)."""
-    from warrant.runner.spec import Budgets
-
     try:
         limits = Budgets.model_validate((run.spec or {}).get("budgets") or {})
     except ValueError:

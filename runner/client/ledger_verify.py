@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from warrant.ledger import chain_store
 from warrant.ledger.chain import Break, ChainRow, Head, anchor_hash, check_run, jsonb_text
 from warrant.ledger.db import unbounded
+from warrant.runner.client.retention import read_archive
 from warrant.runner.errors import LedgerTampered, RunNotFound
 
 __all__ = ["verify", "verify_archive"]
@@ -108,8 +109,6 @@ def verify_archive(
     """Re-check every archived run's chain, that it ends in the head its batch's anchor kept,
     that each batch's heads give its anchor hash, and (with ``engine``) that the ledger holds
     that anchor row. The summary; :class:`LedgerTampered` on the first break."""
-    from warrant.runner.client.retention import read_archive
-
     started = time.monotonic()
     summary: dict[str, Any] = {"runs_checked": 0, "records_checked": 0, "anchors_checked": 0}
     batches: dict[str, tuple[str, list[list[Any]]]] = {}

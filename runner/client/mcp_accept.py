@@ -8,8 +8,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from warrant.ledger.db import engine_for
+from warrant.ledger.mcp_pins import accept_definition
 from warrant.runner.errors import NotFound, PluginError
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
+from warrant.tools.mcp import load_config, server_tools
+from warrant.tools.mcp_pins import mcp_definition
 
 __all__ = ["accept_tool"]
 
@@ -22,11 +26,6 @@ def accept_tool(
     """Pin what ``server`` serves now for ``tool`` (the server's name of it), accepted by
     ``by``. Raises ``MCP_CONFIG_INVALID`` (no configuration), ``MCP_SERVER_UNKNOWN``,
     ``MCP_TOOL_UNDECLARED``, ``MCP_TOOL_MISSING`` or ``MCP_SERVER_UNAVAILABLE``."""
-    from warrant.ledger.db import engine_for
-    from warrant.ledger.mcp_pins import accept_definition
-    from warrant.tools.mcp import load_config, server_tools
-    from warrant.tools.mcp_pins import mcp_definition
-
     settings = settings or load_settings()
     path = settings.mcp_config
     if path is None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from warrant.broker.planner.external_step import submit_proposal
+from warrant.broker import telemetry
 from warrant.ledger.db import session_scope
 from warrant.ledger.db_clock import DatabaseClock
+from warrant.ledger.external_proposals import record_external_proposal
 from warrant.ledger.proposal_facts import step_facts
 from warrant.runner.client.runs import RunsClient
 from warrant.runner.errors import InvalidRequest, RunNotFound
-from warrant.runner.external import Decision, decision_of
+from warrant.runner.external import Decision, check_shape, decision_of
 from warrant.runner.spec import Usage
 
 __all__ = ["MAX_DECISION_WAIT_S", "ProposalsClient"]
@@ -40,7 +41,7 @@ class ProposalsClient(RunsClient):
         run_id: str,
         proposal: dict[str, Any],
         *,
-        by: str,
+        by: str = "",
         step: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
         wait_s: float = 0.0,
@@ -53,7 +54,8 @@ class ProposalsClient(RunsClient):
         if not by.strip():
             raise InvalidRequest("a proposal needs who made it", code="IDENTITY_REQUIRED")
         usage = Usage.model_validate(usage) if isinstance(usage, dict) else usage
-        submitted = submit_proposal(
+        check_shape(proposal)
+        recorded = record_external_proposal(
             self.engine,
             self.publisher,
             run_id,
@@ -63,6 +65,14 @@ class ProposalsClient(RunsClient):
             usage=usage,
             clock=self._clock(),
         )
+        if recorded.message is not None:
+            from warrant.broker.publish import Outbox  # lazy: it imports Celery (~150 ms)
+
+            outbox = Outbox()  # not taken by the broker: logged, the stalled-run sweep resends
+            outbox.add(recorded.message)
+            with telemetry.run_context(recorded.trace_id):
+                outbox.flush()
+        submitted = recorded.submitted
         if submitted.stop is not None:
             status, reason = submitted.stop
             return Decision(

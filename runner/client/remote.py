@@ -1,7 +1,7 @@
 """A client of a remote ``warrant serve`` (its ``/v1`` HTTP API), with an API token.
 
-:class:`RemoteClient` offers the run methods of :class:`~warrant.runner.client.api.Client`
-that the CLI's ``warrant run …`` commands use, with the same signatures and return types, so
+:class:`RemoteClient` is a :class:`~warrant.runner.client.contract.RunnerClient`, as
+:class:`~warrant.runner.client.api.Client` is: the same methods, signatures and records, so
 ``make_client()`` can hand out either (``WARRANT_SERVER_URL`` picks this one). Who acted is
 always the token's identity, recorded by the server: the ``by``/``granted_by``/``approved_by``
 arguments are accepted for the same signature and ignored, as are ``operator_token`` (the
@@ -16,6 +16,7 @@ those of the database-backed client. A server that cannot be reached raises
 
 from __future__ import annotations
 
+import json as jsonlib
 import time
 from dataclasses import fields
 from datetime import datetime
@@ -23,8 +24,11 @@ from typing import Any
 
 import httpx
 
+from warrant.runner.client.approvals import Origin
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.inbox import Revealed
 from warrant.runner.client.remote_proposals import RemoteProposals
+from warrant.runner.client.remote_reads import RemoteReads
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.errors import (
     BrokerUnavailable,
@@ -42,6 +46,7 @@ from warrant.runner.errors import (
     Unauthorized,
     WarrantError,
 )
+from warrant.runner.spec import RunSpec
 
 __all__ = ["MAX_POLL_S", "PREFIX_SCAN", "RemoteClient", "error_from"]
 
@@ -116,7 +121,7 @@ def run_info(data: dict[str, Any]) -> RunInfo:
     return RunInfo(**values)
 
 
-class RemoteClient(RemoteProposals):
+class RemoteClient(RemoteReads, RemoteProposals):
     """The run operations of ``warrant serve`` at ``base_url`` (``http://host:port``), with
     an API token (``Authorization: Bearer``). Thread-safe as far as :class:`httpx.Client` is."""
 
@@ -177,7 +182,7 @@ class RemoteClient(RemoteProposals):
 
     def start_run(
         self,
-        spec: Any,
+        spec: RunSpec | dict[str, Any] | str,
         *,
         publish: bool = True,
         idempotency_key: str | None = None,
@@ -186,8 +191,6 @@ class RemoteClient(RemoteProposals):
         """``POST /v1/runs``: validate, record and enqueue a run; its id. ``spec`` is a
         :class:`~warrant.runner.spec.RunSpec`, a dict or JSON text. ``publish`` and
         ``started_by`` are ignored: the server publishes, and records the token's label."""
-        import json as jsonlib
-
         if isinstance(spec, str):
             try:
                 spec = jsonlib.loads(spec)
@@ -195,7 +198,7 @@ class RemoteClient(RemoteProposals):
                 raise InvalidRequest(
                     f"the spec is not JSON: {exc}", code="REQUEST_INVALID"
                 ) from None
-        elif hasattr(spec, "model_dump"):
+        elif isinstance(spec, RunSpec):
             spec = spec.model_dump(mode="json")
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         data = self._call("POST", "/runs", json=spec, headers=headers)
@@ -204,7 +207,7 @@ class RemoteClient(RemoteProposals):
     def get_run(self, run_id: str) -> RunInfo:
         return run_info(self._call("GET", f"/runs/{run_id}"))
 
-    def reveal(self, run_id: str, *, by: str = "", origin: Any = None) -> Revealed | None:
+    def reveal(self, run_id: str, *, by: str = "", origin: Origin | None = None) -> Revealed | None:
         """``GET /v1/runs/{id}?reveal=true``: the pending proposal's sensitive values (a token
         that may confirm; else ``Forbidden`` ``REVEAL_FORBIDDEN``), ``None`` when the run
         waits for no confirmation. ``by`` and ``origin`` are ignored: the server traces the
@@ -237,6 +240,11 @@ class RemoteClient(RemoteProposals):
     def working_memory(self, run_id: str) -> dict[str, Any]:
         view: dict[str, Any] = self._call("GET", f"/runs/{run_id}/view")
         return view
+
+    def policy_tools(self, *, seen_within_s: float) -> frozenset[str] | None:
+        """``None``: the HTTP API does not show the workers' registrations (the server's
+        gate decides, and a fixture plan is checked against this process's registry)."""
+        return None
 
     def wait(
         self, run_id: str, *, timeout: float = 60.0, until: frozenset[str] | set[str] | None = None
@@ -298,16 +306,25 @@ class RemoteClient(RemoteProposals):
     # --- people's actions ----------------------------------------------------------------
 
     def confirm(
-        self, run_id: str, *, proposal_hash: str, by: str, precondition: str | None = None
+        self,
+        run_id: str,
+        *,
+        proposal_hash: str,
+        by: str,
+        origin: Origin | None = None,
+        precondition: str | None = None,
     ) -> int:
-        """Approve exactly the pending proposal; the run's version after it. ``by`` is
-        ignored: the server records the token's identity (``name (role)``). ``precondition``:
+        """Approve exactly the pending proposal; the run's version after it. ``by`` and
+        ``origin`` are ignored: the server records the token's identity (``name (role)``)
+        and the address it saw. ``precondition``:
         the state's fingerprint the approver saw (see :meth:`Client.confirm`)."""
         return self._decide(run_id, "confirm", proposal_hash, precondition=precondition)
 
-    def decline(self, run_id: str, *, proposal_hash: str, by: str) -> int:
-        """Refuse the pending proposal; the run's version after it. ``by`` is ignored: the
-        server records the token's identity."""
+    def decline(
+        self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
+    ) -> int:
+        """Refuse the pending proposal; the run's version after it. ``by`` and ``origin``
+        are ignored: the server records the token's identity and the address it saw."""
         return self._decide(run_id, "decline", proposal_hash)
 
     def _decide(
@@ -335,8 +352,9 @@ class RemoteClient(RemoteProposals):
         resource_scope: str = "*",
         expires_at_step: int | None = None,
         max_uses: int | None = None,
-        granted_by: str = "",
+        granted_by: str,
         operator_token: str | None = None,
+        destinations_from: list[str] | None = None,
         expires_at: datetime | None = None,
         expires_in_s: float | None = None,
         widen: bool = False,
@@ -348,6 +366,7 @@ class RemoteClient(RemoteProposals):
             "resource_scope": resource_scope,
             "expires_at_step": expires_at_step,
             "max_uses": max_uses,
+            **({"destinations_from": destinations_from} if destinations_from is not None else {}),
             "expires_at": expires_at.isoformat() if expires_at is not None else None,
             "expires_in_s": expires_in_s,
             "widen": widen,
@@ -361,7 +380,7 @@ class RemoteClient(RemoteProposals):
         tool: str,
         tool_version: str,
         arguments: dict[str, Any],
-        approved_by: str = "",
+        approved_by: str,
         operator_token: str | None = None,
     ) -> int:
         """Approve one exact proposal ahead of time; the pre-approval's id. ``approved_by``
@@ -374,3 +393,6 @@ class RemoteClient(RemoteProposals):
         """A person ends a handed-off run. ``by`` is ignored (the token's identity)."""
         body = {"outcome": outcome, "reason": reason}
         return run_info(self._call("POST", f"/handoffs/{handoff_id}/resolve", json=body))
+
+
+_conforms: type[RunnerClient] = RemoteClient

@@ -14,11 +14,17 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from warrant.broker import telemetry
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
+from warrant.ledger.memory_store import MemoryStore
+from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
 from warrant.ledger.operator import discard_issued_command, lock_active_command, lock_run
 from warrant.ledger.repo import commit, run_view
+from warrant.ledger.runs_create import create_run
+from warrant.ledger.stage_loads import autocommit, run_status
+from warrant.ledger.workers import live_workers
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import content_hash
 from warrant.runner.client.idempotency import origin as start_origin
@@ -26,10 +32,19 @@ from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.pre_approvals import pre_approval_records
 from warrant.runner.client.run_info import SETTLED, RunInfo
 from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSource, RunStatus
+from warrant.runner.costs import check_priced
 from warrant.runner.errors import RunNotFound, StateConflict
+from warrant.runner.grants import check_task_sources
+from warrant.runner.settings import load_settings
 from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
+from warrant.runner.success import check_success_spec
+from warrant.runner.webhook_signing import check_webhook
+from warrant.tools.plugins import registry_for
 
 __all__ = ["SETTLED", "RunInfo", "RunsClient"]
+
+#: :meth:`RunsClient.wait_change`'s first and longest pause between two looks at the run.
+FIRST_CHANGE_PAUSE_S, MAX_CHANGE_PAUSE_S = 0.05, 0.5
 
 
 class RunsClient:
@@ -79,25 +94,16 @@ class RunsClient:
         if not isinstance(spec, RunSpec):
             spec = parse_run_spec(spec)
         if isinstance(spec.planner, PluginPlannerSpec):
-            from warrant.runner.planners.kinds import check_planner, planner_kinds
-            from warrant.runner.settings import load_settings
+            from warrant.runner.planners.kinds import check_planner, planner_kinds  # lazy: httpx
 
             settings = load_settings()
             kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
             check_planner(spec, kinds)
         if spec.webhook is not None:
-            from warrant.runner.settings import load_settings
-            from warrant.runner.webhook_signing import check_webhook
-
             check_webhook(spec, load_settings())
         if spec.budgets.max_cost is not None and isinstance(spec.planner, OpenAIPlannerSpec):
-            from warrant.runner.costs import check_priced
-            from warrant.runner.settings import load_settings
-
             check_priced(spec, load_settings().model_prices)
         _check_against_registry(spec)
-        from warrant.broker import telemetry
-
         origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)
         if (known := run_for_key(self.engine, origin)) is not None:
             return known
@@ -148,9 +154,6 @@ class RunsClient:
         trace_id: str | None,
         origin: dict[str, str | None],
     ) -> None:
-        from warrant.ledger.runs_create import create_run
-        from warrant.ledger.stage_loads import autocommit
-
         goal = {"goal": spec.goal}
         created = {
             "subject_hash": content_hash(spec.subject)[:16],
@@ -201,10 +204,6 @@ class RunsClient:
     @retry_once_on_disconnect
     def working_memory(self, run_id: str) -> dict[str, Any]:
         """The planner's view for the run's next step, rebuilt from the ledger."""
-        from warrant.broker.memory_views import load_view
-        from warrant.ledger.memory_store import MemoryStore
-        from warrant.tools.plugins import registry_for
-
         view = load_view(
             self.engine,
             run_id,
@@ -215,10 +214,30 @@ class RunsClient:
             raise RunNotFound(f"no run {run_id}")
         return view.model_dump(mode="json")
 
-    def memory(self) -> Any:
-        from warrant.ledger.memory_store import MemoryStore
-
+    def memory(self) -> MemoryStore:
+        """The long-term memory store (the ledger's; not part of the client contract)."""
         return MemoryStore(self.engine)
+
+    def memory_records(
+        self, subject: str, *, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        """A subject's memory records (active only unless ``include_inactive``)."""
+        return self.memory().records(subject, include_inactive=include_inactive)
+
+    def revoke_memory(self, record_id: int, *, by: str) -> dict[str, Any]:
+        """Revoke a record: it is never returned to a planner again (kept, marked revoked)."""
+        return self.memory().revoke(record_id, by=by)
+
+    def policy_tools(self, *, seen_within_s: float) -> frozenset[str] | None:
+        """``name@version`` of every tool the policy workers seen within ``seen_within_s``
+        registered (the gate runs there); ``None`` when no policy worker is registered."""
+        workers = live_workers(self.engine, seen_within_s=seen_within_s)
+        policy = [w for w in workers if "policy" in w.roles]
+        return frozenset().union(*(w.tools for w in policy)) if policy else None
+
+    def close(self) -> None:
+        """Nothing to release: the engine is the process's (:func:`~warrant.ledger.db.
+        engine_for`), shared by every client of the same database."""
 
     def cancel(self, run_id: str, *, by: str, reason: str = "", revoke: bool = True) -> RunInfo:
         """Cancel a run: no stage starts new work for it afterwards.
@@ -308,11 +327,22 @@ class RunsClient:
             time.sleep(pause)
             pause = min(pause * 1.5, 0.25)
 
+    def wait_change(self, run_id: str, *, version: int | None, timeout: float) -> RunInfo:
+        """The run once its version differs from ``version`` or it is settled, else after
+        ``timeout`` as it was: the ledger is polled with a growing pause
+        (:data:`FIRST_CHANGE_PAUSE_S` to :data:`MAX_CHANGE_PAUSE_S`)."""
+        end = time.monotonic() + timeout
+        pause = FIRST_CHANGE_PAUSE_S
+        while True:
+            info = self.get_run(run_id)
+            if info.version != version or info.status in SETTLED or time.monotonic() >= end:
+                return info
+            time.sleep(min(pause, max(0.0, end - time.monotonic())))
+            pause = min(pause * 1.5, MAX_CHANGE_PAUSE_S)
+
     @retry_once_on_disconnect
     def _status(self, run_id: str) -> str | None:
         """The run's status alone (what :meth:`wait` polls)."""
-        from warrant.ledger.stage_loads import autocommit, run_status
-
         with autocommit(self.engine, held=False) as conn:
             return run_status(conn, run_id)
 
@@ -339,10 +369,6 @@ def _check_against_registry(spec: RunSpec) -> None:
     narrowed = any(g.destinations_from for g in spec.grants)
     if spec.success is None and not narrowed:
         return
-    from warrant.runner.grants import check_task_sources
-    from warrant.runner.success import check_success_spec
-    from warrant.tools.plugins import registry_for
-
     registry = registry_for()
     check_task_sources(spec.grants, registry)
     check_success_spec(spec, registry)

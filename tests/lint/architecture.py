@@ -430,19 +430,14 @@ def function_imports() -> list[str]:
 #: The comment a function-level import of the project's own modules carries (issue 48): the
 #: measured start-up cost or the optional dependency that keeps it out of the module's top.
 LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
-#: Packages whose function-level imports are still being reworked (issue 48: the client's
-#: Protocol); the rule skips them until that lands. Remove the entry with that change.
-LAZY_PENDING = ("runner.client",)
 
 
 def unexplained_function_imports() -> list[str]:
     """Function-level imports of the project's own modules without a ``# lazy: <reason>``
     comment on the import's line (on one of its lines, when the import spans several), in the
-    product's modules (:data:`LAZY_PENDING` apart)."""
+    product's modules."""
     found: list[str] = []
     for m in _product_modules():
-        if m.name.startswith(LAZY_PENDING):
-            continue
         lines = m.path.read_text().splitlines()
         for node in ast.walk(m.tree):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -16,12 +16,11 @@ from tests.gate import gate
 from tests.unit.test_gate_depth import DEPTHS, nested
 from tests.unit.test_http_api import FakeClient, FakeTokens, Http
 from tests.unit.test_model_retry import _propose
-from warrant.broker.planner.external_step import check_shape
 from warrant.runner import policy
 from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
 from warrant.runner.client.external_calls import ExternalCalls
 from warrant.runner.errors import InvalidRequest
-from warrant.runner.external import Decision
+from warrant.runner.external import Decision, check_shape
 from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
 from warrant.runner.planners.openai_compatible import _Invalid, parse_reply
 from warrant.runner.server.http import create_app

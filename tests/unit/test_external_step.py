@@ -1,4 +1,4 @@
-"""Which runs take a caller's proposal (``warrant.broker.planner.external_step``): the checks made
+"""Which runs take a caller's proposal (``warrant.runner.external``): the checks made
 under the run's lock before anything is recorded."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from warrant.broker.planner.external_step import _check_open, check_shape
 from warrant.runner.errors import InvalidRequest, RunFinished, StateConflict
+from warrant.runner.external import check_open as _check_open
+from warrant.runner.external import check_shape
 
 
 def run(status: str, phase: str = "planning", step: int = 2) -> SimpleNamespace:

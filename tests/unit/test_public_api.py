@@ -28,6 +28,7 @@ PINNED_RUNNER = {
     "RunNotFound",
     "RunSpec",
     "RunStatus",
+    "RunnerClient",
     "ServiceUnavailable",
     "SpecError",
     "StateConflict",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.external_calls import ExternalCalls, newest_tools
 from warrant.runner.external import Decision, explain
 from warrant.tools.contract import Tool
@@ -15,7 +16,7 @@ __all__ = ["failure_text", "gate_calls", "offered", "output_text", "succeeded"]
 
 
 def gate_calls(
-    client: Any, registry: Registry | None, *, decision_wait_s: float
+    client: RunnerClient, registry: Registry | None, *, decision_wait_s: float
 ) -> tuple[ExternalCalls, Registry]:
     """The adapters' calls through the gate, on ``registry`` (default: this deployment's)."""
     if registry is None:

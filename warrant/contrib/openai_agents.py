@@ -29,6 +29,7 @@ from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
 from warrant.contrib._tools import failure_text, gate_calls, offered, output_text, succeeded
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import WarrantError
 from warrant.runner.external import Decision
 from warrant.tools.registry import Registry
@@ -39,7 +40,7 @@ __all__ = ["WarrantTools"]
 class WarrantTools:
     def __init__(
         self,
-        client: Any,
+        client: RunnerClient,
         run_id: str,
         *,
         by: str,

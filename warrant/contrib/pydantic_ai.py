@@ -36,6 +36,7 @@ from pydantic_ai import (
 )
 
 from warrant.contrib._tools import failure_text, gate_calls, offered, succeeded
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import WarrantError
 from warrant.tools.registry import Registry
 
@@ -45,7 +46,7 @@ __all__ = ["WarrantToolset"]
 class WarrantToolset(FunctionToolset[Any]):
     def __init__(
         self,
-        client: Any,
+        client: RunnerClient,
         run_id: str,
         *,
         by: str,

@@ -8,9 +8,9 @@ configured token is passed through to the client)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
 from warrant.runner.authz import Action, Identity, Role, name_of
 from warrant.runner.confirmation_rules import approvals_pending
@@ -24,6 +24,8 @@ from warrant.runner.server.http.models import (
     DecisionOut,
     GrantIn,
     GrantOut,
+    HandoffPage,
+    MemoryRecordsOut,
     MemoryRevokedOut,
     PreApprovalIn,
     PreApprovalOut,
@@ -46,6 +48,7 @@ RecordId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The memory recor
 
 Confirmer = Annotated[Identity, Depends(requires(Action.CONFIRM))]
 Answerer = Annotated[Identity, Depends(requires(Action.ANSWER))]
+Reader = Annotated[Identity, Depends(requires(Action.READ))]
 Canceller = Annotated[Identity, Depends(requires(Action.CANCEL))]
 Granter = Annotated[Identity, Depends(requires(Action.GRANT))]
 PreApprover = Annotated[Identity, Depends(requires(Action.PRE_APPROVE))]
@@ -130,6 +133,7 @@ def add_grant(request: Request, run_id: RunId, body: GrantIn, identity: Granter)
         resource_scope=body.resource_scope,
         expires_at_step=body.expires_at_step,
         max_uses=body.max_uses,
+        destinations_from=body.destinations_from,
         granted_by=identity.label,
         operator_token=d.operator_token,
         expires_at=body.expires_at,
@@ -162,6 +166,26 @@ def pre_approve(
     return PreApprovalOut(run_id=run_id, pre_approval_id=pre_id)
 
 
+@router.get("/handoffs", response_model=HandoffPage, summary="Handoffs")
+def list_handoffs(
+    request: Request,
+    identity: Reader,
+    open_only: Annotated[bool, Query(description="Only those not resolved yet.")] = True,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> HandoffPage:
+    """The runs handed to a person, newest first, each with its bundle."""
+    found = deps(request).client.handoffs(open_only=open_only, limit=limit)
+    return HandoffPage(handoffs=found)
+
+
+@router.get("/handoffs/{handoff_id}", response_model=dict[str, Any], summary="One handoff")
+def get_handoff(request: Request, handoff_id: HandoffId, identity: Reader) -> dict[str, Any]:
+    """The handoff (given a run's id: its newest), with the whole bundle: state, goal,
+    evidence, pending proposal, unknown effects, recommended and forbidden actions."""
+    found: dict[str, Any] = deps(request).client.handoff(handoff_id)
+    return found
+
+
 @router.post("/handoffs/{handoff_id}/resolve", response_model=RunOut, summary="Resolve")
 def resolve_handoff(
     request: Request,
@@ -177,6 +201,19 @@ def resolve_handoff(
     return run_out(info)
 
 
+@router.get("/memory", response_model=MemoryRecordsOut, summary="A subject's memory records")
+def memory_records(
+    request: Request,
+    identity: MemoryRevoker,
+    subject: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[^\x00]*$")],
+    include_inactive: Annotated[bool, Query(description="Revoked and expired too.")] = False,
+) -> MemoryRecordsOut:
+    """The long-term memory of ``subject`` (what planners are shown of it), for the role that
+    may revoke records."""
+    found = deps(request).client.memory_records(subject, include_inactive=include_inactive)
+    return MemoryRecordsOut(subject=subject, records=found)
+
+
 @router.delete(
     "/memory/{record_id}", response_model=MemoryRevokedOut, summary="Revoke a memory record"
 )
@@ -184,5 +221,5 @@ def revoke_memory(
     request: Request, record_id: RecordId, identity: MemoryRevoker
 ) -> MemoryRevokedOut:
     """The record is never returned to a planner again (kept, marked revoked)."""
-    out = deps(request).client.memory().revoke(record_id, by=identity.label)
+    out = deps(request).client.revoke_memory(record_id, by=identity.label)
     return MemoryRevokedOut.model_validate(out)

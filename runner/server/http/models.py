@@ -6,7 +6,9 @@ a lone surrogate: PostgreSQL stores neither, and bad input must never become a s
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import dataclasses
+import typing
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -14,22 +16,32 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    create_model,
     model_validator,
 )
+
+from warrant.runner.client.inbox import PendingConfirmation, Revealed
+from warrant.runner.client.run_info import RunInfo
+from warrant.runner.spec import DestinationSource
 
 __all__ = [
     "INT32_MAX",
     "AnswerIn",
+    "BudgetsOut",
     "CancelIn",
+    "ConfirmationsOut",
     "DecisionIn",
     "DecisionOut",
     "ErrorBody",
     "ErrorDetail",
     "GrantIn",
     "GrantOut",
+    "HandoffPage",
     "Health",
     "IdentityOut",
+    "MemoryRecordsOut",
     "MemoryRevokedOut",
+    "ObservationsOut",
     "PreApprovalIn",
     "PreApprovalOut",
     "ResolveIn",
@@ -39,6 +51,7 @@ __all__ = [
     "TraceEventOut",
     "TraceOut",
     "bad_text",
+    "record_model",
 ]
 
 #: The largest value an ``integer`` column holds (steps, uses, versions).
@@ -113,70 +126,93 @@ class ErrorBody(BaseModel):
 # --- runs ------------------------------------------------------------------------------------
 
 
-class RevealedOut(BaseModel):
-    """The pending proposal's arguments as they will run: what ``?reveal=true`` adds for a
-    token whose role may confirm (traced on the run as ``sensitive.revealed``)."""
+def record_model(
+    record: type,
+    name: str,
+    doc: str,
+    *,
+    described: dict[str, str] | None = None,
+    required: frozenset[str] = frozenset(),
+    extra: dict[str, Any] | None = None,
+) -> type[BaseModel]:
+    """A response model derived from the client's record (a dataclass): its fields, types and
+    defaults, never declared twice; ``described`` documents fields for the OpenAPI document,
+    ``required`` drops a default, ``extra`` adds fields (``(type, FieldInfo)``)."""
+    hints = typing.get_type_hints(record)
+    described = described or {}
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        if f.name in required or (
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ):
+            info = Field(description=described.get(f.name))
+        elif f.default_factory is not dataclasses.MISSING:
+            info = Field(default_factory=f.default_factory, description=described.get(f.name))
+        else:
+            info = Field(default=f.default, description=described.get(f.name))
+        fields[f.name] = (hints[f.name], info)
+    model: type[BaseModel] = create_model(name, __doc__=doc, **fields, **(extra or {}))
+    model.__module__ = __name__
+    return model
 
-    run_id: str
-    proposal_hash: str = Field(
-        description="The proposal these values belong to (confirmation_request.proposal_hash)."
-    )
-    tool: str
-    tool_version: str
-    arguments: dict[str, Any] = Field(
-        description="Every argument with its value, sensitive ones included; a secret_fields "
-        'value stays "<secret>" (shown to nobody).'
-    )
-    fields: list[str] = Field(description="The sensitive fields whose values are shown.")
 
+if TYPE_CHECKING:
 
-class RunOut(BaseModel):
-    """A run's state, as ``warrant run show --json`` prints it."""
+    class RevealedOut(BaseModel): ...
 
-    run_id: str
-    status: str = Field(
-        description="running, waiting_confirmation, waiting_grant, needs_input, completed, …"
+    class RunOut(BaseModel):
+        revealed: RevealedOut | None
+
+else:
+    RevealedOut = record_model(
+        Revealed,
+        "RevealedOut",
+        "The pending proposal's arguments as they will run: what ``?reveal=true`` adds for a "
+        "token whose role may confirm (traced on the run as ``sensitive.revealed``).",
+        described={
+            "proposal_hash": "The proposal these values belong to "
+            "(confirmation_request.proposal_hash).",
+            "arguments": "Every argument with its value, sensitive ones included; a "
+            'secret_fields value stays "<secret>" (shown to nobody).',
+            "fields": "The sensitive fields whose values are shown.",
+        },
     )
-    phase: str
-    stop_reason: str | None = Field(description="Why the run stopped (a stable code).")
-    step: int
-    model_calls: int
-    tool_calls: int
-    version: int = Field(description="Raised by one at every change (for /wait?version=).")
-    answer: str | None
-    goal: str
-    subject: str
-    created_at: str = Field(description="ISO 8601 time.")
-    finished_at: str | None
-    confirmation_request: dict[str, Any] | None = Field(
-        default=None,
-        description="While waiting_confirmation: what is to be approved, with proposal_hash.",
-    )
-    waiting_for_grant: dict[str, Any] | None = Field(
-        default=None,
-        description="While waiting_grant: tool, tool_version, capability, capabilities, "
-        "resources, step, proposal_id, proposal_hash, code (MISSING_CAPABILITY or "
-        "RESOURCE_OUT_OF_SCOPE: source gate; TOOL_PERMISSION_DENIED: source tool, with the "
-        "tool's message, command_id and attempt). POST /v1/runs/{run_id}/grants resumes it.",
-    )
-    pre_approvals: list[dict[str, Any]] = Field(default_factory=list)
-    idempotency_key: str | None = Field(default=None, description="The key it was started with.")
-    started_by: str | None = Field(default=None, description="Who started it (token label).")
-    trace_id: str | None = Field(
-        default=None,
-        description="The run's OpenTelemetry trace id (32 hex digits), if traced: one trace "
-        "for the whole run.",
-    )
-    tokens_used: int = Field(
-        default=0, description="Tokens charged: model calls (reported or estimated) and tools."
-    )
-    cost_used: float = Field(default=0.0, description="Cost charged, likewise (max_cost).")
-    revealed: RevealedOut | None = Field(
-        default=None,
-        description="Only for GET /v1/runs/{run_id}?reveal=true by a token that may confirm "
-        "(approver, operator), while the run waits for a confirmation: the values that "
-        "confirmation_request masks as <sensitive>. Each reveal is a sensitive.revealed trace "
-        "event. Null otherwise.",
+    RunOut = record_model(
+        RunInfo,
+        "RunOut",
+        "A run's state, as ``warrant run show --json`` prints it.",
+        described={
+            "status": "running, waiting_confirmation, waiting_grant, needs_input, completed, …",
+            "stop_reason": "Why the run stopped (a stable code).",
+            "version": "Raised by one at every change (for /wait?version=).",
+            "created_at": "ISO 8601 time.",
+            "confirmation_request": "While waiting_confirmation: what is to be approved, with "
+            "proposal_hash.",
+            "waiting_for_grant": "While waiting_grant: tool, tool_version, capability, "
+            "capabilities, resources, step, proposal_id, proposal_hash, code "
+            "(MISSING_CAPABILITY or RESOURCE_OUT_OF_SCOPE: source gate; "
+            "TOOL_PERMISSION_DENIED: source tool, with the tool's message, command_id and "
+            "attempt). POST /v1/runs/{run_id}/grants resumes it.",
+            "idempotency_key": "The key it was started with.",
+            "started_by": "Who started it (token label).",
+            "trace_id": "The run's OpenTelemetry trace id (32 hex digits), if traced: one "
+            "trace for the whole run.",
+            "tokens_used": "Tokens charged: model calls (reported or estimated) and tools.",
+            "cost_used": "Cost charged, likewise (max_cost).",
+        },
+        extra={
+            "revealed": (
+                RevealedOut | None,
+                Field(
+                    default=None,
+                    description="Only for GET /v1/runs/{run_id}?reveal=true by a token that "
+                    "may confirm (approver, operator), while the run waits for a "
+                    "confirmation: the values that confirmation_request masks as "
+                    "<sensitive>. Each reveal is a sensitive.revealed trace event. Null "
+                    "otherwise.",
+                ),
+            )
+        },
     )
 
 
@@ -199,6 +235,35 @@ class TraceEventOut(BaseModel):
 class TraceOut(BaseModel):
     run_id: str
     events: list[TraceEventOut] = Field(description="The run's timeline, in order.")
+
+
+class ObservationsOut(BaseModel):
+    run_id: str
+    observations: list[dict[str, Any]] = Field(
+        description="observation_id, kind, source, step, content, observation_version; in order."
+    )
+
+
+class BudgetsOut(BaseModel):
+    run_id: str
+    budgets: list[dict[str, Any]] = Field(
+        description="Each budget's name, used and limit (null: unlimited)."
+    )
+
+
+class ConfirmationsOut(BaseModel):
+    confirmations: list[PendingConfirmation] = Field(
+        description="The runs waiting for a confirmation, longest waiting first."
+    )
+
+
+class HandoffPage(BaseModel):
+    handoffs: list[dict[str, Any]] = Field(description="Newest first.")
+
+
+class MemoryRecordsOut(BaseModel):
+    subject: str
+    records: list[dict[str, Any]]
 
 
 # --- actions ---------------------------------------------------------------------------------
@@ -248,6 +313,13 @@ class GrantIn(_In):
     )
     expires_at_step: int | None = Field(default=None, ge=0, le=INT32_MAX)
     max_uses: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    destinations_from: list[DestinationSource] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=20,
+        description="Task-scoped: the sources its destinations must come from "
+        "(as a run spec's grant).",
+    )
     expires_at: AwareDatetime | None = Field(default=None, description="Wall-clock end.")
     expires_in_s: float | None = Field(
         default=None, gt=0, le=7 * 24 * 3600, description="Or: seconds from the database's now."

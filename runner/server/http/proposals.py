@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -19,7 +19,7 @@ from warrant.runner.errors import Forbidden
 from warrant.runner.external import Decision, DecisionState
 from warrant.runner.server.http.auth import deps, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
-from warrant.runner.server.http.models import INT32_MAX, _In
+from warrant.runner.server.http.models import INT32_MAX, _In, record_model
 from warrant.runner.server.http.runs import RUN_ID
 
 __all__ = ["DecisionStateOut", "ProposalIn", "router"]
@@ -55,25 +55,18 @@ class ProposalIn(_In):
     usage: UsageIn | None = Field(default=None, description="What the caller's model used.")
 
 
-class DecisionStateOut(BaseModel):
-    run_id: str
-    step: int
-    state: DecisionState
-    settled: bool
-    proposal_id: str | None = None
-    tool: str | None = None
-    arguments: Any = None
-    code: str | None = None
-    message: str | None = None
-    proposal_hash: str | None = None
-    confirmation: dict[str, Any] | None = None
-    outcome: str | None = None
-    resolved: str | None = None
-    observation_id: str | None = None
-    output: Any = None
-    answer: str | None = None
-    run_status: str
-    run_version: int
+if TYPE_CHECKING:
+
+    class DecisionStateOut(BaseModel): ...
+
+else:
+    DecisionStateOut = record_model(
+        Decision,
+        "DecisionStateOut",
+        "What the gate made of the proposal of ``step`` (``warrant.runner.external.Decision``).",
+        required=frozenset({"run_status", "run_version"}),
+        extra={"settled": (bool, Field())},
+    )
 
 
 WaitQuery = Annotated[

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.runner.authz import Action, Identity, allowed
+from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT
 from warrant.runner.client.idempotency import origin as run_origin
 from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.runs import SETTLED, RunInfo
@@ -26,7 +27,10 @@ from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.listing import decode_cursor, encode_cursor
 from warrant.runner.server.http.models import (
     INT32_MAX,
+    BudgetsOut,
+    ConfirmationsOut,
     ErrorBody,
+    ObservationsOut,
     RevealedOut,
     RunOut,
     RunPage,
@@ -220,6 +224,56 @@ def get_view(request: Request, run_id: RunId, identity: Reader) -> dict[str, Any
     """The planner's working-memory view for the run's next step, rebuilt from the ledger."""
     view: dict[str, Any] = deps(request).client.working_memory(run_id)
     return view
+
+
+@router.get(
+    "/runs/{run_id}/observations", response_model=ObservationsOut, summary="A run's observations"
+)
+def get_observations(request: Request, run_id: RunId, identity: Reader) -> ObservationsOut:
+    """What the run observed, in order (the user's goal, tool outputs, answers, …); none for
+    a run id the ledger does not hold (as ``Client.observations``)."""
+    return ObservationsOut(run_id=run_id, observations=deps(request).client.observations(run_id))
+
+
+@router.get("/runs/{run_id}/budgets", response_model=BudgetsOut, summary="A run's budgets")
+def get_budgets(request: Request, run_id: RunId, identity: Reader) -> BudgetsOut:
+    """What the run has used of each budget, and the limit (null: unlimited)."""
+    return BudgetsOut(run_id=run_id, budgets=deps(request).client.budgets(run_id))
+
+
+@router.get(
+    "/confirmations",
+    response_model=ConfirmationsOut,
+    summary="Runs waiting for a confirmation",
+    responses={
+        403: {
+            "model": ErrorBody,
+            "description": "FORBIDDEN: the token may not read; REVEAL_FORBIDDEN: "
+            "?reveal_sensitive=true by a role that may not confirm (producer, viewer)",
+        }
+    },
+)
+def pending_confirmations(
+    request: Request,
+    identity: Reader,
+    reveal_sensitive: Annotated[
+        bool,
+        Query(description="Show sensitive values (a role that may confirm only, else 403)."),
+    ] = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = DEFAULT_INBOX_LIMIT,
+) -> ConfirmationsOut:
+    """The approval inbox: each run waiting for a person to approve exactly one proposal,
+    longest waiting first, with the proposal's arguments (``secret_fields`` always masked;
+    ``sensitive_fields`` masked unless ``reveal_sensitive``)."""
+    if reveal_sensitive and not allowed(identity.role, Action.CONFIRM):
+        raise Forbidden(
+            f"{identity.label} may not see sensitive values (only a role that may confirm)",
+            code="REVEAL_FORBIDDEN",
+        )
+    found = deps(request).client.pending_confirmations(
+        reveal_sensitive=reveal_sensitive, limit=limit
+    )
+    return ConfirmationsOut(confirmations=found)
 
 
 @router.get(

@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 from mcp import types
 
+from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.external_calls import ExternalCalls
 from warrant.runner.errors import WarrantError
 from warrant.runner.server.mcp_gateway.listing import mcp_tools
@@ -69,7 +70,7 @@ class _Session:
 
 
 class Gateway:
-    def __init__(self, client: Any, registry: Registry, options: GatewayOptions) -> None:
+    def __init__(self, client: RunnerClient, registry: Registry, options: GatewayOptions) -> None:
         self.client = client
         self.registry = registry
         self.options = options
@@ -107,9 +108,7 @@ class Gateway:
         spec = {**self.options.spec, "planner": {"kind": "external", "agent": "mcp"}}
         key = caller.run_key or self.options.run_key
         idempotency_key = f"mcp:{caller.name}:{key}"[:200] if key else None
-        run_id: str = self.client.start_run(
-            spec, idempotency_key=idempotency_key, started_by=caller.by
-        )
+        run_id = self.client.start_run(spec, idempotency_key=idempotency_key, started_by=caller.by)
         return run_id
 
 

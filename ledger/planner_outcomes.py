@@ -1,7 +1,7 @@
 """What one planner output means, committed: a proposal forwarded to the gate, a final
 answer, a question, a stop, an unparseable reply, a failed model. Shared by the planner step
 (:mod:`warrant.broker.planner.stage`) and a caller's own proposals
-(:mod:`warrant.broker.planner.external_step`). Each function writes one transition on ``conn`` and
+(:mod:`warrant.ledger.external_proposals`). Each function writes one transition on ``conn`` and
 returns the task's result and the message to publish after the commit (or None).
 
 ``built`` are the events recorded before the output's own (the working-memory view the
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.broker.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.ledger.guarded import insert_proposal
+from warrant.ledger.memory_views import POLICY_OBSERVATION_TTL_STEPS
 from warrant.ledger.proposal_facts import refused_finals
 from warrant.ledger.repo import NewObservation, commit, observations_of
 from warrant.ledger.stage_loads import completion_facts, success_of
