@@ -8,12 +8,12 @@ import uuid
 from typing import Any
 
 import pytest
+from warrant_demo import scenarios as sc
 
 from tests.integration import test_remote_cli as remote_cli
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.runner.client.remote import RemoteClient
 from warrant.runner.errors import Forbidden
-from warrant.runner.stack import scenarios as sc
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
