@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,7 +23,6 @@ from warrant.runner.cli.common import (
     print_json,
     settings_of,
 )
-from warrant.runner.cli.grant_options import parse_duration, parse_instant
 from warrant.runner.cli.policy_steps import trace_facts
 from warrant.runner.cli.reveal import RevealByOpt, RevealOpt, revealed
 from warrant.runner.cli.run_shown import show_run
@@ -33,7 +34,7 @@ from warrant.runner.settings import WarrantSettings, resolved_urls
 if TYPE_CHECKING:
     from warrant.runner.client.contract import RunnerClient
 
-__all__ = ["RunIdArg", "id_column", "run_app", "show_run"]
+__all__ = ["RunIdArg", "id_column", "parse_duration", "parse_instant", "run_app", "show_run"]
 
 run_app = typer.Typer(help="Start, inspect and steer runs.", no_args_is_help=True)
 
@@ -338,3 +339,38 @@ def run_view_cmd(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
     console.print(f"tools: {', '.join(t['name'] for t in view['tools'])}")
     console.print(f"budgets: {view['budgets']}")
     console.print(f"preferences: {view['preferences']}")
+
+
+# --- run grant's time options: --for 1h30m (from the database's now), --expires-at (ISO 8601) ----
+
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(value: str) -> float:
+    """``90s``, ``15m``, ``1h30m``, ``2d``, or plain seconds; else :class:`InvalidRequest`
+    ``DURATION_INVALID``."""
+    text = value.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise InvalidRequest(
+                f"not a duration like 90s, 15m, 1h30m or 2d: {value!r}", code="DURATION_INVALID"
+            ) from None
+        seconds = sum(float(n) * _SECONDS[u] for n, u in parts)
+    if not seconds > 0:
+        raise InvalidRequest(f"a duration must be positive: {value!r}", code="DURATION_INVALID")
+    return seconds
+
+
+def parse_instant(value: str) -> datetime:
+    """An ISO 8601 datetime (UTC unless it names an offset); else :class:`InvalidRequest`
+    ``INVALID_DATE``."""
+    try:
+        instant = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidRequest(f"not an ISO 8601 datetime: {value!r}", code="INVALID_DATE") from None
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)

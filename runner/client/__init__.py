@@ -5,7 +5,7 @@
 ``api`` (:class:`~warrant.runner.client.api.Client`, also ``warrant.Client``), with its parts
 ``runs``, ``approvals``, ``handoffs``, ``answers``, ``proposals`` and ``inbox``;
 ``remote`` (:class:`~warrant.runner.client.remote.RemoteClient`, the same methods over the HTTP
-API, with ``remote_reads`` and ``remote_proposals``); the operator's tools (``tokens``,
+API); the operator's tools (``tokens``,
 ``retention``, ``ledger_verify``, ``gate_report``, ``mcp_accept``). The server, the CLI and
 the local stack are beside it: ``runner.server``, ``runner.cli``, ``runner.stack``.
 """

@@ -25,10 +25,8 @@ from typing import Any
 import httpx
 
 from warrant.runner.client.approvals import Origin
-from warrant.runner.client.contract import RunnerClient
-from warrant.runner.client.inbox import Revealed
-from warrant.runner.client.remote_proposals import RemoteProposals
-from warrant.runner.client.remote_reads import RemoteReads
+from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT, RunnerClient
+from warrant.runner.client.inbox import CitedObservation, Parameter, PendingConfirmation, Revealed
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.errors import (
     BrokerUnavailable,
@@ -46,7 +44,8 @@ from warrant.runner.errors import (
     Unauthorized,
     WarrantError,
 )
-from warrant.runner.spec import RunSpec
+from warrant.runner.external import Decision
+from warrant.runner.spec import RunSpec, Usage
 
 __all__ = ["MAX_POLL_S", "PREFIX_SCAN", "RemoteClient", "error_from"]
 
@@ -119,6 +118,129 @@ def run_info(data: dict[str, Any]) -> RunInfo:
     values = {k: v for k, v in data.items() if k in known}
     values["pre_approvals"] = list(values.get("pre_approvals") or [])
     return RunInfo(**values)
+
+
+# --- the reads and the memory methods: the records of Client, over /v1 ----------------------
+
+
+class RemoteReads:
+    _call: Any  # RemoteClient's transport
+
+    def observations(self, run_id: str) -> list[dict[str, Any]]:
+        """``GET /v1/runs/{id}/observations``: the run's observations in order."""
+        found: list[dict[str, Any]] = self._call("GET", f"/runs/{run_id}/observations")[
+            "observations"
+        ]
+        return found
+
+    def budgets(self, run_id: str) -> list[dict[str, Any]]:
+        """``GET /v1/runs/{id}/budgets``: each budget's ``name``, ``used`` and ``limit``."""
+        rows: list[dict[str, Any]] = self._call("GET", f"/runs/{run_id}/budgets")["budgets"]
+        return rows
+
+    def pending_confirmations(
+        self, *, reveal_sensitive: bool, limit: int = DEFAULT_INBOX_LIMIT
+    ) -> list[PendingConfirmation]:
+        """``GET /v1/confirmations``: the runs waiting for a confirmation, longest waiting
+        first (``reveal_sensitive``: a token whose role may confirm, else
+        ``REVEAL_FORBIDDEN``)."""
+        params = {"reveal_sensitive": "true" if reveal_sensitive else "false", "limit": limit}
+        data = self._call("GET", "/confirmations", params=params)
+        return [pending_confirmation(p) for p in data["confirmations"]]
+
+    def handoffs(self, *, open_only: bool = True, limit: int = 50) -> list[dict[str, Any]]:
+        """``GET /v1/handoffs``: the runs handed to a person, newest first."""
+        params = {"open_only": "true" if open_only else "false", "limit": limit}
+        found: list[dict[str, Any]] = self._call("GET", "/handoffs", params=params)["handoffs"]
+        return found
+
+    def handoff(self, handoff_id: str) -> dict[str, Any]:
+        """``GET /v1/handoffs/{id}``: one handoff (or the newest of a run, given its id)."""
+        found: dict[str, Any] = self._call("GET", f"/handoffs/{handoff_id}")
+        return found
+
+    # --- long-term memory ----------------------------------------------------------------
+
+    def memory_records(
+        self, subject: str, *, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        """``GET /v1/memory?subject=``: a subject's records (an operator token's role)."""
+        params = {"subject": subject, "include_inactive": "true" if include_inactive else "false"}
+        found: list[dict[str, Any]] = self._call("GET", "/memory", params=params)["records"]
+        return found
+
+    def revoke_memory(self, record_id: int, *, by: str) -> dict[str, Any]:
+        """``DELETE /v1/memory/{id}``. ``by`` is ignored (the token's identity)."""
+        revoked: dict[str, Any] = self._call("DELETE", f"/memory/{record_id}")
+        return revoked
+
+
+def pending_confirmation(data: dict[str, Any]) -> PendingConfirmation:
+    """A :class:`PendingConfirmation` from a ``/v1/confirmations`` item."""
+    known = {f.name for f in fields(PendingConfirmation)}
+    values = {k: v for k, v in data.items() if k in known}
+    values["parameters"] = [Parameter(**p) for p in values.get("parameters") or []]
+    values["cited"] = [CitedObservation(**c) for c in values.get("cited") or []]
+    return PendingConfirmation(**values)
+
+
+# --- a caller's proposals, over /v1/runs/{id}/proposals (the proposer is the token's label) ---
+
+_FIELDS = frozenset(f.name for f in fields(Decision))
+
+
+def decision_from(data: dict[str, Any]) -> Decision:
+    """A :class:`Decision` from a ``DecisionStateOut`` body."""
+    return Decision(**{k: v for k, v in data.items() if k in _FIELDS})
+
+
+class RemoteProposals:
+    _call: Any  # RemoteClient's transport
+
+    def propose(
+        self,
+        run_id: str,
+        proposal: dict[str, Any],
+        *,
+        by: str = "",
+        step: int | None = None,
+        usage: Usage | dict[str, Any] | None = None,
+        wait_s: float = 0.0,
+    ) -> Decision:
+        """``POST /v1/runs/{id}/proposals``, then (with ``wait_s``) its long poll."""
+        if isinstance(usage, Usage):
+            usage = usage.model_dump()
+        body = {"proposal": proposal, "step": step, "usage": usage}
+        poll = min(wait_s, MAX_POLL_S)
+        data = self._call(
+            "POST",
+            f"/runs/{run_id}/proposals",
+            json={k: v for k, v in body.items() if v is not None},
+            params={"wait": poll},
+            timeout=poll + 30.0,
+        )
+        decision = decision_from(data)
+        if wait_s > poll and decision.state == "pending":
+            return self.decision(run_id, decision.step, wait_s=wait_s - poll)
+        return decision
+
+    def decision(
+        self, run_id: str, step: int, *, wait_s: float = 0.0, seen: str = "pending"
+    ) -> Decision:
+        """``GET /v1/runs/{id}/proposals/{step}``, long-polled in pieces of at most
+        :data:`MAX_POLL_S` until its state is not ``seen`` or ``wait_s`` passed."""
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        while True:
+            poll = min(MAX_POLL_S, max(0.0, deadline - time.monotonic()))
+            data = self._call(
+                "GET",
+                f"/runs/{run_id}/proposals/{step}",
+                params={"wait": round(poll, 3), "seen": seen},
+                timeout=poll + 30.0,
+            )
+            decision = decision_from(data)
+            if decision.state != seen or time.monotonic() >= deadline:
+                return decision
 
 
 class RemoteClient(RemoteReads, RemoteProposals):

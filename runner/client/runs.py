@@ -29,9 +29,9 @@ from warrant.runner import run_machine as machine
 from warrant.runner.canonical import content_hash
 from warrant.runner.client.idempotency import origin as start_origin
 from warrant.runner.client.idempotency import run_for_key
-from warrant.runner.client.pre_approvals import pre_approval_records
 from warrant.runner.client.run_info import SETTLED, RunInfo
 from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSource, RunStatus
+from warrant.runner.confirmation_rules import pre_approval_record
 from warrant.runner.costs import check_priced
 from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.grants import check_task_sources
@@ -372,3 +372,17 @@ def _check_against_registry(spec: RunSpec) -> None:
     registry = registry_for()
     check_task_sources(spec.grants, registry)
     check_success_spec(spec, registry)
+
+
+# --- a run spec's pre-approvals as the ledger records them at the run's start --------------------
+
+
+def pre_approval_records(spec: RunSpec) -> list[dict[str, Any]]:
+    """The spec's pre-approvals, normalised and hashed with the deployment's registry."""
+    if not spec.pre_approved:
+        return []
+    registry, floor = registry_for(), load_settings().approvals_floor
+    return [
+        pre_approval_record(item, registry, field=f"pre_approved.{index}", floor=floor)
+        for index, item in enumerate(spec.pre_approved)
+    ]

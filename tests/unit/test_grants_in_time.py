@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from tests.gate import NOW, gate, grant, proposal
 from warrant.runner import policy, scopes
-from warrant.runner.cli.grant_options import parse_duration, parse_instant
+from warrant.runner.cli.runs import parse_duration, parse_instant
 from warrant.runner.client.grant_admission import capability_kinds
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.grant_bounds import Bounds, scope_within, widening, wider_on

@@ -27,8 +27,8 @@ from warrant.runner.errors import (
 )
 from warrant.runner.server.http import create_app
 from warrant.runner.server.http.errors import status_for
-from warrant.runner.server.http.listing import decode_cursor, encode_cursor
 from warrant.runner.server.http.models import bad_text
+from warrant.runner.server.http.runs import decode_cursor, encode_cursor
 
 
 class FakeTokens:

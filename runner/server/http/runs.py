@@ -4,6 +4,7 @@ for its next change."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from datetime import UTC, datetime
@@ -24,7 +25,6 @@ from warrant.runner.codes import RunStatus
 from warrant.runner.errors import Forbidden, InvalidRequest, RunNotFound
 from warrant.runner.server.http.auth import Deps, deps, origin, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
-from warrant.runner.server.http.listing import decode_cursor, encode_cursor
 from warrant.runner.server.http.models import (
     INT32_MAX,
     BudgetsOut,
@@ -40,7 +40,7 @@ from warrant.runner.server.http.models import (
 )
 from warrant.runner.spec import parse_run_spec
 
-__all__ = ["RUN_ID", "router", "run_out"]
+__all__ = ["RUN_ID", "decode_cursor", "encode_cursor", "router", "run_out"]
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=ERROR_RESPONSES)
 
@@ -328,3 +328,24 @@ def _outcome(status: str, current: int, seen: int | None, deadline: float) -> st
 def _state(engine: Any, run_id: str) -> tuple[str, int] | None:
     with session_scope(engine) as s:
         return reads.run_state(s, run_id)
+
+
+# --- the opaque cursor of GET /v1/runs: the last (created_at, id) of a page ----------------
+
+
+def encode_cursor(created_at: datetime, run_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position ``cursor`` names; ``422 CURSOR_INVALID`` if it names none."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, run_id = json.loads(raw)
+        created_at = datetime.fromisoformat(at)
+        if created_at.tzinfo is None or not isinstance(run_id, str) or "\x00" in run_id:
+            raise ValueError("not a cursor")
+    except (ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        raise InvalidRequest("cursor is not one this API returned", code="CURSOR_INVALID") from None
+    return created_at, run_id
