@@ -21,7 +21,7 @@ from typing import Any
 from warrant.runner.provenance import analyse
 from warrant.runner.provenance_sources import sources_from
 from warrant.runner.scopes import ResourceKind
-from warrant.tools.attribution import Attribution
+from warrant.tools._attribution import Attribution
 
 INBOX = Attribution(
     items="messages",

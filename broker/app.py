@@ -30,7 +30,7 @@ from warrant.broker.celery_app import (
 from warrant.broker.context import close_worker_context
 from warrant.ledger.db import reset_engines
 from warrant.runner.settings import WarrantSettings, load_settings
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 __all__ = ["BROKER_HEARTBEAT_S", "app", "make_app", "transport_options"]
 

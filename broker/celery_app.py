@@ -26,8 +26,8 @@ from warrant.broker.registration import RegisterWorker
 from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.limits import check_storage, limit_table, limits_url
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
-from warrant.tools.plugins import registry_for
-from warrant.tools.registry import Registry
+from warrant.tools._plugins import registry_for
+from warrant.tools._registry import Registry
 
 log = logging.getLogger("warrant.broker")
 

@@ -17,9 +17,9 @@ from warrant.broker.publish import Publisher
 from warrant.ledger.db import engine_for
 from warrant.ledger.db_clock import DatabaseClock
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
-from warrant.tools.contract import Tool
-from warrant.tools.plugins import registry_for
-from warrant.tools.registry import Registry
+from warrant.tools._contract import Tool
+from warrant.tools._plugins import registry_for
+from warrant.tools._registry import Registry
 
 __all__ = ["StageContext", "close_worker_context", "context_for", "worker_context"]
 

@@ -17,9 +17,9 @@ from sqlalchemy import Engine
 from warrant.ledger.db import engine_for
 from warrant.ledger.stores import LedgerToolDeps
 from warrant.runner.settings import WarrantSettings, load_settings
-from warrant.tools.contract import Tool
-from warrant.tools.plugins import BUILTIN_SOURCE, DepsContext, load_object, registry_for
-from warrant.tools.registry import Registry
+from warrant.tools._contract import Tool
+from warrant.tools._plugins import BUILTIN_SOURCE, DepsContext, load_object, registry_for
+from warrant.tools._registry import Registry
 
 __all__ = ["ToolDepsSet"]
 

@@ -47,7 +47,7 @@ from warrant.runner.limits import (
     limits_url,
 )
 from warrant.runner.settings import WarrantSettings, resolved_urls
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = [
     "FAILURES",

@@ -6,7 +6,7 @@ from typing import Any
 
 from kombu import Queue
 
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = [
     "PLANNER_QUEUE",

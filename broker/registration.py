@@ -5,7 +5,7 @@ queues and registry fingerprint when the worker starts, refreshes it every
 :data:`HEARTBEAT_S` and removes its own row (never another process's) when the worker stops.
 The policy stage hands the gate the live registrations (:func:`live_registrations`, plain data)
 and the gate asks whether the workers serving a tool's queue have that tool
-(``tools.deployment.lacking_role``): a proposal no worker can run is refused
+(``tools._deployment.lacking_role``): a proposal no worker can run is refused
 ``TOOL_NOT_DEPLOYED``, naming the role.
 """
 
@@ -24,8 +24,8 @@ from warrant.broker.process_identity import this_process
 from warrant.ledger.db import engine_for
 from warrant.ledger.workers import live_workers, register_worker, touch_worker, unregister_worker
 from warrant.runner.settings import resolved_urls
-from warrant.tools.deployment import WorkerInfo, roles_of
-from warrant.tools.plugins import registry_for
+from warrant.tools._deployment import WorkerInfo, roles_of
+from warrant.tools._plugins import registry_for
 
 __all__ = [
     "HEARTBEAT_S",

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
 from warrant.ledger.models import McpToolPin
-from warrant.tools.mcp_pins import McpDefinition, changed_fields
+from warrant.tools._mcp_pins import McpDefinition, changed_fields
 
 __all__ = ["accept_definition", "pinned_definition"]
 

@@ -18,7 +18,7 @@ from warrant.runner.memory_view import (
     build_view,
 )
 from warrant.runner.views import RunView
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = ["POLICY_OBSERVATION_TTL_STEPS", "built_event", "load_view", "view_from_row"]
 

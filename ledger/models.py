@@ -390,7 +390,7 @@ configure_mappers()
 
 
 class McpToolPin(Base):
-    """One server tool's pinned definition (``warrant.tools.mcp_pins``): the policy gate
+    """One server tool's pinned definition (``warrant.tools._mcp_pins``): the policy gate
     refuses its calls (``MCP_TOOL_CHANGED``) while the server serves another one."""
 
     __tablename__ = "mcp_tool_pins"

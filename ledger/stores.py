@@ -61,7 +61,7 @@ class ArtifactStore:
 
 
 class LedgerToolDeps:
-    """The ``deps`` the built-in tools get through :class:`~warrant.tools.contract.ToolContext`
+    """The ``deps`` the built-in tools get through :class:`~warrant.tools._contract.ToolContext`
     (and plug-in tools that bring no deps of their own, unless ``WARRANT_TOOL_DEPS`` is set)."""
 
     def __init__(
@@ -73,7 +73,7 @@ class LedgerToolDeps:
 
     def item_reports(self, command_id: str) -> list[Any]:
         """What the command's earlier attempts (and reconciliations) recorded: each outcome's
-        output, oldest first (a batch tool's ``items``: ``warrant.tools.batches``)."""
+        output, oldest first (a batch tool's ``items``: ``warrant.tools._batches``)."""
         with self.engine.connect() as conn:
             q = select(OutcomeRow.output).where(OutcomeRow.command_id == command_id)
             return list(conn.execute(q.order_by(OutcomeRow.id)).scalars())

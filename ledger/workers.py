@@ -1,4 +1,4 @@
-"""Worker registrations: which tool set each running worker has (see ``tools.deployment``)."""
+"""Worker registrations: which tool set each running worker has (see ``tools._deployment``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from warrant.ledger.models import WorkerRegistration
-from warrant.tools.deployment import WorkerInfo
+from warrant.tools._deployment import WorkerInfo
 
 __all__ = ["live_workers", "register_worker", "touch_worker", "unregister_worker"]
 

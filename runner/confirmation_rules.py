@@ -21,8 +21,8 @@ from warrant.runner.errors import ConfirmationRefused, Forbidden, SpecError
 from warrant.runner.gate import GateInput
 from warrant.runner.spec import PreApproval
 from warrant.runner.views import PreApprovalView
-from warrant.tools.contract import ConfirmationPolicy, SideEffect, Tool
-from warrant.tools.registry import Registry
+from warrant.tools._contract import ConfirmationPolicy, SideEffect, Tool
+from warrant.tools._registry import Registry
 
 __all__ = [
     "FAIL_CLOSED",

@@ -18,9 +18,9 @@ from warrant.runner.views import (
     ProvenanceSources,
     RunView,
 )
-from warrant.tools.contract import Tool
-from warrant.tools.deployment import WorkerInfo
-from warrant.tools.registry import Registry
+from warrant.tools._contract import Tool
+from warrant.tools._deployment import WorkerInfo
+from warrant.tools._registry import Registry
 
 __all__ = [
     "LAYER_OF_EVENT",

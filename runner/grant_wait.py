@@ -16,7 +16,7 @@ from typing import Any
 from warrant.runner import scopes
 from warrant.runner.codes import Rejection
 from warrant.runner.views import GrantView
-from warrant.tools.contract import Tool
+from warrant.tools._contract import Tool
 
 __all__ = ["ASKING_CODES", "asks_for_grant", "grant_request", "needed_resources"]
 

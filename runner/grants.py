@@ -27,8 +27,8 @@ from warrant.runner.gate import GateInput
 from warrant.runner.mentions import mentioned
 from warrant.runner.spec import Grant
 from warrant.runner.views import GrantView, ProvenanceSources
-from warrant.tools.contract import Tool
-from warrant.tools.registry import Registry
+from warrant.tools._contract import Tool
+from warrant.tools._registry import Registry
 
 __all__ = ["Authorization", "authorize", "check_task_sources", "narrowed", "resource_label"]
 

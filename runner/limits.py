@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from warrant.runner.errors import SettingsInvalid
 from warrant.runner.settings import WarrantSettings
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = [
     "COMPLETION_ESTIMATE_TOKENS",

@@ -44,8 +44,8 @@ from warrant.runner.observe import let_through
 from warrant.runner.provenance import provenance_of, refusal, trace_details, vouched
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import HistoryEntry
-from warrant.tools.contract import ConfirmationPolicy, Tool
-from warrant.tools.deployment import lacking_role
+from warrant.tools._contract import ConfirmationPolicy, Tool
+from warrant.tools._deployment import lacking_role
 
 __all__ = [
     "LAYER_OF_EVENT",

@@ -23,7 +23,7 @@ from typing import Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.views import GrantView
-from warrant.tools.contract import Tool
+from warrant.tools._contract import Tool
 
 __all__ = [
     "PolicyVersion",

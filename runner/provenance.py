@@ -21,7 +21,7 @@ observation said (:mod:`warrant.runner.replies`): a third party's data is handle
 untrusted destination (the sender may be the attacker asking for the figures), the user's
 own (a trusted tool's) is asked about.
 
-What must be trusted, and what a value that is not does (:class:`~warrant.tools.contract.
+What must be trusted, and what a value that is not does (:class:`~warrant.tools._contract.
 UntrustedPolicy`, per tool):
 
 * **destinations**: the typed resources of a write or an egress read (``Tool.resources``),
@@ -55,7 +55,7 @@ from warrant.runner.replies import disclosures
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
-from warrant.tools.contract import FlagAction, SideEffect, Tool
+from warrant.tools._contract import FlagAction, SideEffect, Tool
 
 __all__ = [
     "EXCERPT_CHARS",

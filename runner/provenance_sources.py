@@ -11,7 +11,7 @@ from warrant.runner.codes import ObservationSource
 from warrant.runner.provenance import leaf_strings
 from warrant.runner.views import ProvenanceSources
 from warrant.runner.vouching import items_of, named_as
-from warrant.tools.attribution import Attribution
+from warrant.tools._attribution import Attribution
 
 __all__ = ["sources_from"]
 
@@ -30,7 +30,7 @@ def sources_from(
     outputs are the model's, not the user's), a person's answers and trusted tools'
     observations; untrusted: every other tool's. Policy refusals are neither. ``task``: the
     same trusted text by the source name a task-scoped grant gives it. ``attributions``
-    (tool name -> :class:`~warrant.tools.attribution.Attribution`): the items of those tools'
+    (tool name -> :class:`~warrant.tools._attribution.Attribution`): the items of those tools'
     untrusted outputs, each with the user's word naming its author if any (``named``), and
     the authors a reply may go to (``Attribution.replies``)."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}

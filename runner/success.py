@@ -20,7 +20,7 @@ from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.errors import SpecError
 from warrant.runner.run_rules import Stop
 from warrant.runner.spec import ArtifactExists, RunSpec, SuccessSpec, ToolSucceeded
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = [
     "CompletionFacts",

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from warrant.runner.codes import Outcome, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.runner.permission_wait import GrantWait
-from warrant.tools.contract import SideEffect, Tool, ToolUsage
-from warrant.tools.jobs import Accepted
+from warrant.tools._contract import SideEffect, Tool, ToolUsage
+from warrant.tools._jobs import Accepted
 
 __all__ = [
     "UNCLASSIFIED",

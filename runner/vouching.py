@@ -1,5 +1,5 @@
 """Vouched sources: the items of untrusted observations, who wrote each (as the service reports
-it, :class:`~warrant.tools.attribution.Attribution`), which of them the user named, and the
+it, :class:`~warrant.tools._attribution.Attribution`), which of them the user named, and the
 data tokens a reply to an item's author may not carry.
 
 "Open the link Bob sent me", "pay the IBAN in my landlord's mail", "save the page at
@@ -28,7 +28,7 @@ from typing import Any
 
 from warrant.runner.mentions import emails, split_urls, token
 from warrant.runner.scopes import ResourceKind
-from warrant.tools.attribution import Attribution
+from warrant.tools._attribution import Attribution
 
 __all__ = [
     "MAX_DATA_TOKENS",

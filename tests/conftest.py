@@ -22,7 +22,7 @@ import pytest
 from tests.services import DEFAULT_TEST_BROKER, Services, discover
 from warrant.runner.stack.roles import celery_worker_command
 from warrant.runner.stack.supervisor import stop_with_parent
-from warrant.tools.plugins import DEMO_PLUGIN
+from warrant.tools._plugins import DEMO_PLUGIN
 
 #: The tool plug-ins of the test deployment (the pytest process and the pipeline worker).
 TEST_TOOL_PLUGINS = (

@@ -8,8 +8,8 @@ from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.policy import GateInput
 from warrant.runner.spec import Budgets
 from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, RunView
-from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
-from warrant.tools.plugins import registry_for
+from warrant.tools._contract import SideEffect, Tool, ToolInput, ToolOutput
+from warrant.tools._plugins import registry_for
 
 NOW = 1_000_000.0
 

@@ -22,8 +22,8 @@ import httpx
 from pydantic import Field
 
 from warrant.tools import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools._registry import Plugin
 from warrant.tools.blocking import http_client
-from warrant.tools.registry import Plugin
 
 COUNTER_URL_ENV = "WARRANT_TEST_COUNTER_URL"
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from warrant.runner.planners import PlannerReply
 from warrant.runner.spec import Usage
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools.plugins import DepsContext, Plugin
-from warrant.tools.registry import Registry
+from warrant.tools._contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools._plugins import DepsContext, Plugin
+from warrant.tools._registry import Registry
 
 
 class EchoInput(ToolInput):

@@ -1,7 +1,9 @@
 """Everything a tool author needs, in one import: the contract (:class:`Tool`, its input and
 output models, :class:`ToolContext`), the errors a tool raises, where its output comes from,
 long-running jobs, batches and the plug-in that ships them. The names are pinned
-(``tests/unit/test_public_api.py``); the modules behind them are the project's own."""
+(``tests/unit/test_public_api.py``). The modules behind them are private (``_contract``,
+``_registry``, ...): import from here. One more face is public: :mod:`warrant.tools.blocking`
+(sockets and HTTP clients a cancel reaches)."""
 
 __layer__ = "adapters"
 
@@ -15,9 +17,9 @@ from warrant.runner.errors import (
     ToolUnknown,
 )
 from warrant.runner.scopes import ResourceKind
-from warrant.tools.attribution import Attribution
-from warrant.tools.batches import Batch, ItemResult, ItemStatus
-from warrant.tools.contract import (
+from warrant.tools._attribution import Attribution
+from warrant.tools._batches import Batch, ItemResult, ItemStatus
+from warrant.tools._contract import (
     ConfirmationPolicy,
     FlagAction,
     Isolation,
@@ -29,10 +31,10 @@ from warrant.tools.contract import (
     ToolOutput,
     UntrustedPolicy,
 )
-from warrant.tools.jobs import Accepted, JobHooks, JobState, JobStatus
-from warrant.tools.plugins import build_registry
-from warrant.tools.preconditions import PreconditionContext
-from warrant.tools.registry import DepsContext, Plugin, Registry
+from warrant.tools._jobs import Accepted, JobHooks, JobState, JobStatus
+from warrant.tools._plugins import build_registry
+from warrant.tools._preconditions import PreconditionContext
+from warrant.tools._registry import DepsContext, Plugin, Registry
 
 __all__ = [
     "Accepted",

@@ -32,7 +32,7 @@ import httpcore
 import httpx
 
 from warrant.runner.errors import ToolInterrupted
-from warrant.tools.contract import ToolContext
+from warrant.tools._contract import ToolContext
 
 __all__ = ["connect", "http_client"]
 

@@ -33,8 +33,8 @@ from warrant.runner.provenance_sources import sources_from
 from warrant.runner.spec import Budgets, Grant
 from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
 from warrant.runner.views import ConfirmationView, GrantView, RunView
-from warrant.tools.contract import Tool, ToolContext
-from warrant.tools.registry import Registry
+from warrant.tools._contract import Tool, ToolContext
+from warrant.tools._registry import Registry
 
 __all__ = ["GateVerdict", "ToolHarness", "ToolOutcome"]
 

@@ -1,5 +1,5 @@
 """The chaos checker's view of batch tools: each item of a ``payout_batch`` command against the
-service's ``demo_payouts`` rows (keyed by the item's own token, ``warrant.tools.batches``)."""
+service's ``demo_payouts`` rows (keyed by the item's own token, ``warrant.tools._batches``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, inspect, text
 
-from warrant.tools.batches import applied_keys, item_token
+from warrant.tools._batches import applied_keys, item_token
 
 __all__ = ["BATCH_TOOLS", "check_batches"]
 

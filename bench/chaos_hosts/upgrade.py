@@ -10,7 +10,7 @@ import dataclasses
 
 from warrant_demo import plugin as demo
 
-from warrant.tools.plugins import Plugin
+from warrant.tools._plugins import Plugin
 
 __all__ = ["both", "v2_only"]
 

@@ -57,9 +57,9 @@ from warrant.runner.policy_version import policy_version
 from warrant.runner.provenance_sources import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import GrantView, RunView
-from warrant.tools.contract import SideEffect, Tool
-from warrant.tools.mcp_pins import changed_fields, mcp_definition
-from warrant.tools.registry import Registry
+from warrant.tools._contract import SideEffect, Tool
+from warrant.tools._mcp_pins import changed_fields, mcp_definition
+from warrant.tools._registry import Registry
 
 __all__ = ["policy_evaluate"]
 

@@ -51,8 +51,8 @@ from warrant.runner.reconcile_rules import (
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
 from warrant.runner.tool_outcomes import after_not_applied
-from warrant.tools import batches
-from warrant.tools.contract import ReconcileResult, Tool, ToolContext
+from warrant.tools import _batches as batches
+from warrant.tools._contract import ReconcileResult, Tool, ToolContext
 
 __all__ = ["reconcile_unknown_effects"]
 

@@ -43,7 +43,7 @@ from warrant.runner import run_machine as machine
 from warrant.runner.codes import CommandStatus, ObservationKind, Phase, RunStatus, StopReason
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings, load_settings
-from warrant.tools.contract import SideEffect
+from warrant.tools._contract import SideEffect
 
 __all__ = ["SWEEP_LOCK", "SweepReport", "sweep"]
 

@@ -28,8 +28,8 @@ from warrant.runner.codes import Outcome, RunStatus, StopReason
 from warrant.runner.errors import ToolError, ToolInterrupted
 from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
 from warrant.runner.views import RunView
-from warrant.tools import batches
-from warrant.tools.contract import Tool, ToolContext
+from warrant.tools import _batches as batches
+from warrant.tools._contract import Tool, ToolContext
 
 __all__ = [
     "CANCELLED_STATUSES",
@@ -291,7 +291,7 @@ def _verified(tool: Tool[Any, Any], args: Any, out: Any, context: ToolContext) -
         time.sleep(tool.verify_interval_s)
 
 
-# -- A batch tool's attempt (:mod:`warrant.tools.batches`): only the items not applied yet are
+# -- A batch tool's attempt (:mod:`warrant.tools._batches`): only the items not applied yet are
 # passed to the tool, and its report is merged with the earlier attempts' into one outcome.
 
 

@@ -33,7 +33,7 @@ from warrant.ledger.models import Command, Reconciliation, Run
 from warrant.ledger.repo import append_events, record_outcome
 from warrant.ledger.row_updates import resolve_outcome
 from warrant.runner.codes import Outcome, Phase, RunStatus, StopReason
-from warrant.tools.contract import SideEffect, Tool
+from warrant.tools._contract import SideEffect, Tool
 
 __all__ = ["LateOutcome", "late_outcome", "record_late"]
 

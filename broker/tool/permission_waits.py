@@ -23,7 +23,7 @@ from warrant.runner.permission_wait import (
 )
 from warrant.runner.tool_outcomes import ToolResult
 from warrant.runner.views import RunView
-from warrant.tools.contract import Tool
+from warrant.tools._contract import Tool
 
 __all__ = ["command_write", "reissued", "with_grant_wait"]
 

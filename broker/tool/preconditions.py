@@ -1,4 +1,4 @@
-"""The state the approver saw (``Tool.precondition``; :mod:`warrant.tools.preconditions`).
+"""The state the approver saw (``Tool.precondition``; :mod:`warrant.tools._preconditions`).
 
 The policy stage reads it when it requests a confirmation (:func:`precondition_shown`: its
 fingerprint and summary go into the request, and the approval keeps the fingerprint). The
@@ -37,8 +37,8 @@ from warrant.runner.codes import (
     RunStatus,
 )
 from warrant.runner.views import RunView
-from warrant.tools.contract import Tool
-from warrant.tools.preconditions import (
+from warrant.tools._contract import Tool
+from warrant.tools._preconditions import (
     PRECONDITION_CHANGED,
     PRECONDITION_UNREADABLE,
     Fingerprint,

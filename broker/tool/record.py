@@ -37,7 +37,7 @@ from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change
 from warrant.runner.run_rules import charge_tool_usage
 from warrant.runner.views import RunView
-from warrant.tools.contract import SideEffect, Tool
+from warrant.tools._contract import SideEffect, Tool
 
 __all__ = ["acceptance", "record", "record_fast"]
 

@@ -40,7 +40,7 @@ from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import CommandStatus, Outcome, Phase, RunStatus, StopReason
-from warrant.tools.contract import SideEffect, Tool
+from warrant.tools._contract import SideEffect, Tool
 
 __all__ = ["tool_execute"]
 

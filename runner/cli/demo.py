@@ -14,7 +14,7 @@ from warrant.runner.cli.common import EXIT_FAILED, JsonOpt, console, guard
 from warrant.runner.cli.stack import _raise_on_sigterm, _stack
 from warrant.runner.errors import PluginError
 from warrant.runner.settings import load_settings
-from warrant.tools.plugins import DEMO_PLUGIN, split_refs
+from warrant.tools._plugins import DEMO_PLUGIN, split_refs
 
 __all__ = ["demo"]
 

@@ -16,7 +16,7 @@ from warrant.runner.client.tokens import Tokens
 from warrant.runner.errors import InvalidRequest, SpecError
 from warrant.runner.server.mcp_gateway import Gateway, GatewayOptions, http_app, serve_stdio
 from warrant.runner.spec import parse_run_spec
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 __all__ = ["mcp_app"]
 

@@ -31,7 +31,7 @@ from warrant.runner.cli.policy_steps import trace_facts
 from warrant.runner.cli.runs import run_app, show_run
 from warrant.runner.errors import SpecError, WarrantError
 from warrant.runner.spec import parse_run_spec
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 if TYPE_CHECKING:
     from warrant.runner.client.contract import RunnerClient

@@ -20,8 +20,8 @@ from warrant.runner.cli.common import (
 )
 from warrant.runner.confirmation_rules import required_policy
 from warrant.runner.settings import resolved_urls
-from warrant.tools.deployment import WorkerInfo, disagreements, unserved
-from warrant.tools.plugins import registry_for
+from warrant.tools._deployment import WorkerInfo, disagreements, unserved
+from warrant.tools._plugins import registry_for
 
 __all__ = ["tools_app"]
 

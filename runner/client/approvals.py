@@ -39,7 +39,7 @@ from warrant.runner.errors import (
 from warrant.runner.grants import check_task_sources
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import Grant, PreApproval
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 __all__ = ["ApprovalsClient", "Origin"]
 

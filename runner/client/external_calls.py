@@ -21,8 +21,8 @@ from warrant.runner.canonical import canonical_json
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import StateConflict
 from warrant.runner.external import Decision, check_shape
-from warrant.tools.contract import Tool
-from warrant.tools.registry import Registry
+from warrant.tools._contract import Tool
+from warrant.tools._registry import Registry
 
 __all__ = ["ExternalCalls", "newest_tools", "newest_version", "version_key"]
 

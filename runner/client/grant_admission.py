@@ -19,7 +19,7 @@ from warrant.ledger.operator import database_now, standing_grants
 from warrant.runner.errors import SpecError, StateConflict
 from warrant.runner.grant_bounds import Bounds, ResourceKind, widening
 from warrant.runner.spec import Grant
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = ["Admission", "admit", "capability_kinds"]
 

@@ -27,7 +27,7 @@ from warrant.runner.client.runs import RunsClient
 from warrant.runner.codes import ObservationSource, RunStatus
 from warrant.runner.errors import InvalidRequest, RunNotFound
 from warrant.runner.spec import Budgets
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 if TYPE_CHECKING:
     from warrant.runner.client.approvals import Origin

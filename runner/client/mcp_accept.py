@@ -12,8 +12,8 @@ from warrant.ledger.db import engine_for
 from warrant.ledger.mcp_pins import accept_definition
 from warrant.runner.errors import NotFound, PluginError
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
-from warrant.tools.mcp import load_config, server_tools
-from warrant.tools.mcp_pins import mcp_definition
+from warrant.tools._mcp import load_config, server_tools
+from warrant.tools._mcp_pins import mcp_definition
 
 __all__ = ["accept_tool"]
 

@@ -39,7 +39,7 @@ from warrant.runner.settings import load_settings
 from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
 from warrant.runner.success import check_success_spec
 from warrant.runner.webhook_signing import check_webhook
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 __all__ = ["SETTLED", "RunInfo", "RunsClient"]
 

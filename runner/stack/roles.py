@@ -11,8 +11,8 @@ from typing import Any
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.limits import check_storage, limit_table, limits_url
 from warrant.runner.settings import WarrantSettings, load_settings, resolved_urls
-from warrant.tools.contract import Isolation
-from warrant.tools.plugins import registry_for
+from warrant.tools._contract import Isolation
+from warrant.tools._plugins import registry_for
 
 __all__ = [
     "ROLES",

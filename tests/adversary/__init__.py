@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.tools.plugins import DepsContext, Plugin
+from warrant.tools._plugins import DepsContext, Plugin
 
 __all__ = ["REF", "AdversaryDeps", "plugin"]
 

@@ -48,7 +48,7 @@ from tests.adversary.scenario import (
 )
 from tests.adversary.service import AdversaryServices, sha256_text
 from tests.adversary.web import PAGES
-from warrant.tools.contract import ToolContext
+from warrant.tools._contract import ToolContext
 
 __all__ = [
     "HIJACKED_CALLS",

@@ -62,7 +62,7 @@ from tests.adversary.web import FakeWeb, WebFault
 from warrant.broker.queues import TASK_RECONCILE
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Observation, Proposal
-from warrant.tools.plugins import DepsContext
+from warrant.tools._plugins import DepsContext
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -13,8 +13,8 @@ from tests.integration.test_gate_pipeline import memory_spec, save, write
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
 from warrant.ledger.stores import LedgerToolDeps
-from warrant.tools.builtin import SAVE_PREFERENCE, WRITE_ARTIFACT
-from warrant.tools.contract import ToolContext
+from warrant.tools._builtin import SAVE_PREFERENCE, WRITE_ARTIFACT
+from warrant.tools._contract import ToolContext
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ import yaml
 from warrant.broker.app import app
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.runner.stack.roles import ROLES, role_queues, worker_command
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 ROOT = Path(__file__).parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -22,7 +22,7 @@ _PROBE = """
 import json, sys, time
 from warrant.ledger.db import engine_for
 from warrant.ledger.db_clock import DatabaseClock
-from warrant.tools.contract import ToolContext
+from warrant.tools._contract import ToolContext
 clock = DatabaseClock(engine_for(sys.argv[1]))
 db_now = clock()
 ctx = ToolContext(run_id="r", command_id="c", subject="s", idempotency_token="t", attempt=1,

@@ -169,7 +169,7 @@ def test_a_database_lost_during_a_tool_call_is_transient(engine, side_effect, ex
     from warrant.broker.context import context_for
     from warrant.broker.publish import RecordingPublisher
     from warrant.broker.tool._call import Snapshot, run_tool
-    from warrant.tools.contract import SideEffect, Tool, ToolInput, ToolOutput
+    from warrant.tools._contract import SideEffect, Tool, ToolInput, ToolOutput
 
     name = f"tool-{uuid.uuid4().hex[:8]}"
     lossy = create_engine(engine.url.update_query_dict({"application_name": name}))

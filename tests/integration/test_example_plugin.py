@@ -23,7 +23,7 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command
 from warrant.runner.canonical import proposal_hash
 from warrant.runner.settings import WarrantSettings
-from warrant.tools.plugins import build_registry
+from warrant.tools._plugins import build_registry
 
 BUILTIN = {"search_public", "write_artifact", "save_preference"}
 WEATHER = {"get_weather", "send_message"}
@@ -89,7 +89,7 @@ def test_the_deps_factory_reads_the_url_secret_and_the_client_closes():
     from warrant_weather import deps
 
     from warrant.runner.errors import PluginError
-    from warrant.tools.plugins import DepsContext
+    from warrant.tools._plugins import DepsContext
 
     ctx = DepsContext(settings=WarrantSettings(), database_url="")
     client = deps(ctx)

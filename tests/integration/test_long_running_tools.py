@@ -18,7 +18,7 @@ from tests.integration.test_tool_execution import refund, uid
 from warrant.ledger import metrics
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, Observation, OutcomeRow, Reconciliation, Run
-from warrant.tools.batches import item_token
+from warrant.tools._batches import item_token
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -29,8 +29,8 @@ from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow
 from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed, ToolUnknown
-from warrant.tools.contract import ToolContext
-from warrant.tools.mcp import McpOutput, load_config, mcp_plugins
+from warrant.tools._contract import ToolContext
+from warrant.tools._mcp import McpOutput, load_config, mcp_plugins
 
 ROOT = Path(__file__).resolve().parents[2]
 READ = {"capability": "notes:read"}
@@ -360,7 +360,7 @@ def test_a_timed_out_read_is_retryable_and_a_timed_out_write_is_unknown(stdio_to
 
 
 def test_a_server_that_cannot_start_is_a_retryable_failure(tmp_path, stdio_tools):
-    from warrant.tools.mcp import ServerDeclaration, _Executor
+    from warrant.tools._mcp import ServerDeclaration, _Executor
 
     tool = stdio_tools[0]["add_note"]
     gone = ServerDeclaration.model_validate(
@@ -389,7 +389,7 @@ class Stack:
 def stack(services, stages_to_myself, tmp_path_factory) -> Iterator[Stack]:
     """Two HTTP servers (``web``, and ``doomed`` for the death test), a stdio server, and workers
     whose registry is the MCP config's: planner, policy, the MCP tool queues, a reconciler."""
-    from warrant.tools.plugins import _cached
+    from warrant.tools._plugins import _cached
 
     base = tmp_path_factory.mktemp("mcp")
     stdio_state = base / "stdio"
@@ -493,7 +493,7 @@ def test_the_gateway_offers_upstream_server_tools_and_runs_them_through_the_gate
     from mcp.shared.memory import create_connected_server_and_client_session
 
     from warrant.runner.server.mcp_gateway import Gateway, GatewayOptions, build_server
-    from warrant.tools.plugins import registry_for
+    from warrant.tools._plugins import registry_for
 
     with notes.connect(stack.stdio_state) as conn:
         conn.execute("INSERT OR IGNORE INTO notes VALUES ('gateway', 'through the gate')")

@@ -12,7 +12,7 @@ from warrant_demo import scenarios as sc
 from tests import facts
 from tests.integration.test_cli import warrant
 from warrant.runner.policy_version import contract_hash
-from warrant.tools.builtin import BUILTIN_TOOLS
+from warrant.tools._builtin import BUILTIN_TOOLS
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from tests.conftest import WorkerProcess, wait_for
 from warrant.broker.registration import CACHE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, WorkerRegistration
-from warrant.tools.plugins import DEMO_PLUGIN
+from warrant.tools._plugins import DEMO_PLUGIN
 
 pytestmark = [
     pytest.mark.slow,

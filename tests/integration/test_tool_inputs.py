@@ -15,7 +15,7 @@ from tests import typed_tool
 from tests.gate import gate, grant, proposal
 from warrant.runner import policy
 from warrant.runner.canonical import canonical_json, proposal_hash
-from warrant.tools.plugins import DEMO_PLUGIN, _cached
+from warrant.tools._plugins import DEMO_PLUGIN, _cached
 
 TOOLS = f"{DEMO_PLUGIN},{typed_tool.REF}"
 

@@ -18,7 +18,7 @@ from tests.integration.test_cli import warrant
 from tests.integration.test_http_api import LiveServer
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Observation, OutcomeRow
-from warrant.tools.contract import MAX_OUTCOME_MESSAGE_CHARS
+from warrant.tools._contract import MAX_OUTCOME_MESSAGE_CHARS
 
 pytestmark = [pytest.mark.services]
 

@@ -28,7 +28,7 @@ OWN_PACKAGES = ("contrib",)
 #: Layers, lowest first. A module may import its own layer and those below it, never above.
 #: The layers are declared next to the code they govern: each package's ``__init__.py`` says
 #: ``__layer__ = "..."`` for its modules and sub-packages, and a module whose layer differs
-#: from its package's says its own (``runner/codes.py``, ``tools/contract.py``, ...).
+#: from its package's says its own (``runner/codes.py``, ``tools/_contract.py``, ...).
 LAYERS: tuple[str, ...] = (
     "codes and errors",
     "pure core",

@@ -54,8 +54,8 @@ def test_layers_are_declared_next_to_the_code() -> None:
     assert arch.layer_of("runner") == arch.LAYERS.index("pure core")
     assert arch.layer_of("runner.errors") == arch.LAYERS.index("codes and errors")
     assert arch.layer_of("runner.planners.kinds") == arch.LAYERS.index("adapters")
-    assert arch.layer_of("tools.contract") == arch.LAYERS.index("pure core")
-    assert arch.layer_of("tools.builtin") == arch.LAYERS.index("adapters")
+    assert arch.layer_of("tools._contract") == arch.LAYERS.index("pure core")
+    assert arch.layer_of("tools._builtin") == arch.LAYERS.index("adapters")
     assert arch.layer_of("runner.server.http.app") == len(arch.LAYERS) - 1
 
 

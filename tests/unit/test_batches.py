@@ -1,9 +1,9 @@
-"""Batch tools' pure rules (warrant.tools.batches): which items a retry is given, how the
+"""Batch tools' pure rules (warrant.tools._batches): which items a retry is given, how the
 attempts' reports merge, and what the merged items make of the outcome."""
 
 from __future__ import annotations
 
-from warrant.tools.batches import (
+from warrant.tools._batches import (
     Batch,
     applied_keys,
     item_token,

@@ -88,7 +88,7 @@ def test_the_completion_cap(budgets, used, expected):
 
 
 def test_a_tools_reports_add_up_and_bad_values_are_refused():
-    from warrant.tools.contract import ToolContext, ToolUsage
+    from warrant.tools._contract import ToolContext, ToolUsage
 
     ctx = ToolContext(
         run_id="r",

@@ -62,7 +62,7 @@ def test_a_tool_that_swallows_the_soft_limit_is_ended_at_the_hard_limit():
 
 
 def test_tools_see_a_fencing_token():
-    from warrant.tools.contract import ToolContext
+    from warrant.tools._contract import ToolContext
 
     ctx = ToolContext(
         run_id="r",

@@ -25,7 +25,7 @@ from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
 from warrant.runner.planners.openai_compatible import _Invalid, parse_reply
 from warrant.runner.server.http import create_app
 from warrant.runner.server.http.models import bad_text
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 REGISTRY = registry_for()
 

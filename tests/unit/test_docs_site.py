@@ -14,7 +14,7 @@ import pytest
 
 from warrant.runner.codes import Rejection, RunStatus, StopReason
 from warrant.runner.settings import WarrantSettings
-from warrant.tools.plugins import build_registry
+from warrant.tools._plugins import build_registry
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"

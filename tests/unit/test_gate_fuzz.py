@@ -21,8 +21,8 @@ from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
 from warrant.runner.codes import Rejection
 from warrant.runner.gate import GateInput
 from warrant.runner.views import ProvenanceSources
-from warrant.tools.plugins import registry_for
-from warrant.tools.registry import Registry
+from warrant.tools._plugins import registry_for
+from warrant.tools._registry import Registry
 
 REGISTRY = Registry({(t.name, t.version): t for t in [*registry_for(), SEND, FETCH, NOTE]}.values())
 KNOWN = {r.value for r in Rejection}

@@ -14,14 +14,14 @@ from warrant.runner.canonical import proposal_hash
 from warrant.runner.gate import GateInput
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.views import PreApprovalView, ProvenanceSources
-from warrant.tools.contract import (
+from warrant.tools._contract import (
     FlagAction,
     SideEffect,
     Tool,
     ToolInput,
     UntrustedPolicy,
 )
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 
 class MailIn(ToolInput):

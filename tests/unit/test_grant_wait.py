@@ -12,7 +12,7 @@ from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason
 from warrant.runner.grant_wait import asks_for_grant, grant_request, needed_resources
 from warrant.runner.run_machine import IllegalTransition, Stop
 from warrant.runner.spec import RunSpec
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 REGISTRY = registry_for()
 WRITE = REGISTRY.get("write_artifact", "1")

@@ -23,7 +23,7 @@ from warrant.runner.grant_bounds import Bounds, scope_within, widening, wider_on
 from warrant.runner.grant_wait import ASKING_CODES
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import Grant
-from warrant.tools.plugins import registry_for
+from warrant.tools._plugins import registry_for
 
 PATH, URL, EMAIL, IDENT = (ResourceKind(k) for k in ("path", "url", "email", "identifier"))
 

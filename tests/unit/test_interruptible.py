@@ -16,8 +16,8 @@ from warrant.broker.tool import _attempt_watch as attempt_watch
 from warrant.runner.codes import Outcome
 from warrant.runner.errors import ToolInterrupted
 from warrant.runner.tool_outcomes import ToolResult
+from warrant.tools._context import ToolContext
 from warrant.tools.blocking import connect, http_client
-from warrant.tools.context import ToolContext
 
 
 def _context(*, deadline_in_s: float = 30.0) -> ToolContext:

@@ -21,8 +21,8 @@ from warrant.runner.limits import (
     limits_url,
 )
 from warrant.runner.settings import WarrantSettings
-from warrant.tools.builtin import BUILTIN_TOOLS, SEARCH_PUBLIC
-from warrant.tools.registry import Registry
+from warrant.tools._builtin import BUILTIN_TOOLS, SEARCH_PUBLIC
+from warrant.tools._registry import Registry
 
 REGISTRY = Registry(BUILTIN_TOOLS)
 

@@ -11,8 +11,8 @@ import pytest
 
 from warrant.runner.errors import PluginError, SpecError
 from warrant.runner.settings import WarrantSettings
-from warrant.tools.deployment import WorkerInfo, disagreements, lacking_role
-from warrant.tools.plugins import BUILTIN_SOURCE, DEMO_PLUGIN, build_registry
+from warrant.tools._deployment import WorkerInfo, disagreements, lacking_role
+from warrant.tools._plugins import BUILTIN_SOURCE, DEMO_PLUGIN, build_registry
 
 BUILTIN = {"search_public@1", "write_artifact@1", "save_preference@1"}
 FIX = "tests.plugin_fixtures"
@@ -148,7 +148,7 @@ def test_the_wheel_has_exactly_one_top_level_package(tmp_path):
     assert top == {"warrant"}
     for sub in (
         "runner/cli/app.py",
-        "tools/plugins.py",
+        "tools/_plugins.py",
         "broker/app.py",
         "ledger/models.py",
         "ledger/migrations/env.py",

@@ -211,7 +211,7 @@ def test_steps_that_add_nothing_stop_whatever_they_are():
 
 
 def _worker(tools: set[str]):
-    from warrant.tools.deployment import WorkerInfo
+    from warrant.tools._deployment import WorkerInfo
 
     return WorkerInfo(
         node="tools@h1",

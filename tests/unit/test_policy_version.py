@@ -11,8 +11,8 @@ import pytest
 
 from tests.gate import grant
 from warrant.runner.policy_version import PolicyVersion, contract_hash, policy_version
-from warrant.tools.builtin import BUILTIN_TOOLS
-from warrant.tools.contract import ConfirmationPolicy, SideEffect, Tool
+from warrant.tools._builtin import BUILTIN_TOOLS
+from warrant.tools._contract import ConfirmationPolicy, SideEffect, Tool
 
 
 def _tool(name: str = "save_preference") -> Tool[Any, Any]:
@@ -90,7 +90,7 @@ def test_a_changed_contract_changes_the_version(changes):
 
 
 def test_a_changed_input_schema_changes_the_version():
-    from warrant.tools.contract import ToolInput
+    from warrant.tools._contract import ToolInput
 
     class Other(ToolInput):
         key: str

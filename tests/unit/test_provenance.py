@@ -9,7 +9,7 @@ from warrant.runner.provenance import analyse, embedded_values, trace_details
 from warrant.runner.provenance_sources import sources_from
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.views import ProvenanceSources
-from warrant.tools.contract import FlagAction, SideEffect, Tool, ToolInput, ToolOutput
+from warrant.tools._contract import FlagAction, SideEffect, Tool, ToolInput, ToolOutput
 
 GOAL = "Pay invoice 13 to DE89370400440532013000 and mail bob@corp.example the receipt."
 INJECTED = (

@@ -9,9 +9,9 @@ import pytest
 
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.stack import roles
-from warrant.tools import builtin
-from warrant.tools.contract import Isolation
-from warrant.tools.registry import Registry
+from warrant.tools import _builtin as builtin
+from warrant.tools._contract import Isolation
+from warrant.tools._registry import Registry
 
 SEARCH = builtin.SEARCH_PUBLIC
 CRUNCH = dataclasses.replace(SEARCH, name="crunch", isolation=Isolation.PROCESS)

@@ -22,8 +22,8 @@ from warrant.runner.success import (
     same_json,
     success_stop,
 )
-from warrant.tools.builtin import BUILTIN_TOOLS
-from warrant.tools.registry import Registry
+from warrant.tools._builtin import BUILTIN_TOOLS
+from warrant.tools._registry import Registry
 
 WRITE = {
     "kind": "tool_succeeded",

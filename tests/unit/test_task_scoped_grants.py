@@ -19,8 +19,8 @@ from warrant.runner.provenance_sources import sources_from
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import Grant, parse_run_spec
 from warrant.runner.views import ProvenanceSources
-from warrant.tools.contract import SideEffect, Tool, ToolInput
-from warrant.tools.registry import Registry
+from warrant.tools._contract import SideEffect, Tool, ToolInput
+from warrant.tools._registry import Registry
 
 GOAL = (
     "Send the quarterly summary to bob@corp.example, save it as /data/out/report.txt and use "

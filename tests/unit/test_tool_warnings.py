@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from warrant.tools.builtin import SAVE_PREFERENCE, WRITE_ARTIFACT
+from warrant.tools._builtin import SAVE_PREFERENCE, WRITE_ARTIFACT
 
 
 def test_a_write_with_neither_verify_nor_reconcile_is_warned_about():

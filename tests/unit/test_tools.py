@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from warrant.tools.builtin import BUILTIN_TOOLS
-from warrant.tools.plugins import registry_for
-from warrant.tools.registry import Registry
+from warrant.tools._builtin import BUILTIN_TOOLS
+from warrant.tools._plugins import registry_for
+from warrant.tools._registry import Registry
 
 
 def test_every_tool_field_is_documented_in_its_schema():
@@ -57,7 +57,7 @@ def test_an_outcome_message_masks_secret_and_sensitive_values():
 
 
 def test_an_outcome_message_is_bounded_and_no_cut_leaves_half_a_secret():
-    from warrant.tools.contract import MAX_OUTCOME_MESSAGE_CHARS as LIMIT
+    from warrant.tools._contract import MAX_OUTCOME_MESSAGE_CHARS as LIMIT
 
     tool = _tool_with_secrets()
     secret = "s3cr3t-" * 60  # replaced by a shorter mark: what follows moves towards the cut

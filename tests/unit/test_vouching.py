@@ -24,7 +24,7 @@ from warrant.runner.provenance import analyse, refusal, trace_details
 from warrant.runner.provenance_sources import sources_from
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.vouching import data_tokens, items_of, named_as
-from warrant.tools.attribution import Attribution
+from warrant.tools._attribution import Attribution
 
 LANDLORD = "landlord@lettings.example"
 NEW_IBAN = OUR_IBAN
@@ -235,7 +235,7 @@ def test_the_attribution_is_part_of_the_published_contract():
     from dataclasses import replace
 
     from tests.adversary.tools import ADVERSARY_TOOLS
-    from warrant.tools.registry import Registry
+    from warrant.tools._registry import Registry
 
     inbox = next(t for t in ADVERSARY_TOOLS if t.name == "read_inbox")
     assert inbox.describe()["attribution"] == {

@@ -9,7 +9,7 @@ from typing import Any
 from warrant.runner.provenance import analyse
 from warrant.runner.provenance_sources import sources_from
 from warrant.runner.scopes import ResourceKind
-from warrant.tools.attribution import Attribution
+from warrant.tools._attribution import Attribution
 
 __all__ = [
     "ASK",

@@ -8,9 +8,9 @@ from typing import Any
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.external_calls import ExternalCalls, newest_tools
 from warrant.runner.external import Decision, explain
-from warrant.tools.contract import Tool
-from warrant.tools.plugins import registry_for
-from warrant.tools.registry import Registry
+from warrant.tools._contract import Tool
+from warrant.tools._plugins import registry_for
+from warrant.tools._registry import Registry
 
 __all__ = ["failure_text", "gate_calls", "offered", "output_text", "succeeded"]
 

@@ -32,7 +32,7 @@ from warrant.contrib._tools import failure_text, gate_calls, offered, output_tex
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import WarrantError
 from warrant.runner.external import Decision
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = ["WarrantTools"]
 

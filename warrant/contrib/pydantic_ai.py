@@ -38,7 +38,7 @@ from pydantic_ai import (
 from warrant.contrib._tools import failure_text, gate_calls, offered, succeeded
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import WarrantError
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = ["WarrantToolset"]
 

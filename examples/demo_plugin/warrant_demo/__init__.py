@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.tools.plugins import DepsContext, Plugin
+from warrant.tools import DepsContext, Plugin
 
 __all__ = ["DEMO_RELAXED", "DemoDeps", "plugin"]
 

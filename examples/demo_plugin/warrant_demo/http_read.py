@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 
 __all__ = ["HTTP_READ", "HTTP_READ_URL_ENV"]
 

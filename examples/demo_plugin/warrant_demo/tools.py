@@ -8,14 +8,7 @@ from pydantic import Field
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import ToolFailed
-from warrant.tools.contract import (
-    ReconcileResult,
-    SideEffect,
-    Tool,
-    ToolContext,
-    ToolInput,
-    ToolOutput,
-)
+from warrant.tools import ReconcileResult, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 from warrant_demo.http_read import HTTP_READ
 
 __all__ = [

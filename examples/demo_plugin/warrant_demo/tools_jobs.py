@@ -1,5 +1,5 @@
 """Demo tools of the payment service's slower half: a refund that settles later (a
-long-running tool: :mod:`warrant.tools.jobs`) and a batch payout (:mod:`warrant.tools.batches`)."""
+long-running tool, ``warrant.tools.JobHooks``) and a batch payout (``warrant.tools.Batch``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ from pydantic import Field
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
-from warrant.tools.batches import Batch, ItemResult, ItemStatus
-from warrant.tools.contract import (
+from warrant.tools import (
+    Accepted,
+    Batch,
+    ItemResult,
+    ItemStatus,
+    JobHooks,
+    JobState,
+    JobStatus,
     ReconcileResult,
     SideEffect,
     Tool,
@@ -16,7 +22,6 @@ from warrant.tools.contract import (
     ToolInput,
     ToolOutput,
 )
-from warrant.tools.jobs import Accepted, JobHooks, JobState, JobStatus
 from warrant_demo.tools import RefundInput, RefundOutput
 
 __all__ = ["PAYOUT_BATCH", "REFUND_ASYNC"]

@@ -33,7 +33,7 @@ from warrant.runner.client.external_calls import ExternalCalls
 from warrant.runner.errors import WarrantError
 from warrant.runner.server.mcp_gateway.listing import mcp_tools
 from warrant.runner.server.mcp_gateway.results import error_result, result_of
-from warrant.tools.registry import Registry
+from warrant.tools._registry import Registry
 
 __all__ = ["Caller", "Gateway", "GatewayOptions"]
 

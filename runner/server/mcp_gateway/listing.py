@@ -17,7 +17,7 @@ from typing import Any
 from mcp import types
 
 from warrant.runner.client.external_calls import newest_tools
-from warrant.tools.contract import SideEffect, Tool
+from warrant.tools._contract import SideEffect, Tool
 
 __all__ = ["annotations_of", "mcp_tool", "mcp_tools"]
 

@@ -1,7 +1,7 @@
 """MCP client sessions and calls: opening a session, a one-off call (a session of its own),
 and how a call that returned no result is typed as a tool outcome (see
-:mod:`warrant.tools.mcp`; the long-lived sessions of a worker are in
-:mod:`warrant.tools.mcp_sessions`)."""
+:mod:`warrant.tools._mcp`; the long-lived sessions of a worker are in
+:mod:`warrant.tools._mcp_sessions`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import httpx
 from celery.exceptions import SoftTimeLimitExceeded
 
 from warrant.runner.errors import ToolFailed, ToolUnknown
-from warrant.tools.mcp_config import ServerDeclaration
+from warrant.tools._mcp_config import ServerDeclaration
 
 __all__ = [
     "MAX_MESSAGE",

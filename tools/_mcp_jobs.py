@@ -1,6 +1,6 @@
 """MCP tools that answer with a job id (``job`` in their declaration): the call's result is an
-:class:`~warrant.tools.jobs.Accepted`, and the declared status and cancel tools of the same
-server follow the job (:mod:`warrant.tools.jobs`; the reconciler calls them, never a planner)."""
+:class:`~warrant.tools._jobs.Accepted`, and the declared status and cancel tools of the same
+server follow the job (:mod:`warrant.tools._jobs`; the reconciler calls them, never a planner)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import anyio
 
 from warrant.runner.errors import ToolUnknown
-from warrant.tools.contract import ToolContext
-from warrant.tools.jobs import Accepted, JobHooks, JobState, JobStatus
-from warrant.tools.mcp_client import Progress, bounded, call_tool
-from warrant.tools.mcp_config import ServerDeclaration, ToolDeclaration
-from warrant.tools.mcp_sessions import ServerSession
+from warrant.tools._contract import ToolContext
+from warrant.tools._jobs import Accepted, JobHooks, JobState, JobStatus
+from warrant.tools._mcp_client import Progress, bounded, call_tool
+from warrant.tools._mcp_config import ServerDeclaration, ToolDeclaration
+from warrant.tools._mcp_sessions import ServerSession
 
 __all__ = ["accepted_of", "job_hooks"]
 

@@ -1,7 +1,7 @@
 """The registry: the only place a tool name and version resolve to code; and the
 :class:`Plugin` (a set of tools and the factory of what they need) each tool comes from.
 
-Built from the deployment's settings by :func:`warrant.tools.plugins.build_registry`; every
+Built from the deployment's settings by :func:`warrant.tools._plugins.build_registry`; every
 worker role, the CLI and the client use that one function.
 """
 
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.errors import PluginError
-from warrant.tools.attribution import Attribution
-from warrant.tools.contract import Tool
+from warrant.tools._attribution import Attribution
+from warrant.tools._contract import Tool
 
 if TYPE_CHECKING:
     from warrant.runner.settings import WarrantSettings
@@ -97,7 +97,7 @@ class Registry:
         return [t for (n, _), t in self._tools.items() if n == name]
 
     def attributions(self) -> dict[str, Attribution]:
-        """Tool name -> its output's :class:`~warrant.tools.attribution.Attribution` (tools
+        """Tool name -> its output's :class:`~warrant.tools._attribution.Attribution` (tools
         that declare one; observations name their tool, not its version). Built once."""
         if self._attributions is None:
             tools = self._tools.values()

@@ -1,5 +1,5 @@
 """The MCP configuration file ``WARRANT_MCP_CONFIG`` names: which tools of which server warrant
-may run, and with what policy (see :mod:`warrant.tools.mcp`)."""
+may run, and with what policy (see :mod:`warrant.tools._mcp`)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from pydantic import (
 )
 
 from warrant.runner.errors import PluginError
-from warrant.tools.contract import (
+from warrant.tools._contract import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TOOL_TIMEOUT_S,
     ConfirmationPolicy,
     SideEffect,
 )
-from warrant.tools.jobs import DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL_S
+from warrant.tools._jobs import DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL_S
 
 __all__ = [
     "JobDeclaration",
@@ -41,7 +41,7 @@ Name = Annotated[str, StringConstraints(pattern=_NAME)]
 
 class JobDeclaration(BaseModel):
     """A server tool that answers with a job id and finishes later (a long-running tool,
-    :mod:`warrant.tools.jobs`): where the id is, and the server's tools that follow the job."""
+    :mod:`warrant.tools._jobs`): where the id is, and the server's tools that follow the job."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
-from warrant.tools.contract import Tool
+from warrant.tools._contract import Tool
 
 __all__ = ["PINNED_FIELDS", "McpDefinition", "changed_fields", "definition_of", "mcp_definition"]
 

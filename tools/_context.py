@@ -13,8 +13,8 @@ from typing import Any
 
 from warrant.runner.cancellation import CancelSignal
 from warrant.runner.errors import ToolInterrupted
-from warrant.tools.batches import item_token
-from warrant.tools.usage import ToolUsage, UsageMeter
+from warrant.tools._batches import item_token
+from warrant.tools._usage import ToolUsage, UsageMeter
 
 __all__ = ["ToolContext"]
 
@@ -60,7 +60,7 @@ class ToolContext:
         return self._usage.total
 
     def item_token(self, key: str) -> str:
-        """The idempotency key of one item of a batch tool's call (:mod:`warrant.tools.batches`)."""
+        """The idempotency key of one item of a batch tool's call (see ``warrant.tools.Batch``)."""
         return item_token(self.idempotency_token, key)
 
     def remaining_s(self) -> float:

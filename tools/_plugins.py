@@ -14,7 +14,7 @@ worker role, the CLI and the Python client use. Sources, in order:
    for what needs names, queues, time limits and masks only: the Celery app, the CLI's reads,
    ``warrant run view``, the approval inbox; never for the gate.
 
-An entry point or reference may name a :class:`~warrant.tools.contract.Tool`, a list of them,
+An entry point or reference may name a :class:`~warrant.tools._contract.Tool`, a list of them,
 a :class:`Registry` or a :class:`Plugin` (tools plus the factory of the deps they need). The
 same ``(name, version)`` from two sources is a start-up error naming both. Nothing in a run
 spec can make a worker import code: only the deployment's settings and installed packages do.
@@ -31,9 +31,9 @@ from typing import Any
 from warrant.runner.errors import PluginError
 from warrant.runner.loading import load_object
 from warrant.runner.settings import WarrantSettings, load_settings
-from warrant.tools.builtin import BUILTIN_TOOLS
-from warrant.tools.contract import Tool
-from warrant.tools.registry import DepsContext, Plugin, Registry
+from warrant.tools._builtin import BUILTIN_TOOLS
+from warrant.tools._contract import Tool
+from warrant.tools._registry import DepsContext, Plugin, Registry
 
 __all__ = [
     "BUILTIN_SOURCE",
@@ -95,7 +95,7 @@ def plugins_for(settings: WarrantSettings, *, ask_mcp_servers: bool = True) -> l
     for ref in split_refs(settings.tools):
         plugins.append(as_plugin(load_object(ref), source=f"WARRANT_TOOLS {ref}"))
     if settings.mcp_config is not None:
-        from warrant.tools.mcp import mcp_plugins  # lazy: MCP client only when a config names it
+        from warrant.tools._mcp import mcp_plugins  # lazy: MCP client only when a config names it
 
         plugins.extend(mcp_plugins(settings.mcp_config, ask_servers=ask_mcp_servers))
     return plugins

@@ -15,7 +15,7 @@ otherwise) and validates arguments with ``jsonschema``. A server that cannot be 
 (``ask_servers=False``: queues, time limits, masks, the CLI's reads) asks no server: its MCP
 tools carry the declared policy and an open input schema.
 
-A worker process keeps one session per stdio server (:mod:`warrant.tools.mcp_sessions`, the
+A worker process keeps one session per stdio server (:mod:`warrant.tools._mcp_sessions`, the
 plug-in's deps: started on the first call, restarted after a failure, closed at shutdown); a
 streamable HTTP server gets a session per call. Each call is bounded by
 ``min(timeout_s, ctx.remaining_s())``. Outcomes:
@@ -31,8 +31,8 @@ The output is stored once: the result's ``structuredContent`` when the server gi
 its text blocks joined (plus any non-text blocks). It is untrusted content: an outside server's
 text is data, never instructions.
 
-This module builds the tools; the file is read by :mod:`warrant.tools.mcp_config`, one-off
-sessions and the typing of failed calls are in :mod:`warrant.tools.mcp_client`.
+This module builds the tools; the file is read by :mod:`warrant.tools._mcp_config`, one-off
+sessions and the typing of failed calls are in :mod:`warrant.tools._mcp_client`.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed
-from warrant.tools.contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools.jobs import Accepted
-from warrant.tools.mcp_client import (
+from warrant.tools._contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools._jobs import Accepted
+from warrant.tools._mcp_client import (
     MAX_MESSAGE,
     Progress,
     bounded,
@@ -73,17 +73,17 @@ from warrant.tools.mcp_client import (
     leaves_of,
     list_tools,
 )
-from warrant.tools.mcp_config import (
+from warrant.tools._mcp_config import (
     McpConfig,
     ServerDeclaration,
     ToolDeclaration,
     config_error,
     load_config,
 )
-from warrant.tools.mcp_jobs import accepted_of, job_hooks
-from warrant.tools.mcp_pins import McpDefinition, definition_of
-from warrant.tools.mcp_sessions import ServerSession
-from warrant.tools.registry import DepsContext, Plugin
+from warrant.tools._mcp_jobs import accepted_of, job_hooks
+from warrant.tools._mcp_pins import McpDefinition, definition_of
+from warrant.tools._mcp_sessions import ServerSession
+from warrant.tools._registry import DepsContext, Plugin
 
 __all__ = [
     "McpConfig",

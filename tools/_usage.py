@@ -1,4 +1,4 @@
-"""What a tool call reports it consumed (:meth:`~warrant.tools.contract.ToolContext.report_usage`):
+"""What a tool call reports it consumed (:meth:`~warrant.tools._contract.ToolContext.report_usage`):
 charged to the run's ``max_tokens`` and ``max_cost`` budgets with the call's outcome."""
 
 from __future__ import annotations

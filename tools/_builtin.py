@@ -10,7 +10,7 @@ from pydantic import Field
 
 from warrant.runner.codes import ObservationSource, Rejection
 from warrant.runner.errors import ToolFailed, ToolRejected
-from warrant.tools.contract import (
+from warrant.tools._contract import (
     ConfirmationPolicy,
     ReconcileResult,
     SideEffect,

@@ -23,12 +23,12 @@ from pydantic import BaseModel, ConfigDict
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
-from warrant.tools.attribution import Attribution
-from warrant.tools.batches import Batch
-from warrant.tools.context import ToolContext
-from warrant.tools.jobs import Accepted, JobHooks
-from warrant.tools.preconditions import PreconditionContext
-from warrant.tools.usage import ToolUsage
+from warrant.tools._attribution import Attribution
+from warrant.tools._batches import Batch
+from warrant.tools._context import ToolContext
+from warrant.tools._jobs import Accepted, JobHooks
+from warrant.tools._preconditions import PreconditionContext
+from warrant.tools._usage import ToolUsage
 
 __all__ = [
     "ConfirmationPolicy",
@@ -159,7 +159,7 @@ class Tool(Generic[InputT, OutputT]):
     capabilities: tuple[str, ...]
     side_effect: SideEffect
     execute: Callable[[InputT, ToolContext], OutputT | Accepted]
-    """Returns the output (succeeded), or :class:`~warrant.tools.jobs.Accepted` for a tool with
+    """Returns the output (succeeded), or :class:`~warrant.tools._jobs.Accepted` for a tool with
     ``job`` hooks; raises ``ToolRejected``, ``ToolFailed`` or ``ToolUnknown`` otherwise."""
     confirmation: ConfirmationPolicy = ConfirmationPolicy.NEVER
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
@@ -177,10 +177,10 @@ class Tool(Generic[InputT, OutputT]):
     fails, the run goes to a person with the effect in the handoff bundle."""
     batch: Batch | None = None
     """A batch tool: which argument lists the items and each item's key; each item is applied,
-    retried and reconciled on its own (:mod:`warrant.tools.batches`)."""
+    retried and reconciled on its own (:mod:`warrant.tools._batches`)."""
     job: JobHooks | None = None
-    """A long-running tool: ``execute`` may return :class:`~warrant.tools.jobs.Accepted`, and
-    these hooks follow the job to its end (:mod:`warrant.tools.jobs`)."""
+    """A long-running tool: ``execute`` may return :class:`~warrant.tools._jobs.Accepted`, and
+    these hooks follow the job to its end (:mod:`warrant.tools._jobs`)."""
     sensitive_fields: frozenset[str] = frozenset()
     """Arguments kept out of traces, handoff bundles and webhooks (``<sensitive>`` there). The
     person asked to confirm the call sees their values: that is what they approve."""
@@ -197,7 +197,7 @@ class Tool(Generic[InputT, OutputT]):
     """What the provenance layer does with a value that no trusted text supplied."""
     attribution: Attribution | None = None
     """Untrusted output: who wrote each item, as the service reports it
-    (:class:`~warrant.tools.attribution.Attribution`)."""
+    (:class:`~warrant.tools._attribution.Attribution`)."""
     describe_resources: Callable[[InputT, Any, str], Mapping[str, Any]] | None = None
     """``(args, deps, subject)``: what the call's resources refer to, for the person asked to
     confirm it (a file's name and size, a recipient's display name, "never mailed before"),
@@ -207,7 +207,7 @@ class Tool(Generic[InputT, OutputT]):
     """``(args, ctx)``: the state the approver is asked about (a balance, a status, a version),
     read when the confirmation is requested and again just before the call runs; a moved
     state refuses the call (``PRECONDITION_CHANGED``) and asks again
-    (:mod:`warrant.tools.preconditions`)."""
+    (:mod:`warrant.tools._preconditions`)."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base_s: float = DEFAULT_RETRY_BASE_S

@@ -1,4 +1,4 @@
-"""One long-lived MCP client session per stdio server per process (see :mod:`warrant.tools.mcp`).
+"""One long-lived MCP client session per stdio server per process (see :mod:`warrant.tools._mcp`).
 
 A :class:`ServerSession` is a tool plug-in's deps object: the worker builds it lazily in the
 process that calls the tool (after Celery's fork, never inherited) and closes it at the
@@ -6,7 +6,7 @@ process's shutdown. Its session lives on an event loop in a thread of its own (a
 blocking portal), so synchronous tool calls share one server process. The server's output is
 relayed to the session through a watch that notices the end of the stream at once: a server
 that died (killed, crashed) is replaced before the next call is sent; one that dies during a
-call ends that call with a lost connection (typed by :func:`~warrant.tools.mcp_client.classify`),
+call ends that call with a lost connection (typed by :func:`~warrant.tools._mcp_client.classify`),
 and any call that did not return a result (timeout, lost connection, interruption) closes the
 session, so the next call starts a fresh server.
 """
@@ -23,8 +23,8 @@ from typing import Any
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from warrant.tools.mcp_client import Progress, answered, open_session
-from warrant.tools.mcp_config import ServerDeclaration
+from warrant.tools._mcp_client import Progress, answered, open_session
+from warrant.tools._mcp_config import ServerDeclaration
 
 __all__ = ["ServerSession"]
 
