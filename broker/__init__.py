@@ -1,4 +1,7 @@
-"""The broker layer of warrant (imported as ``warrant.broker``)."""
+"""The broker layer of warrant (imported as ``warrant.broker``): the Celery app, queues and one
+package per stage. Internal: no module here is a face for code outside warrant (the faces are
+``warrant``, ``warrant.tools``, ``warrant.testing`` and ``warrant.contrib``), except the name
+operators give Celery, ``warrant.broker.app`` (``celery -A warrant.broker.app ...``)."""
 
 __layer__ = "broker stages"
 

@@ -1,4 +1,6 @@
-"""The ledger layer of warrant (imported as ``warrant.ledger``)."""
+"""The ledger layer of warrant (imported as ``warrant.ledger``): the models, the migrations and
+every SQL statement. Internal: no module here is a face for code outside warrant (the faces are
+``warrant``, ``warrant.tools``, ``warrant.testing`` and ``warrant.contrib``)."""
 
 __layer__ = "adapters"
 
