@@ -71,8 +71,9 @@ bench-series: install-dev  ## the verdict: the side-by-side part 5 times, task e
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.series $(SERIES_ARGS)
 
-architecture: install-dev  ## layer, cycle, SQL and size counts (ARCHITECTURE.md)
+architecture: install-dev  ## layer, cycle, SQL and size counts (ARCHITECTURE.md), then the house's figures (--house)
 	$(PY) -m tests.lint.architecture
+	$(PY) -m tests.lint.architecture --house
 
 bench-provenance: install-dev  ## the provenance layer on 8x larger inputs: ratios (linear ~8, quadratic ~64)
 	$(PY) -m bench.provenance_scaling
