@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from warrant.runner.authz import Action, allowed
 from warrant.runner.errors import TokenInvalid, WarrantError
 from warrant.runner.server.http.auth import deps
-from warrant.runner.server.web import render, session, views
+from warrant.runner.server.web import session, views
 
 __all__ = ["DEFAULT_LIVE_INTERVAL_S", "DEFAULT_LIVE_MAX_S", "router"]
 
@@ -82,7 +82,7 @@ async def _stream(
         if context["mark"] != last:
             context.update(who=who, view=view, live=params, may_confirm=_may_confirm(who))
             context["csrf"] = session.csrf_for(token or "")
-            yield event("fragment", render.fragment(template, context))
+            yield event("fragment", views.fragment(template, context))
             last, quiet_since = context["mark"], time.monotonic()
         elif time.monotonic() - quiet_since > KEEPALIVE_S:
             yield ": keep-alive\n\n"

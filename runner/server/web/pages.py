@@ -19,7 +19,7 @@ from warrant.runner.errors import TokenInvalid, WarrantError
 from warrant.runner.server.http.auth import Deps, deps, origin
 from warrant.runner.server.http.errors import status_for
 from warrant.runner.server.web import session, views
-from warrant.runner.server.web.render import page
+from warrant.runner.server.web.views import page
 
 __all__ = ["router"]
 
