@@ -42,7 +42,6 @@ from typing import Any
 import anyio
 from mcp import types
 from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.models import InitializationOptions
 
 from warrant.runner.authz import Action, require
 from warrant.runner.client.contract import RunnerClient
@@ -261,17 +260,14 @@ def _caller(ctx: Any, stdio_identity: str | None) -> Caller:
     )
 
 
-def _init_options(server: Server[Any, Any]) -> InitializationOptions:
-    return server.create_initialization_options(NotificationOptions(), {})
-
-
 async def serve_stdio(gateway: Gateway, *, identity: str) -> None:
     """Serve one client on this process's stdin/stdout until it closes them."""
     from mcp.server.stdio import stdio_server
 
     server = build_server(gateway, stdio_identity=identity)
     async with stdio_server() as (read, write):
-        await server.run(read, write, _init_options(server))
+        options = server.create_initialization_options(NotificationOptions(), {})
+        await server.run(read, write, options)
 
 
 def http_app(gateway: Gateway, tokens: Any) -> Any:

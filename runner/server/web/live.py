@@ -80,7 +80,8 @@ async def _stream(
                 yield event("problem", f"{exc.code}: {exc}")
                 last = context["mark"]
         if context["mark"] != last:
-            context.update(who=who, view=view, live=params, may_confirm=_may_confirm(who))
+            may_confirm = allowed(who.role, Action.CONFIRM)
+            context.update(who=who, view=view, live=params, may_confirm=may_confirm)
             context["csrf"] = session.csrf_for(token or "")
             yield event("fragment", views.fragment(template, context))
             last, quiet_since = context["mark"], time.monotonic()
@@ -88,7 +89,3 @@ async def _stream(
             yield ": keep-alive\n\n"
             quiet_since = time.monotonic()
         await asyncio.sleep(DEFAULT_LIVE_INTERVAL_S)
-
-
-def _may_confirm(who: Any) -> bool:
-    return allowed(who.role, Action.CONFIRM)
