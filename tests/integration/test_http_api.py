@@ -330,7 +330,7 @@ def test_healthz_says_which_service_is_unreachable(client):
 def test_a_broker_that_is_gone_fails_its_check_within_the_deadline():
     from celery import Celery
 
-    from warrant.runner.stack.health import check_broker
+    from warrant.runner.server.http.app import check_broker
 
     started = time.monotonic()
     check = check_broker(Celery(broker="redis://127.0.0.1:1/0"), timeout=2.0)
