@@ -17,7 +17,6 @@ from typing import Any
 
 from warrant.broker import telemetry
 from warrant.ledger.db import session_scope
-from warrant.ledger.db_clock import DatabaseClock
 from warrant.ledger.external_proposals import record_external_proposal
 from warrant.ledger.proposal_facts import step_facts
 from warrant.runner.client.runs import RunsClient
@@ -63,7 +62,7 @@ class ProposalsClient(RunsClient):
             by=by,
             step=step,
             usage=usage,
-            clock=self._clock(),
+            clock=self._db_clock,
         )
         if recorded.message is not None:
             from warrant.broker.publish import Outbox  # lazy: it imports Celery (~150 ms)
@@ -101,9 +100,3 @@ class ProposalsClient(RunsClient):
                 return decision
             time.sleep(min(pause, left))
             pause = min(pause * 1.5, MAX_PAUSE_S)
-
-    def _clock(self) -> Any:
-        clock = getattr(self, "_db_clock", None)
-        if clock is None:
-            clock = self._db_clock = DatabaseClock(self.engine)
-        return clock
