@@ -105,7 +105,7 @@ def _record(cls: type[R], data: dict[str, Any], **values: Any) -> R:
     """One of the client's records (a dataclass) from an API body: the fields it does not
     know are left out; ``values`` replace the body's."""
     known = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in known}, **values)
+    return cls(**{**{k: v for k, v in data.items() if k in known}, **values})
 
 
 def run_info(data: dict[str, Any]) -> RunInfo:
