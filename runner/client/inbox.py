@@ -149,8 +149,8 @@ class InboxClient(RunsClient):
     def pending_confirmations(
         self, *, reveal_sensitive: bool, limit: int = DEFAULT_INBOX_LIMIT
     ) -> list[PendingConfirmation]:
-        """The runs waiting for a confirmation, longest waiting first. ``reveal_sensitive``:
-        whether the reader may see sensitive values (who may confirm must)."""
+        """``reveal_sensitive``: whether the reader may see sensitive values (who may confirm
+        must)."""
         registry = registry_for(ask_mcp_servers=False)  # the masks are declared
         found = []
         with session_scope(self.engine) as s:
@@ -206,7 +206,6 @@ class InboxClient(RunsClient):
 
     @retry_once_on_disconnect
     def budgets(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's budgets: used and limit of each (:class:`RunNotFound` if no run)."""
         with session_scope(self.engine) as s:
             return budget_rows(found_run(s, run_id))
 

@@ -82,9 +82,7 @@ class ProposalsClient(RunsClient):
     def decision(
         self, run_id: str, step: int, *, wait_s: float = 0.0, seen: str = "pending"
     ) -> Decision:
-        """What became of the proposal of ``step``; with ``wait_s``, returns as soon as its
-        state is no longer ``seen`` (default: as soon as it is decided), else after
-        ``wait_s`` with the same state."""
+        """The ledger polled with a growing pause, for :data:`MAX_DECISION_WAIT_S` at most."""
         if step < 1:
             raise InvalidRequest("steps count from 1", code="STEP_INVALID")
         deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_DECISION_WAIT_S)

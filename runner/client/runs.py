@@ -298,8 +298,6 @@ class RunsClient:
     def wait(
         self, run_id: str, *, timeout: float = 60.0, until: frozenset[str] | set[str] | None = None
     ) -> RunInfo:
-        """Block until the run settles (terminal or waiting for a person), or reaches one of
-        ``until``, or ``timeout`` passes; returns the last state seen."""
         targets = until or SETTLED
         deadline = time.monotonic() + timeout
         pause = 0.02
@@ -313,9 +311,8 @@ class RunsClient:
             pause = min(pause * 1.5, 0.25)
 
     def wait_change(self, run_id: str, *, version: int | None, timeout: float) -> RunInfo:
-        """The run once its version differs from ``version`` or it is settled, else after
-        ``timeout`` as it was: the ledger is polled with a growing pause
-        (:data:`FIRST_CHANGE_PAUSE_S` to :data:`MAX_CHANGE_PAUSE_S`)."""
+        """The ledger polled with a growing pause (:data:`FIRST_CHANGE_PAUSE_S` to
+        :data:`MAX_CHANGE_PAUSE_S`)."""
         end = time.monotonic() + timeout
         pause = FIRST_CHANGE_PAUSE_S
         while True:
