@@ -56,15 +56,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("db", "db_app"),
     "memory": ("memory", "memory_app"),
     "handoff": ("handoffs", "handoff_app"),
-    "token": ("tokens", "token_app"),
+    "token": ("ledger", "token_app"),
     "ledger": ("ledger", "ledger_app"),
-    "gate": ("gate", "gate_app"),
+    "gate": ("ledger", "gate_app"),
     "mcp": ("mcp", "mcp_app"),
 }
 #: The ``run`` commands other modules add to ``runs.run_app`` (importing the module registers
 #: them): ``run start`` imports the broker's registrations, which ``run list`` does without.
 RUN_COMMANDS: dict[str, str] = {
-    "answer": "answers",
+    "answer": "proposals",
     "propose": "proposals",
     "decision": "proposals",
     "start": "start",

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from warrant.runner.cli.ids import resolve
 from warrant.runner.errors import (
     ConfirmationRefused,
     InvalidRequest,
@@ -43,9 +44,9 @@ __all__ = [
     "EXIT_WAITING",
     "ByOpt",
     "JsonOpt",
+    "client_and_id",
     "console",
     "err",
-    "exit_code_for",
     "fail",
     "guard",
     "make_client",
@@ -169,11 +170,6 @@ def settings_error(exc: BaseException) -> SettingsInvalid | None:
     return None
 
 
-def exit_code_for(status: str) -> int:
-    """The exit code of a wait that ended with the run at ``status``."""
-    return EXIT_BY_STATUS.get(status, EXIT_TIMED_OUT)
-
-
 def settings_of(ctx: typer.Context) -> WarrantSettings:
     """The settings the command line's root read for this command (:mod:`warrant.runner.cli.app`
     keeps them on the root context); a command group run on its own reads them here."""
@@ -201,3 +197,12 @@ def make_client(*, remote_ok: bool = True, settings: WarrantSettings | None = No
     from warrant.runner.client.api import Client  # lazy: Celery + SQLAlchemy, ~0.5 s
 
     return Client.from_env()
+
+
+def client_and_id(
+    as_json: bool, key: str, *, kind: str = "run", remote_ok: bool = True
+) -> tuple[RunnerClient, str]:
+    """The command's client (:func:`make_client`) and the whole id ``key`` names (a prefix is
+    resolved: :func:`~warrant.runner.cli.ids.resolve`); either failing ends the command."""
+    client = guard(as_json, lambda: make_client(remote_ok=remote_ok))
+    return client, guard(as_json, lambda: resolve(client, key, kind))

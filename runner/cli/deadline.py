@@ -12,14 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from warrant.runner.errors import WaitTimedOut
 
-if TYPE_CHECKING:
-    from warrant.runner.client.contract import RunnerClient
-
-__all__ = ["GRACE_S", "BoundedClient", "Deadline", "bounded"]
+__all__ = ["GRACE_S", "BoundedClient", "Deadline"]
 
 #: How long after ``--timeout`` a call that has not answered is given up on.
 GRACE_S = 2.0
@@ -58,16 +55,11 @@ class Deadline:
         return result[0]
 
 
-def bounded(client: RunnerClient, deadline: Deadline, *, what: str = "the ledger") -> RunnerClient:
-    """``client`` with every method call bounded by ``deadline`` (:class:`BoundedClient`)."""
-    return cast("RunnerClient", BoundedClient(client, deadline, what=what))
-
-
 class BoundedClient:
     """A client whose every method call is bounded by ``deadline`` (attributes that are not
     methods pass through)."""
 
-    def __init__(self, client: Any, deadline: Deadline, *, what: str = "the ledger") -> None:
+    def __init__(self, client: Any, deadline: Deadline, *, what: str) -> None:
         self._client = client
         self._deadline = deadline
         self._what = what

@@ -8,8 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from warrant.runner.cli import ids
-from warrant.runner.cli.common import ByOpt, JsonOpt, console, guard, make_client, print_json
+from warrant.runner.cli.common import (
+    ByOpt,
+    JsonOpt,
+    client_and_id,
+    console,
+    guard,
+    make_client,
+    print_json,
+)
 from warrant.runner.cli.runs import id_column
 
 __all__ = ["handoff_app"]
@@ -49,8 +56,7 @@ def handoff_list(
 @handoff_app.command("show")
 def handoff_show(handoff_id: HandoffIdArg, as_json: JsonOpt = False) -> None:
     """The whole bundle: state, goal, evidence, pending proposal, unknown effects, actions."""
-    client = guard(as_json, lambda: make_client(remote_ok=False))
-    whole = guard(as_json, lambda: ids.handoff_id(client, handoff_id))
+    client, whole = client_and_id(as_json, handoff_id, kind="handoff", remote_ok=False)
     h = guard(as_json, lambda: client.handoff(whole))
     if as_json:
         print_json(h)
@@ -70,12 +76,10 @@ def handoff_show(handoff_id: HandoffIdArg, as_json: JsonOpt = False) -> None:
             f"  {e['tool']} step {e['step']} code {e['code']} "
             f"history {[r['result'] for r in e['reconciliation_history']]}"
         )
-    console.print("recommended safe actions:")
-    for a in b["recommended_safe_actions"]:
-        console.print(f"  - {a}")
-    console.print("forbidden automatic actions:")
-    for a in b["forbidden_automatic_actions"]:
-        console.print(f"  - {a}")
+    for key in ("recommended_safe_actions", "forbidden_automatic_actions"):
+        console.print(key.replace("_", " ") + ":")
+        for a in b[key]:
+            console.print(f"  - {a}")
     if h["resolution"]:
         console.print(f"resolved: {h['resolution']} by {h['resolved_by']}")
 
@@ -89,8 +93,7 @@ def handoff_resolve(
     as_json: JsonOpt = False,
 ) -> None:
     """End a handed-off run: a command through the state machine, with identity and reason."""
-    client = guard(as_json, make_client)
-    whole = guard(as_json, lambda: ids.handoff_id(client, handoff_id))
+    client, whole = client_and_id(as_json, handoff_id, kind="handoff")
     info = guard(
         as_json,
         lambda: client.resolve_handoff(whole, outcome=outcome, by=by, reason=reason).to_dict(),

@@ -10,13 +10,15 @@ from warrant.runner.errors import HandoffNotFound, IdAmbiguous, RunNotFound
 if TYPE_CHECKING:
     from warrant.runner.client.contract import RunnerClient
 
-__all__ = ["MIN_PREFIX", "handoff_id", "run_id"]
+__all__ = ["MIN_PREFIX", "resolve"]
 
 #: The shortest prefix accepted: shorter ones would too often name several runs.
 MIN_PREFIX = 6
 
 
-def _resolve(client: RunnerClient, key: str, kind: str) -> str:
+def resolve(client: RunnerClient, key: str, kind: str = "run") -> str:
+    """The whole id of the run (``kind="handoff"``: the handoff, or the run handed off) ``key``
+    names (``RUN_NOT_FOUND``, ``HANDOFF_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
     found = client.ids_like(key, kind=kind, min_length=MIN_PREFIX)
     if len(found) > 1:
         raise IdAmbiguous(
@@ -28,14 +30,3 @@ def _resolve(client: RunnerClient, key: str, kind: str) -> str:
         hint = f" (a prefix needs {MIN_PREFIX} characters)" if len(key) < MIN_PREFIX else ""
         raise missing(f"no {kind} {key}{hint}")
     return found[0]
-
-
-def run_id(client: RunnerClient, key: str) -> str:
-    """The whole id of the run ``key`` names (``RUN_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
-    return _resolve(client, key, "run")
-
-
-def handoff_id(client: RunnerClient, key: str) -> str:
-    """The whole id of the handoff (or of the run handed off) ``key`` names
-    (``HANDOFF_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
-    return _resolve(client, key, "handoff")

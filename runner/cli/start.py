@@ -7,28 +7,29 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.markup import escape
 
 from warrant.broker.registration import LIVE_WITHIN_S
-from warrant.runner.cli import ids
 from warrant.runner.cli.common import (
+    EXIT_BY_STATUS,
     EXIT_INTERRUPTED,
+    EXIT_TIMED_OUT,
     JsonOpt,
     console,
     err,
-    exit_code_for,
     fail,
     guard,
     make_client,
     print_json,
 )
-from warrant.runner.cli.deadline import GRACE_S, Deadline, bounded
+from warrant.runner.cli.deadline import GRACE_S, BoundedClient, Deadline
 from warrant.runner.cli.follow import Progress, follow
-from warrant.runner.cli.policy_steps import trace_facts
+from warrant.runner.cli.ids import resolve
 from warrant.runner.cli.runs import run_app, show_run
+from warrant.runner.cli.why import trace_facts
 from warrant.runner.errors import SpecError, WarrantError
 from warrant.runner.spec import parse_run_spec
 from warrant.tools._plugins import registry_for
@@ -89,13 +90,9 @@ def run_start(
         err.print(f"[yellow]warning[/] {escape(warning)}", soft_wrap=True)
 
     def start() -> str:
-        run_id: str = client.start_run(spec, idempotency_key=idempotency_key)
-        return run_id
+        return client.start_run(spec, idempotency_key=idempotency_key)
 
-    if wait:
-        run_id = guard(as_json, lambda: deadline.call(start, what=STARTING))
-    else:
-        run_id = guard(as_json, start)
+    run_id = guard(as_json, (lambda: deadline.call(start, what=STARTING)) if wait else start)
     if not wait:  # a repeated key's run may have moved on: read its status
         status = guard(as_json, lambda: client.get_run(run_id).status) if idempotency_key else None
         result = {"run_id": run_id, "status": status or "running", "warnings": warnings}
@@ -123,7 +120,7 @@ def run_wait(
     person, 5 timed out)."""
     deadline = Deadline(timeout)
     client = guard(as_json, make_client)
-    whole = guard(as_json, lambda: deadline.call(lambda: ids.run_id(client, run_id), what=LEDGER))
+    whole = guard(as_json, lambda: deadline.call(lambda: resolve(client, run_id), what=LEDGER))
     _attach(client, whole, deadline=deadline, as_json=as_json, extra={})
 
 
@@ -138,7 +135,9 @@ def _attach(
     """Follow the run until the deadline, print where it ended (with why) and exit with its
     exit code; every call is bounded by the deadline (a silent ledger: ``WAIT_TIMED_OUT``)."""
     progress = Progress.for_output(as_json=as_json)
-    client = bounded(client, deadline, what=f"the ledger (run {run_id} goes on)")
+    client = cast(
+        "RunnerClient", BoundedClient(client, deadline, what=f"the ledger (run {run_id} goes on)")
+    )
     timeout = max(0.0, deadline.end - GRACE_S - time.monotonic())
     try:
         info = guard(as_json, lambda: follow(client, run_id, timeout=timeout, progress=progress))
@@ -158,7 +157,7 @@ def _attach(
         print_json(data)
     else:
         show_run(data)
-    raise typer.Exit(exit_code_for(info.status))
+    raise typer.Exit(EXIT_BY_STATUS.get(info.status, EXIT_TIMED_OUT))
 
 
 def _read_spec(spec_file: Path, as_json: bool) -> str:
@@ -185,17 +184,6 @@ def _policy_tools(client: RunnerClient) -> frozenset[str] | None:
         return None
 
 
-def _fixture_calls(spec: Any) -> list[tuple[int, str, str]]:
-    calls = []
-    for index, output in enumerate(spec.planner.outputs):
-        if not isinstance(output, dict) or output.get("kind") != "tool":
-            continue
-        name, version = output.get("tool"), output.get("tool_version")
-        if isinstance(name, str) and isinstance(version, str):
-            calls.append((index, name, version))
-    return calls
-
-
 def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> list[str]:
     """What a fixture plan calls that the gate does not know: the gate refuses each such call
     (``UNKNOWN_TOOL_OR_VERSION``), and the run usually ends with another reason, so it is said
@@ -204,7 +192,12 @@ def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> li
     stands in, and the warning says so."""
     if getattr(spec.planner, "kind", None) != "fixture":
         return []
-    calls = _fixture_calls(spec)
+    calls = [
+        (index, output.get("tool"), output.get("tool_version"))
+        for index, output in enumerate(spec.planner.outputs)
+        if isinstance(output, dict) and output.get("kind") == "tool"
+    ]
+    calls = [(i, name, v) for i, name, v in calls if isinstance(name, str) and isinstance(v, str)]
     if not calls:
         return []
     if deployed is not None:

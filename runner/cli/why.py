@@ -1,5 +1,6 @@
 """Why a run stopped or what it waits for, read off its state and trace: what ``warrant run
-show`` leads with (and its ``--json`` ``why`` object).
+show`` leads with (and its ``--json`` ``why`` object), beside the other facts of
+:func:`trace_facts`.
 
 The stop reason alone can hide the cause: a plan that calls an unknown tool is refused at the
 gate (``UNKNOWN_TOOL_OR_VERSION``), the planner goes on, and the run ends with
@@ -10,9 +11,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from warrant.runner.observe import WOULD_REFUSE
+from warrant.runner.observe import WOULD_REFUSE, would_refusals
 
-__all__ = ["last_refusal", "waiting_for", "why", "why_lines"]
+__all__ = ["last_refusal", "policy_versions", "trace_facts", "waiting_for", "why", "why_lines"]
+
+
+def trace_facts(data: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``run show`` and ``run start --wait`` add to a run from its trace: ``why`` it
+    stopped or waits, the ``policy_versions`` of its decisions and the calls observe mode
+    let through (``would_refuse``)."""
+    return {
+        "why": why(data, trace),
+        "policy_versions": policy_versions(trace),
+        "would_refuse": would_refusals(trace),
+    }
+
+
+def policy_versions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Which policy decided each step, read off the run's ``policy.versioned`` trace events:
+    one entry per gate decision, in order: ``step``, ``proposal_id``, ``decision``
+    (``accepted``, ``refused``, ``needs_confirmation``, ``halted``), ``policy_version`` and
+    the hashes of its parts (``contract_hash``, ``grants_hash``, ``settings_hash``)."""
+    return [
+        {"step": e.get("step"), "proposal_id": e.get("proposal_id"), **(e.get("details") or {})}
+        for e in events
+        if e.get("event") == "policy.versioned"
+    ]
 
 
 def last_refusal(events: list[dict[str, Any]]) -> dict[str, Any] | None:
