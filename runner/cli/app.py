@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("stack", "worker"),
     "up": ("stack", "up"),
     "down": ("stack", "down"),
-    "demo": ("demo", "demo"),
+    "demo": ("stack", "demo"),
     "serve": ("serve", "serve"),
     "run": ("runs", "run_app"),
     "tools": ("tools", "tools_app"),

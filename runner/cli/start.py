@@ -1,16 +1,33 @@
 """``warrant run start`` and ``warrant run wait``: start a run, and follow one until it
 settles, with a progress line and an exit code that says how it ended
-(:data:`~warrant.runner.cli.common.EXIT_BY_STATUS`)."""
+(:data:`~warrant.runner.cli.common.EXIT_BY_STATUS`).
+
+Following: one progress line per change of the run (its version), until it settles or the
+wait's timeout passes. Each change comes from the client's ``wait_change``: a database-backed
+client polls the ledger (a growing pause, 50 ms to 0.5 s); a remote one long-polls ``GET
+/v1/runs/{id}/wait?version=``, so the server answers once per change, not per look.
+
+The wait's deadline holds whatever does not answer. Connect, socket and statement timeouts
+bound most silences, but not all: a PostgreSQL or a Redis whose process is frozen (or whose
+host went silent after the kernel acknowledged the request) leaves a call waiting for a reply
+that never comes. Every call of the wait goes through :meth:`Deadline.call`, which runs it in
+a daemon thread and gives up on it at the deadline (``--timeout`` plus :data:`GRACE_S`):
+:class:`~warrant.runner.errors.WaitTimedOut`, exit 5. The abandoned thread dies with the
+process."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypeVar, cast
 
 import typer
+from rich.console import Console
 from rich.markup import escape
+from rich.status import Status
 
 from warrant.broker.registration import LIVE_WITHIN_S
 from warrant.runner.cli.common import (
@@ -25,20 +42,21 @@ from warrant.runner.cli.common import (
     make_client,
     print_json,
 )
-from warrant.runner.cli.deadline import GRACE_S, BoundedClient, Deadline
-from warrant.runner.cli.follow import Progress, follow
 from warrant.runner.cli.ids import resolve
 from warrant.runner.cli.runs import run_app, show_run
 from warrant.runner.cli.why import trace_facts
-from warrant.runner.errors import SpecError, WarrantError
+from warrant.runner.client.run_info import SETTLED
+from warrant.runner.errors import SpecError, WaitTimedOut, WarrantError
 from warrant.runner.spec import parse_run_spec
 from warrant.tools._plugins import registry_for
 
 if TYPE_CHECKING:
     from warrant.runner.client.contract import RunnerClient
+    from warrant.runner.client.run_info import RunInfo
 
-__all__ = ["fixture_warnings", "run_start", "run_wait"]
+__all__ = ["GRACE_S", "fixture_warnings", "run_start", "run_wait"]
 
+_T = TypeVar("_T")
 TimeoutOpt = Annotated[
     float,
     typer.Option(
@@ -134,7 +152,7 @@ def _attach(
 ) -> None:
     """Follow the run until the deadline, print where it ended (with why) and exit with its
     exit code; every call is bounded by the deadline (a silent ledger: ``WAIT_TIMED_OUT``)."""
-    progress = Progress.for_output(as_json=as_json)
+    progress = Progress(sys.stderr if as_json else sys.stdout)  # --json: stdout is one document
     client = cast(
         "RunnerClient", BoundedClient(client, deadline, what=f"the ledger (run {run_id} goes on)")
     )
@@ -214,3 +232,114 @@ def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> li
         for index, name, version in calls
         if f"{name}@{version}" not in known
     ]
+
+
+class Progress:
+    """Where the progress line goes: ``stream`` rewritten in place (a rich status line) when
+    it is a terminal, else one plain line per change (a log or a pipe reads every one)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self._status: Status | None = None
+        self._last: str | None = None
+
+    def show(self, line: str) -> None:
+        if line == self._last:
+            return
+        self._last = line
+        if not self.live:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        elif self._status is None:
+            self._status = Console(file=self.stream).status(escape(line), spinner="dots")
+            self._status.start()
+        else:
+            self._status.update(escape(line))
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+
+def progress_line(info: RunInfo, event: dict[str, Any] | None) -> str:
+    """``run ID: step N · status/phase · last event (its tool or code)``."""
+    line = f"run {info.run_id}: step {info.step} · {info.status}/{info.phase}"
+    if event is not None:
+        details = event.get("details") or {}
+        subject = details.get("code") or details.get("tool") or details.get("to") or ""
+        line += f" · {event['event']}" + (f" {subject}" if subject else "")
+    return line
+
+
+def follow(client: RunnerClient, run_id: str, *, timeout: float, progress: Progress) -> RunInfo:
+    """Report each change of the run to ``progress`` until it settles (terminal or waiting
+    for a person) or ``timeout`` seconds pass; the last state seen."""
+    deadline = time.monotonic() + timeout
+    info = client.get_run(run_id)
+    seen: int | None = None
+    while True:
+        if info.version != seen:
+            seen = info.version
+            events = client.trace(run_id)
+            progress.show(progress_line(info, events[-1] if events else None))
+        left = deadline - time.monotonic()
+        if info.status in SETTLED or left <= 0:
+            return info
+        info = client.wait_change(run_id, version=info.version, timeout=left)
+
+
+#: How long after ``--timeout`` a call that has not answered is given up on.
+GRACE_S = 2.0
+
+
+class Deadline:
+    """``timeout_s`` (plus :data:`GRACE_S`) from now."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.end = time.monotonic() + timeout_s + GRACE_S
+
+    def call(self, fn: Callable[[], _T], *, what: str) -> _T:
+        """``fn()``, or :class:`WaitTimedOut` if it has not returned by the deadline."""
+        result: list[Any] = []
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                result.append(fn())
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=target, name="warrant-wait-call", daemon=True)
+        thread.start()
+        thread.join(max(0.0, self.end - time.monotonic()))
+        if thread.is_alive():
+            raise WaitTimedOut(
+                f"{what} did not answer within the wait's {self.timeout_s:g} s "
+                f"(+{GRACE_S:g} s grace)"
+            )
+        if failure:
+            raise failure[0]
+        return result[0]
+
+
+class BoundedClient:
+    """A client whose every method call is bounded by ``deadline`` (attributes that are not
+    methods pass through)."""
+
+    def __init__(self, client: Any, deadline: Deadline, *, what: str) -> None:
+        self._client = client
+        self._deadline = deadline
+        self._what = what
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            return self._deadline.call(lambda: attr(*args, **kwargs), what=self._what)
+
+        return bounded
