@@ -26,6 +26,7 @@ from typer.core import TyperGroup
 from typer.main import get_command_from_info, get_group_from_info
 from typer.models import TyperInfo
 
+from warrant.runner.cli import version
 from warrant.runner.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -167,18 +168,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=_RootGroup,
 )
-
-
-def version() -> str:
-    """The installed package's version (``warrant-runner``), or ``unknown`` in a tree that
-    was never installed."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
-
-    try:
-        return package_version("warrant-runner")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 #: The options that only print help (the command line's, as typed).

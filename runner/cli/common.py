@@ -1,5 +1,7 @@
 """What every ``warrant`` command shares: the consoles, the ``--json`` and ``--by`` options,
-JSON output, and errors turned into stable codes and exit codes."""
+JSON output, errors turned into stable codes and exit codes, the client, and run and handoff
+ids as people type them: whole, or a unique prefix of at least :data:`MIN_PREFIX` characters
+(what fits on a screen and is read off a table)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from warrant.runner.cli.ids import resolve
 from warrant.runner.errors import (
     ConfirmationRefused,
+    HandoffNotFound,
+    IdAmbiguous,
     InvalidRequest,
     NotFound,
     PluginError,
+    RunNotFound,
     ServiceUnavailable,
     SettingsInvalid,
     SpecError,
@@ -42,6 +46,7 @@ __all__ = [
     "EXIT_TIMED_OUT",
     "EXIT_UNAVAILABLE",
     "EXIT_WAITING",
+    "MIN_PREFIX",
     "ByOpt",
     "JsonOpt",
     "client_and_id",
@@ -52,6 +57,7 @@ __all__ = [
     "make_client",
     "print_json",
     "report",
+    "resolve",
     "settings_error",
     "settings_of",
 ]
@@ -203,6 +209,26 @@ def client_and_id(
     as_json: bool, key: str, *, kind: str = "run", remote_ok: bool = True
 ) -> tuple[RunnerClient, str]:
     """The command's client (:func:`make_client`) and the whole id ``key`` names (a prefix is
-    resolved: :func:`~warrant.runner.cli.ids.resolve`); either failing ends the command."""
+    resolved: :func:`resolve`); either failing ends the command."""
     client = guard(as_json, lambda: make_client(remote_ok=remote_ok))
     return client, guard(as_json, lambda: resolve(client, key, kind))
+
+
+#: The shortest prefix accepted: shorter ones would too often name several runs.
+MIN_PREFIX = 6
+
+
+def resolve(client: RunnerClient, key: str, kind: str = "run") -> str:
+    """The whole id of the run (``kind="handoff"``: the handoff, or the run handed off) ``key``
+    names (``RUN_NOT_FOUND``, ``HANDOFF_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
+    found = client.ids_like(key, kind=kind, min_length=MIN_PREFIX)
+    if len(found) > 1:
+        raise IdAmbiguous(
+            f"{key!r} starts more than one {kind} id ({', '.join(found)}, …): give more characters",
+            matches=found,
+        )
+    if not found:
+        missing = HandoffNotFound if kind == "handoff" else RunNotFound
+        hint = f" (a prefix needs {MIN_PREFIX} characters)" if len(key) < MIN_PREFIX else ""
+        raise missing(f"no {kind} {key}{hint}")
+    return found[0]

@@ -23,8 +23,7 @@ from warrant.runner.cli.common import (
     print_json,
     settings_of,
 )
-from warrant.runner.cli.run_shown import RevealByOpt, RevealOpt, revealed, show_run
-from warrant.runner.cli.why import trace_facts
+from warrant.runner.cli.run_shown import RevealByOpt, RevealOpt, revealed, show_run, trace_facts
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest

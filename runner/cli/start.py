@@ -41,10 +41,10 @@ from warrant.runner.cli.common import (
     guard,
     make_client,
     print_json,
+    resolve,
 )
-from warrant.runner.cli.ids import resolve
-from warrant.runner.cli.runs import run_app, show_run
-from warrant.runner.cli.why import trace_facts
+from warrant.runner.cli.run_shown import show_run, trace_facts
+from warrant.runner.cli.runs import run_app
 from warrant.runner.client.run_info import SETTLED
 from warrant.runner.errors import SpecError, WaitTimedOut, WarrantError
 from warrant.runner.spec import parse_run_spec
