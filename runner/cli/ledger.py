@@ -98,10 +98,7 @@ def ledger_prune(
                 _engine(ctx), cutoff, archive=archive, batch=batch, on_progress=on_progress
             ),
         )
-    if as_json:
-        print_json(summary)
-        return
-    console.print(
+    print_json(summary) if as_json else console.print(
         f"pruned [bold]{summary['runs_pruned']}[/] runs finished before {summary['cutoff']}"
         f" in {summary['seconds']}s ({_rows(summary['rows'])})"
         + (f"; archived to {summary['archive']}" if summary["archive"] else "")
@@ -120,10 +117,7 @@ def ledger_restore(
         summary = guard(
             as_json, lambda: retention.restore(_engine(ctx), file, on_progress=on_progress)
         )
-    if as_json:
-        print_json(summary)
-        return
-    console.print(
+    print_json(summary) if as_json else console.print(
         f"restored [bold]{summary['runs_restored']}[/] runs, skipped {summary['runs_skipped']}"
         f" that exist, in {summary['seconds']}s ({_rows(summary['rows'])})"
         + ("; the archive ends in a torn batch (never deleted)" if summary["truncated"] else "")

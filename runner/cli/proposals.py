@@ -32,10 +32,9 @@ def run_answer(
     """Answer a run's clarifying question; the run goes on from needs_input."""
     client, run_id = client_and_id(as_json, run_id)
     info = guard(as_json, lambda: client.answer(run_id, text=text, by=by).to_dict())
-    if as_json:
-        print_json(info)
-    else:
-        console.print(f"run {run_id} is {info['status']} again (version {info['version']})")
+    print_json(info) if as_json else console.print(
+        f"run {run_id} is {info['status']} again (version {info['version']})"
+    )
 
 
 def _read(source: str) -> Any:

@@ -273,10 +273,9 @@ def run_pre_approve(
             operator_token=token,
         ),
     )
-    if as_json:
-        print_json({"pre_approval_id": pre_id})
-    else:
-        console.print(f"pre-approval {pre_id} added")
+    print_json({"pre_approval_id": pre_id}) if as_json else console.print(
+        f"pre-approval {pre_id} added"
+    )
 
 
 def _json_object(text: str) -> dict[str, Any]:

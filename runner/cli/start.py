@@ -99,10 +99,11 @@ def run_start(
     text = _read_spec(spec_file, as_json)
     spec = guard(as_json, lambda: parse_run_spec(text))
     client = guard(as_json, make_client)
-    if wait:
-        deployed = guard(as_json, lambda: deadline.call(lambda: _policy_tools(client), what=LEDGER))
-    else:
-        deployed = _policy_tools(client)
+
+    def bound(fn: Callable[[], _T], what: str) -> _T:  # with --wait, by the deadline
+        return deadline.call(fn, what=what) if wait else fn()
+
+    deployed = guard(as_json, lambda: bound(lambda: _policy_tools(client), LEDGER))
     warnings = fixture_warnings(spec, deployed=deployed)
     for warning in warnings:
         err.print(f"[yellow]warning[/] {escape(warning)}", soft_wrap=True)
@@ -110,7 +111,7 @@ def run_start(
     def start() -> str:
         return client.start_run(spec, idempotency_key=idempotency_key)
 
-    run_id = guard(as_json, (lambda: deadline.call(start, what=STARTING)) if wait else start)
+    run_id = guard(as_json, lambda: bound(start, STARTING))
     if not wait:  # a repeated key's run may have moved on: read its status
         status = guard(as_json, lambda: client.get_run(run_id).status) if idempotency_key else None
         result = {"run_id": run_id, "status": status or "running", "warnings": warnings}
@@ -171,10 +172,7 @@ def _attach(
     finally:
         progress.close()
     data = {**info.to_dict(), **trace_facts(info.to_dict(), events), **extra}
-    if as_json:
-        print_json(data)
-    else:
-        show_run(data)
+    print_json(data) if as_json else show_run(data)
     raise typer.Exit(EXIT_BY_STATUS.get(info.status, EXIT_TIMED_OUT))
 
 
