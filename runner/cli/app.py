@@ -1,9 +1,10 @@
 """The ``warrant`` command line. Every command takes ``--json``; errors carry stable codes.
 
-One module per command group: :mod:`~warrant.runner.cli.runs` (+ ``start``: ``run
-start`` and ``run wait``), ``tools``, ``db``, ``memory``, ``handoffs``, ``tokens``; the
-commands that run processes (``worker``, ``beat``, ``reconcile``, ``up``, ``down``,
-``demo``) in :mod:`~warrant.runner.cli.stack`.
+The commands live in one module per family (:data:`COMMANDS` says which): ``runs`` (+
+``start``, ``proposals``: the rest of ``run``, loaded by :data:`RUN_COMMANDS`), ``ledger``
+(the administrators' ``ledger``, ``token`` and ``gate``), ``stack`` (``worker``, ``beat``,
+``up``, ``down``, ``demo``), and ``tools``, ``db``, ``memory``, ``handoffs``, ``mcp``,
+``serve``, ``reconcile``.
 
 :func:`main` runs the app with click's standalone mode off, so that every error takes one
 path: a usage error (``USAGE_ERROR``), a setting that cannot be read (``SETTINGS_INVALID``) and
