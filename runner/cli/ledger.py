@@ -139,12 +139,14 @@ def ledger_verify(
     """Check the trace's hash chain of every run (or one) and the prune anchors; exit 1 with
     LEDGER_TAMPERED naming the run, the seq and the kind of the first broken link."""
     with _progress(as_json, "verifying runs") as on_progress:
-        if archive is not None:
-            summary = guard(
-                as_json, lambda: lv.verify_archive(_engine(ctx), archive, on_progress=on_progress)
-            )
-        else:
-            summary = guard(as_json, lambda: lv.verify(_engine(ctx), run, on_progress=on_progress))
+        summary = guard(
+            as_json,
+            lambda: (
+                lv.verify(_engine(ctx), run, on_progress=on_progress)
+                if archive is None
+                else lv.verify_archive(_engine(ctx), archive, on_progress=on_progress)
+            ),
+        )
     if as_json:
         print_json(summary)
         return

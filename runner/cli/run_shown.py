@@ -217,13 +217,7 @@ def show_run(info: dict[str, Any]) -> None:
     for w in info.get("would_refuse") or []:  # observe mode let these through: loud
         said = f"step {w['step']} {w['tool']}: {w['code']} ({w['layer']})"
         console.print(f"[bold red]observe mode let through[/] {escape(said)}", soft_wrap=True)
-    _show_pre_approvals(info)
-    _show_request(info)
-
-
-def _show_pre_approvals(info: dict[str, Any]) -> None:
-    pre = info.get("pre_approvals") or []
-    if pre:
+    if pre := info.get("pre_approvals"):
         table = Table("pre-approved", "tool", "approved by", "used by proposal", "at")
         for p in pre:
             used = p["used_by_proposal"] or ("(used)" if p["used_at"] else "(unused)")
@@ -235,6 +229,7 @@ def _show_pre_approvals(info: dict[str, Any]) -> None:
                 (p["used_at"] or p["approved_at"])[:19],
             )
         console.print(table)
+    _show_request(info)
 
 
 def _flag_line(flag: dict[str, Any]) -> str:

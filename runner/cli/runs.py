@@ -128,11 +128,7 @@ def _list_runs(
 def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
     """The run's timeline: ordered events, stop reason and budget snapshot."""
     client, run_id = client_and_id(as_json, run_id)
-
-    def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        return client.get_run(run_id).to_dict(), client.trace(run_id)
-
-    info, events = guard(as_json, go)
+    info, events = guard(as_json, lambda: (client.get_run(run_id).to_dict(), client.trace(run_id)))
     if as_json:  # the HTTP API's shape (GET /v1/runs/{id}/trace)
         print_json({"run_id": run_id, "events": events})
         return
