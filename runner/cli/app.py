@@ -3,8 +3,8 @@
 The commands live in one module per family (:data:`COMMANDS` says which): ``runs`` (+
 ``start``, ``proposals``: the rest of ``run``, loaded by :data:`RUN_COMMANDS`), ``ledger``
 (the administrators' ``ledger``, ``token`` and ``gate``), ``stack`` (``worker``, ``beat``,
-``up``, ``down``, ``demo``), and ``tools``, ``db``, ``memory``, ``handoffs``, ``mcp``,
-``serve``, ``reconcile``.
+``up``, ``down``, ``demo``), ``handoffs`` (``handoff`` and ``memory``), and ``tools``,
+``db``, ``mcp``, ``serve``, ``reconcile``.
 
 :func:`main` runs the app with click's standalone mode off, so that every error takes one
 path: a usage error (``USAGE_ERROR``), a setting that cannot be read (``SETTINGS_INVALID``) and
@@ -56,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("runs", "run_app"),
     "tools": ("tools", "tools_app"),
     "db": ("db", "db_app"),
-    "memory": ("memory", "memory_app"),
+    "memory": ("handoffs", "memory_app"),
     "handoff": ("handoffs", "handoff_app"),
     "token": ("ledger", "token_app"),
     "ledger": ("ledger", "ledger_app"),

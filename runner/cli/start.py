@@ -193,7 +193,6 @@ def _policy_tools(client: RunnerClient) -> frozenset[str] | None:
     """``name@version`` of every tool the live policy workers have (their registrations: the
     gate runs there), or None when that cannot be read (a remote client, no policy worker
     registered, the ledger unreachable)."""
-
     try:
         return client.policy_tools(seen_within_s=LIVE_WITHIN_S)
     except Exception:  # the start itself reports an unreachable ledger, with its code
