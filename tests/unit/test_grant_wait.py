@@ -121,7 +121,7 @@ def test_the_machine_waits_and_resumes_at_the_policy_stage():
 
 
 def test_run_show_says_which_grant_the_run_waits_for_and_the_command():
-    from warrant.runner.cli.why import waiting_for, why, why_lines
+    from warrant.runner.cli.run_shown import waiting_for, why, why_lines
 
     info = {
         "run_id": "r1",
