@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from warrant.broker.registration import LIVE_WITHIN_S
+from warrant.ledger.workers import LIVE_WITHIN_S
 from warrant.runner.cli import ids
 from warrant.runner.cli.common import (
     EXIT_INTERRUPTED,
