@@ -86,7 +86,12 @@ SELECT {RUN_COLUMNS}, {{spec}},
      FROM (SELECT DISTINCT ON (key) key, value, source_kind, version FROM memory_records
             WHERE subject = r.subject AND key = ANY(CAST(%(keys)s AS text[])) AND revoked_at IS NULL
               AND (expires_at IS NULL OR expires_at > now())
-            ORDER BY key, version DESC) m) AS preferences
+            ORDER BY key, version DESC) m) AS preferences,
+  CASE WHEN r.spec -> 'planner' ->> 'kind' NOT IN ('fixture', 'external') THEN
+    (SELECT coalesce(jsonb_agg(e.details ORDER BY e.seq), '[]'::jsonb) FROM trace_events e
+      WHERE e.run_id = r.id AND e.event = 'model.retry.scheduled'
+        AND e.details -> 'version' = to_jsonb(r.version))
+  END AS retries
 FROM runs r WHERE r.id = %(run_id)s
 """
 _PLANNING = Compiled.text(_PLANNING_SQL.replace("{spec}", "NULL::jsonb AS spec"))
@@ -170,7 +175,10 @@ def load_planning(
     with_spec: bool = True,
 ) -> Any:
     """The run (its ``spec`` None unless ``with_spec``), its goal, its ``recent`` latest
-    observations, its capabilities and the subject's live preferences; None if no such run."""
+    observations, its capabilities, the subject's live preferences and ``retries``: the
+    details of the current version's ``model.retry.scheduled`` events (a model planner's only:
+    a fixture planner never asks for later, and nobody asks a model for an external run);
+    None if no such run."""
     statement = _PLANNING_WITH_SPEC if with_spec else _PLANNING
     return statement.first(
         conn, {"run_id": run_id, "recent": recent, "keys": _array_literal(memory_keys)}
@@ -217,30 +225,37 @@ class PolicyLoad:
         found = self.row.refused_command
         return None if found is None else RefusedCommand(*found)
 
+    @classmethod
+    def read(
+        cls, engine: Engine, run_id: str, version: int, registry: Registry
+    ) -> PolicyLoad | None:
+        """The policy stage's one load, None when the message is stale (no such run, another
+        version, no pending proposal). Beyond the run's row (:func:`load_policy`: one
+        statement), only an MCP tool's pin (a primary-key read, which pins a first use) and a
+        write or egress call's provenance are read, each for those calls only."""
+        with autocommit(engine) as conn:
+            row = load_policy(conn, run_id)
+            if row is None or row.version != version or row.proposal is None:
+                return None
+            proposal = row.proposal
+            grants = grants_from(run_id, row.grants)
+            tool = registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
+            served = None if tool is None else mcp_definition(tool)
+            pin = None
+            if tool is not None and served is not None:
+                key = f"{tool.name}@{tool.version}"
+                pin = (key, served, *pinned_definition(conn, served, run_id=run_id))
+            provenance = None
+            if tool is not None and (
+                tool.side_effect is not SideEffect.READ or tool.egress or narrowed(tool, grants)
+            ):
+                provenance = load_provenance(conn, run_id)
+        return cls(row, grants, live_registrations(engine), pin, provenance)
 
-def load_policy(engine: Engine, run_id: str, version: int, registry: Registry) -> PolicyLoad | None:
-    """The policy stage's one load, None when the message is stale (no such run, another
-    version, no pending proposal). Beyond the run's row (one statement), only an MCP tool's
-    pin (a primary-key read, which pins a first use) and a write or egress call's provenance
-    are read, each for those calls only."""
-    with autocommit(engine) as conn:
-        row = _POLICY.first(conn, {"run_id": run_id})
-        if row is None or row.version != version or row.proposal is None:
-            return None
-        proposal = row.proposal
-        grants = grants_from(run_id, row.grants)
-        tool = registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
-        served = None if tool is None else mcp_definition(tool)
-        pin = None
-        if tool is not None and served is not None:
-            key = f"{tool.name}@{tool.version}"
-            pin = (key, served, *pinned_definition(conn, served, run_id=run_id))
-        provenance = None
-        if tool is not None and (
-            tool.side_effect is not SideEffect.READ or tool.egress or narrowed(tool, grants)
-        ):
-            provenance = load_provenance(conn, run_id)
-    return PolicyLoad(row, grants, live_registrations(engine), pin, provenance)
+
+def load_policy(conn: Connection, run_id: str) -> Any:
+    """The run, its pending proposal and the gate's inputs (the :data:`_POLICY` statement)."""
+    return _POLICY.first(conn, {"run_id": run_id})
 
 
 _PROVENANCE = Compiled.text(

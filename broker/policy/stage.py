@@ -31,7 +31,6 @@ from warrant.ledger.stage_loads import (
     autocommit,
     confirmations_from,
     history_from,
-    load_policy,
     pre_approvals_from,
 )
 from warrant.runner import policy
@@ -71,14 +70,14 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
     ``waiting_grant:<code>``, ``handoff`` or ``accepted``.
 
-    Load → decide → commit → publish: one read (:func:`~warrant.ledger.stage_loads.load_policy`:
+    Load → decide → commit → publish: one read (:meth:`~warrant.ledger.stage_loads.PolicyLoad.read`:
     the run, its pending proposal, grants, confirmations, loop history, live registrations, an
     MCP tool's pin, the refusals a persistent injection counts, a refused command issued again),
     the pure gate and the steps around it (:func:`_decide`), one write (the transition with the
     proposal's verdict and, if accepted, the command: :func:`_commit`), then the message that
     write calls for."""
     now = ctx.clock()
-    load = load_policy(ctx.engine, run_id, version, ctx.registry)
+    load = PolicyLoad.read(ctx.engine, run_id, version, ctx.registry)
     if load is None:
         return "ignored"
     view = run_view(load.row)
