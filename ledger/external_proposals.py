@@ -102,9 +102,7 @@ def _record(
         "cost_used": view.cost_used + usage.cost,
     }
     submitted = ("proposal.submitted", {"by": by[:200]})
-    return record_proposal(
-        publisher, s, view, view.version, step, counters, [submitted], raw, usage, 1
-    )
+    return record_proposal(publisher, s, view, step, counters, [submitted], raw, usage, 1)
 
 
 def _replay(s: Any, run_id: str, step: int, raw: Any, current: int) -> Submitted:

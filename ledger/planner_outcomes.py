@@ -51,7 +51,6 @@ _FAILURE_STOPS = {
 def model_failed(
     conn: Any,
     view: RunView,
-    version: int,
     step: int,
     counters: dict[str, Any],
     built: Sequence[tuple[str, dict[str, Any]]],
@@ -98,7 +97,6 @@ def record_proposal(
     publisher: Any,
     conn: Any,
     view: RunView,
-    version: int,
     step: int,
     counters: dict[str, Any],
     built: Sequence[tuple[str, dict[str, Any]]],

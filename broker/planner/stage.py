@@ -169,15 +169,13 @@ def _conclude(
                     ctx.publisher, conn, view, step, counters, before, answer.invalid
                 )
             elif answer.failed is not None:
-                failed = answer.failed
-                result = model_failed(conn, view, version, step, counters, before, failed)
+                result = model_failed(conn, view, step, counters, before, answer.failed)
             else:
                 raw, calls = answer.raw, answer.calls
                 result = record_proposal(
                     ctx.publisher,
                     conn,
                     view,
-                    version,
                     step,
                     counters,
                     before,
