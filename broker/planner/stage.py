@@ -25,7 +25,13 @@ from warrant.ledger.memory_views import (
     built_event,
     view_from_row,
 )
-from warrant.ledger.planner_outcomes import invalid_output, model_failed, record_proposal, stopped
+from warrant.ledger.planner_outcomes import (
+    StepWrite,
+    invalid_output,
+    model_failed,
+    record_proposal,
+    stopped,
+)
 from warrant.ledger.repo import (
     StaleVersion,
     append_events,
@@ -152,38 +158,18 @@ def _conclude(
 ) -> str:
     """Commit what the planner's answer means (one statement), then hand on. ``success``:
     the spec's (cached here: a final answer's check reads no spec)."""
-    usage, version = answer.usage, view.version
-    step = view.step + 1
-    counters = {
-        "step": step,
-        "model_calls": view.model_calls + answer.calls,
-        "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
-        "cost_used": view.cost_used + usage.cost,
-    }
-    before = _events_before(built, usage)
+    version, step = view.version, view.step + 1
+    before = _events_before(built, answer.usage)
     outbox = Outbox()
     try:
         with autocommit(ctx.engine) as conn:
+            w = StepWrite(ctx.publisher, conn, view, before, answer.usage, answer.calls)
             if answer.invalid is not None:
-                result = invalid_output(
-                    ctx.publisher, conn, view, step, counters, before, answer.invalid
-                )
+                result = invalid_output(w, answer.invalid)
             elif answer.failed is not None:
-                result = model_failed(conn, view, step, counters, before, answer.failed)
+                result = model_failed(w, answer.failed)
             else:
-                raw, calls = answer.raw, answer.calls
-                result = record_proposal(
-                    ctx.publisher,
-                    conn,
-                    view,
-                    step,
-                    counters,
-                    before,
-                    raw,
-                    usage,
-                    calls,
-                    success=success,
-                )
+                result = record_proposal(w, answer.raw, success=success)
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)
         if billed and answer.calls:  # a real model was called (and billed) all the same
