@@ -90,6 +90,36 @@ class Publisher:
         soft_time_limit: float | None = None,
         time_limit: float | None = None,
     ) -> None:
+        """:meth:`_send_message`, with the broker's connection errors reported as
+        :class:`~warrant.runner.errors.BrokerUnavailable` for the run."""
+        try:
+            self._send_message(
+                name,
+                run_id,
+                kwargs,
+                countdown=countdown,
+                soft_time_limit=soft_time_limit,
+                time_limit=time_limit,
+            )
+        except _BROKER_ERRORS as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise BrokerUnavailable(
+                f"cannot reach the broker ({reason}): run {run_id} is recorded and goes on "
+                "once the broker is back (the reconciler's stalled-run sweep re-publishes "
+                "its message)",
+                run_id=run_id,
+            ) from exc
+
+    def _send_message(
+        self,
+        name: str,
+        run_id: str,
+        kwargs: dict[str, Any],
+        *,
+        countdown: float | None = None,
+        soft_time_limit: float | None = None,
+        time_limit: float | None = None,
+    ) -> None:
         """Build the message with Celery (``app.amqp.create_task_message``) and publish it with
         Celery (``app.amqp.send_task_message``: its signals, events and retry policy).
 
@@ -103,51 +133,41 @@ class Publisher:
 
         Stamped with the run id, so ``revoke_by_stamped_headers`` can find every message of a
         run, queued or running. The arguments' display (Flower, logs) is built here: Celery's
-        safe repr of them costs about a tenth of a publish. The broker's connection errors are
-        reported as :class:`~warrant.runner.errors.BrokerUnavailable` for the run."""
+        safe repr of them costs about a tenth of a publish."""
+        app = self.app
+        queue = route_task(name, (), kwargs, {})["queue"]
+        limits = {"soft_time_limit": soft_time_limit, "time_limit": time_limit}
+        if countdown:
+            self._send_task(name, run_id, kwargs, queue, countdown=countdown, **limits)
+            return
+        parent = app.current_worker_task
+        parent_id = parent.request.id if parent is not None else None
+        message = app.amqp.create_task_message(
+            uuid(),
+            name,
+            (),
+            kwargs,
+            reply_to=app.thread_oid,
+            create_sent_event=app.conf.task_send_sent_event,
+            root_id=(parent.request.root_id or parent_id) if parent is not None else None,
+            parent_id=parent_id,
+            ignore_result=None,
+            argsrepr="()",
+            kwargsrepr=repr(kwargs),
+            stamped_headers=[RUN_HEADER],
+            **{RUN_HEADER: run_id},
+            **limits,
+        )
+        producer = self._producer()
+        if producer is None:  # this thread holds none: one from the pool for this publish
+            with app.producer_or_acquire() as pooled:
+                self._publish(pooled, name, message, queue)
+            return
         try:
-            app = self.app
-            queue = route_task(name, (), kwargs, {})["queue"]
-            limits = {"soft_time_limit": soft_time_limit, "time_limit": time_limit}
-            if countdown:
-                self._send_task(name, run_id, kwargs, queue, countdown=countdown, **limits)
-                return
-            parent = app.current_worker_task
-            parent_id = parent.request.id if parent is not None else None
-            message = app.amqp.create_task_message(
-                uuid(),
-                name,
-                (),
-                kwargs,
-                reply_to=app.thread_oid,
-                create_sent_event=app.conf.task_send_sent_event,
-                root_id=(parent.request.root_id or parent_id) if parent is not None else None,
-                parent_id=parent_id,
-                ignore_result=None,
-                argsrepr="()",
-                kwargsrepr=repr(kwargs),
-                stamped_headers=[RUN_HEADER],
-                **{RUN_HEADER: run_id},
-                **limits,
-            )
-            producer = self._producer()
-            if producer is None:  # this thread holds none: one from the pool for this publish
-                with app.producer_or_acquire() as pooled:
-                    self._publish(pooled, name, message, queue)
-                return
-            try:
-                self._publish(producer, name, message, queue)
-            except BaseException:
-                self._drop_producer()
-                raise
-        except _BROKER_ERRORS as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise BrokerUnavailable(
-                f"cannot reach the broker ({reason}): run {run_id} is recorded and goes on "
-                "once the broker is back (the reconciler's stalled-run sweep re-publishes "
-                "its message)",
-                run_id=run_id,
-            ) from exc
+            self._publish(producer, name, message, queue)
+        except BaseException:
+            self._drop_producer()
+            raise
 
     def _publish(self, producer: Any, name: str, message: Any, queue: str) -> None:
         with producer.connection._reraise_as_library_errors():
