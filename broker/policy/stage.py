@@ -131,7 +131,7 @@ def _commit(
             decision = dataclasses.replace(decision, described=said, precondition=state)
             floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
             result = _await_confirmation(
-                conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
+                conn, view, p["id"], p["step"], p["proposal_id"], decision, now, floor
             )
         else:
             send = _accept(ctx, conn, view, load, decision, now)
@@ -254,7 +254,6 @@ def _handoff(ctx: StageContext, run_id: str, version: int, pk: int, decision: An
 def _await_confirmation(
     conn: Any,
     view: RunView,
-    version: int,
     pk: int,
     step: int,
     pid: str | None,
@@ -354,7 +353,6 @@ def _command_writes(
     if decision.confirmation_id:
         guarded.append(use_confirmation(decision.confirmation_id, to_datetime(now)))
     if decision.pre_approval_id is not None:
-        pid = decision.proposal.proposal_id
         guarded.append(use_pre_approval(decision.pre_approval_id, pid, to_datetime(now)))
     return guarded
 
@@ -556,10 +554,9 @@ def await_grant(
         proposal_id=proposal["proposal_id"],
         proposal_hash=decision.fingerprint,
     )
-    events = [(e.name, e.details) for e in decision.events]
     commit(
         conn,
-        machine.request_grant(view, request=request, events=events),
+        machine.request_grant(view, request=request, events=_events(decision.events)),
         step=proposal["step"],
         proposal_id=proposal["proposal_id"],
         guarded=[
