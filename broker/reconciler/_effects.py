@@ -60,18 +60,13 @@ log = logging.getLogger("warrant.reconciler")
 
 
 def reconcile_unknown_effects(
-    ctx: StageContext,
-    settings: WarrantSettings,
-    report: Any,
-    *,
-    check: Callable[[], None] | None = None,
+    ctx: StageContext, settings: WarrantSettings, report: Any, check: Callable[[], None]
 ) -> None:
     """Each due unknown outcome once; ``check`` is called before each (it raises to stop)."""
     with session_scope(ctx.engine) as s:
         due = sweeps.due_unknown_outcomes(s, limit=settings.sweep_batch)
     for outcome_id in due:
-        if check is not None:
-            check()
+        check()
         try:
             _reconcile_one(ctx, settings, report, outcome_id)
         except Exception:

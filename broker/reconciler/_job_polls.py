@@ -57,18 +57,13 @@ CANCEL_REQUESTED = "cancel_requested"
 
 
 def poll_waiting_jobs(
-    ctx: StageContext,
-    settings: WarrantSettings,
-    report: Any,
-    *,
-    check: Callable[[], None] | None = None,
+    ctx: StageContext, settings: WarrantSettings, report: Any, check: Callable[[], None]
 ) -> None:
     """Each due accepted job once; ``check`` is called before each (it raises to stop)."""
     with session_scope(ctx.engine) as s:
         due = sweeps.due_accepted_outcomes(s, limit=settings.sweep_batch)
     for outcome_id in due:
-        if check is not None:
-            check()
+        check()
         try:
             _follow(ctx, report, outcome_id)
         except Exception:

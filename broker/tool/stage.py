@@ -26,7 +26,6 @@ import tenacity
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.limit_waits import Slot, tool_slot
-from warrant.broker.registration import live_registrations
 from warrant.broker.tool import _attempt_watch as attempt_watch
 from warrant.broker.tool import deadline, preconditions
 from warrant.broker.tool._call import Snapshot, ToolResult, run_tool, snapshot_of
@@ -38,6 +37,7 @@ from warrant.ledger.commands import claim_command, discard_command, start_comman
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
+from warrant.ledger.workers import live_registrations
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import CommandStatus, Outcome, Phase, RunStatus, StopReason
 from warrant.tools._contract import SideEffect, Tool

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from warrant.broker.registration import LIVE_WITHIN_S
+from warrant.ledger.workers import LIVE_WITHIN_S
 from warrant.runner.cli.common import (
     EXIT_BY_STATUS,
     EXIT_INTERRUPTED,
