@@ -25,10 +25,9 @@ from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
 from warrant.tools._attribution import Attribution
 from warrant.tools._batches import Batch
-from warrant.tools._context import ToolContext
+from warrant.tools._context import ToolContext, ToolUsage
 from warrant.tools._jobs import Accepted, JobHooks
 from warrant.tools._preconditions import PreconditionContext
-from warrant.tools._usage import ToolUsage
 
 __all__ = [
     "ConfirmationPolicy",
