@@ -32,7 +32,7 @@ one given at the raise site). The tree::
     │   ├── StaleVersion            STALE_VERSION        a compare-and-set on the run version
     │   │                                                lost (warrant.ledger.repo; hot path)
     │   ├── IllegalTransition       ILLEGAL_TRANSITION   a status change the run state machine
-    │   │                                                does not declare (a bug; run_rules)
+    │   │                                                does not declare (a bug; run_machine)
     │   └── SweepLockLost           SWEEP_LOCK_LOST      a reconciler sweep's exclusion ended
     │                                                    under it (warrant.ledger.sweeps)
     ├── ServiceUnavailable          SERVICE_UNAVAILABLE  Redis, RabbitMQ or PostgreSQL cannot be

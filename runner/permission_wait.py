@@ -32,7 +32,7 @@ from warrant.runner import run_machine as machine
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.codes import Outcome
 from warrant.runner.errors import ToolPermissionDenied
-from warrant.runner.run_rules import Change, Event
+from warrant.runner.run_machine import Change, Event
 from warrant.runner.views import RunView
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
-from warrant.runner.run_rules import Stop
+from warrant.runner.run_machine import Stop
 from warrant.runner.spec import ClarifyRequest, FinalAnswer, NoAnswer, PlannerOutput, ToolProposal
 from warrant.runner.views import ObservationView, RunView
 

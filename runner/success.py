@@ -18,7 +18,7 @@ from typing import Any
 
 from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.errors import SpecError
-from warrant.runner.run_rules import Stop
+from warrant.runner.run_machine import Stop
 from warrant.runner.spec import ArtifactExists, RunSpec, SuccessSpec, ToolSucceeded
 from warrant.tools._registry import Registry
 
