@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
+from warrant.runner.scopes import legacy_covers
 from warrant.runner.spec import Budgets
 
 __all__ = [
@@ -100,10 +101,7 @@ class GrantView:
         return self.expires_at is None or now < self.expires_at
 
     def covers(self, resource: str) -> bool:
-        scope = self.resource_scope
-        if scope == "*" or scope == resource:
-            return True
-        return scope.endswith("*") and resource.startswith(scope[:-1])
+        return legacy_covers(self.resource_scope, resource)
 
 
 @dataclass(frozen=True, kw_only=True)
