@@ -54,7 +54,7 @@ from warrant.runner.confirmation_rules import approvals_required
 from warrant.runner.grants import narrowed
 from warrant.runner.permission_wait import asks_for_grant, grant_request
 from warrant.runner.policy_version import policy_version
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import GrantView, RunView
 from warrant.tools._contract import SideEffect, Tool
