@@ -150,7 +150,7 @@ class ProvenanceSources:
     them trusted), ``named`` (items of untrusted outputs whose author the user named),
     ``authors`` (those items' authors, as the service reports them)."""
     items: tuple[tuple[str, str, str, str | None], ...] = ()
-    """Attributed items of untrusted observations (:mod:`warrant.runner.vouching`):
+    """Attributed items of untrusted observations (:mod:`warrant.runner.provenance`):
     ``(item_id, author, text, named_as)``; ``named_as`` is the user's word naming the author
     (a vouched source), or None."""
     authors: tuple[tuple[str, str, str], ...] = ()

@@ -130,7 +130,7 @@ class UntrustedPolicy:
     from untrusted content."""
     replies: bool = False
     """It sends replies: an item's author (a mail's sender) is a destination
-    (:mod:`warrant.runner.replies`). Off: a forwarding rule to whoever mailed is no reply."""
+    (:mod:`warrant.runner.provenance`). Off: a forwarding rule to whoever mailed is no reply."""
 
 
 @dataclass(frozen=True)

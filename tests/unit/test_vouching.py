@@ -20,9 +20,16 @@ from tests.unit.vouching_cases import (
     an_inbox,
     analyse_call,
 )
-from warrant.runner.provenance import analyse, refusal, sources_from, trace_details
+from warrant.runner.provenance import (
+    analyse,
+    data_tokens,
+    items_of,
+    named_as,
+    refusal,
+    sources_from,
+    trace_details,
+)
 from warrant.runner.scopes import ResourceKind
-from warrant.runner.vouching import data_tokens, items_of, named_as
 from warrant.tools._attribution import Attribution
 
 LANDLORD = "landlord@lettings.example"
