@@ -23,7 +23,7 @@ from warrant.ledger._compiled import Compiled
 from warrant.ledger.db import autocommit_engine, held_autocommit
 from warrant.ledger.models import Artifact, Command, OutcomeRow, Run
 from warrant.runner.spec import SuccessSpec
-from warrant.runner.success import CompletionFacts, SucceededCall
+from warrant.runner.step_decisions import CompletionFacts, SucceededCall
 from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, PreApprovalView
 
 __all__ = [
@@ -321,7 +321,7 @@ def approved_state(conn: Connection, command_id: str) -> Any:
 
 # -- The ledger facts a run's success conditions are checked on (queries only): the spec's
 # ``success`` declaration, the run's calls whose outcome succeeded, the paths of its artifacts.
-# The pure :func:`warrant.runner.success.check_success` decides.
+# The pure :func:`warrant.runner.step_decisions.check_success` decides.
 
 
 def success_of(conn: Any, run_id: str) -> SuccessSpec | None:

@@ -296,7 +296,7 @@ class Webhook(_Strict):
 
 
 # --- ``success``: what done means, checked by the program on the ledger's facts when the
-# planner gives a final answer (warrant.runner.success checks it)
+# planner gives a final answer (warrant.runner.step_decisions checks it)
 
 
 class ToolSucceeded(_Strict):
