@@ -392,12 +392,8 @@ def issue_command(
     events: Sequence[Event] = (),
 ) -> Change:
     """The gate accepted: one command for ``tool``, counted against the budgets."""
-    by_tool = dict(view.tool_calls_by_tool)
-    by_tool[tool] = by_tool.get(tool, 0) + 1
     changes = {
-        "phase": Phase.TOOL.value,
-        "tool_calls": view.tool_calls + 1,
-        "tool_calls_by_tool": by_tool,
+        **_tool_call_counted(view, tool),
         "pending_proposal_id": None,
         "active_command_id": command_id,
     }
@@ -410,18 +406,21 @@ def reissue_command(
 ) -> Change:
     """Another attempt of the same command (same idempotency token), after a retryable failure
     or an effect reconciled as not applied. It counts as a tool call."""
-    by_tool = dict(view.tool_calls_by_tool)
-    by_tool[tool] = by_tool.get(tool, 0) + 1
-    changes: dict[str, Any] = {
-        "phase": Phase.TOOL.value,
-        "tool_calls": view.tool_calls + 1,
-        "tool_calls_by_tool": by_tool,
-        "stop_reason": None,
-    }
+    changes: dict[str, Any] = {**_tool_call_counted(view, tool), "stop_reason": None}
     trace = [*events, ("tool.retry.scheduled", scheduled)]
     if view.status is not S.RUNNING:
         trace.append(transitioned(view, S.RUNNING))
     return make_change(RunEvent.REISSUE_COMMAND, view, S.RUNNING, changes, trace)
+
+
+def _tool_call_counted(view: RunView, tool: str) -> dict[str, Any]:
+    by_tool = dict(view.tool_calls_by_tool)
+    by_tool[tool] = by_tool.get(tool, 0) + 1
+    return {
+        "phase": Phase.TOOL.value,
+        "tool_calls": view.tool_calls + 1,
+        "tool_calls_by_tool": by_tool,
+    }
 
 
 # --- confirmation ------------------------------------------------------------------------------
