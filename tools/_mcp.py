@@ -15,7 +15,7 @@ otherwise) and validates arguments with ``jsonschema``. A server that cannot be 
 (``ask_servers=False``: queues, time limits, masks, the CLI's reads) asks no server: its MCP
 tools carry the declared policy and an open input schema.
 
-A worker process keeps one session per stdio server (:mod:`warrant.tools._mcp_sessions`, the
+A worker process keeps one session per stdio server (:mod:`warrant.tools._mcp_client`, the
 plug-in's deps: started on the first call, restarted after a failure, closed at shutdown); a
 streamable HTTP server gets a session per call. Each call is bounded by
 ``min(timeout_s, ctx.remaining_s())``. Outcomes:
@@ -31,8 +31,8 @@ The output is stored once: the result's ``structuredContent`` when the server gi
 its text blocks joined (plus any non-text blocks). It is untrusted content: an outside server's
 text is data, never instructions.
 
-This module builds the tools; the file is read by :mod:`warrant.tools._mcp_config`, one-off
-sessions and the typing of failed calls are in :mod:`warrant.tools._mcp_client`.
+This module builds the tools; the file is read by :mod:`warrant.tools._mcp_config`, sessions
+and the typing of failed calls are in :mod:`warrant.tools._mcp_client`.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from warrant.tools._jobs import Accepted, JobHooks, JobState, JobStatus
 from warrant.tools._mcp_client import (
     MAX_MESSAGE,
     Progress,
+    ServerSession,
     bounded,
     call_tool,
     classify,
@@ -81,7 +82,6 @@ from warrant.tools._mcp_config import (
     load_config,
 )
 from warrant.tools._mcp_pins import McpDefinition, definition_of
-from warrant.tools._mcp_sessions import ServerSession
 from warrant.tools._registry import DepsContext, Plugin
 
 __all__ = [
