@@ -55,8 +55,7 @@ from warrant.runner.mentions import (
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
-from warrant.tools._attribution import Attribution
-from warrant.tools._contract import FlagAction, SideEffect, Tool
+from warrant.tools._contract import Attribution, FlagAction, SideEffect, Tool
 
 __all__ = [
     "EXCERPT_CHARS",
@@ -281,7 +280,7 @@ def sources_from(
     outputs are the model's, not the user's), a person's answers and trusted tools'
     observations; untrusted: every other tool's. Policy refusals are neither. ``task``: the
     same trusted text by the source name a task-scoped grant gives it. ``attributions``
-    (tool name -> :class:`~warrant.tools._attribution.Attribution`): the items of those tools'
+    (tool name -> :class:`~warrant.tools._contract.Attribution`): the items of those tools'
     untrusted outputs, each with the user's word naming its author if any (``named``), and
     the authors a reply may go to (``Attribution.replies``)."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}

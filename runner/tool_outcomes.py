@@ -29,8 +29,7 @@ from warrant.runner.codes import Outcome, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.runner.permission_wait import GrantWait
 from warrant.runner.retry import backoff_delay
-from warrant.tools._contract import SideEffect, Tool, ToolUsage
-from warrant.tools._jobs import Accepted
+from warrant.tools._contract import Accepted, SideEffect, Tool, ToolUsage
 
 __all__ = [
     "UNCLASSIFIED",

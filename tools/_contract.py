@@ -23,16 +23,19 @@ from pydantic import BaseModel, ConfigDict
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
 from warrant.tools._batches import Batch
 from warrant.tools._context import ToolContext, ToolUsage
-from warrant.tools._jobs import Accepted, JobHooks
 from warrant.tools._preconditions import PreconditionContext
 
 __all__ = [
+    "Accepted",
+    "Attribution",
     "ConfirmationPolicy",
     "FlagAction",
     "Isolation",
+    "JobHooks",
+    "JobState",
+    "JobStatus",
     "ReconcileResult",
     "SideEffect",
     "Tool",
@@ -57,6 +60,129 @@ DEFAULT_RETRY_BASE_S = 0.2
 DEFAULT_RETRY_CAP_S = 5.0
 #: Longest message of a tool's refusal or failure the ledger keeps (the rest is cut).
 MAX_OUTCOME_MESSAGE_CHARS = 1_000
+
+
+# --- long-running tools: a call that answers "accepted, job 123" and finishes later --------------
+# A tool whose contract declares ``job=JobHooks(poll=...)`` may return :class:`Accepted` from its
+# ``execute`` instead of its output model. The attempt then ends ``accepted`` (no worker stays
+# busy): the run waits in status ``waiting_job`` and the reconciler's sweep calls
+# ``poll(operation_id, ctx)`` every ``interval_s`` (at most ``max_polls`` times, for at most
+# ``timeout_s`` after the acceptance, and never past the run's deadline). When the job ends, the
+# run resumes with a *final* observation (``job-<step>``: succeeded with its output, or failed
+# with its code); the ``accepted`` observation (``tool-<step>``) says ``final: false`` and a final
+# answer may not cite it. A cancel of the run, or a job past its bounds, calls ``cancel`` once
+# (if the contract has one) and keeps asking until the job says how it ended; a job that never
+# says goes to a person with its operation id in the bundle.
+#
+# The operation id, like the idempotency token, must be stable: a call re-invoked with the same
+# token returns the same job (:class:`ToolContext.idempotency_token` is what makes it so).
+
+
+#: Defaults of :class:`JobHooks`.
+DEFAULT_POLL_INTERVAL_S = 5.0
+DEFAULT_MAX_POLLS = 720
+DEFAULT_JOB_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What a long-running tool returns when the service took the job but has not done it."""
+
+    operation_id: str
+    """The service's id of the job (what ``poll`` and ``cancel`` get)."""
+    details: dict[str, Any] | None = None
+    """Anything else the service said at acceptance (shown to the planner, not final)."""
+
+
+class JobState(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """Ended without its effect: failed, refused or cancelled by the service."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What ``poll`` says about a job."""
+
+    state: JobState
+    output: dict[str, Any] | None = None
+    """For ``succeeded``: the tool's output (validated against its output model)."""
+    code: str | None = None
+    """For ``failed``: a stable code (``JOB_FAILED`` if none)."""
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobHooks:
+    """How the program follows a tool's accepted jobs (``Tool(job=JobHooks(...))``)."""
+
+    poll: Callable[[str, Any], JobStatus]
+    """``poll(operation_id, ctx)``: the job's state now (``ctx`` is a ``ToolContext``)."""
+    cancel: Callable[[str, Any], None] | None = None
+    """``cancel(operation_id, ctx)``: ask the service to stop the job; called at most once."""
+    interval_s: float = DEFAULT_POLL_INTERVAL_S
+    max_polls: int = DEFAULT_MAX_POLLS
+    timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    """Longest a job may take after its acceptance before it is cancelled (or handed off)."""
+
+
+# --- attribution: who wrote each item of an untrusted output, as the service reports it ----------
+# A mail's sender address as the mail service delivered it, a chat message's author as the
+# workspace knows them, the URL a page was fetched from: a third party chose the *words* of the
+# item, but not these fields. The provenance layer uses them two ways
+# (:mod:`warrant.runner.provenance`):
+#
+# * an item whose author the user **named** (the goal or a person's answer says the
+# author's address, URL or one of the ``names`` the service knows them by) is a source the
+# user vouched for: its values count as trusted, and are shown as ``vouched``;
+# * an item's author is a destination the service vouches for (a reply to a mail's sender, when
+# ``replies`` says so and the sending tool's ``UntrustedPolicy(replies=True)`` too): it passes
+# as ``author``, but a call that carries what another observation said to it is not
+# (``disclosed``).
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attribution:
+    """Where, in a tool's output, the items are and who wrote each one.
+
+    ``Attribution(items="messages", author="sender", kind=ResourceKind.EMAIL,
+    names=("sender_name",), replies=True)``: the output's ``messages`` list, each message's
+    ``sender`` an e-mail address the mail service authenticated, ``sender_name`` the name the
+    user's address book gives that sender (a name the sender cannot choose), and a reply may
+    go to the sender. ``Attribution(author="url", kind=ResourceKind.URL)``: the whole output
+    is one item, its author the URL it was fetched from (named by the goal, never replied
+    to)."""
+
+    author: str
+    """The field of each item that says who wrote it, as the service reports it."""
+    kind: ResourceKind = ResourceKind.IDENTIFIER
+    """What the author is: an ``email`` address or a ``url`` is named by the user's words
+    containing it exactly; an ``identifier`` (a handle its owner picked) only through
+    ``names``."""
+    items: str = ""
+    """The output's field holding the list of items (dotted for nested); ``""``: the whole
+    output is one item."""
+    names: tuple[str, ...] = ()
+    """Fields of each item naming the author in words the user, not the author, chose (a
+    contact's name from the user's address book). Never a display name the author sets."""
+    replies: bool = False
+    """May an item's author be a destination (of ``kind``) of a tool that sends replies
+    (``UntrustedPolicy(replies=True)``)? A mail's sender: yes. A page's URL, a handle: no."""
+
+    def describe(self) -> dict[str, object]:
+        """For the tool's published contract (``Tool.describe``)."""
+        return {
+            "author": self.author,
+            "kind": self.kind.value,
+            "items": self.items,
+            "names": list(self.names),
+            "replies": self.replies,
+        }
+
+    def __post_init__(self) -> None:
+        if not self.author or any(not n for n in self.names):
+            raise ValueError("Attribution: author and names must be field names")
 
 
 class ToolInput(BaseModel):
@@ -158,7 +284,7 @@ class Tool(Generic[InputT, OutputT]):
     capabilities: tuple[str, ...]
     side_effect: SideEffect
     execute: Callable[[InputT, ToolContext], OutputT | Accepted]
-    """Returns the output (succeeded), or :class:`~warrant.tools._jobs.Accepted` for a tool with
+    """Returns the output (succeeded), or :class:`Accepted` for a tool with
     ``job`` hooks; raises ``ToolRejected``, ``ToolFailed`` or ``ToolUnknown`` otherwise."""
     confirmation: ConfirmationPolicy = ConfirmationPolicy.NEVER
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
@@ -178,8 +304,8 @@ class Tool(Generic[InputT, OutputT]):
     """A batch tool: which argument lists the items and each item's key; each item is applied,
     retried and reconciled on its own (:mod:`warrant.tools._batches`)."""
     job: JobHooks | None = None
-    """A long-running tool: ``execute`` may return :class:`~warrant.tools._jobs.Accepted`, and
-    these hooks follow the job to its end (:mod:`warrant.tools._jobs`)."""
+    """A long-running tool: ``execute`` may return :class:`Accepted`, and
+    these hooks follow the job to its end (:class:`JobHooks`)."""
     sensitive_fields: frozenset[str] = frozenset()
     """Arguments kept out of traces, handoff bundles and webhooks (``<sensitive>`` there). The
     person asked to confirm the call sees their values: that is what they approve."""
@@ -196,7 +322,7 @@ class Tool(Generic[InputT, OutputT]):
     """What the provenance layer does with a value that no trusted text supplied."""
     attribution: Attribution | None = None
     """Untrusted output: who wrote each item, as the service reports it
-    (:class:`~warrant.tools._attribution.Attribution`)."""
+    (:class:`Attribution`)."""
     describe_resources: Callable[[InputT, Any, str], Mapping[str, Any]] | None = None
     """``(args, deps, subject)``: what the call's resources refer to, for the person asked to
     confirm it (a file's name and size, a recipient's display name, "never mailed before"),

@@ -62,8 +62,17 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed, ToolUnknown
-from warrant.tools._contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools._jobs import Accepted, JobHooks, JobState, JobStatus
+from warrant.tools._contract import (
+    Accepted,
+    JobHooks,
+    JobState,
+    JobStatus,
+    SideEffect,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+)
 from warrant.tools._mcp_client import (
     MAX_MESSAGE,
     Progress,
@@ -214,7 +223,7 @@ def _call(
 
 # --- tools that answer with a job id (``job`` in their declaration) --------------------------
 # The call's result is an Accepted; the declared status and cancel tools of the same server
-# follow the job (warrant.tools._jobs; the reconciler calls them, never a planner).
+# follow the job (JobHooks; the reconciler calls them, never a planner).
 
 
 def _accepted_of(

@@ -30,7 +30,7 @@ from warrant.runner.provenance import (
     trace_details,
 )
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
+from warrant.tools import Attribution
 
 LANDLORD = "landlord@lettings.example"
 NEW_IBAN = OUR_IBAN

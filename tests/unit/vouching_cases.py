@@ -8,7 +8,7 @@ from typing import Any
 
 from warrant.runner.provenance import analyse, sources_from
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
+from warrant.tools import Attribution
 
 __all__ = [
     "ASK",
