@@ -27,6 +27,7 @@ from warrant.tools._contract import (
     JobHooks,
     JobState,
     JobStatus,
+    PreconditionContext,
     ReconcileResult,
     SideEffect,
     Tool,
@@ -36,7 +37,6 @@ from warrant.tools._contract import (
     UntrustedPolicy,
 )
 from warrant.tools._plugins import build_registry
-from warrant.tools._preconditions import PreconditionContext
 from warrant.tools._registry import DepsContext, Plugin, Registry
 
 __all__ = [
