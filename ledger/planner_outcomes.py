@@ -27,8 +27,14 @@ from warrant.runner.codes import (
 )
 from warrant.runner.run_machine import Stop
 from warrant.runner.spec import Usage
-from warrant.runner.step_decisions import Complete, Forward, interpret
-from warrant.runner.success import check_success, refusal_observation, success_stop
+from warrant.runner.step_decisions import (
+    Complete,
+    Forward,
+    check_success,
+    interpret,
+    refusal_observation,
+    success_stop,
+)
 from warrant.runner.views import RunView
 
 __all__ = ["Result", "StepWrite", "invalid_output", "model_failed", "record_proposal", "stopped"]

@@ -27,7 +27,7 @@ from warrant.ledger.models import Artifact, Command, OutcomeRow, Run
 from warrant.ledger.workers import live_registrations
 from warrant.runner.grants import narrowed
 from warrant.runner.spec import SuccessSpec
-from warrant.runner.success import CompletionFacts, SucceededCall
+from warrant.runner.step_decisions import CompletionFacts, SucceededCall
 from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, PreApprovalView
 from warrant.tools._contract import SideEffect
 from warrant.tools._deployment import WorkerInfo
@@ -396,7 +396,7 @@ def approved_state(conn: Connection, command_id: str) -> Any:
 
 # -- The ledger facts a run's success conditions are checked on (queries only): the spec's
 # ``success`` declaration, the run's calls whose outcome succeeded, the paths of its artifacts.
-# The pure :func:`warrant.runner.success.check_success` decides.
+# The pure :func:`warrant.runner.step_decisions.check_success` decides.
 
 
 def success_of(conn: Any, run_id: str) -> SuccessSpec | None:

@@ -53,8 +53,7 @@ from warrant.runner.planners import PlannerFailure, PlannerRetryLater, planner_f
 from warrant.runner.planners.kinds import planner_kinds
 from warrant.runner.retry import MODEL_RETRY_CAP_S, MODEL_RETRY_EVENT, ModelRetries
 from warrant.runner.run_machine import Stop
-from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, Usage
-from warrant.runner.spec_success import SuccessSpec
+from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, SuccessSpec, Usage
 from warrant.runner.step_decisions import check_before_planning
 from warrant.runner.views import RunView
 

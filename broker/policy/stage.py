@@ -44,9 +44,9 @@ from warrant.runner.codes import (
     StopReason,
 )
 from warrant.runner.confirmation_rules import approvals_required
-from warrant.runner.grant_wait import asks_for_grant, grant_request
+from warrant.runner.permission_wait import asks_for_grant, grant_request
 from warrant.runner.policy_version import policy_version
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import GrantView, RunView
 from warrant.tools._mcp_pins import McpDefinition, changed_fields
@@ -523,7 +523,7 @@ def pin_refusals(pin: tuple[str, McpDefinition, str, dict[str, Any]] | None) -> 
 
 # -- The policy stage's refusals that ask: a proposal refused for a missing grant, in a run whose
 # spec says ``policy.on_missing_grant: "ask"``, pauses the run in ``waiting_grant`` (the pending
-# proposal kept, nothing re-planned). The decision is :mod:`warrant.runner.grant_wait`.
+# proposal kept, nothing re-planned). The decision is :mod:`warrant.runner.permission_wait`.
 
 
 def asks(row: Any, decision: policy.Reject) -> bool:

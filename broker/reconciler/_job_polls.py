@@ -1,6 +1,6 @@
 """The reconciler's sixth category: accepted jobs of long-running tools, followed to their end.
 
-For each due ``accepted`` outcome (:mod:`warrant.tools._jobs`) the tool's ``poll(operation_id)``
+For each due ``accepted`` outcome (``JobHooks``) the tool's ``poll(operation_id)``
 is asked outside any lock, then the answer is applied under the locks of the outcome, its run
 and its command:
 
@@ -43,8 +43,7 @@ from warrant.ledger.row_updates import (
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.settings import WarrantSettings
-from warrant.tools._contract import Tool, ToolContext
-from warrant.tools._jobs import JobState, JobStatus
+from warrant.tools._contract import JobState, JobStatus, Tool, ToolContext
 
 __all__ = ["POLLS_AFTER_CANCEL", "poll_waiting_jobs"]
 

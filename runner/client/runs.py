@@ -38,7 +38,7 @@ from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.grants import check_task_sources
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
-from warrant.runner.success import check_success_spec
+from warrant.runner.step_decisions import check_success_spec
 from warrant.runner.webhook_signing import check_webhook
 from warrant.tools._plugins import registry_for
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from tests.gate import grant, run
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason
-from warrant.runner.grant_wait import asks_for_grant, grant_request, needed_resources
+from warrant.runner.permission_wait import asks_for_grant, grant_request, needed_resources
 from warrant.runner.run_machine import IllegalTransition, Stop
 from warrant.runner.spec import RunSpec
 from warrant.tools._plugins import registry_for
