@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -256,10 +257,27 @@ def test_a_late_attempt_whose_effect_is_already_recorded_is_superseded(
             {"id": m["command_id"]},
         )
     settings = WarrantSettings(lease_margin_s=0)
-    wait_for(
-        lambda: sweep(ctx, settings).locked and any(n == "tool" for n, _ in publisher.sent),
-        what="judged not applied and retried with the same token",
-    )
+    last: list[Any] = []
+
+    def judged() -> bool:
+        last[:] = [sweep(ctx, settings)]
+        return last[0].locked and any(n == "tool" for n, _ in publisher.sent)
+
+    try:
+        wait_for(judged, what="judged not applied and retried with the same token")
+    except AssertionError as timed_out:  # what the sweeps saw, for the next time it happens
+        with engine.begin() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT c.status, c.started_at, c.heartbeat_at, c.timeout_s, now(), r.status"
+                    " FROM commands c JOIN runs r ON r.id = c.run_id WHERE c.id = :id"
+                ),
+                {"id": m["command_id"]},
+            ).first()
+        sent = [n for n, _ in publisher.sent]
+        raise AssertionError(
+            f"{timed_out}: last sweep {last}, command {row}, sent {sent}"
+        ) from None
     retry = drive_until_tool()
     assert tool_execute(ctx, run_id, retry["version"], retry["command_id"], tool="issue_refund")
     while client.get_run(run_id).status == "running":
