@@ -99,14 +99,10 @@ _cache: dict[str, Any] = {"at": float("-inf"), "workers": []}
 _lock = threading.Lock()
 
 
-def _workers(engine: Engine) -> list[WorkerInfo]:
+def live_registrations(engine: Engine) -> list[WorkerInfo]:
+    """The live workers' registrations (cached for :data:`CACHE_S`)."""
     with _lock:
         if time.monotonic() - _cache["at"] > CACHE_S:
             _cache["workers"] = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
             _cache["at"] = time.monotonic()
         return list(_cache["workers"])
-
-
-def live_registrations(engine: Engine) -> list[WorkerInfo]:
-    """The live workers' registrations (cached for :data:`CACHE_S`)."""
-    return _workers(engine)

@@ -22,11 +22,11 @@ from typing import Any
 
 from warrant.broker.context import StageContext
 from warrant.broker.tool._call import Snapshot, ToolResult
-from warrant.broker.tool.record import record
+from warrant.broker.tool.record import outcome_values, record
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome, insert_proposal
 from warrant.ledger.repo import NewObservation, StaleVersion, append_events, commit, to_datetime
-from warrant.ledger.stage_loads import PROPOSAL_COPIED, approved_state, autocommit
+from warrant.ledger.stage_loads import PROPOSAL_COPIED, autocommit, command_proposal
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
@@ -86,7 +86,7 @@ def before_execution(
     if tool.precondition is None or snap.confirmation_id is None:
         return None
     with autocommit(ctx.engine) as conn:
-        approved = approved_state(conn, snap.command_id)
+        approved = command_proposal(conn, snap.command_id)
     try:
         now = _read(ctx, tool, snap.arguments, snap.run_id, snap.subject)
     except Exception as exc:
@@ -202,20 +202,9 @@ def _writes(
         "status": "waiting_confirmation",
         "confirmation_request": request,
     }
-    outcome = {
-        "command_id": snap.command_id,
-        "run_id": snap.run_id,
-        "status": refusal.status.value,
-        "code": refusal.code,
-        "retryable": False,
-        "message": refusal.message,
-        "output": refusal.output,
-        "attempt": snap.attempt,
-        "duration_ms": None,
-    }
     finished = {"status": CommandStatus.COMPLETED.value, "finished_at": to_datetime(at)}
     return [
         complete_command(snap.command_id, finished),
-        insert_outcome(outcome),
+        insert_outcome(outcome_values(snap, refusal, None)),
         insert_proposal(proposal, pending=True),
     ]

@@ -4,15 +4,20 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any
+
+import sqlalchemy.exc
+import tenacity
 
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
 from warrant.broker.tool._call import Snapshot, ToolResult
-from warrant.broker.tool._late import late_outcome, record_late
+from warrant.broker.tool._late import record_late
+from warrant.broker.tool.permission_waits import with_grant_wait
 from warrant.broker.transitions import reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
@@ -39,7 +44,12 @@ from warrant.runner.run_rules import charge_tool_usage
 from warrant.runner.views import RunView
 from warrant.tools._contract import SideEffect, Tool
 
-__all__ = ["acceptance", "record", "record_fast"]
+__all__ = ["acceptance", "conclude", "outcome_values", "record"]
+
+log = logging.getLogger("warrant.tool")
+#: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
+RECORD_PATIENCE_S = 120.0
+LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 
 def _attempt_event(
@@ -57,7 +67,8 @@ def _attempt_event(
     return "tool.completed", details
 
 
-def _outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) -> dict[str, Any]:
+def outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) -> dict[str, Any]:
+    """The ``outcomes`` row of the attempt ``snap`` with what it did, ``res``."""
     return {
         "command_id": snap.command_id,
         "run_id": snap.run_id,
@@ -73,6 +84,35 @@ def _outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) 
 
 def _usage(tool: Tool[Any, Any], snap: Snapshot) -> dict[str, Any]:
     return {"tool": tool.name, "command_id": snap.command_id, "attempt": snap.attempt}
+
+
+def conclude(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolResult) -> str:
+    """Record an attempt's outcome, a permission refusal in a run that asks turned into a wait
+    for a grant first (``broker.tool.permission_waits``): in one statement when it can
+    (:func:`record_fast`), else under row locks (:func:`record`). The outcome is known only to
+    this process: a lost ledger connection must not lose it, so the record is tried again for
+    :data:`RECORD_PATIENCE_S`. The stage's result (``rejected:<code>``, ``failed:<code>``...:
+    what Flower shows, ``broker.tasks``)."""
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(LEDGER_ERRORS),
+        wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+        stop=tenacity.stop_after_delay(RECORD_PATIENCE_S),
+        before_sleep=lambda state: log.warning(
+            "recording the outcome of command %s failed (%s); retrying",
+            snap.command_id,
+            state.outcome.exception() if state.outcome else None,
+        ),
+        reraise=True,
+    ):
+        with attempt:
+            res = with_grant_wait(ctx, snap, tool, res)
+            done = None
+            if not (res.status is Outcome.FAILED and res.retryable) and not res.handoff:
+                done = record_fast(ctx, snap, tool, res)
+            done = done or record(ctx, snap, tool, res)
+            coded = res.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
+            return f"{done}:{res.code}" if coded else done
+    raise AssertionError("unreachable: tenacity re-raises")
 
 
 def record_fast(
@@ -105,7 +145,7 @@ def record_fast(
                 observation=observation,
                 guarded=[
                     complete_command(snap.command_id, command),
-                    insert_outcome(_outcome_values(snap, res, duration_ms)),
+                    insert_outcome(outcome_values(snap, res, duration_ms)),
                 ],
                 current_attempt=(snap.command_id, snap.attempt),
             )
@@ -137,7 +177,7 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
             )
         if cmd.status != CommandStatus.STARTED or cmd.attempts != snap.attempt:
             # Not (or no longer) this attempt's command to conclude.
-            return record_late(ctx, s, run, cmd, tool, late_outcome(res, snap.attempt), outbox)
+            return record_late(ctx, s, run, cmd, tool, res, snap.attempt, outbox)
         duration_ms = None
         if cmd.started_at is not None:
             duration_ms = round((ctx.clock() - cmd.started_at.timestamp()) * 1000, 1)
@@ -149,7 +189,7 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
             and _maybe_retry(ctx, s, run, cmd, tool, res, attempt_event, outbox)
         ):
             if tool.batch is not None:  # which items this attempt applied: the retry skips them
-                record_outcome(s, **_outcome_values(snap, res, duration_ms))
+                record_outcome(s, **outcome_values(snap, res, duration_ms))
             result = "retry_scheduled"
         else:
             result = _finish(ctx, s, run, cmd, tool, res, attempt_event, duration_ms, snap, outbox)
@@ -220,7 +260,7 @@ def _finish(
     snap: Snapshot,
     outbox: Outbox,
 ) -> str:
-    if not record_outcome(s, **_outcome_values(snap, res, duration_ms)):
+    if not record_outcome(s, **outcome_values(snap, res, duration_ms)):
         return "superseded"  # lost the race for this attempt's outcome: no transition follows
     finish_command(cmd, stamp=True)
     if res.handoff:  # an effect nothing undid: a person looks (the bundle lists it)

@@ -16,38 +16,29 @@ one write of the outcome with the run's change, and publishes the continuation a
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
-import sqlalchemy.exc
-import tenacity
-
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.limit_waits import Slot, tool_slot
+from warrant.broker.limit_waits import Slot, send_again, tool_slot
 from warrant.broker.registration import live_registrations
 from warrant.broker.tool import _attempt_watch as attempt_watch
 from warrant.broker.tool import deadline, preconditions
 from warrant.broker.tool._call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
-from warrant.broker.tool.permission_waits import with_grant_wait
-from warrant.broker.tool.record import record, record_fast
+from warrant.broker.tool.record import conclude, record
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.runner.canonical import sha256_hex
-from warrant.runner.codes import CommandStatus, Outcome, Phase, RunStatus, StopReason
+from warrant.runner.codes import CommandStatus, Outcome, StopReason
+from warrant.runner.tool_stage import delivery, planning, redirect
 from warrant.tools._contract import SideEffect, Tool
 
 __all__ = ["tool_execute"]
-
-log = logging.getLogger("warrant.tool")
-#: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
-RECORD_PATIENCE_S = 120.0
-LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 
 def _worker_lost() -> ToolResult:
@@ -166,29 +157,25 @@ def _general_path(
 ) -> str:
     """The claim did not apply: a duplicate or late delivery, a stopped run, a started
     command whose tool may (or may not) be re-invoked, or a message that does not name the
-    command's tool."""
+    command's tool. Load, decide (:func:`warrant.runner.tool_stage.delivery`), then write."""
     with autocommit(ctx.engine) as conn:
         row = load_tool(conn, run_id, command_id)
-    if row is None:
-        return "ignored"
-    if row.cmd_status == CommandStatus.COMPLETED:
-        if row.status == RunStatus.RUNNING and row.phase == Phase.PLANNING:
-            ctx.publisher.planner(run_id, row.version)
-        return "duplicate"
-    if row.cmd_status == CommandStatus.DISCARDED:
+    tool = None if row is None else ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
+    started = row is not None and row.cmd_status == CommandStatus.STARTED
+    lost = started and _attempt_lost(ctx, row, worker)
+    what = delivery(row, version=version, lost=lost, runnable=tool is not None)
+    if what == "duplicate" and planning(row):
+        ctx.publisher.planner(run_id, row.version)
+    elif what == "discard":
+        with autocommit(ctx.engine) as conn:
+            discard_command(conn, command_id)
         return "discarded"
-    if row.status != RunStatus.RUNNING or row.version != version:
-        if row.status != RunStatus.RUNNING and row.cmd_status == CommandStatus.ISSUED:
-            with autocommit(ctx.engine) as conn:
-                discard_command(conn, command_id)
-            return "discarded"
-        return "ignored"
-    started = row.cmd_status == CommandStatus.STARTED
-    if started and not _attempt_lost(ctx, row, worker):
+    elif what == "in_flight":
         return _in_flight(ctx, row)
-    tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
-    if tool is None:  # a rolling upgrade: another worker has this version (redirect, below)
-        return redirect(ctx, row, version=version, worker=worker)
+    elif what == "redirect":  # a rolling upgrade: another worker has this version
+        return _redirect(ctx, row, version=version, worker=worker)
+    if what != "start" or tool is None:
+        return what
     with autocommit(ctx.engine) as conn:
         attempt = start_command(
             conn,
@@ -233,20 +220,26 @@ def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
 def _in_flight(ctx: StageContext, row: Any) -> str:
     """Another attempt of this command is running: leave it alone (this delivery is dropped;
     a lost attempt is found by its lease, by the reconciler's stale sweep)."""
+    holder = {"tool": row.cmd_tool, "attempt": row.cmd_attempts, "holder": row.cmd_worker}
+    _trace(ctx, row, "tool.delivery.in_flight", holder)
+    return "in_flight"
+
+
+def _redirect(ctx: StageContext, row: Any, *, version: int, worker: str | None) -> str:
+    """Send the message again for a worker that has the command's tool version
+    (:func:`warrant.runner.tool_stage.redirect`); the stage's result."""
+    capable, countdown = redirect(row, live_registrations(ctx.engine))
+    details = {"tool": row.cmd_tool, "tool_version": row.cmd_tool_version, "worker": worker}
+    _trace(ctx, row, "tool.delivery.redirected", {**details, "capable_workers": capable[:10]})
+    send_again(ctx, row, version=version, tool=row.cmd_tool, countdown=countdown)
+    return f"redirected:{row.cmd_tool}@{row.cmd_tool_version}"
+
+
+def _trace(ctx: StageContext, row: Any, name: str, details: dict[str, Any]) -> None:
     with session_scope(ctx.engine) as s:
         append_events(
-            s,
-            row.id,
-            [
-                (
-                    "tool.delivery.in_flight",
-                    {"tool": row.cmd_tool, "attempt": row.cmd_attempts, "holder": row.cmd_worker},
-                )
-            ],
-            step=row.cmd_step,
-            proposal_id=row.cmd_proposal_id,
+            s, row.id, [(name, details)], step=row.cmd_step, proposal_id=row.cmd_proposal_id
         )
-    return "in_flight"
 
 
 def _execute(
@@ -292,82 +285,4 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, slot: 
                 sp.set_attribute("warrant.code", outcome.code)
     if outcome.abandoned:  # the service may still be serving it: its slot stays taken
         slot.keep_until(snapshot.deadline_at - ctx.clock())
-    # The outcome is known only to this process: a lost ledger connection must not lose it.
-    for attempt in tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(LEDGER_ERRORS),
-        wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-        stop=tenacity.stop_after_delay(RECORD_PATIENCE_S),
-        before_sleep=lambda state: log.warning(
-            "recording the outcome of command %s failed (%s); retrying",
-            snapshot.command_id,
-            state.outcome.exception() if state.outcome else None,
-        ),
-        reraise=True,
-    ):
-        with attempt:
-            outcome = with_grant_wait(ctx, snapshot, tool, outcome)  # a permission refusal asks?
-            done = None
-            if not (outcome.status is Outcome.FAILED and outcome.retryable) and not outcome.handoff:
-                done = record_fast(ctx, snapshot, tool, outcome)
-            done = done or record(ctx, snapshot, tool, outcome)
-            # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.tasks)
-            coded = outcome.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
-            return f"{done}:{outcome.code}" if coded else done
-    raise AssertionError("unreachable: tenacity re-raises")
-
-
-# -- A command for a tool version this worker does not have: leave it for a worker that does.
-#
-# During a rolling upgrade the workers consuming ``tool.<name>`` may hold different versions of
-# the tool (old hosts ``@1``, upgraded ones ``@2``); the queue is shared, so a ``@1`` command can
-# reach an upgraded host. That worker must not fail the run (it did: an assertion, then
-# ``INTERNAL_ERROR``) and cannot run a contract it does not have. It publishes the same message
-# again and traces ``tool.delivery.redirected`` (the tool, its version, this worker, and whether a
-# live worker registered that version); the command stays ``issued`` (or ``started`` by its
-# holder), so nothing is lost and nothing runs twice. With a live worker that has the version,
-# the message comes back at once; with none (every old host already gone), every
-# :data:`NONE_LIVE_RETRY_S` seconds, until a worker with the version registers or the run is
-# cancelled or ends. The gate refuses new proposals for a version no consumer has
-# (``TOOL_NOT_DEPLOYED``).
-
-
-#: Countdown of the re-published message when some live worker has the version.
-SOME_LIVE_RETRY_S = 0.5
-#: ... and when none has it (yet).
-NONE_LIVE_RETRY_S = 10.0
-
-
-def redirect(ctx: StageContext, row: Any, *, version: int, worker: str | None) -> str:
-    """Re-publish the command's message for a capable worker; the stage's result."""
-    key, queue = f"{row.cmd_tool}@{row.cmd_tool_version}", f"tool.{row.cmd_tool}"
-    capable = sorted(
-        w.node for w in live_registrations(ctx.engine) if queue in w.queues and key in w.tools
-    )
-    with session_scope(ctx.engine) as s:
-        append_events(
-            s,
-            row.id,
-            [
-                (
-                    "tool.delivery.redirected",
-                    {
-                        "tool": row.cmd_tool,
-                        "tool_version": row.cmd_tool_version,
-                        "worker": worker,
-                        "capable_workers": capable[:10],
-                    },
-                )
-            ],
-            step=row.cmd_step,
-            proposal_id=row.cmd_proposal_id,
-        )
-    ctx.publisher.tool(
-        run_id=row.id,
-        version=version,
-        command_id=row.cmd_id,
-        tool=row.cmd_tool,
-        soft_time_limit=row.cmd_timeout_s,
-        time_limit=row.cmd_timeout_s + HARD_LIMIT_GRACE_S,
-        countdown=SOME_LIVE_RETRY_S if capable else NONE_LIVE_RETRY_S,
-    )
-    return f"redirected:{key}"
+    return conclude(ctx, snapshot, tool, outcome)
