@@ -115,12 +115,6 @@ def before_execution(
     return None
 
 
-def _refusal(tool: Tool[Any, Any], snap: Snapshot, seen: str | None, now: Fingerprint) -> Any:
-    message = "the state the approver saw has changed; the call did not run and is asked again"
-    output = {"approved_fingerprint": seen, "fingerprint": now.digest, "summary": now.summary}
-    return ToolResult(Outcome.REJECTED, PRECONDITION_CHANGED, message, output=output)
-
-
 def _ask_again(
     ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, approved: Any, now: Fingerprint
 ) -> str:
@@ -128,7 +122,9 @@ def _ask_again(
     person at the next step with the new fingerprint, in one compare-and-set (still at the
     claim's version and attempt; else the general path records the refusal alone)."""
     seen = approved.approved_fingerprint if approved is not None else None
-    refusal = _refusal(tool, snap, seen, now)
+    message = "the state the approver saw has changed; the call did not run and is asked again"
+    output = {"approved_fingerprint": seen, "fingerprint": now.digest, "summary": now.summary}
+    refusal = ToolResult(Outcome.REJECTED, PRECONDITION_CHANGED, message, output=output)
     if approved is None:
         return record(ctx, snap, tool, refusal)
     step, view = snap.step + 1, snap.view

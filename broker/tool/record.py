@@ -1,31 +1,34 @@
 """Recording a tool attempt's outcome: the one-statement fast path, the locked general path
-(retries, cancellation, duplicates), and what an outcome does to its run."""
+(retries, cancellation, duplicates, an attempt no longer current), and what an outcome does to
+its run."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import sqlalchemy.exc
 import tenacity
+from sqlalchemy.orm import Session
 
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
 from warrant.broker.tool._call import Snapshot, ToolResult
-from warrant.broker.tool._late import record_late
 from warrant.broker.tool.permission_waits import with_grant_wait
 from warrant.broker.transitions import reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome
-from warrant.ledger.models import Command, Run
+from warrant.ledger.models import Command, Reconciliation, Run
 from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
+    append_events,
     charge_usage,
     command_for_update,
     commit,
@@ -33,7 +36,7 @@ from warrant.ledger.repo import (
     run_view,
     to_datetime,
 )
-from warrant.ledger.row_updates import finish_command
+from warrant.ledger.row_updates import finish_command, resolve_outcome
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import CommandStatus, ObservationKind, Outcome, RunStatus, StopReason
@@ -41,10 +44,11 @@ from warrant.runner.permission_wait import wait_for_grant
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change
 from warrant.runner.run_rules import charge_tool_usage
+from warrant.runner.tool_stage import late_verdict, planning
 from warrant.runner.views import RunView
 from warrant.tools._contract import SideEffect, Tool
 
-__all__ = ["acceptance", "conclude", "outcome_values", "record"]
+__all__ = ["acceptance", "conclude", "outcome_values", "record", "record_late", "trace"]
 
 log = logging.getLogger("warrant.tool")
 #: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
@@ -84,6 +88,15 @@ def outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) -
 
 def _usage(tool: Tool[Any, Any], snap: Snapshot) -> dict[str, Any]:
     return {"tool": tool.name, "command_id": snap.command_id, "attempt": snap.attempt}
+
+
+def trace(ctx: StageContext, row: Any, name: str, details: dict[str, Any]) -> None:
+    """Trace one event of a delivery on ``row``'s run (a ``load_tool`` row), at its command's
+    step and proposal."""
+    with session_scope(ctx.engine) as s:
+        append_events(
+            s, row.id, [(name, details)], step=row.cmd_step, proposal_id=row.cmd_proposal_id
+        )
 
 
 def conclude(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolResult) -> str:
@@ -363,3 +376,107 @@ def acceptance(tool: str, source: str, step: int, output: dict[str, Any]) -> New
     cite it); ``output`` holds its ``operation_id``."""
     content = {"tool": tool, "status": Outcome.ACCEPTED.value, "final": False, **output}
     return NewObservation(f"tool-{step}", ObservationKind.TOOL_RESULT, source, content)
+
+
+# -- An attempt that finishes after its command moved on: what it found is still a fact.
+#
+# An attempt concludes its command only while it is the command's current attempt (``started``
+# at that attempt number). When it is not (the command was completed by someone else, or
+# re-issued) it never transitions the run; but if it made (or may have made) an effect, the
+# ledger must not keep saying the effect did not happen. What it means is
+# :func:`warrant.runner.tool_stage.late_verdict`; :func:`record_late` writes it: a trace
+# (``tool.attempt.superseded``, ``effect.found_late``), the corrected outcome, and a handoff for
+# an effect the ledger did not know of (unless the run is back on this very command).
+
+
+def record_late(
+    ctx: Any,
+    s: Session,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    late: ToolResult,
+    attempt: int,
+    outbox: Any,
+) -> str:
+    """Record what attempt ``attempt``, no longer current, found (``run`` and ``cmd`` locked)."""
+    prior = rows.attempt_outcome(s, cmd.id, attempt)
+    status = RunStatus(run.status)
+    result, recorded = late_verdict(
+        status=late.status,
+        code=late.code,
+        output=late.output,
+        attempt=attempt,
+        side_effect=tool.side_effect,
+        prior=prior,
+        outcomes=rows.command_outcomes(s, cmd.id),
+        run_status=status,
+        same_command=run.active_command_id == cmd.id,
+    )
+    if result == "duplicate":
+        if planning(run):
+            outbox.add(partial(ctx.publisher.planner, run.id, run.version))
+        return result
+    details = {
+        "tool": cmd.tool,
+        "attempt": attempt,
+        "current_attempt": cmd.attempts,
+        "command_status": cmd.status,
+        "status": late.status.value,
+        "code": late.code,
+    }
+    if result == "superseded":
+        if recorded is not None:
+            details |= {"effect": "already_recorded", "recorded_attempt": recorded}
+        _trace(s, run, cmd, [("tool.attempt.superseded", details)])
+        return result
+    found = "applied" if late.status is Outcome.SUCCEEDED else "unknown"
+    _correct(s, run, cmd, late, attempt, prior, found)
+    events = [("effect.found_late", {**details, "effect": found})]
+    if result == "late_recorded":
+        _trace(s, run, cmd, events)
+        return result
+    s.flush()
+    enter_handoff(
+        s,
+        run,
+        reason=StopReason.UNKNOWN_EFFECT.value,
+        registry=ctx.registry,
+        events=events,
+        late_effect=True,
+    )
+    return result
+
+
+def _correct(
+    s: Session, run: Run, cmd: Command, late: ToolResult, attempt: int, prior: Any, found: str
+) -> None:
+    """Record what the attempt found: its outcome if none was recorded, else a corrected
+    verdict on the recorded one (with a reconciliation row saying it came late)."""
+    if prior is None:
+        record_outcome(
+            s,
+            command_id=cmd.id,
+            run_id=run.id,
+            status=late.status.value,
+            code=late.code or "LATE_ATTEMPT",
+            retryable=False,
+            message=late.message,
+            output=late.output,
+            attempt=attempt,
+        )
+        return
+    resolve_outcome(prior, "applied" if found == "applied" else "handoff", stamp=False)
+    s.add(
+        Reconciliation(
+            run_id=run.id,
+            command_id=cmd.id,
+            attempt=prior.reconcile_attempts + 1,
+            result=f"{found}_late",
+            detail={"attempt": attempt, "code": late.code},
+        )
+    )
+
+
+def _trace(s: Session, run: Run, cmd: Command, events: list[tuple[str, dict[str, Any]]]) -> None:
+    append_events(s, run.id, events, step=cmd.step, proposal_id=cmd.proposal_id)
