@@ -211,7 +211,7 @@ def _redirect(ctx: StageContext, row: Any, *, version: int, worker: str | None) 
     """Send the message again for a worker that has the command's tool version
     (:func:`warrant.runner.tool_stage.redirect`); the stage's result."""
     capable, countdown = redirect(row, live_registrations(ctx.engine))
-    details = {"tool": row.cmd_tool, "foundversion": row.cmd_tool_version, "worker": worker}
+    details = {"tool": row.cmd_tool, "tool_version": row.cmd_tool_version, "worker": worker}
     trace(ctx, row, "tool.delivery.redirected", {**details, "capable_workers": capable[:10]})
     send_again(ctx, row, version=version, tool=row.cmd_tool, countdown=countdown)
     return f"redirected:{row.cmd_tool}@{row.cmd_tool_version}"
