@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -166,15 +167,9 @@ def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
     if result.status is not Outcome.SUCCEEDED or result.stop is not None:
         return result
     fields = batch.conclude(result.status, result.output)
-    events = [*result.events, ("tool.batch.items", _counted(fields["output"]["items"]))]
+    counts = Counter(str(item.get("status")) for item in fields["output"]["items"])
+    events = [*result.events, ("tool.batch.items", dict(counts))]
     return dataclasses.replace(result, **fields, events=events)
-
-
-def _counted(items: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[str(item.get("status"))] = counts.get(str(item.get("status")), 0) + 1
-    return counts
 
 
 @contextmanager
@@ -212,13 +207,9 @@ def _classified(
     )
     if not (interrupted or seen.database_lost or isinstance(exc, ToolError)):
         log.error("tool %s raised an unclassified exception", tool.name, exc_info=exc)
-    return of_error(tool, exc, said=_said(tool, snap, exc), seen=seen)
-
-
-def _said(tool: Tool[Any, Any], snap: Snapshot, exc: Exception) -> str | None:
-    """What the tool said with its refusal or failure: bounded, its secrets masked."""
-    message = str(exc)
-    return tool.outcome_message(message, snap.arguments) if message else None
+    message = str(exc)  # what the tool said with its refusal or failure: bounded, masked
+    said = tool.outcome_message(message, snap.arguments) if message else None
+    return of_error(tool, exc, said=said, seen=seen)
 
 
 def _checked(
