@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from warrant.runner.provenance import analyse
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import analyse, sources_from
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
+from warrant.tools import Attribution
 
 INBOX = Attribution(
     items="messages",

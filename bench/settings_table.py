@@ -1,5 +1,5 @@
 """The settings table of ``docs/settings.md``, generated from the field docstrings of
-``WarrantSettings`` (its groups: runner/settings_groups.py): a heading per group (role), then
+``WarrantSettings`` (its groups: runner/settings.py): a heading per group (role), then
 one row per field, its variable, default (and bounds) and docstring.
 
     python -m bench.settings_table            # rewrite the table in docs/settings.md

@@ -11,7 +11,7 @@ from warrant.ledger.models import Proposal, Run
 from warrant.ledger.repo import commit, run_view
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import sha256_hex
-from warrant.runner.handoff_bundle import build_bundle
+from warrant.runner.run_machine import build_bundle
 from warrant.tools._registry import Registry
 
 __all__ = ["enter_handoff"]

@@ -2,19 +2,17 @@
 
 A worker step writes the worker process's identity (unique across hosts), its node, roles,
 queues and registry fingerprint when the worker starts, refreshes it every
-:data:`HEARTBEAT_S` and removes its own row (never another process's) when the worker stops.
-The policy stage hands the gate the live registrations (:func:`live_registrations`, plain data)
-and the gate asks whether the workers serving a tool's queue have that tool
-(``tools._deployment.lacking_role``): a proposal no worker can run is refused
-``TOOL_NOT_DEPLOYED``, naming the role.
+:data:`~warrant.ledger.workers.HEARTBEAT_S` and removes its own row (never another process's)
+when the worker stops. The policy stage's load hands the gate the live registrations
+(:func:`warrant.ledger.workers.live_registrations`, plain data) and the gate asks whether the
+workers serving a tool's queue have that tool (``tools._deployment.lacking_role``): a proposal
+no worker can run is refused ``TOOL_NOT_DEPLOYED``, naming the role.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 from typing import Any
 
 from celery import bootsteps
@@ -22,26 +20,14 @@ from sqlalchemy import Engine
 
 from warrant.broker.process_identity import this_process
 from warrant.ledger.db import engine_for
-from warrant.ledger.workers import live_workers, register_worker, touch_worker, unregister_worker
+from warrant.ledger.workers import HEARTBEAT_S, register_worker, touch_worker, unregister_worker
 from warrant.runner.settings import resolved_urls
-from warrant.tools._deployment import WorkerInfo, roles_of
+from warrant.tools._deployment import roles_of
 from warrant.tools._plugins import registry_for
 
-__all__ = [
-    "HEARTBEAT_S",
-    "LIVE_WITHIN_S",
-    "RegisterWorker",
-    "live_registrations",
-]
+__all__ = ["RegisterWorker"]
 
 log = logging.getLogger(__name__)
-
-#: Seconds between a worker's registration refreshes.
-HEARTBEAT_S = 30.0
-#: A registration not refreshed for this long belongs to a dead worker.
-LIVE_WITHIN_S = 3 * HEARTBEAT_S
-#: How long the policy stage reuses what it read.
-CACHE_S = 5.0
 
 
 def _engine() -> Engine:
@@ -93,16 +79,3 @@ class RegisterWorker(bootsteps.StartStopStep):
             unregister_worker(_engine(), self.process)
         except Exception as exc:
             log.warning("could not remove this worker's registration: %s", exc)
-
-
-_cache: dict[str, Any] = {"at": float("-inf"), "workers": []}
-_lock = threading.Lock()
-
-
-def live_registrations(engine: Engine) -> list[WorkerInfo]:
-    """The live workers' registrations (cached for :data:`CACHE_S`)."""
-    with _lock:
-        if time.monotonic() - _cache["at"] > CACHE_S:
-            _cache["workers"] = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
-            _cache["at"] = time.monotonic()
-        return list(_cache["workers"])

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from warrant.ledger.db import session_scope
-from warrant.ledger.planner_outcomes import record_proposal, stopped
+from warrant.ledger.planner_outcomes import StepWrite, record_proposal, stopped
 from warrant.ledger.proposal_facts import step_raw
 from warrant.ledger.repo import StaleVersion, commit, run_view
 from warrant.ledger.rows import lock_run
@@ -94,17 +94,8 @@ def record_external_proposal(
 def _record(
     s: Any, publisher: Any, view: Any, raw: Any, *, by: str, usage: Usage
 ) -> tuple[str, Callable[[], None] | None]:
-    step = view.step + 1
-    counters = {
-        "step": step,
-        "model_calls": view.model_calls + 1,
-        "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
-        "cost_used": view.cost_used + usage.cost,
-    }
     submitted = ("proposal.submitted", {"by": by[:200]})
-    return record_proposal(
-        publisher, s, view, view.version, step, counters, [submitted], raw, usage, 1
-    )
+    return record_proposal(StepWrite(publisher, s, view, [submitted], usage, 1), raw)
 
 
 def _replay(s: Any, run_id: str, step: int, raw: Any, current: int) -> Submitted:

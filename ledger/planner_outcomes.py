@@ -1,11 +1,9 @@
 """What one planner output means, committed: a proposal forwarded to the gate, a final
 answer, a question, a stop, an unparseable reply, a failed model. Shared by the planner step
 (:mod:`warrant.broker.planner.stage`) and a caller's own proposals
-(:mod:`warrant.ledger.external_proposals`). Each function writes one transition on ``conn`` and
-returns the task's result and the message to publish after the commit (or None).
-
-``built`` are the events recorded before the output's own (the working-memory view the
-planner saw, or who submitted an external proposal).
+(:mod:`warrant.ledger.external_proposals`). Each function writes one transition on the
+:class:`StepWrite`'s ``conn`` and returns the task's result and the message to publish after
+the commit (or None).
 """
 
 from __future__ import annotations
@@ -28,13 +26,51 @@ from warrant.runner.codes import (
     StopReason,
 )
 from warrant.runner.run_machine import Stop
-from warrant.runner.step_decisions import Complete, Forward, interpret
-from warrant.runner.success import check_success, refusal_observation, success_stop
+from warrant.runner.spec import Usage
+from warrant.runner.step_decisions import (
+    Complete,
+    Forward,
+    check_success,
+    interpret,
+    refusal_observation,
+    success_stop,
+)
 from warrant.runner.views import RunView
 
-__all__ = ["Result", "invalid_output", "model_failed", "record_proposal", "stopped"]
+__all__ = ["Result", "StepWrite", "invalid_output", "model_failed", "record_proposal", "stopped"]
 
 Result = tuple[str, Callable[[], None] | None]
+
+
+@dataclass(frozen=True)
+class StepWrite:
+    """One planner output's step (the run's next), written on ``conn``; ``publisher`` sends
+    what follows the commit."""
+
+    publisher: Any
+    conn: Any
+    view: RunView
+    built: Sequence[tuple[str, dict[str, Any]]]
+    """The events recorded before the output's own (the working-memory view the planner saw,
+    or who submitted an external proposal)."""
+    usage: Usage
+    calls: int
+    """The model calls the output took (charged with the step)."""
+
+    @property
+    def step(self) -> int:
+        return self.view.step + 1
+
+    @property
+    def counters(self) -> dict[str, Any]:
+        """The run's counters after the step: its model calls and their usage charged."""
+        view, usage = self.view, self.usage
+        return {
+            "step": self.step,
+            "model_calls": view.model_calls + self.calls,
+            "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
+            "cost_used": view.cost_used + usage.cost,
+        }
 
 
 #: A planner failure that is a run's own limit stops the run with that limit's reason.
@@ -48,25 +84,17 @@ _FAILURE_STOPS = {
 }
 
 
-def model_failed(
-    conn: Any,
-    view: RunView,
-    version: int,
-    step: int,
-    counters: dict[str, Any],
-    built: Sequence[tuple[str, dict[str, Any]]],
-    failed: dict[str, Any],
-) -> Result:
+def model_failed(w: StepWrite, failed: dict[str, Any]) -> Result:
     reason = _FAILURE_STOPS.get(failed["code"], StopReason.MODEL_FAILED)
     stop = Stop(RunStatus.FAILED, reason, dict(failed))
     change = machine.stop(
-        view,
+        w.view,
         stop,
-        step=step,
-        counters=counters,
-        events=[*built, ("model.failed", dict(failed))],
+        step=w.step,
+        counters=w.counters,
+        events=[*w.built, ("model.failed", dict(failed))],
     )
-    commit(conn, change, step=step)
+    commit(w.conn, change, step=w.step)
     return stopped(stop), None
 
 
@@ -94,22 +122,10 @@ def _proposal_row(view: RunView, step: int, raw: Any, decision: Any) -> dict[str
 _READ: Any = object()
 
 
-def record_proposal(
-    publisher: Any,
-    conn: Any,
-    view: RunView,
-    version: int,
-    step: int,
-    counters: dict[str, Any],
-    built: Sequence[tuple[str, dict[str, Any]]],
-    raw: Any,
-    usage: Any,
-    calls: int,
-    *,
-    success: Any = _READ,
-) -> Result:
+def record_proposal(w: StepWrite, raw: Any, *, success: Any = _READ) -> Result:
     """``success``: the spec's success declaration when the caller has the spec at hand (the
     planner stage caches it); by default it is read when a final answer needs it."""
+    conn, view, step, counters, usage = w.conn, w.view, w.step, w.counters, w.usage
     run_id = view.run_id
     final = isinstance(raw, dict) and raw.get("kind") == "final"
     decision = interpret(raw, observations_of(conn, run_id) if final else [])
@@ -125,7 +141,7 @@ def record_proposal(
     }
     if isinstance(decision, Forward):
         change = machine.forward_proposal(
-            view, received=received, counters=counters, events=list(built)
+            view, received=received, counters=counters, events=list(w.built)
         )
         new_version = commit(
             conn,
@@ -134,18 +150,18 @@ def record_proposal(
             proposal_id=decision.proposal_id,
             guarded=[insert_proposal(proposal, pending=True)],
         )
-        return "forwarded", lambda: publisher.policy(run_id, new_version)
+        return "forwarded", lambda: w.publisher.policy(run_id, new_version)
     if _refusable_final(conn, view, decision):
         assert isinstance(decision, Stop)
         refused = _Refused(decision, shown)
-        return _refuse_final(publisher, conn, view, step, counters, built, proposal, refused)
+        return _refuse_final(w, proposal, refused)
     stop, extra, result = _ending(decision, proposal)
     change = machine.stop(
         view,
         stop,
         step=step,
         counters=counters,
-        events=[*built, ("proposal.received", received), *extra],
+        events=[*w.built, ("proposal.received", received), *extra],
     )
     commit(conn, change, step=step, guarded=[insert_proposal(proposal)])
     return result, None
@@ -208,16 +224,7 @@ class _Refused:
     """What the planner sees beyond the code and the stop's detail (may be empty)."""
 
 
-def _refuse_final(
-    publisher: Any,
-    conn: Any,
-    view: RunView,
-    step: int,
-    counters: dict[str, Any],
-    built: Sequence[tuple[str, dict[str, Any]]],
-    proposal: dict[str, Any],
-    refused: _Refused,
-) -> Result:
+def _refuse_final(w: StepWrite, proposal: dict[str, Any], refused: _Refused) -> Result:
     """A final answer that cites nothing usable, or given while the spec's success conditions
     do not hold: refused like a policy rejection (the planner sees why in ``policy-<step>``)
     and the step planned again (``max_refused_finals``)."""
@@ -227,7 +234,7 @@ def _refuse_final(
     seen = {**details, "reason": _CITE, **refused.shown}
     why = [("proposal.rejected", details)]
     refusal = _Refusal(why, seen, proposal)
-    return "final_refused", _replan(publisher, conn, view, step, counters, built, refusal)
+    return "final_refused", _replan(w, refusal)
 
 
 _CITE = "cite the id of a final, successful tool result (tool-<step>)"
@@ -243,20 +250,13 @@ class _Refusal:
     """The step's proposal row."""
 
 
-def _replan(
-    publisher: Any,
-    conn: Any,
-    view: RunView,
-    step: int,
-    counters: dict[str, Any],
-    built: Sequence[tuple[str, dict[str, Any]]],
-    refusal: _Refusal,
-) -> Callable[[], None]:
+def _replan(w: StepWrite, refusal: _Refusal) -> Callable[[], None]:
     """A planner output refused at the step: its observation for the planner, the proposal row,
     and the step planned again (the publish to run after the commit)."""
-    change = machine.replan(view, why=refusal.why, counters=counters, events=list(built))
+    step = w.step
+    change = machine.replan(w.view, why=refusal.why, counters=w.counters, events=list(w.built))
     new_version = commit(
-        conn,
+        w.conn,
         change,
         step=step,
         observation=NewObservation(
@@ -268,7 +268,7 @@ def _replan(
         ),
         guarded=[insert_proposal(refusal.proposal)],
     )
-    run_id = view.run_id
+    run_id, publisher = w.view.run_id, w.publisher
     return lambda: publisher.planner(run_id, new_version)
 
 
@@ -277,15 +277,7 @@ def stopped(stop: Stop) -> str:
     return f"stopped:{stop.status.value}:{stop.reason.value}"
 
 
-def invalid_output(
-    publisher: Any,
-    conn: Any,
-    view: RunView,
-    step: int,
-    counters: dict[str, Any],
-    built: Sequence[tuple[str, dict[str, Any]]],
-    reason: str,
-) -> Result:
+def invalid_output(w: StepWrite, reason: str) -> Result:
     """An unparseable model reply: refused like a policy rejection; the step is re-planned."""
     code = Rejection.MODEL_OUTPUT_INVALID.value
     why = [
@@ -293,8 +285,8 @@ def invalid_output(
         ("proposal.rejected", {"code": code, "layer": "parse", "reason": reason}),
     ]
     proposal = {
-        "run_id": view.run_id,
-        "step": step,
+        "run_id": w.view.run_id,
+        "step": w.step,
         "kind": "invalid",
         "raw": None,
         "observation_version": 0,
@@ -302,4 +294,4 @@ def invalid_output(
         "rejection_code": code,
     }
     refusal = _Refusal(why, {"code": code, "reason": reason}, proposal)
-    return "invalid_output", _replan(publisher, conn, view, step, counters, built, refusal)
+    return "invalid_output", _replan(w, refusal)

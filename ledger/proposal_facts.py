@@ -17,7 +17,6 @@ __all__ = [
     "REFUSED_FINAL_CODES",
     "StepFacts",
     "refused_finals",
-    "refused_under_untrusted_influence",
     "step_facts",
     "step_raw",
 ]
@@ -132,19 +131,6 @@ def _outcome(o: OutcomeRow | None) -> dict[str, Any] | None:
         "output": o.output,
         "resolved_status": o.resolved_status,
     }
-
-
-def refused_under_untrusted_influence(conn: Any, run_id: str) -> int:
-    """Tool proposals of the run refused by the gate (a person's "no" included) at a step
-    after the run first read untrusted content: a persistent attacker's attempts."""
-    first = (
-        select(func.min(Observation.step))
-        .where(Observation.run_id == run_id, Observation.source == "untrusted-content")
-        .scalar_subquery()
-    )
-    return _proposals(
-        conn, run_id, Proposal.kind == "tool", Proposal.status == "rejected", Proposal.step > first
-    )
 
 
 def refused_finals(conn: Any, run_id: str) -> int:

@@ -35,7 +35,7 @@ from warrant.ledger.models import (
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import CommandStatus, ErrorCode, ObservationKind, Phase, RunStatus
 from warrant.runner.errors import StateConflict
-from warrant.runner.run_rules import NEXT_PROPOSAL_ID, NOW, Change
+from warrant.runner.run_machine import NEXT_PROPOSAL_ID, NOW, Change
 from warrant.runner.spec import Budgets
 from warrant.runner.views import ObservationView, RunView
 

@@ -41,7 +41,7 @@ prune's, and ``--archive`` re-checks the archived chains against the anchor.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -194,13 +194,11 @@ def prune_batch(
             rows[str(table.name)] = found  # a plain str: the archive's JSON keys
             counts[str(table.name)] = len(found)
         if archive is not None:
-            archive(_records(ids, rows, anchor))
+            archive(_records(rows, anchor))
     return ids, counts
 
 
-def _records(
-    ids: Sequence[str], rows: dict[str, list[dict[str, Any]]], anchor: dict[str, Any]
-) -> list[Record]:
+def _records(rows: dict[str, list[dict[str, Any]]], anchor: dict[str, Any]) -> list[Record]:
     """The deleted rows grouped by run, tables in insert order; each with its head in the
     batch's anchor (``{"batch_id", "anchor_hash", "last_seq", "hash"}``)."""
     batch = {"batch_id": anchor["batch_id"], "anchor_hash": anchor["anchor_hash"]}

@@ -15,20 +15,29 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, exists, or_, select
 
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.db import autocommit_engine, held_autocommit
+from warrant.ledger.mcp_pins import pinned_definition
 from warrant.ledger.models import Artifact, Command, OutcomeRow, Run
+from warrant.ledger.workers import live_registrations
+from warrant.runner.grants import narrowed
 from warrant.runner.spec import SuccessSpec
-from warrant.runner.success import CompletionFacts, SucceededCall
+from warrant.runner.step_decisions import CompletionFacts, SucceededCall
 from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, PreApprovalView
+from warrant.tools._contract import SideEffect
+from warrant.tools._deployment import WorkerInfo
+from warrant.tools._mcp_pins import McpDefinition, mcp_definition
+from warrant.tools._registry import Registry
 
 __all__ = [
     "CMD_COLUMNS",
     "RUN_COLUMNS",
+    "PolicyLoad",
     "autocommit",
     "confirmations_from",
     "grants_from",
@@ -77,7 +86,12 @@ SELECT {RUN_COLUMNS}, {{spec}},
      FROM (SELECT DISTINCT ON (key) key, value, source_kind, version FROM memory_records
             WHERE subject = r.subject AND key = ANY(CAST(%(keys)s AS text[])) AND revoked_at IS NULL
               AND (expires_at IS NULL OR expires_at > now())
-            ORDER BY key, version DESC) m) AS preferences
+            ORDER BY key, version DESC) m) AS preferences,
+  CASE WHEN r.spec -> 'planner' ->> 'kind' NOT IN ('fixture', 'external') THEN
+    (SELECT coalesce(jsonb_agg(e.details ORDER BY e.seq), '[]'::jsonb) FROM trace_events e
+      WHERE e.run_id = r.id AND e.event = 'model.retry.scheduled'
+        AND e.details -> 'version' = to_jsonb(r.version))
+  END AS retries
 FROM runs r WHERE r.id = %(run_id)s
 """
 _PLANNING = Compiled.text(_PLANNING_SQL.replace("{spec}", "NULL::jsonb AS spec"))
@@ -104,13 +118,28 @@ SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
           ORDER BY h.step), '[]'::jsonb)
      FROM proposals h
     WHERE h.run_id = r.id AND h.step < p.step AND h.fingerprint IS NOT NULL
-      AND h.observation_version = r.observation_version) AS history
+      AND h.observation_version = r.observation_version) AS history,
+  CASE WHEN r.spec -> 'handoff' -> 'after_untrusted_refusals' IS NOT NULL THEN
+    (SELECT count(*) FROM proposals u
+      WHERE u.run_id = r.id AND u.kind = 'tool' AND u.status = 'rejected'
+        AND u.step > (SELECT min(o.step) FROM observations o
+                       WHERE o.run_id = r.id AND o.source = 'untrusted-content'))
+  END AS untrusted_refusals,
+  CASE WHEN p.status IS DISTINCT FROM 'received' THEN
+    (SELECT jsonb_build_array(c.id, c.idempotency_token, c.attempts) FROM commands c
+      WHERE c.run_id = r.id AND c.step = p.step AND c.proposal_pk = p.id LIMIT 1)
+  END AS refused_command
 FROM runs r LEFT JOIN proposals p ON p.id = r.pending_proposal_id
 WHERE r.id = %(run_id)s
 """
 )
 """Loop detection only looks at earlier proposals made at the run's current observation
-version (versions only grow, so those are the history's suffix; see ``warrant.runner.policy``)."""
+version (versions only grow, so those are the history's suffix; see ``warrant.runner.policy``).
+``untrusted_refusals``: the run's tool proposals refused by the gate (a person's "no"
+included) at a step after its first untrusted read, counted only when the spec's
+``handoff.after_untrusted_refusals`` asks. ``refused_command``: the command its tool refused
+for this proposal for a permission (the run then waited for a grant), looked up only for a
+proposal the gate has seen before (a new one is ``received``)."""
 
 _TOOL = Compiled.text(
     f"""
@@ -146,7 +175,10 @@ def load_planning(
     with_spec: bool = True,
 ) -> Any:
     """The run (its ``spec`` None unless ``with_spec``), its goal, its ``recent`` latest
-    observations, its capabilities and the subject's live preferences; None if no such run."""
+    observations, its capabilities, the subject's live preferences and ``retries``: the
+    details of the current version's ``model.retry.scheduled`` events (a model planner's only:
+    a fixture planner never asks for later, and nobody asks a model for an external run);
+    None if no such run."""
     statement = _PLANNING_WITH_SPEC if with_spec else _PLANNING
     return statement.first(
         conn, {"run_id": run_id, "recent": recent, "keys": _array_literal(memory_keys)}
@@ -162,8 +194,67 @@ def _array_literal(values: tuple[str, ...]) -> str:
     return "{" + ",".join(quoted) + "}"
 
 
+@dataclass(frozen=True)
+class RefusedCommand:
+    """The command an accepted proposal's tool refused for a permission, issued again."""
+
+    id: str
+    idempotency_token: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class PolicyLoad:
+    """Everything the policy stage's decision needs, read before it decides."""
+
+    row: Any
+    """The run, its pending proposal and the gate's inputs (grants, confirmations,
+    pre-approvals, history), ``untrusted_refusals`` and ``refused_command`` (:data:`_POLICY`)."""
+    grants: list[GrantView]
+    deployment: list[WorkerInfo]
+    """The live workers' registrations (:func:`~warrant.ledger.workers.live_registrations`)."""
+    pin: tuple[str, McpDefinition, str, dict[str, Any]] | None
+    """For an MCP tool: its ``name@version``, its served definition, and the pinned hash and
+    definition (the tool's first use pins it)."""
+    provenance: Any
+    """For a write or egress call, or a tool a task-scoped grant narrows: the goal, the spec
+    and the run's observations with their sources (:func:`load_provenance`); else None."""
+
+    @property
+    def refused_command(self) -> RefusedCommand | None:
+        found = self.row.refused_command
+        return None if found is None else RefusedCommand(*found)
+
+    @classmethod
+    def read(
+        cls, engine: Engine, run_id: str, version: int, registry: Registry
+    ) -> PolicyLoad | None:
+        """The policy stage's one load, None when the message is stale (no such run, another
+        version, no pending proposal). Beyond the run's row (:func:`load_policy`: one
+        statement), only an MCP tool's pin (a primary-key read, which pins a first use) and a
+        write or egress call's provenance are read, each for those calls only."""
+        with autocommit(engine) as conn:
+            row = load_policy(conn, run_id)
+            if row is None or row.version != version or row.proposal is None:
+                return None
+            proposal = row.proposal
+            grants = grants_from(run_id, row.grants)
+            tool = registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
+            served = None if tool is None else mcp_definition(tool)
+            pin = None
+            if tool is not None and served is not None:
+                key = f"{tool.name}@{tool.version}"
+                pin = (key, served, *pinned_definition(conn, served, run_id=run_id))
+            provenance = None
+            if tool is not None and (
+                tool.side_effect is not SideEffect.READ or tool.egress or narrowed(tool, grants)
+            ):
+                provenance = load_provenance(conn, run_id)
+        return cls(row, grants, live_registrations(engine), pin, provenance)
+
+
 def load_policy(conn: Connection, run_id: str) -> Any:
-    """The run, its pending proposal and the gate's inputs (grants, confirmations, history)."""
+    """The run, its pending proposal and the gate's inputs (the :data:`_POLICY` statement)."""
     return _POLICY.first(conn, {"run_id": run_id})
 
 
@@ -251,7 +342,7 @@ def run_status(conn: Connection, run_id: str) -> str | None:
 # proposal the wait is for) and a call whose tool has a precondition read (``Tool.precondition``:
 # the fingerprint the approver's confirmation is bound to, migration 0021, and the proposal a
 # moved state copies into a new request). The refused command the policy stage issues again
-# once the same proposal is accepted after the grant: :func:`refused_command`.
+# once the same proposal is accepted after the grant is in the policy stage's load.
 
 
 #: The proposal columns a request asked again carries over (``broker.tool.preconditions``).
@@ -278,14 +369,6 @@ _PROPOSAL = Compiled.text(
     " WHERE c.id = %(command_id)s"
 )
 
-_REFUSED = Compiled.text(
-    """
-SELECT c.id, c.idempotency_token, c.attempts, c.status
-  FROM commands c
- WHERE c.run_id = %(run_id)s AND c.step = %(step)s AND c.proposal_pk = %(proposal_pk)s
-"""
-)
-
 
 def command_proposal(conn: Connection, command_id: str) -> Any:
     """The command's proposal (the :data:`PROPOSAL_COPIED` columns and its row id
@@ -295,16 +378,9 @@ def command_proposal(conn: Connection, command_id: str) -> Any:
     return _PROPOSAL.first(conn, {"command_id": command_id})
 
 
-def refused_command(conn: Connection, *, run_id: str, step: int, proposal_pk: int) -> Any:
-    """The command already issued for this proposal (``id``, ``idempotency_token``,
-    ``attempts``, ``status``): one exists only when its tool refused it for a permission and
-    the run waited for a grant. ``None`` otherwise."""
-    return _REFUSED.first(conn, {"run_id": run_id, "step": step, "proposal_pk": proposal_pk})
-
-
 # -- The ledger facts a run's success conditions are checked on (queries only): the spec's
 # ``success`` declaration, the run's calls whose outcome succeeded, the paths of its artifacts.
-# The pure :func:`warrant.runner.success.check_success` decides.
+# The pure :func:`warrant.runner.step_decisions.check_success` decides.
 
 
 def success_of(conn: Any, run_id: str) -> SuccessSpec | None:

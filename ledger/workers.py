@@ -1,9 +1,16 @@
-"""Worker registrations: which tool set each running worker has (see ``tools._deployment``)."""
+"""Worker registrations: which tool set each running worker has (see ``tools._deployment``).
+
+Each worker writes its row when it starts, refreshes it every :data:`HEARTBEAT_S`
+(``broker.registration.RegisterWorker``) and removes it when it stops; the policy stage's load
+reads the live ones (:func:`live_registrations`)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -11,7 +18,23 @@ from sqlalchemy.dialects.postgresql import insert
 from warrant.ledger.models import WorkerRegistration
 from warrant.tools._deployment import WorkerInfo
 
-__all__ = ["live_workers", "register_worker", "touch_worker", "unregister_worker"]
+__all__ = [
+    "CACHE_S",
+    "HEARTBEAT_S",
+    "LIVE_WITHIN_S",
+    "live_registrations",
+    "live_workers",
+    "register_worker",
+    "touch_worker",
+    "unregister_worker",
+]
+
+#: Seconds between a worker's registration refreshes.
+HEARTBEAT_S = 30.0
+#: A registration not refreshed for this long belongs to a dead worker.
+LIVE_WITHIN_S = 3 * HEARTBEAT_S
+#: How long the policy stage reuses what it read.
+CACHE_S = 5.0
 
 
 def register_worker(
@@ -80,3 +103,16 @@ def live_workers(engine: Engine, *, seen_within_s: float) -> list[WorkerInfo]:
         )
         for r in rows
     ]
+
+
+_cache: dict[str, Any] = {"at": float("-inf"), "workers": []}
+_lock = threading.Lock()
+
+
+def live_registrations(engine: Engine) -> list[WorkerInfo]:
+    """The live workers' registrations (cached for :data:`CACHE_S`)."""
+    with _lock:
+        if time.monotonic() - _cache["at"] > CACHE_S:
+            _cache["workers"] = live_workers(engine, seen_within_s=LIVE_WITHIN_S)
+            _cache["at"] = time.monotonic()
+        return list(_cache["workers"])

@@ -57,23 +57,19 @@ class Action(StrEnum):
     MANAGE_TOKENS = "manage_tokens"
 
 
-def _roles_by_action() -> Mapping[Action, frozenset[Role]]:
-    by_role = {
-        Role.PRODUCER: {Action.START_RUN, Action.PROPOSE, Action.READ, Action.CANCEL},
-        Role.APPROVER: {Action.READ, Action.CONFIRM, Action.ANSWER},
-        Role.OPERATOR: set(Action),
-        Role.VIEWER: {Action.READ},
-    }
-    return MappingProxyType(
-        {
-            action: frozenset(role for role, actions in by_role.items() if action in actions)
-            for action in Action
-        }
-    )
-
-
+_BY_ROLE = {
+    Role.PRODUCER: {Action.START_RUN, Action.PROPOSE, Action.READ, Action.CANCEL},
+    Role.APPROVER: {Action.READ, Action.CONFIRM, Action.ANSWER},
+    Role.OPERATOR: set(Action),
+    Role.VIEWER: {Action.READ},
+}
 #: The roles that may take each action (every action is listed; the operator is in each).
-ALLOWED: Mapping[Action, frozenset[Role]] = _roles_by_action()
+ALLOWED: Mapping[Action, frozenset[Role]] = MappingProxyType(
+    {
+        action: frozenset(r for r, actions in _BY_ROLE.items() if action in actions)
+        for action in Action
+    }
+)
 
 
 def allowed(role: Role | str, action: Action | str) -> bool:

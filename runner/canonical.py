@@ -171,10 +171,6 @@ def sha256_hex(data: bytes | str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def arguments_hash(arguments: dict[str, Any]) -> str:
-    return sha256_hex(canonical_json(arguments))
-
-
 def proposal_hash(
     tool: str,
     tool_version: str,
@@ -214,3 +210,6 @@ def idempotency_token(run_id: str, proposal_id: str, tool_version: str, args_has
 
 def content_hash(value: Any) -> str:
     return sha256_hex(canonical_json(value))
+
+
+arguments_hash = content_hash

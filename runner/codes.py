@@ -151,7 +151,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     UNKNOWN = "unknown"
     ACCEPTED = "accepted"
-    """Not an end: the service took a job (``warrant.tools._jobs``); its poll settles it."""
+    """Not an end: the service took a job (``JobHooks``); its poll settles it."""
 
 
 class ObservationSource(StrEnum):

@@ -32,7 +32,7 @@ one given at the raise site). The tree::
     │   ├── StaleVersion            STALE_VERSION        a compare-and-set on the run version
     │   │                                                lost (warrant.ledger.repo; hot path)
     │   ├── IllegalTransition       ILLEGAL_TRANSITION   a status change the run state machine
-    │   │                                                does not declare (a bug; run_rules)
+    │   │                                                does not declare (a bug; run_machine)
     │   └── SweepLockLost           SWEEP_LOCK_LOST      a reconciler sweep's exclusion ended
     │                                                    under it (warrant.ledger.sweeps)
     ├── ServiceUnavailable          SERVICE_UNAVAILABLE  Redis, RabbitMQ or PostgreSQL cannot be
@@ -149,8 +149,6 @@ class SpecError(WarrantError):
 
 
 class InvalidRequest(WarrantError):
-    """Bad input: an unknown role or tool, an argument out of its allowed values."""
-
     code: str = ErrorCode.INVALID_REQUEST
 
 
@@ -187,8 +185,6 @@ class SettingsInvalid(WarrantError):
 
 
 class NotFound(WarrantError):
-    """The object a request names does not exist."""
-
     code: str = ErrorCode.NOT_FOUND
 
 
@@ -205,8 +201,6 @@ class MemoryNotFound(NotFound):
 
 
 class StateConflict(WarrantError):
-    """The request does not fit the run's current state (or lost a race for it)."""
-
     code: str = ErrorCode.STATE_CONFLICT
 
 
@@ -222,9 +216,8 @@ class ServiceUnavailable(WarrantError):
 
 
 class BrokerUnavailable(ServiceUnavailable):
-    """The broker could not be reached to publish a message of run ``run_id``. What the
-    message continues is already committed: the reconciler's stalled-run sweep re-publishes
-    it once the broker is back (after ``WARRANT_STALL_AFTER_S``)."""
+    """What the unpublished message continues is already committed: the stalled-run sweep
+    re-publishes it once the broker is back (after ``WARRANT_STALL_AFTER_S``)."""
 
     code: str = ErrorCode.BROKER_UNAVAILABLE
     dict_fields = ("run_id",)
@@ -235,17 +228,13 @@ class BrokerUnavailable(ServiceUnavailable):
 
 
 class WaitTimedOut(WarrantError):
-    """A command's wait (``run start --wait``, ``run wait``) reached its deadline while a call
-    to the ledger or the broker had not answered (a silent server or network): the command
-    exits 5 as a wait that timed out does; the run, if recorded, goes on."""
+    """``run start --wait`` or ``run wait`` timed out on a silent ledger or broker: the
+    command exits 5 as a wait that timed out does; the run, if recorded, goes on."""
 
     code: str = ErrorCode.WAIT_TIMED_OUT
 
 
 class ConfirmationRefused(WarrantError):
-    """``RUN_NOT_WAITING_CONFIRMATION``, ``CONFIRMATION_HASH_MISMATCH``,
-    ``CONFIRMATION_EXPIRED``, ``ALREADY_APPROVED`` (the same principal twice)."""
-
     code: str = ErrorCode.CONFIRMATION_REFUSED
 
 
@@ -254,27 +243,14 @@ class Unauthorized(WarrantError):
 
 
 class TokenInvalid(Unauthorized):
-    """No API token, or one that is unknown or revoked (who is calling is not known)."""
-
     code: str = ErrorCode.TOKEN_INVALID
 
 
 class Forbidden(Unauthorized):
-    """The caller is known, but its role may not do that action (or, with
-    ``OWN_RUN_APPROVAL_FORBIDDEN``, not on a run it started itself)."""
-
     code: str = ErrorCode.FORBIDDEN
 
 
 class PluginError(WarrantError):
-    """``PLUGIN_LOAD_FAILED`` (an import or object that is not a tool source),
-    ``TOOL_CONFLICT`` (one name and version from two sources), ``PLANNER_CONFLICT``,
-    ``MCP_CONFIG_INVALID``, ``MCP_TOOL_MISSING`` (a declared tool the MCP server does not
-    offer), ``MCP_SCHEMA_INVALID`` (one whose inputSchema is not a JSON Schema),
-    ``DEMO_NOT_INSTALLED`` (``warrant demo`` without the demo distribution, ``warrant-demo``).
-    An MCP server that cannot be reached is :class:`ServiceUnavailable`
-    (``MCP_SERVER_UNAVAILABLE``)."""
-
     code: str = ErrorCode.PLUGIN_LOAD_FAILED
 
 
@@ -349,9 +325,8 @@ class ToolInterrupted(ToolError):
 
 
 class LedgerTampered(WarrantError):
-    """``warrant ledger verify`` found a broken link in the trace's hash chain (or a prune
-    anchor that does not match): ``run_id``, ``seq`` and ``kind`` (``edited``, ``deleted``,
-    ``reordered``, ``inserted``, ``anchor_mismatch``, ``anchor_missing``) name the first."""
+    """``kind`` of the first broken link: ``edited``, ``deleted``, ``reordered``,
+    ``inserted``, ``anchor_mismatch`` or ``anchor_missing``."""
 
     code: str = ErrorCode.LEDGER_TAMPERED
 

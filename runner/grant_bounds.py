@@ -69,12 +69,6 @@ class Bounds:
         }
 
 
-def _legacy_within(inner: str, outer: str) -> bool:
-    if outer.endswith("*"):
-        return inner.startswith(outer[:-1])
-    return inner == outer
-
-
 def _url_parts(canonical: str) -> tuple[str, str, str, str]:
     """``scheme://host:port/path`` (a canonical URL scope) as its four parts."""
     scheme, _, rest = canonical.partition("://")
@@ -83,19 +77,13 @@ def _url_parts(canonical: str) -> tuple[str, str, str, str]:
     return scheme, host, port, slash + path
 
 
-def _below(outer: str, inner: str) -> bool:
-    if outer.endswith("/"):
-        return inner.startswith(outer)
-    return inner == outer or inner.startswith(outer + "/")
-
-
 def _url_within(inner: str, outer: str) -> bool:
     i_scheme, i_host, i_port, i_path = _url_parts(inner)
     o_scheme, o_host, o_port, o_path = _url_parts(outer)
     if (i_scheme, i_port) != (o_scheme, o_port):
         return False
     host_ok = i_host == o_host or (o_host.startswith("*.") and i_host.endswith(o_host[1:]))
-    return host_ok and _below(o_path, i_path)
+    return host_ok and scopes._below(o_path, i_path)
 
 
 def _identifier_within(inner: str, outer: str) -> bool:
@@ -117,7 +105,7 @@ def _kind_within(kind: ResourceKind, inner: str, outer: str) -> bool:
     if inner == "*":
         return False
     if kind is ResourceKind.PATH:
-        return _below(outer, inner)
+        return scopes._below(outer, inner)
     if kind is ResourceKind.URL:
         return _url_within(inner, outer)
     if kind is ResourceKind.EMAIL:
@@ -134,7 +122,7 @@ def scope_within(inner: str, outer: str, *, kinds: Collection[ResourceKind | Non
         return True
     readings = kinds or ALL_KINDS
     return all(
-        _legacy_within(inner, outer) if kind is None else _kind_within(kind, inner, outer)
+        scopes.legacy_covers(outer, inner) if kind is None else _kind_within(kind, inner, outer)
         for kind in readings
     )
 

@@ -137,15 +137,8 @@ def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> li
             continue
         for value in scopes.values_of(argument):
             scopes.normalize(kind, value)  # an invalid value is refused, not just out of scope
-            needs.append(_Need(partial(_covers, kind, value=value), name, kind, value))
+            needs.append(_Need(partial(scopes.covers, kind, value=value), name, kind, value))
     return needs
-
-
-def _covers(kind: scopes.ResourceKind, scope: str, value: str) -> bool:
-    try:
-        return scopes.covers(kind, scope, value)
-    except scopes.InvalidScope:
-        return False
 
 
 def _in_task(grant: GrantView, need: _Need, sources: ProvenanceSources | None) -> bool:

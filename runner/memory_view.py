@@ -63,7 +63,6 @@ class MemoryItem(BaseModel):
 
 class WorkingMemoryView(BaseModel):
     run_id: str
-    """The run."""
     step: int
     """The step this view is built for."""
     goal: MemoryItem
@@ -73,7 +72,6 @@ class WorkingMemoryView(BaseModel):
     tools: list[dict[str, Any]]
     """Tools the run may propose (name, version, description, inputSchema)."""
     budgets: dict[str, Any]
-    """Remaining budgets."""
     preferences: dict[str, dict[str, Any]]
     """Long-term preferences of the subject: ``{key: {value, source, version}}``."""
     omitted_items: int = 0

@@ -1,14 +1,18 @@
-"""A tool's own permission refusal that asks (pure; the tool stage records it, the policy stage
-re-issues the command, the client's grant resumes the run).
+"""Refusals that ask (pure; the policy and tool stages commit them, the client's grant resumes
+the run). With the run spec's ``policy.on_missing_grant: "ask"``, a refusal a grant can cure
+does not become an observation and a re-plan: the run waits in ``waiting_grant`` with a
+request, and an operator's grant sends the same proposal through the gate again (nothing is
+re-planned). Without ``ask`` nothing changes: observation and re-plan.
 
-The gate's half is :mod:`warrant.runner.grant_wait`. This is the other half: the external
-system itself refused the call for a permission (the tool raised
-:class:`~warrant.runner.errors.ToolPermissionDenied`, code ``TOOL_PERMISSION_DENIED``). With
-the run spec's ``policy.on_missing_grant: "ask"`` the outcome is not an observation for the
-planner: the run waits in ``waiting_grant`` with a request of the gate's shape (``source:
-"tool"``, the capability and resource the tool named, its message), and its proposal becomes
-the pending one again. An operator's grant sends that same proposal through the gate again
-(nothing is re-planned); accepted, its command is issued once more.
+The gate's half: a proposal refused because the run holds no grant for it
+(``MISSING_CAPABILITY``) or none in scope for its resource (``RESOURCE_OUT_OF_SCOPE``).
+Nothing ran, so re-checking it is safe.
+
+The tool's half: the external system itself refused the call for a permission (the tool
+raised :class:`~warrant.runner.errors.ToolPermissionDenied`, code ``TOOL_PERMISSION_DENIED``).
+The request has the gate's shape (``source: "tool"``, the capability and resource the tool
+named, its message), and the proposal becomes the pending one again; accepted by the gate,
+its command is issued once more.
 
 Why executing again is safe: a refusal (``rejected``) means the tool applied nothing
 (``ToolRejected``'s contract), so there is no effect to repeat. Why the new attempt gets a new
@@ -18,7 +22,7 @@ is derived from the refused one and the refused attempt, so it is stable for tha
 redelivered message gets the same) and differs from every earlier one.
 
 A refusal after the grant waits again (each wait needs an operator's grant, and the run's
-deadline bounds them all); without ``ask`` nothing changes: observation and re-plan.
+deadline bounds them all).
 """
 
 from __future__ import annotations
@@ -29,20 +33,91 @@ from dataclasses import dataclass
 from typing import Any
 
 from warrant.runner import run_machine as machine
+from warrant.runner import scopes
 from warrant.runner.canonical import canonical_json, sha256_hex
-from warrant.runner.codes import Outcome
+from warrant.runner.codes import Outcome, Rejection
 from warrant.runner.errors import ToolPermissionDenied
-from warrant.runner.run_rules import Change, Event
-from warrant.runner.views import RunView
+from warrant.runner.run_machine import Change, Event
+from warrant.runner.views import GrantView, RunView
+from warrant.tools._contract import Tool
 
 __all__ = [
+    "ASKING_CODES",
     "PERMISSION_DENIED",
     "GrantWait",
     "asks_after_refusal",
+    "asks_for_grant",
+    "grant_request",
+    "needed_resources",
     "token_after_refusal",
     "tool_grant_request",
     "wait_for_grant",
 ]
+
+# --- the gate's half ------------------------------------------------------------------------
+
+ASKING_CODES = frozenset(
+    {Rejection.MISSING_CAPABILITY.value, Rejection.RESOURCE_OUT_OF_SCOPE.value}
+)
+"""Refusals a grant can cure (an expired or exhausted grant, an invalid resource are not)."""
+
+
+def asks_for_grant(on_missing_grant: str | None, code: str) -> bool:
+    """Does this refusal pause the run for a grant rather than re-plan?"""
+    return on_missing_grant == "ask" and code in ASKING_CODES
+
+
+def needed_resources(tool: Tool[Any, Any], arguments: dict[str, Any], subject: str) -> list[str]:
+    """The resource values the call needs a grant for (each element of a list argument)."""
+    if not tool.resources:
+        try:
+            return [tool.resource(tool.parse_input(arguments), subject)]
+        except Exception:
+            return []
+    out: list[str] = []
+    for name in sorted(tool.resources):
+        argument = arguments.get(name)
+        if argument is None:
+            continue
+        try:
+            out.extend(scopes.values_of(argument))
+        except scopes.InvalidResource:
+            out.append(str(argument)[:200])
+    return out
+
+
+def grant_request(
+    *,
+    code: str,
+    tool: Tool[Any, Any],
+    arguments: dict[str, Any],
+    subject: str,
+    grants: Sequence[GrantView],
+    step: int,
+    proposal_id: str | None,
+    proposal_hash: str | None,
+) -> dict[str, Any]:
+    """What the run waits for: the tool, the capabilities it lacks (every one of the tool's
+    when the refusal was a resource out of scope), the resources, the step and the proposal."""
+    held = {g.capability for g in grants}
+    missing = [c for c in tool.capabilities if c not in held]
+    if code != Rejection.MISSING_CAPABILITY.value or not missing:
+        missing = list(tool.capabilities)
+    return {
+        "code": code,
+        "source": "gate",
+        "tool": tool.name,
+        "tool_version": tool.version,
+        "capabilities": missing,
+        "capability": missing[0] if missing else None,
+        "resources": needed_resources(tool, arguments, subject),
+        "step": step,
+        "proposal_id": proposal_id,
+        "proposal_hash": proposal_hash,
+    }
+
+
+# --- the tool's half -------------------------------------------------------------------------
 
 PERMISSION_DENIED = ToolPermissionDenied.code
 """The outcome code of a tool's own permission refusal."""

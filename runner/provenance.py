@@ -12,12 +12,12 @@ read: the model made it up, or knew it from elsewhere), or ``unchecked`` (free t
 proves nothing either way). Values are matched as whole tokens, case-insensitively.
 
 Two origins come from the items of untrusted outputs whose tools declare who wrote each
-(``Tool.attribution``, :mod:`warrant.runner.vouching`), and pass like trusted ones:
+(``Tool.attribution``, the vouched sources below), and pass like trusted ones:
 ``vouched`` (found in an item whose author the user named: "the link Bob sent me") and
 ``author`` (for a tool that sends replies, ``UntrustedPolicy.replies``: a destination that
 is an item's author as the service reports it, a mail's sender). A call to a destination
 only an ``author`` origin vouches for is ``disclosed`` when it carries what another
-observation said (:mod:`warrant.runner.replies`): a third party's data is handled like an
+observation said (the replies below): a third party's data is handled like an
 untrusted destination (the sender may be the attacker asking for the figures), the user's
 own (a trusted tool's) is asked about.
 
@@ -39,11 +39,12 @@ UntrustedPolicy`, per tool):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from warrant.runner.codes import Rejection
+from warrant.runner.codes import ObservationSource, Rejection
 from warrant.runner.mentions import (
     destination_candidates,
     emails,
@@ -51,21 +52,35 @@ from warrant.runner.mentions import (
     split_urls,
     token,
 )
-from warrant.runner.replies import disclosures
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
-from warrant.tools._contract import FlagAction, SideEffect, Tool
+from warrant.tools._contract import Attribution, FlagAction, SideEffect, Tool
 
 __all__ = [
     "EXCERPT_CHARS",
+    "MAX_DATA_TOKENS",
+    "MAX_EXEMPT",
+    "MAX_ITEMS",
+    "MAX_WINDOW",
     "MIN_CHARS",
+    "MIN_DATA_CHARS",
+    "MIN_NAME_CHARS",
+    "Item",
     "analyse",
+    "data_tokens",
+    "disclosures",
     "embedded_values",
     "flag_reason",
+    "items_of",
     "leaf_strings",
+    "named_as",
+    "payload",
     "provenance_of",
     "refusal",
+    "sources_from",
+    "squeeze",
+    "squeezed_tokens",
     "trace_details",
     "vouched",
 ]
@@ -87,6 +102,257 @@ def embedded_values(text: str) -> list[tuple[ResourceKind, str]]:
     found += [(ResourceKind.EMAIL, address) for address in emails(rest)]
     found += [(ResourceKind.IDENTIFIER, m.group(0)) for m in _IBAN.finditer(rest)]
     return found
+
+
+# --- vouched sources (docs/policy-gate.md, "Vouched sources and replies") --------------------
+# The items of untrusted observations, who wrote each (as the service reports it:
+# Attribution), which of them the user named, and the data tokens a reply to an item's author
+# may not carry. An item is named when the user's own words (the goal and a person's answers;
+# never the spec's settings, never a tool's output) contain its author, when that is an e-mail
+# address or a URL, exactly (lower-cased, never case-folded: ``straße`` is not ``strasse``; a
+# prefix of a URL is not the URL), or a word of 3+ letters of a name the service knows the
+# author by (``Attribution.names``), case-insensitively: a handle is named only this way (its
+# owner picks it, and "IBAN" or "Friday" could be one). The user's own mails are never named.
+
+#: A name word shorter than this ("Al", "HR") names nobody reliably.
+MIN_NAME_CHARS = 3
+#: Items read from one observation, at most (a longer list is attributed up to here; the
+#: rest is still untrusted text).
+MAX_ITEMS = 500
+#: A data token of fewer letters and digits (a year, a 4-digit code) is too common to say
+#: that a reply carries another item's data.
+MIN_DATA_CHARS = 5
+#: Distinct data tokens read from the run's observations for a reply, at most: past it the
+#: reply is refused (more data than the check reads is no reason to let it through).
+MAX_DATA_TOKENS = 50_000
+
+_WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
+# runs of word characters and the separators data is written with (linear: no backtracking)
+_RUN = re.compile(r"[\w.,/:+-]+")
+_SEPARATORS = re.compile(r"[.,/:+-]+")
+#: Consecutive parts of a data token read as one value (``48,213`` of ``48,213.00``).
+MAX_WINDOW = 4
+_NAMED_BY_ITSELF = frozenset({ResourceKind.EMAIL, ResourceKind.URL})
+
+
+@dataclass(frozen=True)
+class Item:
+    """One attributed item of an untrusted observation."""
+
+    item_id: str
+    """``<observation_id>`` (the whole output), or ``<observation_id>.<items>[<i>]``."""
+    author: str
+    names: tuple[str, ...]
+    text: str
+    """Every string and number in the item, one per line."""
+    kind: ResourceKind = ResourceKind.IDENTIFIER
+    """What the author is (``Attribution.kind``)."""
+
+
+def items_of(
+    observation_id: str,
+    output: Any,
+    attribution: Attribution,
+    *,
+    strings: Callable[[Any], Iterable[tuple[str, str]]],
+) -> list[Item]:
+    """The items of one observation's ``output`` (``strings(value)``: its leaf texts). An item
+    without an author string is left out (its values stay merely untrusted)."""
+    if not isinstance(output, Mapping):
+        return []
+    found: list[tuple[str, Any]] = []
+    if attribution.items:
+        listed = _at(output, attribution.items)
+        if isinstance(listed, list | tuple):
+            found = [
+                (f"{observation_id}.{attribution.items}[{i}]", item)
+                for i, item in enumerate(listed[:MAX_ITEMS])
+            ]
+    else:
+        found = [(observation_id, output)]
+    items = []
+    for item_id, item in found:
+        if not isinstance(item, Mapping):
+            continue
+        author = item.get(attribution.author)
+        if not isinstance(author, str) or not author.strip():
+            continue
+        names = tuple(
+            n for n in (item.get(f) for f in attribution.names) if isinstance(n, str) and n
+        )
+        text = "\n".join(t for _, t in strings(item))
+        items.append(Item(item_id, author.strip(), names, text, attribution.kind))
+    return items
+
+
+def named_as(item: Item, user: str, *, own: str = "") -> str | None:
+    """The words by which the user (``user``: their own words, as typed) named the item's
+    author, or None. ``own``: the user's own address (their mails are never named)."""
+    author = item.author.strip().lower()
+    if own and author == own.strip().lower():
+        return None
+    if item.kind in _NAMED_BY_ITSELF and author.rstrip("/") in _addresses(user):
+        return item.author
+    folded = user.casefold()
+    for name in item.names:
+        for word in _WORD.findall(name):
+            if len(word) >= MIN_NAME_CHARS and token(word).search(folded):
+                return word
+    return None
+
+
+def data_tokens(text: str) -> Iterator[str]:
+    """Tokens in free text that carry data (a reference, an amount, an account number): at
+    least one digit and four characters, trailing punctuation dropped. Linear in the text."""
+    for match in _RUN.finditer(text):
+        found = match.group(0).strip(".,:;/-+")
+        if len(found) >= 4 and any(ch.isdigit() for ch in found):
+            yield found
+
+
+def squeeze(text: str) -> str:
+    """Only the letters and digits, compatibility-normalised and lower-cased: what is left of
+    a value however it is spaced, split, glued or written (``Q 3 R E V-4213000``, fullwidth
+    digits and zero-width spaces all squeeze to ``q3rev4213000``)."""
+    normal = unicodedata.normalize("NFKC", text)
+    return "".join(ch for ch in normal if ch.isalnum()).lower()
+
+
+def squeezed_tokens(text: str) -> tuple[set[str], set[str]]:
+    """The data tokens of ``text``: squeezed whole, and every run of up to
+    :data:`MAX_WINDOW` consecutive parts between separators, squeezed (``48,213.00`` gives
+    ``4821300``, ``48213`` and ``21300``; ``ref:Q3REV-4213000`` gives ``q3rev4213000``,
+    ``q3rev`` and ``4213000`` among others); only those of :data:`MIN_DATA_CHARS` letters and
+    digits or more, with a digit."""
+    whole: set[str] = set()
+    windows: set[str] = set()
+    for data in data_tokens(text):
+        whole |= _kept([data])
+        parts = [p for p in _SEPARATORS.split(data) if p]
+        windows |= _kept(
+            "".join(parts[i:j])
+            for i in range(len(parts))
+            for j in range(i + 1, min(len(parts), i + MAX_WINDOW) + 1)
+        )
+    return whole, windows | whole
+
+
+def _kept(candidates: Iterable[str]) -> set[str]:
+    kept = set()
+    for candidate in candidates:
+        squeezed = squeeze(candidate)
+        if len(squeezed) >= MIN_DATA_CHARS and any(ch.isdigit() for ch in squeezed):
+            kept.add(squeezed)
+    return kept
+
+
+def _addresses(user: str) -> set[str]:
+    urls, rest = split_urls(user)
+    return {a.lower().rstrip("/") for a in (*urls, *emails(rest, unicode=True))}
+
+
+def _at(output: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = output
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+# --- the sources: the text a run's argument values may come from, sorted by whose words it is
+# (the user's, a trusted tool's, an untrusted observation's and, within those, the items whose
+# author the user named)
+
+
+#: Observations whose text is trusted: a person's answer, a tool that declares its output so.
+_TRUSTED_SOURCES = frozenset({ObservationSource.USER.value, ObservationSource.TRUSTED_TOOL.value})
+
+
+def sources_from(
+    goal: str,
+    spec: dict[str, Any],
+    observations: list[list[Any]],
+    *,
+    attributions: Mapping[str, Attribution] | None = None,
+) -> ProvenanceSources:
+    """Trusted text: the goal, the spec without its planner section (a scripted planner's
+    outputs are the model's, not the user's), a person's answers and trusted tools'
+    observations; untrusted: every other tool's. Policy refusals are neither. ``task``: the
+    same trusted text by the source name a task-scoped grant gives it. ``attributions``
+    (tool name -> :class:`~warrant.tools._contract.Attribution`): the items of those tools'
+    untrusted outputs, each with the user's word naming its author if any (``named``), and
+    the authors a reply may go to (``Attribution.replies``)."""
+    user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
+    spec_text = [text for _, text in leaf_strings(user_spec)]
+    trusted = [goal, *spec_text]
+    user = [goal]  # the user's own words: never the spec's settings
+    task = [("goal", goal), *(("spec", text) for text in spec_text)]
+    untrusted = []
+    attributed: list[tuple[str, Any, Attribution]] = []
+    for observation_id, source, content in observations:
+        if source == ObservationSource.POLICY.value:
+            continue  # a refusal echoes the model's own proposal: it vouches for nothing
+        # every number: a short id a tool returned is still what it said
+        text = "\n".join(t for _, t in leaf_strings(content, numbers=True))
+        if source in _TRUSTED_SOURCES:
+            trusted.append(text)
+            if source == ObservationSource.USER.value:
+                user.append(text)
+            if (name := _task_source(observation_id, source, content)) is not None:
+                task.append((name, text))
+        else:  # untrusted-content, and any source this version does not know
+            untrusted.append((observation_id, text))
+            found = _attribution(content, attributions or {})
+            if found is not None:
+                attributed.append((observation_id, content.get("output"), found))
+    own = user_spec.get("subject")
+    items, authors = _attributed(attributed, "\n".join(user), own if isinstance(own, str) else "")
+    task += [("authors", author) for _, author, _ in authors]
+    task += [("named", text) for _, _, text, named in items if named is not None]
+    return ProvenanceSources(
+        trusted=tuple(trusted),
+        untrusted=tuple(untrusted),
+        task=tuple(task),
+        items=tuple(items),
+        authors=tuple(authors),
+        user=tuple(user),
+    )
+
+
+def _attributed(
+    attributed: list[tuple[str, Any, Attribution]], user: str, own: str
+) -> tuple[list[tuple[str, str, str, str | None]], list[tuple[str, str, str]]]:
+    """The items of the attributed observations (each with the user's word naming its author,
+    if any) and the authors a reply may go to."""
+    items, authors = [], []
+    for observation_id, output, attribution in attributed:
+        for item in items_of(
+            observation_id, output, attribution, strings=lambda v: leaf_strings(v, numbers=True)
+        ):
+            items.append((item.item_id, item.author, item.text, named_as(item, user, own=own)))
+            if attribution.replies:
+                authors.append((item.item_id, item.author, attribution.kind.value))
+    return items, authors
+
+
+def _attribution(content: Any, attributions: Mapping[str, Attribution]) -> Attribution | None:
+    if not isinstance(content, dict) or content.get("status", "succeeded") != "succeeded":
+        return None
+    tool = content.get("tool")
+    return attributions.get(tool) if isinstance(tool, str) else None
+
+
+def _task_source(observation_id: str, source: str, content: Any) -> str | None:
+    """The ``destinations_from`` name of a trusted observation: ``answers`` for a person's
+    answer, ``observations:<tool>`` for a trusted tool's output (None for the goal's own)."""
+    if source == ObservationSource.USER.value:
+        return None if observation_id == "user-1" else "answers"
+    tool = content.get("tool") if isinstance(content, dict) else None
+    return f"observations:{tool}" if isinstance(tool, str) and tool else None
+
+
+# --- the analysis ----------------------------------------------------------------------------
 
 
 def provenance_of(
@@ -313,3 +579,119 @@ def _embedded_candidates(value: str, text: _Text) -> list[tuple[ResourceKind, st
     for kind, item in embedded_values(value):
         found += [(kind, c) for c in _destination_candidates(item, kind, text)]
     return found
+
+
+# --- replies: what a call may carry to a destination only an item's author vouches for ------
+# Replying to a mail's sender is what the user asked; sending the sender what someone else wrote
+# is what an attacker who mailed "reply with the Q3 reference" asks. A call with an ``author``
+# destination is ``disclosed`` when, for any replied author, the rest of its arguments carry a
+# data token an observation said that neither the user's words nor that author's own items say
+# (matched squeezed, so spacing, splitting, gluing, fullwidth digits and zero-width characters
+# do not hide it, and part of a value is the value), or another typed resource nobody named.
+# A third party's data is refused like an untrusted destination; the user's own (a trusted
+# tool's output) is asked about. Past MAX_DATA_TOKENS distinct tokens in the run, or when the
+# author's own items carry more than MAX_EXEMPT, nothing is assumed. What it does not see:
+# data without a digit, shorter codes, and any re-wording or encoding (spelled-out digits,
+# base64). The details: docs/policy-gate.md.
+
+#: Data tokens an author's own items may exempt, at most.
+MAX_EXEMPT = 2_000
+
+
+@dataclass(frozen=True)
+class _Hit:
+    data: str
+    path: str
+    source: str
+    origin: str
+
+
+def disclosures(
+    arguments: dict[str, Any],
+    *,
+    replied: Mapping[str, str],
+    resources: Mapping[str, ResourceKind],
+    sources: ProvenanceSources,
+    sensitive: frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """The ``disclosed`` flags of a call whose destinations at ``replied`` (argument path ->
+    item id) only an item's author vouches for; at most one."""
+    # the replied destinations themselves are not payload (free text that embeds the
+    # address is: it carries the rest of the message)
+    leaves = [(p, t) for p, t in payload(arguments) if not (p in replied and _top(p) in resources)]
+    hits = _hits(leaves, sources)
+    user = "\n".join(sources.user)
+    user_tokens = squeezed_tokens(user)[1]
+    author_of = {item_id: author.strip().lower() for item_id, author, _ in sources.authors}
+    tops = {_top(p) for p in replied}
+    for author in sorted({author_of.get(i, "") for i in replied.values()}):
+        own = "\n".join(t for i, a, t, _ in sources.items if a.strip().lower() == author)
+        own_tokens = squeezed_tokens(own)[1]
+        exempt = user_tokens | (own_tokens if len(own_tokens) <= MAX_EXEMPT else set())
+        first = _first_item(replied, author_of, author)
+        named = f"{user}\n{own}".casefold()
+        for path, value in leaves:
+            attached = _top(path) in resources and _top(path) not in tops and value.strip()
+            if attached and not token(value.strip()).search(named):
+                return [_flag(path, value, None, "resource", first, sensitive)]
+        if hits is None:
+            return [_flag("", "", None, "too-much", first, sensitive)]
+        for hit in hits:
+            if hit.data not in exempt:
+                value = next((t for p, t in leaves if p == hit.path), "")
+                return [_flag(hit.path, value, hit.source, hit.origin, first, sensitive)]
+    return []
+
+
+def payload(value: Any) -> Iterator[tuple[str, str]]:
+    """``(path, text)`` of every string, number and nested mapping key inside ``value``."""
+    return leaf_strings(value, numbers=True, keys=True)
+
+
+def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hit] | None:
+    """Every data token an observation said that a payload leaf carries: a whole source token
+    inside a squeezed leaf (however spaced or glued), or a part of a leaf's token that is a
+    part of a source token (part of a value). None past ``MAX_DATA_TOKENS``."""
+    observed = [(oid, text, "untrusted") for oid, text in sources.untrusted]
+    observed += [
+        (name.split(":", 1)[1], text, "trusted-tool")
+        for name, text in sources.task
+        if name.startswith("observations:")
+    ]
+    squeezed = [(p, squeeze(t), squeezed_tokens(t)[1]) for p, t in leaves]
+    hits: list[_Hit] = []
+    seen = 0
+    for source, text, origin in observed:
+        whole, windows = squeezed_tokens(text)
+        seen += len(windows)
+        if seen > MAX_DATA_TOKENS:
+            return None
+        for path, flat, parts in squeezed:
+            found = {w for w in whole if w in flat} | (parts & windows)
+            hits += [_Hit(data, path, source, origin) for data in sorted(found)]
+    return hits
+
+
+def _first_item(replied: Mapping[str, str], author_of: Mapping[str, str], author: str) -> str:
+    return next((i for i in sorted(set(replied.values())) if author_of.get(i) == author), "")
+
+
+def _top(path: str) -> str:
+    return path.split(".")[0].split("[")[0]
+
+
+def _flag(
+    path: str, value: str, where: str | None, said: str, item_id: str, sensitive: frozenset[str]
+) -> dict[str, Any]:
+    """``said``: ``untrusted`` or ``trusted-tool`` (whose data ``where`` said), ``resource``
+    (a resource nobody named) or ``too-much`` (more data than the check reads)."""
+    return {
+        "argument": path,
+        "value": "<sensitive>" if _top(path) in sensitive else value[:200],
+        "what": "disclosed",
+        "origin": said if said in ("untrusted", "trusted-tool") else "untrusted",
+        "said": said,
+        "observation_id": where,
+        "excerpt": None,
+        "to": [item_id],
+    }

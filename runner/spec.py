@@ -18,10 +18,10 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    field_validator,
 )
 
 from warrant.runner.errors import SpecError
-from warrant.runner.spec_success import ArtifactExists, SuccessSpec, ToolSucceeded
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -45,6 +45,7 @@ __all__ = [
     "PlannerOutput",
     "PluginPlannerSpec",
     "RunSpec",
+    "SuccessCondition",
     "SuccessSpec",
     "ToolProposal",
     "ToolSucceeded",
@@ -292,6 +293,51 @@ class Webhook(_Strict):
 
     url: str = Field(pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=2000)
     """The ``http``/``https`` URL that receives a signed JSON ``POST`` per event."""
+
+
+# --- ``success``: what done means, checked by the program on the ledger's facts when the
+# planner gives a final answer (warrant.runner.step_decisions checks it)
+
+
+class ToolSucceeded(_Strict):
+    """Done means: a call of ``tool`` succeeded in this run (the ledger's outcome, not the
+    planner's word), and each listed argument had exactly the given value."""
+
+    kind: Literal["tool_succeeded"]
+    tool: str = Field(min_length=1, max_length=200)
+    """The tool's name, as the registry has it."""
+    tool_version: str | None = Field(default=None, min_length=1, max_length=50)
+    """Only calls of this version count; ``None`` = any version."""
+    arguments: dict[str, Any] = Field(default_factory=dict, max_length=50)
+    """Fields of the call's validated arguments and the values they must have (exact JSON
+    equality); fields not listed may hold anything."""
+
+
+class ArtifactExists(_Strict):
+    """Done means: the run's artifact store holds an artifact at ``path`` (``write_artifact``
+    stores them; checked in the store, whatever the planner cites)."""
+
+    kind: Literal["artifact_exists"]
+    path: str = Field(min_length=1, max_length=300, pattern=r"^[^/]")
+    """The artifact's relative path, e.g. ``run-output/report.md`` (no ``..`` segment)."""
+
+    @field_validator("path")
+    @classmethod
+    def _no_parent(cls, value: str) -> str:
+        if ".." in value.split("/"):
+            raise ValueError("a path without '..' segments")
+        return value
+
+
+SuccessCondition = Annotated[ToolSucceeded | ArtifactExists, Field(discriminator="kind")]
+
+
+class SuccessSpec(_Strict):
+    """What done means, checked by the program when the planner gives a final answer: every
+    condition must hold, else the final is refused (``SUCCESS_CONDITION_NOT_MET``)."""
+
+    all_of: list[SuccessCondition] = Field(min_length=1, max_length=20)
+    """Conditions that must all hold."""
 
 
 class RunSpec(_Strict):

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
+from warrant.runner.scopes import legacy_covers
 from warrant.runner.spec import Budgets
 
 __all__ = [
@@ -100,10 +101,7 @@ class GrantView:
         return self.expires_at is None or now < self.expires_at
 
     def covers(self, resource: str) -> bool:
-        scope = self.resource_scope
-        if scope == "*" or scope == resource:
-            return True
-        return scope.endswith("*") and resource.startswith(scope[:-1])
+        return legacy_covers(self.resource_scope, resource)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +150,7 @@ class ProvenanceSources:
     them trusted), ``named`` (items of untrusted outputs whose author the user named),
     ``authors`` (those items' authors, as the service reports them)."""
     items: tuple[tuple[str, str, str, str | None], ...] = ()
-    """Attributed items of untrusted observations (:mod:`warrant.runner.vouching`):
+    """Attributed items of untrusted observations (:mod:`warrant.runner.provenance`):
     ``(item_id, author, text, named_as)``; ``named_as`` is the user's word naming the author
     (a vouched source), or None."""
     authors: tuple[tuple[str, str, str], ...] = ()

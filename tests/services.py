@@ -66,7 +66,7 @@ def discover() -> Services:
         # Asked for specific services (e.g. RabbitMQ): never swap in embedded ones.
         return Services(None, None, first_problem)
     try:
-        from warrant.runner.stack.local import EmbeddedServices
+        from warrant.runner.stack.embedded import EmbeddedServices
 
         data = Path(os.environ.get("WARRANT_TEST_DATA_DIR") or tempfile.mkdtemp(prefix="wt-"))
         emb = EmbeddedServices(data).start()

@@ -17,12 +17,17 @@ from warrant.runner.errors import (
     ToolUnknown,
 )
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
 from warrant.tools._batches import Batch, ItemResult, ItemStatus
 from warrant.tools._contract import (
+    Accepted,
+    Attribution,
     ConfirmationPolicy,
     FlagAction,
     Isolation,
+    JobHooks,
+    JobState,
+    JobStatus,
+    PreconditionContext,
     ReconcileResult,
     SideEffect,
     Tool,
@@ -31,9 +36,7 @@ from warrant.tools._contract import (
     ToolOutput,
     UntrustedPolicy,
 )
-from warrant.tools._jobs import Accepted, JobHooks, JobState, JobStatus
 from warrant.tools._plugins import build_registry
-from warrant.tools._preconditions import PreconditionContext
 from warrant.tools._registry import DepsContext, Plugin, Registry
 
 __all__ = [

@@ -21,19 +21,22 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.codes import ObservationSource
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
 from warrant.tools._batches import Batch
-from warrant.tools._context import ToolContext
-from warrant.tools._jobs import Accepted, JobHooks
-from warrant.tools._preconditions import PreconditionContext
-from warrant.tools._usage import ToolUsage
+from warrant.tools._context import ToolContext, ToolUsage
 
 __all__ = [
+    "Accepted",
+    "Attribution",
     "ConfirmationPolicy",
     "FlagAction",
     "Isolation",
+    "JobHooks",
+    "JobState",
+    "JobStatus",
+    "PreconditionContext",
     "ReconcileResult",
     "SideEffect",
     "Tool",
@@ -58,6 +61,202 @@ DEFAULT_RETRY_BASE_S = 0.2
 DEFAULT_RETRY_CAP_S = 5.0
 #: Longest message of a tool's refusal or failure the ledger keeps (the rest is cut).
 MAX_OUTCOME_MESSAGE_CHARS = 1_000
+
+
+# --- long-running tools: a call that answers "accepted, job 123" and finishes later --------------
+# A tool whose contract declares ``job=JobHooks(poll=...)`` may return :class:`Accepted` from its
+# ``execute`` instead of its output model. The attempt then ends ``accepted`` (no worker stays
+# busy): the run waits in status ``waiting_job`` and the reconciler's sweep calls
+# ``poll(operation_id, ctx)`` every ``interval_s`` (at most ``max_polls`` times, for at most
+# ``timeout_s`` after the acceptance, and never past the run's deadline). When the job ends, the
+# run resumes with a *final* observation (``job-<step>``: succeeded with its output, or failed
+# with its code); the ``accepted`` observation (``tool-<step>``) says ``final: false`` and a final
+# answer may not cite it. A cancel of the run, or a job past its bounds, calls ``cancel`` once
+# (if the contract has one) and keeps asking until the job says how it ended; a job that never
+# says goes to a person with its operation id in the bundle.
+#
+# The operation id, like the idempotency token, must be stable: a call re-invoked with the same
+# token returns the same job (:class:`ToolContext.idempotency_token` is what makes it so).
+
+
+#: Defaults of :class:`JobHooks`.
+DEFAULT_POLL_INTERVAL_S = 5.0
+DEFAULT_MAX_POLLS = 720
+DEFAULT_JOB_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What a long-running tool returns when the service took the job but has not done it."""
+
+    operation_id: str
+    """The service's id of the job (what ``poll`` and ``cancel`` get)."""
+    details: dict[str, Any] | None = None
+    """Anything else the service said at acceptance (shown to the planner, not final)."""
+
+
+class JobState(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """Ended without its effect: failed, refused or cancelled by the service."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What ``poll`` says about a job."""
+
+    state: JobState
+    output: dict[str, Any] | None = None
+    """For ``succeeded``: the tool's output (validated against its output model)."""
+    code: str | None = None
+    """For ``failed``: a stable code (``JOB_FAILED`` if none)."""
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobHooks:
+    """How the program follows a tool's accepted jobs (``Tool(job=JobHooks(...))``)."""
+
+    poll: Callable[[str, Any], JobStatus]
+    """``poll(operation_id, ctx)``: the job's state now (``ctx`` is a ``ToolContext``)."""
+    cancel: Callable[[str, Any], None] | None = None
+    """``cancel(operation_id, ctx)``: ask the service to stop the job; called at most once."""
+    interval_s: float = DEFAULT_POLL_INTERVAL_S
+    max_polls: int = DEFAULT_MAX_POLLS
+    timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    """Longest a job may take after its acceptance before it is cancelled (or handed off)."""
+
+
+# --- attribution: who wrote each item of an untrusted output, as the service reports it ----------
+# A mail's sender address as the mail service delivered it, a chat message's author as the
+# workspace knows them, the URL a page was fetched from: a third party chose the *words* of the
+# item, but not these fields. The provenance layer uses them two ways
+# (:mod:`warrant.runner.provenance`):
+#
+# * an item whose author the user **named** (the goal or a person's answer says the
+# author's address, URL or one of the ``names`` the service knows them by) is a source the
+# user vouched for: its values count as trusted, and are shown as ``vouched``;
+# * an item's author is a destination the service vouches for (a reply to a mail's sender, when
+# ``replies`` says so and the sending tool's ``UntrustedPolicy(replies=True)`` too): it passes
+# as ``author``, but a call that carries what another observation said to it is not
+# (``disclosed``).
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attribution:
+    """Where, in a tool's output, the items are and who wrote each one.
+
+    ``Attribution(items="messages", author="sender", kind=ResourceKind.EMAIL,
+    names=("sender_name",), replies=True)``: the output's ``messages`` list, each message's
+    ``sender`` an e-mail address the mail service authenticated, ``sender_name`` the name the
+    user's address book gives that sender (a name the sender cannot choose), and a reply may
+    go to the sender. ``Attribution(author="url", kind=ResourceKind.URL)``: the whole output
+    is one item, its author the URL it was fetched from (named by the goal, never replied
+    to)."""
+
+    author: str
+    """The field of each item that says who wrote it, as the service reports it."""
+    kind: ResourceKind = ResourceKind.IDENTIFIER
+    """What the author is: an ``email`` address or a ``url`` is named by the user's words
+    containing it exactly; an ``identifier`` (a handle its owner picked) only through
+    ``names``."""
+    items: str = ""
+    """The output's field holding the list of items (dotted for nested); ``""``: the whole
+    output is one item."""
+    names: tuple[str, ...] = ()
+    """Fields of each item naming the author in words the user, not the author, chose (a
+    contact's name from the user's address book). Never a display name the author sets."""
+    replies: bool = False
+    """May an item's author be a destination (of ``kind``) of a tool that sends replies
+    (``UntrustedPolicy(replies=True)``)? A mail's sender: yes. A page's URL, a handle: no."""
+
+    def describe(self) -> dict[str, object]:
+        """For the tool's published contract (``Tool.describe``)."""
+        return {
+            "author": self.author,
+            "kind": self.kind.value,
+            "items": self.items,
+            "names": list(self.names),
+            "replies": self.replies,
+        }
+
+    def __post_init__(self) -> None:
+        if not self.author or any(not n for n in self.names):
+            raise ValueError("Attribution: author and names must be field names")
+
+
+# --- preconditions -------------------------------------------------------------------------------
+# A tool's precondition read (``Tool.precondition``): the state of the resource a person is
+# asked to approve a call on (a balance, an order's status, a file's version), read from the
+# tool's own service when the confirmation is requested and again just before the call runs.
+#
+# What the read returns (a string or a mapping of JSON values) is reduced to a
+# :class:`Fingerprint`: a SHA-256 of its canonical JSON (what the approval is bound to) and a
+# short readable summary (what the approver is shown). Pure: the reads themselves are made by
+# the policy stage and the tool stage (``broker.tool.preconditions``).
+
+
+#: The state the approver saw moved before the call ran: not run, the run asks again.
+PRECONDITION_CHANGED = "PRECONDITION_CHANGED"
+#: The precondition could not be read (the read raised, or returned neither a string nor a
+#: mapping of JSON values): the call does not run (fail closed).
+PRECONDITION_UNREADABLE = "PRECONDITION_UNREADABLE"
+#: The summary shown to the approver: at most this many entries of this many characters.
+MAX_SUMMARY_FIELDS = 20
+MAX_SUMMARY_CHARS = 200
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreconditionContext:
+    """What a precondition read may know: the run, its subject and the tool's dependencies
+    (the same ``deps`` as ``ToolContext.deps``). The read has no effect and is quick."""
+
+    run_id: str
+    subject: str
+    deps: Any
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The state a precondition read saw: ``digest`` binds, ``summary`` is shown."""
+
+    digest: str
+    summary: dict[str, str]
+
+    def shown(self) -> dict[str, Any]:
+        """The form kept in a confirmation request (``precondition``)."""
+        return {"fingerprint": self.digest, "summary": dict(self.summary)}
+
+
+def _clean(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return "".join(ch for ch in text if ch.isprintable())[:MAX_SUMMARY_CHARS]
+
+
+def fingerprint_of(value: Any) -> Fingerprint:
+    """The fingerprint of what a precondition read returned: a string (``{"state": ...}``
+    in the summary) or a mapping. Raises :class:`ValueError` for anything else or for values
+    that are not JSON data (a read that answers nonsense is no read: fail closed)."""
+    if isinstance(value, str):
+        state: dict[str, Any] = {"state": value}
+    elif isinstance(value, Mapping):
+        state = {str(k): v for k, v in value.items()}
+    else:
+        raise ValueError(f"a precondition read returns a string or a mapping, not {type(value)}")
+    try:
+        digest = sha256_hex(canonical_json(state))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"a precondition read returned values that are not JSON: {exc}") from None
+    items = sorted(state.items())[:MAX_SUMMARY_FIELDS]
+    return Fingerprint(digest, {_clean(k)[:64]: _clean(v) for k, v in items})
+
+
+def moved(approved: str | None, now: Fingerprint) -> bool:
+    """Has the state moved since the approval? An approval bound to no fingerprint (the read
+    failed when it was requested, or it predates the precondition) counts as moved: the
+    person must be shown a state before the call runs."""
+    return approved is None or approved != now.digest
 
 
 class ToolInput(BaseModel):
@@ -131,7 +330,7 @@ class UntrustedPolicy:
     from untrusted content."""
     replies: bool = False
     """It sends replies: an item's author (a mail's sender) is a destination
-    (:mod:`warrant.runner.replies`). Off: a forwarding rule to whoever mailed is no reply."""
+    (:mod:`warrant.runner.provenance`). Off: a forwarding rule to whoever mailed is no reply."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +358,7 @@ class Tool(Generic[InputT, OutputT]):
     capabilities: tuple[str, ...]
     side_effect: SideEffect
     execute: Callable[[InputT, ToolContext], OutputT | Accepted]
-    """Returns the output (succeeded), or :class:`~warrant.tools._jobs.Accepted` for a tool with
+    """Returns the output (succeeded), or :class:`Accepted` for a tool with
     ``job`` hooks; raises ``ToolRejected``, ``ToolFailed`` or ``ToolUnknown`` otherwise."""
     confirmation: ConfirmationPolicy = ConfirmationPolicy.NEVER
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
@@ -179,8 +378,8 @@ class Tool(Generic[InputT, OutputT]):
     """A batch tool: which argument lists the items and each item's key; each item is applied,
     retried and reconciled on its own (:mod:`warrant.tools._batches`)."""
     job: JobHooks | None = None
-    """A long-running tool: ``execute`` may return :class:`~warrant.tools._jobs.Accepted`, and
-    these hooks follow the job to its end (:mod:`warrant.tools._jobs`)."""
+    """A long-running tool: ``execute`` may return :class:`Accepted`, and
+    these hooks follow the job to its end (:class:`JobHooks`)."""
     sensitive_fields: frozenset[str] = frozenset()
     """Arguments kept out of traces, handoff bundles and webhooks (``<sensitive>`` there). The
     person asked to confirm the call sees their values: that is what they approve."""
@@ -197,7 +396,7 @@ class Tool(Generic[InputT, OutputT]):
     """What the provenance layer does with a value that no trusted text supplied."""
     attribution: Attribution | None = None
     """Untrusted output: who wrote each item, as the service reports it
-    (:class:`~warrant.tools._attribution.Attribution`)."""
+    (:class:`Attribution`)."""
     describe_resources: Callable[[InputT, Any, str], Mapping[str, Any]] | None = None
     """``(args, deps, subject)``: what the call's resources refer to, for the person asked to
     confirm it (a file's name and size, a recipient's display name, "never mailed before"),
@@ -207,7 +406,7 @@ class Tool(Generic[InputT, OutputT]):
     """``(args, ctx)``: the state the approver is asked about (a balance, a status, a version),
     read when the confirmation is requested and again just before the call runs; a moved
     state refuses the call (``PRECONDITION_CHANGED``) and asks again
-    (:mod:`warrant.tools._preconditions`)."""
+    (:func:`fingerprint_of`)."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base_s: float = DEFAULT_RETRY_BASE_S

@@ -15,7 +15,7 @@ otherwise) and validates arguments with ``jsonschema``. A server that cannot be 
 (``ask_servers=False``: queues, time limits, masks, the CLI's reads) asks no server: its MCP
 tools carry the declared policy and an open input schema.
 
-A worker process keeps one session per stdio server (:mod:`warrant.tools._mcp_sessions`, the
+A worker process keeps one session per stdio server (:mod:`warrant.tools._mcp_client`, the
 plug-in's deps: started on the first call, restarted after a failure, closed at shutdown); a
 streamable HTTP server gets a session per call. Each call is bounded by
 ``min(timeout_s, ctx.remaining_s())``. Outcomes:
@@ -31,8 +31,8 @@ The output is stored once: the result's ``structuredContent`` when the server gi
 its text blocks joined (plus any non-text blocks). It is untrusted content: an outside server's
 text is data, never instructions.
 
-This module builds the tools; the file is read by :mod:`warrant.tools._mcp_config`, one-off
-sessions and the typing of failed calls are in :mod:`warrant.tools._mcp_client`.
+This module builds the tools; the file is read by :mod:`warrant.tools._mcp_config`, sessions
+and the typing of failed calls are in :mod:`warrant.tools._mcp_client`.
 """
 
 from __future__ import annotations
@@ -61,12 +61,22 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from warrant.runner.codes import ObservationSource
-from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed
-from warrant.tools._contract import SideEffect, Tool, ToolContext, ToolInput, ToolOutput
-from warrant.tools._jobs import Accepted
+from warrant.runner.errors import PluginError, ServiceUnavailable, ToolFailed, ToolUnknown
+from warrant.tools._contract import (
+    Accepted,
+    JobHooks,
+    JobState,
+    JobStatus,
+    SideEffect,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+)
 from warrant.tools._mcp_client import (
     MAX_MESSAGE,
     Progress,
+    ServerSession,
     bounded,
     call_tool,
     classify,
@@ -80,9 +90,7 @@ from warrant.tools._mcp_config import (
     config_error,
     load_config,
 )
-from warrant.tools._mcp_jobs import accepted_of, job_hooks
 from warrant.tools._mcp_pins import McpDefinition, definition_of
-from warrant.tools._mcp_sessions import ServerSession
 from warrant.tools._registry import DepsContext, Plugin
 
 __all__ = [
@@ -198,10 +206,74 @@ def _output(result: Any) -> McpOutput:
 # --- calls and plug-ins ----------------------------------------------------------------------
 
 
+def _call(
+    server: ServerDeclaration,
+    name: str,
+    arguments: dict[str, Any],
+    ctx: ToolContext,
+    limit_s: float,
+    progress: Progress,
+) -> Any:
+    """One call: on the worker's long-lived session to a stdio server (``ctx.deps``), else on
+    a session of its own."""
+    if isinstance(ctx.deps, ServerSession):
+        return ctx.deps.call(name, arguments, progress, limit_s)
+    return anyio.run(bounded, limit_s, partial(call_tool, server, name, arguments, progress))
+
+
+# --- tools that answer with a job id (``job`` in their declaration) --------------------------
+# The call's result is an Accepted; the declared status and cancel tools of the same server
+# follow the job (JobHooks; the reconciler calls them, never a planner).
+
+
+def _accepted_of(
+    declaration: ToolDeclaration, structured: dict[str, Any] | None, where: str
+) -> Accepted:
+    """The acceptance a job tool's result stands for; a result without the job id is unknown
+    (the server may have started a job nobody can follow)."""
+    assert declaration.job is not None
+    job_id = (structured or {}).get(declaration.job.id_field)
+    if not isinstance(job_id, str | int) or isinstance(job_id, bool) or str(job_id) == "":
+        raise ToolUnknown(
+            f"{where}: the result has no job id ({declaration.job.id_field})",
+            code="MCP_JOB_ID_MISSING",
+        )
+    return Accepted(str(job_id), details=structured)
+
+
+def _job_hooks(server: ServerDeclaration, declaration: ToolDeclaration) -> JobHooks:
+    job = declaration.job
+    assert job is not None
+    limit = declaration.timeout_s
+
+    def poll(job_id: str, ctx: ToolContext) -> JobStatus:
+        result = _call(server, job.status_tool, {job.argument: job_id}, ctx, limit, Progress())
+        structured = result.structuredContent or {}
+        if result.isError:
+            return JobStatus(JobState.RUNNING)  # the status query failed: asked again
+        state = str(structured.get(job.state_field, ""))
+        if state in job.succeeded:
+            return JobStatus(JobState.SUCCEEDED, output={"structured": structured})
+        if state in job.failed:
+            return JobStatus(JobState.FAILED, code=f"JOB_{state.upper()}"[:64], message=state)
+        return JobStatus(JobState.RUNNING)
+
+    def cancel(job_id: str, ctx: ToolContext) -> None:
+        assert job.cancel_tool is not None
+        _call(server, job.cancel_tool, {job.argument: job_id}, ctx, limit, Progress())
+
+    return JobHooks(
+        poll=poll,
+        cancel=cancel if job.cancel_tool else None,
+        interval_s=job.interval_s,
+        max_polls=job.max_polls,
+        timeout_s=job.timeout_s,
+    )
+
+
 @dataclass(frozen=True)
 class _Executor:
-    """Runs one declared tool, the result typed as an outcome: on the worker's long-lived
-    session to a stdio server (``ctx.deps``), else on a session of its own."""
+    """Runs one declared tool, the result typed as an outcome."""
 
     server_name: str
     server: ServerDeclaration
@@ -215,13 +287,10 @@ class _Executor:
         limit = min(self.declaration.timeout_s, ctx.remaining_s()) - _MARGIN_S
         write = self.declaration.side_effect is not SideEffect.READ
         progress = Progress()
-        arguments = args.arguments()
         try:
-            if isinstance(ctx.deps, ServerSession):
-                result = ctx.deps.call(self.remote_name, arguments, progress, max(limit, 0.01))
-            else:
-                call = partial(call_tool, self.server, self.remote_name, arguments, progress)
-                result = anyio.run(bounded, max(limit, 0.01), call)
+            result = _call(
+                self.server, self.remote_name, args.arguments(), ctx, max(limit, 0.01), progress
+            )
         except Exception as exc:
             if progress.result is None:
                 raise classify(exc, sent=progress.sent, write=write, where=where) from exc
@@ -231,7 +300,7 @@ class _Executor:
             text = _text(blocks) or "the server reported an error"
             raise ToolFailed(f"{where}: {text}"[:MAX_MESSAGE], code="MCP_TOOL_ERROR")
         if self.declaration.job is not None:  # the server took a job: the run waits for it
-            return accepted_of(self.declaration, result.structuredContent, where)
+            return _accepted_of(self.declaration, result.structuredContent, where)
         return _output(result)
 
 
@@ -281,7 +350,7 @@ def _tool(
         secret_fields=frozenset(decl.secret_fields),
         output_source=ObservationSource.UNTRUSTED_CONTENT,
         max_attempts=decl.max_attempts,
-        job=job_hooks(server, decl) if decl.job is not None else None,
+        job=_job_hooks(server, decl) if decl.job is not None else None,
     )
 
 

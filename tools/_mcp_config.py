@@ -19,12 +19,14 @@ from pydantic import (
 
 from warrant.runner.errors import PluginError
 from warrant.tools._contract import (
+    DEFAULT_JOB_TIMEOUT_S,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_POLLS,
+    DEFAULT_POLL_INTERVAL_S,
     DEFAULT_TOOL_TIMEOUT_S,
     ConfirmationPolicy,
     SideEffect,
 )
-from warrant.tools._jobs import DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL_S
 
 __all__ = [
     "JobDeclaration",
@@ -41,7 +43,7 @@ Name = Annotated[str, StringConstraints(pattern=_NAME)]
 
 class JobDeclaration(BaseModel):
     """A server tool that answers with a job id and finishes later (a long-running tool,
-    :mod:`warrant.tools._jobs`): where the id is, and the server's tools that follow the job."""
+    ``JobHooks``): where the id is, and the server's tools that follow the job."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.errors import PluginError
-from warrant.tools._attribution import Attribution
-from warrant.tools._contract import Tool
+from warrant.tools._contract import Attribution, Tool
 
 if TYPE_CHECKING:
     from warrant.runner.settings import WarrantSettings
@@ -97,7 +96,7 @@ class Registry:
         return [t for (n, _), t in self._tools.items() if n == name]
 
     def attributions(self) -> dict[str, Attribution]:
-        """Tool name -> its output's :class:`~warrant.tools._attribution.Attribution` (tools
+        """Tool name -> its output's :class:`~warrant.tools._contract.Attribution` (tools
         that declare one; observations name their tool, not its version). Built once."""
         if self._attributions is None:
             tools = self._tools.values()

@@ -29,7 +29,7 @@ from typing import Any
 from warrant.runner.codes import Outcome, Phase, RunStatus, StopReason
 from warrant.runner.gate import AwaitConfirmation, Decision, GateInput, Halt, Ignore, Reject
 from warrant.runner.policy import evaluate
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import sources_from
 from warrant.runner.spec import Budgets, Grant
 from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
 from warrant.runner.views import ConfirmationView, GrantView, RunView

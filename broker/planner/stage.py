@@ -20,13 +20,18 @@ from warrant.broker.faults import crash_point
 from warrant.broker.limit_waits import model_limiter
 from warrant.broker.planner._run_watch import the_run_watch
 from warrant.broker.publish import Outbox
-from warrant.ledger import reads
 from warrant.ledger.db import session_scope
 from warrant.ledger.memory_views import (
     built_event,
     view_from_row,
 )
-from warrant.ledger.planner_outcomes import invalid_output, model_failed, record_proposal, stopped
+from warrant.ledger.planner_outcomes import (
+    StepWrite,
+    invalid_output,
+    model_failed,
+    record_proposal,
+    stopped,
+)
 from warrant.ledger.repo import (
     StaleVersion,
     append_events,
@@ -48,8 +53,7 @@ from warrant.runner.planners import PlannerFailure, PlannerRetryLater, planner_f
 from warrant.runner.planners.kinds import planner_kinds
 from warrant.runner.retry import MODEL_RETRY_CAP_S, MODEL_RETRY_EVENT, ModelRetries
 from warrant.runner.run_machine import Stop
-from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, Usage
-from warrant.runner.spec_success import SuccessSpec
+from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, SuccessSpec, Usage
 from warrant.runner.step_decisions import check_before_planning
 from warrant.runner.views import RunView
 
@@ -91,9 +95,9 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     ``invalid_output``, ``retry_scheduled`` or, for a run whose caller proposes (planner kind
     ``external``), ``awaiting_proposal`` (deadline and budgets checked, nothing asked).
 
-    One read (the run and everything its working-memory view shows) and one write (the
-    transition with the step's proposal), each a single statement in autocommit mode: no
-    transaction is open while the planner thinks (a model's step also reads :func:`_retries`)."""
+    One read (the run, everything its working-memory view shows and the step's earlier
+    attempts) and one write (the transition with the step's proposal), each a single statement
+    in autocommit mode: no transaction is open while the planner thinks."""
     spec = _SPECS.get(run_id)
     with autocommit(ctx.engine) as conn:
         row = load_planning(
@@ -113,7 +117,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
         return "ignored"
     if spec is None:
         spec = _remember(run_id, RunSpec.model_validate(row.spec))
-    retries = _retries(ctx, spec, run_id, version)
+    retries = ModelRetries.of(row.retries or ())
     if retries.not_before > ctx.clock() + EARLY_TOLERANCE_S:
         log.info("planner message before its retry time run=%s v=%s", run_id, version)
         return "ignored"
@@ -153,40 +157,18 @@ def _conclude(
 ) -> str:
     """Commit what the planner's answer means (one statement), then hand on. ``success``:
     the spec's (cached here: a final answer's check reads no spec)."""
-    usage, version = answer.usage, view.version
-    step = view.step + 1
-    counters = {
-        "step": step,
-        "model_calls": view.model_calls + answer.calls,
-        "tokens_used": view.tokens_used + usage.prompt_tokens + usage.completion_tokens,
-        "cost_used": view.cost_used + usage.cost,
-    }
-    before = _events_before(built, usage)
+    version, step = view.version, view.step + 1
+    before = _events_before(built, answer.usage)
     outbox = Outbox()
     try:
         with autocommit(ctx.engine) as conn:
+            w = StepWrite(ctx.publisher, conn, view, before, answer.usage, answer.calls)
             if answer.invalid is not None:
-                result = invalid_output(
-                    ctx.publisher, conn, view, step, counters, before, answer.invalid
-                )
+                result = invalid_output(w, answer.invalid)
             elif answer.failed is not None:
-                failed = answer.failed
-                result = model_failed(conn, view, version, step, counters, before, failed)
+                result = model_failed(w, answer.failed)
             else:
-                raw, calls = answer.raw, answer.calls
-                result = record_proposal(
-                    ctx.publisher,
-                    conn,
-                    view,
-                    version,
-                    step,
-                    counters,
-                    before,
-                    raw,
-                    usage,
-                    calls,
-                    success=success,
-                )
+                result = record_proposal(w, answer.raw, success=success)
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)
         if billed and answer.calls:  # a real model was called (and billed) all the same
@@ -211,19 +193,6 @@ def _events_before(built: Any, usage: Usage) -> list[tuple[str, dict[str, Any]]]
         }
         before.append(("model.usage.estimated", estimate))
     return before
-
-
-def _retries(ctx: StageContext, spec: RunSpec, run_id: str, version: int) -> ModelRetries:
-    """The step's earlier attempts (its retry events). A fixture planner never asks for
-    later, and nobody asks a model for an external run: their steps skip this read."""
-    if isinstance(spec.planner, FixturePlannerSpec | ExternalPlannerSpec):
-        return ModelRetries()
-    with session_scope(ctx.engine) as s:
-        return ModelRetries.of(
-            e.details
-            for e in reads.trace(s, run_id)
-            if e.event == MODEL_RETRY_EVENT and (e.details or {}).get("version") == version
-        )
 
 
 def _retry_later(ctx: StageContext, view: RunView, event: dict[str, Any]) -> str:
@@ -281,10 +250,6 @@ def _stop(ctx: StageContext, view: RunView, stop: Stop, *, counters: Any = None)
 # -- A planner step's model call and its run's cancellation: the cancel signal the planner is
 # given while it thinks (``broker.planner._run_watch``), and the charge for a call whose answer came
 # too late to be recorded (the run was cancelled or moved on meanwhile).
-
-
-#: The code of a model call given up because its run was cancelled (its usage estimated).
-ABANDONED = "MODEL_CALL_ABANDONED"
 
 
 @contextmanager

@@ -8,15 +8,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Engine
-
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
-from warrant.broker.registration import live_registrations
-from warrant.broker.tool.permission_waits import command_write, reissued
+from warrant.broker.tool.permission_waits import command_write
 from warrant.broker.tool.preconditions import precondition_shown
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
@@ -27,17 +24,13 @@ from warrant.ledger.guarded import (
     use_grants,
     use_pre_approval,
 )
-from warrant.ledger.mcp_pins import pinned_definition
 from warrant.ledger.memory_views import POLICY_OBSERVATION_TTL_STEPS
-from warrant.ledger.proposal_facts import refused_under_untrusted_influence
 from warrant.ledger.repo import NewObservation, StaleVersion, commit, run_view, to_datetime
 from warrant.ledger.stage_loads import (
+    PolicyLoad,
     autocommit,
     confirmations_from,
-    grants_from,
     history_from,
-    load_policy,
-    load_provenance,
     pre_approvals_from,
 )
 from warrant.runner import policy
@@ -51,15 +44,12 @@ from warrant.runner.codes import (
     StopReason,
 )
 from warrant.runner.confirmation_rules import approvals_required
-from warrant.runner.grant_wait import asks_for_grant, grant_request
-from warrant.runner.grants import narrowed
+from warrant.runner.permission_wait import asks_for_grant, grant_request
 from warrant.runner.policy_version import policy_version
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.views import GrantView, RunView
-from warrant.tools._contract import SideEffect, Tool
-from warrant.tools._mcp_pins import changed_fields, mcp_definition
-from warrant.tools._registry import Registry
+from warrant.tools._mcp_pins import McpDefinition, changed_fields
 
 __all__ = ["policy_evaluate"]
 
@@ -80,22 +70,23 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
     ``waiting_grant:<code>``, ``handoff`` or ``accepted``.
 
-    Load → decide → commit → publish: one read (run, pending proposal, grants, confirmations,
-    loop history), the pure gate and the steps around it (:func:`_decide`), one write (the
-    transition with the proposal's verdict and, if accepted, the command: :func:`_commit`),
-    then the message that write calls for."""
+    Load → decide → commit → publish: one read (:meth:`~warrant.ledger.stage_loads.PolicyLoad.read`:
+    the run, its pending proposal, grants, confirmations, loop history, live registrations, an
+    MCP tool's pin, the refusals a persistent injection counts, a refused command issued again),
+    the pure gate and the steps around it (:func:`_decide`), one write (the transition with the
+    proposal's verdict and, if accepted, the command: :func:`_commit`), then the message that
+    write calls for."""
     now = ctx.clock()
-    with autocommit(ctx.engine) as conn:
-        row = load_policy(conn, run_id)
-    if row is None or row.version != version or row.proposal is None:
+    load = PolicyLoad.read(ctx.engine, run_id, version, ctx.registry)
+    if load is None:
         return "ignored"
-    view = run_view(row)
-    decision = _decide(ctx, view, row, now)
+    view = run_view(load.row)
+    decision = _decide(ctx, view, load, now)
     if isinstance(decision, policy.Ignore):
         log.info("policy ignoring run=%s: %s", run_id, decision.reason)
         return "ignored"
     try:
-        committed = _commit(ctx, view, row, decision, version, now)
+        committed = _commit(ctx, view, load, decision, version, now)
     except StaleVersion:
         return "ignored"
     if isinstance(committed, str):  # handed to a person (its own transaction): nothing follows
@@ -112,20 +103,20 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
 def _commit(
     ctx: StageContext,
     view: RunView,
-    row: Any,
+    load: PolicyLoad,
     decision: policy.Accept | policy.Reject | policy.Halt | policy.AwaitConfirmation,
     version: int,
     now: float,
 ) -> tuple[str, Callable[[], None] | None] | str:
     """The decision's one write: the stage's result and the message to publish after it (or,
     for a run handed to a person instead, only the result)."""
-    run_id = view.run_id
+    run_id, row = view.run_id, load.row
     send: Callable[[], None] | None = None
     with autocommit(ctx.engine) as conn:
         if isinstance(decision, policy.Reject) and asks(row, decision):
-            result = await_grant(ctx, conn, view, row, decision)
+            result = await_grant(ctx, conn, view, load, decision)
         elif isinstance(decision, policy.Reject):
-            if persistent(conn, run_id, row.handoff):
+            if persistent(row):
                 return _handoff(ctx, run_id, version, row.proposal["id"], influence(decision))
             send = _reject(ctx, conn, view, row.proposal, decision)
             result = f"rejected:{decision.code}"
@@ -140,19 +131,19 @@ def _commit(
             decision = dataclasses.replace(decision, described=said, precondition=state)
             floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
             result = _await_confirmation(
-                conn, view, version, p["id"], p["step"], p["proposal_id"], decision, now, floor
+                conn, view, p["id"], p["step"], p["proposal_id"], decision, now, floor
             )
         else:
-            send = _accept(ctx, conn, view, row.proposal, decision, version, now)
+            send = _accept(ctx, conn, view, load, decision, now)
             result = "accepted"
     return result, send
 
 
-def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.Decision:
+def _decide(ctx: StageContext, view: RunView, load: PolicyLoad, now: float) -> policy.Decision:
     """The pure gate on the loaded proposal, in a span with per-layer events."""
+    row, grants = load.row, load.grants
     run_id, proposal = view.run_id, row.proposal
     pid = proposal["proposal_id"]
-    grants = grants_from(run_id, row.grants)
     with telemetry.span(
         "policy.evaluate", run_id=run_id, proposal_id=pid, tool=proposal["tool"]
     ) as sp:
@@ -166,14 +157,14 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
                 history=history_from(row.history),
                 registry=ctx.registry,
                 now=now,
-                deployment=live_registrations(ctx.engine),
-                pins=pin_refusals(
-                    ctx.engine, ctx.registry, run_id, proposal["tool"], proposal["tool_version"]
-                ),
+                deployment=load.deployment,
+                pins=pin_refusals(load.pin),
                 relaxed=ctx.settings.relaxed_tools,
                 observed=ctx.settings.observed_tools,
                 pre_approvals=pre_approvals_from(row.pre_approvals),
-                provenance=_provenance(ctx, run_id, proposal, grants),
+                provenance=None
+                if load.provenance is None
+                else sources_from(*load.provenance, attributions=ctx.registry.attributions()),
             ),
             on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
         )
@@ -181,22 +172,6 @@ def _decide(ctx: StageContext, view: RunView, row: Any, now: float) -> policy.De
         if sp is not None:
             sp.set_attribute("warrant.outcome", _outcome_name(decision))
     return decision
-
-
-def _provenance(
-    ctx: StageContext, run_id: str, proposal: dict[str, Any], grants: list[GrantView]
-) -> Any:
-    """What a write or egress call's arguments may come from, and the sources of task-scoped
-    grants of the tool's capabilities (a second read, for those calls only)."""
-    tool = ctx.registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
-    if tool is None:
-        return None
-    if tool.side_effect is SideEffect.READ and not tool.egress and not narrowed(tool, grants):
-        return None
-    with autocommit(ctx.engine) as conn:
-        row = load_provenance(conn, run_id)
-    found = ctx.registry.attributions()
-    return None if row is None else sources_from(*row, attributions=found)
 
 
 def _looping(decision: policy.Halt) -> bool:
@@ -279,7 +254,6 @@ def _handoff(ctx: StageContext, run_id: str, version: int, pk: int, decision: An
 def _await_confirmation(
     conn: Any,
     view: RunView,
-    version: int,
     pk: int,
     step: int,
     pid: str | None,
@@ -379,7 +353,6 @@ def _command_writes(
     if decision.confirmation_id:
         guarded.append(use_confirmation(decision.confirmation_id, to_datetime(now)))
     if decision.pre_approval_id is not None:
-        pid = decision.proposal.proposal_id
         guarded.append(use_pre_approval(decision.pre_approval_id, pid, to_datetime(now)))
     return guarded
 
@@ -388,15 +361,14 @@ def _accept(
     ctx: StageContext,
     conn: Any,
     view: RunView,
-    proposal: dict[str, Any],
+    load: PolicyLoad,
     decision: policy.Accept,
-    version: int,
     now: float,
 ) -> Callable[[], None]:
     tool = decision.tool
-    run_id = view.run_id
+    run_id, proposal = view.run_id, load.row.proposal
     timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
-    prior = reissued(conn, view, proposal)  # its tool refused it for a permission: a grant came
+    prior = load.refused_command  # its tool refused it for a permission: a grant came
     command_id = str(uuid.uuid4()) if prior is None else prior.id
     pid = decision.proposal.proposal_id
     guarded = _command_writes(view, proposal, decision, command_id, timeout, now, prior=prior)
@@ -466,11 +438,11 @@ def described(
 # stage hands the run to a person (``UNTRUSTED_INFLUENCE``) instead of planning again.
 
 
-def persistent(conn: Any, run_id: str, handoff: dict[str, Any] | None) -> bool:
-    """One more refusal reaches the spec's ``handoff.after_untrusted_refusals`` (counted only
-    when the spec asks: one read)."""
-    limit = (handoff or {}).get("after_untrusted_refusals")
-    return limit is not None and refused_under_untrusted_influence(conn, run_id) + 1 >= limit
+def persistent(row: Any) -> bool:
+    """One more refusal reaches the spec's ``handoff.after_untrusted_refusals`` (the load
+    counted them only when the spec asks)."""
+    limit = (row.handoff or {}).get("after_untrusted_refusals")
+    return limit is not None and row.untrusted_refusals + 1 >= limit
 
 
 def influence(decision: policy.Reject) -> policy.Halt:
@@ -531,43 +503,27 @@ def versioned(
 # (``MCP_TOOL_CHANGED``) until an operator accepts it (``warrant mcp accept``).
 
 
-def pin_refusals(
-    engine: Engine, registry: Registry, run_id: str, tool: str | None, version: str | None
-) -> dict[str, str]:
-    """The gate's ``pins`` for a proposal of ``tool@version``: why its served definition is
-    not the pinned one, keyed ``name@version`` (empty: no MCP tool, or pinned)."""
-    found = registry.get(tool, version) if tool and version else None
-    if found is None:
+def pin_refusals(pin: tuple[str, McpDefinition, str, dict[str, Any]] | None) -> dict[str, str]:
+    """The gate's ``pins`` for the proposal's tool, from the load's served and pinned
+    definitions: why the served one is not the pinned one, keyed ``name@version`` (empty: no
+    MCP tool, or pinned)."""
+    if pin is None:
         return {}
-    why = pin_check(engine, run_id)(found)
-    return {} if why is None else {f"{found.name}@{found.version}": why}
-
-
-def pin_check(engine: Engine, run_id: str) -> Callable[[Tool[Any, Any]], str | None]:
-    """``why(tool)``: ``None`` when ``tool`` is no MCP tool or its definition is pinned, else
-    what changed with the pinned and the served hash (a ledger read for MCP tools only)."""
-
-    def why(tool: Tool[Any, Any]) -> str | None:
-        served = mcp_definition(tool)
-        if served is None:
-            return None
-        with autocommit(engine) as conn:
-            pinned_hash, pinned = pinned_definition(conn, served, run_id=run_id)
-        if pinned_hash == served.hash:
-            return None
-        changed = ", ".join(changed_fields(pinned, served.definition)) or "definition"
-        return (
-            f"MCP server {served.server} serves another definition of {served.tool} than the "
-            f"one accepted ({changed} changed; pinned {pinned_hash}, served {served.hash}): "
-            f"an operator accepts it with `warrant mcp accept {served.server} {served.tool}`"
-        )
-
-    return why
+    key, served, pinned_hash, pinned = pin
+    if pinned_hash == served.hash:
+        return {}
+    changed = ", ".join(changed_fields(pinned, served.definition)) or "definition"
+    why = (
+        f"MCP server {served.server} serves another definition of {served.tool} than the "
+        f"one accepted ({changed} changed; pinned {pinned_hash}, served {served.hash}): "
+        f"an operator accepts it with `warrant mcp accept {served.server} {served.tool}`"
+    )
+    return {key: why}
 
 
 # -- The policy stage's refusals that ask: a proposal refused for a missing grant, in a run whose
 # spec says ``policy.on_missing_grant: "ask"``, pauses the run in ``waiting_grant`` (the pending
-# proposal kept, nothing re-planned). The decision is :mod:`warrant.runner.grant_wait`.
+# proposal kept, nothing re-planned). The decision is :mod:`warrant.runner.permission_wait`.
 
 
 def asks(row: Any, decision: policy.Reject) -> bool:
@@ -577,12 +533,12 @@ def asks(row: Any, decision: policy.Reject) -> bool:
 
 
 def await_grant(
-    ctx: StageContext, conn: Any, view: RunView, row: Any, decision: policy.Reject
+    ctx: StageContext, conn: Any, view: RunView, load: PolicyLoad, decision: policy.Reject
 ) -> str:
     """Commit the wait: the run's status, the request as its ``stop_detail``, the proposal's
     status ``waiting_grant``. Returns ``waiting_grant:<code>`` (or the refusal's fallback when
     the tool is unknown to this worker: then nothing can be asked)."""
-    proposal = row.proposal
+    proposal = load.row.proposal
     raw = proposal.get("raw") or {}
     tool = ctx.registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
     assert tool is not None  # an authorization refusal comes after the registry layer
@@ -593,15 +549,14 @@ def await_grant(
         tool=tool,
         arguments=arguments,
         subject=view.subject,
-        grants=grants_from(view.run_id, row.grants),
+        grants=load.grants,
         step=proposal["step"],
         proposal_id=proposal["proposal_id"],
         proposal_hash=decision.fingerprint,
     )
-    events = [(e.name, e.details) for e in decision.events]
     commit(
         conn,
-        machine.request_grant(view, request=request, events=events),
+        machine.request_grant(view, request=request, events=_events(decision.events)),
         step=proposal["step"],
         proposal_id=proposal["proposal_id"],
         guarded=[

@@ -38,9 +38,12 @@ from warrant.ledger.row_updates import (
 )
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
-from warrant.runner.reconcile_rules import (
+from warrant.runner.run_machine import Stop
+from warrant.runner.settings import WarrantSettings
+from warrant.runner.tool_outcomes import (
     Answer,
     Next,
+    after_not_applied,
     ask_again_in,
     batch_answer,
     item_status,
@@ -48,9 +51,6 @@ from warrant.runner.reconcile_rules import (
     may_still_be_applying,
     next_step,
 )
-from warrant.runner.run_machine import Stop
-from warrant.runner.settings import WarrantSettings
-from warrant.runner.tool_outcomes import after_not_applied
 from warrant.tools import _batches as batches
 from warrant.tools._contract import ReconcileResult, Tool, ToolContext
 
@@ -60,18 +60,13 @@ log = logging.getLogger("warrant.reconciler")
 
 
 def reconcile_unknown_effects(
-    ctx: StageContext,
-    settings: WarrantSettings,
-    report: Any,
-    *,
-    check: Callable[[], None] | None = None,
+    ctx: StageContext, settings: WarrantSettings, report: Any, check: Callable[[], None]
 ) -> None:
     """Each due unknown outcome once; ``check`` is called before each (it raises to stop)."""
     with session_scope(ctx.engine) as s:
         due = sweeps.due_unknown_outcomes(s, limit=settings.sweep_batch)
     for outcome_id in due:
-        if check is not None:
-            check()
+        check()
         try:
             _reconcile_one(ctx, settings, report, outcome_id)
         except Exception:

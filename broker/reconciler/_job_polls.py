@@ -1,6 +1,6 @@
 """The reconciler's sixth category: accepted jobs of long-running tools, followed to their end.
 
-For each due ``accepted`` outcome (:mod:`warrant.tools._jobs`) the tool's ``poll(operation_id)``
+For each due ``accepted`` outcome (``JobHooks``) the tool's ``poll(operation_id)``
 is asked outside any lock, then the answer is applied under the locks of the outcome, its run
 and its command:
 
@@ -43,8 +43,7 @@ from warrant.ledger.row_updates import (
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
 from warrant.runner.settings import WarrantSettings
-from warrant.tools._contract import Tool, ToolContext
-from warrant.tools._jobs import JobState, JobStatus
+from warrant.tools._contract import JobState, JobStatus, Tool, ToolContext
 
 __all__ = ["POLLS_AFTER_CANCEL", "poll_waiting_jobs"]
 
@@ -57,18 +56,13 @@ CANCEL_REQUESTED = "cancel_requested"
 
 
 def poll_waiting_jobs(
-    ctx: StageContext,
-    settings: WarrantSettings,
-    report: Any,
-    *,
-    check: Callable[[], None] | None = None,
+    ctx: StageContext, settings: WarrantSettings, report: Any, check: Callable[[], None]
 ) -> None:
     """Each due accepted job once; ``check`` is called before each (it raises to stop)."""
     with session_scope(ctx.engine) as s:
         due = sweeps.due_accepted_outcomes(s, limit=settings.sweep_batch)
     for outcome_id in due:
-        if check is not None:
-            check()
+        check()
         try:
             _follow(ctx, report, outcome_id)
         except Exception:

@@ -85,18 +85,16 @@ def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepRe
         if not lock.held:
             return SweepReport(locked=False)
         try:
-            _stale_commands(ctx, settings, report, lock.check)
-            lock.check()
-            reconcile_unknown_effects(ctx, settings, report, check=lock.check)
-            lock.check()
-            _stalled_runs(ctx, settings, report, lock.check)
-            lock.check()
-            _expired_confirmations(ctx, settings, report, lock.check)
-            lock.check()
-            _expired_grant_waits(ctx, settings, report, lock.check)
-            lock.check()
-            poll_waiting_jobs(ctx, settings, report, check=lock.check)
-            lock.check()
+            for part in (
+                _stale_commands,
+                reconcile_unknown_effects,
+                _stalled_runs,
+                _expired_confirmations,
+                _expired_grant_waits,
+                poll_waiting_jobs,
+            ):
+                part(ctx, settings, report, lock.check)
+                lock.check()
             sent = deliver_webhooks(ctx, settings)
             report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed
         except sweeps.SweepLockLost:

@@ -12,7 +12,7 @@ from warrant.broker.context import StageContext
 from warrant.broker.tool._call import Snapshot
 from warrant.ledger.guarded import insert_command, rearm_command
 from warrant.ledger.repo import Guarded
-from warrant.ledger.stage_loads import autocommit, command_proposal, refused_command
+from warrant.ledger.stage_loads import autocommit, command_proposal
 from warrant.runner.codes import Outcome
 from warrant.runner.permission_wait import (
     PERMISSION_DENIED,
@@ -22,10 +22,9 @@ from warrant.runner.permission_wait import (
     tool_grant_request,
 )
 from warrant.runner.tool_outcomes import ToolResult
-from warrant.runner.views import RunView
 from warrant.tools._contract import Tool
 
-__all__ = ["command_write", "reissued", "with_grant_wait"]
+__all__ = ["command_write", "with_grant_wait"]
 
 #: What an accepted proposal's command row gets anew when it is issued again.
 _REISSUED = (
@@ -37,8 +36,6 @@ _REISSUED = (
     "confirmation_id",
     "grant_ids",
 )
-#: A proposal the planner just made (the gate sees it for the first time: no command yet).
-_NEW = "received"
 
 
 def with_grant_wait(
@@ -66,17 +63,6 @@ def with_grant_wait(
         attempt=snap.attempt,
     )
     return dataclasses.replace(res, grant_wait=GrantWait(request, facts.proposal_pk))
-
-
-def reissued(conn: Any, view: RunView, proposal: dict[str, Any]) -> Any | None:
-    """The command its tool refused for this proposal, now accepted again after a grant
-    (``id``, ``idempotency_token``, ``attempts``), or ``None``. Looked up only for a
-    proposal the gate has seen before."""
-    if proposal.get("status") == _NEW:
-        return None
-    return refused_command(
-        conn, run_id=view.run_id, step=proposal["step"], proposal_pk=proposal["id"]
-    )
 
 
 def command_write(prior: Any | None, values: dict[str, Any]) -> Guarded:

@@ -1,4 +1,4 @@
-"""The state the approver saw (``Tool.precondition``; :mod:`warrant.tools._preconditions`).
+"""The state the approver saw (``Tool.precondition``; :mod:`warrant.tools._contract`).
 
 The policy stage reads it when it requests a confirmation (:func:`precondition_shown`: its
 fingerprint and summary go into the request, and the approval keeps the fingerprint). The
@@ -37,12 +37,12 @@ from warrant.runner.codes import (
     RunStatus,
 )
 from warrant.runner.views import RunView
-from warrant.tools._contract import Tool
-from warrant.tools._preconditions import (
+from warrant.tools._contract import (
     PRECONDITION_CHANGED,
     PRECONDITION_UNREADABLE,
     Fingerprint,
     PreconditionContext,
+    Tool,
     fingerprint_of,
     moved,
 )

@@ -42,8 +42,7 @@ from warrant.runner import run_machine as machine
 from warrant.runner.codes import CommandStatus, ObservationKind, Outcome, RunStatus, StopReason
 from warrant.runner.permission_wait import wait_for_grant
 from warrant.runner.retry import decide_retry
-from warrant.runner.run_machine import Change
-from warrant.runner.run_rules import charge_tool_usage
+from warrant.runner.run_machine import Change, charge_tool_usage
 from warrant.runner.tool_stage import late_verdict, planning
 from warrant.runner.views import RunView
 from warrant.tools._contract import SideEffect, Tool

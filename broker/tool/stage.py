@@ -19,7 +19,6 @@ from typing import Any
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.limit_waits import Slot, send_again, tool_slot
-from warrant.broker.registration import live_registrations
 from warrant.broker.tool import _attempt_watch as attempt_watch
 from warrant.broker.tool import deadline, preconditions
 from warrant.broker.tool._call import Snapshot, ToolResult, run_tool, snapshot_of
@@ -27,6 +26,7 @@ from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool.record import conclude, record, trace
 from warrant.ledger.commands import claim_command, discard_command, start_command
 from warrant.ledger.stage_loads import autocommit, load_tool
+from warrant.ledger.workers import live_registrations
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import CommandStatus, Outcome, StopReason
 from warrant.runner.tool_stage import delivery, planning, redirect

@@ -11,24 +11,30 @@ __layer__ = "client, server, CLI and stack"
 
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from warrant.runner.cli.app import app
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "version"]
+
+
+def version() -> str:
+    """The installed package's version (``warrant-runner``), or ``unknown`` in a tree that
+    was never installed."""
+    try:
+        return package_version("warrant-runner")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The console script: exits with the command's exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["--version"]:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            sys.stdout.write(f"warrant {version('warrant-runner')}\n")
-        except PackageNotFoundError:
-            sys.stdout.write("warrant unknown\n")
+        sys.stdout.write(f"warrant {version()}\n")
         sys.exit(0)
     from warrant.runner.cli.app import run  # lazy: --version answers before typer/rich load
 

@@ -1,9 +1,10 @@
 """The ``warrant`` command line. Every command takes ``--json``; errors carry stable codes.
 
-One module per command group: :mod:`~warrant.runner.cli.runs` (+ ``start``: ``run
-start`` and ``run wait``), ``tools``, ``db``, ``memory``, ``handoffs``, ``tokens``; the
-commands that run processes (``worker``, ``beat``, ``reconcile``, ``up``, ``down``,
-``demo``) in :mod:`~warrant.runner.cli.stack`.
+The commands live in one module per family (:data:`COMMANDS` says which): ``runs`` (+
+``start``, ``proposals``: the rest of ``run``, loaded by :data:`RUN_COMMANDS`), ``ledger``
+(the administrators' ``ledger``, ``token`` and ``gate``), ``stack`` (``worker``, ``beat``,
+``up``, ``down``, ``demo``), ``handoffs`` (``handoff`` and ``memory``), and ``tools``,
+``db``, ``mcp``, ``serve``, ``reconcile``.
 
 :func:`main` runs the app with click's standalone mode off, so that every error takes one
 path: a usage error (``USAGE_ERROR``), a setting that cannot be read (``SETTINGS_INVALID``) and
@@ -26,6 +27,7 @@ from typer.core import TyperGroup
 from typer.main import get_command_from_info, get_group_from_info
 from typer.models import TyperInfo
 
+from warrant.runner.cli import version
 from warrant.runner.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -49,22 +51,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("stack", "worker"),
     "up": ("stack", "up"),
     "down": ("stack", "down"),
-    "demo": ("demo", "demo"),
+    "demo": ("stack", "demo"),
     "serve": ("serve", "serve"),
     "run": ("runs", "run_app"),
     "tools": ("tools", "tools_app"),
     "db": ("db", "db_app"),
-    "memory": ("memory", "memory_app"),
+    "memory": ("handoffs", "memory_app"),
     "handoff": ("handoffs", "handoff_app"),
-    "token": ("tokens", "token_app"),
+    "token": ("ledger", "token_app"),
     "ledger": ("ledger", "ledger_app"),
-    "gate": ("gate", "gate_app"),
+    "gate": ("ledger", "gate_app"),
     "mcp": ("mcp", "mcp_app"),
 }
 #: The ``run`` commands other modules add to ``runs.run_app`` (importing the module registers
 #: them): ``run start`` imports the broker's registrations, which ``run list`` does without.
 RUN_COMMANDS: dict[str, str] = {
-    "answer": "answers",
+    "answer": "proposals",
     "propose": "proposals",
     "decision": "proposals",
     "start": "start",
@@ -167,18 +169,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=_RootGroup,
 )
-
-
-def version() -> str:
-    """The installed package's version (``warrant-runner``), or ``unknown`` in a tree that
-    was never installed."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
-
-    try:
-        return package_version("warrant-runner")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 #: The options that only print help (the command line's, as typed).

@@ -1,5 +1,7 @@
 """What every ``warrant`` command shares: the consoles, the ``--json`` and ``--by`` options,
-JSON output, and errors turned into stable codes and exit codes."""
+JSON output, errors turned into stable codes and exit codes, the client, and run and handoff
+ids as people type them: whole, or a unique prefix of at least :data:`MIN_PREFIX` characters
+(what fits on a screen and is read off a table)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from rich.markup import escape
 
 from warrant.runner.errors import (
     ConfirmationRefused,
+    HandoffNotFound,
+    IdAmbiguous,
     InvalidRequest,
     NotFound,
     PluginError,
+    RunNotFound,
     ServiceUnavailable,
     SettingsInvalid,
     SpecError,
@@ -41,16 +46,18 @@ __all__ = [
     "EXIT_TIMED_OUT",
     "EXIT_UNAVAILABLE",
     "EXIT_WAITING",
+    "MIN_PREFIX",
     "ByOpt",
     "JsonOpt",
+    "client_and_id",
     "console",
     "err",
-    "exit_code_for",
     "fail",
     "guard",
     "make_client",
     "print_json",
     "report",
+    "resolve",
     "settings_error",
     "settings_of",
 ]
@@ -169,11 +176,6 @@ def settings_error(exc: BaseException) -> SettingsInvalid | None:
     return None
 
 
-def exit_code_for(status: str) -> int:
-    """The exit code of a wait that ended with the run at ``status``."""
-    return EXIT_BY_STATUS.get(status, EXIT_TIMED_OUT)
-
-
 def settings_of(ctx: typer.Context) -> WarrantSettings:
     """The settings the command line's root read for this command (:mod:`warrant.runner.cli.app`
     keeps them on the root context); a command group run on its own reads them here."""
@@ -201,3 +203,32 @@ def make_client(*, remote_ok: bool = True, settings: WarrantSettings | None = No
     from warrant.runner.client.api import Client  # lazy: Celery + SQLAlchemy, ~0.5 s
 
     return Client.from_env()
+
+
+def client_and_id(
+    as_json: bool, key: str, *, kind: str = "run", remote_ok: bool = True
+) -> tuple[RunnerClient, str]:
+    """The command's client (:func:`make_client`) and the whole id ``key`` names (a prefix is
+    resolved: :func:`resolve`); either failing ends the command."""
+    client = guard(as_json, lambda: make_client(remote_ok=remote_ok))
+    return client, guard(as_json, lambda: resolve(client, key, kind))
+
+
+#: The shortest prefix accepted: shorter ones would too often name several runs.
+MIN_PREFIX = 6
+
+
+def resolve(client: RunnerClient, key: str, kind: str = "run") -> str:
+    """The whole id of the run (``kind="handoff"``: the handoff, or the run handed off) ``key``
+    names (``RUN_NOT_FOUND``, ``HANDOFF_NOT_FOUND``, ``ID_AMBIGUOUS``)."""
+    found = client.ids_like(key, kind=kind, min_length=MIN_PREFIX)
+    if len(found) > 1:
+        raise IdAmbiguous(
+            f"{key!r} starts more than one {kind} id ({', '.join(found)}, …): give more characters",
+            matches=found,
+        )
+    if not found:
+        missing = HandoffNotFound if kind == "handoff" else RunNotFound
+        hint = f" (a prefix needs {MIN_PREFIX} characters)" if len(key) < MIN_PREFIX else ""
+        raise missing(f"no {kind} {key}{hint}")
+    return found[0]

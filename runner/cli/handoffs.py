@@ -1,4 +1,5 @@
-"""``warrant handoff ...``: runs handed to a person."""
+"""``warrant handoff ...``: runs handed to a person; ``warrant memory ...``: long-term memory
+(preferences). Both keep to the database when ``WARRANT_SERVER_URL`` is set."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from warrant.runner.cli import ids
-from warrant.runner.cli.common import ByOpt, JsonOpt, console, guard, make_client, print_json
+from warrant.runner.cli.common import (
+    ByOpt,
+    JsonOpt,
+    client_and_id,
+    console,
+    guard,
+    make_client,
+    print_json,
+)
 from warrant.runner.cli.runs import id_column
 
-__all__ = ["handoff_app"]
+__all__ = ["handoff_app", "memory_app"]
 
 HandoffIdArg = Annotated[
     str,
@@ -49,8 +57,7 @@ def handoff_list(
 @handoff_app.command("show")
 def handoff_show(handoff_id: HandoffIdArg, as_json: JsonOpt = False) -> None:
     """The whole bundle: state, goal, evidence, pending proposal, unknown effects, actions."""
-    client = guard(as_json, lambda: make_client(remote_ok=False))
-    whole = guard(as_json, lambda: ids.handoff_id(client, handoff_id))
+    client, whole = client_and_id(as_json, handoff_id, kind="handoff", remote_ok=False)
     h = guard(as_json, lambda: client.handoff(whole))
     if as_json:
         print_json(h)
@@ -70,12 +77,10 @@ def handoff_show(handoff_id: HandoffIdArg, as_json: JsonOpt = False) -> None:
             f"  {e['tool']} step {e['step']} code {e['code']} "
             f"history {[r['result'] for r in e['reconciliation_history']]}"
         )
-    console.print("recommended safe actions:")
-    for a in b["recommended_safe_actions"]:
-        console.print(f"  - {a}")
-    console.print("forbidden automatic actions:")
-    for a in b["forbidden_automatic_actions"]:
-        console.print(f"  - {a}")
+    for key in ("recommended_safe_actions", "forbidden_automatic_actions"):
+        console.print(key.replace("_", " ") + ":")
+        for a in b[key]:
+            console.print(f"  - {a}")
     if h["resolution"]:
         console.print(f"resolved: {h['resolution']} by {h['resolved_by']}")
 
@@ -89,8 +94,7 @@ def handoff_resolve(
     as_json: JsonOpt = False,
 ) -> None:
     """End a handed-off run: a command through the state machine, with identity and reason."""
-    client = guard(as_json, make_client)
-    whole = guard(as_json, lambda: ids.handoff_id(client, handoff_id))
+    client, whole = client_and_id(as_json, handoff_id, kind="handoff")
     info = guard(
         as_json,
         lambda: client.resolve_handoff(whole, outcome=outcome, by=by, reason=reason).to_dict(),
@@ -98,3 +102,41 @@ def handoff_resolve(
     print_json(info) if as_json else console.print(
         f"run {info['run_id']}: {info['status']} ({info['stop_reason']})"
     )
+
+
+memory_app = typer.Typer(help="Long-term memory (preferences).", no_args_is_help=True)
+
+
+@memory_app.command("list")
+def memory_list(
+    subject: Annotated[str, typer.Option(help="Whose memory.")],
+    all_: Annotated[bool, typer.Option("--all", help="Include revoked and expired.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Records of a subject (active only unless --all)."""
+    records = guard(
+        as_json,
+        lambda: make_client(remote_ok=False).memory_records(subject, include_inactive=all_),
+    )
+    if as_json:
+        print_json(records)
+        return
+    table = Table("id", "key", "value", "version", "source", "expires", "active")
+    for r in records:
+        table.add_row(
+            str(r["id"]),
+            r["key"],
+            r["value"],
+            str(r["version"]),
+            r["source"],
+            (r["expires_at"] or "")[:10],
+            "yes" if r["active"] else "no",
+        )
+    console.print(table)
+
+
+@memory_app.command("revoke")
+def memory_revoke(record_id: int, by: ByOpt, as_json: JsonOpt = False) -> None:
+    """Revoke a record: it is never returned to a planner again."""
+    out = guard(as_json, lambda: make_client(remote_ok=False).revoke_memory(record_id, by=by))
+    print_json(out) if as_json else console.print(f"revoked {record_id} ({out['key']})")

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from warrant.runner.cli.common import ByOpt, JsonOpt, guard, print_json
+from warrant.runner.cli.common import ByOpt, JsonOpt, fail, guard, print_json
 from warrant.runner.client.api import Client
 from warrant.runner.client.mcp_accept import accept_tool
 from warrant.runner.client.tokens import Tokens
@@ -75,7 +77,7 @@ def mcp_serve(
     `--transport http`, the client sends `Authorization: Bearer <producer token>` to
     http://HOST:PORT/mcp (header `Warrant-Run-Key` continues a run)."""
     if transport not in ("stdio", "http"):
-        guard(as_json, lambda: _raise(InvalidRequest("--transport is stdio or http")))
+        fail(InvalidRequest("--transport is stdio or http"), as_json)
     gateway, engine = guard(
         as_json, lambda: _gateway(spec, run_key, approval_wait, decision_wait, tools)
     )
@@ -90,18 +92,11 @@ def mcp_serve(
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
 
 
-def _raise(exc: Exception) -> None:
-    raise exc
-
-
 def _gateway(
     spec: Path, run_key: str | None, approval_wait: float, decision_wait: float, tools: str | None
 ) -> tuple[Any, Any]:
     """The gateway, over a database-backed client, and that client's engine (the HTTP
     transport's tokens are the ledger's)."""
-    import logging
-    import sys
-
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout may be MCP's
     options = GatewayOptions(
         spec=load_template(spec),

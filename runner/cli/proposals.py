@@ -1,5 +1,7 @@
-"""``warrant run propose`` and ``warrant run decision``: the caller's side of a run whose
-planner kind is ``external`` (:mod:`warrant.runner.client.proposals`)."""
+"""What a caller puts into a run: ``warrant run answer`` (the answer to the question a run
+stopped on, ``needs_input``), and ``warrant run propose`` and ``warrant run decision``: the
+caller's side of a run whose planner kind is ``external``
+(:mod:`warrant.runner.client.proposals`)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,30 @@ from typing import Annotated, Any
 
 import typer
 
-from warrant.runner.cli import ids
-from warrant.runner.cli.common import JsonOpt, console, guard, make_client, print_json
+from warrant.runner.cli.common import ByOpt, JsonOpt, client_and_id, console, guard, print_json
 from warrant.runner.cli.runs import RunIdArg, run_app
 from warrant.runner.errors import InvalidRequest
 
-__all__ = ["run_decision", "run_propose"]
+__all__ = ["run_answer", "run_decision", "run_propose"]
 
 WaitOpt = Annotated[
     float, typer.Option("--wait", min=0, max=600, help="Seconds to wait for the decision.")
 ]
+
+
+@run_app.command("answer")
+def run_answer(
+    run_id: RunIdArg,
+    text: Annotated[str, typer.Option("--text", help="The answer, as the user would give it.")],
+    by: ByOpt,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a run's clarifying question; the run goes on from needs_input."""
+    client, run_id = client_and_id(as_json, run_id)
+    info = guard(as_json, lambda: client.answer(run_id, text=text, by=by).to_dict())
+    print_json(info) if as_json else console.print(
+        f"run {run_id} is {info['status']} again (version {info['version']})"
+    )
 
 
 def _read(source: str) -> Any:
@@ -57,8 +73,7 @@ def run_propose(
     as_json: JsonOpt = False,
 ) -> None:
     """Submit the next proposal of a run whose planner kind is external; print its decision."""
-    client = guard(as_json, make_client)
-    run_id = guard(as_json, lambda: ids.run_id(client, run_id))
+    client, run_id = client_and_id(as_json, run_id)
     raw = guard(as_json, lambda: _read(proposal))
     decision = guard(as_json, lambda: client.propose(run_id, raw, by=by, step=step, wait_s=wait))
     _show(decision, as_json)
@@ -75,6 +90,5 @@ def run_decision(
     as_json: JsonOpt = False,
 ) -> None:
     """What became of a step's proposal (refused, awaiting confirmation, executed, ...)."""
-    client = guard(as_json, make_client)
-    run_id = guard(as_json, lambda: ids.run_id(client, run_id))
+    client, run_id = client_and_id(as_json, run_id)
     _show(guard(as_json, lambda: client.decision(run_id, step, wait_s=wait, seen=seen)), as_json)

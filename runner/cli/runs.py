@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
 from warrant.ledger.run_listing import newest_runs
-from warrant.runner.cli import ids
 from warrant.runner.cli.common import (
     ByOpt,
     JsonOpt,
+    client_and_id,
     console,
     fail,
     guard,
@@ -23,16 +23,11 @@ from warrant.runner.cli.common import (
     print_json,
     settings_of,
 )
-from warrant.runner.cli.policy_steps import trace_facts
-from warrant.runner.cli.reveal import RevealByOpt, RevealOpt, revealed
-from warrant.runner.cli.run_shown import show_run
+from warrant.runner.cli.run_shown import RevealByOpt, RevealOpt, revealed, show_run, trace_facts
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import approvals_pending
 from warrant.runner.errors import InvalidChoice, InvalidRequest
 from warrant.runner.settings import WarrantSettings, resolved_urls
-
-if TYPE_CHECKING:
-    from warrant.runner.client.contract import RunnerClient
 
 __all__ = ["RunIdArg", "id_column", "parse_duration", "parse_instant", "run_app", "show_run"]
 
@@ -46,12 +41,9 @@ def id_column(header: str) -> Column:
 
 
 RunIdArg = Annotated[str, typer.Argument(help="The run's id, or a unique prefix (6+ chars).")]
-
-
-def _client_and_id(as_json: bool, key: str) -> tuple[RunnerClient, str]:
-    """The client, and the whole id of the run ``key`` names (a prefix is resolved)."""
-    client = guard(as_json, make_client)
-    return client, guard(as_json, lambda: ids.run_id(client, key))
+TokenOpt = Annotated[
+    str | None, typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured.")
+]
 
 
 @run_app.command("show")
@@ -60,18 +52,13 @@ def run_show(
 ) -> None:
     """Why the run stopped or what it waits for (the stop reason, the last refusal), then its
     status, counters, version and answer. --reveal: the pending proposal's sensitive values."""
-    client, whole = _client_and_id(as_json, run_id)
+    client, whole = client_and_id(as_json, run_id)
 
     def go() -> dict[str, Any]:
-        info = client.get_run(whole)
-        data: dict[str, Any] = info.to_dict()
+        data: dict[str, Any] = client.get_run(whole).to_dict()
         if reveal:
             data["revealed"] = revealed(client, whole, by=by)
-        trace = client.trace(whole)
-        return {
-            **data,
-            **trace_facts(data, trace),
-        }
+        return {**data, **trace_facts(data, client.trace(whole))}
 
     info = guard(as_json, go)
     print_json(info) if as_json else show_run(info)
@@ -140,17 +127,11 @@ def _list_runs(
 @run_app.command("trace")
 def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
     """The run's timeline: ordered events, stop reason and budget snapshot."""
-    client, run_id = _client_and_id(as_json, run_id)
-
-    def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        return client.get_run(run_id).to_dict(), client.trace(run_id)
-
-    info, events = guard(as_json, go)
+    client, run_id = client_and_id(as_json, run_id)
+    info, events = guard(as_json, lambda: (client.get_run(run_id).to_dict(), client.trace(run_id)))
     if as_json:  # the HTTP API's shape (GET /v1/runs/{id}/trace)
         print_json({"run_id": run_id, "events": events})
         return
-    from datetime import datetime
-
     console.print(
         f"[bold]run {run_id}[/] — {info['status']} ({info['stop_reason'] or 'no stop reason yet'})"
     )
@@ -172,7 +153,7 @@ def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
 
 
 def _decision(run_id: str, proposal_hash: str, by: str, approved: bool, as_json: bool) -> None:
-    client, run_id = _client_and_id(as_json, run_id)
+    client, run_id = client_and_id(as_json, run_id)
 
     def go() -> dict[str, Any]:
         if approved:
@@ -233,10 +214,7 @@ def run_grant(
     scope: Annotated[str, typer.Option("--scope", help="Resource scope.")] = "*",
     expires_at_step: Annotated[int | None, typer.Option(min=0)] = None,
     max_uses: Annotated[int | None, typer.Option(min=1)] = None,
-    token: Annotated[
-        str | None,
-        typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured."),
-    ] = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
     expires_in: Annotated[
         str | None, typer.Option("--for", help="Valid for 90s, 15m, 1h30m, 2d (database time).")
@@ -247,7 +225,7 @@ def run_grant(
     """Grant a capability to a run (an operator action, recorded in the trace). A finished
     run (completed, failed, cancelled) is refused: RUN_FINISHED; a grant wider than a standing
     one of its capability without --widen: GRANT_WIDENING_REFUSED."""
-    client, run_id = _client_and_id(as_json, run_id)
+    client, run_id = client_and_id(as_json, run_id)
     grant_id = guard(
         as_json,
         lambda: client.add_grant(
@@ -273,16 +251,13 @@ def run_pre_approve(
     tool_version: Annotated[str, typer.Option(help="The tool's version.")],
     arguments: Annotated[str, typer.Option(help="The exact arguments, a JSON object.")],
     by: ByOpt,
-    token: Annotated[
-        str | None,
-        typer.Option(help="Operator token, if WARRANT_OPERATOR_TOKEN is configured."),
-    ] = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Approve one exact proposal ahead of time: the run may use it once, unattended. A
     finished run is refused: RUN_FINISHED."""
     parsed = guard(as_json, lambda: _json_object(arguments))
-    client, run_id = _client_and_id(as_json, run_id)
+    client, run_id = client_and_id(as_json, run_id)
     pre_id = guard(
         as_json,
         lambda: client.pre_approve(
@@ -294,10 +269,9 @@ def run_pre_approve(
             operator_token=token,
         ),
     )
-    if as_json:
-        print_json({"pre_approval_id": pre_id})
-    else:
-        console.print(f"pre-approval {pre_id} added")
+    print_json({"pre_approval_id": pre_id}) if as_json else console.print(
+        f"pre-approval {pre_id} added"
+    )
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -319,7 +293,7 @@ def run_cancel(
 ) -> None:
     """Cancel a run: no new work starts; a running tool is interrupted; the run ends
     `cancelled` once its effects are known."""
-    client, run_id = _client_and_id(as_json, run_id)
+    client, run_id = client_and_id(as_json, run_id)
     info = guard(as_json, lambda: client.cancel(run_id, by=by, reason=reason).to_dict())
     print_json(info) if as_json else console.print(f"run {run_id}: {info['status']}")
 
@@ -327,7 +301,7 @@ def run_cancel(
 @run_app.command("view")
 def run_view_cmd(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
     """The working-memory view the planner gets for the run's next step (rebuilt)."""
-    client, run_id = _client_and_id(as_json, run_id)
+    client, run_id = client_and_id(as_json, run_id)
     view = guard(as_json, lambda: client.working_memory(run_id))
     if as_json:
         print_json(view)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -22,11 +22,7 @@ def serve(
 
     Callers present API tokens (`warrant token create NAME --role ROLE`); in a browser, the
     token is entered once on /ui/login."""
-
-    def build() -> Any:  # the ASGI app
-        return create_app()
-
-    app = guard(as_json, build)
+    app = guard(as_json, create_app)
     import uvicorn
 
     # Open live pages (server-sent events) must not hold a shutdown: they reconnect.

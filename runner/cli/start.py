@@ -1,43 +1,62 @@
 """``warrant run start`` and ``warrant run wait``: start a run, and follow one until it
 settles, with a progress line and an exit code that says how it ended
-(:data:`~warrant.runner.cli.common.EXIT_BY_STATUS`)."""
+(:data:`~warrant.runner.cli.common.EXIT_BY_STATUS`).
+
+Following: one progress line per change of the run (its version), until it settles or the
+wait's timeout passes. Each change comes from the client's ``wait_change``: a database-backed
+client polls the ledger (a growing pause, 50 ms to 0.5 s); a remote one long-polls ``GET
+/v1/runs/{id}/wait?version=``, so the server answers once per change, not per look.
+
+The wait's deadline holds whatever does not answer. Connect, socket and statement timeouts
+bound most silences, but not all: a PostgreSQL or a Redis whose process is frozen (or whose
+host went silent after the kernel acknowledged the request) leaves a call waiting for a reply
+that never comes. Every call of the wait goes through :meth:`Deadline.call`, which runs it in
+a daemon thread and gives up on it at the deadline (``--timeout`` plus :data:`GRACE_S`):
+:class:`~warrant.runner.errors.WaitTimedOut`, exit 5. The abandoned thread dies with the
+process."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypeVar, cast
 
 import typer
+from rich.console import Console
 from rich.markup import escape
+from rich.status import Status
 
-from warrant.broker.registration import LIVE_WITHIN_S
-from warrant.runner.cli import ids
+from warrant.ledger.workers import LIVE_WITHIN_S
 from warrant.runner.cli.common import (
+    EXIT_BY_STATUS,
     EXIT_INTERRUPTED,
+    EXIT_TIMED_OUT,
     JsonOpt,
     console,
     err,
-    exit_code_for,
     fail,
     guard,
     make_client,
     print_json,
+    resolve,
 )
-from warrant.runner.cli.deadline import GRACE_S, Deadline, bounded
-from warrant.runner.cli.follow import Progress, follow
-from warrant.runner.cli.policy_steps import trace_facts
-from warrant.runner.cli.runs import run_app, show_run
-from warrant.runner.errors import SpecError, WarrantError
+from warrant.runner.cli.run_shown import show_run, trace_facts
+from warrant.runner.cli.runs import run_app
+from warrant.runner.client.run_info import SETTLED
+from warrant.runner.errors import SpecError, WaitTimedOut, WarrantError
 from warrant.runner.spec import parse_run_spec
 from warrant.tools._plugins import registry_for
 
 if TYPE_CHECKING:
     from warrant.runner.client.contract import RunnerClient
+    from warrant.runner.client.run_info import RunInfo
 
-__all__ = ["fixture_warnings", "run_start", "run_wait"]
+__all__ = ["GRACE_S", "fixture_warnings", "run_start", "run_wait"]
 
+_T = TypeVar("_T")
 TimeoutOpt = Annotated[
     float,
     typer.Option(
@@ -80,22 +99,19 @@ def run_start(
     text = _read_spec(spec_file, as_json)
     spec = guard(as_json, lambda: parse_run_spec(text))
     client = guard(as_json, make_client)
-    if wait:
-        deployed = guard(as_json, lambda: deadline.call(lambda: _policy_tools(client), what=LEDGER))
-    else:
-        deployed = _policy_tools(client)
+
+    def bound(fn: Callable[[], _T], what: str) -> _T:  # with --wait, by the deadline
+        return deadline.call(fn, what=what) if wait else fn()
+
+    deployed = guard(as_json, lambda: bound(lambda: _policy_tools(client), LEDGER))
     warnings = fixture_warnings(spec, deployed=deployed)
     for warning in warnings:
         err.print(f"[yellow]warning[/] {escape(warning)}", soft_wrap=True)
 
     def start() -> str:
-        run_id: str = client.start_run(spec, idempotency_key=idempotency_key)
-        return run_id
+        return client.start_run(spec, idempotency_key=idempotency_key)
 
-    if wait:
-        run_id = guard(as_json, lambda: deadline.call(start, what=STARTING))
-    else:
-        run_id = guard(as_json, start)
+    run_id = guard(as_json, lambda: bound(start, STARTING))
     if not wait:  # a repeated key's run may have moved on: read its status
         status = guard(as_json, lambda: client.get_run(run_id).status) if idempotency_key else None
         result = {"run_id": run_id, "status": status or "running", "warnings": warnings}
@@ -123,7 +139,7 @@ def run_wait(
     person, 5 timed out)."""
     deadline = Deadline(timeout)
     client = guard(as_json, make_client)
-    whole = guard(as_json, lambda: deadline.call(lambda: ids.run_id(client, run_id), what=LEDGER))
+    whole = guard(as_json, lambda: deadline.call(lambda: resolve(client, run_id), what=LEDGER))
     _attach(client, whole, deadline=deadline, as_json=as_json, extra={})
 
 
@@ -137,8 +153,10 @@ def _attach(
 ) -> None:
     """Follow the run until the deadline, print where it ended (with why) and exit with its
     exit code; every call is bounded by the deadline (a silent ledger: ``WAIT_TIMED_OUT``)."""
-    progress = Progress.for_output(as_json=as_json)
-    client = bounded(client, deadline, what=f"the ledger (run {run_id} goes on)")
+    progress = Progress(sys.stderr if as_json else sys.stdout)  # --json: stdout is one document
+    client = cast(
+        "RunnerClient", BoundedClient(client, deadline, what=f"the ledger (run {run_id} goes on)")
+    )
     timeout = max(0.0, deadline.end - GRACE_S - time.monotonic())
     try:
         info = guard(as_json, lambda: follow(client, run_id, timeout=timeout, progress=progress))
@@ -154,11 +172,8 @@ def _attach(
     finally:
         progress.close()
     data = {**info.to_dict(), **trace_facts(info.to_dict(), events), **extra}
-    if as_json:
-        print_json(data)
-    else:
-        show_run(data)
-    raise typer.Exit(exit_code_for(info.status))
+    print_json(data) if as_json else show_run(data)
+    raise typer.Exit(EXIT_BY_STATUS.get(info.status, EXIT_TIMED_OUT))
 
 
 def _read_spec(spec_file: Path, as_json: bool) -> str:
@@ -178,22 +193,10 @@ def _policy_tools(client: RunnerClient) -> frozenset[str] | None:
     """``name@version`` of every tool the live policy workers have (their registrations: the
     gate runs there), or None when that cannot be read (a remote client, no policy worker
     registered, the ledger unreachable)."""
-
     try:
         return client.policy_tools(seen_within_s=LIVE_WITHIN_S)
     except Exception:  # the start itself reports an unreachable ledger, with its code
         return None
-
-
-def _fixture_calls(spec: Any) -> list[tuple[int, str, str]]:
-    calls = []
-    for index, output in enumerate(spec.planner.outputs):
-        if not isinstance(output, dict) or output.get("kind") != "tool":
-            continue
-        name, version = output.get("tool"), output.get("tool_version")
-        if isinstance(name, str) and isinstance(version, str):
-            calls.append((index, name, version))
-    return calls
 
 
 def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> list[str]:
@@ -204,7 +207,12 @@ def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> li
     stands in, and the warning says so."""
     if getattr(spec.planner, "kind", None) != "fixture":
         return []
-    calls = _fixture_calls(spec)
+    calls = [
+        (index, output.get("tool"), output.get("tool_version"))
+        for index, output in enumerate(spec.planner.outputs)
+        if isinstance(output, dict) and output.get("kind") == "tool"
+    ]
+    calls = [(i, name, v) for i, name, v in calls if isinstance(name, str) and isinstance(v, str)]
     if not calls:
         return []
     if deployed is not None:
@@ -221,3 +229,114 @@ def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> li
         for index, name, version in calls
         if f"{name}@{version}" not in known
     ]
+
+
+class Progress:
+    """Where the progress line goes: ``stream`` rewritten in place (a rich status line) when
+    it is a terminal, else one plain line per change (a log or a pipe reads every one)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self._status: Status | None = None
+        self._last: str | None = None
+
+    def show(self, line: str) -> None:
+        if line == self._last:
+            return
+        self._last = line
+        if not self.live:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        elif self._status is None:
+            self._status = Console(file=self.stream).status(escape(line), spinner="dots")
+            self._status.start()
+        else:
+            self._status.update(escape(line))
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+
+def progress_line(info: RunInfo, event: dict[str, Any] | None) -> str:
+    """``run ID: step N · status/phase · last event (its tool or code)``."""
+    line = f"run {info.run_id}: step {info.step} · {info.status}/{info.phase}"
+    if event is not None:
+        details = event.get("details") or {}
+        subject = details.get("code") or details.get("tool") or details.get("to") or ""
+        line += f" · {event['event']}" + (f" {subject}" if subject else "")
+    return line
+
+
+def follow(client: RunnerClient, run_id: str, *, timeout: float, progress: Progress) -> RunInfo:
+    """Report each change of the run to ``progress`` until it settles (terminal or waiting
+    for a person) or ``timeout`` seconds pass; the last state seen."""
+    deadline = time.monotonic() + timeout
+    info = client.get_run(run_id)
+    seen: int | None = None
+    while True:
+        if info.version != seen:
+            seen = info.version
+            events = client.trace(run_id)
+            progress.show(progress_line(info, events[-1] if events else None))
+        left = deadline - time.monotonic()
+        if info.status in SETTLED or left <= 0:
+            return info
+        info = client.wait_change(run_id, version=info.version, timeout=left)
+
+
+#: How long after ``--timeout`` a call that has not answered is given up on.
+GRACE_S = 2.0
+
+
+class Deadline:
+    """``timeout_s`` (plus :data:`GRACE_S`) from now."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.end = time.monotonic() + timeout_s + GRACE_S
+
+    def call(self, fn: Callable[[], _T], *, what: str) -> _T:
+        """``fn()``, or :class:`WaitTimedOut` if it has not returned by the deadline."""
+        result: list[Any] = []
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                result.append(fn())
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=target, name="warrant-wait-call", daemon=True)
+        thread.start()
+        thread.join(max(0.0, self.end - time.monotonic()))
+        if thread.is_alive():
+            raise WaitTimedOut(
+                f"{what} did not answer within the wait's {self.timeout_s:g} s "
+                f"(+{GRACE_S:g} s grace)"
+            )
+        if failure:
+            raise failure[0]
+        return result[0]
+
+
+class BoundedClient:
+    """A client whose every method call is bounded by ``deadline`` (attributes that are not
+    methods pass through)."""
+
+    def __init__(self, client: Any, deadline: Deadline, *, what: str) -> None:
+        self._client = client
+        self._deadline = deadline
+        self._what = what
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            return self._deadline.call(lambda: attr(*args, **kwargs), what=self._what)
+
+        return bounded

@@ -7,9 +7,8 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from warrant.broker.registration import LIVE_WITHIN_S
 from warrant.ledger.db import engine_for
-from warrant.ledger.workers import live_workers
+from warrant.ledger.workers import LIVE_WITHIN_S, live_workers
 from warrant.runner.cli.common import (
     EXIT_FAILED,
     JsonOpt,

@@ -3,7 +3,7 @@
 ``contract`` (:class:`~warrant.runner.client.contract.RunnerClient`, also
 ``warrant.RunnerClient``): what both clients offer, with the same signatures and records;
 ``api`` (:class:`~warrant.runner.client.api.Client`, also ``warrant.Client``), with its parts
-``runs``, ``approvals``, ``handoffs``, ``answers``, ``proposals`` and ``inbox``;
+``runs``, ``approvals``, ``handoffs``, ``proposals`` and ``inbox``;
 ``remote`` (:class:`~warrant.runner.client.remote.RemoteClient`, the same methods over the HTTP
 API); the operator's tools (``tokens``,
 ``retention``, ``ledger_verify``, ``gate_report``, ``mcp_accept``). The server, the CLI and

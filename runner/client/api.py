@@ -5,9 +5,8 @@ run_id = client.start_run(spec_dict)
 info = client.wait(run_id, timeout=30)
 
 :class:`Client` gathers its methods by concern: runs (start, read, wait, cancel;
-:mod:`~warrant.runner.client.runs`), approvals (confirm, decline, grant;
-:mod:`~warrant.runner.client.approvals`), answers to a clarifying question
-(:mod:`~warrant.runner.client.answers`), handoffs (:mod:`~warrant.runner.client.handoffs`) and
+:mod:`~warrant.runner.client.runs`), people's actions (confirm, decline, answer, grant;
+:mod:`~warrant.runner.client.approvals`), handoffs (:mod:`~warrant.runner.client.handoffs`) and
 the approval inbox's reads (:mod:`~warrant.runner.client.inbox`) and the proposals of a caller
 that runs its own loop (:mod:`~warrant.runner.client.proposals`).
 """
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 from warrant.broker import telemetry
 from warrant.ledger.db import engine_for
-from warrant.runner.client.answers import AnswersClient
 from warrant.runner.client.approvals import ApprovalsClient
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.handoffs import HandoffsClient
@@ -28,7 +26,7 @@ from warrant.runner.settings import resolved_urls
 __all__ = ["Client", "RunInfo", "RunnerClient"]
 
 
-class Client(ApprovalsClient, AnswersClient, HandoffsClient, InboxClient, ProposalsClient):
+class Client(ApprovalsClient, HandoffsClient, InboxClient, ProposalsClient):
     """Talks to the ledger and publishes the first planner message of a run."""
 
     @classmethod

@@ -1,5 +1,6 @@
-"""The client's approvals: a person confirms or declines a pending proposal, an operator
-grants a capability to a running run. One part of :class:`warrant.runner.client.api.Client`."""
+"""The client's approvals: a person confirms or declines a pending proposal or answers a run's
+clarifying question, an operator grants a capability to a running run. One part of
+:class:`warrant.runner.client.api.Client`."""
 
 from __future__ import annotations
 
@@ -19,21 +20,21 @@ from warrant.ledger.models import Proposal, Run
 from warrant.ledger.operator import (
     insert_grant,
     insert_pre_approval,
-    lock_run,
     record_confirmation,
     record_partial_approval,
 )
-from warrant.ledger.repo import append_events, commit, run_view
+from warrant.ledger.repo import NewObservation, append_events, commit, run_view
 from warrant.runner import run_machine as machine
 from warrant.runner.client.grant_admission import Admission, admit
-from warrant.runner.client.runs import RunsClient
-from warrant.runner.codes import RunStatus
+from warrant.runner.client.runs import RunInfo, RunsClient, found_run
+from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.confirmation_rules import add_approval, pre_approval_record, self_approval
 from warrant.runner.errors import (
     ConfirmationRefused,
+    InvalidRequest,
     RunFinished,
-    RunNotFound,
     SpecError,
+    StateConflict,
     Unauthorized,
 )
 from warrant.runner.grants import check_task_sources
@@ -41,7 +42,10 @@ from warrant.runner.settings import load_settings
 from warrant.runner.spec import Grant, PreApproval
 from warrant.tools._plugins import registry_for
 
-__all__ = ["ApprovalsClient", "Origin"]
+__all__ = ["MAX_ANSWER_CHARS", "ApprovalsClient", "Origin"]
+
+#: An answer is a user message: as long as a goal may be.
+MAX_ANSWER_CHARS = 8_000
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class Origin:
 
 
 class ApprovalsClient(RunsClient):
-    """Confirmations (bound to the pending proposal's hash) and operator grants."""
+    """Confirmations (bound to the pending proposal's hash), answers and operator grants."""
 
     def confirm(
         self,
@@ -106,9 +110,7 @@ class ApprovalsClient(RunsClient):
             )
         now = time.time()
         with session_scope(self.engine) as s:
-            run = lock_run(s, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
+            run = found_run(s, run_id, lock=True)
             pending = _confirmable(s, run, proposal_hash=proposal_hash, now=now)
             request = dict(pending.confirmation_request or {})
             if seen is not None:
@@ -141,6 +143,34 @@ class ApprovalsClient(RunsClient):
         with telemetry.run_context(trace_id):
             self.publisher.policy(run_id, version)
         return version
+
+    def answer(self, run_id: str, *, text: str, by: str) -> RunInfo:
+        """Answer the question a run stopped on (``needs_input``): the answer becomes a user
+        observation (``answer-<step>``), and the planner is asked again."""
+        if not text.strip() or len(text) > MAX_ANSWER_CHARS:
+            raise InvalidRequest(
+                f"an answer is 1 to {MAX_ANSWER_CHARS} characters", code="ANSWER_INVALID"
+            )
+        if not by.strip():
+            raise InvalidRequest("an answer needs who gave it", code="ANSWER_IDENTITY_REQUIRED")
+        with session_scope(self.engine) as s:
+            run = found_run(s, run_id, lock=True)
+            if run.status != RunStatus.NEEDS_INPUT:
+                raise StateConflict(
+                    f"run {run_id} is {run.status}, not waiting for an answer",
+                    code="RUN_NOT_WAITING_INPUT",
+                )
+            answered = {"by": by, "chars": len(text), "question_chars": len(run.answer or "")}
+            change = machine.answer(run_view(run), answered=answered)
+            content = {"answer": text, "by": by}
+            observation = NewObservation(
+                f"answer-{run.step}", ObservationKind.USER, ObservationSource.USER.value, content
+            )
+            version = commit(s, change, step=run.step, observation=observation)
+            trace_id = run.trace_id
+        with telemetry.run_context(trace_id):
+            self.publisher.planner(run_id, version)
+        return self.get_run(run_id)
 
     def add_grant(
         self,
@@ -235,9 +265,7 @@ class ApprovalsClient(RunsClient):
 def _open_run(s: Session, run_id: str, what: str) -> Run:
     """The locked run, unless it is finished: then :class:`RunFinished` (a grant or
     pre-approval it could never use must not be recorded as if it mattered)."""
-    run = lock_run(s, run_id)
-    if run is None:
-        raise RunNotFound(f"no run {run_id}")
+    run = found_run(s, run_id, lock=True)
     if RunStatus(run.status).terminal:
         raise RunFinished(f"run {run_id} is {run.status}: no one can {what} it any more")
     return run

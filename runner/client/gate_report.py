@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 
 from warrant.ledger import reads, would_refuse
 from warrant.ledger.db import session_scope
-from warrant.runner.cli.ids import MIN_PREFIX
+from warrant.runner.cli.common import MIN_PREFIX
 from warrant.runner.client.retention import parse_cutoff
 from warrant.runner.errors import IdAmbiguous, RunNotFound
 

@@ -45,7 +45,6 @@ class HandoffsClient(RunsClient):
 
     @retry_once_on_disconnect
     def handoff(self, handoff_id: str) -> dict[str, Any]:
-        """One handoff by its id (or the newest of a run, given the run id)."""
         with session_scope(self.engine) as s:
             h = reads.handoff_by_id_or_run(s, handoff_id)
             if h is None:

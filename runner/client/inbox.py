@@ -23,9 +23,9 @@ from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.models import Observation, Proposal, Run
 from warrant.ledger.repo import append_events
 from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT
-from warrant.runner.client.runs import RunsClient
+from warrant.runner.client.runs import RunsClient, found_run
 from warrant.runner.codes import ObservationSource, RunStatus
-from warrant.runner.errors import InvalidRequest, RunNotFound
+from warrant.runner.errors import InvalidRequest
 from warrant.runner.spec import Budgets
 from warrant.tools._plugins import registry_for
 
@@ -149,8 +149,8 @@ class InboxClient(RunsClient):
     def pending_confirmations(
         self, *, reveal_sensitive: bool, limit: int = DEFAULT_INBOX_LIMIT
     ) -> list[PendingConfirmation]:
-        """The runs waiting for a confirmation, longest waiting first. ``reveal_sensitive``:
-        whether the reader may see sensitive values (who may confirm must)."""
+        """``reveal_sensitive``: whether the reader may see sensitive values (who may confirm
+        must)."""
         registry = registry_for(ask_mcp_servers=False)  # the masks are declared
         found = []
         with session_scope(self.engine) as s:
@@ -178,9 +178,7 @@ class InboxClient(RunsClient):
             )
         registry = registry_for()
         with session_scope(self.engine) as s:
-            run = reads.run(s, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
+            run = found_run(s, run_id)
             pending = reads.pending_proposal(s, run)
             if run.status != RunStatus.WAITING_CONFIRMATION or pending is None:
                 return None
@@ -208,12 +206,8 @@ class InboxClient(RunsClient):
 
     @retry_once_on_disconnect
     def budgets(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's budgets: used and limit of each (:class:`RunNotFound` if no run)."""
         with session_scope(self.engine) as s:
-            run = reads.run(s, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
-            return budget_rows(run)
+            return budget_rows(found_run(s, run_id))
 
 
 def _pending(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,10 @@ from sqlalchemy import Engine
 from warrant.ledger import chain_store
 from warrant.ledger.chain import Break, ChainRow, Head, anchor_hash, check_run, jsonb_text
 from warrant.ledger.db import unbounded
-from warrant.runner.client.retention import read_archive
+from warrant.runner.client.retention import OnProgress, read_archive
 from warrant.runner.errors import LedgerTampered, RunNotFound
 
 __all__ = ["verify", "verify_archive"]
-
-OnProgress = Callable[[int, int], None]
 
 
 def _tampered(found: dict[str, Any], summary: dict[str, Any]) -> LedgerTampered:

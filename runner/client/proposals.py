@@ -17,7 +17,6 @@ from typing import Any
 
 from warrant.broker import telemetry
 from warrant.ledger.db import session_scope
-from warrant.ledger.db_clock import DatabaseClock
 from warrant.ledger.external_proposals import record_external_proposal
 from warrant.ledger.proposal_facts import step_facts
 from warrant.runner.client.runs import RunsClient
@@ -63,7 +62,7 @@ class ProposalsClient(RunsClient):
             by=by,
             step=step,
             usage=usage,
-            clock=self._clock(),
+            clock=self._db_clock,
         )
         if recorded.message is not None:
             from warrant.broker.publish import Outbox  # lazy: it imports Celery (~150 ms)
@@ -83,9 +82,7 @@ class ProposalsClient(RunsClient):
     def decision(
         self, run_id: str, step: int, *, wait_s: float = 0.0, seen: str = "pending"
     ) -> Decision:
-        """What became of the proposal of ``step``; with ``wait_s``, returns as soon as its
-        state is no longer ``seen`` (default: as soon as it is decided), else after
-        ``wait_s`` with the same state."""
+        """The ledger polled with a growing pause, for :data:`MAX_DECISION_WAIT_S` at most."""
         if step < 1:
             raise InvalidRequest("steps count from 1", code="STEP_INVALID")
         deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_DECISION_WAIT_S)
@@ -101,9 +98,3 @@ class ProposalsClient(RunsClient):
                 return decision
             time.sleep(min(pause, left))
             pause = min(pause * 1.5, MAX_PAUSE_S)
-
-    def _clock(self) -> Any:
-        clock = getattr(self, "_db_clock", None)
-        if clock is None:
-            clock = self._db_clock = DatabaseClock(self.engine)
-        return clock

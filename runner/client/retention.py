@@ -16,6 +16,7 @@ import os
 import re
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -157,7 +158,7 @@ def prune(
     writer = ArchiveWriter(archive) if archive is not None else None
     total = retention.candidates(engine, cutoff)
     pruned, batches = 0, 0
-    rows: dict[str, int] = {}
+    rows: Counter[str] = Counter()
     try:
         while True:
             ids, counts = retention.prune_batch(
@@ -166,8 +167,7 @@ def prune(
             if not ids:
                 break
             pruned, batches = pruned + len(ids), batches + 1
-            for name, n in counts.items():
-                rows[name] = rows.get(name, 0) + n
+            rows.update(counts)
             if on_progress is not None:
                 on_progress(pruned, max(total, pruned))
     finally:
@@ -195,15 +195,14 @@ def restore(
     started = time.monotonic()
     truncated: list[bool] = [False]
     restored = skipped = 0
-    rows: dict[str, int] = {}
+    rows: Counter[str] = Counter()
     chunk: list[retention.Record] = []
 
     def flush() -> None:
         nonlocal restored, skipped
         done, already, counts = retention.restore_records(engine, chunk)
         restored, skipped = restored + done, skipped + already
-        for name, n in counts.items():
-            rows[name] = rows.get(name, 0) + n
+        rows.update(counts)
         chunk.clear()
         if on_progress is not None:
             on_progress(restored + skipped, 0)

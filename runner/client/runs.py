@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from warrant.broker import telemetry
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
+from warrant.ledger.db_clock import DatabaseClock
 from warrant.ledger.memory_store import MemoryStore
 from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
@@ -37,11 +38,11 @@ from warrant.runner.errors import RunNotFound, StateConflict
 from warrant.runner.grants import check_task_sources
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
-from warrant.runner.success import check_success_spec
+from warrant.runner.step_decisions import check_success_spec
 from warrant.runner.webhook_signing import check_webhook
 from warrant.tools._plugins import registry_for
 
-__all__ = ["SETTLED", "RunInfo", "RunsClient"]
+__all__ = ["SETTLED", "RunInfo", "RunsClient", "found_run"]
 
 #: :meth:`RunsClient.wait_change`'s first and longest pause between two looks at the run.
 FIRST_CHANGE_PAUSE_S, MAX_CHANGE_PAUSE_S = 0.05, 0.5
@@ -60,6 +61,7 @@ class RunsClient:
         self.engine = engine
         self._publisher = publisher
         self._publisher_factory = publisher_factory
+        self._db_clock = DatabaseClock(engine)
 
     @property
     def publisher(self) -> Any:
@@ -68,10 +70,6 @@ class RunsClient:
         if self._publisher is None and self._publisher_factory is not None:
             self._publisher = self._publisher_factory()
         return self._publisher
-
-    @publisher.setter
-    def publisher(self, value: Any) -> None:
-        self._publisher = value
 
     def start_run(
         self,
@@ -137,13 +135,10 @@ class RunsClient:
         except (IntegrityError, psycopg.IntegrityError):
             if (known := run_for_key(self.engine, origin)) is not None:
                 return known
-            if not self._run_exists(run_id):
-                raise
+            with session_scope(self.engine) as s:
+                if not reads.run_exists(s, run_id):
+                    raise
         return run_id
-
-    def _run_exists(self, run_id: str) -> bool:
-        with session_scope(self.engine) as s:
-            return reads.run_exists(s, run_id)
 
     def _insert_run(
         self,
@@ -191,9 +186,7 @@ class RunsClient:
     @retry_once_on_disconnect
     def get_run(self, run_id: str) -> RunInfo:
         with session_scope(self.engine) as s:
-            run = reads.run(s, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
+            run = found_run(s, run_id)
             request = None
             if run.status == RunStatus.WAITING_CONFIRMATION:
                 pending = reads.pending_proposal(s, run)
@@ -214,19 +207,14 @@ class RunsClient:
             raise RunNotFound(f"no run {run_id}")
         return view.model_dump(mode="json")
 
-    def memory(self) -> MemoryStore:
-        """The long-term memory store (the ledger's; not part of the client contract)."""
-        return MemoryStore(self.engine)
-
     def memory_records(
         self, subject: str, *, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
-        """A subject's memory records (active only unless ``include_inactive``)."""
-        return self.memory().records(subject, include_inactive=include_inactive)
+        return MemoryStore(self.engine).records(subject, include_inactive=include_inactive)
 
     def revoke_memory(self, record_id: int, *, by: str) -> dict[str, Any]:
         """Revoke a record: it is never returned to a planner again (kept, marked revoked)."""
-        return self.memory().revoke(record_id, by=by)
+        return MemoryStore(self.engine).revoke(record_id, by=by)
 
     def policy_tools(self, *, seen_within_s: float) -> frozenset[str] | None:
         """``name@version`` of every tool the policy workers seen within ``seen_within_s``
@@ -250,9 +238,7 @@ class RunsClient:
         """
         in_flight = False
         with session_scope(self.engine) as s:
-            run = lock_run(s, run_id)
-            if run is None:
-                raise RunNotFound(f"no run {run_id}")
+            run = found_run(s, run_id, lock=True)
             status = RunStatus(run.status)
             if status in (RunStatus.CANCELLING, RunStatus.CANCELLED):
                 return RunInfo.of(run)
@@ -267,8 +253,7 @@ class RunsClient:
 
     @retry_once_on_disconnect
     def ids_like(self, key: str, *, kind: str = "run", min_length: int = 6) -> list[str]:
-        """``[key]`` if it is a whole run id (``kind="handoff"``: a handoff's, or a run's with
-        one), else the ids (two at most) it is a prefix of, when at least ``min_length`` long."""
+        """``kind="handoff"``: a handoff's whole id, or a run's with one."""
         with session_scope(self.engine) as s:
             return reads.ids_by_prefix(s, key, kind=kind, min_length=min_length)
 
@@ -313,8 +298,6 @@ class RunsClient:
     def wait(
         self, run_id: str, *, timeout: float = 60.0, until: frozenset[str] | set[str] | None = None
     ) -> RunInfo:
-        """Block until the run settles (terminal or waiting for a person), or reaches one of
-        ``until``, or ``timeout`` passes; returns the last state seen."""
         targets = until or SETTLED
         deadline = time.monotonic() + timeout
         pause = 0.02
@@ -328,9 +311,8 @@ class RunsClient:
             pause = min(pause * 1.5, 0.25)
 
     def wait_change(self, run_id: str, *, version: int | None, timeout: float) -> RunInfo:
-        """The run once its version differs from ``version`` or it is settled, else after
-        ``timeout`` as it was: the ledger is polled with a growing pause
-        (:data:`FIRST_CHANGE_PAUSE_S` to :data:`MAX_CHANGE_PAUSE_S`)."""
+        """The ledger polled with a growing pause (:data:`FIRST_CHANGE_PAUSE_S` to
+        :data:`MAX_CHANGE_PAUSE_S`)."""
         end = time.monotonic() + timeout
         pause = FIRST_CHANGE_PAUSE_S
         while True:
@@ -345,6 +327,14 @@ class RunsClient:
         """The run's status alone (what :meth:`wait` polls)."""
         with autocommit(self.engine, held=False) as conn:
             return run_status(conn, run_id)
+
+
+def found_run(s: Session, run_id: str, *, lock: bool = False) -> Run:
+    """The run (locked for update with ``lock``); :class:`RunNotFound` if there is none."""
+    run = lock_run(s, run_id) if lock else reads.run(s, run_id)
+    if run is None:
+        raise RunNotFound(f"no run {run_id}")
+    return run
 
 
 def _cancel_locked(

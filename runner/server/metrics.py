@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -76,68 +77,67 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+def _counter(name: str, doc: str, labels: list[str], counts: dict[Any, int]) -> Metric:
+    """A counter family of ``counts``, keyed by a label's value or a tuple of them."""
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, n in sorted(counts.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], n)
+    return family
+
+
 def _families(m: LedgerMetrics) -> Iterator[Metric]:
     runs = GaugeMetricFamily("warrant_runs", "Runs by status.", labels=["status"])
     for status in RunStatus:
         runs.add_metric([status.value], m.runs_by_status.get(status.value, 0))
     yield runs
-    refusals = CounterMetricFamily(
-        "warrant_gate_refusals", "Proposals the gate refused, by rejection code.", labels=["code"]
+    yield _counter(
+        "warrant_gate_refusals",
+        "Proposals the gate refused, by rejection code.",
+        ["code"],
+        m.refusals_by_code,
     )
-    for code, n in sorted(m.refusals_by_code.items()):
-        refusals.add_metric([code], n)
-    yield refusals
-    yield _would_refuse(m)
-    outcomes = CounterMetricFamily(
-        "warrant_tool_outcomes", "Recorded tool outcomes.", labels=["tool", "status"]
+    yield _counter(
+        "warrant_gate_would_refuse",
+        "Refusals observe mode let through (gate.would_refuse), by code and tool.",
+        ["code", "tool"],
+        m.would_refuse,
     )
-    for (tool, outcome), n in sorted(m.outcomes.items()):
-        outcomes.add_metric([tool, outcome], n)
-    yield outcomes
+    yield _counter(
+        "warrant_tool_outcomes", "Recorded tool outcomes.", ["tool", "status"], m.outcomes
+    )
     latency = HistogramMetricFamily(
         "warrant_tool_duration_seconds", "Measured durations of tool calls.", labels=["tool"]
     )
     for tool, lat in sorted(m.latency.items()):
         bounds = [
-            (_le(ms), count) for ms, count in zip(LATENCY_BUCKETS_MS, lat.buckets, strict=True)
+            (repr(ms / 1000), count)
+            for ms, count in zip(LATENCY_BUCKETS_MS, lat.buckets, strict=True)
         ]
         latency.add_metric([tool], [*bounds, ("+Inf", lat.count)], lat.sum_ms / 1000)
     yield latency
-    yield _gauge(
-        "warrant_confirmations_waiting",
-        "Runs waiting for a person's confirmation.",
-        m.confirmations_waiting,
-    )
-    yield _gauge(
-        "warrant_reconciler_unknown_outcomes",
-        "Unresolved unknown tool effects the reconciler works on.",
-        m.unknown_outcomes,
-    )
-    yield _gauge(
-        "warrant_reconciler_stale_commands",
-        "Started commands past their time limit and lease margin (presumed lost).",
-        m.stale_commands,
-    )
-    yield _gauge(
-        "warrant_webhook_deliveries_pending",
-        "Webhook calls not yet delivered nor given up.",
-        m.webhooks_pending,
-    )
-
-
-def _would_refuse(m: LedgerMetrics) -> Metric:
-    would = CounterMetricFamily(
-        "warrant_gate_would_refuse",
-        "Refusals observe mode let through (gate.would_refuse), by code and tool.",
-        labels=["code", "tool"],
-    )
-    for (code, tool), n in sorted(m.would_refuse.items()):
-        would.add_metric([code, tool], n)
-    return would
-
-
-def _le(ms: float) -> str:
-    return repr(ms / 1000)
+    for name, doc, value in (
+        (
+            "warrant_confirmations_waiting",
+            "Runs waiting for a person's confirmation.",
+            m.confirmations_waiting,
+        ),
+        (
+            "warrant_reconciler_unknown_outcomes",
+            "Unresolved unknown tool effects the reconciler works on.",
+            m.unknown_outcomes,
+        ),
+        (
+            "warrant_reconciler_stale_commands",
+            "Started commands past their time limit and lease margin (presumed lost).",
+            m.stale_commands,
+        ),
+        (
+            "warrant_webhook_deliveries_pending",
+            "Webhook calls not yet delivered nor given up.",
+            m.webhooks_pending,
+        ),
+    ):
+        yield _gauge(name, doc, value)
 
 
 def metrics_registry(

@@ -56,11 +56,6 @@ def stop_server(
 STOP_SIGNALS = {"redis": signal.SIGTERM, "postgres": signal.SIGINT}
 
 
-def _server_record(pid: int | None) -> dict[str, Any] | None:
-    proc = _process(pid) if pid else None
-    return {"pid": proc.pid, "started": proc.create_time()} if proc else None
-
-
 def _pidfile_pid(path: Path) -> int | None:
     try:
         first = path.read_text().split()[0]
@@ -157,20 +152,17 @@ class EmbeddedServices:
                 self.data_dir / "postgres", cleanup_mode="stop"
             )
             self._record("postgres", self._postgres.get_pid())
-            self.database_url = self._ensure_database(self._postgres.get_uri("postgres"))
+            ensure_database(self._postgres.get_uri("postgres"), "warrant")
+            self.database_url = str(self._postgres.get_uri("warrant"))
         except BaseException:
             self.stop()
             raise
         return self
 
     def _record(self, name: str, pid: int | None) -> None:
-        rec = _server_record(pid)
-        if rec is not None:
-            self.servers[name] = rec
-
-    def _ensure_database(self, admin: str) -> str:
-        ensure_database(admin, "warrant")
-        return str(self._postgres.get_uri("warrant"))
+        proc = _process(pid) if pid else None
+        if proc is not None:
+            self.servers[name] = {"pid": proc.pid, "started": proc.create_time()}
 
     def write_services_file(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

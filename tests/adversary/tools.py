@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import ToolFailed, ToolRejected
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
+from warrant.tools import Attribution
 from warrant.tools._contract import (
     ConfirmationPolicy,
     ReconcileResult,

@@ -25,8 +25,10 @@ from warrant_demo import scenarios as sc
 
 from tests.conftest import wait_for
 from warrant.runner.errors import ServiceUnavailable
-from warrant.runner.stack.local import Backoff, EmbeddedServices, Stack, reap_stray_servers
+from warrant.runner.stack.embedded import EmbeddedServices, reap_stray_servers
+from warrant.runner.stack.local import Stack
 from warrant.runner.stack.roles import role_of_node
+from warrant.runner.stack.supervisor import Backoff
 
 ROLES = ("planner", "policy", "tool")
 
@@ -195,7 +197,7 @@ def processes_in(folder: Path) -> list[psutil.Process]:
 HOLD_SERVERS = """
 import sys, time
 from pathlib import Path
-from warrant.runner.stack.local import EmbeddedServices
+from warrant.runner.stack.embedded import EmbeddedServices
 emb = EmbeddedServices(Path(sys.argv[1])).start()
 emb.write_services_file(Path(sys.argv[1]) / "services.json")
 print("ready", flush=True)
@@ -284,7 +286,7 @@ def test_a_late_ack_on_a_channel_its_connection_left_behind_reaches_redis(tmp_pa
 
 _OWNER = """
 import sys, time
-from warrant.runner.stack.local import WorkerProcesses
+from warrant.runner.stack.supervisor import WorkerProcesses
 procs = WorkerProcesses(env={})
 procs.spawn("sleeper", [sys.executable, "-c", "import time; time.sleep(120)"])
 print(procs.pids()["sleeper"], flush=True)

@@ -1,4 +1,4 @@
-"""A process's long-lived session to a stdio MCP server (``warrant.tools._mcp_sessions``), with
+"""A process's long-lived session to a stdio MCP server (``warrant.tools._mcp_client``), with
 the real notes server: one server process for many calls, a dead server replaced before the
 next call, a death during a call typed by the tool's side effect, and nothing left at close.
 The pipeline's view of the same (through real workers) is in ``test_mcp.py``."""
@@ -29,7 +29,7 @@ from tests.integration.test_mcp import (
 from warrant.runner.errors import ToolFailed, ToolUnknown
 from warrant.tools._contract import ToolContext
 from warrant.tools._mcp import McpOutput, ServerDeclaration, mcp_plugins
-from warrant.tools._mcp_sessions import ServerSession
+from warrant.tools._mcp_client import ServerSession
 
 SLOW = {"side_effect": "read", "capability": "notes:read", "timeout_s": 20}
 SLOW_WRITE = {**SLOW, "side_effect": "irreversible", "name": "slow_write"}

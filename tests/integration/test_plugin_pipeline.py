@@ -16,9 +16,9 @@ from sqlalchemy import select
 
 from tests import facts
 from tests.conftest import DEMO_PLUGIN, WorkerProcess, wait_for
-from warrant.broker.registration import CACHE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Observation, Proposal, WorkerRegistration
+from warrant.ledger.workers import CACHE_S
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

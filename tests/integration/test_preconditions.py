@@ -149,7 +149,7 @@ def test_run_show_prints_the_state_the_approver_is_asked_about(
 
 
 def test_the_inbox_shows_the_state_the_approver_approves(client, engine, worker, tmp_path) -> None:
-    from warrant.runner.server.web.render import fragment
+    from warrant.runner.server.web.views import fragment
 
     run_id, _, _, request = _start(client, tmp_path, cite="tool-1")
     [pending] = [

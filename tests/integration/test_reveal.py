@@ -20,7 +20,7 @@ from tests.integration import test_remote_cli as remote_cli
 from tests.integration.test_cli import warrant
 from tests.integration.test_gate_pipeline import memory_spec, save
 from tests.integration.test_remote_cli import error_code, remote
-from warrant.runner.cli.reveal import local_user
+from warrant.runner.cli.run_shown import local_user
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -15,9 +15,9 @@ from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import WorkerProcess, wait_for
-from warrant.broker.registration import CACHE_S
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import OutcomeRow, WorkerRegistration
+from warrant.ledger.workers import CACHE_S
 from warrant.tools._plugins import DEMO_PLUGIN
 
 pytestmark = [

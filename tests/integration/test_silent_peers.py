@@ -200,7 +200,7 @@ def test_run_start_wait_honours_its_timeout_with_postgres_frozen(own_pg, own_red
     """``run start --wait --timeout T`` with the ledger's server frozen before the command
     (no connection answers) or while it follows the run (its pooled connection's query gets
     no reply): exit 5 ``WAIT_TIMED_OUT`` within T + the grace, not when the server thaws."""
-    from warrant.runner.cli.deadline import GRACE_S
+    from warrant.runner.cli.start import GRACE_S
 
     _, broker_url = own_redis
     timeout_s = 3.0 if when == "before" else 6.0
@@ -231,7 +231,7 @@ def test_run_start_wait_honours_its_timeout_with_redis_frozen(own_pg, own_redis,
     """The broker frozen: the start's publish gets no reply. The run is recorded (the stall
     sweep publishes it later), and the command exits within its timeout: 5 ``WAIT_TIMED_OUT``
     or, once the broker's socket timeout fires first, 3 ``BROKER_UNAVAILABLE``."""
-    from warrant.runner.cli.deadline import GRACE_S
+    from warrant.runner.cli.start import GRACE_S
 
     redis_proc, broker_url = own_redis
     timeout_s = 3.0

@@ -545,6 +545,23 @@ def test_permanent_failures_refusals_and_bugs_are_never_retried(
     assert info.tool_calls == 1
 
 
+@pytest.mark.parametrize("mode", ["reject", "fail"])
+def test_the_fake_answers_an_applied_key_from_its_store_not_with_a_refusal(demo, mode):
+    """The demo service fails as a payment API does: a refusal or a missing resource is decided
+    on a key's first request; a retry of a key that took effect gets the stored answer (the
+    chaos campaign's seed 16 once saw a lost attempt's retry refused after its effect)."""
+    from warrant.tools import ToolFailed, ToolRejected
+
+    key, did = f"k_{uuid.uuid4().hex[:10]}", uid("replayed")
+    first = demo.save_draft(key=key, draft_id=did, content="hello")
+    demo.set_fault("save_draft", mode, times=2)
+    assert demo.save_draft(key=key, draft_id=did, content="hello") == first
+    assert demo.draft_count(draft_id=did) == 1
+    with pytest.raises((ToolRejected, ToolFailed)):  # a new key is still refused
+        demo.save_draft(key=f"{key}-new", draft_id=uid("new"), content="hello")
+    assert demo.draft_count() >= 1
+
+
 # --- scaling --------------------------------------------------------------------------------
 
 

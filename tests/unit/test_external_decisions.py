@@ -128,7 +128,7 @@ def test_a_stop_at_the_step_is_stopped_with_its_reason():
 
 
 def test_an_mcp_result_is_a_success_only_for_a_success():
-    from warrant.runner.server.mcp_gateway.results import result_of
+    from warrant.runner.server.mcp_gateway import result_of
 
     ok = Decision(run_id="r", step=1, state="executed", outcome="succeeded", output={"a": 1})
     assert result_of(ok).isError is False and result_of(ok).structuredContent == {"a": 1}

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from tests.gate import grant, run
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import Phase, Rejection, RunStatus, StopReason
-from warrant.runner.grant_wait import asks_for_grant, grant_request, needed_resources
+from warrant.runner.permission_wait import asks_for_grant, grant_request, needed_resources
 from warrant.runner.run_machine import IllegalTransition, Stop
 from warrant.runner.spec import RunSpec
 from warrant.tools._plugins import registry_for
@@ -121,7 +121,7 @@ def test_the_machine_waits_and_resumes_at_the_policy_stage():
 
 
 def test_run_show_says_which_grant_the_run_waits_for_and_the_command():
-    from warrant.runner.cli.why import waiting_for, why, why_lines
+    from warrant.runner.cli.run_shown import waiting_for, why, why_lines
 
     info = {
         "run_id": "r1",

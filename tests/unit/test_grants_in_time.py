@@ -20,7 +20,7 @@ from warrant.runner.cli.runs import parse_duration, parse_instant
 from warrant.runner.client.grant_admission import capability_kinds
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.grant_bounds import Bounds, scope_within, widening, wider_on
-from warrant.runner.grant_wait import ASKING_CODES
+from warrant.runner.permission_wait import ASKING_CODES
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import Grant
 from warrant.tools._plugins import registry_for

@@ -15,7 +15,8 @@ from warrant.runner.client.inbox import (
     _parameters,
     _revealed,
 )
-from warrant.runner.server.web import live, render, session, views
+from warrant.runner.server.web import live, session, views
+from warrant.runner.server.web import views as render
 
 SECRET, SENSITIVE = frozenset({"password"}), frozenset({"body"})
 ARGS = {"to": "bob@example.com", "body": "hello", "password": "hunter2"}

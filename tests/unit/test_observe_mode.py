@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from tests.gate import gate, grant, proposal
 from warrant.broker.app import observe_warning
 from warrant.runner import policy
-from warrant.runner.cli.why import last_refusal
+from warrant.runner.cli.run_shown import last_refusal
 from warrant.runner.observe import WOULD_REFUSE, would_refusals
 from warrant.runner.settings import WarrantSettings
 

@@ -1,4 +1,4 @@
-"""The pure parts of a tool's precondition read (``warrant.tools._preconditions``): the
+"""The pure parts of a tool's precondition read (``warrant.tools._contract``): the
 fingerprint, its summary, what counts as moved, and how a request and ``run show`` show it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from warrant.runner.cli.run_shown import precondition_line
-from warrant.tools._preconditions import fingerprint_of, moved
+from warrant.tools._contract import fingerprint_of, moved
 
 
 def test_the_fingerprint_is_stable_whatever_the_key_order():

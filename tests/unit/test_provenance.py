@@ -5,8 +5,7 @@ floor for typed resources, per-tool flag actions, origins per argument."""
 from __future__ import annotations
 
 from warrant.runner.codes import ObservationSource
-from warrant.runner.provenance import analyse, embedded_values, trace_details
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import analyse, embedded_values, sources_from, trace_details
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.views import ProvenanceSources
 from warrant.tools._contract import FlagAction, SideEffect, Tool, ToolInput, ToolOutput

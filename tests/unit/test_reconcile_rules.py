@@ -1,10 +1,10 @@
-"""What the reconciler does with a tool's answer (runner/reconcile_rules.py)."""
+"""What the reconciler does with a tool's answer (runner/tool_outcomes.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from warrant.runner.reconcile_rules import (
+from warrant.runner.tool_outcomes import (
     Answer,
     Next,
     ask_again_in,

@@ -1,4 +1,4 @@
-"""The settings are grouped by role (``warrant.runner.settings_groups``) without any variable
+"""The settings are grouped by role (``warrant.runner.settings``) without any variable
 changing its name, and a process reads and validates them once (``load_settings``)."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ import pytest
 from warrant.runner.errors import SettingsInvalid
 from warrant.runner.settings import (
     GROUPS,
+    Approvals,
+    Reconciler,
     WarrantSettings,
     load_settings,
     reload_settings,
 )
-from warrant.runner.settings_groups import Approvals, Reconciler
 
 #: Every variable ``WarrantSettings`` read before it was grouped: compose files, docs, tests and
 #: deployments name them, so none may change.

@@ -13,7 +13,7 @@ from warrant_demo.scenarios import spec
 from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.errors import SpecError
 from warrant.runner.spec import SuccessSpec, parse_run_spec
-from warrant.runner.success import (
+from warrant.runner.step_decisions import (
     CompletionFacts,
     SucceededCall,
     check_success,

@@ -15,7 +15,7 @@ from warrant.runner.errors import SpecError
 from warrant.runner.gate import GateInput
 from warrant.runner.grants import check_task_sources, narrowed
 from warrant.runner.mentions import mentioned
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import sources_from
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import Grant, parse_run_spec
 from warrant.runner.views import ProvenanceSources

@@ -20,11 +20,17 @@ from tests.unit.vouching_cases import (
     an_inbox,
     analyse_call,
 )
-from warrant.runner.provenance import analyse, refusal, trace_details
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import (
+    analyse,
+    data_tokens,
+    items_of,
+    named_as,
+    refusal,
+    sources_from,
+    trace_details,
+)
 from warrant.runner.scopes import ResourceKind
-from warrant.runner.vouching import data_tokens, items_of, named_as
-from warrant.tools._attribution import Attribution
+from warrant.tools import Attribution
 
 LANDLORD = "landlord@lettings.example"
 NEW_IBAN = OUR_IBAN

@@ -1,8 +1,8 @@
 """Red-team review of vouched sources and replies (pure): attacker-controlled values that reach
 ``vouched`` or ``author``, and disclosures a hijacked planner slips past the ``disclosed`` check.
 
-``test_fixed_*``: bypasses the review found, each stopped since (``runner/replies.py``,
-``runner/vouching.py``, ``Attribution.kind`` and ``replies``). ``test_limit_*``: what the
+``test_fixed_*``: bypasses the review found, each stopped since (``runner/provenance.py``:
+its vouched sources and replies, ``Attribution.kind`` and ``replies``). ``test_limit_*``: what the
 rules do not see, a strict xfail each (documented). ``test_stopped_*``: attacks the first
 version already stopped.
 """
@@ -30,8 +30,8 @@ from tests.unit.vouching_cases import (
     analyse_call,
     stopped,
 )
+from warrant.runner.provenance import MAX_ITEMS
 from warrant.runner.scopes import ResourceKind
-from warrant.runner.vouching import MAX_ITEMS
 
 # --- baseline: the reply rule itself ------------------------------------------------------
 
@@ -112,7 +112,7 @@ def test_fixed_reencoded_data_token(body):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="LIMIT (documented in runner/replies.py): data without a digit or of fewer than "
+    reason="LIMIT (documented in runner/provenance.py): data without a digit or of fewer than "
     "MIN_DATA_CHARS letters and digits is no data token",
 )
 @pytest.mark.parametrize(

@@ -35,8 +35,8 @@ from tests.unit.vouching_cases import (
     stopped,
     trusted_output,
 )
+from warrant.runner.provenance import MAX_DATA_TOKENS
 from warrant.runner.scopes import ResourceKind
-from warrant.runner.vouching import MAX_DATA_TOKENS
 
 
 def _disclosed(found: dict[str, Any]) -> bool:

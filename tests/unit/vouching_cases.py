@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from warrant.runner.provenance import analyse
-from warrant.runner.provenance_sources import sources_from
+from warrant.runner.provenance import analyse, sources_from
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._attribution import Attribution
+from warrant.tools import Attribution
 
 __all__ = [
     "ASK",

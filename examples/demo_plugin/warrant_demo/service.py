@@ -113,7 +113,9 @@ class DemoService(FaultsService, JobsService):
         is_cancelled: Callable[..., bool] = lambda **_: False,
         on_interrupt: OnInterrupt | None = None,
     ) -> dict[str, Any]:
-        fault = self._before("issue_refund", key, is_cancelled, on_interrupt)
+        fault = self._before(
+            "issue_refund", key, is_cancelled, on_interrupt, stored=lambda: self.get_refund(key=key)
+        )
         params = {"order_id": order_id, "amount_cents": amount_cents, "currency": currency}
         with self.engine.begin() as conn:
             conn.execute(
@@ -169,7 +171,9 @@ class DemoService(FaultsService, JobsService):
         is_cancelled: Callable[..., bool] = lambda **_: False,
         on_interrupt: OnInterrupt | None = None,
     ) -> dict[str, Any]:
-        fault = self._before("save_draft", key, is_cancelled, on_interrupt)
+        fault = self._before(
+            "save_draft", key, is_cancelled, on_interrupt, stored=lambda: self.get_draft(key=key)
+        )
         with self.engine.begin() as conn:
             conn.execute(
                 pg_insert(drafts)

@@ -74,6 +74,8 @@ FAULT_MODES = (
 #: The modes consumed before the call acts (``corrupt_read`` is consumed by read-backs, the
 #: settle faults by a refund job's creation: ``warrant_demo.service_jobs``).
 CALL_FAULTS = tuple(m for m in FAULT_MODES if m != "corrupt_read" and m not in SETTLE_FAULTS)
+#: The outcomes the service decides on a key's first request; a repeat gets the stored answer.
+_DECIDED = frozenset({"reject", "fail"})
 
 #: ``ToolContext.on_interrupt``: register what unblocks a wait when the worker interrupts it.
 OnInterrupt = Callable[[Callable[[], None]], Callable[[], None]]
@@ -207,9 +209,17 @@ class FaultsService:
         key: str | None,
         is_cancelled: Callable[..., bool],
         on_interrupt: OnInterrupt | None = None,
+        *,
+        stored: Callable[[], object | None] | None = None,
     ) -> Fault | None:
+        """The call's fault, if one is switched on. ``stored`` looks the key's effect up: a
+        request whose key already took effect is answered from the idempotency store, as
+        payment APIs do, so a business refusal or a missing resource (decided on the first
+        request) cannot come back for it; transport faults still can."""
         try:
             fault = self._take_fault(tool, CALL_FAULTS)
+            if fault is not None and fault.mode in _DECIDED and stored and stored() is not None:
+                fault = None
             with self.engine.begin() as conn:
                 _serving.call_id = conn.execute(
                     insert(calls)

@@ -82,7 +82,9 @@ class JobsService:
     if TYPE_CHECKING:  # DemoService's
 
         def _take_fault(self, tool: str, modes: tuple[str, ...] | None = None) -> Any: ...
-        def _before(self, tool: str, key: str | None, is_cancelled: Any) -> Any: ...
+        def _before(
+            self, tool: str, key: str | None, is_cancelled: Any, *, stored: Any = None
+        ) -> Any: ...
         @staticmethod
         def _after_commit(fault: Any, what: str) -> None: ...
 
@@ -218,7 +220,9 @@ class JobsService:
     def payout(
         self, *, key: str, recipient: str, amount_cents: int, is_cancelled: Any
     ) -> dict[str, Any]:
-        fault = self._before("payout_batch", key, is_cancelled)
+        fault = self._before(
+            "payout_batch", key, is_cancelled, stored=lambda: self.get_payout(key=key)
+        )
         with self.engine.begin() as conn:
             conn.execute(
                 pg_insert(payouts)

@@ -12,10 +12,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
-from warrant.runner.authz import Action, Identity, Role, name_of
+from warrant.runner.authz import Action, Identity
 from warrant.runner.confirmation_rules import approvals_pending
-from warrant.runner.errors import Forbidden
-from warrant.runner.server.http.auth import deps, origin, requires
+from warrant.runner.server.http.auth import Reader, check_own_run, deps, origin, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import (
     AnswerIn,
@@ -32,13 +31,12 @@ from warrant.runner.server.http.models import (
     ResolveIn,
     RunOut,
 )
-from warrant.runner.server.http.runs import RUN_ID, run_out
+from warrant.runner.server.http.runs import RunId, run_out
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", tags=["actions"], responses=ERROR_RESPONSES)
 
-RunId = Annotated[str, RUN_ID]
 HandoffId = Annotated[
     str,
     Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="The handoff's id (or its run's)."),
@@ -48,7 +46,6 @@ RecordId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The memory recor
 
 Confirmer = Annotated[Identity, Depends(requires(Action.CONFIRM))]
 Answerer = Annotated[Identity, Depends(requires(Action.ANSWER))]
-Reader = Annotated[Identity, Depends(requires(Action.READ))]
 Canceller = Annotated[Identity, Depends(requires(Action.CANCEL))]
 Granter = Annotated[Identity, Depends(requires(Action.GRANT))]
 PreApprover = Annotated[Identity, Depends(requires(Action.PRE_APPROVE))]
@@ -75,13 +72,9 @@ def confirm(request: Request, run_id: RunId, body: DecisionIn, identity: Confirm
         origin=origin(request, "api"),
         precondition=body.precondition,
     )
-    info = client.get_run(run_id)
-    more = approvals_pending(info.confirmation_request, body.proposal_hash)
-    if more is None:
-        return DecisionOut(run_id=run_id, decision="approved", version=version)
-    return DecisionOut(
-        run_id=run_id, decision="approved", version=version, waiting_for_more=True, **more
-    )
+    more = approvals_pending(client.get_run(run_id).confirmation_request, body.proposal_hash)
+    waiting = {"waiting_for_more": True, **more} if more is not None else {}
+    return DecisionOut(run_id=run_id, decision="approved", version=version, **waiting)
 
 
 @router.post(
@@ -114,13 +107,9 @@ def cancel(
 ) -> RunOut:
     """No new work for the run; a running tool is interrupted. A producer may cancel only
     the runs it started (``NOT_YOUR_RUN``); an operator any run."""
-    reason = body.reason if body else ""
     client = deps(request).client
-    if identity.role is Role.PRODUCER:
-        started_by = client.get_run(run_id).started_by
-        if started_by is None or name_of(started_by) != identity.name:
-            raise Forbidden(f"{identity.label} did not start run {run_id}", code="NOT_YOUR_RUN")
-    return run_out(client.cancel(run_id, by=identity.label, reason=reason))
+    check_own_run(client, identity, run_id)
+    return run_out(client.cancel(run_id, by=identity.label, reason=body.reason if body else ""))
 
 
 @router.post("/runs/{run_id}/grants", status_code=201, response_model=GrantOut, summary="Grant")
@@ -195,10 +184,11 @@ def resolve_handoff(
 ) -> RunOut:
     """A person ends a handed-off run: completed, failed or cancelled, with the reason."""
     client = deps(request).client
-    info = client.resolve_handoff(
-        handoff_id, outcome=body.outcome, by=identity.label, reason=body.reason
+    return run_out(
+        client.resolve_handoff(
+            handoff_id, outcome=body.outcome, by=identity.label, reason=body.reason
+        )
     )
-    return run_out(info)
 
 
 @router.get("/memory", response_model=MemoryRecordsOut, summary="A subject's memory records")

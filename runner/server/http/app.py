@@ -4,16 +4,23 @@ Routes: ``/v1/runs…`` (:mod:`~warrant.runner.server.http.runs`), the actions o
 and memory (:mod:`~warrant.runner.server.http.actions`), and here ``/v1/tokens/me``,
 ``/metrics`` and ``/healthz``; the browser pages under ``/ui``
 (:mod:`~warrant.runner.server.web`). The OpenAPI document is at ``/openapi.json`` (``/docs``).
+
+``/healthz`` runs each check in a thread of its own with a deadline, so a peer that went silent
+(no answer, no reset) makes the check fail after :data:`CHECK_TIMEOUT_S` instead of hanging it.
 """
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
+from warrant.ledger.db import ping
 from warrant.runner.authz import Action, Identity
 from warrant.runner.client.api import Client
 from warrant.runner.client.tokens import Tokens
@@ -21,13 +28,12 @@ from warrant.runner.server import web
 from warrant.runner.server.http import actions, errors, proposals, runs
 from warrant.runner.server.http.auth import Deps, authenticated, deps, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
-from warrant.runner.server.http.models import Health, IdentityOut
+from warrant.runner.server.http.models import Health, HealthCheck, IdentityOut
 from warrant.runner.server.metrics import metrics_response
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import RunSpec
-from warrant.runner.stack.health import health
 
-__all__ = ["API_VERSION", "create_app"]
+__all__ = ["API_VERSION", "CHECK_TIMEOUT_S", "check_broker", "create_app", "health"]
 
 API_VERSION = "1"
 
@@ -100,12 +106,58 @@ def _system_routes(app: FastAPI) -> None:
         responses={503: {"model": Health, "description": "The broker or the ledger is down."}},
     )
     def healthz(request: Request) -> Any:
-        from fastapi.responses import JSONResponse
-
         from warrant.broker.app import app as celery_app  # lazy: builds Celery from the settings
 
         report = health(deps(request).client.engine, celery_app)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+
+#: How long one health check may take before it counts as failed.
+CHECK_TIMEOUT_S = 3.0
+
+_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="warrant-health")
+
+
+def _timed(probe: Any, *, timeout: float) -> HealthCheck:
+    started = time.monotonic()
+    future = _pool.submit(probe)
+    try:
+        future.result(timeout=timeout)
+    except FutureTimeout:
+        return HealthCheck(
+            ok=False, latency_ms=round(timeout * 1000, 1), error=f"no answer within {timeout:g} s"
+        )
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        error = f"{type(exc).__name__}: {first}"[:300]
+        return HealthCheck(ok=False, latency_ms=_ms(started), error=error)
+    return HealthCheck(ok=True, latency_ms=_ms(started))
+
+
+def _ms(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 1)
+
+
+def check_broker(app: Any, *, timeout: float = CHECK_TIMEOUT_S) -> HealthCheck:
+    """A fresh connection to the broker (not the publisher's pooled one: it may be a socket
+    to a server that is gone), opened and closed."""
+
+    def probe() -> None:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout)
+            conn.default_channel  # noqa: B018 - the channel proves the server answered
+
+    return _timed(probe, timeout=timeout)
+
+
+def health(engine: Any, app: Any) -> dict[str, Any]:
+    """``{"status": "ok" | "unavailable", "broker": HealthCheck, "database": HealthCheck}``."""
+    broker, database = check_broker(app), _timed(lambda: ping(engine), timeout=CHECK_TIMEOUT_S)
+    return {
+        "status": "ok" if broker.ok and database.ok else "unavailable",
+        "broker": broker.model_dump(),
+        "database": database.model_dump(),
+    }
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -11,11 +11,20 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from warrant.runner.authz import Action, Identity, require
+from warrant.runner.authz import Action, Identity, Role, allowed, name_of, require
 from warrant.runner.client.approvals import Origin
-from warrant.runner.errors import TokenInvalid
+from warrant.runner.errors import Forbidden, TokenInvalid
 
-__all__ = ["Deps", "authenticated", "deps", "origin", "requires"]
+__all__ = [
+    "Deps",
+    "Reader",
+    "authenticated",
+    "check_may_reveal",
+    "check_own_run",
+    "deps",
+    "origin",
+    "requires",
+]
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -61,6 +70,26 @@ def requires(action: Action) -> Callable[..., Identity]:
 
     dependency.__name__ = f"requires_{action.value}"
     return dependency
+
+
+Reader = Annotated[Identity, Depends(requires(Action.READ))]
+
+
+def check_own_run(client: Any, identity: Identity, run_id: str) -> None:
+    """A producer acts only on the runs it started (``403 NOT_YOUR_RUN``); other roles on any."""
+    if identity.role is Role.PRODUCER:
+        started_by = client.get_run(run_id).started_by
+        if started_by is None or name_of(started_by) != identity.name:
+            raise Forbidden(f"{identity.label} did not start run {run_id}", code="NOT_YOUR_RUN")
+
+
+def check_may_reveal(identity: Identity) -> None:
+    """Sensitive values only for a role that may confirm (``403 REVEAL_FORBIDDEN``)."""
+    if not allowed(identity.role, Action.CONFIRM):
+        raise Forbidden(
+            f"{identity.label} may not see sensitive values (only a role that may confirm)",
+            code="REVEAL_FORBIDDEN",
+        )
 
 
 def origin(request: Request, via: str) -> Any:

@@ -32,7 +32,7 @@ from warrant.runner.errors import (
 )
 from warrant.runner.server.http.models import ErrorBody
 
-__all__ = ["ERROR_RESPONSES", "install", "status_for"]
+__all__ = ["ERROR_RESPONSES", "install", "status_for", "warrant_error_response"]
 
 log = logging.getLogger("warrant.http")
 
@@ -73,13 +73,18 @@ def _field(loc: Any) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def _on_warrant_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, WarrantError)
+def warrant_error_response(exc: WarrantError) -> JSONResponse:
+    """``exc`` in the error shape, at its status (the API's and the MCP gateway's)."""
     status = status_for(exc)
-    if status == 500:
-        log.error("%s %s failed: [%s] %s", request.method, request.url.path, exc.code, exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
     return error_response(status, exc.to_dict(), **headers)
+
+
+def _on_warrant_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, WarrantError)
+    if status_for(exc) == 500:
+        log.error("%s %s failed: [%s] %s", request.method, request.url.path, exc.code, exc)
+    return warrant_error_response(exc)
 
 
 def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:

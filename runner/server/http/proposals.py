@@ -6,30 +6,25 @@ NOT_YOUR_RUN``), only an ``approver`` may confirm."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
-from warrant.runner.authz import Action, Identity, Role, name_of
-from warrant.runner.errors import Forbidden
+from warrant.runner.authz import Action, Identity
 from warrant.runner.external import Decision, DecisionState
-from warrant.runner.server.http.auth import deps, requires
+from warrant.runner.server.http.auth import Reader, check_own_run, deps, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import INT32_MAX, _In, record_model
-from warrant.runner.server.http.runs import RUN_ID
+from warrant.runner.server.http.runs import RunId, long_poll
 
 __all__ = ["DecisionStateOut", "ProposalIn", "router"]
 
 router = APIRouter(prefix="/v1", tags=["proposals"], responses=ERROR_RESPONSES)
 
-RunId = Annotated[str, RUN_ID]
 Step = Annotated[int, Path(ge=1, le=INT32_MAX, description="The step the proposal filled.")]
 Proposer = Annotated[Identity, Depends(requires(Action.PROPOSE))]
-Reader = Annotated[Identity, Depends(requires(Action.READ))]
 
 #: The longest one request waits for a decision.
 MAX_WAIT_S = 60.0
@@ -90,10 +85,7 @@ async def submit(
     usage = body.usage.model_dump() if body.usage else None
 
     def propose() -> Decision:
-        if identity.role is Role.PRODUCER:  # a producer proposes only in the runs it started
-            started_by = client.get_run(run_id).started_by
-            if started_by is None or name_of(started_by) != identity.name:
-                raise Forbidden(f"{identity.label} did not start run {run_id}", code="NOT_YOUR_RUN")
+        check_own_run(client, identity, run_id)
         decision: Decision = client.propose(
             run_id, body.proposal, by=identity.label, step=body.step, usage=usage
         )
@@ -129,12 +121,13 @@ async def _wait(
     request: Request, run_id: str, decision: Decision, wait_s: float, seen: str
 ) -> Decision:
     client = deps(request).client
-    deadline = time.monotonic() + wait_s
-    pause = FIRST_PAUSE_S
-    while decision.state == seen and time.monotonic() < deadline:
-        if await request.is_disconnected():
-            break
-        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 1.5, MAX_PAUSE_S)
-        decision = await run_in_threadpool(client.decision, run_id, decision.step)
-    return decision
+    found: Decision = await long_poll(
+        request,
+        decision,
+        lambda: client.decision(run_id, decision.step),
+        lambda d: d.state != seen,
+        wait_s,
+        MAX_PAUSE_S,
+        FIRST_PAUSE_S,
+    )
+    return found

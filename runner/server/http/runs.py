@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -16,14 +17,14 @@ from starlette.concurrency import run_in_threadpool
 
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
-from warrant.runner.authz import Action, Identity, allowed
+from warrant.runner.authz import Action, Identity
 from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT
 from warrant.runner.client.idempotency import origin as run_origin
 from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.codes import RunStatus
-from warrant.runner.errors import Forbidden, InvalidRequest, RunNotFound
-from warrant.runner.server.http.auth import Deps, deps, origin, requires
+from warrant.runner.errors import InvalidRequest, RunNotFound
+from warrant.runner.server.http.auth import Deps, Reader, check_may_reveal, deps, origin, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import (
     INT32_MAX,
@@ -40,14 +41,12 @@ from warrant.runner.server.http.models import (
 )
 from warrant.runner.spec import parse_run_spec
 
-__all__ = ["RUN_ID", "decode_cursor", "encode_cursor", "router", "run_out"]
+__all__ = ["RunId", "decode_cursor", "encode_cursor", "long_poll", "router", "run_out"]
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=ERROR_RESPONSES)
 
 #: A run id in a path (uuids; anything else is refused before the ledger is asked).
-RUN_ID = Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="The run's id.")
-RunId = Annotated[str, RUN_ID]
-Reader = Annotated[Identity, Depends(requires(Action.READ))]
+RunId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="The run's id.")]
 NO_NUL = r"^[^\x00]*$"
 
 #: The largest run spec accepted (bytes of JSON).
@@ -201,11 +200,7 @@ def get_run(
     client = deps(request).client
     if not reveal:
         return run_out(client.get_run(run_id))
-    if not allowed(identity.role, Action.CONFIRM):
-        raise Forbidden(
-            f"{identity.label} may not see sensitive values (only a role that may confirm)",
-            code="REVEAL_FORBIDDEN",
-        )
+    check_may_reveal(identity)
     out = run_out(client.get_run(run_id))
     revealed = client.reveal(run_id, by=identity.label, origin=origin(request, "api"))
     if revealed is not None:
@@ -265,11 +260,8 @@ def pending_confirmations(
     """The approval inbox: each run waiting for a person to approve exactly one proposal,
     longest waiting first, with the proposal's arguments (``secret_fields`` always masked;
     ``sensitive_fields`` masked unless ``reveal_sensitive``)."""
-    if reveal_sensitive and not allowed(identity.role, Action.CONFIRM):
-        raise Forbidden(
-            f"{identity.label} may not see sensitive values (only a role that may confirm)",
-            code="REVEAL_FORBIDDEN",
-        )
+    if reveal_sensitive:
+        check_may_reveal(identity)
     found = deps(request).client.pending_confirmations(
         reveal_sensitive=reveal_sensitive, limit=limit
     )
@@ -300,34 +292,49 @@ async def wait_run(
     with the same state. The header ``Warrant-Wait`` says which: ``changed``, ``settled`` or
     ``timeout``. The server looks at the ledger with a growing pause (50 ms to 1 s)."""
     engine = deps(request).client.engine
-    deadline = time.monotonic() + timeout
-    pause = FIRST_PAUSE_S
-    while True:
-        state = await run_in_threadpool(_state, engine, run_id)
+
+    @retry_once_on_disconnect
+    def look() -> tuple[str, int]:
+        with session_scope(engine) as s:
+            state = reads.run_state(s, run_id)
         if state is None:
             raise RunNotFound(f"no run {run_id}")
-        status, current = state
-        outcome = _outcome(status, current, version, deadline)
-        if outcome is not None or await request.is_disconnected():
-            break
-        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 1.5, MAX_PAUSE_S)
-    response.headers["Warrant-Wait"] = outcome or "disconnected"
+        return state
+
+    def outcome(state: tuple[str, int]) -> str | None:
+        if version is not None and state[1] != version:
+            return "changed"
+        return "settled" if state[0] in SETTLED else None
+
+    deadline = time.monotonic() + timeout
+    state = await long_poll(
+        request, await run_in_threadpool(look), look, outcome, timeout, MAX_PAUSE_S
+    )
+    timed_out = "timeout" if time.monotonic() >= deadline else "disconnected"
+    response.headers["Warrant-Wait"] = outcome(state) or timed_out
     return run_out(await run_in_threadpool(deps(request).client.get_run, run_id))
 
 
-def _outcome(status: str, current: int, seen: int | None, deadline: float) -> str | None:
-    if seen is not None and current != seen:
-        return "changed"
-    if status in SETTLED:
-        return "settled"
-    return "timeout" if time.monotonic() >= deadline else None
-
-
-@retry_once_on_disconnect
-def _state(engine: Any, run_id: str) -> tuple[str, int] | None:
-    with session_scope(engine) as s:
-        return reads.run_state(s, run_id)
+async def long_poll(
+    request: Request,
+    value: Any,
+    look: Callable[[], Any],
+    done: Callable[[Any], Any],
+    timeout: float,
+    max_pause: float,
+    first_pause: float = FIRST_PAUSE_S,
+) -> Any:
+    """``value``, or ``look()`` again (in a thread, with a growing pause) until ``done`` of it,
+    ``timeout`` seconds have passed or the caller went away: the last value seen."""
+    deadline = time.monotonic() + timeout
+    pause = first_pause
+    while not done(value) and time.monotonic() < deadline:
+        if await request.is_disconnected():
+            break
+        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 1.5, max_pause)
+        value = await run_in_threadpool(look)
+    return value
 
 
 # --- the opaque cursor of GET /v1/runs: the last (created_at, id) of a page ----------------

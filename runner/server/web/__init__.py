@@ -12,8 +12,8 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from warrant.runner.server.web import live, pages
-from warrant.runner.server.web.render import HERE
 from warrant.runner.server.web.session import LoginRequired
+from warrant.runner.server.web.views import HERE
 
 __all__ = ["install"]
 

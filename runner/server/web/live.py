@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from warrant.runner.authz import Action, allowed
 from warrant.runner.errors import TokenInvalid, WarrantError
 from warrant.runner.server.http.auth import deps
-from warrant.runner.server.web import render, session, views
+from warrant.runner.server.web import session, views
 
 __all__ = ["DEFAULT_LIVE_INTERVAL_S", "DEFAULT_LIVE_MAX_S", "router"]
 
@@ -80,15 +80,12 @@ async def _stream(
                 yield event("problem", f"{exc.code}: {exc}")
                 last = context["mark"]
         if context["mark"] != last:
-            context.update(who=who, view=view, live=params, may_confirm=_may_confirm(who))
+            may_confirm = allowed(who.role, Action.CONFIRM)
+            context.update(who=who, view=view, live=params, may_confirm=may_confirm)
             context["csrf"] = session.csrf_for(token or "")
-            yield event("fragment", render.fragment(template, context))
+            yield event("fragment", views.fragment(template, context))
             last, quiet_since = context["mark"], time.monotonic()
         elif time.monotonic() - quiet_since > KEEPALIVE_S:
             yield ": keep-alive\n\n"
             quiet_since = time.monotonic()
         await asyncio.sleep(DEFAULT_LIVE_INTERVAL_S)
-
-
-def _may_confirm(who: Any) -> bool:
-    return allowed(who.role, Action.CONFIRM)

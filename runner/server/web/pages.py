@@ -8,6 +8,7 @@ through the same client calls as the CLI and the API, so a refusal carries the s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
@@ -15,10 +16,10 @@ from fastapi.responses import RedirectResponse, Response
 
 from warrant.runner.authz import Action, Identity, require
 from warrant.runner.errors import TokenInvalid, WarrantError
-from warrant.runner.server.http.auth import deps, origin
+from warrant.runner.server.http.auth import Deps, deps, origin
 from warrant.runner.server.http.errors import status_for
 from warrant.runner.server.web import session, views
-from warrant.runner.server.web.render import page
+from warrant.runner.server.web.views import page
 
 __all__ = ["router"]
 
@@ -77,11 +78,38 @@ def _view(request: Request, name: str, who: Identity, **params: Any) -> dict[str
     return {"view": name, "live": params, **loader(deps(request).client, who, **params)}
 
 
+def _reader(request: Request) -> Identity:
+    who = session.identity(request)
+    require(who, Action.READ)
+    return who
+
+
+def _act(
+    request: Request,
+    csrf: str,
+    action: Action,
+    do: Callable[[Deps, Identity], Any],
+    view: str,
+    done: str,
+    **shown: Any,
+) -> Response:
+    """A form's change: checked (CSRF, the role may take ``action``), made, then a redirect to
+    ``done``; refused, the ``view``'s page again with the refusal's code and its status."""
+    who = session.identity(request)
+    try:
+        session.check_form(request, csrf)
+        require(who, action)
+        do(deps(request), who)
+    except WarrantError as exc:
+        context = {**_view(request, view, who), "error": _refused(exc), **shown}
+        return page(request, f"{view}.html", context, who=who, status_code=status_for(exc))
+    return _see_other(done)
+
+
 @router.get("/inbox")
 def inbox(request: Request, done: RunId = "", decision: str = "") -> Response:
     """The pending confirmations, oldest first, each with approve and decline."""
-    who = session.identity(request)
-    require(who, Action.READ)
+    who = _reader(request)
     context = _view(request, "inbox", who)
     if done and decision in ("approved", "declined", "granted"):
         context["notice"] = f"Run {done}: {decision}."
@@ -103,21 +131,16 @@ def decide(
 ) -> Response:
     """Approve or decline exactly the proposal the form was rendered with (and, approving, the
     state it showed: a moved one is refused ``PRECONDITION_CHANGED``)."""
-    who = session.identity(request)
-    try:
-        session.check_form(request, csrf)
-        require(who, Action.CONFIRM)
-        client = deps(request).client
+
+    def do(d: Deps, who: Identity) -> None:
         how = {"by": who.label, "origin": origin(request, "web")}
         if decision == "approve":
-            client.confirm(run_id, proposal_hash=proposal_hash, precondition=precondition, **how)
+            d.client.confirm(run_id, proposal_hash=proposal_hash, precondition=precondition, **how)
         else:
-            client.decline(run_id, proposal_hash=proposal_hash, **how)
-    except WarrantError as exc:
-        context = {**_view(request, "inbox", who), "error": _refused(exc), "failed_run": run_id}
-        return page(request, "inbox.html", context, who=who, status_code=status_for(exc))
-    done = "approved" if decision == "approve" else "declined"
-    return _see_other(f"/ui/inbox?done={run_id}&decision={done}")
+            d.client.decline(run_id, proposal_hash=proposal_hash, **how)
+
+    done = f"/ui/inbox?done={run_id}&decision={'approved' if decision == 'approve' else 'declined'}"
+    return _act(request, csrf, Action.CONFIRM, do, "inbox", done, failed_run=run_id)
 
 
 @router.post("/runs/{run_id}/grant")
@@ -131,11 +154,8 @@ def grant(
 ) -> Response:
     """Grant what a ``waiting_grant`` run lacks (an operator): the same proposal is checked
     again by the gate. Wider than a standing grant: only with the ``widen`` box ticked."""
-    who = session.identity(request)
-    try:
-        session.check_form(request, csrf)
-        require(who, Action.GRANT)
-        d = deps(request)
+
+    def do(d: Deps, who: Identity) -> None:
         d.client.add_grant(
             run_id,
             capability=capability,
@@ -144,25 +164,22 @@ def grant(
             operator_token=d.operator_token,
             widen=widen,
         )
-    except WarrantError as exc:
-        context = {**_view(request, "inbox", who), "error": _refused(exc), "failed_run": run_id}
-        return page(request, "inbox.html", context, who=who, status_code=status_for(exc))
-    return _see_other(f"/ui/inbox?done={run_id}&decision=granted")
+
+    done = f"/ui/inbox?done={run_id}&decision=granted"
+    return _act(request, csrf, Action.GRANT, do, "inbox", done, failed_run=run_id)
 
 
 @router.get("/runs")
 def runs(request: Request, status: str = "") -> Response:
     """The newest runs with their live status."""
-    who = session.identity(request)
-    require(who, Action.READ)
+    who = _reader(request)
     return page(request, "runs.html", _view(request, "runs", who, status=status), who=who)
 
 
 @router.get("/runs/{run_id}")
 def run(request: Request, run_id: str) -> Response:
     """One run: its status, budgets and trace timeline."""
-    who = session.identity(request)
-    require(who, Action.READ)
+    who = _reader(request)
     try:
         context = _view(request, "run", who, run_id=run_id)
     except WarrantError as exc:
@@ -174,8 +191,7 @@ def run(request: Request, run_id: str) -> Response:
 @router.get("/handoffs")
 def handoffs(request: Request, resolved: RunId = "") -> Response:
     """The runs handed to a person: each bundle, and a form to end the run."""
-    who = session.identity(request)
-    require(who, Action.READ)
+    who = _reader(request)
     context = _view(request, "handoffs", who)
     if resolved:
         context["notice"] = f"Handoff {resolved} resolved."
@@ -186,14 +202,8 @@ def handoffs(request: Request, resolved: RunId = "") -> Response:
 def resolve(
     request: Request, handoff_id: str, outcome: FormStr, reason: FormStr, csrf: Csrf
 ) -> Response:
-    who = session.identity(request)
-    try:
-        session.check_form(request, csrf)
-        require(who, Action.RESOLVE_HANDOFF)
-        deps(request).client.resolve_handoff(
-            handoff_id, outcome=outcome, by=who.label, reason=reason
-        )
-    except WarrantError as exc:
-        context = {**_view(request, "handoffs", who), "error": _refused(exc)}
-        return page(request, "handoffs.html", context, who=who, status_code=status_for(exc))
-    return _see_other(f"/ui/handoffs?resolved={handoff_id}")
+    def do(d: Deps, who: Identity) -> None:
+        d.client.resolve_handoff(handoff_id, outcome=outcome, by=who.label, reason=reason)
+
+    done = f"/ui/handoffs?resolved={handoff_id}"
+    return _act(request, csrf, Action.RESOLVE_HANDOFF, do, "handoffs", done)
