@@ -40,11 +40,11 @@ from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.ledger.sweeps import touch_run
 from warrant.runner import cancellation
-from warrant.runner.codes import CommandStatus, RunStatus
 from warrant.runner.limits import ModelLimit
 from warrant.runner.planner_protocol import PlannerFailure
+from warrant.runner.tool_stage import waits_for_slot
 
-__all__ = ["DEFERRED", "ModelGate", "Slot", "model_limiter", "tool_slot"]
+__all__ = ["DEFERRED", "ModelGate", "Slot", "model_limiter", "send_again", "tool_slot"]
 
 log = logging.getLogger("warrant.limits")
 
@@ -230,12 +230,7 @@ def _defer(
     the stage sorts the message out itself, without a slot)."""
     with autocommit(ctx.engine) as conn:
         row = load_tool(conn, run_id, cid)
-    if (
-        row is None
-        or row.status != RunStatus.RUNNING
-        or row.version != version
-        or row.cmd_status not in (CommandStatus.ISSUED, CommandStatus.STARTED)
-    ):
+    if not waits_for_slot(row, version=version):
         return None
     try:
         first = shared.note_wait(cid, blocked, step=row.cmd_step, proposal=row.cmd_proposal_id)
@@ -252,16 +247,22 @@ def _defer(
                 step=row.cmd_step,
                 proposal_id=row.cmd_proposal_id,
             )
+    countdown = blocked.retry_in_s * random.uniform(0.5, 1.5)
+    send_again(ctx, row, version=version, tool=tool, countdown=countdown)
+    return DEFERRED
+
+
+def send_again(ctx: Any, row: Any, *, version: int, tool: str, countdown: float) -> None:
+    """Publish the tool message of ``row``'s command again, ``countdown`` seconds from now."""
     ctx.publisher.tool(
-        run_id=run_id,
+        run_id=row.id,
         version=version,
-        command_id=cid,
+        command_id=row.cmd_id,
         tool=tool,
         soft_time_limit=row.cmd_timeout_s,
         time_limit=row.cmd_timeout_s + HARD_LIMIT_GRACE_S,
-        countdown=blocked.retry_in_s * random.uniform(0.5, 1.5),
+        countdown=countdown,
     )
-    return DEFERRED
 
 
 def _note_waited(ctx: Any, shared: SharedLimits, *, run_id: str, command_id: str) -> None:

@@ -54,7 +54,6 @@ __all__ = [
     "Blocked",
     "SharedLimits",
     "Taken",
-    "check_limits",
     "shared_limits",
     "unavailable",
 ]
@@ -253,20 +252,13 @@ def _broker_url(settings: WarrantSettings) -> str | None:
         return None
 
 
-def check_limits(
-    settings: WarrantSettings, registry: Registry, *, broker_url: str | None = None
-) -> LimitTable:
-    """The start-up check: the limits are valid and there is a Redis to keep them."""
-    table = limit_table(settings, registry)
-    check_storage(table, limits_url(settings, broker_url or _broker_url(settings)))
-    return table
-
-
 def shared_limits(settings: WarrantSettings, registry: Registry) -> SharedLimits | None:
-    """This process's shared limits; None when none are declared."""
-    table = check_limits(settings, registry)
+    """This process's shared limits, checked (valid, with a Redis to keep them); None when
+    none are declared."""
+    table = limit_table(settings, registry)
+    url = limits_url(settings, _broker_url(settings))
+    check_storage(table, url)
     if table.empty:
         return None
-    url = limits_url(settings, _broker_url(settings))
-    assert url is not None, "check_limits refuses limits without a Redis"
+    assert url is not None, "check_storage refuses limits without a Redis"
     return SharedLimits(table, url)

@@ -337,30 +337,12 @@ def run_status(conn: Connection, run_id: str) -> str | None:
     return None if row is None else str(row.status)
 
 
-# -- The ledger's read for a tool's own permission refusal (``warrant.runner.permission_wait``):
-# what the tool stage needs to turn one into a wait for a grant (the refused command the policy
-# stage issues again once the same proposal is accepted is in its load). Only on that rare path.
-
-
-_FACTS = Compiled.text(
-    """
-SELECT r.spec -> 'policy' ->> 'on_missing_grant' AS on_missing_grant,
-       c.proposal_pk, p.proposal_hash
-  FROM commands c JOIN runs r ON r.id = c.run_id JOIN proposals p ON p.id = c.proposal_pk
- WHERE c.id = %(command_id)s
-"""
-)
-
-
-def refusal_facts(conn: Connection, command_id: str) -> Any:
-    """The run's ``policy.on_missing_grant`` (``None`` when not set), the command's proposal
-    row id and the proposal's hash; ``None`` if there is no such command."""
-    return _FACTS.first(conn, {"command_id": command_id})
-
-
-# -- What the tool stage reads before running a call whose tool has a precondition read
-# (``Tool.precondition``): the fingerprint the approver's confirmation is bound to (migration
-# 0021) and the pending proposal's row, which a moved state copies into a new request.
+# -- The tool stage's reads of a command's proposal, on its rare paths only: a tool's own
+# permission refusal (``warrant.runner.permission_wait``: the run's ``on_missing_grant``, the
+# proposal the wait is for) and a call whose tool has a precondition read (``Tool.precondition``:
+# the fingerprint the approver's confirmation is bound to, migration 0021, and the proposal a
+# moved state copies into a new request). The refused command the policy stage issues again
+# once the same proposal is accepted after the grant is in the policy stage's load.
 
 
 #: The proposal columns a request asked again carries over (``broker.tool.preconditions``).
@@ -377,21 +359,23 @@ PROPOSAL_COPIED = (
     "provenance",
 )
 
-_APPROVED = Compiled.text(
+_PROPOSAL = Compiled.text(
     "SELECT "
     + ", ".join(f"p.{c}" for c in PROPOSAL_COPIED)
-    + ", cf.precondition_fingerprint AS approved_fingerprint"
-    " FROM commands c JOIN proposals p ON p.id = c.proposal_pk"
+    + ", cf.precondition_fingerprint AS approved_fingerprint, c.proposal_pk,"
+    " r.spec -> 'policy' ->> 'on_missing_grant' AS on_missing_grant"
+    " FROM commands c JOIN runs r ON r.id = c.run_id JOIN proposals p ON p.id = c.proposal_pk"
     " LEFT JOIN confirmations cf ON cf.id = c.confirmation_id"
     " WHERE c.id = %(command_id)s"
 )
 
 
-def approved_state(conn: Connection, command_id: str) -> Any:
-    """The command's proposal (the :data:`PROPOSAL_COPIED` columns) and
-    ``approved_fingerprint``: the precondition its confirmation was given on (None when the
-    read failed at the request, or there is no such confirmation). None without the command."""
-    return _APPROVED.first(conn, {"command_id": command_id})
+def command_proposal(conn: Connection, command_id: str) -> Any:
+    """The command's proposal (the :data:`PROPOSAL_COPIED` columns and its row id
+    ``proposal_pk``), ``approved_fingerprint`` (the precondition its confirmation was given on:
+    None when the read failed at the request, or there is no such confirmation) and the run's
+    ``on_missing_grant`` (None when not set). None without the command."""
+    return _PROPOSAL.first(conn, {"command_id": command_id})
 
 
 # -- The ledger facts a run's success conditions are checked on (queries only): the spec's

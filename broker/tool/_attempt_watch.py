@@ -49,6 +49,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Engine
 
 from warrant.broker.tool.deadline import HARD_LIMIT_EXIT
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger.commands import beat_commands
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner.cancellation import CancelSignal
@@ -139,16 +140,16 @@ class AttemptWatch:
 
     @contextmanager
     def watching(
-        self, *, command_id: str, run_id: str, began: float, timeout_s: float, hard_s: float
+        self, *, command_id: str, run_id: str, began: float, timeout_s: float
     ) -> Iterator[Attempt]:
         """The attempt is this thread's from the claim (``began``: before it was sent) until
-        its outcome is recorded."""
+        its outcome is recorded; its hard limit is its pool's (``HARD_LIMIT_GRACE_S`` later)."""
         attempt = Attempt(
             command_id=command_id,
             run_id=run_id,
             what=f"attempt of command {command_id}",
             soft_at=began + timeout_s,
-            hard_at=began + hard_s,
+            hard_at=began + timeout_s + HARD_LIMIT_GRACE_S,
             renewed=began,
         )
         with self.cond:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,9 +20,7 @@ from warrant.broker.context import StageContext
 from warrant.broker.tool import _attempt_watch as attempt_watch
 from warrant.broker.tool import deadline, interrupts
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
-from warrant.ledger.repo import (
-    run_view,
-)
+from warrant.ledger.repo import run_view
 from warrant.runner.cancellation import CancelSignal
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import Outcome, RunStatus, StopReason
@@ -31,14 +30,7 @@ from warrant.runner.views import RunView
 from warrant.tools import _batches as batches
 from warrant.tools._contract import Tool, ToolContext
 
-__all__ = [
-    "CANCELLED_STATUSES",
-    "DATABASE_ERRORS",
-    "Snapshot",
-    "ToolResult",
-    "run_tool",
-    "snapshot_of",
-]
+__all__ = ["Snapshot", "ToolResult", "run_tool", "snapshot_of"]
 
 log = logging.getLogger("warrant.tool")
 CANCEL_CHECK_EVERY_S = 0.2
@@ -139,7 +131,10 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
         clock=ctx.clock,
         interrupt=watched.signal if watched is not None else CancelSignal(),
     )
-    batch = prepare(ctx, tool, snap.command_id, snap.arguments, attempt=snap.attempt)
+    batch = None
+    if tool.batch is not None:  # the first attempt of a command has no earlier reports (no read)
+        reports = ctx.tool_deps.item_reports(snap.command_id) if snap.attempt > 1 else []
+        batch = BatchCall(tool, snap.arguments, reports)
     result = _called(ctx, tool, snap, context, batch)
     result.usage = context.reported_usage  # whatever the outcome: the call was paid for
     unreached = watched.unreached() if watched is not None else None
@@ -172,15 +167,9 @@ def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
     if result.status is not Outcome.SUCCEEDED or result.stop is not None:
         return result
     fields = batch.conclude(result.status, result.output)
-    events = [*result.events, ("tool.batch.items", _counted(fields["output"]["items"]))]
+    counts = Counter(str(item.get("status")) for item in fields["output"]["items"])
+    events = [*result.events, ("tool.batch.items", dict(counts))]
     return dataclasses.replace(result, **fields, events=events)
-
-
-def _counted(items: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[str(item.get("status"))] = counts.get(str(item.get("status")), 0) + 1
-    return counts
 
 
 @contextmanager
@@ -218,13 +207,9 @@ def _classified(
     )
     if not (interrupted or seen.database_lost or isinstance(exc, ToolError)):
         log.error("tool %s raised an unclassified exception", tool.name, exc_info=exc)
-    return of_error(tool, exc, said=_said(tool, snap, exc), seen=seen)
-
-
-def _said(tool: Tool[Any, Any], snap: Snapshot, exc: Exception) -> str | None:
-    """What the tool said with its refusal or failure: bounded, its secrets masked."""
-    message = str(exc)
-    return tool.outcome_message(message, snap.arguments) if message else None
+    message = str(exc)  # what the tool said with its refusal or failure: bounded, masked
+    said = tool.outcome_message(message, snap.arguments) if message else None
+    return of_error(tool, exc, said=said, seen=seen)
 
 
 def _checked(
@@ -326,19 +311,3 @@ class BatchCall:
             fields["stop"] = StopReason.UNKNOWN_EFFECT
             fields["trigger"] = "batch-item"
         return fields
-
-
-def prepare(
-    ctx: StageContext,
-    tool: Tool[Any, Any],
-    command_id: str,
-    arguments: dict[str, Any],
-    *,
-    attempt: int,
-) -> BatchCall | None:
-    """The batch view of an attempt (None for a tool that is no batch tool). The first
-    attempt of a command has no earlier reports (no read)."""
-    if tool.batch is None:
-        return None
-    reports = ctx.tool_deps.item_reports(command_id) if attempt > 1 else []
-    return BatchCall(tool, arguments, reports)

@@ -12,7 +12,7 @@ from warrant.broker.context import StageContext
 from warrant.broker.tool._call import Snapshot
 from warrant.ledger.guarded import insert_command, rearm_command
 from warrant.ledger.repo import Guarded
-from warrant.ledger.stage_loads import autocommit, refusal_facts
+from warrant.ledger.stage_loads import autocommit, command_proposal
 from warrant.runner.codes import Outcome
 from warrant.runner.permission_wait import (
     PERMISSION_DENIED,
@@ -46,7 +46,7 @@ def with_grant_wait(
     if res.status is not Outcome.REJECTED or res.code != PERMISSION_DENIED:
         return res
     with autocommit(ctx.engine) as conn:
-        facts = refusal_facts(conn, snap.command_id)
+        facts = command_proposal(conn, snap.command_id)
     if facts is None or not asks_after_refusal(
         facts.on_missing_grant, status=res.status, code=res.code
     ):

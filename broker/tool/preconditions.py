@@ -22,11 +22,11 @@ from typing import Any
 
 from warrant.broker.context import StageContext
 from warrant.broker.tool._call import Snapshot, ToolResult
-from warrant.broker.tool.record import record
+from warrant.broker.tool.record import outcome_values, record
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome, insert_proposal
 from warrant.ledger.repo import NewObservation, StaleVersion, append_events, commit, to_datetime
-from warrant.ledger.stage_loads import PROPOSAL_COPIED, approved_state, autocommit
+from warrant.ledger.stage_loads import PROPOSAL_COPIED, autocommit, command_proposal
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
@@ -86,7 +86,7 @@ def before_execution(
     if tool.precondition is None or snap.confirmation_id is None:
         return None
     with autocommit(ctx.engine) as conn:
-        approved = approved_state(conn, snap.command_id)
+        approved = command_proposal(conn, snap.command_id)
     try:
         now = _read(ctx, tool, snap.arguments, snap.run_id, snap.subject)
     except Exception as exc:
@@ -115,12 +115,6 @@ def before_execution(
     return None
 
 
-def _refusal(tool: Tool[Any, Any], snap: Snapshot, seen: str | None, now: Fingerprint) -> Any:
-    message = "the state the approver saw has changed; the call did not run and is asked again"
-    output = {"approved_fingerprint": seen, "fingerprint": now.digest, "summary": now.summary}
-    return ToolResult(Outcome.REJECTED, PRECONDITION_CHANGED, message, output=output)
-
-
 def _ask_again(
     ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, approved: Any, now: Fingerprint
 ) -> str:
@@ -128,7 +122,9 @@ def _ask_again(
     person at the next step with the new fingerprint, in one compare-and-set (still at the
     claim's version and attempt; else the general path records the refusal alone)."""
     seen = approved.approved_fingerprint if approved is not None else None
-    refusal = _refusal(tool, snap, seen, now)
+    message = "the state the approver saw has changed; the call did not run and is asked again"
+    output = {"approved_fingerprint": seen, "fingerprint": now.digest, "summary": now.summary}
+    refusal = ToolResult(Outcome.REJECTED, PRECONDITION_CHANGED, message, output=output)
     if approved is None:
         return record(ctx, snap, tool, refusal)
     step, view = snap.step + 1, snap.view
@@ -202,20 +198,9 @@ def _writes(
         "status": "waiting_confirmation",
         "confirmation_request": request,
     }
-    outcome = {
-        "command_id": snap.command_id,
-        "run_id": snap.run_id,
-        "status": refusal.status.value,
-        "code": refusal.code,
-        "retryable": False,
-        "message": refusal.message,
-        "output": refusal.output,
-        "attempt": snap.attempt,
-        "duration_ms": None,
-    }
     finished = {"status": CommandStatus.COMPLETED.value, "finished_at": to_datetime(at)}
     return [
         complete_command(snap.command_id, finished),
-        insert_outcome(outcome),
+        insert_outcome(outcome_values(snap, refusal, None)),
         insert_proposal(proposal, pending=True),
     ]

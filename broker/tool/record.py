@@ -1,26 +1,34 @@
 """Recording a tool attempt's outcome: the one-statement fast path, the locked general path
-(retries, cancellation, duplicates), and what an outcome does to its run."""
+(retries, cancellation, duplicates, an attempt no longer current), and what an outcome does to
+its run."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+from functools import partial
 from typing import Any
+
+import sqlalchemy.exc
+import tenacity
+from sqlalchemy.orm import Session
 
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
 from warrant.broker.tool._call import Snapshot, ToolResult
-from warrant.broker.tool._late import late_outcome, record_late
+from warrant.broker.tool.permission_waits import with_grant_wait
 from warrant.broker.transitions import reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome
-from warrant.ledger.models import Command, Run
+from warrant.ledger.models import Command, Reconciliation, Run
 from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
+    append_events,
     charge_usage,
     command_for_update,
     commit,
@@ -28,17 +36,23 @@ from warrant.ledger.repo import (
     run_view,
     to_datetime,
 )
-from warrant.ledger.row_updates import finish_command
+from warrant.ledger.row_updates import finish_command, resolve_outcome
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import CommandStatus, ObservationKind, Outcome, RunStatus, StopReason
 from warrant.runner.permission_wait import wait_for_grant
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change, charge_tool_usage
+from warrant.runner.tool_stage import late_verdict, planning
 from warrant.runner.views import RunView
 from warrant.tools._contract import SideEffect, Tool
 
-__all__ = ["acceptance", "record", "record_fast"]
+__all__ = ["acceptance", "conclude", "outcome_values", "record", "record_late", "trace"]
+
+log = logging.getLogger("warrant.tool")
+#: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
+RECORD_PATIENCE_S = 120.0
+LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 
 def _attempt_event(
@@ -56,7 +70,8 @@ def _attempt_event(
     return "tool.completed", details
 
 
-def _outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) -> dict[str, Any]:
+def outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) -> dict[str, Any]:
+    """The ``outcomes`` row of the attempt ``snap`` with what it did, ``res``."""
     return {
         "command_id": snap.command_id,
         "run_id": snap.run_id,
@@ -72,6 +87,44 @@ def _outcome_values(snap: Snapshot, res: ToolResult, duration_ms: float | None) 
 
 def _usage(tool: Tool[Any, Any], snap: Snapshot) -> dict[str, Any]:
     return {"tool": tool.name, "command_id": snap.command_id, "attempt": snap.attempt}
+
+
+def trace(ctx: StageContext, row: Any, name: str, details: dict[str, Any]) -> None:
+    """Trace one event of a delivery on ``row``'s run (a ``load_tool`` row), at its command's
+    step and proposal."""
+    with session_scope(ctx.engine) as s:
+        append_events(
+            s, row.id, [(name, details)], step=row.cmd_step, proposal_id=row.cmd_proposal_id
+        )
+
+
+def conclude(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolResult) -> str:
+    """Record an attempt's outcome, a permission refusal in a run that asks turned into a wait
+    for a grant first (``broker.tool.permission_waits``): in one statement when it can
+    (:func:`record_fast`), else under row locks (:func:`record`). The outcome is known only to
+    this process: a lost ledger connection must not lose it, so the record is tried again for
+    :data:`RECORD_PATIENCE_S`. The stage's result (``rejected:<code>``, ``failed:<code>``...:
+    what Flower shows, ``broker.tasks``)."""
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(LEDGER_ERRORS),
+        wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+        stop=tenacity.stop_after_delay(RECORD_PATIENCE_S),
+        before_sleep=lambda state: log.warning(
+            "recording the outcome of command %s failed (%s); retrying",
+            snap.command_id,
+            state.outcome.exception() if state.outcome else None,
+        ),
+        reraise=True,
+    ):
+        with attempt:
+            res = with_grant_wait(ctx, snap, tool, res)
+            done = None
+            if not (res.status is Outcome.FAILED and res.retryable) and not res.handoff:
+                done = record_fast(ctx, snap, tool, res)
+            done = done or record(ctx, snap, tool, res)
+            coded = res.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
+            return f"{done}:{res.code}" if coded else done
+    raise AssertionError("unreachable: tenacity re-raises")
 
 
 def record_fast(
@@ -104,7 +157,7 @@ def record_fast(
                 observation=observation,
                 guarded=[
                     complete_command(snap.command_id, command),
-                    insert_outcome(_outcome_values(snap, res, duration_ms)),
+                    insert_outcome(outcome_values(snap, res, duration_ms)),
                 ],
                 current_attempt=(snap.command_id, snap.attempt),
             )
@@ -136,7 +189,7 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
             )
         if cmd.status != CommandStatus.STARTED or cmd.attempts != snap.attempt:
             # Not (or no longer) this attempt's command to conclude.
-            return record_late(ctx, s, run, cmd, tool, late_outcome(res, snap.attempt), outbox)
+            return record_late(ctx, s, run, cmd, tool, res, snap.attempt, outbox)
         duration_ms = None
         if cmd.started_at is not None:
             duration_ms = round((ctx.clock() - cmd.started_at.timestamp()) * 1000, 1)
@@ -148,7 +201,7 @@ def record(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolRes
             and _maybe_retry(ctx, s, run, cmd, tool, res, attempt_event, outbox)
         ):
             if tool.batch is not None:  # which items this attempt applied: the retry skips them
-                record_outcome(s, **_outcome_values(snap, res, duration_ms))
+                record_outcome(s, **outcome_values(snap, res, duration_ms))
             result = "retry_scheduled"
         else:
             result = _finish(ctx, s, run, cmd, tool, res, attempt_event, duration_ms, snap, outbox)
@@ -219,7 +272,7 @@ def _finish(
     snap: Snapshot,
     outbox: Outbox,
 ) -> str:
-    if not record_outcome(s, **_outcome_values(snap, res, duration_ms)):
+    if not record_outcome(s, **outcome_values(snap, res, duration_ms)):
         return "superseded"  # lost the race for this attempt's outcome: no transition follows
     finish_command(cmd, stamp=True)
     if res.handoff:  # an effect nothing undid: a person looks (the bundle lists it)
@@ -322,3 +375,107 @@ def acceptance(tool: str, source: str, step: int, output: dict[str, Any]) -> New
     cite it); ``output`` holds its ``operation_id``."""
     content = {"tool": tool, "status": Outcome.ACCEPTED.value, "final": False, **output}
     return NewObservation(f"tool-{step}", ObservationKind.TOOL_RESULT, source, content)
+
+
+# -- An attempt that finishes after its command moved on: what it found is still a fact.
+#
+# An attempt concludes its command only while it is the command's current attempt (``started``
+# at that attempt number). When it is not (the command was completed by someone else, or
+# re-issued) it never transitions the run; but if it made (or may have made) an effect, the
+# ledger must not keep saying the effect did not happen. What it means is
+# :func:`warrant.runner.tool_stage.late_verdict`; :func:`record_late` writes it: a trace
+# (``tool.attempt.superseded``, ``effect.found_late``), the corrected outcome, and a handoff for
+# an effect the ledger did not know of (unless the run is back on this very command).
+
+
+def record_late(
+    ctx: Any,
+    s: Session,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    late: ToolResult,
+    attempt: int,
+    outbox: Any,
+) -> str:
+    """Record what attempt ``attempt``, no longer current, found (``run`` and ``cmd`` locked)."""
+    prior = rows.attempt_outcome(s, cmd.id, attempt)
+    status = RunStatus(run.status)
+    result, recorded = late_verdict(
+        status=late.status,
+        code=late.code,
+        output=late.output,
+        attempt=attempt,
+        side_effect=tool.side_effect,
+        prior=prior,
+        outcomes=rows.command_outcomes(s, cmd.id),
+        run_status=status,
+        same_command=run.active_command_id == cmd.id,
+    )
+    if result == "duplicate":
+        if planning(run):
+            outbox.add(partial(ctx.publisher.planner, run.id, run.version))
+        return result
+    details = {
+        "tool": cmd.tool,
+        "attempt": attempt,
+        "current_attempt": cmd.attempts,
+        "command_status": cmd.status,
+        "status": late.status.value,
+        "code": late.code,
+    }
+    if result == "superseded":
+        if recorded is not None:
+            details |= {"effect": "already_recorded", "recorded_attempt": recorded}
+        _trace(s, run, cmd, [("tool.attempt.superseded", details)])
+        return result
+    found = "applied" if late.status is Outcome.SUCCEEDED else "unknown"
+    _correct(s, run, cmd, late, attempt, prior, found)
+    events = [("effect.found_late", {**details, "effect": found})]
+    if result == "late_recorded":
+        _trace(s, run, cmd, events)
+        return result
+    s.flush()
+    enter_handoff(
+        s,
+        run,
+        reason=StopReason.UNKNOWN_EFFECT.value,
+        registry=ctx.registry,
+        events=events,
+        late_effect=True,
+    )
+    return result
+
+
+def _correct(
+    s: Session, run: Run, cmd: Command, late: ToolResult, attempt: int, prior: Any, found: str
+) -> None:
+    """Record what the attempt found: its outcome if none was recorded, else a corrected
+    verdict on the recorded one (with a reconciliation row saying it came late)."""
+    if prior is None:
+        record_outcome(
+            s,
+            command_id=cmd.id,
+            run_id=run.id,
+            status=late.status.value,
+            code=late.code or "LATE_ATTEMPT",
+            retryable=False,
+            message=late.message,
+            output=late.output,
+            attempt=attempt,
+        )
+        return
+    resolve_outcome(prior, "applied" if found == "applied" else "handoff", stamp=False)
+    s.add(
+        Reconciliation(
+            run_id=run.id,
+            command_id=cmd.id,
+            attempt=prior.reconcile_attempts + 1,
+            result=f"{found}_late",
+            detail={"attempt": attempt, "code": late.code},
+        )
+    )
+
+
+def _trace(s: Session, run: Run, cmd: Command, events: list[tuple[str, dict[str, Any]]]) -> None:
+    append_events(s, run.id, events, step=cmd.step, proposal_id=cmd.proposal_id)

@@ -1,65 +1,38 @@
 """Tool stage: execute one command at most once per logical action, record a typed outcome.
 
-Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``). The common
-case is two statements: the claim (load and start) and the record. A redelivery that finds an
-outcome only re-emits the continuation; one that finds ``started`` leaves a live attempt alone
+Lifecycle in the ledger: ``issued -> started -> completed`` (or ``discarded``). Load → decide →
+commit → publish, for an effect: the claim loads the command and commits its start in one
+statement; the call is the effect (``broker.tool._call``); the record (``broker.tool.record``)
+is the one write of the outcome with the run's change, and publishes the continuation after it.
+A delivery the claim does not apply to loads the command (``load_tool``), and
+:mod:`warrant.runner.tool_stage` decides what is left to do: a redelivery that finds an outcome
+only re-emits the continuation; one that finds ``started`` leaves a live attempt alone
 (``broker.tool.lease``) and, once the attempt is lost, re-invokes only tools that are safe to
-re-invoke with the same idempotency token and records ``unknown`` for the others (the
-reconciler resolves it). Calling the tool is ``broker.tool._call``; recording what it did,
-``broker.tool.record`` (and ``broker.tool._late`` for an attempt that is no longer current).
-
-Load → decide → commit → publish, for an effect: the claim loads the command and commits its
-start in one statement (a delivery the claim does not apply to loads it with ``load_tool`` and
-decides what is left to do in :func:`_general_path`); the call is the effect; the record is the
-one write of the outcome with the run's change, and publishes the continuation after it.
+re-invoke with the same idempotency token and records ``unknown`` for the others.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
-import sqlalchemy.exc
-import tenacity
-
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.limit_waits import Slot, tool_slot
+from warrant.broker.limit_waits import Slot, send_again, tool_slot
 from warrant.broker.tool import _attempt_watch as attempt_watch
 from warrant.broker.tool import deadline, preconditions
 from warrant.broker.tool._call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
-from warrant.broker.tool.permission_waits import with_grant_wait
-from warrant.broker.tool.record import record, record_fast
-from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.broker.tool.record import conclude, record, trace
 from warrant.ledger.commands import claim_command, discard_command, start_command
-from warrant.ledger.db import session_scope
-from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.ledger.workers import live_registrations
 from warrant.runner.canonical import sha256_hex
-from warrant.runner.codes import CommandStatus, Outcome, Phase, RunStatus, StopReason
+from warrant.runner.codes import CommandStatus, Outcome, StopReason
+from warrant.runner.tool_stage import delivery, planning, redirect
 from warrant.tools._contract import SideEffect, Tool
 
 __all__ = ["tool_execute"]
-
-log = logging.getLogger("warrant.tool")
-#: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
-RECORD_PATIENCE_S = 120.0
-LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
-
-
-def _worker_lost() -> ToolResult:
-    """The outcome of a started command whose attempt is known lost (its tool is not safe
-    to run again with the same token): the reconciler asks the service."""
-    return ToolResult(
-        Outcome.UNKNOWN,
-        "WORKER_LOST_DURING_EXECUTION",
-        "an earlier delivery started this command and its process is gone",
-        stop=StopReason.UNKNOWN_EFFECT,
-        trigger="worker-lost",
-    )
 
 
 def tool_execute(
@@ -72,13 +45,15 @@ def tool_execute(
     tool: str | None = None,
 ) -> str:
     """The command is this thread's first (``attempt_watch.taken_here``: a duplicate delivery
-    that another thread of this process holds is left to it), then the tool's shared limits
-    (``broker.limits``: a message that finds no free slot is sent again for later), then
-    :func:`_claim_and_run` with the slot held: the attempt's deadlines start counting only
-    after the wait."""
+    that another thread of this process holds is left to it, traced as any delivery that finds
+    a live attempt), then the tool's shared limits (``broker.limit_waits``: a message that finds
+    no free slot is sent again for later), then :func:`_claim_and_run` with the slot held: the
+    attempt's deadlines start counting only after the wait."""
     with attempt_watch.taken_here(command_id, worker=worker) as mine:
         if not mine:
-            return _taken_elsewhere_here(ctx, run_id, command_id)
+            with autocommit(ctx.engine) as conn:
+                row = load_tool(conn, run_id, command_id)
+            return "ignored" if row is None else _in_flight(ctx, row)
         with tool_slot(
             ctx, tool=tool, run_id=run_id, version=version, command_id=command_id
         ) as slot:
@@ -89,15 +64,27 @@ def tool_execute(
             )
 
 
-def _taken_elsewhere_here(ctx: StageContext, run_id: str, command_id: str) -> str:
-    """Another thread of this process is claiming or running the command: this delivery is
-    dropped (that thread records the outcome, or sorts its own delivery out), traced as any
-    delivery that finds a live attempt."""
-    with autocommit(ctx.engine) as conn:
-        row = load_tool(conn, run_id, command_id)
-    if row is None:
-        return "ignored"
-    return _in_flight(ctx, row)
+def _claim(
+    ctx: StageContext, run_id: str, version: int, command_id: str, *, worker: str | None, tool: str
+) -> Any:
+    """The common case in one statement: the command, ``issued`` for ``tool`` at a version
+    this worker has, started (None: the claim did not apply). A read's start is only
+    informational (re-running it is harmless): its commit does not wait for the WAL flush.
+    Any other start is the durable intent before the effect. The claim matches the command's
+    own tool, so a message naming another tool cannot relax it."""
+    versions = ctx.registry.by_name(tool)
+    read = bool(versions) and all(t.side_effect is SideEffect.READ for t in versions)
+    with autocommit(ctx.engine, relaxed=read) as conn:
+        return claim_command(
+            conn,
+            run_id=run_id,
+            version=version,
+            command_id=command_id,
+            tool=tool,
+            versions=[t.version for t in versions],
+            worker=worker,
+            heartbeat=deadline.concurrent(),
+        )
 
 
 def _claim_and_run(
@@ -111,36 +98,14 @@ def _claim_and_run(
     slot: Slot,
 ) -> str:
     """Claim the command, run the tool, record the outcome: two statements in the common case.
-
-    A tool with an effect (any side effect but ``read``) gets ``started`` committed before it
-    runs: a delivery that finds it started and unfinished re-invokes it with the same token
-    only if that is safe, and records ``unknown`` otherwise; the reconciler finds it by its
-    lease. A read has no effect to protect: its start does not wait for the WAL flush (a lost
-    start simply runs the read again). ``tool`` is the message's tool name; without it (or
-    if it is not the command's) the command takes the general path, with a durable start."""
+    A delivery the claim does not apply to (a duplicate or late one, a stopped run, a started
+    command, a message without the command's tool) takes :func:`_general_path`."""
     # The attempt's own deadlines count from here (broker.tool.deadline), and so does the deadline
     # its tool sees (on the database's clock): after any slot wait and any queueing.
     began, now = time.monotonic(), ctx.clock()
-    if tool is None:
-        return _general_path(
-            ctx, run_id, version, command_id, worker=worker, began=began, now=now, slot=slot
-        )
-    # A read's start is only informational (re-running it is harmless): its commit does not
-    # wait for the WAL flush. Any other start is the durable intent before the effect. The
-    # claim matches the command's own tool, so a message naming another tool cannot relax it.
-    versions = ctx.registry.by_name(tool)
-    read = bool(versions) and all(t.side_effect is SideEffect.READ for t in versions)
-    with autocommit(ctx.engine, relaxed=read) as conn:
-        row = claim_command(
-            conn,
-            run_id=run_id,
-            version=version,
-            command_id=command_id,
-            tool=tool,
-            versions=[t.version for t in versions],
-            worker=worker,
-            heartbeat=deadline.concurrent(),
-        )
+    row = None
+    if tool is not None:
+        row = _claim(ctx, run_id, version, command_id, worker=worker, tool=tool)
     if row is not None:
         found = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
         assert found is not None, "the claim only starts versions this worker has"
@@ -164,31 +129,27 @@ def _general_path(
     now: float,
     slot: Slot,
 ) -> str:
-    """The claim did not apply: a duplicate or late delivery, a stopped run, a started
-    command whose tool may (or may not) be re-invoked, or a message that does not name the
-    command's tool."""
+    """The claim did not apply: load, decide (:func:`warrant.runner.tool_stage.delivery`),
+    write what it says. A started command whose attempt is lost is run again with the same
+    token only if that is safe, and recorded ``unknown`` otherwise (the reconciler resolves it)."""
     with autocommit(ctx.engine) as conn:
         row = load_tool(conn, run_id, command_id)
-    if row is None:
-        return "ignored"
-    if row.cmd_status == CommandStatus.COMPLETED:
-        if row.status == RunStatus.RUNNING and row.phase == Phase.PLANNING:
-            ctx.publisher.planner(run_id, row.version)
-        return "duplicate"
-    if row.cmd_status == CommandStatus.DISCARDED:
+    tool = None if row is None else ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
+    started = row is not None and row.cmd_status == CommandStatus.STARTED
+    lost = started and _attempt_lost(ctx, row, worker)
+    what = delivery(row, version=version, lost=lost, runnable=tool is not None)
+    if what == "duplicate" and planning(row):
+        ctx.publisher.planner(run_id, row.version)
+    elif what == "discard":
+        with autocommit(ctx.engine) as conn:
+            discard_command(conn, command_id)
         return "discarded"
-    if row.status != RunStatus.RUNNING or row.version != version:
-        if row.status != RunStatus.RUNNING and row.cmd_status == CommandStatus.ISSUED:
-            with autocommit(ctx.engine) as conn:
-                discard_command(conn, command_id)
-            return "discarded"
-        return "ignored"
-    started = row.cmd_status == CommandStatus.STARTED
-    if started and not _attempt_lost(ctx, row, worker):
+    elif what == "in_flight":
         return _in_flight(ctx, row)
-    tool = ctx.registry.get(row.cmd_tool, row.cmd_tool_version)
-    if tool is None:  # a rolling upgrade: another worker has this version (redirect, below)
-        return redirect(ctx, row, version=version, worker=worker)
+    elif what == "redirect":  # a rolling upgrade: another worker has this version
+        return _redirect(ctx, row, version=version, worker=worker)
+    if what != "start" or tool is None:
+        return what
     with autocommit(ctx.engine) as conn:
         attempt = start_command(
             conn,
@@ -201,13 +162,21 @@ def _general_path(
             key_hash=sha256_hex(row.cmd_token)[:16],
             heartbeat=deadline.concurrent(),
         )
-    if attempt is None:
-        if not started or tool.side_effect.safe_to_reinvoke:
-            return "ignored"
-        snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, now=now)
-        return record(ctx, snapshot, tool, _worker_lost())
-    snapshot = snapshot_of(row, attempt=attempt, version=version, now=now, began=began)
-    return _execute(ctx, tool, snapshot, worker=worker, slot=slot)
+    if attempt is not None:
+        snapshot = snapshot_of(row, attempt=attempt, version=version, now=now, began=began)
+        return _execute(ctx, tool, snapshot, worker=worker, slot=slot)
+    if not started or tool.side_effect.safe_to_reinvoke:
+        return "ignored"
+    # Its attempt is known lost and its tool is not safe to run again with the same token.
+    lost = ToolResult(
+        Outcome.UNKNOWN,
+        "WORKER_LOST_DURING_EXECUTION",
+        "an earlier delivery started this command and its process is gone",
+        stop=StopReason.UNKNOWN_EFFECT,
+        trigger="worker-lost",
+    )
+    snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, now=now)
+    return record(ctx, snapshot, tool, lost)
 
 
 def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
@@ -233,20 +202,19 @@ def _attempt_lost(ctx: StageContext, row: Any, worker: str | None) -> bool:
 def _in_flight(ctx: StageContext, row: Any) -> str:
     """Another attempt of this command is running: leave it alone (this delivery is dropped;
     a lost attempt is found by its lease, by the reconciler's stale sweep)."""
-    with session_scope(ctx.engine) as s:
-        append_events(
-            s,
-            row.id,
-            [
-                (
-                    "tool.delivery.in_flight",
-                    {"tool": row.cmd_tool, "attempt": row.cmd_attempts, "holder": row.cmd_worker},
-                )
-            ],
-            step=row.cmd_step,
-            proposal_id=row.cmd_proposal_id,
-        )
+    holder = {"tool": row.cmd_tool, "attempt": row.cmd_attempts, "holder": row.cmd_worker}
+    trace(ctx, row, "tool.delivery.in_flight", holder)
     return "in_flight"
+
+
+def _redirect(ctx: StageContext, row: Any, *, version: int, worker: str | None) -> str:
+    """Send the message again for a worker that has the command's tool version
+    (:func:`warrant.runner.tool_stage.redirect`); the stage's result."""
+    capable, countdown = redirect(row, live_registrations(ctx.engine))
+    details = {"tool": row.cmd_tool, "tool_version": row.cmd_tool_version, "worker": worker}
+    trace(ctx, row, "tool.delivery.redirected", {**details, "capable_workers": capable[:10]})
+    send_again(ctx, row, version=version, tool=row.cmd_tool, countdown=countdown)
+    return f"redirected:{row.cmd_tool}@{row.cmd_tool_version}"
 
 
 def _execute(
@@ -269,7 +237,6 @@ def _execute(
         run_id=snapshot.run_id,
         began=snapshot.began,
         timeout_s=snapshot.timeout_s,
-        hard_s=snapshot.timeout_s + HARD_LIMIT_GRACE_S,
     ):
         return _attempt(ctx, tool, snapshot, slot)
 
@@ -292,82 +259,4 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, slot: 
                 sp.set_attribute("warrant.code", outcome.code)
     if outcome.abandoned:  # the service may still be serving it: its slot stays taken
         slot.keep_until(snapshot.deadline_at - ctx.clock())
-    # The outcome is known only to this process: a lost ledger connection must not lose it.
-    for attempt in tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(LEDGER_ERRORS),
-        wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-        stop=tenacity.stop_after_delay(RECORD_PATIENCE_S),
-        before_sleep=lambda state: log.warning(
-            "recording the outcome of command %s failed (%s); retrying",
-            snapshot.command_id,
-            state.outcome.exception() if state.outcome else None,
-        ),
-        reraise=True,
-    ):
-        with attempt:
-            outcome = with_grant_wait(ctx, snapshot, tool, outcome)  # a permission refusal asks?
-            done = None
-            if not (outcome.status is Outcome.FAILED and outcome.retryable) and not outcome.handoff:
-                done = record_fast(ctx, snapshot, tool, outcome)
-            done = done or record(ctx, snapshot, tool, outcome)
-            # ``rejected:<code>``, ``failed:<code>``...: what Flower shows (broker.tasks)
-            coded = outcome.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
-            return f"{done}:{outcome.code}" if coded else done
-    raise AssertionError("unreachable: tenacity re-raises")
-
-
-# -- A command for a tool version this worker does not have: leave it for a worker that does.
-#
-# During a rolling upgrade the workers consuming ``tool.<name>`` may hold different versions of
-# the tool (old hosts ``@1``, upgraded ones ``@2``); the queue is shared, so a ``@1`` command can
-# reach an upgraded host. That worker must not fail the run (it did: an assertion, then
-# ``INTERNAL_ERROR``) and cannot run a contract it does not have. It publishes the same message
-# again and traces ``tool.delivery.redirected`` (the tool, its version, this worker, and whether a
-# live worker registered that version); the command stays ``issued`` (or ``started`` by its
-# holder), so nothing is lost and nothing runs twice. With a live worker that has the version,
-# the message comes back at once; with none (every old host already gone), every
-# :data:`NONE_LIVE_RETRY_S` seconds, until a worker with the version registers or the run is
-# cancelled or ends. The gate refuses new proposals for a version no consumer has
-# (``TOOL_NOT_DEPLOYED``).
-
-
-#: Countdown of the re-published message when some live worker has the version.
-SOME_LIVE_RETRY_S = 0.5
-#: ... and when none has it (yet).
-NONE_LIVE_RETRY_S = 10.0
-
-
-def redirect(ctx: StageContext, row: Any, *, version: int, worker: str | None) -> str:
-    """Re-publish the command's message for a capable worker; the stage's result."""
-    key, queue = f"{row.cmd_tool}@{row.cmd_tool_version}", f"tool.{row.cmd_tool}"
-    capable = sorted(
-        w.node for w in live_registrations(ctx.engine) if queue in w.queues and key in w.tools
-    )
-    with session_scope(ctx.engine) as s:
-        append_events(
-            s,
-            row.id,
-            [
-                (
-                    "tool.delivery.redirected",
-                    {
-                        "tool": row.cmd_tool,
-                        "tool_version": row.cmd_tool_version,
-                        "worker": worker,
-                        "capable_workers": capable[:10],
-                    },
-                )
-            ],
-            step=row.cmd_step,
-            proposal_id=row.cmd_proposal_id,
-        )
-    ctx.publisher.tool(
-        run_id=row.id,
-        version=version,
-        command_id=row.cmd_id,
-        tool=row.cmd_tool,
-        soft_time_limit=row.cmd_timeout_s,
-        time_limit=row.cmd_timeout_s + HARD_LIMIT_GRACE_S,
-        countdown=SOME_LIVE_RETRY_S if capable else NONE_LIVE_RETRY_S,
-    )
-    return f"redirected:{key}"
+    return conclude(ctx, snapshot, tool, outcome)
