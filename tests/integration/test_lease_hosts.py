@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -233,23 +234,48 @@ def test_a_late_attempt_whose_effect_is_already_recorded_is_superseded(
                 return m
             (planner_step if name == "planner" else policy_evaluate)(ctx, m["run_id"], m["version"])
 
-    order = f"ord_{uuid.uuid4().hex[:10]}"
+    def fault_taken(command_id: str) -> list[str | None]:
+        """The faults the service's calls with this command's key got (none logged yet: [])."""
+        with engine.begin() as conn:
+            return list(
+                conn.execute(
+                    text(
+                        "SELECT k.fault FROM commands c JOIN demo_calls k"
+                        " ON k.idempotency_key = c.idempotency_token WHERE c.id = :id"
+                    ),
+                    {"id": command_id},
+                ).scalars()
+            )
+
     # The first attempt sleeps long enough that the sweeps below (slow on a loaded machine)
-    # judge it before it returns: it must come back only after its retry was recorded.
-    demo.set_fault("issue_refund", "slow", delay_s=20)
-    run_id = client.start_run(spec([refund(order), sc.final("Refunded.", "tool-1")]), publish=False)
-    publisher.planner(run_id, 1)
-    m = drive_until_tool()
-    results: list[str] = []
-    late = threading.Thread(
-        target=lambda: results.append(
-            tool_execute(
-                ctx, run_id, m["version"], m["command_id"], worker="w@h/1", tool="issue_refund"
+    # judge it before it returns: it must come back only after its retry was recorded. The
+    # fault is the service's, per tool: a call of another test's leftover run can take it first
+    # (seen twice in the full suite); then this run ends at once and another is started.
+    for _ in range(3):
+        publisher.sent.clear()
+        order = f"ord_{uuid.uuid4().hex[:10]}"
+        run_id = client.start_run(
+            spec([refund(order), sc.final("Refunded.", "tool-1")]), publish=False
+        )
+        publisher.planner(run_id, 1)
+        m = drive_until_tool()
+        results: list[str] = []
+        late = threading.Thread(
+            target=lambda run_id=run_id, m=m, results=results: results.append(
+                tool_execute(
+                    ctx, run_id, m["version"], m["command_id"], worker="w@h/1", tool="issue_refund"
+                )
             )
         )
-    )
-    late.start()
-    started(engine, run_id)
+        demo.set_fault("issue_refund", "slow", delay_s=20)
+        late.start()
+        started(engine, run_id)
+        taken = wait_for(functools.partial(fault_taken, m["command_id"]), what="the call logged")
+        if taken == ["slow"]:
+            break
+        late.join(30)
+    else:
+        raise AssertionError("three attempts in a row missed their slow fault")
     demo.clear_faults()  # the first attempt is inside its sleep; the retry runs at once
     with engine.begin() as conn:  # the attempt is now past its lease
         conn.execute(
