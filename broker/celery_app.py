@@ -20,7 +20,7 @@ from celery.worker import state as worker_state
 from warrant.broker import telemetry
 from warrant.broker._redis_transport import RESTORE_EVERY_S, TRANSPORT
 from warrant.broker._unconfigured import TRANSPORT as UNCONFIGURED
-from warrant.broker.publish import RUN_HEADER
+from warrant.broker.publish import COMMAND_HEADER, RUN_HEADER
 from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from warrant.broker.registration import RegisterWorker
 from warrant.runner.errors import ServiceUnavailable
@@ -223,12 +223,15 @@ TRIM_INTERVAL_S = 30.0
 def trim_revoked_runs(keep: int, revoked: dict[str, Any] | None = None) -> int:
     """Keep the ``keep`` most recently revoked runs; returns how many were forgotten."""
     revoked = worker_state.revoked_stamps if revoked is None else revoked
-    stamps = revoked.get(RUN_HEADER)
-    if not isinstance(stamps, list) or len(stamps) <= keep:
-        return 0  # (repeats are only dropped once the list is over the bound)
-    distinct = list(dict.fromkeys(reversed(stamps)))  # newest first, without repeats
-    revoked[RUN_HEADER] = distinct[:keep][::-1]
-    return max(0, len(distinct) - keep)
+    forgotten = 0
+    for header in (RUN_HEADER, COMMAND_HEADER):  # runs cancelled; branches a merge cut
+        stamps = revoked.get(header)
+        if not isinstance(stamps, list) or len(stamps) <= keep:
+            continue  # (repeats are only dropped once the list is over the bound)
+        distinct = list(dict.fromkeys(reversed(stamps)))  # newest first, without repeats
+        revoked[header] = distinct[:keep][::-1]
+        forgotten += max(0, len(distinct) - keep)
+    return forgotten
 
 
 class TrimRevokedRuns(bootsteps.StartStopStep):

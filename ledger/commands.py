@@ -29,8 +29,10 @@ WITH cmd AS (
      AND (c.status = 'issued'
           OR (c.status = 'started' AND CAST(%(reinvoke)s AS boolean)
               AND c.attempts = CAST(%(seen)s AS integer)))
+     AND c.cut_at IS NULL
      AND EXISTS (SELECT 1 FROM runs r
-                  WHERE r.id = %(run_id)s AND r.version = %(version)s AND r.status = 'running')
+                  WHERE r.id = %(run_id)s AND r.status = 'running'
+                    AND (r.version = %(version)s OR c.branch > 0))
   RETURNING c.attempts, c.step, c.proposal_id, c.tool, c.tool_version, c.timeout_s,
             c.idempotency_token
 ), seq AS (
@@ -91,8 +93,10 @@ WITH c AS (
          heartbeat_at = CASE WHEN CAST(%(heartbeat)s AS boolean) THEN now() END
    WHERE c.id = %(command_id)s AND c.run_id = %(run_id)s AND c.status = 'issued'
      AND c.tool = %(tool)s AND c.tool_version = ANY(%(versions)s)
+     AND c.cut_at IS NULL
      AND EXISTS (SELECT 1 FROM runs r
-                  WHERE r.id = %(run_id)s AND r.version = %(version)s AND r.status = 'running')
+                  WHERE r.id = %(run_id)s AND r.status = 'running'
+                    AND (r.version = %(version)s OR c.branch > 0))
   RETURNING {CMD_COLUMNS}
 ), r AS (
   UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM c WHERE r.id = %(run_id)s
@@ -163,7 +167,7 @@ UPDATE commands c SET heartbeat_at = now()
   FROM runs r
  WHERE c.id = ANY(:ids) AND c.status = 'started' AND c.worker = :worker
    AND r.id = c.run_id
-RETURNING c.id, r.status
+RETURNING c.id, CASE WHEN c.cut_at IS NULL THEN r.status ELSE 'cancelling' END AS status
 """
 )
 

@@ -77,6 +77,8 @@ class Run(Base):
     pending_proposal_id: Mapped[int | None] = mapped_column(BigInteger)
     active_command_id: Mapped[str | None] = mapped_column(String(36))
     trace_id: Mapped[str | None] = mapped_column(String(32))
+    fan_out: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The open parallel step (``warrant.runner.fan_in.FanOut``) until its verdict (0022)."""
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -115,6 +117,8 @@ class Proposal(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """A parallel step's call 1..N; 0: the step's own proposal (migration 0022)."""
     proposal_id: Mapped[str | None] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(16))
     tool: Mapped[str | None] = mapped_column(String(200))
@@ -131,7 +135,7 @@ class Proposal(Base):
     created_at: Mapped[datetime] = _now()
 
     __table_args__ = (
-        UniqueConstraint("run_id", "step", name="uq_proposals_run_step"),
+        UniqueConstraint("run_id", "step", "branch", name="uq_proposals_run_step"),
         Index("ix_proposals_run_version", "run_id", "observation_version", "step"),
     )
 
@@ -144,6 +148,10 @@ class Command(Base):
     proposal_pk: Mapped[int] = mapped_column(ForeignKey("proposals.id", ondelete="CASCADE"))
     proposal_id: Mapped[str] = mapped_column(String(200))
     step: Mapped[int] = mapped_column(Integer)
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """A parallel step's branch 1..N; 0: an ordinary step's command (migration 0022)."""
+    cut_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """When its step's merge cut the branch: a running attempt is interrupted (0022)."""
     tool: Mapped[str] = mapped_column(String(200))
     tool_version: Mapped[str] = mapped_column(String(50))
     arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -163,7 +171,7 @@ class Command(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
-        UniqueConstraint("run_id", "step", name="uq_commands_run_step"),
+        UniqueConstraint("run_id", "step", "branch", name="uq_commands_run_step"),
         # the reconciler's lease check; completed commands take no entry (migration 0007)
         Index("ix_commands_started", "started_at", postgresql_where=text("status = 'started'")),
         # the foreign-key check when a proposal is deleted (ledger prune; migration 0012)

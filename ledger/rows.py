@@ -7,6 +7,7 @@ reconciliation or a handoff locks the run and its command first and works on the
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -14,23 +15,32 @@ from sqlalchemy.orm import Session
 
 from warrant.ledger.models import (
     Command,
+    Confirmation,
+    GrantRow,
     Handoff,
     Observation,
     OutcomeRow,
+    PreApproval,
     Proposal,
     Reconciliation,
     Run,
 )
+from warrant.runner.canonical import idempotency_token
+from warrant.runner.gate import Accept, Reject
+from warrant.runner.views import RunView
 
 __all__ = [
+    "add_branch",
     "attempt_outcome",
     "command",
     "command_outcomes",
+    "cut_branches",
     "lock_command",
     "lock_run",
     "outcome",
     "run",
     "set_proposal",
+    "step_branches",
 ]
 
 
@@ -136,3 +146,140 @@ def add_handoff(s: Session, run_id: str, *, reason: str, bundle: dict[str, Any])
     s.add(Handoff(id=handoff_id, run_id=run_id, reason=reason, bundle=bundle))
     s.flush()
     return handoff_id
+
+
+# -- a parallel step's branches (``warrant.runner.fan_in``)
+
+
+def step_branches(s: Session, run_id: str, step: int) -> list[tuple[Command, OutcomeRow | None]]:
+    """The commands of a parallel step's branches, each with its last outcome (None: none
+    yet), by branch."""
+    commands = s.scalars(
+        select(Command)
+        .where(Command.run_id == run_id, Command.step == step, Command.branch > 0)
+        .order_by(Command.branch)
+    ).all()
+    found: list[tuple[Command, OutcomeRow | None]] = []
+    for cmd in commands:
+        last = s.scalars(
+            select(OutcomeRow)
+            .where(OutcomeRow.command_id == cmd.id)
+            .order_by(OutcomeRow.attempt.desc())
+            .limit(1)
+        ).first()
+        found.append((cmd, last))
+    return found
+
+
+def cut_branches(s: Session, command_ids: list[str], *, at: Any) -> list[str]:
+    """Cut a parallel step's branches still in flight: an ``issued`` one is discarded (it
+    will never start), a ``started`` one marked ``cut_at`` (its attempt is interrupted, and
+    its outcome only recorded). Returns the started ones (their running attempts to revoke)."""
+    if not command_ids:
+        return []
+    s.execute(
+        update(Command)
+        .where(Command.id.in_(command_ids), Command.status == "issued")
+        .values(status="discarded", cut_at=at)
+    )
+    started = s.scalars(
+        update(Command)
+        .where(Command.id.in_(command_ids), Command.status == "started")
+        .values(cut_at=at)
+        .returning(Command.id)
+    ).all()
+    return list(started)
+
+
+def add_branch(
+    s: Session,
+    view: RunView,
+    proposal: dict[str, Any],
+    number: int,
+    call: Any,
+    decision: Accept | Reject | Any,
+    *,
+    deadline_at: float | None,
+    now: float,
+) -> Command | None:
+    """One call of a parallel step: its proposal row (branch ``number``) with the gate's
+    verdict and, if accepted, its command (its own idempotency token; its deadline cut to
+    the step's branch deadline) with the grant, confirmation and pre-approval it uses."""
+    row = _branch_proposal(view, proposal, number, call)
+    s.add(row)
+    if not isinstance(decision, Accept):
+        row.rejection_code, row.fingerprint = decision.code, decision.fingerprint
+        return None
+    tool = decision.tool
+    row.status, row.tool_version = "accepted", tool.version
+    row.arguments, row.provenance = decision.arguments, decision.provenance
+    row.fingerprint = row.proposal_hash = decision.proposal_hash
+    s.flush()
+    timeout = min(tool.timeout_s, view.deadline_at - now)
+    if deadline_at is not None:
+        timeout = min(timeout, deadline_at - now)
+    timeout = max(0.001, timeout)
+    pid = decision.proposal.proposal_id
+    command = Command(
+        id=str(uuid.uuid4()),
+        run_id=view.run_id,
+        proposal_pk=row.id,
+        proposal_id=pid,
+        step=proposal["step"],
+        branch=number,
+        tool=tool.name,
+        tool_version=tool.version,
+        arguments=decision.arguments,
+        arguments_hash=decision.arguments_hash,
+        idempotency_token=idempotency_token(
+            view.run_id, pid, tool.version, decision.arguments_hash
+        ),
+        status="issued",
+        attempts=0,
+        timeout_s=timeout,
+        deadline_at=datetime.fromtimestamp(now + timeout, tz=UTC),
+        confirmation_id=decision.confirmation_id,
+        grant_ids=list(decision.grant_ids),
+    )
+    s.add(command)
+    _use(s, decision, at=datetime.fromtimestamp(now, tz=UTC))
+    return command
+
+
+def _branch_proposal(view: RunView, proposal: dict[str, Any], number: int, call: Any) -> Proposal:
+    """A parallel step's call ``number`` as a proposal row (lengths capped: it is untrusted)."""
+    named = call if isinstance(call, dict) else {}
+    pid, tool_name, version = (named.get(k) for k in ("proposal_id", "tool", "tool_version"))
+    return Proposal(
+        run_id=view.run_id,
+        step=proposal["step"],
+        branch=number,
+        proposal_id=pid[:200] if isinstance(pid, str) else None,
+        kind="tool",
+        tool=tool_name[:200] if isinstance(tool_name, str) else None,
+        tool_version=version[:50] if isinstance(version, str) else None,
+        raw=call,
+        observation_version=proposal["observation_version"],
+        status="rejected",
+    )
+
+
+def _use(s: Session, decision: Accept, *, at: datetime) -> None:
+    """What an accepted call uses: its grants (one use each), its confirmation, its
+    pre-approval."""
+    pid = decision.proposal.proposal_id
+    if decision.grant_ids:
+        used = list(decision.grant_ids)
+        s.execute(update(GrantRow).where(GrantRow.id.in_(used)).values(uses=GrantRow.uses + 1))
+    if decision.confirmation_id:
+        s.execute(
+            update(Confirmation)
+            .where(Confirmation.id == decision.confirmation_id)
+            .values(used=True, used_at=at)
+        )
+    if decision.pre_approval_id is not None:
+        s.execute(
+            update(PreApproval)
+            .where(PreApproval.id == decision.pre_approval_id)
+            .values(used_at=at, used_by_proposal=pid)
+        )

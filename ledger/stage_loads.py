@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, exists, or_, select
@@ -29,7 +29,7 @@ from warrant.runner.grants import narrowed
 from warrant.runner.spec import SuccessSpec
 from warrant.runner.step_decisions import CompletionFacts, SucceededCall
 from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, PreApprovalView
-from warrant.tools._contract import SideEffect
+from warrant.tools._contract import SideEffect, Tool
 from warrant.tools._deployment import WorkerInfo
 from warrant.tools._mcp_pins import McpDefinition, mcp_definition
 from warrant.tools._registry import Registry
@@ -66,7 +66,7 @@ CMD_COLUMNS = """
   c.idempotency_token AS cmd_token, c.status AS cmd_status, c.attempts AS cmd_attempts,
   c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
   c.confirmation_id AS cmd_confirmation_id, c.worker AS cmd_worker,
-  c.started_at AS cmd_started_at
+  c.started_at AS cmd_started_at, c.branch AS cmd_branch
 """
 
 _PLANNING_SQL = f"""
@@ -115,7 +115,7 @@ SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
             a.used_at IS NOT NULL) ORDER BY a.id), '[]'::jsonb)
      FROM pre_approvals a WHERE a.run_id = r.id) AS pre_approvals,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(h.fingerprint, h.observation_version)
-          ORDER BY h.step), '[]'::jsonb)
+          ORDER BY h.step, h.branch), '[]'::jsonb)
      FROM proposals h
     WHERE h.run_id = r.id AND h.step < p.step AND h.fingerprint IS NOT NULL
       AND h.observation_version = r.observation_version) AS history,
@@ -219,6 +219,8 @@ class PolicyLoad:
     provenance: Any
     """For a write or egress call, or a tool a task-scoped grant narrows: the goal, the spec
     and the run's observations with their sources (:func:`load_provenance`); else None."""
+    set_pins: list[tuple[str, McpDefinition, str, dict[str, Any]]] = field(default_factory=list)
+    """A parallel step's: each MCP tool's pin among its calls (as :attr:`pin`)."""
 
     @property
     def refused_command(self) -> RefusedCommand | None:
@@ -239,18 +241,43 @@ class PolicyLoad:
                 return None
             proposal = row.proposal
             grants = grants_from(run_id, row.grants)
-            tool = registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
-            served = None if tool is None else mcp_definition(tool)
-            pin = None
-            if tool is not None and served is not None:
-                key = f"{tool.name}@{tool.version}"
-                pin = (key, served, *pinned_definition(conn, served, run_id=run_id))
-            provenance = None
-            if tool is not None and (
-                tool.side_effect is not SideEffect.READ or tool.egress or narrowed(tool, grants)
-            ):
-                provenance = load_provenance(conn, run_id)
-        return cls(row, grants, live_registrations(engine), pin, provenance)
+            pins, provenance = [], None
+            for tool in _tools_of(proposal, registry):
+                served = mcp_definition(tool)
+                if served is not None:
+                    key = f"{tool.name}@{tool.version}"
+                    pins.append((key, served, *pinned_definition(conn, served, run_id=run_id)))
+                if provenance is None and (
+                    tool.side_effect is not SideEffect.READ or tool.egress or narrowed(tool, grants)
+                ):
+                    provenance = load_provenance(conn, run_id)
+        parallel = proposal["kind"] == "parallel"
+        pin = None if parallel or not pins else pins[0]
+        deployment = live_registrations(engine)
+        return cls(row, grants, deployment, pin, provenance, pins if parallel else [])
+
+
+def _tools_of(proposal: dict[str, Any], registry: Registry) -> list[Tool[Any, Any]]:
+    """The tools a pending proposal names: its own, or each call's of a parallel step (the
+    calls are untrusted: any that does not name a tool this worker has is left out here)."""
+    named = [(proposal["tool"], proposal["tool_version"])]
+    raw = proposal.get("raw")
+    if proposal["kind"] == "parallel" and isinstance(raw, dict):
+        calls = raw.get("calls")
+        named = [
+            (c.get("tool"), c.get("tool_version"))
+            for c in (calls if isinstance(calls, list) else [])
+            if isinstance(c, dict)
+        ]
+    tools, seen = [], set()
+    for name, version in named:
+        if not isinstance(name, str) or not isinstance(version, str) or (name, version) in seen:
+            continue
+        seen.add((name, version))
+        tool = registry.get(name, version)
+        if tool is not None:
+            tools.append(tool)
+    return tools
 
 
 def load_policy(conn: Connection, run_id: str) -> Any:

@@ -137,6 +137,17 @@ class Rejection(StrEnum):
     IBAN) or a credential of a write or egress call that no trusted text supplied, under the
     tool's default policy (``UntrustedPolicy.destinations`` ``refuse``)."""
     MODEL_OUTPUT_INVALID = "MODEL_OUTPUT_INVALID"
+    PARALLEL_TOO_MANY_CALLS = "PARALLEL_TOO_MANY_CALLS"
+    """A parallel step with more calls than the spec's ``policy.max_parallel_calls``: refused
+    whole (none of its calls runs)."""
+    PARALLEL_BUDGET_EXCEEDED = "PARALLEL_BUDGET_EXCEEDED"
+    """The calls of a parallel step the gate accepts do not all fit the run's remaining tool
+    calls (or a tool's own cap): the set is refused whole, before any of it runs."""
+    PARALLEL_DUPLICATE_CALL = "PARALLEL_DUPLICATE_CALL"
+    """The same call (tool, version, arguments) twice in one parallel step: the later one."""
+    PARALLEL_NEEDS_PERSON = "PARALLEL_NEEDS_PERSON"
+    """A call of a parallel step that needs a person (a confirmation or a grant wait): refused
+    in the set; proposed alone, it waits for the person as usual."""
 
 
 def invalid_field_code(field: str) -> str:
@@ -166,6 +177,8 @@ class ObservationKind(StrEnum):
     TOOL_RESULT = "tool-result"
     POLICY_REJECTION = "policy-rejection"
     CONFIRMATION = "confirmation"
+    STEP_MERGED = "step-merged"
+    """A parallel step's verdict: each branch with its source, status and outcome."""
 
 
 class ErrorCode(StrEnum):

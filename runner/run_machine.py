@@ -49,11 +49,13 @@ __all__ = [
     "charge_tool_usage",
     "conclude_tool",
     "enter_reconciliation",
+    "fan_out",
     "finish_cancel",
     "forward_proposal",
     "hand_off",
     "issue_command",
     "make_change",
+    "merge_step",
     "reconciled_applied",
     "record_only",
     "reissue_command",
@@ -312,6 +314,7 @@ def stop_changes(stop: Stop) -> dict[str, Any]:
         "stop_detail": stop.detail or None,
         "pending_proposal_id": None,
         "active_command_id": None,
+        "fan_out": None,
     }
     if stop.status.terminal:
         changes["finished_at"] = NOW
@@ -399,6 +402,43 @@ def issue_command(
     }
     trace = [*events, ("command.issued", {"command_id": command_id, "tool": tool, **issued})]
     return make_change(RunEvent.ISSUE_COMMAND, view, S.RUNNING, changes, trace)
+
+
+def fan_out(
+    view: RunView,
+    *,
+    issued: Sequence[tuple[str, str, dict[str, Any]]],
+    fanned: dict[str, Any],
+    events: Sequence[Event] = (),
+) -> Change:
+    """The gate accepted calls of a parallel step: one command each (``issued``: command id,
+    tool, details), all counted against the budgets; the run keeps the open step
+    (``fanned``: :class:`~warrant.runner.fan_in.FanOut`) until its verdict."""
+    changes: dict[str, Any] = {"pending_proposal_id": None, "active_command_id": issued[0][0]}
+    counted = view
+    for _, tool, _ in issued:
+        changes |= _tool_call_counted(counted, tool)
+        counted = dataclasses.replace(
+            counted,
+            tool_calls=changes["tool_calls"],
+            tool_calls_by_tool=changes["tool_calls_by_tool"],
+        )
+    changes["fan_out"] = fanned
+    trace = [
+        *events,
+        *(("command.issued", {"command_id": c, "tool": t, **d}) for c, t, d in issued),
+        ("step.fanned_out", {"rule": fanned["rule"], "calls": len(fanned["branches"])}),
+    ]
+    return make_change(RunEvent.ISSUE_COMMAND, view, S.RUNNING, changes, trace)
+
+
+def merge_step(view: RunView, *, merged: dict[str, Any], events: Sequence[Event]) -> Change:
+    """A parallel step's merge rule decided (``merged``: its verdict and branches, traced as
+    ``step.merged``): the planner goes on. ``events`` holds the last branch's
+    ``tool.completed``."""
+    changes = {"phase": Phase.PLANNING.value, "active_command_id": None, "fan_out": None}
+    trace = [*events, ("step.merged", merged)]
+    return make_change(RunEvent.CONCLUDE_TOOL, view, S.RUNNING, changes, trace)
 
 
 def reissue_command(

@@ -27,12 +27,15 @@ __all__ = [
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_CYCLE_PERIOD",
     "DEFAULT_MAX_MODEL_CALLS",
+    "DEFAULT_MAX_PARALLEL_CALLS",
     "DEFAULT_MAX_REFUSED_FINALS",
     "DEFAULT_MAX_REPEATED_PROPOSAL",
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION",
     "DEFAULT_MAX_TOOL_CALLS",
+    "MAX_PARALLEL_CALLS",
     "ArtifactExists",
+    "AtLeast",
     "Budgets",
     "ClarifyRequest",
     "ExternalPlannerSpec",
@@ -42,6 +45,7 @@ __all__ = [
     "HandoffPolicy",
     "NoAnswer",
     "OpenAIPlannerSpec",
+    "ParallelProposal",
     "PlannerOutput",
     "PluginPlannerSpec",
     "RunSpec",
@@ -74,6 +78,10 @@ DEFAULT_DEADLINE_S = 120.0
 DEFAULT_CONFIRMATION_TTL_S = 900.0
 #: Steps after the request during which a given confirmation may still be used.
 DEFAULT_CONFIRMATION_STEPS = 2
+#: Calls a parallel step may carry by default (``RunPolicy.max_parallel_calls``) ...
+DEFAULT_MAX_PARALLEL_CALLS = 4
+#: ... and at most.
+MAX_PARALLEL_CALLS = 16
 
 
 class _Strict(BaseModel):
@@ -269,6 +277,9 @@ class RunPolicy(_Strict):
     ``ask`` pauses the run in ``waiting_grant`` until an operator grants it (the same proposal
     then goes through the gate again) or cancels the run. ``ask`` also covers a tool's own
     permission refusal (``TOOL_PERMISSION_DENIED``: docs/refusals-that-ask.md)."""
+    max_parallel_calls: int = Field(default=DEFAULT_MAX_PARALLEL_CALLS, ge=1, le=MAX_PARALLEL_CALLS)
+    """Calls one parallel step may carry (``kind: parallel``); 1 forbids parallel steps (the
+    OpenAI-compatible planner then sends ``parallel_tool_calls: false``)."""
 
 
 class PreApproval(_Strict):
@@ -377,6 +388,31 @@ class ToolProposal(_Strict):
     source_observation_ids: list[str] = Field(default_factory=list, max_length=100)
 
 
+class AtLeast(_Strict):
+    """The merge rule ``{"at_least": k}``: the step holds when k of its calls succeeded."""
+
+    at_least: int = Field(ge=1, le=MAX_PARALLEL_CALLS)
+
+
+class ParallelProposal(_Strict):
+    """The planner asks for several independent tool calls in one step. Each call (a
+    :class:`ToolProposal`, untrusted: the gate parses each on its own) goes through the whole
+    gate; the accepted ones run concurrently, and the step's ``merge`` rule gives its verdict
+    (``complete``, ``partial`` or ``invalid``: docs/execution.md)."""
+
+    kind: Literal["parallel"]
+    proposal_id: str = Field(min_length=1, max_length=200)
+    calls: list[Any] = Field(min_length=1, max_length=MAX_PARALLEL_CALLS)
+    """The calls, each shaped as a ``kind: tool`` proposal."""
+    merge: Literal["all", "any"] | AtLeast = "all"
+    """``all``: every call must succeed; ``any``: one; ``{"at_least": k}``: k of them."""
+    branch_deadline_s: float | None = Field(default=None, gt=0, le=24 * 3600)
+    """Each call's attempt ends by then (its deadline cut to it); ``None``: the tools' own."""
+    cancel_when_met: bool = True
+    """Cut the calls still running once the rule holds (else they run to the deadline)."""
+    reason_summary: str = Field(default="", max_length=1_000)
+
+
 class FinalAnswer(_Strict):
     kind: Literal["final"]
     answer: str = Field(min_length=1, max_length=20_000)
@@ -397,7 +433,8 @@ class NoAnswer(_Strict):
 
 
 PlannerOutput = Annotated[
-    ToolProposal | FinalAnswer | ClarifyRequest | NoAnswer, Field(discriminator="kind")
+    ToolProposal | ParallelProposal | FinalAnswer | ClarifyRequest | NoAnswer,
+    Field(discriminator="kind"),
 ]
 
 

@@ -35,12 +35,19 @@ def delivery(row: Any, *, version: int, lost: bool, runnable: bool) -> str:
         return "duplicate"
     if row.cmd_status == CommandStatus.DISCARDED:
         return "discarded"
-    if row.status != RunStatus.RUNNING or row.version != version:
+    if row.status != RunStatus.RUNNING or not _current(row, version):
         stopped = row.status != RunStatus.RUNNING and row.cmd_status == CommandStatus.ISSUED
         return "discard" if stopped else "ignored"
     if row.cmd_status == CommandStatus.STARTED and not lost:
         return "in_flight"
     return "start" if runnable else "redirect"
+
+
+def _current(row: Any, version: int) -> bool:
+    """Is the message current? The run is still at its version; a parallel step's branch
+    (``cmd_branch`` > 0) stays current while its siblings' outcomes move the run on (its
+    command's own status says whether it still runs)."""
+    return bool(row.version == version or getattr(row, "cmd_branch", 0))
 
 
 def waits_for_slot(row: Any, *, version: int) -> bool:
@@ -49,7 +56,7 @@ def waits_for_slot(row: Any, *, version: int) -> bool:
     return bool(
         row is not None
         and row.status == RunStatus.RUNNING
-        and row.version == version
+        and _current(row, version)
         and row.cmd_status in (CommandStatus.ISSUED, CommandStatus.STARTED)
     )
 

@@ -344,6 +344,7 @@ JOB_QUEUES = ("tool.refund_async", "tool.payout_batch")
 #: Tool queues served only by a test's own worker (never by the session's pipeline worker).
 OWN_WORKER_QUEUES = (
     "tool.echo",
+    "tool.read_document",
     "tool.get_weather",
     "tool.send_message",
     "tool.held_call",

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from warrant.broker import telemetry
@@ -33,7 +34,7 @@ from warrant.ledger.stage_loads import (
     history_from,
     pre_approvals_from,
 )
-from warrant.runner import policy
+from warrant.runner import fan_in, policy
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import idempotency_token
 from warrant.runner.codes import (
@@ -48,6 +49,7 @@ from warrant.runner.permission_wait import asks_for_grant, grant_request
 from warrant.runner.policy_version import policy_version
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
+from warrant.runner.spec import DEFAULT_MAX_PARALLEL_CALLS, ParallelProposal
 from warrant.runner.views import GrantView, RunView
 from warrant.tools._mcp_pins import McpDefinition, changed_fields
 
@@ -81,6 +83,9 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
     if load is None:
         return "ignored"
     view = run_view(load.row)
+    parallel = fan_in.parallel_of(load.row.proposal)
+    if parallel is not None:  # several calls in one step: each gated, the set's budget first
+        return _fan_out(ctx, view, load, parallel, version, now)
     decision = _decide(ctx, view, load, now)
     if isinstance(decision, policy.Ignore):
         log.info("policy ignoring run=%s: %s", run_id, decision.reason)
@@ -571,3 +576,192 @@ def await_grant(
         ],
     )
     return f"waiting_grant:{decision.code}"
+
+
+# -- A parallel step (``kind: parallel``, :mod:`warrant.runner.fan_in`): the set's own checks
+# (how many calls, the budget for all of them) refuse it whole; otherwise each call goes through
+# the whole gate on its own, seeing the grant uses, pre-approvals and confirmations the calls
+# before it took. A call that needs a person is refused in the set (``PARALLEL_NEEDS_PERSON``);
+# a call the loop layers halt halts the run, as a single proposal would. The accepted calls
+# are one command each, written with the run's ``fan_out`` in one transaction and published
+# together.
+
+
+Branch = tuple[int, Any, policy.Decision]
+
+
+def _fan_out(
+    ctx: StageContext,
+    view: RunView,
+    load: PolicyLoad,
+    parallel: ParallelProposal,
+    version: int,
+    now: float,
+) -> str:
+    row = load.row
+    proposal = row.proposal
+    max_calls = (row.run_policy or {}).get("max_parallel_calls", DEFAULT_MAX_PARALLEL_CALLS)
+    refusal = fan_in.check_set(view, parallel, max_calls=int(max_calls))
+    if refusal is not None:
+        refused = policy.Reject(
+            code=refusal.code.value,
+            layer="budgets",
+            fingerprint=None,
+            events=[
+                policy.Event("proposal.rejected", {"code": refusal.code.value, **refusal.detail})
+            ],
+            message=f"the parallel step is refused whole: {refusal.detail}",
+        )
+        with autocommit(ctx.engine) as conn:
+            try:
+                send = _reject(ctx, conn, view, proposal, refused)
+            except StaleVersion:
+                return "ignored"
+        send()
+        return f"rejected:{refusal.code.value}"
+    branches = _decide_calls(ctx, view, load, parallel, now)
+    if any(isinstance(d, policy.Ignore) for _, _, d in branches):
+        return "ignored"
+    halted = next((d for _, _, d in branches if isinstance(d, policy.Halt)), None)
+    if halted is not None:
+        with autocommit(ctx.engine) as conn:
+            try:
+                return _stop(conn, view, proposal, halted)
+            except StaleVersion:
+                return "ignored"
+    try:
+        result, sends = _commit_set(ctx, view, load, parallel, branches, version, now)
+    except StaleVersion:
+        return "ignored"
+    crash_point("policy:after_commit", view.run_id)
+    outbox = Outbox()
+    for send in sends:
+        outbox.add(send)
+    outbox.flush()
+    return result
+
+
+def _decide_calls(
+    ctx: StageContext, view: RunView, load: PolicyLoad, parallel: ParallelProposal, now: float
+) -> list[Branch]:
+    """Each call through the whole gate (:func:`warrant.runner.fan_in.gate_calls`), with
+    the pins of every MCP tool among the calls, each decision versioned."""
+    row, run_id = load.row, view.run_id
+    pins: dict[str, str] = {}
+    for pin in load.set_pins:
+        pins |= pin_refusals(pin)
+    base = policy.GateInput(
+        raw=None,
+        run=view,
+        expected_version=view.version,
+        grants=load.grants,
+        confirmations=confirmations_from(run_id, row.confirmations),
+        history=history_from(row.history),
+        registry=ctx.registry,
+        now=now,
+        deployment=load.deployment,
+        pins=pins,
+        relaxed=ctx.settings.relaxed_tools,
+        observed=ctx.settings.observed_tools,
+        pre_approvals=pre_approvals_from(row.pre_approvals),
+        provenance=None
+        if load.provenance is None
+        else sources_from(*load.provenance, attributions=ctx.registry.attributions()),
+    )
+    observer = telemetry.layer_observer(run_id=run_id, proposal_id=parallel.proposal_id)
+    return [
+        (number, call, versioned(ctx, fan_in.named(call), load.grants, row.run_policy, decision))
+        for number, call, decision in fan_in.gate_calls(base, parallel.calls, on_event=observer)
+    ]
+
+
+def _commit_set(
+    ctx: StageContext,
+    view: RunView,
+    load: PolicyLoad,
+    parallel: ParallelProposal,
+    branches: list[Branch],
+    version: int,
+    now: float,
+) -> tuple[str, list[Callable[[], None]]]:
+    """The set's one write: a proposal row per call, a command per accepted call (its own
+    token; its deadline cut to the branch deadline), the grant, pre-approval and
+    confirmation uses, and the run's ``fan_out``; or, when the merge rule can no longer hold
+    with the accepted calls, the refusals as the planner's observation."""
+    run_id, proposal = view.run_id, load.row.proposal
+    step = proposal["step"]
+    deadline_at = None
+    if parallel.branch_deadline_s is not None:
+        deadline_at = min(now + parallel.branch_deadline_s, view.deadline_at)
+    plans: list[fan_in.BranchPlan] = []
+    issued: list[tuple[str, str, dict[str, Any]]] = []
+    sends: list[tuple[str, str, float]] = []
+    events: list[tuple[str, dict[str, Any]]] = []
+    with session_scope(ctx.engine) as s:
+        run = rows.lock_run(s, run_id)
+        if run is None or run.version != version:
+            raise StaleVersion(run_id)
+        for number, call, decision in branches:
+            assert not isinstance(decision, policy.Ignore)
+            events.extend(_events(decision.events))
+            command = rows.add_branch(
+                s, view, proposal, number, call, decision, deadline_at=deadline_at, now=now
+            )
+            plans.append(fan_in.BranchPlan.of(number, call, decision, command))
+            if command is not None:
+                issued.append(
+                    (command.id, command.tool, {"version": command.tool_version, "branch": number})
+                )
+                sends.append((command.id, command.tool, command.timeout_s))
+        fan = fan_in.FanOut.of(parallel, step=step, deadline_at=deadline_at, plans=plans)
+        decided, states = fan_in.planned(fan)
+        if decided.decided:  # nothing runs: the rule cannot hold with the calls accepted
+            replan = _refuse_set(ctx, s, view, proposal, fan, states, decided, events, now)
+            return "rejected:parallel", [replan]
+        rows.set_proposal(s, proposal["id"], status="accepted")
+        change = machine.fan_out(view, issued=issued, fanned=fan.to_json(), events=events)
+        new_version = commit(s, change, step=step, proposal_id=parallel.proposal_id)
+    publish: list[Callable[[], None]] = [
+        partial(
+            ctx.publisher.tool,
+            run_id=run_id,
+            version=new_version,
+            command_id=command_id,
+            tool=tool,
+            soft_time_limit=timeout,
+            time_limit=timeout + HARD_LIMIT_GRACE_S,
+        )
+        for command_id, tool, timeout in sends
+    ]
+    return f"fanned_out:{len(sends)}/{len(branches)}", publish
+
+
+def _refuse_set(
+    ctx: StageContext,
+    s: Any,
+    view: RunView,
+    proposal: dict[str, Any],
+    fan: fan_in.FanOut,
+    states: list[fan_in.BranchState],
+    decided: fan_in.Verdict,
+    events: list[tuple[str, dict[str, Any]]],
+    now: float,
+) -> Callable[[], None]:
+    """The set's rule cannot hold with the calls the gate accepted: none runs (their
+    commands are discarded); the planner sees the step's verdict (``invalid``)."""
+    rows.cut_branches(s, fan.command_ids, at=to_datetime(now))
+    content = fan_in.merged(fan, states, decided)
+    rows.set_proposal(s, proposal["id"], status="rejected", rejection_code="PARALLEL_INVALID")
+    new_version = commit(
+        s,
+        machine.replan(view, why=[*events, ("step.merged", content)]),
+        step=fan.step,
+        proposal_id=fan.proposal_id,
+        observation=NewObservation(
+            f"step-{fan.step}",
+            ObservationKind.STEP_MERGED,
+            ObservationSource.POLICY.value,
+            content,
+        ),
+    )
+    return partial(ctx.publisher.planner, view.run_id, new_version)

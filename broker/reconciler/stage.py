@@ -41,6 +41,7 @@ from warrant.ledger.repo import NewObservation, append_events, commit, record_ou
 from warrant.ledger.row_updates import finish_command, note_republished
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import CommandStatus, ObservationKind, Phase, RunStatus, StopReason
+from warrant.runner.fan_in import FanOut
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools._contract import SideEffect
@@ -254,22 +255,32 @@ def _message_of(
         return partial(ctx.publisher.policy, run.id, run.version)
     if run.phase != Phase.TOOL or not run.active_command_id:
         return None
-    cmd = rows.command(s, run.active_command_id)
-    if (
-        cmd is None
-        or cmd.status != CommandStatus.ISSUED
-        or cmd.deadline_at.timestamp() + settings.lease_margin_s >= ctx.clock()
-    ):
+    ids = [run.active_command_id]
+    if run.fan_out:  # a parallel step: each of its branches
+        ids = FanOut.from_json(run.fan_out).command_ids
+    sends = []
+    for command_id in ids:
+        cmd = rows.command(s, command_id)
+        if (
+            cmd is None
+            or cmd.status != CommandStatus.ISSUED
+            or cmd.deadline_at.timestamp() + settings.lease_margin_s >= ctx.clock()
+        ):
+            continue
+        sends.append(
+            partial(
+                ctx.publisher.tool,
+                run_id=run.id,
+                version=run.version,
+                command_id=cmd.id,
+                tool=cmd.tool,
+                soft_time_limit=cmd.timeout_s,
+                time_limit=cmd.timeout_s + HARD_LIMIT_GRACE_S,
+            )
+        )
+    if not sends:
         return None
-    return partial(
-        ctx.publisher.tool,
-        run_id=run.id,
-        version=run.version,
-        command_id=cmd.id,
-        tool=cmd.tool,
-        soft_time_limit=cmd.timeout_s,
-        time_limit=cmd.timeout_s + HARD_LIMIT_GRACE_S,
-    )
+    return lambda: [send() for send in sends]
 
 
 # --- 4. expired confirmations ----------------------------------------------------------------

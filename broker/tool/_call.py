@@ -67,6 +67,8 @@ class Snapshot:
     began: float = field(default_factory=time.monotonic)
     """When the tool stage began handling the message (``time.monotonic()``, before the
     claim): the attempt's own deadlines count from here (:mod:`warrant.broker.tool.deadline`)."""
+    branch: int = 0
+    """A parallel step's branch (0: an ordinary step's command)."""
 
 
 def snapshot_of(
@@ -75,6 +77,9 @@ def snapshot_of(
     """The attempt of ``row``'s command that starts ``now`` (the database's clock)."""
     run_left = row.deadline_at.timestamp() - now
     timeout_s = max(0.001, min(row.cmd_timeout_s, run_left))
+    branch = getattr(row, "cmd_branch", 0) or 0
+    if branch:  # a parallel step's branch ends by its step's branch deadline, however late
+        timeout_s = max(0.001, min(timeout_s, row.cmd_deadline_at.timestamp() - now))
     return Snapshot(
         command_id=row.cmd_id,
         run_id=row.id,
@@ -91,6 +96,7 @@ def snapshot_of(
         started_at=time.time(),
         view=run_view(row),
         began=time.monotonic() if began is None else began,
+        branch=branch,
     )
 
 

@@ -24,7 +24,7 @@ from warrant.broker.transitions import reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome
-from warrant.ledger.models import Command, Reconciliation, Run
+from warrant.ledger.models import Command, Observation, Reconciliation, Run
 from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
@@ -38,8 +38,18 @@ from warrant.ledger.repo import (
 )
 from warrant.ledger.row_updates import finish_command, resolve_outcome
 from warrant.ledger.stage_loads import autocommit
+from warrant.runner import fan_in
 from warrant.runner import run_machine as machine
-from warrant.runner.codes import CommandStatus, ObservationKind, Outcome, RunStatus, StopReason
+from warrant.runner.canonical import content_hash
+from warrant.runner.codes import (
+    CommandStatus,
+    ObservationKind,
+    ObservationSource,
+    Outcome,
+    RunStatus,
+    StopReason,
+)
+from warrant.runner.fan_in import FanOut
 from warrant.runner.permission_wait import wait_for_grant
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change, charge_tool_usage
@@ -53,6 +63,8 @@ log = logging.getLogger("warrant.tool")
 #: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
 RECORD_PATIENCE_S = 120.0
 LEDGER_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+#: A branch that timed out this close to its step's branch deadline ended at that deadline.
+DEADLINE_SLACK_S = 0.25
 
 
 def _attempt_event(
@@ -119,7 +131,8 @@ def conclude(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolR
         with attempt:
             res = with_grant_wait(ctx, snap, tool, res)
             done = None
-            if not (res.status is Outcome.FAILED and res.retryable) and not res.handoff:
+            fast = not (res.status is Outcome.FAILED and res.retryable) and not res.handoff
+            if fast and not snap.branch:  # a branch's outcome is merged under the run's lock
                 done = record_fast(ctx, snap, tool, res)
             done = done or record(ctx, snap, tool, res)
             coded = res.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
@@ -222,14 +235,17 @@ def _maybe_retry(
 ) -> bool:
     view = run_view(run)
     now = ctx.clock()
-    timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now))
+    deadline_at = view.deadline_at
+    if cmd.branch and run.fan_out and run.fan_out.get("deadline_at"):  # a parallel step's
+        deadline_at = min(deadline_at, float(run.fan_out["deadline_at"]))
+    timeout = max(0.001, min(tool.timeout_s, deadline_at - now))
     decision = decide_retry(
         attempt=cmd.attempts,
         max_attempts=tool.max_attempts,
         tool_calls=view.tool_calls,
         max_tool_calls=view.budgets.max_tool_calls,
         now=now,
-        deadline_at=view.deadline_at,
+        deadline_at=deadline_at,
         attempt_timeout_s=timeout,
         base_s=tool.retry_base_s,
         cap_s=tool.retry_cap_s,
@@ -240,7 +256,7 @@ def _maybe_retry(
             0, ("tool.retry.refused", {"reason": decision.reason, "attempt": cmd.attempts})
         )
         return False
-    attempt_timeout = max(0.001, min(tool.timeout_s, view.deadline_at - now - decision.delay_s))
+    attempt_timeout = max(0.001, min(tool.timeout_s, deadline_at - now - decision.delay_s))
     reissue_command(
         ctx,
         s,
@@ -281,6 +297,8 @@ def _finish(
         events = [attempt_event, *res.events]
         enter_handoff(s, run, reason=reason, registry=ctx.registry, events=events)
         return res.status.value
+    if cmd.branch:  # a parallel step's branch: the step's merge rule says what follows
+        return _finish_branch(ctx, s, run, cmd, tool, res, attempt_event, outbox)
     change, observation, go_on = _conclusion(run_view(run), tool, res, cmd.step, attempt_event)
     new_version = commit(
         s,
@@ -293,6 +311,194 @@ def _finish(
         run_id = run.id
         outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
     return res.status.value
+
+
+def _finish_branch(
+    ctx: StageContext,
+    s: Session,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    res: ToolResult,
+    attempt_event: tuple[str, dict[str, Any]],
+    outbox: Outbox,
+) -> str:
+    """A parallel step's branch concluded (its outcome recorded; ``run`` and ``cmd`` locked,
+    so the step's branches conclude one at a time). :func:`warrant.runner.fan_in.verdict`
+    says whether the step's merge rule is decided: if not, the outcome is only recorded; if
+    so, :func:`_merge`. An unknown effect is reconciled before the run moves on, as for any
+    step (the other branches are cut). A branch concluding after its step was merged (a cut
+    one, a late one) is a fact; in a cancelling run the last branch ends it."""
+    view = run_view(run)
+    events = [attempt_event, *res.events]
+    fan = FanOut.from_json(run.fan_out) if run.fan_out else None
+    fact = partial(commit, s, step=cmd.step, proposal_id=cmd.proposal_id)
+    running = view.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
+    if fan is None or fan.step != cmd.step or fan.branch_of(cmd.id) is None or not running:
+        fact(machine.record_only(view, events=events))
+        return res.status.value
+    now = ctx.clock()
+    states, outputs = _branch_states(ctx, s, run.id, fan, now)
+    pending = [b.plan.command_id for b in states if b.status == fan_in.PENDING]
+    if view.status is RunStatus.CANCELLING:
+        applied = any(b.status == fan_in.SUCCEEDED for b in states)
+        write = tool.side_effect is not SideEffect.READ
+        ended = machine.conclude_tool(
+            view, tool=tool.name, succeeded=applied, write=write, code=res.code,
+            stop_reason=None, step=cmd.step, events=events,
+        )  # fmt: skip
+        fact(machine.record_only(view, events=events) if pending else ended)
+        return res.status.value
+    if res.status is Outcome.UNKNOWN:
+        fact(_reconcile_branch(view, tool, res, cmd, events))
+        outbox.add(partial(_cut, ctx, [c for c in pending if c], now))
+        return res.status.value
+    decided = fan_in.verdict(fan, states)
+    if not decided.decided:
+        fact(machine.record_only(view, events=events))
+        return res.status.value
+    _merge(ctx, s, run, fan, states, outputs, decided, events, outbox, now)
+    return res.status.value
+
+
+def _reconcile_branch(
+    view: RunView, tool: Tool[Any, Any], res: ToolResult, cmd: Command, events: list[Any]
+) -> Change:
+    """A branch's effect is unknown: the run reconciles it (it is the run's active command
+    now) before going on; the step's other branches are cut."""
+    required = {
+        "tool": tool.name,
+        "trigger": res.trigger,
+        "recovery": "query" if tool.reconcile is not None else "human",
+    }
+    change = machine.enter_reconciliation(
+        view, required=required, detail={"tool": tool.name, "code": res.code}, events=events
+    )
+    reconciling = {**change.changes, "active_command_id": cmd.id, "fan_out": None}
+    return dataclasses.replace(change, changes=reconciling)
+
+
+def _merge(
+    ctx: StageContext,
+    s: Session,
+    run: Run,
+    fan: FanOut,
+    states: list[fan_in.BranchState],
+    outputs: dict[int, Any],
+    decided: fan_in.Verdict,
+    events: list[Any],
+    outbox: Outbox,
+    now: float,
+) -> None:
+    """The step's rule is decided: the branches still in flight are cut (after the commit),
+    each succeeded branch becomes an observation with its own source, the step's verdict
+    another (``step.merged``), and the planner goes on."""
+    view = run_view(run)
+    states = [
+        dataclasses.replace(b, status=fan_in.CANCELLED, cut=_cut_reason(decided))
+        if b.status == fan_in.PENDING
+        else b
+        for b in states
+    ]
+    content = fan_in.merged(fan, states, decided)
+    _branch_observations(s, run, fan, states, outputs, decided, view.observation_version + 1)
+    merged_observation = NewObservation(
+        f"step-{fan.step}", ObservationKind.STEP_MERGED, ObservationSource.POLICY.value, content
+    )
+    new_version = commit(
+        s,
+        machine.merge_step(view, merged=content, events=events),
+        step=fan.step,
+        proposal_id=fan.proposal_id,
+        observation=merged_observation,
+    )
+    run_id = run.id
+    outbox.add(partial(_cut, ctx, list(decided.cut), now))
+    outbox.add(lambda: ctx.publisher.planner(run_id, new_version))
+
+
+def _cut(ctx: StageContext, command_ids: list[str], now: float) -> None:
+    """Cut the branches still in flight once their step is merged, after its commit and in
+    a transaction of its own (holding the run's lock, it would take the commands' locks in
+    the other order than a claim): an issued one is discarded, a started one interrupted.
+    A branch that starts or ends in between finds its step merged: its outcome is a fact."""
+    if not command_ids:
+        return
+    with session_scope(ctx.engine) as s:
+        started = rows.cut_branches(s, command_ids, at=to_datetime(now))
+    ctx.publisher.revoke_commands(started)
+
+
+def _cut_reason(decided: fan_in.Verdict) -> str:
+    return "rule_cannot_hold" if decided.state == "invalid" else "rule_met"
+
+
+def _branch_states(
+    ctx: StageContext, s: Session, run_id: str, fan: FanOut, now: float
+) -> tuple[list[fan_in.BranchState], dict[int, Any]]:
+    """Each branch of the open step, from its command and last outcome (under the lock), and
+    the last outcome of each branch (its output)."""
+    found = {cmd.branch: (cmd, last) for cmd, last in rows.step_branches(s, run_id, fan.step)}
+    at_deadline = fan.deadline_at is not None and now >= fan.deadline_at - DEADLINE_SLACK_S
+    states = []
+    for plan in fan.branches:
+        cmd, last = found.get(plan.branch, (None, None))
+        source = None
+        if cmd is not None:
+            t = ctx.registry.get(cmd.tool, cmd.tool_version)
+            source = t.output_source.value if t is not None else None
+        outcome = None if last is None else last.status
+        if outcome == Outcome.UNKNOWN.value and last is not None and last.resolved_status:
+            outcome = Outcome.SUCCEEDED.value if last.resolved_status == "applied" else None
+        states.append(
+            fan_in.branch_state(
+                plan,
+                command_status=None if cmd is None else cmd.status,
+                outcome=outcome,
+                code=None if last is None else last.code,
+                source=source,
+                cut=cmd is not None and cmd.cut_at is not None,
+                at_branch_deadline=at_deadline,
+            )
+        )
+    return states, {branch: last for branch, (_, last) in found.items()}
+
+
+def _branch_observations(
+    s: Session,
+    run: Run,
+    fan: FanOut,
+    states: list[fan_in.BranchState],
+    outputs: dict[int, Any],
+    decided: fan_in.Verdict,
+    observation_version: int,
+) -> None:
+    """One observation per succeeded branch (``tool-<step>.<branch>``), with its tool's
+    source. An ``invalid`` step's results are shown but not citable (``unmerged``)."""
+    for b in states:
+        if b.status != fan_in.SUCCEEDED:
+            continue
+        last = outputs.get(b.plan.branch)
+        content: dict[str, Any] = {
+            "tool": b.plan.tool,
+            "status": "succeeded" if decided.state != "invalid" else "unmerged",
+            "branch": b.plan.branch,
+            "step_verdict": decided.state,
+        }
+        if last is not None and last.output is not None:
+            content["output"] = last.output
+        s.add(
+            Observation(
+                run_id=run.id,
+                observation_id=fan_in.branch_observation_id(fan.step, b.plan.branch),
+                kind=ObservationKind.TOOL_RESULT.value,
+                source=b.source or ObservationSource.UNTRUSTED_CONTENT.value,
+                step=fan.step,
+                content=content,
+                content_hash=content_hash(content),
+                observation_version=observation_version,
+            )
+        )
 
 
 def _conclusion(

@@ -9,6 +9,7 @@ from pydantic import Field
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import ToolFailed
 from warrant.tools import ReconcileResult, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant_demo.documents import READ_DOCUMENT
 from warrant_demo.http_read import HTTP_READ
 
 __all__ = [
@@ -357,4 +358,5 @@ DEMO_TOOLS: list[Tool] = [
     SLEEP_READ,
     WAIT_READ,
     HTTP_READ,
+    READ_DOCUMENT,
 ]

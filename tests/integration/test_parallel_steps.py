@@ -1,0 +1,226 @@
+"""Parallel steps (issue 49): several independent tool calls in one step, each gated on its
+own, run concurrently, merged by the step's rule (``all``, ``any``, ``at_least: k``).
+
+On real services: the session's pipeline worker plans and gates, a threads-pool tool worker of
+this module runs ``read_document`` against a real document service on loopback (latency and
+faults per document: a reply after 100 ms, a retryable 503, a request never answered, in which
+the caller blocks in one socket read). The seed's experiment 2 is the first two tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from warrant_demo.documents import DOCS_URL_ENV, DocumentService
+
+from tests import facts
+from tests.conftest import WorkerProcess, wait_for
+from warrant.ledger.models import Command, OutcomeRow, Proposal
+
+pytestmark = pytest.mark.services
+
+BRANCH_DEADLINE_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def docs() -> Iterator[DocumentService]:
+    with DocumentService() as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def readers(
+    services: Any, docs: DocumentService, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    log: Path = tmp_path_factory.mktemp("logs") / "readers.log"
+    proc = WorkerProcess(
+        ["tool.read_document"],
+        name="readers",
+        concurrency=8,
+        log=log,
+        pool="threads",
+        env={DOCS_URL_ENV: docs.url},
+    )
+    with proc.serving():
+        yield proc
+
+
+def _read(pid: str, doc: str) -> dict[str, Any]:
+    return {
+        "kind": "tool",
+        "proposal_id": pid,
+        "tool": "read_document",
+        "tool_version": "1",
+        "arguments": {"doc": doc},
+        "source_observation_ids": ["user-1"],
+    }
+
+
+def _spec(
+    outputs: list[Any], *, scopes: tuple[str, ...] = ("doc:*",), max_tool_calls: int = 8
+) -> dict[str, Any]:
+    return {
+        "goal": "Summarise documents A, B and C.",
+        "subject": "user-parallel",
+        "planner": {"kind": "fixture", "outputs": outputs},
+        "grants": [{"capability": "docs:read", "resource_scope": scope} for scope in scopes],
+        "budgets": {"max_tool_calls": max_tool_calls, "max_steps": 6, "deadline_s": 60},
+    }
+
+
+def _parallel(docs: list[str], **extra: Any) -> dict[str, Any]:
+    calls = [_read(f"read-{d}-{time.monotonic_ns()}", d) for d in docs]
+    return {"kind": "parallel", "proposal_id": "read-all", "calls": calls, **extra}
+
+
+def _merged(engine: Any, run_id: str) -> dict[str, Any]:
+    merged = facts.events(engine, run_id, "step.merged")
+    assert len(merged) == 1, [e.event for e in facts.events(engine, run_id)]
+    return dict(merged[0].details)
+
+
+def _branch(merged: dict[str, Any], number: int) -> dict[str, Any]:
+    return next(b for b in merged["branches"] if b["branch"] == number)
+
+
+def _commands(engine: Any, run_id: str) -> list[Command]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(select(Command).where(Command.run_id == run_id).order_by(Command.branch))
+        )
+
+
+def _outcome(engine: Any, command_id: str) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(
+            select(OutcomeRow)
+            .where(OutcomeRow.command_id == command_id)
+            .order_by(OutcomeRow.attempt.desc())
+        ).first()
+
+
+def _docs_for(docs: DocumentService, tag: str) -> tuple[str, str, str]:
+    a, b, c = f"A{tag}", f"B{tag}", f"C{tag}"
+    docs.set(a, delay_s=0.1)
+    docs.set(b, fail_times=1)  # a retryable error first
+    docs.set(c, hang=True)  # never answers
+    return a, b, c
+
+
+def test_at_least_two_is_partial_with_the_silent_branch_cut_at_its_deadline(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    a, b, c = _docs_for(docs, "p")
+    fan = _parallel(
+        [a, b, c],
+        merge={"at_least": 2},
+        branch_deadline_s=BRANCH_DEADLINE_S,
+        cancel_when_met=False,
+    )
+    final = {"kind": "final", "answer": "A and B say so.", "citations": ["tool-1.1", "tool-1.2"]}
+    began = time.monotonic()
+    run_id = client.start_run(_spec([fan, final]))
+    info = client.wait(run_id, timeout=45)
+    took = time.monotonic() - began
+    assert info.status == "completed", info
+    merged = _merged(engine, run_id)
+    assert merged["verdict"] == "partial"
+    assert merged["summary"].startswith("partial: 2/3")
+    assert merged["missing"] == [3]
+    assert _branch(merged, 3)["status"] == "cancelled"
+    assert _branch(merged, 3)["cancelled"] == "branch_deadline"
+    assert _branch(merged, 1)["source"] == "untrusted-content"
+    # B failed retryably once and its retry (same command, same token) succeeded
+    assert docs.calls[a] == 1 and docs.calls[b] == 2 and docs.calls[c] == 1
+    commands = _commands(engine, run_id)
+    assert [c.branch for c in commands] == [1, 2, 3]
+    assert len({c.idempotency_token for c in commands}) == 3
+    assert commands[1].attempts == 2
+    timed_out = _outcome(engine, commands[2].id)
+    assert (timed_out.status, timed_out.code) == ("failed", "TOOL_TIMEOUT")
+    assert took >= BRANCH_DEADLINE_S  # C held the step until its deadline, no longer
+    assert took < BRANCH_DEADLINE_S + 15
+
+
+def test_all_is_invalid_and_the_run_claims_no_verdict(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    a, b, c = _docs_for(docs, "i")
+    fan = _parallel([a, b, c], merge="all", branch_deadline_s=BRANCH_DEADLINE_S)
+    claim = {"kind": "final", "answer": "All agree.", "citations": ["tool-1.1", "tool-1.2"]}
+    give_up = {"kind": "no_answer", "reason": "document C never answered"}
+    run_id = client.start_run(_spec([fan, claim, give_up]))
+    info = client.wait(run_id, timeout=45)
+    assert info.status == "failed", info
+    assert info.stop_reason == "NO_ANSWER"
+    merged = _merged(engine, run_id)
+    assert merged["verdict"] == "invalid"
+    assert merged["missing"] == [3]
+    assert _branch(merged, 3)["cancelled"] == "branch_deadline"
+    # A's and B's results are shown, not citable: the final claiming them was refused
+    assert "FINAL_CITATION_VALIDATION_FAILED" in facts.rejection_codes(engine, run_id) or any(
+        e.details.get("reason") == "FINAL_CITATION_VALIDATION_FAILED"
+        for e in facts.events(engine, run_id)
+    )
+    shown = {o["observation_id"]: o for o in client.observations(run_id)}
+    assert shown["tool-1.1"]["content"]["status"] == "unmerged"
+
+
+def test_three_calls_in_flight_at_once_one_refused_by_the_gate(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    for doc in ("Ax", "Bx"):
+        docs.set(doc, delay_s=0.6)
+    docs.set("Zsecret", delay_s=0.6)
+    docs.max_in_flight = 0
+    fan = _parallel(["Ax", "Bx", "Zsecret"], merge={"at_least": 2})
+    final = {"kind": "final", "answer": "A and B.", "citations": ["tool-1.1", "tool-1.2"]}
+    began = time.monotonic()
+    info = client.wait(
+        client.start_run(_spec([fan, final], scopes=("doc:A*", "doc:B*"))), timeout=30
+    )
+    assert info.status == "completed", info
+    merged = _merged(engine, info.run_id)
+    assert merged["verdict"] == "partial" and merged["succeeded"] == 2
+    assert _branch(merged, 3)["status"] == "refused"
+    assert _branch(merged, 3)["code"] == "RESOURCE_OUT_OF_SCOPE"
+    assert "Zsecret" not in docs.calls  # the refused call never reached the service
+    assert docs.max_in_flight == 2  # the two accepted calls ran at the same time
+    assert time.monotonic() - began < 0.6 * 2 + 5
+
+
+def test_a_set_whose_budget_does_not_fit_is_refused_whole(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    for doc in ("Ab", "Bb", "Cb"):
+        docs.set(doc)
+    fan = _parallel(["Ab", "Bb", "Cb"])
+    info = client.wait(
+        client.start_run(_spec([fan, {"kind": "no_answer"}], max_tool_calls=2)), timeout=30
+    )
+    assert info.status == "failed"
+    assert "PARALLEL_BUDGET_EXCEEDED" in facts.rejection_codes(engine, info.run_id)
+    assert _commands(engine, info.run_id) == []
+    assert not any(doc in docs.calls for doc in ("Ab", "Bb", "Cb"))
+    with engine.connect() as conn:
+        rows = conn.execute(select(Proposal.status).where(Proposal.run_id == info.run_id)).all()
+    assert ("rejected",) in rows
+
+
+def test_the_same_call_twice_in_a_set_runs_once(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    docs.set("Ad")
+    twice = [_read("one", "Ad"), _read("two", "Ad")]
+    fan = {"kind": "parallel", "proposal_id": "twice", "calls": twice, "merge": "any"}
+    final = {"kind": "final", "answer": "A.", "citations": ["tool-1.1"]}
+    info = client.wait(client.start_run(_spec([fan, final])), timeout=30)
+    assert info.status == "completed", info
+    merged = _merged(engine, info.run_id)
+    assert _branch(merged, 2)["code"] == "PARALLEL_DUPLICATE_CALL"
+    assert docs.calls["Ad"] == 1
+    wait_for(lambda: len(_commands(engine, info.run_id)) == 1, timeout=1)
