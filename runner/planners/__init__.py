@@ -74,4 +74,10 @@ def planner_for(
         except SpecError as exc:
             raise PlannerFailure("PLANNER_KIND_UNKNOWN", str(exc), calls=0) from None
         return kind.build(settings)
-    return OpenAIPlanner(spec.planner, prices or {}, allow_remote=allow_remote, limiter=limiter)
+    return OpenAIPlanner(
+        spec.planner,
+        prices or {},
+        allow_remote=allow_remote,
+        limiter=limiter,
+        max_parallel_calls=spec.policy.max_parallel_calls,
+    )

@@ -153,8 +153,14 @@ class _Invalid(WarrantError):
         self.reason = reason
 
 
-def parse_reply(body: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict[str, Any]:
-    """The one untrusted output a reply may carry, or :class:`_Invalid` with a reason."""
+def parse_reply(
+    body: Any, view: WorkingMemoryView, *, proposal_id: str, max_calls: int = 1
+) -> dict[str, Any]:
+    """The one untrusted output a reply may carry, or :class:`_Invalid` with a reason. A
+    reply with several tool calls (a model's parallel calls) is one ``parallel`` step of up
+    to ``max_calls`` calls (each ``<proposal_id>.<n>``), merged ``at_least: 1`` without
+    cutting the others: each call is gated on its own, the refused ones are observations, and
+    the step waits for every accepted call (its verdict says how many succeeded)."""
     try:
         message = body["choices"][0]["message"]
     except (KeyError, IndexError, TypeError):
@@ -162,9 +168,28 @@ def parse_reply(body: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict
     calls = message.get("tool_calls") or []
     if not calls:
         raise _Invalid("NO_TOOL_CALL")
-    if len(calls) > 1:
+    if len(calls) == 1:
+        return _output(calls[0], view, proposal_id=proposal_id)
+    if len(calls) > max_calls:
         raise _Invalid("MULTIPLE_TOOL_CALLS")
-    function = (calls[0] or {}).get("function") or {}
+    outputs = [
+        _output(call, view, proposal_id=f"{proposal_id}.{n}")
+        for n, call in enumerate(calls, start=1)
+    ]
+    if any(o["kind"] != "tool" for o in outputs):  # an answer cannot ride along with calls
+        raise _Invalid("MIXED_TOOL_CALLS")
+    return {
+        "kind": "parallel",
+        "proposal_id": proposal_id,
+        "calls": outputs,
+        "merge": {"at_least": 1},
+        "cancel_when_met": False,
+    }
+
+
+def _output(call: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict[str, Any]:
+    """One tool call of a reply as a planner output."""
+    function = (call or {}).get("function") or {}
     name = function.get("name")
     try:
         arguments = json.loads(function.get("arguments") or "")
@@ -232,6 +257,9 @@ class OpenAIPlanner:
     allow_remote: bool = False
     limiter: ModelLimiter | None = None
     """Shared limits (requests and tokens per minute) the call waits for."""
+    max_parallel_calls: int = 1
+    """The run's ``policy.max_parallel_calls``: a reply's several tool calls become one
+    parallel step of at most this many; 1: a reply must hold one call."""
 
     @property
     def _price(self) -> costs.Price:
@@ -322,6 +350,8 @@ class OpenAIPlanner:
             "tools": functions(view),
             "tool_choice": "auto",
         }
+        if self.max_parallel_calls == 1:  # the run's spec forbids parallel steps: say so
+            payload["parallel_tool_calls"] = False
         return _Request(
             url=self.spec.base_url.rstrip("/") + "/chat/completions",
             payload=payload,
@@ -384,7 +414,9 @@ class OpenAIPlanner:
             return PlannerReply(None, usage, calls, invalid="BODY_NOT_JSON")
         usage = self._usage(body, request)
         try:
-            raw = parse_reply(body, view, proposal_id=f"p{run.step + 1}")
+            raw = parse_reply(
+                body, view, proposal_id=f"p{run.step + 1}", max_calls=self.max_parallel_calls
+            )
         except _Invalid as exc:
             return PlannerReply(None, usage, calls, invalid=exc.reason)
         return PlannerReply(raw, usage, calls)

@@ -127,7 +127,7 @@ def test_an_offered_but_ungranted_scope_is_refused_by_the_gate(engine, client, w
     ("reply", "reason"),
     [
         ({"text": "I think you should search."}, "NO_TOOL_CALL"),
-        ({"calls": [SEARCH_CALL, FINAL]}, "MULTIPLE_TOOL_CALLS"),
+        ({"calls": [SEARCH_CALL, FINAL]}, "MIXED_TOOL_CALLS"),
         ({"call": ("rm_rf", {"path": "/"})}, "UNKNOWN_FUNCTION"),
         ({"call": ("search_public", "{not json")}, "ARGUMENTS_NOT_JSON"),
         ({"call": ("search_public", "[1, 2]")}, "ARGUMENTS_NOT_OBJECT"),

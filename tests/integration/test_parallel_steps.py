@@ -224,3 +224,56 @@ def test_the_same_call_twice_in_a_set_runs_once(
     assert _branch(merged, 2)["code"] == "PARALLEL_DUPLICATE_CALL"
     assert docs.calls["Ad"] == 1
     wait_for(lambda: len(_commands(engine, info.run_id)) == 1, timeout=1)
+
+
+# -- where parallel calls come from: a model's several tool calls in one reply
+
+
+def _llm_spec(fake: Any, model: str, *, max_parallel_calls: int | None = None) -> dict[str, Any]:
+    spec = _spec([], scopes=("doc:A*", "doc:B*"))
+    spec["planner"] = {"kind": "openai", "model": model, "base_url": fake.base_url}
+    if max_parallel_calls is not None:
+        spec["policy"] = {"max_parallel_calls": max_parallel_calls}
+    return spec
+
+
+def test_a_models_three_calls_in_one_reply_run_at_once_one_refused(
+    client: Any,
+    engine: Any,
+    worker: WorkerProcess,
+    readers: WorkerProcess,
+    docs: DocumentService,
+    fake_openai: Any,
+) -> None:
+    model = f"fake-parallel-{time.monotonic_ns()}"
+    for doc in ("Am", "Bm", "Zm"):
+        docs.set(doc, delay_s=0.6)
+    docs.max_in_flight = 0
+    three = [("read_document", {"doc": d}) for d in ("Am", "Bm", "Zm")]
+    final = ("final", {"answer": "A and B agree.", "citations": ["tool-1.1", "tool-1.2"]})
+    fake_openai.script(model, [{"calls": three}, {"call": final}])
+    info = client.wait(client.start_run(_llm_spec(fake_openai, model)), timeout=30)
+    assert info.status == "completed", info
+    assert info.model_calls == 2
+    merged = _merged(engine, info.run_id)
+    assert (merged["verdict"], merged["succeeded"], merged["total"]) == ("partial", 2, 3)
+    assert _branch(merged, 3)["code"] == "RESOURCE_OUT_OF_SCOPE"
+    assert docs.max_in_flight == 2 and "Zm" not in docs.calls
+    assert len(facts.events(engine, info.run_id, "command.issued")) == 2
+    sent = fake_openai.requests_for(model)[0]["body"]
+    assert "parallel_tool_calls" not in sent  # the model may make parallel calls
+
+
+def test_a_spec_that_forbids_parallel_steps_tells_the_model_and_refuses_two_calls(
+    client: Any, engine: Any, worker: WorkerProcess, fake_openai: Any
+) -> None:
+    model = f"fake-single-{time.monotonic_ns()}"
+    two = [("read_document", {"doc": "A1"}), ("read_document", {"doc": "B1"})]
+    fake_openai.script(model, [{"calls": two}, {"call": ("no_answer", {"reason": "one"})}])
+    spec = _llm_spec(fake_openai, model, max_parallel_calls=1)
+    info = client.wait(client.start_run(spec), timeout=30)
+    assert info.stop_reason == "NO_ANSWER"
+    assert fake_openai.requests_for(model)[0]["body"]["parallel_tool_calls"] is False
+    invalid = facts.events(engine, info.run_id, "model.output.invalid")
+    assert [e.details["reason"] for e in invalid] == ["MULTIPLE_TOOL_CALLS"]
+    assert _commands(engine, info.run_id) == []
