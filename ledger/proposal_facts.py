@@ -40,19 +40,19 @@ class StepFacts:
     """The policy observation of the step (``code``, ``reason``), if it was refused."""
 
 
-def step_facts(s: Session, run_id: str, step: int) -> StepFacts | None:
+def step_facts(s: Session, run_id: str, step: int, *, branch: int = 0) -> StepFacts | None:
     """The facts of ``step`` of ``run_id`` (None: no such run), from one snapshot: the run and
-    its outcome as of the same moment (``REPEATABLE READ``; call it on a fresh session)."""
+    its outcome as of the same moment (``REPEATABLE READ``; call it on a fresh session).
+    ``branch``: one call of a parallel step (until the gate has written it: the step's own
+    proposal, whose refusal refuses every call of the set)."""
     s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
     run = s.get(Run, run_id)
     if run is None:
         return None
-    proposal = s.scalars(
-        select(Proposal)
-        .where(Proposal.run_id == run_id, Proposal.step == step)
-        .order_by(Proposal.id.desc())
-        .limit(1)
-    ).first()
+    proposal = _step_proposal(s, run_id, step, branch)
+    if proposal is None and branch:
+        lead = _step_proposal(s, run_id, step, 0)
+        proposal = lead if lead is not None and lead.status != "received" else None
     command = None
     outcome = None
     if proposal is not None:
@@ -91,9 +91,14 @@ def step_facts(s: Session, run_id: str, step: int) -> StepFacts | None:
 
 def step_raw(s: Session, run_id: str, step: int) -> Any:
     """The raw proposal recorded for ``step`` (None: none)."""
+    proposal = _step_proposal(s, run_id, step, 0)
+    return None if proposal is None else proposal.raw
+
+
+def _step_proposal(s: Session, run_id: str, step: int, branch: int) -> Proposal | None:
     return s.scalars(
-        select(Proposal.raw)
-        .where(Proposal.run_id == run_id, Proposal.step == step)
+        select(Proposal)
+        .where(Proposal.run_id == run_id, Proposal.step == step, Proposal.branch == branch)
         .order_by(Proposal.id.desc())
         .limit(1)
     ).first()
@@ -118,7 +123,13 @@ def _proposal(p: Proposal | None) -> dict[str, Any] | None:
 def _command(c: Command | None) -> dict[str, Any] | None:
     if c is None:
         return None
-    return {"id": c.id, "status": c.status, "attempts": c.attempts, "step": c.step}
+    return {
+        "id": c.id,
+        "status": c.status,
+        "attempts": c.attempts,
+        "step": c.step,
+        "branch": c.branch,
+    }
 
 
 def _outcome(o: OutcomeRow | None) -> dict[str, Any] | None:

@@ -67,6 +67,8 @@ class Decision:
     run_id: str
     step: int
     state: DecisionState
+    branch: int = 0
+    """The call of a parallel step (1..N); 0: the step's one proposal."""
     proposal_id: str | None = None
     tool: str | None = None
     arguments: Any = None
@@ -93,13 +95,14 @@ class Decision:
         return out
 
 
-def decision_of(run_id: str, step: int, facts: Any) -> Decision:
-    """The decision of ``step`` from its facts (a :class:`~warrant.ledger.proposal_facts.
-    StepFacts`)."""
+def decision_of(run_id: str, step: int, facts: Any, *, branch: int = 0) -> Decision:
+    """The decision of ``step`` (of its call ``branch`` for a parallel step) from its facts
+    (a :class:`~warrant.ledger.proposal_facts.StepFacts`)."""
     run, proposal = facts.run, facts.proposal
     base: dict[str, Any] = {
         "run_id": run_id,
         "step": step,
+        "branch": branch,
         "run_status": run["status"],
         "run_version": run["version"],
     }
@@ -142,6 +145,8 @@ def _executed(base: dict[str, Any], facts: Any) -> Decision | None:
     if command["status"] != "completed":  # a retry (or a re-issue) is on its way
         return None
     observation_id = f"tool-{command['step']}"
+    if command.get("branch"):  # a call of a parallel step
+        observation_id = f"tool-{command['step']}.{command['branch']}"
     if outcome["status"] == "accepted" and outcome["resolved_status"] in ("succeeded", "failed"):
         observation_id = f"job-{command['step']}"  # the job's final observation
     return Decision(

@@ -186,9 +186,16 @@ class RunnerClient(Protocol):
         ...
 
     def decision(
-        self, run_id: str, step: int, *, wait_s: float = 0.0, seen: str = "pending"
+        self,
+        run_id: str,
+        step: int,
+        *,
+        branch: int = 0,
+        wait_s: float = 0.0,
+        seen: str = "pending",
     ) -> Decision:
-        """What became of the proposal of ``step`` (once its state is not ``seen``)."""
+        """What became of the proposal of ``step`` (once its state is not ``seen``);
+        ``branch``: one call of a parallel step."""
         ...
 
     # --- long-term memory ----------------------------------------------------------------

@@ -13,18 +13,25 @@ arguments). Blocking: call it from a thread in async code.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from warrant.runner.canonical import canonical_json
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.errors import StateConflict
-from warrant.runner.external import Decision, check_shape
+from warrant.runner.external import Decision, check_shape, in_flight
+from warrant.runner.spec import DEFAULT_MAX_PARALLEL_CALLS
 from warrant.tools._contract import Tool
 from warrant.tools._registry import Registry
 
-__all__ = ["ExternalCalls", "newest_tools", "newest_version", "version_key"]
+__all__ = ["BATCH_WINDOW_S", "ExternalCalls", "newest_tools", "newest_version", "version_key"]
+
+#: How long the first of a run's calls waits for others made at the same time (a model's
+#: parallel tool calls reach the gateway or the adapter within milliseconds of each other).
+BATCH_WINDOW_S = 0.02
 
 
 def version_key(version: str) -> tuple[Any, ...]:
@@ -48,6 +55,16 @@ def newest_version(registry: Registry, name: str) -> str:
     return max(versions, key=version_key) if versions else "unknown"
 
 
+@dataclass
+class _Batch:
+    """Calls of one run made at the same time: proposed together as one parallel step."""
+
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    decision: Decision | None = None
+    error: BaseException | None = None
+
+
 class ExternalCalls:
     def __init__(
         self,
@@ -56,32 +73,104 @@ class ExternalCalls:
         *,
         approval_wait_s: float = 0.0,
         decision_wait_s: float = 120.0,
+        batch_window_s: float = BATCH_WINDOW_S,
+        max_batch: int = DEFAULT_MAX_PARALLEL_CALLS,
     ) -> None:
         self.client = client
         self.registry = registry
         self.approval_wait_s = approval_wait_s
         self.decision_wait_s = decision_wait_s
-        self._waiting: dict[tuple[str, bytes], int] = {}
+        self.batch_window_s = batch_window_s
+        self.max_batch = max_batch
+        self._waiting: dict[tuple[str, bytes], tuple[int, int]] = {}
+        self._open: dict[str, _Batch] = {}
         self._lock = threading.Lock()
 
     def call(self, run_id: str, name: str, arguments: dict[str, Any], *, by: str) -> Decision:
-        """Propose the call (or pick its earlier proposal up) and wait for its decision."""
+        """Propose the call (or pick its earlier proposal up) and wait for its decision. Calls
+        of one run made at the same time (within ``batch_window_s``) are one parallel step,
+        each gated on its own; a call made while an earlier step is undecided waits for it
+        (up to ``decision_wait_s``) instead of being refused ``PROPOSAL_IN_FLIGHT``."""
         check_shape({"arguments": arguments})  # too deep, NaN: refused with a code, not a crash
         key = (run_id, canonical_json([name, arguments]))
         with self._lock:
-            step = self._waiting.pop(key, None)
-        if step is not None:
-            decision = self.client.decision(run_id, step)
+            earlier = self._waiting.pop(key, None)
+        if earlier is not None:
+            step, branch = earlier
+            decision = self.client.decision(run_id, step, branch=branch)
         else:
-            decision = self.propose(run_id, name, arguments, by=by)
+            decision = self._together(run_id, name, arguments, by=by)
         decision = self.settle(decision)
         if not decision.settled:
             with self._lock:
-                self._waiting[key] = decision.step
+                self._waiting[key] = (decision.step, decision.branch)
         return decision
 
-    def propose(self, run_id: str, name: str, arguments: dict[str, Any], *, by: str) -> Decision:
-        proposal = {
+    def _together(self, run_id: str, name: str, arguments: dict[str, Any], *, by: str) -> Decision:
+        """Join the run's open batch (or open one and, as its first caller, propose it once
+        the window closes); the decision of this call's own branch."""
+        with self._lock:
+            batch = self._open.get(run_id)
+            first = batch is None or len(batch.calls) >= self.max_batch
+            if first:
+                batch = self._open[run_id] = _Batch()
+            assert batch is not None
+            branch = len(batch.calls) + 1
+            batch.calls.append((name, arguments))
+        if first:
+            time.sleep(self.batch_window_s)  # the calls made meanwhile join this one
+            with self._lock:
+                if self._open.get(run_id) is batch:
+                    del self._open[run_id]
+            try:
+                batch.decision = self._propose(run_id, batch.calls, by=by)
+            except BaseException as exc:
+                batch.error = exc
+            finally:
+                batch.done.set()
+        elif not batch.done.wait(self.batch_window_s + self.decision_wait_s):
+            raise in_flight(run_id)
+        if batch.error is not None:
+            raise batch.error
+        assert batch.decision is not None
+        if len(batch.calls) == 1:
+            return batch.decision
+        return self.client.decision(run_id, batch.decision.step, branch=branch)
+
+    def _propose(
+        self, run_id: str, calls: list[tuple[str, dict[str, Any]]], *, by: str
+    ) -> Decision:
+        """One proposal for the batch (a parallel step for several calls), proposed once the
+        run takes it: an earlier step still undecided is waited for."""
+        proposals = [self.proposal(name, arguments) for name, arguments in calls]
+        proposal = proposals[0]
+        if len(proposals) > 1:
+            proposal = {
+                "kind": "parallel",
+                "proposal_id": f"ext-{uuid.uuid4().hex[:16]}",
+                "calls": proposals,
+                "merge": {"at_least": 1},
+                "cancel_when_met": False,
+            }
+        end = time.monotonic() + self.decision_wait_s
+        while True:
+            try:
+                return self.client.propose(run_id, proposal, by=by)
+            except StateConflict as exc:
+                if exc.code != "PROPOSAL_IN_FLIGHT":
+                    raise
+                info = self.client.get_run(run_id)
+                current = self.client.decision(run_id, info.step)
+                if len(calls) == 1 and (current.tool, current.arguments) == calls[0]:
+                    return current  # the same call, still undecided: pick it up
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise
+                self.client.wait_change(run_id, version=info.version, timeout=min(left, 5.0))
+
+    def proposal(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A call as a tool proposal (the tool's newest version)."""
+        return {
             "kind": "tool",
             "proposal_id": f"ext-{uuid.uuid4().hex[:16]}",
             "tool": name,
@@ -90,29 +179,19 @@ class ExternalCalls:
             "reason_summary": "",
             "source_observation_ids": [],
         }
-        try:
-            decision = self.client.propose(run_id, proposal, by=by)
-        except StateConflict as exc:
-            if exc.code != "PROPOSAL_IN_FLIGHT":
-                raise
-            current = self.client.decision(run_id, self.client.get_run(run_id).step)
-            if current.tool != name or current.arguments != arguments:
-                raise
-            return current  # the same call, still undecided: pick it up
-        return decision
 
     def settle(self, d: Decision, *, approval_wait_s: float | None = None) -> Decision:
         """Wait for the gate and the tool, and (bounded) for a person."""
         wait = self.decision_wait_s
         approval = self.approval_wait_s if approval_wait_s is None else approval_wait_s
         if d.state == "pending":
-            d = self.client.decision(d.run_id, d.step, wait_s=wait)
+            d = self.client.decision(d.run_id, d.step, branch=d.branch, wait_s=wait)
         if d.state == "awaiting_confirmation" and approval > 0:
             d = self.client.decision(
-                d.run_id, d.step, wait_s=approval, seen="awaiting_confirmation"
+                d.run_id, d.step, branch=d.branch, wait_s=approval, seen="awaiting_confirmation"
             )
         if d.state == "pending":
-            d = self.client.decision(d.run_id, d.step, wait_s=wait)
+            d = self.client.decision(d.run_id, d.step, branch=d.branch, wait_s=wait)
         return d
 
     def decide(self, d: Decision, *, approved: bool, by: str) -> Decision:
@@ -125,4 +204,6 @@ class ExternalCalls:
             self.client.confirm(d.run_id, proposal_hash=d.proposal_hash, by=by)
         else:
             self.client.decline(d.run_id, proposal_hash=d.proposal_hash, by=by)
-        return self.settle(self.client.decision(d.run_id, d.step), approval_wait_s=0)
+        return self.settle(
+            self.client.decision(d.run_id, d.step, branch=d.branch), approval_wait_s=0
+        )

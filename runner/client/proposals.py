@@ -80,19 +80,26 @@ class ProposalsClient(RunsClient):
         return self.decision(run_id, submitted.step, wait_s=wait_s)
 
     def decision(
-        self, run_id: str, step: int, *, wait_s: float = 0.0, seen: str = "pending"
+        self,
+        run_id: str,
+        step: int,
+        *,
+        branch: int = 0,
+        wait_s: float = 0.0,
+        seen: str = "pending",
     ) -> Decision:
-        """The ledger polled with a growing pause, for :data:`MAX_DECISION_WAIT_S` at most."""
+        """The ledger polled with a growing pause, for :data:`MAX_DECISION_WAIT_S` at most
+        (``branch``: one call of a parallel step)."""
         if step < 1:
             raise InvalidRequest("steps count from 1", code="STEP_INVALID")
         deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_DECISION_WAIT_S)
         pause = FIRST_PAUSE_S
         while True:
             with session_scope(self.engine) as s:
-                facts = step_facts(s, run_id, step)
+                facts = step_facts(s, run_id, step, branch=branch)
             if facts is None:
                 raise RunNotFound(f"no run {run_id}")
-            decision = decision_of(run_id, step, facts)
+            decision = decision_of(run_id, step, facts, branch=branch)
             left = deadline - time.monotonic()
             if decision.state != seen or left <= 0:
                 return decision

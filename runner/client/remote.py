@@ -412,7 +412,13 @@ class RemoteClient:
         return decision
 
     def decision(
-        self, run_id: str, step: int, *, wait_s: float = 0.0, seen: str = "pending"
+        self,
+        run_id: str,
+        step: int,
+        *,
+        branch: int = 0,
+        wait_s: float = 0.0,
+        seen: str = "pending",
     ) -> Decision:
         """``GET /v1/runs/{id}/proposals/{step}``, long-polled in pieces of at most
         :data:`MAX_POLL_S` until its state is not ``seen`` or ``wait_s`` passed."""
@@ -422,7 +428,7 @@ class RemoteClient:
             data = self._call(
                 "GET",
                 f"/runs/{run_id}/proposals/{step}",
-                params={"wait": round(poll, 3), "seen": seen},
+                params={"wait": round(poll, 3), "seen": seen, "branch": branch},
                 timeout=poll + 30.0,
             )
             decision = _record(Decision, data)

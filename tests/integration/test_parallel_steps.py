@@ -8,6 +8,8 @@ the caller blocks in one socket read). The seed's experiment 2 is the first two 
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -277,3 +279,82 @@ def test_a_spec_that_forbids_parallel_steps_tells_the_model_and_refuses_two_call
     invalid = facts.events(engine, info.run_id, "model.output.invalid")
     assert [e.details["reason"] for e in invalid] == ["MULTIPLE_TOOL_CALLS"]
     assert _commands(engine, info.run_id) == []
+
+
+# -- an agent that runs its own loop: its model's parallel calls through the adapters
+
+
+def _external_run(client: Any) -> str:
+    run_id: str = client.start_run(
+        {
+            "goal": "Read documents A and B.",
+            "subject": "user-parallel",
+            "planner": {"kind": "external", "agent": "tests"},
+            "grants": [{"capability": "docs:read", "resource_scope": "doc:*"}],
+        }
+    )
+    return run_id
+
+
+def test_an_agents_sdk_agents_two_calls_in_one_turn_are_gated_and_run_together(
+    client: Any,
+    engine: Any,
+    worker: WorkerProcess,
+    readers: WorkerProcess,
+    docs: DocumentService,
+    fake_openai: Any,
+) -> None:
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    from warrant.contrib.openai_agents import WarrantTools
+
+    for doc in ("As", "Bs"):
+        docs.set(doc, f"{doc} says yes", delay_s=0.6)
+    docs.max_in_flight = 0
+    run_id = _external_run(client)
+    gate = WarrantTools(client, run_id, by="sdk", tools=["read_document"])
+    model = f"sdk-parallel-{time.monotonic_ns()}"
+    two = [("read_document", {"doc": "As"}), ("read_document", {"doc": "Bs"})]
+    fake_openai.script(model, [{"calls": two}, {"text": "Both say yes."}])
+    set_tracing_disabled(True)
+    openai = AsyncOpenAI(base_url=fake_openai.base_url, api_key="x", max_retries=0)
+    chat = OpenAIChatCompletionsModel(model=model, openai_client=openai)
+    agent = Agent(name="t", instructions="Use the tools.", model=chat, tools=gate.tools)
+    done = asyncio.run(Runner.run(agent, "Read A and B."))
+    assert done.final_output == "Both say yes."
+    last = fake_openai.requests_for(model)[-1]["body"]["messages"]
+    seen = " ".join(str(m.get("content")) for m in last if m["role"] == "tool")
+    assert "As says yes" in seen and "Bs says yes" in seen, seen
+    assert "PROPOSAL_IN_FLIGHT" not in seen
+    assert docs.max_in_flight == 2  # the two calls ran at the same time
+    commands = _commands(engine, run_id)
+    assert [(c.step, c.branch) for c in commands] == [(1, 1), (1, 2)]
+    assert [client.decision(run_id, 1, branch=b).state for b in (1, 2)] == ["executed"] * 2
+    assert _merged(engine, run_id)["verdict"] == "complete"
+
+
+def test_concurrent_calls_of_one_run_wait_for_an_undecided_step_instead_of_failing(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    """A call made while the run's earlier step is still running is proposed once it is
+    decided (the MCP gateway and both adapters share this path)."""
+    from warrant.runner.client.external_calls import ExternalCalls
+    from warrant.tools._plugins import registry_for
+
+    docs.set("Aw", delay_s=1.0)
+    docs.set("Bw")
+    run_id = _external_run(client)
+    calls = ExternalCalls(client, registry_for(), decision_wait_s=20)
+    results: dict[str, Any] = {}
+
+    def call(doc: str) -> None:
+        results[doc] = calls.call(run_id, "read_document", {"doc": doc}, by="mcp")
+
+    first = threading.Thread(target=call, args=("Aw",))
+    first.start()
+    wait_for(lambda: docs.calls.get("Aw"), timeout=10, what="the first call at the service")
+    call("Bw")  # the first one's step is still running
+    first.join(20)
+    assert results["Aw"].outcome == "succeeded" and results["Bw"].outcome == "succeeded"
+    assert (results["Aw"].step, results["Bw"].step) == (1, 2)

@@ -6,6 +6,7 @@ NOT_YOUR_RUN``), only an ``approver`` may confirm."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -18,6 +19,7 @@ from warrant.runner.server.http.auth import Reader, check_own_run, deps, require
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import INT32_MAX, _In, record_model
 from warrant.runner.server.http.runs import RunId, long_poll
+from warrant.runner.spec import MAX_PARALLEL_CALLS
 
 __all__ = ["DecisionStateOut", "ProposalIn", "router"]
 
@@ -109,11 +111,15 @@ async def get_decision(
     seen: Annotated[
         DecisionState, Query(description="Return as soon as the state is not this one.")
     ] = "pending",
+    branch: Annotated[
+        int, Query(ge=0, le=MAX_PARALLEL_CALLS, description="One call of a parallel step.")
+    ] = 0,
 ) -> DecisionStateOut:
-    """The decision of ``step``; with ``wait``, returns as soon as its state differs from
-    ``seen``, else after ``wait`` seconds with the same state."""
+    """The decision of ``step`` (of its call ``branch`` for a parallel step); with
+    ``wait``, returns as soon as its state differs from ``seen``, else after ``wait``
+    seconds with the same state."""
     client = deps(request).client
-    decision = await run_in_threadpool(client.decision, run_id, step)
+    decision = await run_in_threadpool(partial(client.decision, run_id, step, branch=branch))
     return _out(await _wait(request, run_id, decision, wait, seen))
 
 
@@ -124,7 +130,7 @@ async def _wait(
     found: Decision = await long_poll(
         request,
         decision,
-        lambda: client.decision(run_id, decision.step),
+        lambda: client.decision(run_id, decision.step, branch=decision.branch),
         lambda d: d.state != seen,
         wait_s,
         MAX_PAUSE_S,
