@@ -34,7 +34,7 @@ DEFAULT_BROKER = "redis://127.0.0.1:6379/13"
 #: the median round).
 ROUNDS = 4
 #: The parts of a full run, in order (``--only`` picks some).
-PARTS = ("compare", "memory", "scaling", "growth", "latency")
+PARTS = ("compare", "memory", "scaling", "parallel", "growth", "latency")
 
 
 def _env() -> dict[str, str]:
@@ -53,7 +53,7 @@ os.environ.update(
 )
 
 from sqlalchemy import text  # noqa: E402
-from warrant_demo.scenarios import read_steps  # noqa: E402
+from warrant_demo.scenarios import final, read_steps, spec  # noqa: E402
 
 from bench import dbos_pipeline  # noqa: E402
 from warrant.ledger.db import engine_for  # noqa: E402
@@ -362,6 +362,8 @@ def main() -> None:
         _memory(console, client, mem_steps)
     if "scaling" in parts:
         _scaling(console, client, calls)
+    if "parallel" in parts:
+        _parallel(console, client, 2 if args.quick else 5)
     if "growth" in parts:
         from bench import growth
 
@@ -556,6 +558,79 @@ def _scaling(console: Any, client: Any, calls: int) -> None:
     for n, v in scaling.items():
         scale.add_row(str(n), f"{v:.1f}", f"{v / scaling[1]:.2f}")
     console.print(scale)
+
+
+def _reads(calls: int, ms: int, *, parallel: bool) -> dict[str, Any]:
+    """A run of ``calls`` reads of ``ms`` milliseconds each (``wait_read``: one wait the
+    worker can interrupt), as one parallel step or as one step each, then a final answer."""
+    reads: list[dict[str, Any]] = [
+        {
+            "kind": "tool",
+            "proposal_id": f"r{n}",
+            "tool": "wait_read",
+            "tool_version": "1",
+            "arguments": {"n": n, "ms": ms},
+        }
+        for n in range(1, calls + 1)
+    ]
+    outputs: list[dict[str, Any]] = reads
+    if parallel:
+        outputs = [{"kind": "parallel", "proposal_id": "reads", "calls": reads}]
+        cited = [f"tool-1.{n}" for n in range(1, calls + 1)]
+    else:
+        cited = [f"tool-{n}" for n in range(1, calls + 1)]
+    return spec(
+        [*outputs, final("done", *cited)],
+        grants=[{"capability": "bench:read"}],
+        max_steps=calls + 1,
+        max_tool_calls=calls,
+        deadline_s=600,
+    )
+
+
+def _parallel(console: Any, client: Any, runs: int) -> None:
+    """Three 1 s reads per run (issue 49): one parallel step against three steps, each run's
+    wall time from its creation to its end on the ledger's clock, median of ``runs``."""
+    from rich.table import Table
+
+    from warrant.broker.app import app as warrant_app
+
+    w = Workers()
+    w.start("warrant.broker.app", ["planner"], 2, "planner")
+    w.start("warrant.broker.app", ["policy"], 2, "policy")
+    w.start("warrant.broker.app", ["tool.wait_read"], 4, "tool")
+    w.wait_ready(warrant_app, ["planner", "policy", "tool"])
+    walls: dict[str, list[float]] = {}
+    try:
+        for shape in ("three steps", "one parallel step"):
+            with console.status(f"3 reads of 1 s per run, {shape}, {runs} runs"):
+                for _ in range(runs):
+                    run_id = client.start_run(_reads(3, 1000, parallel=shape != "three steps"))
+                    warrant_wait(client, [run_id])
+                    info = client.get_run(run_id)
+                    walls.setdefault(shape, []).append(_wall_s(run_id))
+                    assert info.status == "completed"
+    finally:
+        w.stop()
+    table = Table(title=f"3 reads of 1 s per run, median of {runs} runs")
+    table.add_column("shape")
+    table.add_column("wall time per run (s)", justify="right")
+    table.add_column("vs three steps", justify="right")
+    base = statistics.median(walls["three steps"])
+    for shape, values in walls.items():
+        median = statistics.median(values)
+        table.add_row(shape, f"{median:.2f}", f"{median / base:.2f}")
+    console.print(table)
+
+
+def _wall_s(run_id: str) -> float:
+    """A run's wall time, creation to end, on the database's clock."""
+    with engine_for(ENV["WARRANT_DATABASE_URL"]).connect() as conn:
+        took = conn.execute(
+            text("SELECT extract(epoch FROM finished_at - created_at) FROM runs WHERE id = :id"),
+            {"id": run_id},
+        ).scalar_one()
+    return float(took)
 
 
 def _print_comparison(

@@ -41,6 +41,7 @@ __all__ = [
     "RevealOpt",
     "last_refusal",
     "local_user",
+    "parallel_steps",
     "policy_versions",
     "reveal_note",
     "revealed",
@@ -60,7 +61,18 @@ def trace_facts(data: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, 
         "why": why(data, trace),
         "policy_versions": policy_versions(trace),
         "would_refuse": would_refusals(trace),
+        "parallel_steps": parallel_steps(trace),
     }
+
+
+def parallel_steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's parallel steps, from their ``step.merged`` events: ``step``, ``verdict``,
+    ``summary``, ``missing`` and each ``branches`` entry (call, tool, source, status, code)."""
+    return [
+        {"step": e.get("step"), **(e.get("details") or {})}
+        for e in events
+        if e.get("event") == "step.merged"
+    ]
 
 
 def policy_versions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -217,6 +229,18 @@ def show_run(info: dict[str, Any]) -> None:
     for w in info.get("would_refuse") or []:  # observe mode let these through: loud
         said = f"step {w['step']} {w['tool']}: {w['code']} ({w['layer']})"
         console.print(f"[bold red]observe mode let through[/] {escape(said)}", soft_wrap=True)
+    for merged in info.get("parallel_steps") or []:
+        table = Table("call", "tool", "source", "status", "code", title=merged["summary"])
+        for b in merged.get("branches") or []:
+            status = b["status"] + (f" ({b['cancelled']})" if b.get("cancelled") else "")
+            table.add_row(
+                f"{merged['step']}.{b['branch']}",
+                str(b.get("tool") or ""),
+                str(b.get("source") or ""),
+                status,
+                str(b.get("code") or ""),
+            )
+        console.print(table)
     if pre := info.get("pre_approvals"):
         table = Table("pre-approved", "tool", "approved by", "used by proposal", "at")
         for p in pre:

@@ -9,6 +9,7 @@ the caller blocks in one socket read). The seed's experiment 2 is the first two 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from warrant_demo.documents import DOCS_URL_ENV, DocumentService
 
 from tests import facts
 from tests.conftest import WorkerProcess, wait_for
+from tests.integration.test_cli import warrant
 from warrant.ledger.models import Command, OutcomeRow, Proposal
 
 pytestmark = pytest.mark.services
@@ -146,6 +148,11 @@ def test_at_least_two_is_partial_with_the_silent_branch_cut_at_its_deadline(
     assert (timed_out.status, timed_out.code) == ("failed", "TOOL_TIMEOUT")
     assert took >= BRANCH_DEADLINE_S  # C held the step until its deadline, no longer
     assert took < BRANCH_DEADLINE_S + 15
+    shown = json.loads(warrant("run", "show", run_id, "--json").stdout)
+    [step] = shown["parallel_steps"]
+    assert (step["step"], step["verdict"], step["missing"]) == (1, "partial", [3])
+    human = warrant("run", "show", run_id).stdout
+    assert "partial: 2/3" in human and "branch_deadline" in human
 
 
 def test_all_is_invalid_and_the_run_claims_no_verdict(

@@ -157,7 +157,9 @@ def test_a_stage_message_is_the_message_celery_send_task_writes(
         for name in ("argsrepr", "kwargsrepr"):
             assert stock["properties"].pop(name) == lean["headers"][name]
         assert _comparable(lean) == _comparable(stock)
-        assert lean["headers"]["stamps"] == {"warrant_run_id": "run-1"}
+        # a tool message is stamped with its run and its command (a merge revokes a branch)
+        stamps = {"warrant_run_id": "run-1", "warrant_command_id": "c-1"}
+        assert lean["headers"]["stamps"] == stamps
         assert lean["headers"]["timelimit"] == [3.0, 1.5]
         assert lean["body"][1] == kwargs
         if in_task:
