@@ -365,3 +365,20 @@ def test_concurrent_calls_of_one_run_wait_for_an_undecided_step_instead_of_faili
     first.join(20)
     assert results["Aw"].outcome == "succeeded" and results["Bw"].outcome == "succeeded"
     assert (results["Aw"].step, results["Bw"].step) == (1, 2)
+
+
+def test_a_cancel_reaches_every_call_in_flight_and_waits_for_them(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    for doc in ("Ac", "Bc"):
+        docs.set(doc, hang=True)  # both block in one socket read
+    fan = _parallel(["Ac", "Bc"], branch_deadline_s=40)
+    run_id = client.start_run(_spec([fan, {"kind": "no_answer"}]))
+    wait_for(lambda: docs.calls.get("Ac") and docs.calls.get("Bc"), what="both calls in flight")
+    began = time.monotonic()
+    client.cancel(run_id, by="operator")
+    info = client.wait(run_id, timeout=20)
+    assert (info.status, info.stop_reason) == ("cancelled", "CANCELLED")
+    assert time.monotonic() - began < 15  # interrupted, not left to their 40 s deadline
+    codes = {_outcome(engine, c.id).code for c in _commands(engine, run_id)}
+    assert codes == {"CANCELLED_DURING_EXECUTION"}  # both recorded before the run ended
