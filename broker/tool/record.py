@@ -340,18 +340,17 @@ def _finish_branch(
     now = ctx.clock()
     states, outputs = _branch_states(ctx, s, run.id, fan, now)
     pending = [b.plan.command_id for b in states if b.status == fan_in.PENDING]
-    if view.status is RunStatus.CANCELLING:
-        applied = any(b.status == fan_in.SUCCEEDED for b in states)
-        write = tool.side_effect is not SideEffect.READ
+    if res.status is Outcome.UNKNOWN:  # reconciled first (a cancelling run stays so)
+        fact(_reconcile_branch(view, tool, res, cmd, events))
+        outbox.add(partial(_cut, ctx, [c for c in pending if c], now))
+        return res.status.value
+    if view.status is RunStatus.CANCELLING:  # the last call in flight ends the run
+        applied = any(b.status == fan_in.SUCCEEDED and _writes(ctx, b.plan.tool) for b in states)
         ended = machine.conclude_tool(
-            view, tool=tool.name, succeeded=applied, write=write, code=res.code,
+            view, tool=tool.name, succeeded=applied, write=applied, code=res.code,
             stop_reason=None, step=cmd.step, events=events,
         )  # fmt: skip
         fact(machine.record_only(view, events=events) if pending else ended)
-        return res.status.value
-    if res.status is Outcome.UNKNOWN:
-        fact(_reconcile_branch(view, tool, res, cmd, events))
-        outbox.add(partial(_cut, ctx, [c for c in pending if c], now))
         return res.status.value
     decided = fan_in.verdict(fan, states)
     if not decided.decided:
@@ -359,6 +358,12 @@ def _finish_branch(
         return res.status.value
     _merge(ctx, s, run, fan, states, outputs, decided, events, outbox, now)
     return res.status.value
+
+
+def _writes(ctx: StageContext, tool: str | None) -> bool:
+    """Does a call of ``tool`` (any version this worker has) write?"""
+    versions = ctx.registry.by_name(tool or "")
+    return any(t.side_effect is not SideEffect.READ for t in versions)
 
 
 def _reconcile_branch(
