@@ -145,9 +145,6 @@ class Rejection(StrEnum):
     calls (or a tool's own cap): the set is refused whole, before any of it runs."""
     PARALLEL_DUPLICATE_CALL = "PARALLEL_DUPLICATE_CALL"
     """The same call (tool, version, arguments) twice in one parallel step: the later one."""
-    PARALLEL_NEEDS_PERSON = "PARALLEL_NEEDS_PERSON"
-    """A call of a parallel step that needs a person (a confirmation or a grant wait): refused
-    in the set; proposed alone, it waits for the person as usual."""
 
 
 def invalid_field_code(field: str) -> str:

@@ -33,6 +33,7 @@ from warrant.runner.gate import Accept, AwaitConfirmation, Decision, Event, Gate
 from warrant.runner.policy import evaluate
 from warrant.runner.spec import AtLeast, ParallelProposal
 from warrant.runner.views import RunView
+from warrant.tools._registry import Registry
 
 __all__ = [
     "BranchPlan",
@@ -48,7 +49,9 @@ __all__ = [
     "planned",
     "required",
     "rule_name",
+    "shown",
     "verdict",
+    "waiting",
 ]
 
 State = Literal["open", "complete", "partial", "invalid"]
@@ -327,21 +330,13 @@ def gate_calls(
     """Each call of the set through the whole gate (``base`` with the call as its ``raw``),
     in order: what an accepted call uses (a grant use, a confirmation, a pre-approval) is
     used for the calls after it; the same call twice is refused the second time
-    (``PARALLEL_DUPLICATE_CALL``); a call that needs a person is refused in the set
-    (``PARALLEL_NEEDS_PERSON``: proposed alone, it waits for the person as usual)."""
+    (``PARALLEL_DUPLICATE_CALL``). A call that needs a person keeps its
+    ``AwaitConfirmation``: the set waits for the person (:func:`waiting`)."""
     inp, seen = base, set()
     decided: list[tuple[int, Any, Decision]] = []
     for number, call in enumerate(calls, start=1):
         decision = evaluate(dataclasses.replace(inp, raw=call), on_event=on_event)
-        if isinstance(decision, AwaitConfirmation):
-            decision = Reject(
-                code=Rejection.PARALLEL_NEEDS_PERSON.value,
-                layer="confirmation",
-                fingerprint=decision.proposal_hash,
-                events=decision.events,
-                message="this call needs a person: propose it alone",
-            )
-        elif isinstance(decision, Accept) and decision.proposal_hash in seen:
+        if isinstance(decision, Accept) and decision.proposal_hash in seen:
             decision = Reject(
                 code=Rejection.PARALLEL_DUPLICATE_CALL.value,
                 layer="loops",
@@ -353,6 +348,39 @@ def gate_calls(
             inp = _used(inp, decision)
         decided.append((number, call, decision))
     return decided
+
+
+def waiting(decided: Sequence[tuple[int, Any, Decision]]) -> tuple[int, AwaitConfirmation] | None:
+    """The first call of the set that needs a person, if any: the set waits for the person's
+    decision on exactly that call (its hash) before any call runs, then the gate looks at the
+    set again (the next call that needs a person, or the fan-out)."""
+    for number, _, decision in decided:
+        if isinstance(decision, AwaitConfirmation):
+            return number, decision
+    return None
+
+
+def shown(decided: Sequence[tuple[int, Any, Decision]], registry: Registry) -> list[dict[str, Any]]:
+    """The set as a person sees it beside the call they are asked about: each call's tool,
+    arguments (a sensitive or secret one masked, as the tool declares; none for a tool the
+    registry lacks) and where it stands (``accepted``, ``needs_person``, ``refused`` with its
+    code)."""
+    calls = []
+    for number, call, decision in decided:
+        entry: dict[str, Any] = {"branch": number, **named(call)}
+        tool = registry.get(str(entry["tool"]), str(entry["tool_version"]))
+        given = call.get("arguments") if isinstance(call, dict) else None
+        if tool is not None and isinstance(given, dict):
+            masked = tool.masked_fields
+            entry["arguments"] = {k: "<sensitive>" if k in masked else v for k, v in given.items()}
+        if isinstance(decision, AwaitConfirmation):
+            entry |= {"status": "needs_person", "proposal_hash": decision.proposal_hash}
+        elif isinstance(decision, Accept):
+            entry |= {"status": "accepted", "proposal_hash": decision.proposal_hash}
+        elif isinstance(decision, Reject):
+            entry |= {"status": "refused", "code": decision.code}
+        calls.append(entry)
+    return calls
 
 
 def _used(inp: GateInput, accepted: Accept) -> GateInput:

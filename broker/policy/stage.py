@@ -265,8 +265,11 @@ def _await_confirmation(
     decision: policy.AwaitConfirmation,
     now: float,
     floor: int = 1,
+    parallel: dict[str, Any] | None = None,
 ) -> str:
     request = decision.request()
+    if parallel is not None:  # one call of a parallel step: the person sees the set
+        request["parallel"] = parallel
     ttl = view.budgets.confirmation_ttl_s
     request["expires_at"] = min(now + ttl, view.deadline_at)
     request["expires_at_step"] = step + view.budgets.confirmation_steps
@@ -290,6 +293,7 @@ def _await_confirmation(
                 pk,
                 {
                     "status": "waiting_confirmation",
+                    "tool": decision.tool.name,  # a parallel step's: the call asked about
                     "tool_version": decision.tool.version,
                     "fingerprint": decision.proposal_hash,
                     "proposal_hash": decision.proposal_hash,
@@ -581,10 +585,10 @@ def await_grant(
 # -- A parallel step (``kind: parallel``, :mod:`warrant.runner.fan_in`): the set's own checks
 # (how many calls, the budget for all of them) refuse it whole; otherwise each call goes through
 # the whole gate on its own, seeing the grant uses, pre-approvals and confirmations the calls
-# before it took. A call that needs a person is refused in the set (``PARALLEL_NEEDS_PERSON``);
-# a call the loop layers halt halts the run, as a single proposal would. The accepted calls
-# are one command each, written with the run's ``fan_out`` in one transaction and published
-# together.
+# before it took. A call that needs a person makes the set wait for that person (one call at a
+# time, each by its hash); a call the loop layers halt halts the run, as a single one would.
+# The accepted calls are one command each, written with the run's ``fan_out`` in one
+# transaction and published together.
 
 
 Branch = tuple[int, Any, policy.Decision]
@@ -622,6 +626,9 @@ def _fan_out(
     branches = _decide_calls(ctx, view, load, parallel, now)
     if any(isinstance(d, policy.Ignore) for _, _, d in branches):
         return "ignored"
+    asked = fan_in.waiting(branches)
+    if asked is not None:  # nothing of the set runs before the person decides
+        return _await_call(ctx, view, load, branches, asked[1], now)
     halted = next((d for _, _, d in branches if isinstance(d, policy.Halt)), None)
     if halted is not None:
         with autocommit(ctx.engine) as conn:
@@ -639,6 +646,32 @@ def _fan_out(
         outbox.add(send)
     outbox.flush()
     return result
+
+
+def _await_call(
+    ctx: StageContext,
+    view: RunView,
+    load: PolicyLoad,
+    branches: list[Branch],
+    asked: policy.AwaitConfirmation,
+    now: float,
+) -> str:
+    """The set waits for a person's decision on one of its calls, exactly as that call
+    proposed alone would (the step's proposal carries the call's request and hash: the inbox,
+    the API and the CLI confirm or decline it by that hash), with the whole set shown."""
+    p = load.row.proposal
+    said = described(ctx, asked, view.subject)
+    state = precondition_shown(ctx, asked, view)
+    asked = dataclasses.replace(asked, described=said, precondition=state)
+    floor = ctx.settings.approvals_floor.get(asked.tool.name, 1)
+    parallel = {"step": p["step"], "calls": fan_in.shown(branches, ctx.registry)}
+    with autocommit(ctx.engine) as conn:
+        try:
+            return _await_confirmation(
+                conn, view, p["id"], p["step"], p["proposal_id"], asked, now, floor, parallel
+            )
+        except StaleVersion:
+            return "ignored"
 
 
 def _decide_calls(

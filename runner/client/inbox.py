@@ -117,6 +117,9 @@ class PendingConfirmation:
     approvals_required: int = 1
     """How many distinct people must approve (M of N)."""
     approved_by: list[str] = field(default_factory=list)
+    parallel: list[dict[str, Any]] | None = None
+    """When the call is one of a parallel step's: every call of the set (``branch``, tool,
+    arguments masked as the tool declares, ``accepted`` / ``needs_person`` / ``refused``)."""
     """Who has approved so far (token labels), in order."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,6 +247,7 @@ def _pending(
         precondition=request.get("precondition"),
         approvals_required=int(request.get("approvals_required") or 1),
         approved_by=[str(a.get("by")) for a in request.get("approved_by") or []],
+        parallel=(request.get("parallel") or {}).get("calls"),
     )
 
 

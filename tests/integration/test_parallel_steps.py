@@ -12,6 +12,7 @@ import asyncio
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -382,3 +383,49 @@ def test_a_cancel_reaches_every_call_in_flight_and_waits_for_them(
     assert time.monotonic() - began < 15  # interrupted, not left to their 40 s deadline
     codes = {_outcome(engine, c.id).code for c in _commands(engine, run_id)}
     assert codes == {"CANCELLED_DURING_EXECUTION"}  # both recorded before the run ended
+
+
+def test_a_call_that_needs_a_person_holds_the_set_until_confirmed_by_its_hash(
+    client: Any,
+    engine: Any,
+    worker: WorkerProcess,
+    readers: WorkerProcess,
+    draft_worker: WorkerProcess,
+    docs: DocumentService,
+    demo: Any,
+) -> None:
+    docs.set("Ap")
+    recipient = f"{uuid.uuid4().hex[:8]}@example.com"
+    notice = {
+        "kind": "tool",
+        "proposal_id": "tell",
+        "tool": "send_notice",
+        "tool_version": "1",
+        "arguments": {"recipient": recipient, "body": "the words"},
+    }
+    fan = {"kind": "parallel", "proposal_id": "read-and-tell", "calls": [_read("r", "Ap"), notice]}
+    final = {"kind": "final", "answer": "Read and told.", "citations": ["tool-1.1", "tool-1.2"]}
+    spec = _spec([fan, final])
+    spec["goal"] = f"Read document Ap and tell {recipient}."
+    spec["grants"].append({"capability": "notices:send"})
+    run_id = client.start_run(spec)
+    info = wait_for(
+        lambda: (i := client.get_run(run_id)).status == "waiting_confirmation" and i,
+        what="the set waiting for a person",
+    )
+    request = info.confirmation_request
+    assert request["tool"] == "send_notice"
+    calls = request["parallel"]["calls"]
+    assert [c["status"] for c in calls] == ["accepted", "needs_person"]
+    assert calls[1]["arguments"]["body"] == "<sensitive>"  # masked as the tool declares
+    assert "Ap" not in docs.calls  # nothing of the set runs before the person decides
+    [pending] = [
+        p for p in client.pending_confirmations(reveal_sensitive=False) if p.run_id == run_id
+    ]
+    assert pending.proposal_hash == calls[1]["proposal_hash"]
+    assert pending.parallel == calls
+    client.confirm(run_id, proposal_hash=pending.proposal_hash, by="approver")
+    done = client.wait(run_id, timeout=30)
+    assert done.status == "completed", done
+    assert demo.notice_count(recipient=recipient) == 1 and docs.calls["Ap"] == 1
+    assert _merged(engine, run_id)["verdict"] == "complete"
