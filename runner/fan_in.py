@@ -233,10 +233,18 @@ def verdict(fan: FanOut, branches: Sequence[BranchState]) -> Verdict:
     return Verdict("open", ok, total)
 
 
-def merged(fan: FanOut, branches: Sequence[BranchState], decided: Verdict) -> dict[str, Any]:
+def merged(
+    fan: FanOut,
+    branches: Sequence[BranchState],
+    decided: Verdict,
+    *,
+    digests: Mapping[int, str] | None = None,
+) -> dict[str, Any]:
     """The step's observation (and its ``step.merged`` event): the verdict in the words of
     the design (``complete: 3/3``, ``partial: 2/3``, ``invalid``), and each branch with its
-    source, status and outcome code."""
+    tool, source, status, outcome code and (``digests``) its output's digest. Nothing in it
+    names the step: the same calls with the same results make the same observation, which
+    is then not new (loop detection sees a repeated set as it sees a repeated call)."""
     said = {
         "complete": f"complete: {decided.succeeded}/{decided.total} succeeded",
         "partial": f"partial: {decided.succeeded}/{decided.total} succeeded, degraded output",
@@ -244,20 +252,15 @@ def merged(fan: FanOut, branches: Sequence[BranchState], decided: Verdict) -> di
     }[decided.state]
     listed = []
     for b in branches:
-        entry: dict[str, Any] = {
-            "branch": b.plan.branch,
-            "proposal_id": b.plan.proposal_id,
-            "tool": b.plan.tool,
-            "status": b.status,
-        }
+        entry: dict[str, Any] = {"branch": b.plan.branch, "tool": b.plan.tool, "status": b.status}
         if b.source:
             entry["source"] = b.source
         if b.code:
             entry["code"] = b.code
         if b.cut:
             entry["cancelled"] = b.cut
-        if b.status == SUCCEEDED:
-            entry["observation_id"] = branch_observation_id(fan.step, b.plan.branch)
+        if digests and b.plan.branch in digests:
+            entry["output_sha256"] = digests[b.plan.branch]
         listed.append(entry)
     return {
         "verdict": decided.state,

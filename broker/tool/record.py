@@ -405,7 +405,12 @@ def _merge(
         else b
         for b in states
     ]
-    content = fan_in.merged(fan, states, decided)
+    digests = {
+        branch: content_hash(last.output)
+        for branch, last in outputs.items()
+        if last is not None and last.output is not None
+    }
+    content = fan_in.merged(fan, states, decided, digests=digests)
     _branch_observations(s, run, fan, states, outputs, decided, view.observation_version + 1)
     merged_observation = NewObservation(
         f"step-{fan.step}", ObservationKind.STEP_MERGED, ObservationSource.POLICY.value, content

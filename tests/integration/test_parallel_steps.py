@@ -394,7 +394,7 @@ def test_a_call_that_needs_a_person_holds_the_set_until_confirmed_by_its_hash(
     docs: DocumentService,
     demo: Any,
 ) -> None:
-    docs.set("Ap")
+    docs.set("Aperson")
     recipient = f"{uuid.uuid4().hex[:8]}@example.com"
     notice = {
         "kind": "tool",
@@ -403,10 +403,14 @@ def test_a_call_that_needs_a_person_holds_the_set_until_confirmed_by_its_hash(
         "tool_version": "1",
         "arguments": {"recipient": recipient, "body": "the words"},
     }
-    fan = {"kind": "parallel", "proposal_id": "read-and-tell", "calls": [_read("r", "Ap"), notice]}
+    fan = {
+        "kind": "parallel",
+        "proposal_id": "read-and-tell",
+        "calls": [_read("r", "Aperson"), notice],
+    }
     final = {"kind": "final", "answer": "Read and told.", "citations": ["tool-1.1", "tool-1.2"]}
     spec = _spec([fan, final])
-    spec["goal"] = f"Read document Ap and tell {recipient}."
+    spec["goal"] = f"Read document Aperson and tell {recipient}."
     spec["grants"].append({"capability": "notices:send"})
     run_id = client.start_run(spec)
     info = wait_for(
@@ -418,7 +422,7 @@ def test_a_call_that_needs_a_person_holds_the_set_until_confirmed_by_its_hash(
     calls = request["parallel"]["calls"]
     assert [c["status"] for c in calls] == ["accepted", "needs_person"]
     assert calls[1]["arguments"]["body"] == "<sensitive>"  # masked as the tool declares
-    assert "Ap" not in docs.calls  # nothing of the set runs before the person decides
+    assert "Aperson" not in docs.calls  # nothing of the set runs before the person decides
     [pending] = [
         p for p in client.pending_confirmations(reveal_sensitive=False) if p.run_id == run_id
     ]
@@ -427,5 +431,27 @@ def test_a_call_that_needs_a_person_holds_the_set_until_confirmed_by_its_hash(
     client.confirm(run_id, proposal_hash=pending.proposal_hash, by="approver")
     done = client.wait(run_id, timeout=30)
     assert done.status == "completed", done
-    assert demo.notice_count(recipient=recipient) == 1 and docs.calls["Ap"] == 1
+    assert demo.notice_count(recipient=recipient) == 1 and docs.calls["Aperson"] == 1
     assert _merged(engine, run_id)["verdict"] == "complete"
+
+
+def test_a_repeated_set_without_new_results_is_a_loop(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    docs.set("Ar", "the same")
+    docs.set("Br", "the same")
+    same = {
+        "kind": "parallel",
+        "proposal_id": "again",
+        "calls": [_read("ra", "Ar"), _read("rb", "Br")],
+    }
+    final = {"kind": "final", "answer": "Done.", "citations": ["tool-1.1"]}
+    spec = _spec([same, same, same, same, same, final], max_tool_calls=12)
+    spec["budgets"]["max_steps"] = 8
+    info = client.wait(client.start_run(spec), timeout=30)
+    assert (info.status, info.stop_reason) == (
+        "failed",
+        "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION",
+    )
+    assert info.step <= 4
+    assert docs.calls["Ar"] == docs.calls["Br"] <= 3  # the halted set ran nothing
