@@ -34,16 +34,25 @@ from warrant.broker.publish import Outbox
 from warrant.broker.reconciler._effects import reconcile_unknown_effects
 from warrant.broker.reconciler._job_polls import poll_waiting_jobs
 from warrant.broker.reconciler._webhooks import deliver_webhooks
+from warrant.broker.tool.record import finish_branch
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view
 from warrant.ledger.row_updates import finish_command, note_republished
 from warrant.runner import run_machine as machine
-from warrant.runner.codes import CommandStatus, ObservationKind, Phase, RunStatus, StopReason
+from warrant.runner.codes import (
+    CommandStatus,
+    ObservationKind,
+    Outcome,
+    Phase,
+    RunStatus,
+    StopReason,
+)
 from warrant.runner.fan_in import FanOut
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings, load_settings
+from warrant.runner.tool_outcomes import ToolResult
 from warrant.tools._contract import SideEffect
 
 __all__ = ["SWEEP_LOCK", "SweepReport", "sweep"]
@@ -168,6 +177,24 @@ def _expire(ctx: StageContext, s: Any, cmd: Any, run: Any, outbox: Outbox) -> No
         ("command.lease_expired", {"tool": cmd.tool, "attempt": cmd.attempts})
     ]
     view = run_view(run)
+    if cmd.branch and tool is not None:  # a parallel step's call: its step's rule goes on
+        status = Outcome.FAILED if read else Outcome.UNKNOWN
+        lost = ToolResult(
+            status,
+            "COMMAND_LEASE_EXPIRED",
+            "started and never finished (worker lost)",
+            trigger="lease-expired",
+            events=events,
+        )
+        completed = {
+            "tool": cmd.tool,
+            "status": status.value,
+            "code": lost.code,
+            "attempt": cmd.attempts,
+            "duration_ms": None,
+        }
+        finish_branch(ctx, s, run, cmd, tool, lost, ("tool.completed", completed), outbox)
+        return
     if read:
         # A lost read changed nothing: the planner sees the failure and goes on.
         if view.status is RunStatus.RUNNING:

@@ -57,7 +57,15 @@ from warrant.runner.tool_stage import late_verdict, planning
 from warrant.runner.views import RunView
 from warrant.tools._contract import SideEffect, Tool
 
-__all__ = ["acceptance", "conclude", "outcome_values", "record", "record_late", "trace"]
+__all__ = [
+    "acceptance",
+    "conclude",
+    "finish_branch",
+    "outcome_values",
+    "record",
+    "record_late",
+    "trace",
+]
 
 log = logging.getLogger("warrant.tool")
 #: How long an attempt keeps trying to record its outcome while the ledger is unreachable.
@@ -298,7 +306,7 @@ def _finish(
         enter_handoff(s, run, reason=reason, registry=ctx.registry, events=events)
         return res.status.value
     if cmd.branch:  # a parallel step's branch: the step's merge rule says what follows
-        return _finish_branch(ctx, s, run, cmd, tool, res, attempt_event, outbox)
+        return finish_branch(ctx, s, run, cmd, tool, res, attempt_event, outbox)
     change, observation, go_on = _conclusion(run_view(run), tool, res, cmd.step, attempt_event)
     new_version = commit(
         s,
@@ -313,7 +321,7 @@ def _finish(
     return res.status.value
 
 
-def _finish_branch(
+def finish_branch(
     ctx: StageContext,
     s: Session,
     run: Run,

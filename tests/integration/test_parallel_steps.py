@@ -455,3 +455,34 @@ def test_a_repeated_set_without_new_results_is_a_loop(
     )
     assert info.step <= 4
     assert docs.calls["Ar"] == docs.calls["Br"] <= 3  # the halted set ran nothing
+
+
+def test_a_call_whose_worker_died_is_concluded_by_the_sweep_and_the_step_merges_once(
+    client: Any,
+    engine: Any,
+    worker: WorkerProcess,
+    readers: WorkerProcess,
+    reconciler_worker: WorkerProcess,
+    docs: DocumentService,
+) -> None:
+    from tests.integration.test_reconciler import settle
+
+    docs.set("Al", "A is here")
+    docs.set("Kl", hang=True)  # its reader is killed while it waits
+    fan = _parallel(["Al", "Kl"], merge={"at_least": 1}, cancel_when_met=False)
+    final = {"kind": "final", "answer": "A.", "citations": ["tool-1.1"]}
+    run_id = client.start_run(_spec([fan, final]))
+    wait_for(lambda: docs.calls.get("Kl") and docs.calls.get("Al"), what="both calls sent")
+    wait_for(
+        lambda: _outcome(engine, _commands(engine, run_id)[0].id) is not None,
+        what="A's outcome recorded",
+    )
+    readers.kill_all()  # K's attempt is lost with its process: no outcome, no heartbeat
+    try:
+        info = settle(client, run_id, timeout=60)
+    finally:
+        readers.restart()
+    assert info.status == "completed", info
+    merged = _merged(engine, run_id)
+    assert (merged["verdict"], _branch(merged, 2)["code"]) == ("partial", "COMMAND_LEASE_EXPIRED")
+    assert len(facts.events(engine, run_id, "proposal.received")) == 2  # planned once after it
