@@ -25,6 +25,7 @@ from tests import facts
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_cli import warrant
 from warrant.ledger.models import Command, OutcomeRow, Proposal
+from warrant.runner.server.web.views import fragment
 
 pytestmark = pytest.mark.services
 
@@ -428,6 +429,9 @@ def test_a_call_that_needs_a_person_holds_the_set_until_confirmed_by_its_hash(
     ]
     assert pending.proposal_hash == calls[1]["proposal_hash"]
     assert pending.parallel == calls
+    page = fragment("_inbox.html", {"items": [pending], "grants": [], "may_confirm": True})
+    assert "nothing of it runs before you decide" in page and "<strong>this call</strong>" in page
+    assert "the words" not in page  # the sensitive body stays masked on the page
     client.confirm(run_id, proposal_hash=pending.proposal_hash, by="approver")
     done = client.wait(run_id, timeout=30)
     assert done.status == "completed", done
