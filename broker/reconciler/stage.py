@@ -178,22 +178,7 @@ def _expire(ctx: StageContext, s: Any, cmd: Any, run: Any, outbox: Outbox) -> No
     ]
     view = run_view(run)
     if cmd.branch and tool is not None:  # a parallel step's call: its step's rule goes on
-        status = Outcome.FAILED if read else Outcome.UNKNOWN
-        lost = ToolResult(
-            status,
-            "COMMAND_LEASE_EXPIRED",
-            "started and never finished (worker lost)",
-            trigger="lease-expired",
-            events=events,
-        )
-        completed = {
-            "tool": cmd.tool,
-            "status": status.value,
-            "code": lost.code,
-            "attempt": cmd.attempts,
-            "duration_ms": None,
-        }
-        finish_branch(ctx, s, run, cmd, tool, lost, ("tool.completed", completed), outbox)
+        _expire_branch(ctx, s, run, cmd, tool, read=read, events=events, outbox=outbox)
         return
     if read:
         # A lost read changed nothing: the planner sees the failure and goes on.
@@ -222,6 +207,37 @@ def _expire(ctx: StageContext, s: Any, cmd: Any, run: Any, outbox: Outbox) -> No
         }
         change = machine.enter_reconciliation(view, required=required, events=events)
         commit(s, change, step=cmd.step, proposal_id=cmd.proposal_id)
+
+
+def _expire_branch(
+    ctx: StageContext,
+    s: Any,
+    run: Any,
+    cmd: Any,
+    tool: Any,
+    *,
+    read: bool,
+    events: list[tuple[str, dict[str, Any]]],
+    outbox: Outbox,
+) -> None:
+    """A parallel step's call past its lease: its outcome goes through the step's merge rule
+    (``broker.tool.record.finish_branch``), as the call's own record would have."""
+    status = Outcome.FAILED if read else Outcome.UNKNOWN
+    lost = ToolResult(
+        status,
+        "COMMAND_LEASE_EXPIRED",
+        "started and never finished (worker lost)",
+        trigger="lease-expired",
+        events=events,
+    )
+    completed = {
+        "tool": cmd.tool,
+        "status": status.value,
+        "code": lost.code,
+        "attempt": cmd.attempts,
+        "duration_ms": None,
+    }
+    finish_branch(ctx, s, run, cmd, tool, lost, ("tool.completed", completed), outbox)
 
 
 # --- 3. stalled runs -------------------------------------------------------------------------
