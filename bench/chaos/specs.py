@@ -19,6 +19,7 @@ KINDS: dict[str, float] = {
     "confirm": 0.15,
     "refund_job": 0.125,
     "payout": 0.125,
+    "parallel": 0.12,
 }
 #: Share of write runs cancelled mid-way.
 CANCEL_SHARE = 0.15
@@ -119,6 +120,15 @@ def plan_run(rng: random.Random, *, wait_ms: tuple[int, int] | None = None) -> P
     elif kind == "draft":
         step = _tool("save_draft", {"draft_id": f"d-{tag}", "content": f"draft {tag}"})
         grants = [{"capability": "drafts:write"}]
+    elif kind == "parallel":  # two writes in one step, each with its own command and token
+        refund = _tool(
+            "issue_refund",
+            {"order_id": f"ord_{tag}", "amount_cents": rng.randint(100, 9_999), "currency": "EUR"},
+        )
+        draft = _tool("save_draft", {"draft_id": f"d-{tag}", "content": f"draft {tag}"})
+        calls = [{**refund, "proposal_id": "p1a"}, {**draft, "proposal_id": "p1b"}]
+        step = {"kind": "parallel", "proposal_id": "p1", "calls": calls, "merge": "all"}
+        grants = [{"capability": "payments:refund"}, {"capability": "drafts:write"}]
     else:
         step = _tool("save_preference", {"key": "answer_language", "value": "en"})
         grants = [{"capability": "memory:write", "resource_scope": f"memory:chaos-{tag}/*"}]
@@ -130,9 +140,11 @@ def plan_run(rng: random.Random, *, wait_ms: tuple[int, int] | None = None) -> P
         wait = _tool("wait_read", {"n": 1, "ms": ms})
         steps = [{**wait, "proposal_id": "p0"}, step]
         grants = [*grants, {"capability": "bench:read"}]
-    cite = "job-1" if kind == "refund_job" else f"tool-{len(steps)}"  # a job's final observation
+    cites = ["job-1"] if kind == "refund_job" else [f"tool-{len(steps)}"]  # a job's final one
+    if kind == "parallel":
+        cites = [f"tool-{len(steps)}.1", f"tool-{len(steps)}.2"]
     spec = sc.spec(
-        [*steps, sc.final("Done.", cite)],
+        [*steps, sc.final("Done.", *cites)],
         grants=grants,
         max_steps=5,
         max_model_calls=5,
