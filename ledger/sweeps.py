@@ -138,18 +138,26 @@ def stale_commands(
     )
 
 
-def _due_open_outcomes(s: Session, *, status: str, waiting: RunStatus, limit: int) -> list[int]:
+def _due_open_outcomes(
+    s: Session, *, status: str, waiting: RunStatus, limit: int, branches: bool = False
+) -> list[int]:
     """Unresolved ``status`` outcomes of the command a ``waiting`` or cancelling run waits on,
-    whose next check is due (never checked first)."""
+    whose next check is due (never checked first); with ``branches``, also those of a
+    parallel step's calls, whatever the run does now (their effect must be known all the
+    same)."""
+    waited = and_(
+        Run.active_command_id == OutcomeRow.command_id,
+        Run.status.in_([waiting.value, RunStatus.CANCELLING.value]),
+    )
+    if branches:
+        branch_ids = select(Command.id).where(Command.run_id == Run.id, Command.branch > 0)
+        waited = or_(waited, OutcomeRow.command_id.in_(branch_ids))
     return list(
         s.scalars(
             select(OutcomeRow.id)
-            .join(
-                Run,
-                and_(Run.id == OutcomeRow.run_id, Run.active_command_id == OutcomeRow.command_id),
-            )
+            .join(Run, Run.id == OutcomeRow.run_id)
             .where(
-                Run.status.in_([waiting.value, RunStatus.CANCELLING.value]),
+                waited,
                 OutcomeRow.status == status,
                 OutcomeRow.resolved_status.is_(None),
                 (OutcomeRow.next_reconcile_at.is_(None))
@@ -162,8 +170,11 @@ def _due_open_outcomes(s: Session, *, status: str, waiting: RunStatus, limit: in
 
 
 def due_unknown_outcomes(s: Session, *, limit: int) -> list[int]:
-    """Unresolved ``unknown`` outcomes a reconciling or cancelling run waits on, due."""
-    return _due_open_outcomes(s, status="unknown", waiting=RunStatus.RECONCILING, limit=limit)
+    """Unresolved ``unknown`` outcomes a reconciling or cancelling run waits on, and those of
+    parallel steps' calls, due."""
+    return _due_open_outcomes(
+        s, status="unknown", waiting=RunStatus.RECONCILING, limit=limit, branches=True
+    )
 
 
 def due_accepted_outcomes(s: Session, *, limit: int) -> list[int]:
@@ -183,15 +194,17 @@ def job_cancel_asked_at(s: Session, command_id: str) -> int | None:
 
 def lock_unresolved(s: Session, outcome_id: int) -> tuple[OutcomeRow, Run, Command] | None:
     """The outcome, its run and its command, locked — if the outcome is still unresolved and
-    still the one its run waits on."""
+    still the one its run waits on (or a parallel step's call's)."""
     outcome = s.get(OutcomeRow, outcome_id, with_for_update=True)
     if outcome is None or outcome.resolved_status is not None:
         return None
     run = s.get(Run, outcome.run_id, with_for_update=True)
-    if run is None or run.active_command_id != outcome.command_id:
+    if run is None:
         return None
     cmd = s.get(Command, outcome.command_id, with_for_update=True)
-    return None if cmd is None else (outcome, run, cmd)
+    if cmd is None or (run.active_command_id != outcome.command_id and not cmd.branch):
+        return None
+    return outcome, run, cmd
 
 
 def attempt_may_run(

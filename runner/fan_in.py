@@ -33,6 +33,7 @@ from warrant.runner.gate import Accept, AwaitConfirmation, Decision, Event, Gate
 from warrant.runner.policy import evaluate
 from warrant.runner.spec import AtLeast, ParallelProposal
 from warrant.runner.views import RunView
+from warrant.tools._contract import SideEffect
 from warrant.tools._registry import Registry
 
 __all__ = [
@@ -99,6 +100,9 @@ class BranchPlan:
     tool: str | None
     command_id: str | None = None
     refused: str | None = None
+    write: bool = False
+    """Its tool writes: the merge waits for its outcome instead of cutting it (an interrupted
+    write's effect would be unknown)."""
 
     @classmethod
     def of(cls, number: int, call: Any, decision: Decision, command: Any) -> BranchPlan:
@@ -110,7 +114,9 @@ class BranchPlan:
             number, pid if isinstance(pid, str) else None, tool if isinstance(tool, str) else None
         )
         if command is not None:
-            return dataclasses.replace(plan, command_id=command.id, tool=command.tool)
+            assert isinstance(decision, Accept)
+            write = decision.tool.side_effect is not SideEffect.READ
+            return dataclasses.replace(plan, command_id=command.id, tool=command.tool, write=write)
         assert isinstance(decision, Reject)
         return dataclasses.replace(plan, refused=decision.code)
 
@@ -216,19 +222,25 @@ class Verdict:
         return self.state != "open"
 
 
-def verdict(fan: FanOut, branches: Sequence[BranchState]) -> Verdict:
+def verdict(
+    fan: FanOut, branches: Sequence[BranchState], *, wait_for_writes: bool = True
+) -> Verdict:
     """Does the step's rule hold (``complete``/``partial``), can it no longer hold
     (``invalid``), or does it need branches still in flight (``open``)? A decided step cuts
-    what is still in flight (a step that holds waits for them only when
-    ``cancel_when_met`` is off: they end by the branch deadline)."""
+    the reads still in flight (a step that holds waits for them only when
+    ``cancel_when_met`` is off: they end by the branch deadline); a write in flight is never
+    cut, the step waits for its outcome (``wait_for_writes``; off for a step none of whose
+    calls has started)."""
     total = len(branches)
     ok = sum(b.status == SUCCEEDED for b in branches)
     pending = [b for b in branches if b.status == PENDING]
     missing = tuple(b.plan.branch for b in branches if b.status != SUCCEEDED)
     cut = tuple(b.plan.command_id for b in pending if b.plan.command_id is not None)
-    if ok + len(pending) < fan.require:
+    writing = wait_for_writes and any(b.plan.write for b in pending)
+    if ok + len(pending) < fan.require and not writing:
         return Verdict("invalid", ok, total, cut, missing)
-    if ok >= fan.require and (not pending or fan.cancel_when_met):
+    met = ok >= fan.require and (not pending or fan.cancel_when_met)
+    if met and not writing:
         return Verdict("complete" if ok == total else "partial", ok, total, cut, missing)
     return Verdict("open", ok, total)
 
@@ -321,7 +333,7 @@ def planned(fan: FanOut) -> tuple[Verdict, list[BranchState]]:
     """The verdict of a step whose accepted calls have not started, and its branches:
     ``invalid`` when the rule cannot hold with the calls accepted (then none runs)."""
     states = [BranchState(p, REFUSED if p.refused else PENDING, p.refused) for p in fan.branches]
-    return verdict(fan, states), states
+    return verdict(fan, states, wait_for_writes=False), states
 
 
 def gate_calls(

@@ -160,8 +160,10 @@ class _Apply:
 
     @property
     def in_flight(self) -> bool:
-        """The run still waits on this effect (reconciling, or cancelling until it is known)."""
-        return self.run.status in (RunStatus.RECONCILING, RunStatus.CANCELLING)
+        """The run still waits on this effect (reconciling, or cancelling until it is known):
+        it is the run's active command (a parallel step's other calls are facts to record)."""
+        waiting = self.run.status in (RunStatus.RECONCILING, RunStatus.CANCELLING)
+        return waiting and self.run.active_command_id == self.cmd.id
 
 
 def _after_the_run_moved_on(a: _Apply, result: Answer) -> None:

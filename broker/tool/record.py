@@ -307,7 +307,25 @@ def _finish(
         return res.status.value
     if cmd.branch:  # a parallel step's branch: the step's merge rule says what follows
         return finish_branch(ctx, s, run, cmd, tool, res, attempt_event, outbox)
-    change, observation, go_on = _conclusion(run_view(run), tool, res, cmd.step, attempt_event)
+    return _conclude_alone(ctx, s, run, cmd, tool, res, attempt_event, outbox)
+
+
+def _conclude_alone(
+    ctx: StageContext,
+    s: Session,
+    run: Run,
+    cmd: Command,
+    tool: Tool[Any, Any],
+    res: ToolResult,
+    attempt_event: tuple[str, dict[str, Any]],
+    outbox: Outbox,
+) -> str:
+    """The outcome of the one command the run waits on: the run's change, its observation,
+    and the planner's message if the run goes on."""
+    observation_id = f"tool-{cmd.step}" + (f".{cmd.branch}" if cmd.branch else "")
+    change, observation, go_on = _conclusion(
+        run_view(run), tool, res, cmd.step, attempt_event, observation_id=observation_id
+    )
     new_version = commit(
         s,
         change,
@@ -340,6 +358,8 @@ def finish_branch(
     view = run_view(run)
     events = [attempt_event, *res.events]
     fan = FanOut.from_json(run.fan_out) if run.fan_out else None
+    if fan is None and run.active_command_id == cmd.id:  # retried after its reconciliation:
+        return _conclude_alone(ctx, s, run, cmd, tool, res, attempt_event, outbox)  # waited on
     fact = partial(commit, s, step=cmd.step, proposal_id=cmd.proposal_id)
     running = view.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
     if fan is None or fan.step != cmd.step or fan.branch_of(cmd.id) is None or not running:
@@ -350,7 +370,12 @@ def finish_branch(
     pending = [b.plan.command_id for b in states if b.status == fan_in.PENDING]
     if res.status is Outcome.UNKNOWN:  # reconciled first (a cancelling run stays so)
         fact(_reconcile_branch(view, tool, res, cmd, events))
-        outbox.add(partial(_cut, ctx, [c for c in pending if c], now))
+        reads = [  # a write in flight is never cut: its own outcome will be known
+            b.plan.command_id
+            for b in states
+            if b.status == fan_in.PENDING and b.plan.command_id and not b.plan.write
+        ]
+        outbox.add(partial(_cut, ctx, reads, now))
         return res.status.value
     if view.status is RunStatus.CANCELLING:  # the last call in flight ends the run
         applied = any(b.status == fan_in.SUCCEEDED and _writes(ctx, b.plan.tool) for b in states)
@@ -525,9 +550,12 @@ def _conclusion(
     res: ToolResult,
     step: int,
     attempt_event: tuple[str, dict[str, Any]],
+    *,
+    observation_id: str | None = None,
 ) -> tuple[Change, NewObservation | None, bool]:
     """What an outcome does to the run: the state machine's change, the observation the
-    planner sees, and whether the planner goes on."""
+    planner sees (``observation_id``, default ``tool-<step>``), and whether the planner goes
+    on."""
     events = [attempt_event, *res.events]
     if res.grant_wait is not None and view.status is RunStatus.RUNNING:  # its tool asks
         return wait_for_grant(view, res.grant_wait, events=events), None, False
@@ -557,7 +585,10 @@ def _conclusion(
     if res.message and res.status is not Outcome.SUCCEEDED:
         content["message"] = res.message  # why: the planner sees the tool's own words
     observation = NewObservation(
-        f"tool-{step}", ObservationKind.TOOL_RESULT, tool.output_source.value, content
+        observation_id or f"tool-{step}",
+        ObservationKind.TOOL_RESULT,
+        tool.output_source.value,
+        content,
     )
     change = machine.conclude_tool(
         view,

@@ -99,3 +99,18 @@ def test_the_set_is_refused_whole_when_its_budget_does_not_fit():
     assert capped is not None and capped.detail["tool"] == "read"
     many = check_set(_view(0, 10), _set(3), max_calls=2)
     assert many is not None and many.code is Rejection.PARALLEL_TOO_MANY_CALLS
+
+
+def test_a_write_in_flight_is_never_cut_the_step_waits_for_it():
+    plans = (
+        BranchPlan(1, "a", "read", command_id="c1"),
+        BranchPlan(2, "b", "refund", command_id="c2", write=True),
+        BranchPlan(3, "c", "read", command_id="c3"),
+    )
+    fan = FanOut(1, "set", "any", 1, True, None, plans)
+    assert verdict(fan, _states(fan, "succeeded", PENDING, PENDING)).state == "open"
+    done = verdict(fan, _states(fan, "succeeded", "failed", PENDING))
+    assert (done.state, done.cut) == ("partial", ("c3",))  # the read is cut, once the write ended
+    impossible = FanOut(1, "set", "all", 3, True, None, plans)
+    assert verdict(impossible, _states(impossible, "failed", PENDING, PENDING)).state == "open"
+    assert planned(impossible)[0].state == "open"  # nothing started: no wait (nothing refused)
