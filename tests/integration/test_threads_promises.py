@@ -242,7 +242,7 @@ def test_a_cancel_stops_a_read_blocked_on_an_http_response(
 
 
 def test_a_call_blocked_where_no_interruption_reaches_is_reported(
-    engine: Any, client: Any, threaded_tool_worker: WorkerProcess
+    engine: Any, client: Any, counter: CounterService, threaded_tool_worker: WorkerProcess
 ) -> None:
     """The read calls its service through a client of its own (not the context's): its thread
     sits in a socket read nothing reaches from another thread. The cancel cannot stop it; the
@@ -250,8 +250,12 @@ def test_a_call_blocked_where_no_interruption_reaches_is_reported(
     belongs on the process pool)."""
     # 8 s: the call outlives its cancel by >= 2 s even when the cancel takes seconds to reach
     # the worker (under a full suite's load it took more than 2 s of a 4 s call)
+    entered = len(counter.budgets)
     run_id = client.start_run(sc.read_steps(1, tool="held_call", ms=8_000, own_client=True))
     started(engine, run_id)
+    # the cancel must find the call inside its own read (a cancel that came while the tool was
+    # still setting its client up reached it: CI saw that once under the full suite's load)
+    wait_for(lambda: len(counter.budgets) > entered, what="the call at its service")
     client.cancel(run_id, by="test", reason="no longer needed")
     client.wait(run_id, timeout=60, until={"cancelled", "failed", "completed", "handoff"})
     late = facts.events(engine, run_id, "tool.interrupt.unreached")
