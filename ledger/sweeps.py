@@ -113,7 +113,8 @@ def stale_commands(
 ) -> list[str]:
     """``started`` commands of live runs past their lease: older than their time limit plus
     ``extra_s`` (a prefork attempt), or whose heartbeat is older than ``heartbeat_timeout_s``
-    (a threads-pool attempt, which no time limit ends)."""
+    (a threads-pool attempt, which no time limit ends). A parallel step's call is one whatever
+    its run does now (it may have moved on, or ended, while the call was in flight)."""
     return list(
         s.scalars(
             select(Command.id)
@@ -131,7 +132,10 @@ def stale_commands(
                     Command.heartbeat_at + func.make_interval(0, 0, 0, 0, 0, 0, heartbeat_timeout_s)
                     < func.now(),
                 ),
-                Run.status.in_([RunStatus.RUNNING.value, RunStatus.CANCELLING.value]),
+                or_(
+                    Run.status.in_([RunStatus.RUNNING.value, RunStatus.CANCELLING.value]),
+                    Command.branch > 0,
+                ),
             )
             .limit(limit)
         ).all()
