@@ -159,16 +159,17 @@ def step_branches(s: Session, run_id: str, step: int) -> list[tuple[Command, Out
         .where(Command.run_id == run_id, Command.step == step, Command.branch > 0)
         .order_by(Command.branch)
     ).all()
-    found: list[tuple[Command, OutcomeRow | None]] = []
-    for cmd in commands:
-        last = s.scalars(
+    ids = [cmd.id for cmd in commands]
+    last = {
+        o.command_id: o
+        for o in s.scalars(
             select(OutcomeRow)
-            .where(OutcomeRow.command_id == cmd.id)
-            .order_by(OutcomeRow.attempt.desc())
-            .limit(1)
-        ).first()
-        found.append((cmd, last))
-    return found
+            .where(OutcomeRow.command_id.in_(ids))
+            .distinct(OutcomeRow.command_id)
+            .order_by(OutcomeRow.command_id, OutcomeRow.attempt.desc())
+        )
+    }
+    return [(cmd, last.get(cmd.id)) for cmd in commands]
 
 
 def cut_branches(s: Session, command_ids: list[str], *, at: Any) -> list[str]:

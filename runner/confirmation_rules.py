@@ -29,12 +29,15 @@ __all__ = [
     "add_approval",
     "approvals_pending",
     "approvals_required",
+    "asked_call",
     "person_decision",
     "pre_approval",
     "pre_approval_record",
     "principal_of",
     "required_policy",
     "self_approval",
+    "undecided",
+    "waiting_for",
 ]
 
 #: Side-effect classes that need a person's confirmation for each call by default.
@@ -135,14 +138,57 @@ def add_approval(approved_by: list[dict[str, Any]], entry: dict[str, Any]) -> li
 
 def approvals_pending(request: dict[str, Any] | None, phash: str) -> dict[str, Any] | None:
     """``{"approvals_required": M, "approved_by": [label, …]}`` while the request for the
-    proposal ``phash`` still waits for more approvals; ``None`` once it does not."""
-    if not request or request.get("proposal_hash") != phash:
+    proposal ``phash`` (or, in a parallel step's set, its call's) still waits for more
+    approvals; ``None`` once it does not."""
+    asked = asked_call(request or {}, phash)
+    if asked is None or asked.get("decision"):
         return None
-    names = [str(a.get("by")) for a in request.get("approved_by") or []]
-    required = int(request.get("approvals_required") or 1)
+    names = [str(a.get("by")) for a in asked.get("approved_by") or []]
+    required = int(asked.get("approvals_required") or 1)
     if len(names) >= required:
         return None
     return {"approvals_required": required, "approved_by": names}
+
+
+# -- A parallel step's calls that need a person wait together: the step's confirmation request
+# lists the set (``parallel.calls``), each call that needs a person with its own request (hash,
+# approvals required, who approved, whether the run's starter may). A decision is taken on one
+# call by its hash, or on several at once; the run goes back to the gate once every one of them
+# is decided (``decision``: ``approved`` or ``declined``).
+
+
+def asked_call(request: dict[str, Any], phash: str) -> dict[str, Any] | None:
+    """The request a decision on ``phash`` answers: the pending request itself, or, for a
+    parallel step, the set's call of that hash that needs a person (``None``: neither)."""
+    calls = (request.get("parallel") or {}).get("calls")
+    if calls is None:
+        return request if request.get("proposal_hash") == phash else None
+    return next(
+        (c for c in calls if c.get("status") == "needs_person" and c.get("proposal_hash") == phash),
+        None,
+    )
+
+
+def waiting_for(request: dict[str, Any] | None) -> list[str]:
+    """What a run waiting for people still waits for after a decision: the hashes of the
+    calls still undecided (a set's), or the pending proposal's while it needs more approvals."""
+    if not request:
+        return []
+    if (request.get("parallel") or {}).get("calls") is not None:
+        return undecided(request)
+    phash = str(request.get("proposal_hash"))
+    return [phash] if approvals_pending(request, phash) is not None else []
+
+
+def undecided(request: dict[str, Any]) -> list[str]:
+    """The hashes of a parallel step's calls that still wait for a person's decision (for a
+    single proposal's request: none, its decision is the request's)."""
+    calls = (request.get("parallel") or {}).get("calls") or []
+    return [
+        str(c.get("proposal_hash"))
+        for c in calls
+        if c.get("status") == "needs_person" and not c.get("decision")
+    ]
 
 
 def pre_approval(phash: str, inp: GateInput) -> PreApprovalView | None:

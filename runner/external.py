@@ -29,6 +29,7 @@ from typing import Any, Literal
 from warrant.runner.canonical import MAX_JSON_DEPTH, canonical_json, json_depth
 from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.errors import InvalidRequest, RunFinished, StateConflict
+from warrant.runner.fan_in import tool_observation_id
 
 __all__ = [
     "MAX_PROPOSAL_BYTES",
@@ -144,9 +145,7 @@ def _executed(base: dict[str, Any], facts: Any) -> Decision | None:
         return None
     if command["status"] != "completed":  # a retry (or a re-issue) is on its way
         return None
-    observation_id = f"tool-{command['step']}"
-    if command.get("branch"):  # a call of a parallel step
-        observation_id = f"tool-{command['step']}.{command['branch']}"
+    observation_id = tool_observation_id(command["step"], command.get("branch"))
     if outcome["status"] == "accepted" and outcome["resolved_status"] in ("succeeded", "failed"):
         observation_id = f"job-{command['step']}"  # the job's final observation
     return Decision(

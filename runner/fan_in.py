@@ -51,8 +51,8 @@ __all__ = [
     "required",
     "rule_name",
     "shown",
+    "tool_observation_id",
     "verdict",
-    "waiting",
 ]
 
 State = Literal["open", "complete", "partial", "invalid"]
@@ -285,9 +285,10 @@ def merged(
     }
 
 
-def branch_observation_id(step: int, branch: int) -> str:
-    """The observation a branch's result becomes (``tool-<step>.<branch>``)."""
-    return f"tool-{step}.{branch}"
+def tool_observation_id(step: int, branch: int | None = 0) -> str:
+    """The observation a call's result becomes: ``tool-<step>``, or ``tool-<step>.<branch>``
+    for a parallel step's call."""
+    return f"tool-{step}.{branch}" if branch else f"tool-{step}"
 
 
 # -- the set at the gate ------------------------------------------------------------------------
@@ -346,7 +347,7 @@ def gate_calls(
     in order: what an accepted call uses (a grant use, a confirmation, a pre-approval) is
     used for the calls after it; the same call twice is refused the second time
     (``PARALLEL_DUPLICATE_CALL``). A call that needs a person keeps its
-    ``AwaitConfirmation``: the set waits for the person (:func:`waiting`)."""
+    ``AwaitConfirmation``: the set waits for a person's decision on each such call."""
     inp, seen = base, set()
     decided: list[tuple[int, Any, Decision]] = []
     for number, call in enumerate(calls, start=1):
@@ -365,21 +366,15 @@ def gate_calls(
     return decided
 
 
-def waiting(decided: Sequence[tuple[int, Any, Decision]]) -> tuple[int, AwaitConfirmation] | None:
-    """The first call of the set that needs a person, if any: the set waits for the person's
-    decision on exactly that call (its hash) before any call runs, then the gate looks at the
-    set again (the next call that needs a person, or the fan-out)."""
-    for number, _, decision in decided:
-        if isinstance(decision, AwaitConfirmation):
-            return number, decision
-    return None
-
-
-def shown(decided: Sequence[tuple[int, Any, Decision]], registry: Registry) -> list[dict[str, Any]]:
-    """The set as a person sees it beside the call they are asked about: each call's tool,
-    arguments (a sensitive or secret one masked, as the tool declares; none for a tool the
-    registry lacks) and where it stands (``accepted``, ``needs_person``, ``refused`` with its
-    code)."""
+def shown(
+    decided: Sequence[tuple[int, Any, Decision]],
+    registry: Registry,
+    requests: Mapping[int, Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """The set as a person sees it: each call's tool, arguments (a sensitive or secret one
+    masked, as the tool declares; none for a tool the registry lacks) and where it stands
+    (``accepted``, ``refused`` with its code, or ``needs_person`` with its own request from
+    ``requests``, keyed by call number: its hash, the approvals it needs and who gave them)."""
     calls = []
     for number, call, decision in decided:
         entry: dict[str, Any] = {"branch": number, **named(call)}
@@ -389,7 +384,7 @@ def shown(decided: Sequence[tuple[int, Any, Decision]], registry: Registry) -> l
             masked = tool.masked_fields
             entry["arguments"] = {k: "<sensitive>" if k in masked else v for k, v in given.items()}
         if isinstance(decision, AwaitConfirmation):
-            entry |= {"status": "needs_person", "proposal_hash": decision.proposal_hash}
+            entry |= {**requests[number], "status": "needs_person"}
         elif isinstance(decision, Accept):
             entry |= {"status": "accepted", "proposal_hash": decision.proposal_hash}
         elif isinstance(decision, Reject):

@@ -13,9 +13,16 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
+from warrant.broker.policy._asks import (
+    ask_person,
+    asks,
+    await_grant,
+    call_request,
+    shown_to_person,
+    trace_events,
+)
 from warrant.broker.publish import Outbox
 from warrant.broker.tool.permission_waits import command_write
-from warrant.broker.tool.preconditions import precondition_shown
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
@@ -44,8 +51,6 @@ from warrant.runner.codes import (
     RunStatus,
     StopReason,
 )
-from warrant.runner.confirmation_rules import approvals_required
-from warrant.runner.permission_wait import asks_for_grant, grant_request
 from warrant.runner.policy_version import policy_version
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
@@ -62,10 +67,6 @@ def _outcome_name(decision: object) -> str:
     code = getattr(decision, "code", None) or getattr(decision, "reason", None)
     name = type(decision).__name__.lower()
     return f"{name}:{code}" if code else name
-
-
-def _events(decision_events: list[policy.Event]) -> list[tuple[str, dict[str, Any]]]:
-    return [(e.name, e.details) for e in decision_events]
 
 
 def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
@@ -130,14 +131,8 @@ def _commit(
                 return _handoff(ctx, run_id, version, row.proposal["id"], decision)
             result = _stop(conn, view, row.proposal, decision)
         elif isinstance(decision, policy.AwaitConfirmation):
-            p = row.proposal
-            said = described(ctx, decision, view.subject)
-            state = precondition_shown(ctx, decision, view)
-            decision = dataclasses.replace(decision, described=said, precondition=state)
-            floor = ctx.settings.approvals_floor.get(decision.tool.name, 1)
-            result = _await_confirmation(
-                conn, view, p["id"], p["step"], p["proposal_id"], decision, now, floor
-            )
+            asked = shown_to_person(ctx, decision, view)
+            result = ask_person(ctx, conn, view, row.proposal, asked, now)
         else:
             send = _accept(ctx, conn, view, load, decision, now)
             result = "accepted"
@@ -153,30 +148,46 @@ def _decide(ctx: StageContext, view: RunView, load: PolicyLoad, now: float) -> p
         "policy.evaluate", run_id=run_id, proposal_id=pid, tool=proposal["tool"]
     ) as sp:
         decision = policy.evaluate(
-            policy.GateInput(
-                raw=proposal["raw"],
-                run=view,
-                expected_version=view.version,
-                grants=grants,
-                confirmations=confirmations_from(run_id, row.confirmations),
-                history=history_from(row.history),
-                registry=ctx.registry,
-                now=now,
-                deployment=load.deployment,
-                pins=pin_refusals(load.pin),
-                relaxed=ctx.settings.relaxed_tools,
-                observed=ctx.settings.observed_tools,
-                pre_approvals=pre_approvals_from(row.pre_approvals),
-                provenance=None
-                if load.provenance is None
-                else sources_from(*load.provenance, attributions=ctx.registry.attributions()),
-            ),
+            _gate_input(ctx, view, load, raw=proposal["raw"], pins=pin_refusals(load.pin), now=now),
             on_event=telemetry.layer_observer(run_id=run_id, proposal_id=pid),
         )
         decision = versioned(ctx, proposal, grants, row.run_policy, decision)
         if sp is not None:
             sp.set_attribute("warrant.outcome", _outcome_name(decision))
     return decision
+
+
+def _gate_input(
+    ctx: StageContext,
+    view: RunView,
+    load: PolicyLoad,
+    *,
+    raw: Any,
+    pins: dict[str, str],
+    now: float,
+) -> policy.GateInput:
+    """What the gate judges ``raw`` with: the run, its grants, confirmations, loop history,
+    pre-approvals and provenance from the one load, the registry and the deployment's
+    settings; ``pins``: the MCP tools' definitions that are not the pinned ones."""
+    row = load.row
+    return policy.GateInput(
+        raw=raw,
+        run=view,
+        expected_version=view.version,
+        grants=load.grants,
+        confirmations=confirmations_from(view.run_id, row.confirmations),
+        history=history_from(row.history),
+        registry=ctx.registry,
+        now=now,
+        deployment=load.deployment,
+        pins=pins,
+        relaxed=ctx.settings.relaxed_tools,
+        observed=ctx.settings.observed_tools,
+        pre_approvals=pre_approvals_from(row.pre_approvals),
+        provenance=None
+        if load.provenance is None
+        else sources_from(*load.provenance, attributions=ctx.registry.attributions()),
+    )
 
 
 def _looping(decision: policy.Halt) -> bool:
@@ -197,7 +208,7 @@ def _reject(
         content["message"] = decision.message
     new_version = commit(
         conn,
-        machine.replan(view, why=_events(decision.events)),
+        machine.replan(view, why=trace_events(decision.events)),
         step=step,
         proposal_id=proposal["proposal_id"],
         observation=NewObservation(
@@ -227,7 +238,7 @@ def _stop(conn: Any, view: RunView, proposal: dict[str, Any], decision: policy.H
     stop = Stop(decision.status, decision.reason, decision.detail)
     commit(
         conn,
-        machine.stop(view, stop, step=step, events=_events(decision.events)),
+        machine.stop(view, stop, step=step, events=trace_events(decision.events)),
         step=step,
         proposal_id=proposal["proposal_id"],
         guarded=[
@@ -251,60 +262,9 @@ def _handoff(ctx: StageContext, run_id: str, version: int, pk: int, decision: An
             run,
             reason=decision.reason.value,
             registry=ctx.registry,
-            events=_events(decision.events),
+            events=trace_events(decision.events),
         )
     return "handoff"
-
-
-def _await_confirmation(
-    conn: Any,
-    view: RunView,
-    pk: int,
-    step: int,
-    pid: str | None,
-    decision: policy.AwaitConfirmation,
-    now: float,
-    floor: int = 1,
-    parallel: dict[str, Any] | None = None,
-) -> str:
-    request = decision.request()
-    if parallel is not None:  # one call of a parallel step: the person sees the set
-        request["parallel"] = parallel
-    ttl = view.budgets.confirmation_ttl_s
-    request["expires_at"] = min(now + ttl, view.deadline_at)
-    request["expires_at_step"] = step + view.budgets.confirmation_steps
-    required = approvals_required(decision.tool, decision.arguments)
-    request["approvals_required"] = max(required, floor)  # the deployment may ask for more
-    request["approved_by"] = []
-    request["self_approval_allowed"] = decision.tool.self_approval_allowed
-    change = machine.request_confirmation(
-        view,
-        proposal_hash=decision.proposal_hash,
-        tool=decision.tool.name,
-        events=_events(decision.events),
-    )
-    commit(
-        conn,
-        change,
-        step=step,
-        proposal_id=pid,
-        guarded=[
-            update_proposal(
-                pk,
-                {
-                    "status": "waiting_confirmation",
-                    "tool": decision.tool.name,  # a parallel step's: the call asked about
-                    "tool_version": decision.tool.version,
-                    "fingerprint": decision.proposal_hash,
-                    "proposal_hash": decision.proposal_hash,
-                    "arguments": decision.arguments,
-                    "confirmation_request": request,
-                    "provenance": decision.provenance,
-                },
-            )
-        ],
-    )
-    return "waiting"
 
 
 def _command_writes(
@@ -390,7 +350,7 @@ def _accept(
             "timeout_s": round(timeout, 3),
             "arguments_hash": decision.arguments_hash,
         },
-        events=_events(decision.events),
+        events=trace_events(decision.events),
     )
     new_version = commit(
         conn,
@@ -407,39 +367,6 @@ def _accept(
         soft_time_limit=timeout,
         time_limit=timeout + HARD_LIMIT_GRACE_S,
     )
-
-
-# -- What a call's resources refer to, for the person asked to confirm it: the tool's
-# ``describe_resources(args, deps, subject)`` hook (``Tool.describe_resources``), asked by the
-# policy stage when it requests a confirmation. Its answer is the service's words, not
-# the program's: bounded (:data:`MAX_FIELDS` entries of :data:`MAX_CHARS` characters, control
-# characters dropped), and a hook that fails says so instead of holding the request back.
-
-MAX_FIELDS = 20
-MAX_CHARS = 200
-UNAVAILABLE = "(the service could not say)"
-
-
-def _clean(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return "".join(ch for ch in text if ch.isprintable())[:MAX_CHARS]
-
-
-def described(
-    ctx: StageContext, decision: policy.AwaitConfirmation, subject: str
-) -> dict[str, str]:
-    """The tool's description of the call's resources ({} when it has no hook)."""
-    tool = decision.tool
-    if tool.describe_resources is None:
-        return {}
-    try:
-        args = tool.parse_input(decision.arguments)
-        said = tool.describe_resources(args, ctx.deps_for(tool), subject)
-        items = list(dict(said).items())[:MAX_FIELDS]
-    except Exception:  # the request goes to the person all the same
-        log.warning("describe_resources failed for %s", tool.name, exc_info=True)
-        return {"*": UNAVAILABLE}
-    return {_clean(k)[:64]: _clean(v) for k, v in items}
 
 
 # -- A persistent injection (``handoff.after_untrusted_refusals``): when one more refused tool
@@ -530,58 +457,6 @@ def pin_refusals(pin: tuple[str, McpDefinition, str, dict[str, Any]] | None) -> 
     return {key: why}
 
 
-# -- The policy stage's refusals that ask: a proposal refused for a missing grant, in a run whose
-# spec says ``policy.on_missing_grant: "ask"``, pauses the run in ``waiting_grant`` (the pending
-# proposal kept, nothing re-planned). The decision is :mod:`warrant.runner.permission_wait`.
-
-
-def asks(row: Any, decision: policy.Reject) -> bool:
-    """Does the run's spec turn this refusal into a wait for a grant?"""
-    on_missing = (getattr(row, "run_policy", None) or {}).get("on_missing_grant")
-    return asks_for_grant(on_missing, decision.code)
-
-
-def await_grant(
-    ctx: StageContext, conn: Any, view: RunView, load: PolicyLoad, decision: policy.Reject
-) -> str:
-    """Commit the wait: the run's status, the request as its ``stop_detail``, the proposal's
-    status ``waiting_grant``. Returns ``waiting_grant:<code>`` (or the refusal's fallback when
-    the tool is unknown to this worker: then nothing can be asked)."""
-    proposal = load.row.proposal
-    raw = proposal.get("raw") or {}
-    tool = ctx.registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
-    assert tool is not None  # an authorization refusal comes after the registry layer
-    given = raw.get("arguments")
-    arguments: dict[str, Any] = given if isinstance(given, dict) else {}
-    request = grant_request(
-        code=decision.code,
-        tool=tool,
-        arguments=arguments,
-        subject=view.subject,
-        grants=load.grants,
-        step=proposal["step"],
-        proposal_id=proposal["proposal_id"],
-        proposal_hash=decision.fingerprint,
-    )
-    commit(
-        conn,
-        machine.request_grant(view, request=request, events=_events(decision.events)),
-        step=proposal["step"],
-        proposal_id=proposal["proposal_id"],
-        guarded=[
-            update_proposal(
-                proposal["id"],
-                {
-                    "status": "waiting_grant",
-                    "rejection_code": decision.code,
-                    "proposal_hash": decision.fingerprint,
-                },
-            )
-        ],
-    )
-    return f"waiting_grant:{decision.code}"
-
-
 # -- A parallel step (``kind: parallel``, :mod:`warrant.runner.fan_in`): the set's own checks
 # (how many calls, the budget for all of them) refuse it whole; otherwise each call goes through
 # the whole gate on its own, seeing the grant uses, pre-approvals and confirmations the calls
@@ -626,9 +501,8 @@ def _fan_out(
     branches = _decide_calls(ctx, view, load, parallel, now)
     if any(isinstance(d, policy.Ignore) for _, _, d in branches):
         return "ignored"
-    asked = fan_in.waiting(branches)
-    if asked is not None:  # nothing of the set runs before the person decides
-        return _await_call(ctx, view, load, branches, asked[1], now)
+    if any(isinstance(d, policy.AwaitConfirmation) for _, _, d in branches):
+        return _await_call(ctx, view, load, branches, now)  # nothing runs before they decide
     halted = next((d for _, _, d in branches if isinstance(d, policy.Halt)), None)
     if halted is not None:
         with autocommit(ctx.engine) as conn:
@@ -649,27 +523,23 @@ def _fan_out(
 
 
 def _await_call(
-    ctx: StageContext,
-    view: RunView,
-    load: PolicyLoad,
-    branches: list[Branch],
-    asked: policy.AwaitConfirmation,
-    now: float,
+    ctx: StageContext, view: RunView, load: PolicyLoad, branches: list[Branch], now: float
 ) -> str:
-    """The set waits for a person's decision on one of its calls, exactly as that call
-    proposed alone would (the step's proposal carries the call's request and hash: the inbox,
-    the API and the CLI confirm or decline it by that hash), with the whole set shown."""
+    """The set waits for a person's decision on each of its calls that needs one, together:
+    each keeps its own request and hash (the inbox, the API and the CLI confirm or decline
+    each by its hash, or several at once), and the gate looks at the set again once every one
+    is decided. The step's proposal carries the first one's request, with the whole set."""
+    asked = {
+        number: shown_to_person(ctx, decision, view)
+        for number, _, decision in branches
+        if isinstance(decision, policy.AwaitConfirmation)
+    }
+    requests = {number: call_request(ctx, decision) for number, decision in asked.items()}
     p = load.row.proposal
-    said = described(ctx, asked, view.subject)
-    state = precondition_shown(ctx, asked, view)
-    asked = dataclasses.replace(asked, described=said, precondition=state)
-    floor = ctx.settings.approvals_floor.get(asked.tool.name, 1)
-    parallel = {"step": p["step"], "calls": fan_in.shown(branches, ctx.registry)}
+    parallel = {"step": p["step"], "calls": fan_in.shown(branches, ctx.registry, requests)}
     with autocommit(ctx.engine) as conn:
         try:
-            return _await_confirmation(
-                conn, view, p["id"], p["step"], p["proposal_id"], asked, now, floor, parallel
-            )
+            return ask_person(ctx, conn, view, p, asked[min(asked)], now, parallel=parallel)
         except StaleVersion:
             return "ignored"
 
@@ -683,24 +553,7 @@ def _decide_calls(
     pins: dict[str, str] = {}
     for pin in load.set_pins:
         pins |= pin_refusals(pin)
-    base = policy.GateInput(
-        raw=None,
-        run=view,
-        expected_version=view.version,
-        grants=load.grants,
-        confirmations=confirmations_from(run_id, row.confirmations),
-        history=history_from(row.history),
-        registry=ctx.registry,
-        now=now,
-        deployment=load.deployment,
-        pins=pins,
-        relaxed=ctx.settings.relaxed_tools,
-        observed=ctx.settings.observed_tools,
-        pre_approvals=pre_approvals_from(row.pre_approvals),
-        provenance=None
-        if load.provenance is None
-        else sources_from(*load.provenance, attributions=ctx.registry.attributions()),
-    )
+    base = _gate_input(ctx, view, load, raw=None, pins=pins, now=now)
     observer = telemetry.layer_observer(run_id=run_id, proposal_id=parallel.proposal_id)
     return [
         (number, call, versioned(ctx, fan_in.named(call), load.grants, row.run_policy, decision))
@@ -727,8 +580,7 @@ def _commit_set(
     if parallel.branch_deadline_s is not None:
         deadline_at = min(now + parallel.branch_deadline_s, view.deadline_at)
     plans: list[fan_in.BranchPlan] = []
-    issued: list[tuple[str, str, dict[str, Any]]] = []
-    sends: list[tuple[str, str, float]] = []
+    issued: list[tuple[Any, int]] = []  # each accepted call's command, and its call's number
     events: list[tuple[str, dict[str, Any]]] = []
     with session_scope(ctx.engine) as s:
         run = rows.lock_run(s, run_id)
@@ -736,37 +588,39 @@ def _commit_set(
             raise StaleVersion(run_id)
         for number, call, decision in branches:
             assert not isinstance(decision, policy.Ignore)
-            events.extend(_events(decision.events))
+            events.extend(trace_events(decision.events))
             command = rows.add_branch(
                 s, view, proposal, number, call, decision, deadline_at=deadline_at, now=now
             )
             plans.append(fan_in.BranchPlan.of(number, call, decision, command))
             if command is not None:
-                issued.append(
-                    (command.id, command.tool, {"version": command.tool_version, "branch": number})
-                )
-                sends.append((command.id, command.tool, command.timeout_s))
+                issued.append((command, number))
         fan = fan_in.FanOut.of(parallel, step=step, deadline_at=deadline_at, plans=plans)
         decided, states = fan_in.planned(fan)
         if decided.decided:  # nothing runs: the rule cannot hold with the calls accepted
             replan = _refuse_set(ctx, s, view, proposal, fan, states, decided, events, now)
             return "rejected:parallel", [replan]
         rows.set_proposal(s, proposal["id"], status="accepted")
-        change = machine.fan_out(view, issued=issued, fanned=fan.to_json(), events=events)
+        change = machine.fan_out(
+            view,
+            issued=[(c.id, c.tool, {"version": c.tool_version, "branch": n}) for c, n in issued],
+            fanned=fan.to_json(),
+            events=events,
+        )
         new_version = commit(s, change, step=step, proposal_id=parallel.proposal_id)
     publish: list[Callable[[], None]] = [
         partial(
             ctx.publisher.tool,
             run_id=run_id,
             version=new_version,
-            command_id=command_id,
-            tool=tool,
-            soft_time_limit=timeout,
-            time_limit=timeout + HARD_LIMIT_GRACE_S,
+            command_id=command.id,
+            tool=command.tool,
+            soft_time_limit=command.timeout_s,
+            time_limit=command.timeout_s + HARD_LIMIT_GRACE_S,
         )
-        for command_id, tool, timeout in sends
+        for command, _ in issued
     ]
-    return f"fanned_out:{len(sends)}/{len(branches)}", publish
+    return f"fanned_out:{len(issued)}/{len(branches)}", publish
 
 
 def _refuse_set(

@@ -38,6 +38,7 @@ from warrant.ledger.row_updates import (
 )
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import ObservationKind, RunStatus, StopReason
+from warrant.runner.fan_in import tool_observation_id
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings
 from warrant.runner.tool_outcomes import (
@@ -283,7 +284,7 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
     a.resolve("applied")
     finish_command(a.cmd)
     observation = NewObservation(
-        f"tool-{a.cmd.step}",
+        tool_observation_id(a.cmd.step, a.cmd.branch),
         ObservationKind.TOOL_RESULT,
         a.tool.output_source.value if a.tool else "trusted-tool",
         {

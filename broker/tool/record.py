@@ -322,7 +322,7 @@ def _conclude_alone(
 ) -> str:
     """The outcome of the one command the run waits on: the run's change, its observation,
     and the planner's message if the run goes on."""
-    observation_id = f"tool-{cmd.step}" + (f".{cmd.branch}" if cmd.branch else "")
+    observation_id = fan_in.tool_observation_id(cmd.step, cmd.branch)
     change, observation, go_on = _conclusion(
         run_view(run), tool, res, cmd.step, attempt_event, observation_id=observation_id
     )
@@ -533,7 +533,7 @@ def _branch_observations(
         s.add(
             Observation(
                 run_id=run.id,
-                observation_id=fan_in.branch_observation_id(fan.step, b.plan.branch),
+                observation_id=fan_in.tool_observation_id(fan.step, b.plan.branch),
                 kind=ObservationKind.TOOL_RESULT.value,
                 source=b.source or ObservationSource.UNTRUSTED_CONTENT.value,
                 step=fan.step,

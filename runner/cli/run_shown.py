@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from warrant.runner.cli.common import console
+from warrant.runner.confirmation_rules import undecided
 from warrant.runner.observe import WOULD_REFUSE, would_refusals
 from warrant.runner.provenance import flag_reason
 
@@ -129,7 +130,8 @@ def waiting_for(info: dict[str, Any], events: list[dict[str, Any]]) -> dict[str,
             "tool": request.get("tool"),
             "proposal_hash": proposal_hash,
             "expires_at": request.get("expires_at"),
-            "command": f"warrant run confirm {run_id} --proposal-hash {proposal_hash} --by NAME",
+            "command": _decide_line(run_id, request).strip(),
+            **({"calls": undecided(request)} if request.get("parallel") else {}),
         }
     if status == "waiting_grant":
         grant = info.get("waiting_for_grant") or {}
@@ -297,6 +299,17 @@ def precondition_line(state: dict[str, Any]) -> str:
     return f"{said} (fingerprint {str(state['fingerprint'])[:16]})"
 
 
+def _decide_line(run_id: str, request: dict[str, Any]) -> str:
+    """The command that decides what the run waits for: its proposal, or every undecided
+    call of its parallel step at once."""
+    if request.get("parallel"):
+        hashes = " ".join(f"--approve {h}" for h in undecided(request))
+        return f"  warrant run decide {run_id} {hashes} --by NAME"
+    return (
+        f"  warrant run confirm {run_id} --proposal-hash {request.get('proposal_hash')} --by NAME"
+    )
+
+
 def _show_request(info: dict[str, Any]) -> None:
     request = info.get("confirmation_request")
     note = reveal_note(info)
@@ -331,11 +344,15 @@ def _show_request(info: dict[str, Any]) -> None:
             line = precondition_line(request["precondition"])
             console.print(f"  state approved: {escape(line)}", soft_wrap=True)
         console.print(f"  approvals: {escape(approvals_line(request))}", soft_wrap=True)
+        calls = (request.get("parallel") or {}).get("calls") or []
+        for c in calls:  # a parallel step: the set, each call that needs a person by its hash
+            status = c.get("decision") or c.get("status")
+            line = f"  call {c.get('branch')}: {c.get('tool')} {status}"
+            if c.get("status") == "needs_person":
+                line += f" ({approvals_line(c)}) hash {c.get('proposal_hash')}"
+            console.print(escape(line), soft_wrap=True, highlight=False)
         console.print(  # one line whatever the width: it is copied and pasted
-            f"  warrant run confirm {info['run_id']} --proposal-hash "
-            f"{request['proposal_hash']} --by NAME",
-            soft_wrap=True,
-            highlight=False,
+            _decide_line(info["run_id"], request), soft_wrap=True, highlight=False
         )
     if note:
         console.print(f"  [bold]{escape(note)}[/]" if request else escape(note))

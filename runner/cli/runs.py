@@ -25,7 +25,7 @@ from warrant.runner.cli.common import (
 )
 from warrant.runner.cli.run_shown import RevealByOpt, RevealOpt, revealed, show_run, trace_facts
 from warrant.runner.codes import RunStatus
-from warrant.runner.confirmation_rules import approvals_pending
+from warrant.runner.confirmation_rules import approvals_pending, waiting_for
 from warrant.runner.errors import InvalidChoice, InvalidRequest
 from warrant.runner.settings import WarrantSettings, resolved_urls
 
@@ -204,6 +204,38 @@ def run_decline(
 ) -> None:
     """Refuse the pending proposal; the planner sees a decline observation."""
     _decision(run_id, proposal_hash, by, False, as_json)
+
+
+@run_app.command("decide")
+def run_decide(
+    run_id: RunIdArg,
+    by: ByOpt,
+    approve: Annotated[
+        list[str] | None, typer.Option("--approve", help="A hash to approve (repeatable).")
+    ] = None,
+    decline: Annotated[
+        list[str] | None, typer.Option("--decline", help="A hash to decline (repeatable).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve and decline several calls of a waiting parallel step at once, each by its hash
+    (`run show` lists them); the run goes on once every call of the set is decided."""
+    client, run_id = client_and_id(as_json, run_id)
+
+    def go() -> dict[str, Any]:
+        version = client.decide(run_id, approve=approve or [], decline=decline or [], by=by)
+        waiting = waiting_for(client.get_run(run_id).confirmation_request)
+        return {"run_id": run_id, "version": version, "waiting_for": waiting}
+
+    result = guard(as_json, go)
+    if as_json:
+        print_json(result)
+    elif result["waiting_for"]:
+        console.print(
+            f"recorded; run {run_id} still waits for {len(result['waiting_for'])} call(s)"
+        )
+    else:
+        console.print(f"decided: run {run_id} is back in the policy queue (v{result['version']})")
 
 
 @run_app.command("grant")

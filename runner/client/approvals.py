@@ -4,8 +4,10 @@ clarifying question, an operator grants a capability to a running run. One part 
 
 from __future__ import annotations
 
+import copy
 import hmac
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,7 +30,13 @@ from warrant.runner import run_machine as machine
 from warrant.runner.client.grant_admission import Admission, admit
 from warrant.runner.client.runs import RunInfo, RunsClient, found_run
 from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
-from warrant.runner.confirmation_rules import add_approval, pre_approval_record, self_approval
+from warrant.runner.confirmation_rules import (
+    add_approval,
+    asked_call,
+    pre_approval_record,
+    self_approval,
+    undecided,
+)
 from warrant.runner.errors import (
     ConfirmationRefused,
     InvalidRequest,
@@ -79,70 +87,61 @@ class ApprovalsClient(RunsClient):
         origin: Origin | None = None,
         precondition: str | None = None,
     ) -> int:
-        """Approve exactly the pending proposal (bound to its hash). Returns the new version.
-        ``origin`` (where the decision came from) goes into the trace event beside ``by``.
-        ``precondition``: the state's fingerprint the approver saw; if the request now shows
-        another (the state moved and the run asked again), refused ``PRECONDITION_CHANGED``."""
-        return self._decide(
-            run_id, proposal_hash, by=by, approved=True, origin=origin, seen=precondition
-        )
+        """Approve exactly the pending proposal (bound to its hash), or one call of a waiting
+        parallel step (by its hash). Returns the new version. ``origin`` (where the decision
+        came from) goes into the trace event beside ``by``. ``precondition``: the state's
+        fingerprint the approver saw; if the request now shows another (the state moved and
+        the run asked again), refused ``PRECONDITION_CHANGED``."""
+        seen = {proposal_hash: precondition} if precondition is not None else {}
+        return self.decide(run_id, approve=[proposal_hash], by=by, origin=origin, seen=seen)
 
     def decline(
         self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
     ) -> int:
-        """Refuse the pending proposal; the planner sees a decline observation."""
-        return self._decide(run_id, proposal_hash, by=by, approved=False, origin=origin)
+        """Refuse the pending proposal (or one call of a waiting parallel step); the planner
+        sees a decline observation."""
+        return self.decide(run_id, decline=[proposal_hash], by=by, origin=origin)
 
-    def _decide(
+    def decide(
         self,
         run_id: str,
-        proposal_hash: str,
         *,
+        approve: Sequence[str] = (),
+        decline: Sequence[str] = (),
         by: str,
-        approved: bool,
-        origin: Origin | None,
-        seen: str | None = None,
+        origin: Origin | None = None,
+        seen: Mapping[str, str] | None = None,
     ) -> int:
-        if not by.strip():
-            raise ConfirmationRefused(
-                "a confirmation needs the identity of who gave it",
-                code="CONFIRMATION_IDENTITY_REQUIRED",
-            )
+        """Approve and decline proposals by their hashes in one action: the pending proposal,
+        or any of a waiting parallel step's calls that need a person. The run goes back to
+        the gate once every call of the set is decided (and each approval has as many distinct
+        people as its tool needs); until then it keeps waiting. ``seen``: hash → the state's
+        fingerprint the approver saw (``PRECONDITION_CHANGED`` if its request shows another).
+        Returns the run's version after it."""
+        choices = [(h, True) for h in approve] + [(h, False) for h in decline]
+        _check_choices(choices, by)
         now = time.time()
         with session_scope(self.engine) as s:
             run = found_run(s, run_id, lock=True)
-            pending = _confirmable(s, run, proposal_hash=proposal_hash, now=now)
-            request = dict(pending.confirmation_request or {})
-            if seen is not None:
-                _check_seen_state(request, seen)
+            pending = _confirmable(s, run, now=now)
+            request = copy.deepcopy(dict(pending.confirmation_request or {}))
             decider: dict[str, Any] = {"by": by, **(origin.details() if origin else {"via": "cli"})}
-            events = _self_approval_events(run, request, decider, proposal_hash)
+            events: list[tuple[str, dict[str, Any]]] = []
+            done: list[tuple[str, bool, dict[str, Any]]] = []
+            for phash, approved in choices:
+                asked = _asked(request, phash)
+                if approved and (seen or {}).get(phash) is not None:
+                    _check_seen_state(asked, str((seen or {})[phash]))
+                events += _self_approval_events(run, asked, decider, phash)
+                if _take(asked, phash, approved=approved, decider=decider, now=now, events=events):
+                    done.append((phash, approved, asked))
+            version = _record_decisions(s, run, pending, request, done, decider, events)
             trace_id = run.trace_id
-            if approved:
-                approved_by = add_approval(
-                    list(request.get("approved_by") or []),
-                    {"by": by, "via": decider["via"], "at": now},
-                )
-                required = int(request.get("approvals_required") or 1)
-                decider["approved_by"] = [a["by"] for a in approved_by]
-                record_partial_approval(s, pending, {**request, "approved_by": approved_by})
-                if len(approved_by) < required:
-                    partial = {
-                        "proposal_hash": proposal_hash,
-                        **decider,
-                        "approvals_required": required,
-                    }
-                    events.append(("confirmation.approval_recorded", partial))
-                    append_events(s, run_id, events, step=run.step)
-                    return run.version
-            if events:
-                append_events(s, run_id, events, step=run.step)
-            version = _record_decision(
-                s, run_id, run, pending, proposal_hash, decider=decider, approved=approved
-            )
-        with telemetry.run_context(trace_id):
-            self.publisher.policy(run_id, version)
-        return version
+        if version is not None:
+            with telemetry.run_context(trace_id):
+                self.publisher.policy(run_id, version)
+            return version
+        return run.version
 
     def answer(self, run_id: str, *, text: str, by: str) -> RunInfo:
         """Answer the question a run stopped on (``needs_input``): the answer becomes a user
@@ -328,9 +327,24 @@ def _check_seen_state(request: dict[str, Any], seen: str) -> None:
         )
 
 
-def _confirmable(s: Session, run: Run, *, proposal_hash: str, now: float) -> Proposal:
-    """The locked run's pending proposal, if a decision on ``proposal_hash`` may be taken at
-    ``now``; else :class:`ConfirmationRefused` says why not."""
+def _check_choices(choices: list[tuple[str, bool]], by: str) -> None:
+    if not by.strip():
+        raise ConfirmationRefused(
+            "a confirmation needs the identity of who gave it",
+            code="CONFIRMATION_IDENTITY_REQUIRED",
+        )
+    if not choices:
+        raise InvalidRequest(
+            "nothing to decide: name a hash to approve or decline", code="DECISION_EMPTY"
+        )
+    hashes = [h for h, _ in choices]
+    if len(set(hashes)) != len(hashes):
+        raise InvalidRequest("a hash is named twice", code="DECISION_HASH_REPEATED")
+
+
+def _confirmable(s: Session, run: Run, *, now: float) -> Proposal:
+    """The locked run's pending proposal, if a decision on it may be taken at ``now``; else
+    :class:`ConfirmationRefused` says why not."""
     pending = reads.pending_proposal(s, run)
     if (
         run.status != RunStatus.WAITING_CONFIRMATION
@@ -341,46 +355,108 @@ def _confirmable(s: Session, run: Run, *, proposal_hash: str, now: float) -> Pro
             f"run {run.id} is {run.status}, not waiting for a confirmation",
             code="RUN_NOT_WAITING_CONFIRMATION",
         )
-    request = pending.confirmation_request
-    if pending.proposal_hash != proposal_hash:
-        raise ConfirmationRefused(
-            "that hash is not the pending proposal's", code="CONFIRMATION_HASH_MISMATCH"
-        )
-    if now >= float(request["expires_at"]):
+    if now >= float(pending.confirmation_request["expires_at"]):
         raise ConfirmationRefused(
             "the confirmation request has expired", code="CONFIRMATION_EXPIRED"
         )
     return pending
 
 
-def _record_decision(
+def _asked(request: dict[str, Any], phash: str) -> dict[str, Any]:
+    """The request (or the set's call's) a decision on ``phash`` answers, not yet decided."""
+    asked = asked_call(request, phash)
+    if asked is None:
+        raise ConfirmationRefused(
+            "that hash is not the pending proposal's (nor one of its set's calls that waits "
+            "for a person)",
+            code="CONFIRMATION_HASH_MISMATCH",
+        )
+    if asked.get("decision"):
+        raise ConfirmationRefused(
+            f"that call is already {asked['decision']}", code="CONFIRMATION_ALREADY_DECIDED"
+        )
+    return asked
+
+
+def _take(
+    asked: dict[str, Any],
+    phash: str,
+    *,
+    approved: bool,
+    decider: dict[str, Any],
+    now: float,
+    events: list[tuple[str, dict[str, Any]]],
+) -> bool:
+    """Take one decision into its request ``asked``: a decline, or the approval that makes
+    as many distinct people as it needs, decides it (``True``); an approval short of that is
+    recorded on it (``confirmation.approval_recorded``)."""
+    if not approved:
+        return True
+    approved_by = add_approval(
+        list(asked.get("approved_by") or []),
+        {"by": decider["by"], "via": decider["via"], "at": now},
+    )
+    asked["approved_by"] = approved_by
+    required = int(asked.get("approvals_required") or 1)
+    if len(approved_by) >= required:
+        return True
+    names = [a["by"] for a in approved_by]
+    recorded = {"proposal_hash": phash, **decider, "approved_by": names}
+    events.append(("confirmation.approval_recorded", {**recorded, "approvals_required": required}))
+    return False
+
+
+def _record_decisions(
     s: Session,
-    run_id: str,
     run: Run,
     pending: Proposal,
-    proposal_hash: str,
-    *,
+    request: dict[str, Any],
+    done: list[tuple[str, bool, dict[str, Any]]],
     decider: dict[str, Any],
-    approved: bool,
-) -> int:
-    """Record the decision and send the run back to the policy stage. Returns its version."""
-    request = pending.confirmation_request
-    assert request is not None
-    confirmation_id = record_confirmation(
-        s,
-        run_id=run_id,
-        proposal_hash=proposal_hash,
-        tool=str(request["tool"]),
-        approved=approved,
-        expires_at_step=int(request["expires_at_step"]),
-        expires_at=float(request["expires_at"]),
-        decided_by=str(decider["by"]),
-        precondition_fingerprint=(request.get("precondition") or {}).get("fingerprint"),
-    )
-    decided = {"confirmation_id": confirmation_id, "proposal_hash": proposal_hash, **decider}
-    change = machine.resume_after_confirmation(run_view(run), approved=approved, decided=decided)
-    version = commit(s, change, step=run.step, proposal_id=pending.proposal_id)
-    return version
+    events: list[tuple[str, dict[str, Any]]],
+) -> int | None:
+    """Record each decided call's confirmation and keep the request with who approved; once
+    nothing waits (the proposal's decision, or every call of its set), the run goes back to
+    the gate: its new version (else ``None``, and the run keeps waiting)."""
+    resume: tuple[bool, dict[str, Any]] | None = None
+    for phash, approved, asked in done:
+        confirmation_id = record_confirmation(
+            s,
+            run_id=run.id,
+            proposal_hash=phash,
+            tool=str(asked["tool"]),
+            approved=approved,
+            expires_at_step=int(request["expires_at_step"]),
+            expires_at=float(request["expires_at"]),
+            decided_by=str(decider["by"]),
+            precondition_fingerprint=(asked.get("precondition") or {}).get("fingerprint"),
+        )
+        approvers = [a["by"] for a in asked.get("approved_by") or []]
+        decided = {"confirmation_id": confirmation_id, "proposal_hash": phash, **decider}
+        if approved:
+            decided["approved_by"] = approvers
+        if "branch" in asked:
+            decided["branch"] = asked["branch"]
+            asked["decision"] = "approved" if approved else "declined"
+        if resume is not None:
+            events.append(_decision_event(*resume))
+        resume = (approved, decided)
+    top = asked_call(request, str(request.get("proposal_hash")))
+    if top is not None and top is not request:  # the set's first call: its request mirrors it
+        request["approved_by"] = top.get("approved_by") or []
+    record_partial_approval(s, pending, request)
+    if resume is None or undecided(request):
+        if resume is not None:
+            events.append(_decision_event(*resume))
+        append_events(s, run.id, events, step=run.step)
+        return None
+    append_events(s, run.id, events, step=run.step)
+    change = machine.resume_after_confirmation(run_view(run), approved=resume[0], decided=resume[1])
+    return commit(s, change, step=run.step, proposal_id=pending.proposal_id)
+
+
+def _decision_event(approved: bool, decided: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return ("confirmation.approved" if approved else "confirmation.declined", decided)
 
 
 def _grant(

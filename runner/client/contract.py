@@ -14,6 +14,7 @@ only, so typing the CLI against the contract costs its start-up nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -112,6 +113,20 @@ class RunnerClient(Protocol):
         self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
     ) -> int:
         """Refuse the pending proposal; the run's version after it."""
+        ...
+
+    def decide(
+        self,
+        run_id: str,
+        *,
+        approve: Sequence[str] = (),
+        decline: Sequence[str] = (),
+        by: str,
+        origin: Origin | None = None,
+        seen: Mapping[str, str] | None = None,
+    ) -> int:
+        """Approve and decline, by their hashes, the pending proposal or a waiting parallel
+        step's calls, in one action; the run's version after it."""
         ...
 
     def answer(self, run_id: str, *, text: str, by: str) -> RunInfo: ...

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -294,6 +295,19 @@ class RemoteClient:
         self, run_id: str, *, proposal_hash: str, by: str, origin: Origin | None = None
     ) -> int:
         return self._decide(run_id, "decline", proposal_hash)
+
+    def decide(
+        self,
+        run_id: str,
+        *,
+        approve: Sequence[str] = (),
+        decline: Sequence[str] = (),
+        by: str,
+        origin: Origin | None = None,
+        seen: Mapping[str, str] | None = None,
+    ) -> int:
+        body = {"approve": list(approve), "decline": list(decline), "seen": dict(seen or {})}
+        return int(self._call("POST", f"/runs/{run_id}/decisions", json=body)["version"])
 
     def _decide(
         self, run_id: str, action: str, proposal_hash: str, *, precondition: str | None = None

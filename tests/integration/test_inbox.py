@@ -319,3 +319,58 @@ def test_an_operator_grants_what_a_waiting_run_lacks_from_the_inbox(
     [added] = facts.events(engine, info.run_id, "grant.added")
     assert added.details["by"] == people["label:olga"]
     context.close()
+
+
+def test_a_parallel_steps_calls_are_decided_together_from_the_inbox(
+    api, browser, people, engine, worker
+):
+    """Two calls of one step need a person (issue 49): they wait together, each with its own
+    hash; the API refuses a hash outside the set and an empty decision; the approver approves
+    one and declines the other in one action from the page; only the approved one runs."""
+    fan = {
+        "kind": "parallel",
+        "proposal_id": "two-saves",
+        "calls": [cited_save("zh-CN", "s1"), cited_save("fr-FR", "s2")],
+        "merge": "any",
+    }
+    run_id, _ = _start(api, people, [sc.search("p1"), fan, sc.final("Saved.", "tool-2.1")])
+    waiting = wait_until(api, people["vic"], run_id, {"waiting_confirmation"})
+    calls = waiting["confirmation_request"]["parallel"]["calls"]
+    assert [c["status"] for c in calls] == ["needs_person", "needs_person"]
+    first, second = (c["proposal_hash"] for c in calls)
+    assert first != second and calls[1]["approvals_required"] == 1
+
+    stray = call(
+        api, people["bob"], "POST", f"/v1/runs/{run_id}/decisions", json={"approve": ["0" * 64]}
+    )
+    assert (stray.status_code, stray.json()["error"]["code"]) == (409, "CONFIRMATION_HASH_MISMATCH")
+    empty = call(api, people["bob"], "POST", f"/v1/runs/{run_id}/decisions", json={})
+    assert empty.json()["error"]["code"] == "DECISION_EMPTY", empty.text
+    assert facts.count(engine, Confirmation, run_id=run_id) == 0
+
+    context = browser.new_context()
+    page = log_in(context, api, people["alice"])
+    card = page.locator(f"#req-{run_id}")
+    card.wait_for(timeout=30_000)
+    assert card.locator("section.parallel li").count() == 2
+    assert card.locator(f"#approve-{run_id}").count() == 0  # the set is decided as a set
+    card.locator(f"#choice-{run_id}-1").select_option(f"approve:{first}")
+    card.locator(f"#choice-{run_id}-2").select_option(f"decline:{second}")
+    card.locator(f"#decide-set-{run_id}").click()
+    page.wait_for_url(re.compile(r".*/ui/inbox\?done=.*"))
+    assert "decided" in page.locator("#notice").inner_text()
+
+    done = wait_until(api, people["alice"], run_id, {"completed", "failed", "cancelled"})
+    assert done["status"] == "completed", done
+    decided = {
+        (e.event, e.details["branch"], e.details["by"])
+        for e in facts.events(engine, run_id)
+        if e.event in ("confirmation.approved", "confirmation.declined")
+    }
+    label = people["label:alice"]
+    assert decided == {("confirmation.approved", 1, label), ("confirmation.declined", 2, label)}
+    assert facts.commands(engine, run_id) == 2  # the search and the approved save, no other
+    [merged] = facts.events(engine, run_id, "step.merged")
+    statuses = {b["branch"]: b["status"] for b in merged.details["branches"]}
+    assert statuses == {1: "succeeded", 2: "refused"}, merged.details
+    context.close()

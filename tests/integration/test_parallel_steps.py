@@ -430,13 +430,101 @@ def test_a_call_that_needs_a_person_holds_the_set_until_confirmed_by_its_hash(
     assert pending.proposal_hash == calls[1]["proposal_hash"]
     assert pending.parallel == calls
     page = fragment("_inbox.html", {"items": [pending], "grants": [], "may_confirm": True})
-    assert "nothing of it runs before you decide" in page and "<strong>this call</strong>" in page
+    assert "nothing of it runs before every call below" in page
+    assert "<strong>needs your decision</strong>" in page and "decide-set-" in page
     assert "the words" not in page  # the sensitive body stays masked on the page
     client.confirm(run_id, proposal_hash=pending.proposal_hash, by="approver")
     done = client.wait(run_id, timeout=30)
     assert done.status == "completed", done
     assert demo.notice_count(recipient=recipient) == 1 and docs.calls["Aperson"] == 1
     assert _merged(engine, run_id)["verdict"] == "complete"
+
+
+def test_the_calls_that_need_a_person_wait_together_and_are_decided_in_one_action(
+    client: Any,
+    engine: Any,
+    worker: WorkerProcess,
+    draft_worker: WorkerProcess,
+    demo: Any,
+) -> None:
+    """Three notices in one step, each needs a person: the set waits for all three. One
+    decided alone (not the first) keeps the run waiting and runs nothing; deciding it again,
+    or a hash outside the set, is refused with its code; the CLI then approves one and
+    declines the other in one action: the approved two run once each, the declined one never."""
+    recipients = [f"{uuid.uuid4().hex[:8]}@example.com" for _ in range(3)]
+    notices = [
+        {
+            "kind": "tool",
+            "proposal_id": f"tell-{n}",
+            "tool": "send_notice",
+            "tool_version": "1",
+            "arguments": {"recipient": r, "body": f"notice {n}"},
+        }
+        for n, r in enumerate(recipients, start=1)
+    ]
+    fan = {"kind": "parallel", "proposal_id": "tell-three", "calls": notices, "merge": "any"}
+    final = {"kind": "final", "answer": "Told.", "citations": ["tool-1.1", "tool-1.3"]}
+    spec = _spec([fan, final])
+    spec["goal"] = "Tell " + ", ".join(recipients) + "."
+    spec["grants"].append({"capability": "notices:send"})
+    run_id = client.start_run(spec)
+    info = wait_for(
+        lambda: (i := client.get_run(run_id)).status == "waiting_confirmation" and i,
+        what="the set waiting for a person",
+    )
+    calls = info.confirmation_request["parallel"]["calls"]
+    assert [c["status"] for c in calls] == ["needs_person"] * 3
+    first, second, third = (c["proposal_hash"] for c in calls)
+    assert info.confirmation_request["proposal_hash"] == first
+
+    version = client.confirm(run_id, proposal_hash=third, by="approver")
+    assert version == info.version  # recorded; the run waits for the other two
+    after = client.get_run(run_id)
+    assert after.status == "waiting_confirmation"
+    assert [c.get("decision") for c in after.confirmation_request["parallel"]["calls"]] == [
+        None,
+        None,
+        "approved",
+    ]
+    again = warrant("run", "confirm", run_id, "--proposal-hash", third, "--by", "x", "--json")
+    assert json.loads(again.stdout)["error"]["code"] == "CONFIRMATION_ALREADY_DECIDED"
+    stray = warrant("run", "decide", run_id, "--approve", "f" * 64, "--by", "x", "--json")
+    assert json.loads(stray.stdout)["error"]["code"] == "CONFIRMATION_HASH_MISMATCH"
+    assert sum(demo.notice_count(recipient=r) for r in recipients) == 0
+    shown = json.loads(warrant("run", "show", run_id, "--json").stdout)["why"]["waiting_for"]
+    assert shown["calls"] == [first, second], shown
+    assert f"run decide {run_id} --approve {first} --approve {second}" in shown["command"]
+
+    decided = warrant(
+        "run",
+        "decide",
+        run_id,
+        "--approve",
+        first,
+        "--decline",
+        second,
+        "--by",
+        "approver",
+        "--json",
+    )
+    assert json.loads(decided.stdout)["waiting_for"] == [], decided.stdout
+    done = client.wait(run_id, timeout=30)
+    assert done.status == "completed", done
+    sent = [demo.notice_count(recipient=r) for r in recipients]
+    assert sent == [1, 0, 1]
+    branches = {b["branch"]: b["status"] for b in _merged(engine, run_id)["branches"]}
+    assert branches == {1: "succeeded", 2: "refused", 3: "succeeded"}
+    events = [
+        (e.event, e.details.get("branch"))
+        for e in facts.events(engine, run_id)
+        if e.event.startswith("confirmation.")
+    ]
+    assert sorted(events) == [
+        ("confirmation.approved", 1),
+        ("confirmation.approved", 3),
+        ("confirmation.declined", 2),
+        ("confirmation.requested", None),
+    ], events
 
 
 def test_a_repeated_set_without_new_results_is_a_loop(

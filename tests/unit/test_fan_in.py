@@ -114,3 +114,30 @@ def test_a_write_in_flight_is_never_cut_the_step_waits_for_it():
     impossible = FanOut(1, "set", "all", 3, True, None, plans)
     assert verdict(impossible, _states(impossible, "failed", PENDING, PENDING)).state == "open"
     assert planned(impossible)[0].state == "open"  # nothing started: no wait (nothing refused)
+
+
+def test_a_sets_calls_that_need_a_person_are_decided_each_by_its_hash():
+    from warrant.runner.confirmation_rules import (
+        approvals_pending,
+        asked_call,
+        undecided,
+        waiting_for,
+    )
+
+    calls = [
+        {"branch": 1, "status": "accepted", "proposal_hash": "a"},
+        {"branch": 2, "status": "needs_person", "proposal_hash": "b", "approvals_required": 2},
+        {"branch": 3, "status": "needs_person", "proposal_hash": "c", "approved_by": []},
+    ]
+    request = {"proposal_hash": "b", "parallel": {"calls": calls}}
+    assert asked_call(request, "a") is None  # accepted by the gate: nobody decides it
+    assert asked_call(request, "b") is calls[1] and asked_call(request, "zz") is None
+    assert undecided(request) == waiting_for(request) == ["b", "c"]
+    assert approvals_pending(request, "b") == {"approvals_required": 2, "approved_by": []}
+    calls[2]["decision"] = "declined"
+    calls[1]["approved_by"] = [{"by": "ann"}, {"by": "bea"}]
+    assert approvals_pending(request, "b") is None and undecided(request) == ["b"]
+    calls[1]["decision"] = "approved"
+    assert waiting_for(request) == []
+    single = {"proposal_hash": "s", "approvals_required": 2, "approved_by": [{"by": "ann"}]}
+    assert asked_call(single, "s") is single and waiting_for(single) == ["s"]

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
 from warrant.runner.authz import Action, Identity
-from warrant.runner.confirmation_rules import approvals_pending
+from warrant.runner.confirmation_rules import approvals_pending, waiting_for
 from warrant.runner.server.http.auth import Reader, check_own_run, deps, origin, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import (
@@ -21,6 +21,8 @@ from warrant.runner.server.http.models import (
     CancelIn,
     DecisionIn,
     DecisionOut,
+    DecisionsIn,
+    DecisionsOut,
     GrantIn,
     GrantOut,
     HandoffPage,
@@ -90,6 +92,32 @@ def decline(request: Request, run_id: RunId, body: DecisionIn, identity: Confirm
         run_id, proposal_hash=body.proposal_hash, by=identity.label, origin=origin(request, "api")
     )
     return DecisionOut(run_id=run_id, decision="declined", version=version)
+
+
+@router.post(
+    "/runs/{run_id}/decisions",
+    response_model=DecisionsOut,
+    summary="Decide several calls",
+)
+def decide(request: Request, run_id: RunId, body: DecisionsIn, identity: Confirmer) -> DecisionsOut:
+    """Approve and decline in one action, each by its hash: the pending proposal, or the
+    calls of its parallel step that need a person (``confirmation_request.parallel.calls``).
+    The run goes back to the gate once every call of the set is decided; ``waiting_for``
+    lists those that still wait (for a decision, or for more approvals)."""
+    client = deps(request).client
+    version = client.decide(
+        run_id,
+        approve=body.approve,
+        decline=body.decline,
+        seen=body.seen,
+        by=identity.label,
+        origin=origin(request, "api"),
+    )
+    return DecisionsOut(
+        run_id=run_id,
+        version=version,
+        waiting_for=waiting_for(client.get_run(run_id).confirmation_request),
+    )
 
 
 @router.post("/runs/{run_id}/answer", response_model=RunOut, summary="Answer a question")

@@ -285,6 +285,37 @@ class DecisionIn(_In):
     )
 
 
+Hash = Annotated[Text, Field(min_length=1, max_length=128)]
+
+
+class DecisionsIn(_In):
+    approve: list[Hash] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Hashes to approve: the pending proposal's, or calls of its parallel step "
+        "(confirmation_request.parallel.calls[].proposal_hash) that need a person.",
+    )
+    decline: list[Hash] = Field(
+        default_factory=list, max_length=16, description="Hashes to decline."
+    )
+    seen: dict[Hash, Hash] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Hash → the state's fingerprint you were shown for that call; a moved "
+        "state is refused PRECONDITION_CHANGED.",
+    )
+
+
+class DecisionsOut(BaseModel):
+    run_id: str
+    version: int = Field(description="The run's version after the decisions.")
+    waiting_for: list[str] = Field(
+        default_factory=list,
+        description="The set's calls still waiting for a decision (or for more approvals): "
+        "the run goes on once this is empty.",
+    )
+
+
 class DecisionOut(BaseModel):
     run_id: str
     decision: Literal["approved", "declined"]

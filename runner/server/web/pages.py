@@ -111,7 +111,7 @@ def inbox(request: Request, done: RunId = "", decision: str = "") -> Response:
     """The pending confirmations, oldest first, each with approve and decline."""
     who = _reader(request)
     context = _view(request, "inbox", who)
-    if done and decision in ("approved", "declined", "granted"):
+    if done and decision in ("approved", "declined", "granted", "decided"):
         context["notice"] = f"Run {done}: {decision}."
         short = [p for p in context.get("items", []) if p.run_id == done and p.approved_by]
         if decision == "approved" and short:  # M of N: the request stays, with its counter
@@ -140,6 +140,35 @@ def decide(
             d.client.decline(run_id, proposal_hash=proposal_hash, **how)
 
     done = f"/ui/inbox?done={run_id}&decision={'approved' if decision == 'approve' else 'declined'}"
+    return _act(request, csrf, Action.CONFIRM, do, "inbox", done, failed_run=run_id)
+
+
+@router.post("/runs/{run_id}/decide-set")
+def decide_set(
+    request: Request,
+    run_id: str,
+    csrf: Csrf,
+    choice: Annotated[list[str], Form()] = [],  # noqa: B006 (a form list)
+    seen: Annotated[list[str], Form()] = [],  # noqa: B006
+) -> Response:
+    """Approve and decline several calls of a parallel step at once, each by its hash
+    (``approve:<hash>`` / ``decline:<hash>``; an empty choice leaves that call for later)."""
+    picked = [c.partition(":") for c in choice if c]
+    approve = [h for what, _, h in picked if what == "approve"]
+    decline = [h for what, _, h in picked if what == "decline"]
+    shown = dict(item.partition(":")[::2] for item in seen)
+
+    def do(d: Deps, who: Identity) -> None:
+        how = {"by": who.label, "origin": origin(request, "web")}
+        d.client.decide(
+            run_id,
+            approve=approve,
+            decline=decline,
+            seen={h: shown[h] for h in approve if h in shown},
+            **how,
+        )
+
+    done = f"/ui/inbox?done={run_id}&decision=decided"
     return _act(request, csrf, Action.CONFIRM, do, "inbox", done, failed_run=run_id)
 
 
