@@ -31,7 +31,8 @@ WITH cmd AS (
               AND c.attempts = CAST(%(seen)s AS integer)))
      AND c.cut_at IS NULL
      AND EXISTS (SELECT 1 FROM runs r
-                  WHERE r.id = %(run_id)s AND r.status = 'running'
+                  WHERE r.id = %(run_id)s
+                    AND (r.status = 'running' OR (c.branch > 0 AND r.status = 'reconciling'))
                     AND (r.version = %(version)s OR c.branch > 0))
   RETURNING c.attempts, c.step, c.proposal_id, c.tool, c.tool_version, c.timeout_s,
             c.idempotency_token
@@ -65,7 +66,8 @@ def start_command(
     heartbeat: bool = False,
 ) -> int | None:
     """Mark the command ``started`` (attempt + 1) and trace ``tool.started``, if the run is
-    still running at ``version`` and the command is ``issued`` (or ``started`` at
+    still running at ``version`` (a parallel step's call: at any version, and while the run
+    reconciles a sibling call's effect) and the command is ``issued`` (or ``started`` at
     ``seen_attempt``, whose holder is gone, and ``reinvoke``: safe to re-invoke). Returns the
     attempt, or None if nothing was started. ``heartbeat``: the attempt's lease is its
     heartbeat (a threads-pool worker renews ``heartbeat_at``), not its time limit."""
@@ -95,7 +97,8 @@ WITH c AS (
      AND c.tool = %(tool)s AND c.tool_version = ANY(%(versions)s)
      AND c.cut_at IS NULL
      AND EXISTS (SELECT 1 FROM runs r
-                  WHERE r.id = %(run_id)s AND r.status = 'running'
+                  WHERE r.id = %(run_id)s
+                    AND (r.status = 'running' OR (c.branch > 0 AND r.status = 'reconciling'))
                     AND (r.version = %(version)s OR c.branch > 0))
   RETURNING {CMD_COLUMNS}
 ), r AS (

@@ -569,10 +569,28 @@ def enter_reconciliation(
     return make_change(RunEvent.ENTER_RECONCILIATION, view, S.RECONCILING, changes, trace)
 
 
-def reconciled_applied(view: RunView, *, reconciled: Event) -> Change:
-    """The reconciler found the effect applied: the run goes on with the planner."""
-    changes = {"phase": Phase.PLANNING.value, "stop_reason": None, "active_command_id": None}
-    trace = [reconciled, transitioned(view, S.RUNNING)]
+def reconciled_applied(
+    view: RunView,
+    *,
+    reconciled: Event,
+    merged: dict[str, Any] | None = None,
+    waits_on: str | None = None,
+) -> Change:
+    """The reconciler found the effect applied: the run goes on with the planner. For a
+    parallel step's call: ``merged``, the step's verdict it decided (``step.merged``), or
+    ``waits_on``, a call of the step still in flight whose outcome will decide it."""
+    changes: dict[str, Any] = {
+        "phase": Phase.PLANNING.value,
+        "stop_reason": None,
+        "active_command_id": None,
+    }
+    trace = [reconciled]
+    if merged is not None:
+        changes["fan_out"] = None
+        trace.append(("step.merged", merged))
+    elif waits_on is not None:
+        changes |= {"phase": Phase.TOOL.value, "active_command_id": waits_on}
+    trace.append(transitioned(view, S.RUNNING))
     return make_change(RunEvent.RECONCILED_APPLIED, view, S.RUNNING, changes, trace)
 
 

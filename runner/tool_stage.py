@@ -35,12 +35,20 @@ def delivery(row: Any, *, version: int, lost: bool, runnable: bool) -> str:
         return "duplicate"
     if row.cmd_status == CommandStatus.DISCARDED:
         return "discarded"
-    if row.status != RunStatus.RUNNING or not _current(row, version):
-        stopped = row.status != RunStatus.RUNNING and row.cmd_status == CommandStatus.ISSUED
+    if not _live(row) or not _current(row, version):
+        stopped = not _live(row) and row.cmd_status == CommandStatus.ISSUED
         return "discard" if stopped else "ignored"
     if row.cmd_status == CommandStatus.STARTED and not lost:
         return "in_flight"
     return "start" if runnable else "redirect"
+
+
+def _live(row: Any) -> bool:
+    """May the run's command run? The run is running; a parallel step's call also while the
+    run reconciles a sibling call's effect (the calls are independent: the step merges once
+    that effect is known, with every call's outcome)."""
+    branch = bool(getattr(row, "cmd_branch", 0))
+    return row.status == RunStatus.RUNNING or (branch and row.status == RunStatus.RECONCILING)
 
 
 def _current(row: Any, version: int) -> bool:
@@ -55,7 +63,7 @@ def waits_for_slot(row: Any, *, version: int) -> bool:
     (then it is sent again for later)? Otherwise the stage sorts the message out, slotless."""
     return bool(
         row is not None
-        and row.status == RunStatus.RUNNING
+        and _live(row)
         and _current(row, version)
         and row.cmd_status in (CommandStatus.ISSUED, CommandStatus.STARTED)
     )

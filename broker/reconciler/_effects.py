@@ -22,7 +22,7 @@ from typing import Any
 from warrant.broker.context import StageContext
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
-from warrant.broker.tool.record import acceptance
+from warrant.broker.tool.record import acceptance, branch_reconciled
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S, reissue_command
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
@@ -283,6 +283,9 @@ def _applied(a: _Apply, found: ReconcileResult | None) -> None:
         return
     a.resolve("applied")
     finish_command(a.cmd)
+    merged = a.cmd.branch and not a.cancelling  # a parallel step's call: its step's rule decides
+    if merged and branch_reconciled(a.ctx, a.s, a.run, a.cmd, a.event, a.outbox):
+        return
     observation = NewObservation(
         tool_observation_id(a.cmd.step, a.cmd.branch),
         ObservationKind.TOOL_RESULT,

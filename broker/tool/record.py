@@ -59,6 +59,7 @@ from warrant.tools._contract import SideEffect, Tool
 
 __all__ = [
     "acceptance",
+    "branch_reconciled",
     "conclude",
     "finish_branch",
     "outcome_values",
@@ -403,7 +404,8 @@ def _reconcile_branch(
     view: RunView, tool: Tool[Any, Any], res: ToolResult, cmd: Command, events: list[Any]
 ) -> Change:
     """A branch's effect is unknown: the run reconciles it (it is the run's active command
-    now) before going on; the step's other branches are cut."""
+    now) before going on; the step's reads still in flight are cut, and the step stays open
+    (:func:`branch_reconciled` merges it once the effect is known)."""
     required = {
         "tool": tool.name,
         "trigger": res.trigger,
@@ -412,8 +414,34 @@ def _reconcile_branch(
     change = machine.enter_reconciliation(
         view, required=required, detail={"tool": tool.name, "code": res.code}, events=events
     )
-    reconciling = {**change.changes, "active_command_id": cmd.id, "fan_out": None}
+    reconciling = {**change.changes, "active_command_id": cmd.id}
+    if view.status is RunStatus.CANCELLING:  # it ends once the effect is known, not merged
+        reconciling["fan_out"] = None
     return dataclasses.replace(change, changes=reconciling)
+
+
+def branch_reconciled(
+    ctx: StageContext, s: Session, run: Run, cmd: Command, reconciled: Any, outbox: Outbox
+) -> bool:
+    """A parallel step's call whose unknown effect the reconciler found applied (its outcome
+    resolved, the run ``reconciling``): the step's rule decides again, with the other calls'
+    outcomes recorded meanwhile. Decided, the step merges and the planner goes on; else the
+    run waits on a write of the step still in flight. ``False``: the run keeps no open step
+    of this call (the caller concludes it alone)."""
+    fan = FanOut.from_json(run.fan_out) if run.fan_out else None
+    if fan is None or fan.step != cmd.step or fan.branch_of(cmd.id) is None:
+        return False
+    s.flush()  # the resolved outcome, read back with the others
+    now = ctx.clock()
+    states, outputs = _branch_states(ctx, s, run.id, fan, now)
+    decided = fan_in.verdict(fan, states)
+    if decided.decided:
+        _merge(ctx, s, run, fan, states, outputs, decided, [], outbox, now, reconciled=reconciled)
+        return True
+    pending = next(b.plan.command_id for b in states if b.status == fan_in.PENDING)
+    change = machine.reconciled_applied(run_view(run), reconciled=reconciled, waits_on=pending)
+    commit(s, change, step=cmd.step, proposal_id=cmd.proposal_id)
+    return True
 
 
 def _merge(
@@ -427,6 +455,8 @@ def _merge(
     events: list[Any],
     outbox: Outbox,
     now: float,
+    *,
+    reconciled: Any = None,
 ) -> None:
     """The step's rule is decided: the branches still in flight are cut (after the commit),
     each succeeded branch becomes an observation with its own source, the step's verdict
@@ -448,9 +478,14 @@ def _merge(
     merged_observation = NewObservation(
         f"step-{fan.step}", ObservationKind.STEP_MERGED, ObservationSource.POLICY.value, content
     )
+    change = (
+        machine.merge_step(view, merged=content, events=events)
+        if reconciled is None  # else the reconciler found a call's effect applied
+        else machine.reconciled_applied(view, reconciled=reconciled, merged=content)
+    )
     new_version = commit(
         s,
-        machine.merge_step(view, merged=content, events=events),
+        change,
         step=fan.step,
         proposal_id=fan.proposal_id,
         observation=merged_observation,
@@ -530,6 +565,8 @@ def _branch_observations(
         }
         if last is not None and last.output is not None:
             content["output"] = last.output
+        if last is not None and last.resolved_status == "applied":
+            content["reconciled"] = True  # its reply was lost; the service says it was applied
         s.add(
             Observation(
                 run_id=run.id,

@@ -549,6 +549,69 @@ def test_a_repeated_set_without_new_results_is_a_loop(
     assert docs.calls["Ar"] == docs.calls["Br"] <= 3  # the halted set ran nothing
 
 
+@pytest.mark.parametrize(
+    ("fault", "found", "attempts", "draft_s"),
+    [
+        ("timeout_after_commit", "applied", 1, 0.0),
+        ("timeout_after_commit", "applied", 1, 1.5),  # found applied while the draft runs
+        ("timeout_before_commit", "not_applied", 2, 0.0),
+    ],
+)
+def test_a_calls_unknown_effect_is_reconciled_then_the_step_merges_with_every_call(
+    client: Any,
+    engine: Any,
+    worker: WorkerProcess,
+    draft_worker: WorkerProcess,
+    reconciler_worker: WorkerProcess,
+    demo: Any,
+    fault: str,
+    found: str,
+    attempts: int,
+    draft_s: float,
+) -> None:
+    """A refund and a draft in one step; the refund's reply is lost (its effect unknown)
+    while the draft succeeds. The run reconciles the refund before moving on; once it is
+    known (applied, or not applied and retried with its token), the step merges with both
+    calls: ``complete``, each call its own observation, a final answer citing both. A slow
+    draft still running when the refund is found applied: the run waits on it, and its
+    outcome merges the step."""
+    from tests.integration.test_reconciler import reconciliations, settle
+    from tests.integration.test_tool_execution import draft, refund
+
+    order, draft_id = f"ord_{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:8]}"
+    demo.set_fault("issue_refund", fault)
+    if draft_s:
+        demo.set_fault("save_draft", "slow", delay_s=draft_s)
+    try:
+        calls = [{**refund(order), "proposal_id": "r"}, {**draft(draft_id), "proposal_id": "d"}]
+        fan = {"kind": "parallel", "proposal_id": "refund-and-draft", "calls": calls}
+        final = {"kind": "final", "answer": "Done.", "citations": ["tool-1.1", "tool-1.2"]}
+        spec = _spec([fan, final])
+        spec["grants"] = [{"capability": "payments:refund"}, {"capability": "drafts:write"}]
+        run_id = client.start_run(spec)
+        assert client.wait(run_id, timeout=30, until={"reconciling"}).status == "reconciling"
+        info = settle(client, run_id, timeout=60)
+    finally:
+        demo.clear_faults()
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    assert reconciliations(engine, run_id) == [found]
+    assert demo.refund_count(order_id=order) == 1  # exactly once, whichever way it was found
+    refund_command = _commands(engine, run_id)[0]
+    assert refund_command.attempts == attempts  # retried with its own token only if not applied
+    merged = _merged(engine, run_id)
+    assert merged["verdict"] == "complete", merged
+    assert [b["status"] for b in merged["branches"]] == ["succeeded", "succeeded"]
+    seen = {o["observation_id"]: o["content"] for o in client.observations(run_id)}
+    assert seen["tool-1.2"]["tool"] == "save_draft"
+    assert seen["tool-1.1"]["tool"] == "issue_refund"
+    assert seen["tool-1.1"].get("reconciled", False) is (found == "applied")
+    if draft_s:  # the refund was found applied before the draft's outcome, which merged it
+        names = [e.event for e in facts.events(engine, run_id)]
+        assert names.index("effect.reconciled") < names.index("step.merged")
+        reconciled_at = names.index("effect.reconciled")
+        assert "tool.completed" in names[reconciled_at : names.index("step.merged")]
+
+
 def test_a_call_whose_worker_died_is_concluded_by_the_sweep_and_the_step_merges_once(
     client: Any,
     engine: Any,
