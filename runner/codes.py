@@ -145,6 +145,9 @@ class Rejection(StrEnum):
     calls (or a tool's own cap): the set is refused whole, before any of it runs."""
     PARALLEL_DUPLICATE_CALL = "PARALLEL_DUPLICATE_CALL"
     """The same call (tool, version, arguments) twice in one parallel step: the later one."""
+    PARALLEL_JOB_TOOL = "PARALLEL_JOB_TOOL"
+    """A long-running tool (one that starts a job the run then waits for) among a parallel
+    step's calls: that call is refused; such a tool runs in a step of its own."""
 
 
 def invalid_field_code(field: str) -> str:

@@ -346,13 +346,23 @@ def gate_calls(
     """Each call of the set through the whole gate (``base`` with the call as its ``raw``),
     in order: what an accepted call uses (a grant use, a confirmation, a pre-approval) is
     used for the calls after it; the same call twice is refused the second time
-    (``PARALLEL_DUPLICATE_CALL``). A call that needs a person keeps its
-    ``AwaitConfirmation``: the set waits for a person's decision on each such call."""
+    (``PARALLEL_DUPLICATE_CALL``), a long-running tool's call always (``PARALLEL_JOB_TOOL``).
+    A call that needs a person keeps its ``AwaitConfirmation``: the set waits for a person's
+    decision on each such call."""
     inp, seen = base, set()
     decided: list[tuple[int, Any, Decision]] = []
     for number, call in enumerate(calls, start=1):
         decision = evaluate(dataclasses.replace(inp, raw=call), on_event=on_event)
-        if isinstance(decision, Accept) and decision.proposal_hash in seen:
+        if isinstance(decision, Accept | AwaitConfirmation) and decision.tool.job is not None:
+            decision = Reject(  # its job would hold the run (waiting_job) apart from the step
+                code=Rejection.PARALLEL_JOB_TOOL.value,
+                layer="schema",
+                fingerprint=decision.proposal_hash,
+                events=decision.events,
+                message=f"{decision.tool.name} is a long-running tool: propose it in a step "
+                "of its own",
+            )
+        elif isinstance(decision, Accept) and decision.proposal_hash in seen:
             decision = Reject(
                 code=Rejection.PARALLEL_DUPLICATE_CALL.value,
                 layer="loops",

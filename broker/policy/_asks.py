@@ -157,14 +157,22 @@ def asks(row: Any, decision: policy.Reject) -> bool:
 
 
 def await_grant(
-    ctx: StageContext, conn: Any, view: RunView, load: PolicyLoad, decision: policy.Reject
+    ctx: StageContext,
+    conn: Any,
+    view: RunView,
+    load: PolicyLoad,
+    decision: policy.Reject,
+    *,
+    call: tuple[int, dict[str, Any]] | None = None,
 ) -> str:
     """Commit the wait: the run's status, the request as its ``stop_detail``, the proposal's
-    status ``waiting_grant``. Returns ``waiting_grant:<code>`` (or the refusal's fallback when
-    the tool is unknown to this worker: then nothing can be asked)."""
+    status ``waiting_grant``. ``call``: the parallel step's call (its number and the call)
+    the grant is for; the whole set waits, and the gate looks at it again once granted.
+    Returns ``waiting_grant:<code>``."""
     proposal = load.row.proposal
-    raw = proposal.get("raw") or {}
-    tool = ctx.registry.get(proposal["tool"] or "", proposal["tool_version"] or "")
+    raw = (proposal.get("raw") or {}) if call is None else call[1]
+    named = proposal if call is None else raw
+    tool = ctx.registry.get(named.get("tool") or "", named.get("tool_version") or "")
     assert tool is not None  # an authorization refusal comes after the registry layer
     given = raw.get("arguments")
     arguments: dict[str, Any] = given if isinstance(given, dict) else {}
@@ -178,6 +186,8 @@ def await_grant(
         proposal_id=proposal["proposal_id"],
         proposal_hash=decision.fingerprint,
     )
+    if call is not None:
+        request["branch"] = call[0]
     commit(
         conn,
         machine.request_grant(view, request=request, events=trace_events(decision.events)),

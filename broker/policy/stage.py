@@ -501,8 +501,9 @@ def _fan_out(
     branches = _decide_calls(ctx, view, load, parallel, now)
     if any(isinstance(d, policy.Ignore) for _, _, d in branches):
         return "ignored"
-    if any(isinstance(d, policy.AwaitConfirmation) for _, _, d in branches):
-        return _await_call(ctx, view, load, branches, now)  # nothing runs before they decide
+    waiting = _await_people(ctx, view, load, branches, now)
+    if waiting is not None:  # nothing of the set runs before a grant or a person's decisions
+        return waiting
     halted = next((d for _, _, d in branches if isinstance(d, policy.Halt)), None)
     if halted is not None:
         with autocommit(ctx.engine) as conn:
@@ -520,6 +521,32 @@ def _fan_out(
         outbox.add(send)
     outbox.flush()
     return result
+
+
+def _await_people(
+    ctx: StageContext, view: RunView, load: PolicyLoad, branches: list[Branch], now: float
+) -> str | None:
+    """A call refused for a grant the spec says to ask for: the set waits for that grant
+    (the gate then looks at the set again). Else calls that need a person: the set waits for
+    their decisions (:func:`_await_call`). ``None``: nothing to wait for."""
+    lacking = next(
+        (
+            (number, call, d)
+            for number, call, d in branches
+            if isinstance(d, policy.Reject) and asks(load.row, d) and isinstance(call, dict)
+        ),
+        None,
+    )
+    if lacking is not None:
+        number, call, refused = lacking
+        with autocommit(ctx.engine) as conn:
+            try:
+                return await_grant(ctx, conn, view, load, refused, call=(number, call))
+            except StaleVersion:
+                return "ignored"
+    if any(isinstance(d, policy.AwaitConfirmation) for _, _, d in branches):
+        return _await_call(ctx, view, load, branches, now)
+    return None
 
 
 def _await_call(

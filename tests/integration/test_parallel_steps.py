@@ -527,6 +527,64 @@ def test_the_calls_that_need_a_person_wait_together_and_are_decided_in_one_actio
     ], events
 
 
+def test_a_call_that_lacks_a_grant_the_spec_asks_for_holds_the_set_until_granted(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    """``on_missing_grant: ask``: a call outside the run's grants makes the set wait for the
+    grant (nothing runs meanwhile); once an operator grants it, the gate looks at the set
+    again and both calls run."""
+    docs.set("Ag1", "A")
+    docs.set("Xg1", "X")
+    fan = _parallel(["Ag1", "Xg1"])
+    final = {"kind": "final", "answer": "Both.", "citations": ["tool-1.1", "tool-1.2"]}
+    spec = _spec([fan, final], scopes=("doc:Ag*",))
+    spec["policy"] = {"on_missing_grant": "ask"}
+    run_id = client.start_run(spec)
+    info = client.wait(run_id, timeout=30, until={"waiting_grant"})
+    assert info.status == "waiting_grant", info
+    asked = info.waiting_for_grant
+    assert (asked["branch"], asked["tool"], asked["code"]) == (
+        2,
+        "read_document",
+        "RESOURCE_OUT_OF_SCOPE",
+    )
+    assert asked["resources"] == ["doc:Xg1"]
+    assert "Ag1" not in docs.calls  # the set waits whole
+    client.add_grant(
+        run_id, capability="docs:read", resource_scope="doc:Xg1", granted_by="ops", widen=True
+    )
+    done = client.wait(run_id, timeout=30)
+    assert done.status == "completed", done
+    assert _merged(engine, run_id)["verdict"] == "complete"
+    assert docs.calls["Ag1"] == docs.calls["Xg1"] == 1
+
+
+def test_a_long_running_tool_in_a_set_is_refused_and_the_others_run(
+    client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
+) -> None:
+    """A job tool's call would hold the run apart from its step: refused
+    ``PARALLEL_JOB_TOOL``; the read beside it runs and the step is ``partial``."""
+    from tests.integration.test_long_running_tools import refund_async
+
+    docs.set("Aj1", "A")
+    job = {**refund_async(f"ord_{uuid.uuid4().hex[:8]}"), "proposal_id": "job"}
+    fan = {
+        "kind": "parallel",
+        "proposal_id": "read-and-refund",
+        "calls": [_read("r", "Aj1"), job],
+        "merge": "any",
+    }
+    final = {"kind": "final", "answer": "Read.", "citations": ["tool-1.1"]}
+    spec = _spec([fan, final])
+    spec["grants"].append({"capability": "payments:refund"})
+    done = client.wait(client.start_run(spec), timeout=30)
+    assert done.status == "completed", done
+    merged = _merged(engine, done.run_id)
+    assert merged["verdict"] == "partial"
+    assert _branch(merged, 2)["code"] == "PARALLEL_JOB_TOOL"
+    assert len(_commands(engine, done.run_id)) == 1  # the refused call never became a command
+
+
 def test_a_repeated_set_without_new_results_is_a_loop(
     client: Any, engine: Any, worker: WorkerProcess, readers: WorkerProcess, docs: DocumentService
 ) -> None:
