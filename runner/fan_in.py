@@ -52,6 +52,7 @@ __all__ = [
     "rule_name",
     "shown",
     "tool_observation_id",
+    "unresolved",
     "verdict",
 ]
 
@@ -328,6 +329,12 @@ def check_set(view: RunView, parallel: ParallelProposal, *, max_calls: int) -> S
             detail = {"tool": tool, "wanted": wanted, "max": cap}
             return SetRefusal(Rejection.PARALLEL_BUDGET_EXCEEDED, detail)
     return None
+
+
+def unresolved(states: Sequence[BranchState]) -> BranchState | None:
+    """A call of the step whose effect is unknown and not yet reconciled: the step's rule
+    waits for it (the run reconciles the step's unknown calls one at a time)."""
+    return next((b for b in states if b.status == Outcome.UNKNOWN.value), None)
 
 
 def planned(fan: FanOut) -> tuple[Verdict, list[BranchState]]:

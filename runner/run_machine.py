@@ -192,7 +192,7 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
         "tool.completed",
     ),
     RunEvent.ENTER_RECONCILIATION: _R(
-        frozenset({S.RUNNING, S.CANCELLING}),
+        frozenset({S.RUNNING, S.CANCELLING, S.RECONCILING}),
         frozenset({S.RECONCILING, S.CANCELLING}),
         "effect.reconciliation_required",
     ),
@@ -557,7 +557,8 @@ def enter_reconciliation(
     events: Sequence[Event] = (),
 ) -> Change:
     """The command's effect is unknown: the reconciler finds out. A cancelling run stays
-    cancelling (it ends once the effect is known); a running one becomes ``reconciling``."""
+    cancelling (it ends once the effect is known); a running one becomes ``reconciling``; a
+    reconciling one stays so (a parallel step's next call whose effect is unknown)."""
     trace = [*events, ("effect.reconciliation_required", required)]
     if view.status is S.CANCELLING:
         changes: dict[str, Any] = {"phase": Phase.IDLE.value}
@@ -565,7 +566,8 @@ def enter_reconciliation(
     changes = {"phase": Phase.IDLE.value, "stop_reason": StopReason.UNKNOWN_EFFECT.value}
     if detail is not None:
         changes["stop_detail"] = detail
-    trace.append(transitioned(view, S.RECONCILING))
+    if view.status is not S.RECONCILING:
+        trace.append(transitioned(view, S.RECONCILING))
     return make_change(RunEvent.ENTER_RECONCILIATION, view, S.RECONCILING, changes, trace)
 
 

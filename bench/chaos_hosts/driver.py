@@ -27,19 +27,29 @@ __all__ = ["main"]
 SETTLED = ("completed", "failed", "cancelled", "handoff")
 
 
-def refund_spec(tag: str, *, version: str = "1") -> dict[str, Any]:
+def refund_spec(tag: str, *, version: str = "1", parallel: bool = False) -> dict[str, Any]:
+    """A run that refunds one order, or (``parallel``) two in one parallel step (two
+    commands, two tokens, on whichever tool hosts take them)."""
     from warrant_demo import scenarios as sc
 
-    step = {
-        "kind": "tool",
-        "proposal_id": "p1",
-        "tool": "issue_refund",
-        "tool_version": version,
-        "arguments": {"order_id": f"ord_{tag}", "amount_cents": 1234, "currency": "EUR"},
-        "reason_summary": "chaos-hosts",
-        "source_observation_ids": ["user-1"],
-    }
-    spec = sc.spec([step, sc.final("Refunded.", "tool-1")])
+    def refund(order: str, pid: str) -> dict[str, Any]:
+        return {
+            "kind": "tool",
+            "proposal_id": pid,
+            "tool": "issue_refund",
+            "tool_version": version,
+            "arguments": {"order_id": order, "amount_cents": 1234, "currency": "EUR"},
+            "reason_summary": "chaos-hosts",
+            "source_observation_ids": ["user-1"],
+        }
+
+    if parallel:
+        calls = [refund(f"ord_{tag}a", "p1a"), refund(f"ord_{tag}b", "p1b")]
+        step = {"kind": "parallel", "proposal_id": "p1", "calls": calls, "merge": "all"}
+        final = sc.final("Refunded both.", "tool-1.1", "tool-1.2")
+    else:
+        step, final = refund(f"ord_{tag}", "p1"), sc.final("Refunded.", "tool-1")
+    spec = sc.spec([step, final])
     spec["grants"] = [{"capability": "payments:refund"}]
     spec["subject"] = f"hosts-{tag}"
     return spec
@@ -111,13 +121,16 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
     _, database = resolved_urls()
     engine = engine_for(database)
     demo = DemoService(engine)
-    demo.set_fault("issue_refund", "slow", times=args.runs, delay_s=args.slow)
+    demo.set_fault("issue_refund", "slow", times=2 * args.runs, delay_s=args.slow)
     client = Client.from_env()
     ids = []
     versions = args.versions.split(",")
     for n in range(args.runs):
         version = versions[n % len(versions)]
-        ids.append(client.start_run(refund_spec(uuid.uuid4().hex[:12], version=version)))
+        pair = args.parallel and n % 2 == 1  # every other run: two refunds in one step
+        ids.append(
+            client.start_run(refund_spec(uuid.uuid4().hex[:12], version=version, parallel=pair))
+        )
     _say(f"started {len(ids)}")
     t0 = time.monotonic()
     said_in_flight = False
@@ -182,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow", type=float, default=3.0, help="seconds each refund call takes")
     ap.add_argument("--bound", type=float, default=120.0, help="seconds the runs may take")
     ap.add_argument("--versions", default="1", help="issue_refund versions, in turn (1,2)")
+    ap.add_argument(
+        "--parallel",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every other run refunds two orders in one parallel step",
+    )
     args = ap.parse_args(argv)
     result = run_round(args)
     _say(json.dumps(result))

@@ -206,6 +206,10 @@ def _reconcile_one(
         if locked is None:
             return
         outcome, run, cmd = locked
+        if _waits_its_turn(run, cmd):  # the run reconciles another call of its step first
+            schedule_reconciliation(outcome, to_datetime(ctx.clock() + TURN_WAIT_S))
+            report.still_unknown += 1
+            return
         waits = settings.lease_heartbeat_timeout_s
         if answer.result == Answer.NOT_APPLIED and _defer(
             s, run, cmd, outcome, heartbeat_timeout_s=waits
@@ -246,6 +250,24 @@ def _reconcile_one(
             append_events(s, run.id, [event], step=cmd.step, proposal_id=cmd.proposal_id)
             report.still_unknown += 1
     outbox.flush()
+
+
+#: How soon a parallel step's call whose effect waits its turn is looked at again.
+TURN_WAIT_S = 2.0
+
+
+def _waits_its_turn(run: Run, cmd: Command) -> bool:
+    """A parallel step's call whose effect is unknown while the run, still on that step,
+    reconciles (or retries) another of its calls: it is reconciled in its turn, as the run's
+    active command (``broker.tool.record.finish_branch`` hands it over), so that a call
+    found not applied is retried like any other."""
+    fan = run.fan_out or {}
+    return bool(
+        cmd.branch
+        and fan.get("step") == cmd.step
+        and run.active_command_id != cmd.id
+        and run.status in (RunStatus.RUNNING, RunStatus.RECONCILING)
+    )
 
 
 def _defer(

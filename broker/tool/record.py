@@ -370,7 +370,9 @@ def finish_branch(
     states, outputs = _branch_states(ctx, s, run.id, fan, now)
     pending = [b.plan.command_id for b in states if b.status == fan_in.PENDING]
     if res.status is Outcome.UNKNOWN:  # reconciled first (a cancelling run stays so)
-        fact(_reconcile_branch(view, tool, res, cmd, events))
+        call = fan.branch_of(cmd.id)
+        assert call is not None
+        fact(_reconcile_branch(ctx, view, call, code=res.code, events=events))
         reads = [  # a write in flight is never cut: its own outcome will be known
             b.plan.command_id
             for b in states
@@ -385,6 +387,10 @@ def finish_branch(
             stop_reason=None, step=cmd.step, events=events,
         )  # fmt: skip
         fact(machine.record_only(view, events=events) if pending else ended)
+        return res.status.value
+    waiting = fan_in.unresolved(states)  # another call's unknown effect, recorded meanwhile
+    if waiting is not None:
+        fact(_reconcile_branch(ctx, view, waiting.plan, code=waiting.code, events=events))
         return res.status.value
     decided = fan_in.verdict(fan, states)
     if not decided.decided:
@@ -401,20 +407,24 @@ def _writes(ctx: StageContext, tool: str | None) -> bool:
 
 
 def _reconcile_branch(
-    view: RunView, tool: Tool[Any, Any], res: ToolResult, cmd: Command, events: list[Any]
+    ctx: StageContext,
+    view: RunView,
+    call: fan_in.BranchPlan,
+    *,
+    code: str | None,
+    events: list[Any],
 ) -> Change:
     """A branch's effect is unknown: the run reconciles it (it is the run's active command
     now) before going on; the step's reads still in flight are cut, and the step stays open
-    (:func:`branch_reconciled` merges it once the effect is known)."""
-    required = {
-        "tool": tool.name,
-        "trigger": res.trigger,
-        "recovery": "query" if tool.reconcile is not None else "human",
-    }
+    (:func:`branch_reconciled` merges it once the effect is known). The step's calls whose
+    effects are unknown are reconciled one at a time, each in its turn."""
+    tool = call.tool
+    queried = any(t.reconcile is not None for t in ctx.registry.by_name(tool or ""))
+    required = {"tool": tool, "branch": call.branch, "recovery": "query" if queried else "human"}
     change = machine.enter_reconciliation(
-        view, required=required, detail={"tool": tool.name, "code": res.code}, events=events
+        view, required=required, detail={"tool": tool, "code": code}, events=events
     )
-    reconciling = {**change.changes, "active_command_id": cmd.id}
+    reconciling = {**change.changes, "active_command_id": call.command_id}
     if view.status is RunStatus.CANCELLING:  # it ends once the effect is known, not merged
         reconciling["fan_out"] = None
     return dataclasses.replace(change, changes=reconciling)
@@ -434,6 +444,13 @@ def branch_reconciled(
     s.flush()  # the resolved outcome, read back with the others
     now = ctx.clock()
     states, outputs = _branch_states(ctx, s, run.id, fan, now)
+    waiting = fan_in.unresolved(states)
+    if waiting is not None:  # the next one's turn
+        change = _reconcile_branch(
+            ctx, run_view(run), waiting.plan, code=waiting.code, events=[reconciled]
+        )
+        commit(s, change, step=cmd.step, proposal_id=cmd.proposal_id)
+        return True
     decided = fan_in.verdict(fan, states)
     if decided.decided:
         _merge(ctx, s, run, fan, states, outputs, decided, [], outbox, now, reconciled=reconciled)

@@ -670,6 +670,50 @@ def test_a_calls_unknown_effect_is_reconciled_then_the_step_merges_with_every_ca
         assert "tool.completed" in names[reconciled_at : names.index("step.merged")]
 
 
+@pytest.mark.parametrize(
+    ("fault", "found", "attempts"),
+    [("timeout_after_commit", "applied", 1), ("timeout_before_commit", "not_applied", 2)],
+)
+def test_two_calls_with_unknown_effects_are_reconciled_in_turn_and_each_runs_once(
+    client: Any,
+    engine: Any,
+    worker: WorkerProcess,
+    draft_worker: WorkerProcess,
+    reconciler_worker: WorkerProcess,
+    demo: Any,
+    fault: str,
+    found: str,
+    attempts: int,
+) -> None:
+    """Two refunds in one step, both replies lost: the run reconciles one, then the other
+    (the second waits its turn, so a call found not applied is retried with its token like a
+    lone call); the step merges ``complete`` once both are known, each refund made once."""
+    from tests.integration.test_reconciler import reconciliations, settle
+    from tests.integration.test_tool_execution import refund
+
+    tag = uuid.uuid4().hex[:8]
+    orders = [f"ord_{tag}a", f"ord_{tag}b"]
+    demo.set_fault("issue_refund", fault, times=2)
+    try:
+        calls = [{**refund(order), "proposal_id": f"r{n}"} for n, order in enumerate(orders)]
+        fan = {"kind": "parallel", "proposal_id": "two-refunds", "calls": calls}
+        final = {"kind": "final", "answer": "Done.", "citations": ["tool-1.1", "tool-1.2"]}
+        spec = _spec([fan, final])
+        spec["grants"] = [{"capability": "payments:refund"}]
+        run_id = client.start_run(spec)
+        assert client.wait(run_id, timeout=30, until={"reconciling"}).status == "reconciling"
+        info = settle(client, run_id, timeout=60)
+    finally:
+        demo.clear_faults()
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    assert reconciliations(engine, run_id) == [found, found]
+    assert len(facts.events(engine, run_id, "effect.reconciliation_required")) == 2  # in turn
+    assert [demo.refund_count(order_id=o) for o in orders] == [1, 1]
+    assert [c.attempts for c in _commands(engine, run_id)] == [attempts, attempts]
+    merged = _merged(engine, run_id)
+    assert (merged["verdict"], merged["missing"]) == ("complete", []), merged
+
+
 def test_a_call_whose_worker_died_is_concluded_by_the_sweep_and_the_step_merges_once(
     client: Any,
     engine: Any,
