@@ -49,7 +49,9 @@ def refund_spec(tag: str, *, version: str = "1", parallel: bool = False) -> dict
         final = sc.final("Refunded both.", "tool-1.1", "tool-1.2")
     else:
         step, final = refund(f"ord_{tag}", "p1"), sc.final("Refunded.", "tool-1")
-    spec = sc.spec([step, final])
+    # A lost attempt's retry is a tool call: a lone refund has room for three, so has each of
+    # a pair (the default budget of 4 would end a pair's run after its second retry).
+    spec = sc.spec([step, final], max_tool_calls=8 if parallel else 4)
     spec["grants"] = [{"capability": "payments:refund"}]
     spec["subject"] = f"hosts-{tag}"
     return spec
