@@ -231,3 +231,51 @@ def test_database_commands_still_use_the_database_with_a_server_url(
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout) == []
+
+
+def test_an_approver_decides_a_parallel_steps_calls_remotely_in_one_action(
+    server, tokens, worker, engine, tmp_path
+):
+    """``run decide`` over HTTP (``POST /v1/runs/{id}/decisions``): a producer's token may
+    not; an approver's approves one call and declines the other in one request."""
+    subject = f"remote-decide-{uuid.uuid4().hex[:8]}"
+    fan = {
+        "kind": "parallel",
+        "proposal_id": "two-saves",
+        "calls": [save("zh-CN", pid="s1"), save("fr-FR", pid="s2")],
+        "merge": "any",
+    }
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(memory_spec([fan, sc.final("Saved.", "tool-1.1")], subject)))
+    producer, approver = tokens["producer"], tokens["approver"]
+    started = remote(server, producer, "run", "start", str(spec), "--wait", "--json", tmp=tmp_path)
+    waiting = json.loads(started.stdout)
+    assert waiting["status"] == "waiting_confirmation", waiting
+    run_id = waiting["run_id"]
+    first, second = (
+        c["proposal_hash"] for c in waiting["confirmation_request"]["parallel"]["calls"]
+    )
+    decide = (
+        "run",
+        "decide",
+        run_id,
+        "--approve",
+        first,
+        "--decline",
+        second,
+        "--by",
+        "x",
+        "--json",
+    )
+
+    denied = remote(server, producer, *decide, tmp=tmp_path)
+    assert (denied.returncode, error_code(denied)) == (2, "FORBIDDEN")
+    ok = remote(server, approver, *decide, tmp=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert json.loads(ok.stdout)["waiting_for"] == []
+    with RemoteClient(server, producer) as client:
+        done = client.wait(run_id, timeout=60)
+    assert (done.status, done.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    label = tokens["label:approver"]
+    assert facts.count(engine, Confirmation, run_id=run_id, decided_by=label) == 2
+    assert facts.count(engine, Confirmation, run_id=run_id, approved=True) == 1
