@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import (
@@ -33,6 +33,7 @@ from warrant.runner.codes import CommandStatus
 from warrant.runner.spec import Grant
 
 __all__ = [
+    "discard_issued_branches",
     "discard_issued_command",
     "insert_grant",
     "insert_pre_approval",
@@ -102,6 +103,21 @@ def discard_issued_command(cmd: Command | None) -> None:
     """A command issued but never started is discarded (a cancelled run will not run it)."""
     if cmd is not None and cmd.status == CommandStatus.ISSUED:
         cmd.status = CommandStatus.DISCARDED.value
+
+
+def discard_issued_branches(s: Session, run_id: str, step: int) -> None:
+    """The calls of the run's parallel step ``step`` not started yet are discarded (a cancelled
+    run will not run them; their messages are revoked, so nothing else would ever end them)."""
+    s.execute(
+        update(Command)
+        .where(
+            Command.run_id == run_id,
+            Command.step == step,
+            Command.branch > 0,
+            Command.status == CommandStatus.ISSUED.value,
+        )
+        .values(status=CommandStatus.DISCARDED.value)
+    )
 
 
 def insert_grant(

@@ -21,7 +21,12 @@ from warrant.ledger.db_clock import DatabaseClock
 from warrant.ledger.memory_store import MemoryStore
 from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
-from warrant.ledger.operator import discard_issued_command, lock_active_command, lock_run
+from warrant.ledger.operator import (
+    discard_issued_branches,
+    discard_issued_command,
+    lock_active_command,
+    lock_run,
+)
 from warrant.ledger.repo import commit, run_view
 from warrant.ledger.runs_create import create_run
 from warrant.ledger.stage_loads import autocommit, run_status
@@ -348,6 +353,8 @@ def _cancel_locked(
     requested = {"by": by, "reason_chars": len(reason), "in_flight": in_flight}
     if not in_flight:
         discard_issued_command(cmd)
+    if run.fan_out:  # a parallel step's calls not started: the cancel waits for none of them
+        discard_issued_branches(s, run_id, int(run.fan_out["step"]))
     change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
     commit(s, change, step=run.step)
     return in_flight

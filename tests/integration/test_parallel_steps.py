@@ -24,6 +24,9 @@ from warrant_demo.documents import DOCS_URL_ENV, DocumentService
 from tests import facts
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_cli import warrant
+from tests.integration.test_long_running_tools import refund_async
+from tests.integration.test_reconciler import reconciliations, settle
+from tests.integration.test_tool_execution import draft, refund
 from warrant.ledger.models import Command, OutcomeRow, Proposal
 from warrant.runner.server.web.views import fragment
 
@@ -564,8 +567,6 @@ def test_a_long_running_tool_in_a_set_is_refused_and_the_others_run(
 ) -> None:
     """A job tool's call would hold the run apart from its step: refused
     ``PARALLEL_JOB_TOOL``; the read beside it runs and the step is ``partial``."""
-    from tests.integration.test_long_running_tools import refund_async
-
     docs.set("Aj1", "A")
     job = {**refund_async(f"ord_{uuid.uuid4().hex[:8]}"), "proposal_id": "job"}
     fan = {
@@ -607,6 +608,29 @@ def test_a_repeated_set_without_new_results_is_a_loop(
     assert docs.calls["Ar"] == docs.calls["Br"] <= 3  # the halted set ran nothing
 
 
+def _reconciled_set(
+    client: Any,
+    demo: Any,
+    calls: list[dict[str, Any]],
+    faults: list[tuple[str, str, dict[str, Any]]],
+) -> tuple[str, Any]:
+    """Start a run whose one parallel step makes ``calls`` (all: every call must succeed; a
+    final answer cites each) under the demo service's ``faults``; wait until it reconciles,
+    then sweep until it settles. Its id and its settled state."""
+    for tool, mode, options in faults:
+        demo.set_fault(tool, mode, **options)
+    try:
+        fan = {"kind": "parallel", "proposal_id": "writes", "calls": calls}
+        cites = [f"tool-1.{n}" for n in range(1, len(calls) + 1)]
+        spec = _spec([fan, {"kind": "final", "answer": "Done.", "citations": cites}])
+        spec["grants"] = [{"capability": "payments:refund"}, {"capability": "drafts:write"}]
+        run_id = client.start_run(spec)
+        assert client.wait(run_id, timeout=30, until={"reconciling"}).status == "reconciling"
+        return run_id, settle(client, run_id, timeout=60)
+    finally:
+        demo.clear_faults()
+
+
 @pytest.mark.parametrize(
     ("fault", "found", "attempts", "draft_s"),
     [
@@ -633,24 +657,12 @@ def test_a_calls_unknown_effect_is_reconciled_then_the_step_merges_with_every_ca
     calls: ``complete``, each call its own observation, a final answer citing both. A slow
     draft still running when the refund is found applied: the run waits on it, and its
     outcome merges the step."""
-    from tests.integration.test_reconciler import reconciliations, settle
-    from tests.integration.test_tool_execution import draft, refund
-
     order, draft_id = f"ord_{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:8]}"
-    demo.set_fault("issue_refund", fault)
+    calls = [{**refund(order), "proposal_id": "r"}, {**draft(draft_id), "proposal_id": "d"}]
+    faults = [("issue_refund", fault, {})]
     if draft_s:
-        demo.set_fault("save_draft", "slow", delay_s=draft_s)
-    try:
-        calls = [{**refund(order), "proposal_id": "r"}, {**draft(draft_id), "proposal_id": "d"}]
-        fan = {"kind": "parallel", "proposal_id": "refund-and-draft", "calls": calls}
-        final = {"kind": "final", "answer": "Done.", "citations": ["tool-1.1", "tool-1.2"]}
-        spec = _spec([fan, final])
-        spec["grants"] = [{"capability": "payments:refund"}, {"capability": "drafts:write"}]
-        run_id = client.start_run(spec)
-        assert client.wait(run_id, timeout=30, until={"reconciling"}).status == "reconciling"
-        info = settle(client, run_id, timeout=60)
-    finally:
-        demo.clear_faults()
+        faults.append(("save_draft", "slow", {"delay_s": draft_s}))
+    run_id, info = _reconciled_set(client, demo, calls, faults)
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
     assert reconciliations(engine, run_id) == [found]
     assert demo.refund_count(order_id=order) == 1  # exactly once, whichever way it was found
@@ -688,23 +700,10 @@ def test_two_calls_with_unknown_effects_are_reconciled_in_turn_and_each_runs_onc
     """Two refunds in one step, both replies lost: the run reconciles one, then the other
     (the second waits its turn, so a call found not applied is retried with its token like a
     lone call); the step merges ``complete`` once both are known, each refund made once."""
-    from tests.integration.test_reconciler import reconciliations, settle
-    from tests.integration.test_tool_execution import refund
-
     tag = uuid.uuid4().hex[:8]
     orders = [f"ord_{tag}a", f"ord_{tag}b"]
-    demo.set_fault("issue_refund", fault, times=2)
-    try:
-        calls = [{**refund(order), "proposal_id": f"r{n}"} for n, order in enumerate(orders)]
-        fan = {"kind": "parallel", "proposal_id": "two-refunds", "calls": calls}
-        final = {"kind": "final", "answer": "Done.", "citations": ["tool-1.1", "tool-1.2"]}
-        spec = _spec([fan, final])
-        spec["grants"] = [{"capability": "payments:refund"}]
-        run_id = client.start_run(spec)
-        assert client.wait(run_id, timeout=30, until={"reconciling"}).status == "reconciling"
-        info = settle(client, run_id, timeout=60)
-    finally:
-        demo.clear_faults()
+    calls = [{**refund(order), "proposal_id": f"r{n}"} for n, order in enumerate(orders)]
+    run_id, info = _reconciled_set(client, demo, calls, [("issue_refund", fault, {"times": 2})])
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
     assert reconciliations(engine, run_id) == [found, found]
     assert len(facts.events(engine, run_id, "effect.reconciliation_required")) == 2  # in turn
@@ -722,8 +721,6 @@ def test_a_call_whose_worker_died_is_concluded_by_the_sweep_and_the_step_merges_
     reconciler_worker: WorkerProcess,
     docs: DocumentService,
 ) -> None:
-    from tests.integration.test_reconciler import settle
-
     docs.set("Al", "A is here")
     docs.set("Kl", hang=True)  # its reader is killed while it waits
     fan = _parallel(["Al", "Kl"], merge={"at_least": 1}, cancel_when_met=False)
