@@ -33,6 +33,7 @@ __all__ = [
     "ApiToken",
     "Artifact",
     "Base",
+    "CallerKey",
     "Command",
     "Confirmation",
     "GrantRow",
@@ -164,6 +165,8 @@ class Command(Base):
     deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     confirmation_id: Mapped[str | None] = mapped_column(String(36))
     grant_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    effect_key: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    """The tool's business effect key over the arguments (``refund:42``; migration 0023)."""
     created_at: Mapped[datetime] = _now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -176,7 +179,29 @@ class Command(Base):
         Index("ix_commands_started", "started_at", postgresql_where=text("status = 'started'")),
         # the foreign-key check when a proposal is deleted (ledger prune; migration 0012)
         Index("ix_commands_proposal", "proposal_pk"),
+        Index(
+            "ix_commands_effect_key",
+            "effect_key",
+            "created_at",
+            postgresql_where=text("effect_key IS NOT NULL"),
+        ),
     )
+
+
+class CallerKey(Base):
+    """A caller's key of a proposal (a tool-call id, an MCP request, an ``Idempotency-Key``):
+    the step and branch it became and the digest of the call it named (migration 0023)."""
+
+    __tablename__ = "caller_keys"
+
+    run_id: Mapped[str] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer)
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    digest: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = _now()
 
 
 class OutcomeRow(Base):
