@@ -11,8 +11,11 @@ proposal counts as one model call, with the tokens and cost the caller reports.
 
 A proposal sent again for a step it already filled (same ``step``, same content) is not a new
 step: the call returns that step (:attr:`~warrant.runner.external.Submitted.replayed`), so a
-caller that lost the answer may retry. Concurrent submissions queue on the run's row lock; the
-second finds the first in flight.
+caller that lost the answer may retry. So is a proposal under a caller's key already recorded
+(``caller_keys``: a tool-call id, an MCP request, an ``Idempotency-Key``), whatever the run's
+state since: the key names that step (or that call of a parallel step), never a second one; the
+same key with another call is ``IDEMPOTENCY_KEY_REUSED``. Concurrent submissions queue on the
+run's row lock; the second finds the first in flight, or its key.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from warrant.ledger.db import session_scope
+from warrant.ledger.models import CallerKey
 from warrant.ledger.planner_outcomes import StepWrite, record_proposal, stopped
 from warrant.ledger.proposal_facts import step_raw
 from warrant.ledger.repo import StaleVersion, commit, run_view
@@ -31,7 +36,17 @@ from warrant.ledger.rows import lock_run
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import canonical_json
 from warrant.runner.errors import RunNotFound, StateConflict
-from warrant.runner.external import Submitted, check_open, in_flight
+from warrant.runner.external import (
+    CallerKey as Key,
+)
+from warrant.runner.external import (
+    Submitted,
+    caller_keys,
+    check_open,
+    in_flight,
+    replayed_key,
+    without_call_ids,
+)
 from warrant.runner.spec import Usage
 from warrant.runner.step_decisions import check_before_planning
 
@@ -59,11 +74,15 @@ def record_external_proposal(
     step: int | None,
     usage: Usage | None,
     clock: Callable[[], float],
+    call_id: str | None = None,
 ) -> Recorded:
     """Record ``raw`` (its shape already checked: :func:`~warrant.runner.external.
     check_shape`) as the next step of ``run_id``, under the run's row lock. ``step``, when
-    given, is the step the caller means to fill (a retry of it replays). ``clock``: what the
+    given, is the step the caller means to fill (a retry of it replays); ``call_id``, the
+    caller's key of it (a retry under it replays, see the module). ``clock``: what the
     deadline is judged on (read under the lock)."""
+    keys = caller_keys(raw, call_id)
+    raw = without_call_ids(raw)
     with session_scope(engine) as s:
         run = lock_run(s, run_id)
         if run is None:
@@ -74,6 +93,9 @@ def record_external_proposal(
                 "takes proposals",
                 code="RUN_NOT_EXTERNAL",
             )
+        if keys and (known := _known_keys(s, run_id, keys)):
+            at, branch = replayed_key(known, keys)
+            return Recorded(Submitted(run_id, at, "replayed", replayed=True, branch=branch))
         if step is not None and step <= run.step:
             return Recorded(_replay(s, run_id, step, raw, run.step))
         check_open(run, step)
@@ -86,6 +108,7 @@ def record_external_proposal(
                 stop_at = (stop.status.value, stop.reason.value)
                 return Recorded(Submitted(run_id, view.step + 1, stopped(stop), stop=stop_at))
             result, message = _record(s, publisher, view, raw, by=by, usage=usage or Usage())
+            _remember_keys(s, run_id, view.step + 1, keys)
         except StaleVersion:
             raise in_flight(run_id) from None
     return Recorded(Submitted(run_id, view.step + 1, result), message, trace_id)
@@ -96,6 +119,23 @@ def _record(
 ) -> tuple[str, Callable[[], None] | None]:
     submitted = ("proposal.submitted", {"by": by[:200]})
     return record_proposal(StepWrite(publisher, s, view, [submitted], usage, 1), raw)
+
+
+def _known_keys(s: Session, run_id: str, keys: list[Key]) -> dict[str, tuple[int, int, str]]:
+    rows = s.execute(
+        select(CallerKey.key, CallerKey.step, CallerKey.branch, CallerKey.digest).where(
+            CallerKey.run_id == run_id, CallerKey.key.in_([k.key for k in keys])
+        )
+    ).all()
+    return {key: (at, branch, digest) for key, at, branch, digest in rows}
+
+
+def _remember_keys(s: Session, run_id: str, step: int, keys: list[Key]) -> None:
+    """The caller's keys of the step just recorded (in its transaction: both or neither)."""
+    for k in keys:
+        s.add(CallerKey(run_id=run_id, key=k.key, step=step, branch=k.branch, digest=k.digest))
+    if keys:
+        s.flush()
 
 
 def _replay(s: Any, run_id: str, step: int, raw: Any, current: int) -> Submitted:

@@ -73,7 +73,9 @@ def view_from_row(
     b = view.budgets
     budgets = {
         "steps_left": b.max_steps - view.step,
-        "model_calls_left": b.max_model_calls - view.model_calls,
+        "model_calls_left": None
+        if b.max_model_calls is None
+        else b.max_model_calls - view.model_calls,
         "tool_calls_left": b.max_tool_calls - view.tool_calls,
         "tokens_left": None if b.max_tokens is None else b.max_tokens - view.tokens_used,
         "cost_left": None if b.max_cost is None else round(b.max_cost - view.cost_used, 6),

@@ -194,9 +194,7 @@ class CallerKey(Base):
 
     __tablename__ = "caller_keys"
 
-    run_id: Mapped[str] = mapped_column(
-        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     step: Mapped[int] = mapped_column(Integer)
     branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -8,11 +8,11 @@ What a run owns. Every table with a foreign key to ``runs.id`` (all ``ON DELETE 
 looked at; :data:`OWNED` lists them and ``tests/unit/test_retention_archive.py`` fails when a
 new one appears without a decision here:
 
-* ``proposals``, ``commands``, ``outcomes`` (the attempts), ``reconciliations``,
-  ``observations``, ``trace_records``, ``grants``, ``confirmations``, ``pre_approvals``,
-  ``artifacts``, ``webhook_deliveries``: facts of that run only; removed with it (the cascade
-  would remove them anyway: they are deleted explicitly, children first, to count them and to
-  archive exactly the rows deleted, ``DELETE … RETURNING``).
+* ``proposals``, ``caller_keys``, ``commands``, ``outcomes`` (the attempts),
+  ``reconciliations``, ``observations``, ``trace_records``, ``grants``, ``confirmations``,
+  ``pre_approvals``, ``artifacts``, ``webhook_deliveries``: facts of that run only; removed
+  with it (the cascade would remove them anyway: they are deleted explicitly, children first,
+  to count them and to archive exactly the rows deleted, ``DELETE … RETURNING``).
 * ``handoffs``: removed only when resolved. A run with an open handoff is never selected,
   whatever its status (a person still has to decide about it).
 * ``memory_records`` is kept: a long-term memory record belongs to its subject and outlives
@@ -65,6 +65,7 @@ from warrant.ledger.db import unbounded
 from warrant.ledger.models import (
     Artifact,
     Base,
+    CallerKey,
     Command,
     Confirmation,
     GrantRow,
@@ -111,6 +112,7 @@ OWNED: tuple[Table, ...] = tuple(
         PreApproval,
         GrantRow,
         Proposal,
+        CallerKey,
         Artifact,
         Handoff,
         WebhookDelivery,

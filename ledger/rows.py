@@ -241,6 +241,7 @@ def add_branch(
         deadline_at=datetime.fromtimestamp(now + timeout, tz=UTC),
         confirmation_id=decision.confirmation_id,
         grant_ids=list(decision.grant_ids),
+        effect_key=decision.effect_key,
     )
     s.add(command)
     _use(s, decision, at=datetime.fromtimestamp(now, tz=UTC))

@@ -22,13 +22,20 @@ from sqlalchemy import Connection, Engine, exists, or_, select
 
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.db import autocommit_engine, held_autocommit
+from warrant.ledger.effect_keys import effects_for, keys_of
 from warrant.ledger.mcp_pins import pinned_definition
 from warrant.ledger.models import Artifact, Command, OutcomeRow, Run
 from warrant.ledger.workers import live_registrations
 from warrant.runner.grants import narrowed
 from warrant.runner.spec import SuccessSpec
 from warrant.runner.step_decisions import CompletionFacts, SucceededCall
-from warrant.runner.views import ConfirmationView, GrantView, HistoryEntry, PreApprovalView
+from warrant.runner.views import (
+    ConfirmationView,
+    EffectView,
+    GrantView,
+    HistoryEntry,
+    PreApprovalView,
+)
 from warrant.tools._contract import SideEffect, Tool
 from warrant.tools._deployment import WorkerInfo
 from warrant.tools._mcp_pins import McpDefinition, mcp_definition
@@ -221,6 +228,9 @@ class PolicyLoad:
     and the run's observations with their sources (:func:`load_provenance`); else None."""
     set_pins: list[tuple[str, McpDefinition, str, dict[str, Any]]] = field(default_factory=list)
     """A parallel step's: each MCP tool's pin among its calls (as :attr:`pin`)."""
+    effects: list[EffectView] = field(default_factory=list)
+    """For calls whose tools declare a business effect key: the earlier commands with those
+    keys (:func:`~warrant.ledger.effect_keys.effects_for`), newest first."""
 
     @property
     def refused_command(self) -> RefusedCommand | None:
@@ -233,8 +243,9 @@ class PolicyLoad:
     ) -> PolicyLoad | None:
         """The policy stage's one load, None when the message is stale (no such run, another
         version, no pending proposal). Beyond the run's row (:func:`load_policy`: one
-        statement), only an MCP tool's pin (a primary-key read, which pins a first use) and a
-        write or egress call's provenance are read, each for those calls only."""
+        statement), only an MCP tool's pin (a primary-key read, which pins a first use), a
+        write or egress call's provenance and the earlier commands with a call's business
+        effect key are read, each for those calls only."""
         with autocommit(engine) as conn:
             row = load_policy(conn, run_id)
             if row is None or row.version != version or row.proposal is None:
@@ -251,10 +262,11 @@ class PolicyLoad:
                     tool.side_effect is not SideEffect.READ or tool.egress or narrowed(tool, grants)
                 ):
                     provenance = load_provenance(conn, run_id)
+            effects = effects_for(conn, run_id, *keys_of(proposal, registry))
         parallel = proposal["kind"] == "parallel"
         pin = None if parallel or not pins else pins[0]
         deployment = live_registrations(engine)
-        return cls(row, grants, deployment, pin, provenance, pins if parallel else [])
+        return cls(row, grants, deployment, pin, provenance, pins if parallel else [], effects)
 
 
 def _tools_of(proposal: dict[str, Any], registry: Registry) -> list[Tool[Any, Any]]:

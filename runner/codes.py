@@ -148,6 +148,19 @@ class Rejection(StrEnum):
     PARALLEL_JOB_TOOL = "PARALLEL_JOB_TOOL"
     """A long-running tool (one that starts a job the run then waits for) among a parallel
     step's calls: that call is refused; such a tool runs in a step of its own."""
+    REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+    """Loop layer, when the run's ``budgets.on_loop`` is ``refuse`` (planner kind ``external``
+    by default): the same call (tool, version, arguments) more than ``max_repeated_proposal``
+    times with no new observation since. The call is refused, the run goes on (with ``stop``,
+    the stop reason of the same name ends the run)."""
+    PROPOSAL_OSCILLATION_DETECTED = "PROPOSAL_OSCILLATION_DETECTED"
+    """Loop layer, ``budgets.on_loop`` ``refuse``: the call completes a cycle of calls (A-B-A-B,
+    ...) for the second time with no new observation. Refused; the run goes on."""
+    DUPLICATE_EFFECT = "DUPLICATE_EFFECT"
+    """The tool declares a business effect key (``Tool.effect_key``, e.g. ``refund:{order_id}``)
+    and an earlier call with the same key, in this run (or in any run within the tool's
+    ``effect_window_s``), succeeded, has an unknown effect or is still in flight: the refusal
+    names that earlier call. ``repeat_effect: true`` in the proposal asks a person instead."""
 
 
 def invalid_field_code(field: str) -> str:
@@ -199,6 +212,7 @@ class ErrorCode(StrEnum):
     ARGUMENTS_NOT_JSON = "ARGUMENTS_NOT_JSON"
     ARGUMENTS_NOT_OBJECT = "ARGUMENTS_NOT_OBJECT"
     BROKER_UNAVAILABLE = "BROKER_UNAVAILABLE"
+    CALL_ID_INVALID = "CALL_ID_INVALID"
     CONFIRMATION_ALREADY_DECIDED = "CONFIRMATION_ALREADY_DECIDED"
     CONFIRMATION_EXPIRED = "CONFIRMATION_EXPIRED"
     CONFIRMATION_HASH_MISMATCH = "CONFIRMATION_HASH_MISMATCH"
@@ -211,6 +225,7 @@ class ErrorCode(StrEnum):
     DECISION_HASH_REPEATED = "DECISION_HASH_REPEATED"
     DEMO_NOT_INSTALLED = "DEMO_NOT_INSTALLED"
     DURATION_INVALID = "DURATION_INVALID"
+    EFFECT_KEY_INVALID = "EFFECT_KEY_INVALID"
     FORBIDDEN = "FORBIDDEN"
     GRANT_WIDENING_REFUSED = "GRANT_WIDENING_REFUSED"
     HANDOFF_ALREADY_RESOLVED = "HANDOFF_ALREADY_RESOLVED"

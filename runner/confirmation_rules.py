@@ -17,9 +17,11 @@ from pydantic import ValidationError
 
 from warrant.runner.authz import name_of
 from warrant.runner.canonical import proposal_hash
+from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.errors import ConfirmationRefused, Forbidden, SpecError
 from warrant.runner.gate import GateInput
-from warrant.runner.spec import PreApproval
+from warrant.runner.run_machine import Stop
+from warrant.runner.spec import Budgets, PreApproval
 from warrant.runner.views import PreApprovalView
 from warrant.tools._contract import ConfirmationPolicy, SideEffect, Tool
 from warrant.tools._registry import Registry
@@ -30,11 +32,14 @@ __all__ = [
     "approvals_pending",
     "approvals_required",
     "asked_call",
+    "confirmation_wait_over",
     "person_decision",
     "pre_approval",
     "pre_approval_record",
     "principal_of",
+    "request_clock",
     "required_policy",
+    "resumed_deadline",
     "self_approval",
     "undecided",
     "waiting_for",
@@ -232,3 +237,42 @@ def pre_approval_record(
         "arguments": arguments,
         "approved_by": item.approved_by,
     }
+
+
+# --- the run's deadline while a person is asked (``Budgets.deadline_pauses_for_confirmation``)
+
+
+def request_clock(budgets: Budgets, *, deadline_at: float, now: float) -> dict[str, Any]:
+    """The times of a confirmation request asked at ``now``: ``asked_at``; ``expires_at``,
+    ``confirmation_ttl_s`` later, never past the run's deadline unless the deadline pauses
+    while a person is asked (then ``deadline_paused``: the reconciler does not stop the run at
+    its deadline while it waits, and :func:`resumed_deadline` moves the deadline on)."""
+    paused = budgets.deadline_pauses_for_confirmation
+    expires_at = now + budgets.confirmation_ttl_s
+    if not paused:
+        expires_at = min(expires_at, deadline_at)
+    return {"asked_at": now, "expires_at": expires_at, "deadline_paused": paused}
+
+
+def resumed_deadline(request: Mapping[str, Any], *, deadline_at: float, now: float) -> float | None:
+    """The run's deadline once a person decided at ``now`` on ``request`` (see
+    :func:`request_clock`): later by the time the run waited, when its deadline pauses while
+    a person is asked; ``None`` = unchanged."""
+    asked_at = request.get("asked_at")
+    if not request.get("deadline_paused") or asked_at is None:
+        return None
+    return deadline_at + max(0.0, now - float(asked_at))
+
+
+def confirmation_wait_over(
+    request: Mapping[str, Any], *, deadline_at: float, now: float
+) -> Stop | None:
+    """Why a run that waits for a person's confirmation of ``request`` stops at ``now``: its
+    deadline (``failed``, ``DEADLINE_REACHED``, as wherever a deadline ends a run; never
+    while a deadline that pauses waits), or the request's expiry (``cancelled``,
+    ``CONFIRMATION_EXPIRED``). ``None``: it waits on. Nothing ran: ``effect`` ``none``."""
+    if not request.get("deadline_paused") and deadline_at <= now:
+        return Stop(RunStatus.FAILED, StopReason.DEADLINE_REACHED, {"effect": "none"})
+    if float(request.get("expires_at", 0)) <= now:
+        return Stop(RunStatus.CANCELLED, StopReason.CONFIRMATION_EXPIRED, {"effect": "none"})
+    return None

@@ -6,7 +6,10 @@ planner's. :func:`decision_of` reads what became of a step (pure: the facts come
 :func:`warrant.ledger.proposal_facts.step_facts`). A decision's ``state``:
 
 ``pending``                 still in the gate or the tool queue (ask again);
-``refused``                 the gate refused it: ``code`` (stable) and ``message``;
+``refused``                 the gate refused it: ``code`` (stable) and ``message``; for
+                            ``DUPLICATE_EFFECT``, ``earlier`` is the earlier call with the
+                            same business effect (its run, step, branch, status and
+                            observation);
 ``awaiting_confirmation``   a person must confirm exactly ``proposal_hash`` (``confirmation``
                             holds the request); after a decision it moves on;
 ``executed``                the tool ran: ``outcome`` is ``succeeded``, ``failed``,
@@ -26,7 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from warrant.runner.canonical import MAX_JSON_DEPTH, canonical_json, json_depth
+from warrant.runner.canonical import MAX_JSON_DEPTH, canonical_json, json_depth, sha256_hex
 from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.errors import InvalidRequest, RunFinished, StateConflict
 from warrant.runner.fan_in import tool_observation_id
@@ -35,9 +38,12 @@ __all__ = [
     "MAX_PROPOSAL_BYTES",
     "SETTLED_STATES",
     "WAITING_FOR_APPROVAL",
+    "CallerKey",
     "Decision",
     "DecisionState",
     "Submitted",
+    "call_digest",
+    "caller_keys",
     "check_open",
     "check_shape",
     "decision_of",
@@ -83,6 +89,10 @@ class Decision:
     observation_id: str | None = None
     output: Any = None
     answer: str | None = None
+    earlier: dict[str, Any] | None = None
+    """A ``DUPLICATE_EFFECT`` refusal's earlier call with the same business effect key:
+    ``run_id``, ``same_run``, ``step``, ``branch``, ``command_id``, ``status`` (``succeeded``,
+    ``unknown``, ``issued``, ``started``, ...), ``resolved`` and ``observation_id``."""
     run_status: str = RunStatus.RUNNING.value
     run_version: int = 0
 
@@ -123,7 +133,14 @@ def decision_of(run_id: str, step: int, facts: Any, *, branch: int = 0) -> Decis
         message = refusal.get("message") or refusal.get("reason")
         if not message and refusal.get("layer"):
             message = f"refused by the gate's {refusal['layer']} layer"
-        return Decision(**base, state="refused", code=code, message=message)
+        earlier = refusal.get("earlier")
+        return Decision(
+            **base,
+            state="refused",
+            code=code,
+            message=message,
+            earlier=earlier if isinstance(earlier, dict) else None,
+        )
     if run["pending"] and run["status"] == RunStatus.WAITING_CONFIRMATION.value:
         request = proposal["confirmation_request"] or {}
         return Decision(
@@ -222,9 +239,107 @@ class Submitted:
     """The step's result (``forwarded``, ``completed``, ``stopped:<status>:<reason>``)."""
     replayed: bool = False
     """The same proposal had already filled this step: nothing new was recorded."""
+    branch: int = 0
+    """The call of a parallel step a caller's key named (a retry of one call of it)."""
     stop: tuple[str, str] | None = None
     """``(status, reason)`` when the run stopped before the proposal was recorded (its
     deadline passed, a budget was spent): ``step`` was never filled."""
+
+
+#: The longest caller's key (an ``Idempotency-Key``, a tool-call id, an MCP request's key).
+MAX_CALL_ID_LENGTH = 200
+
+#: Fields that name a call rather than say what it does: not part of its digest.
+_NAMING = frozenset({"proposal_id", "call_id"})
+
+
+@dataclass(frozen=True)
+class CallerKey:
+    """A caller's key of one proposal (``branch`` 0) or of one call of a parallel one."""
+
+    key: str
+    branch: int
+    digest: str
+
+
+def call_digest(raw: Any) -> str:
+    """What a call does, hashed: the proposal without the names a caller gave it (its
+    ``proposal_id``, its calls' ``call_id``), so a retry under a fresh ``proposal_id`` is the
+    same call, and one call of a parallel step is the same call as that call proposed alone."""
+    return sha256_hex(canonical_json(unnamed(raw)))
+
+
+def unnamed(raw: Any) -> Any:
+    """``raw`` without ``proposal_id`` and ``call_id`` (in a parallel proposal's calls too)."""
+    if not isinstance(raw, dict):
+        return raw
+    out = {k: v for k, v in raw.items() if k not in _NAMING}
+    if isinstance(out.get("calls"), list):
+        out["calls"] = [unnamed(c) for c in out["calls"]]
+    return out
+
+
+def without_call_ids(raw: dict[str, Any]) -> dict[str, Any]:
+    """The proposal as recorded: a parallel proposal's calls lose their ``call_id``."""
+    calls = raw.get("calls")
+    if not isinstance(calls, list):
+        return raw
+    plain = [
+        {k: v for k, v in c.items() if k != "call_id"} if isinstance(c, dict) else c for c in calls
+    ]
+    return {**raw, "calls": plain}
+
+
+def caller_keys(raw: dict[str, Any], call_id: str | None) -> list[CallerKey]:
+    """The caller's keys of ``raw``: ``call_id`` for the proposal, and for a parallel one each
+    call's own ``call_id`` (numbered as its branch); ``CALL_ID_INVALID`` for an empty, too long
+    or repeated key."""
+    keys: list[CallerKey] = []
+    if call_id is not None:
+        keys.append(CallerKey(_checked_key(call_id), 0, call_digest(raw)))
+    calls = raw.get("calls") if raw.get("kind") == "parallel" else None
+    for branch, call in enumerate(calls if isinstance(calls, list) else [], start=1):
+        if isinstance(call, dict) and call.get("call_id") is not None:
+            keys.append(CallerKey(_checked_key(call["call_id"]), branch, call_digest(call)))
+    if len({k.key for k in keys}) != len(keys):
+        raise InvalidRequest("a caller's key names one call only", code="CALL_ID_INVALID")
+    return keys
+
+
+def _checked_key(key: Any) -> str:
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_CALL_ID_LENGTH or not key.isprintable():
+        raise InvalidRequest(
+            f"a call id is printable text of 1 to {MAX_CALL_ID_LENGTH} characters",
+            code="CALL_ID_INVALID",
+        )
+    return key
+
+
+def replayed_key(known: dict[str, tuple[int, int, str]], keys: list[CallerKey]) -> tuple[int, int]:
+    """The step and branch the caller's ``keys`` already named (``known``: key → step, branch,
+    digest, as recorded): the same key with another call is ``IDEMPOTENCY_KEY_REUSED``; so is a
+    parallel proposal that names some calls of an earlier one and not the rest."""
+    for k in keys:
+        if k.key in known and known[k.key][2] != k.digest:
+            step, branch, _ = known[k.key]
+            where = f"step {step}" + (f", call {branch}" if branch else "")
+            raise StateConflict(
+                f"call id {k.key!r} named another call ({where}): a retry sends the same call",
+                code="IDEMPOTENCY_KEY_REUSED",
+            )
+    if len(keys) == 1 or (keys[0].branch == 0 and keys[0].key in known):
+        step, branch, _ = known[keys[0].key]
+        return step, branch
+    members = [k for k in keys if k.branch]
+    places = {known[k.key][:2] if k.key in known else None for k in members}
+    steps = {p[0] for p in places if p is not None}
+    if None not in places and len(steps) == 1 and all(known[k.key][1] == k.branch for k in members):
+        return steps.pop(), 0
+    raise StateConflict(
+        "the call ids of this parallel proposal name calls of another step: propose those "
+        "calls again alone (each returns its decision), the others together",
+        code="IDEMPOTENCY_KEY_REUSED",
+    )
 
 
 def check_shape(raw: Any) -> None:

@@ -32,7 +32,7 @@ from warrant.runner.codes import Outcome, Rejection
 from warrant.runner.gate import Accept, AwaitConfirmation, Decision, Event, GateInput, Reject
 from warrant.runner.policy import evaluate
 from warrant.runner.spec import AtLeast, ParallelProposal
-from warrant.runner.views import RunView
+from warrant.runner.views import EffectView, RunView
 from warrant.tools._contract import SideEffect
 from warrant.tools._registry import Registry
 
@@ -353,7 +353,9 @@ def gate_calls(
     """Each call of the set through the whole gate (``base`` with the call as its ``raw``),
     in order: what an accepted call uses (a grant use, a confirmation, a pre-approval) is
     used for the calls after it; the same call twice is refused the second time
-    (``PARALLEL_DUPLICATE_CALL``), a long-running tool's call always (``PARALLEL_JOB_TOOL``).
+    (``PARALLEL_DUPLICATE_CALL``), a long-running tool's call always (``PARALLEL_JOB_TOOL``),
+    and a call with the business effect key of an earlier call of the set (accepted or
+    waiting for a person) as if that call were in flight (``DUPLICATE_EFFECT``).
     A call that needs a person keeps its ``AwaitConfirmation``: the set waits for a person's
     decision on each such call."""
     inp, seen = base, set()
@@ -379,6 +381,8 @@ def gate_calls(
         elif isinstance(decision, Accept):
             seen.add(decision.proposal_hash)
             inp = _used(inp, decision)
+        if isinstance(decision, Accept | AwaitConfirmation) and decision.effect_key is not None:
+            inp = _claimed(inp, decision.effect_key, number)
         decided.append((number, call, decision))
     return decided
 
@@ -408,6 +412,14 @@ def shown(
             entry |= {"status": "refused", "code": decision.code}
         calls.append(entry)
     return calls
+
+
+def _claimed(inp: GateInput, key: str, number: int) -> GateInput:
+    """``inp`` with call ``number`` of the set holding the business effect ``key``: in flight
+    for the calls after it."""
+    run = inp.run
+    claim = EffectView(key=key, run_id=run.run_id, step=run.step, branch=number, status="issued")
+    return dataclasses.replace(inp, effects=[claim, *inp.effects])
 
 
 def _used(inp: GateInput, accepted: Accept) -> GateInput:

@@ -12,6 +12,7 @@ from warrant.runner.codes import Rejection, RunStatus, StopReason
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import (
     ConfirmationView,
+    EffectView,
     GrantView,
     HistoryEntry,
     PreApprovalView,
@@ -68,6 +69,10 @@ class GateInput:
     a task-scoped grant may cover (its sources are in ``task``)."""
     observed: frozenset[str] = frozenset()
     """Tools in observe mode (``WARRANT_OBSERVE_TOOLS``; ``*``: all): :mod:`~.observe`."""
+    effects: Sequence[EffectView] = ()
+    """Earlier commands with the effect keys of the proposal's calls (this run's, and other
+    runs' within the widest window of their tools), newest first; loaded by the stage only
+    for tools that declare ``effect_key``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +90,12 @@ class Accept:
     """The pre-approval this call uses (marked used in the same commit)."""
     provenance: dict[str, Any] | None = None
     """What the proposal cites and which argument values only untrusted content supplied."""
+    effect_key: str | None = None
+    """The call's business effect key (``Tool.effect_key`` over the validated arguments),
+    written on its command."""
+    repeat_of: EffectView | None = None
+    """The earlier call with the same key that a person confirmed repeating
+    (``repeat_effect``); None when there was none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +106,9 @@ class Reject:
     events: list[Event]
     message: str | None = None
     """Why, for people (the code is the contract)."""
+    earlier: dict[str, Any] | None = None
+    """``DUPLICATE_EFFECT``: the earlier call with the same effect key (its run, step, branch,
+    command, status and observation), as the refusal's observation and decision carry it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +136,11 @@ class AwaitConfirmation:
     precondition: dict[str, Any] | None = None
     """The state the approver is shown and bound to (``Tool.precondition``: fingerprint and
     summary, or the read's error)."""
+    effect_key: str | None = None
+    """The call's business effect key (as :attr:`Accept.effect_key`)."""
+    repeats: dict[str, Any] | None = None
+    """A ``repeat_effect`` call: the earlier call with the same key the person is asked to
+    repeat (as :attr:`Reject.earlier`)."""
 
     def _flagged(self) -> dict[str, Any]:
         """Where each argument value came from (``origins``: trusted, untrusted with its
@@ -149,6 +168,7 @@ class AwaitConfirmation:
             **({"provenance": self._flagged()} if self.provenance else {}),
             **({"described": dict(self.described)} if self.described else {}),
             **({"precondition": dict(self.precondition)} if self.precondition else {}),
+            **({"repeats": dict(self.repeats)} if self.repeats else {}),
         }
 
 
@@ -185,6 +205,7 @@ LAYER_OF_EVENT = {
     "policy.provenance.checked": "provenance",
     "policy.state.checked": "state_guard",
     "policy.loop.checked": "loop_detection",
+    "policy.effect.checked": "effects",
     "proposal.loop_detected": "loop_detection",
     "proposal.oscillation_detected": "loop_detection",
     "policy.confirmation.relaxed": "confirmation",

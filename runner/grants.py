@@ -30,7 +30,14 @@ from warrant.runner.views import GrantView, ProvenanceSources
 from warrant.tools._contract import Tool
 from warrant.tools._registry import Registry
 
-__all__ = ["Authorization", "authorize", "check_task_sources", "narrowed", "resource_label"]
+__all__ = [
+    "Authorization",
+    "authorize",
+    "check_task_sources",
+    "narrowed",
+    "resource_label",
+    "unheld_capability",
+]
 
 #: How a task-scoped grant names a trusted tool's observations: ``observations:<tool>``.
 OBSERVATIONS = "observations:"
@@ -93,6 +100,18 @@ def authorize(
             if grant_id not in used:
                 used.append(grant_id)  # type: ignore[arg-type]
     return Authorization(None, tuple(used))
+
+
+def unheld_capability(
+    tool: Tool[Any, Any], grants: Sequence[GrantView], *, run_id: str
+) -> str | None:
+    """The first of ``tool``'s capabilities that no grant of the run names at all, whatever
+    its resource scope, last step, expiry or uses (``None``: each one is held by some grant).
+    The gate refuses such a call before it reads the arguments (``MISSING_CAPABILITY``)."""
+    for capability in tool.capabilities:
+        if not any(g.capability == capability and g.run_id == run_id for g in grants):
+            return capability
+    return None
 
 
 def narrowed(tool: Tool[Any, Any], grants: Sequence[GrantView]) -> bool:

@@ -1,7 +1,13 @@
 """The policy gate: pure layers, in order, first failure wins.
 
-    parse -> registry -> input schema -> semantic validation -> authorization (grants)
-    -> provenance -> state guard -> loop detection -> confirmation -> budget -> command
+    parse -> registry -> held capabilities -> input schema -> semantic validation
+    -> authorization (grants) -> provenance -> state guard -> loop detection -> effects
+    -> confirmation -> budget -> command
+
+"held capabilities" is the authorization layer's first check, made before the arguments are
+read: a tool for one of whose capabilities the run holds no grant at all is refused
+``MISSING_CAPABILITY`` there, so a call with bad arguments cannot learn the tool's input
+shape; the resource-scoped checks come after the semantic validation.
 
 Each layer is one function and appends a trace event (names, codes, sizes, hashes only).
 :func:`evaluate` is a pure function of (proposal, run state, grants, confirmations, history,
@@ -39,11 +45,11 @@ from warrant.runner.gate import (
     Ignore,
     Reject,
 )
-from warrant.runner.grants import authorize, resource_label
-from warrant.runner.observe import let_through
+from warrant.runner.grants import authorize, resource_label, unheld_capability
+from warrant.runner.observe import is_observed, let_through
 from warrant.runner.provenance import provenance_of, refusal, trace_details, vouched
 from warrant.runner.spec import ToolProposal
-from warrant.runner.views import HistoryEntry
+from warrant.runner.views import EffectView, HistoryEntry
 from warrant.tools._contract import ConfirmationPolicy, Tool
 from warrant.tools._deployment import lacking_role
 
@@ -57,6 +63,7 @@ __all__ = [
     "Halt",
     "Ignore",
     "Reject",
+    "earlier_effect",
     "evaluate",
 ]
 
@@ -73,10 +80,13 @@ def _repeats(fp: str, inp: GateInput) -> int:
     return repeats(fp, inp.history, version=inp.run.observation_version)
 
 
-def _no_progress(fp: str, inp: GateInput, events: list[Event]) -> Halt | None:
-    """A cycle, or too many proposals in a row that added nothing (issue 34, progress)."""
+def _no_progress(
+    fp: str, inp: GateInput, events: list[Event], *, cycles: bool = True
+) -> Halt | None:
+    """A cycle (unless not ``cycles``), or too many proposals in a row that added nothing
+    (issue 34, progress)."""
     version, budgets = inp.run.observation_version, inp.run.budgets
-    period = cycle_period(fp, inp.history, version=version, max_period=budgets.max_cycle_period)
+    period = _cycle(fp, inp) if cycles else None
     if period is not None:
         events.append(
             Event("proposal.oscillation_detected", {"window": 2 * period, "period": period})
@@ -89,6 +99,22 @@ def _no_progress(fp: str, inp: GateInput, events: list[Event]) -> Halt | None:
     return None
 
 
+def _cycle(fp: str, inp: GateInput) -> int | None:
+    budgets = inp.run.budgets
+    version = inp.run.observation_version
+    return cycle_period(fp, inp.history, version=version, max_period=budgets.max_cycle_period)
+
+
+def _loop_refusal(code: Rejection, fp: str, events: list[Event], message: str) -> Reject:
+    """``budgets.on_loop`` ``refuse`` (an agent's own loop): the looping call is refused with
+    the loop's code and the run goes on (never itself checked for loops: it is one)."""
+    details = {"code": code.value, "layer": "loop_detection", "message": message}
+    events.append(Event("proposal.rejected", details))
+    return Reject(
+        code=code.value, layer="loop_detection", fingerprint=fp, events=events, message=message
+    )
+
+
 def _reject(
     code: str,
     layer: str,
@@ -97,19 +123,23 @@ def _reject(
     events: list[Event],
     *,
     message: str | None = None,
+    earlier: dict[str, Any] | None = None,
 ) -> Decision:
     details = {"code": code, "layer": layer}
     if message:
         details["message"] = message
     events.append(Event("proposal.rejected", details))
-    if fp is not None and _repeats(fp, inp) > inp.run.budgets.max_repeated_proposal:
+    stops = inp.run.budgets.on_loop == "stop"  # refuse: a loop of refusals is refused anyway
+    if stops and fp is not None and _repeats(fp, inp) > inp.run.budgets.max_repeated_proposal:
         events.append(Event("proposal.loop_detected", {"count": _repeats(fp, inp)}))
         return _fail(
             StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events, last_code=code
         )
-    if fp is not None and (halted := _no_progress(fp, inp, events)) is not None:
+    if fp is not None and (halted := _no_progress(fp, inp, events, cycles=stops)) is not None:
         return halted  # refused proposals that go round in circles are no progress either
-    return Reject(code=code, layer=layer, fingerprint=fp, events=events, message=message)
+    return Reject(
+        code=code, layer=layer, fingerprint=fp, events=events, message=message, earlier=earlier
+    )
 
 
 def _fail(reason: StopReason, fp: str | None, events: list[Event], **detail: Any) -> Halt:
@@ -129,6 +159,9 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     tool = _look_up(proposal, inp, events)
     if not isinstance(tool, Tool):
         return tool
+    unheld = _check_held(proposal, tool, inp, events)
+    if unheld is not None:
+        return unheld  # no grant of a capability at all: refused before the arguments are read
     checked = _validate_input(proposal, tool, inp, events)
     if not isinstance(checked, _Checked):
         return checked
@@ -146,7 +179,10 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     looping = _detect_loops(checked, inp, events)
     if looping is not None:
         return looping
-    confirmed = _check_confirmation(checked, granted, provenance, inp, events)
+    effect = _check_effect(checked, inp, events)
+    if not isinstance(effect, _Effect):
+        return effect  # refused: the same business effect again (DUPLICATE_EFFECT)
+    confirmed = _check_confirmation(checked, granted, provenance, inp, events, effect=effect)
     if not isinstance(confirmed, _Confirmed):
         return confirmed
     over = _check_budgets(checked, inp, events)
@@ -164,6 +200,8 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
         pre_approval_id=confirmed.pre_approval_id,
         provenance=provenance,
         events=events,
+        effect_key=effect.key,
+        repeat_of=effect.repeats,
     )
 
 
@@ -187,6 +225,15 @@ class _Checked:
 class _Granted:
     resource: str
     grant_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Effect:
+    """The call's business effect key (None: its tool declares none), and the earlier call
+    with that key it asks to repeat (``repeat_effect``; a person must confirm it)."""
+
+    key: str | None = None
+    repeats: EffectView | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +286,40 @@ def _look_up(
         return _refuse_raw(Rejection.MCP_TOOL_CHANGED.value, "registry", inp, events, changed)
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
     return tool
+
+
+def _check_held(
+    proposal: ToolProposal, tool: Tool[Any, Any], inp: GateInput, events: list[Event]
+) -> Decision | None:
+    """The authorization layer's first check, before the input schema: a tool one of whose
+    capabilities no grant of the run names at all (whatever its scope) is refused
+    ``MISSING_CAPABILITY`` on the raw proposal, so a call with bad arguments does not learn the
+    tool's input shape. Resource-scoped checks stay in :func:`_check_grants`, and so does a
+    tool in observe mode (it traces the refusal there and lets the call through)."""
+    missing = unheld_capability(tool, inp.grants, run_id=inp.run.run_id)
+    if missing is None or is_observed(tool.name, inp.observed):
+        return None
+    code = Rejection.MISSING_CAPABILITY.value
+    checked = {"required": list(tool.capabilities), "allowed": False, "code": code}
+    events.append(Event("policy.capability.checked", {**checked, "missing": missing}))
+    return _reject(code, "authorization", _fingerprint(proposal, tool, inp), inp, events)
+
+
+def _fingerprint(proposal: ToolProposal, tool: Tool[Any, Any], inp: GateInput) -> str | None:
+    """A call refused before its schema layer: its proposal hash when its arguments are valid
+    (the same call as it is known once granted: loop detection, a grant request), else its raw
+    fingerprint. Bookkeeping only: the refusal is the same either way."""
+    arguments = proposal.arguments
+    if (
+        isinstance(arguments, dict)
+        and len(json.dumps(arguments, default=str)) <= tool.max_input_bytes
+    ):
+        try:
+            valid = tool.parse_input(arguments).model_dump(mode="json")
+            return proposal_hash(tool.name, tool.version, valid)
+        except Exception:  # invalid: the raw proposal is all there is
+            pass
+    return raw_fingerprint(inp.raw)
 
 
 def _validate_input(
@@ -325,16 +406,81 @@ def _guard_state(inp: GateInput, events: list[Event]) -> Ignore | None:
     return None
 
 
-def _detect_loops(checked: _Checked, inp: GateInput, events: list[Event]) -> Halt | None:
+def _detect_loops(checked: _Checked, inp: GateInput, events: list[Event]) -> Decision | None:
+    """A repeat or a cycle stops the run, or, ``budgets.on_loop`` ``refuse``, refuses this
+    call (the run goes on); too many steps without a new observation stop it either way."""
     fp = checked.proposal_hash
     repeats = _repeats(fp, inp)
+    refuse = inp.run.budgets.on_loop == "refuse"
     if repeats > inp.run.budgets.max_repeated_proposal:
         events.append(Event("proposal.loop_detected", {"count": repeats}))
+        if refuse:
+            why = "the same call again with no new observation since: its answer is known"
+            return _loop_refusal(
+                Rejection.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events, why
+            )
         return _fail(StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events)
-    if (halted := _no_progress(fp, inp, events)) is not None:
+    if refuse and (period := _cycle(fp, inp)) is not None:
+        events.append(
+            Event("proposal.oscillation_detected", {"window": 2 * period, "period": period})
+        )
+        why = "the call closes a cycle of calls again with no new observation since"
+        return _loop_refusal(Rejection.PROPOSAL_OSCILLATION_DETECTED, fp, events, why)
+    if (halted := _no_progress(fp, inp, events, cycles=not refuse)) is not None:
         return halted
     events.append(Event("policy.loop.checked", {"repeats": repeats}))
     return None
+
+
+def earlier_effect(
+    tool: Tool[Any, Any], key: str, effects: Sequence[EffectView], *, run_id: str
+) -> EffectView | None:
+    """The newest earlier call with ``key`` that makes this one a duplicate: of this run, or
+    of another within the tool's ``effect_window_s``, that succeeded, whose effect is unknown
+    or that is still in flight (a failed or refused one does not count)."""
+    window = tool.effect_window_s
+    return next(
+        (
+            e
+            for e in effects
+            if e.key == key and e.blocks and (e.run_id == run_id or e.age_s <= window)
+        ),
+        None,
+    )
+
+
+def _check_effect(checked: _Checked, inp: GateInput, events: list[Event]) -> _Effect | Decision:
+    """The effects layer: a tool that declares a business effect key refuses a call whose
+    key an earlier call already has (:func:`earlier_effect`), unless the proposal asks to
+    repeat it (``repeat_effect``: then a person must confirm, see
+    :func:`_check_confirmation`)."""
+    tool, phash = checked.tool, checked.proposal_hash
+    key = tool.effect_key_of(checked.arguments)
+    if key is None:
+        return _Effect()
+    earlier = earlier_effect(tool, key, inp.effects, run_id=inp.run.run_id)
+    repeat = checked.proposal.repeat_effect
+    details = {
+        "key_sha256": sha256_hex(key.encode())[:16],
+        "earlier": None if earlier is None else earlier.status,
+        "repeat": repeat,
+    }
+    events.append(Event("policy.effect.checked", details))
+    if earlier is None:
+        return _Effect(key)
+    if repeat:
+        return _Effect(key, earlier)
+    shown = earlier.shown(run_id=inp.run.run_id)
+    where = "this run" if shown["same_run"] else f"run {earlier.run_id}"
+    branch = f", call {earlier.branch}" if earlier.branch else ""
+    seen = f", observation {earlier.observation_id}" if earlier.observation_id else ""
+    message = (
+        f"the same effect ({tool.name}'s effect key) was already {earlier.status} in {where} "
+        f"(step {earlier.step}{branch}{seen}): not done again; propose it with "
+        "repeat_effect: true to ask a person to repeat it"
+    )
+    code = Rejection.DUPLICATE_EFFECT.value
+    return _reject(code, "effects", phash, inp, events, message=message, earlier=shown)
 
 
 def _check_confirmation(
@@ -343,12 +489,18 @@ def _check_confirmation(
     provenance: dict[str, Any] | None,
     inp: GateInput,
     events: list[Event],
+    *,
+    effect: _Effect,
 ) -> _Confirmed | Decision:
     """A person's decision bound to the proposal, or a pre-approval of it, where the tool's
-    side-effect class, its contract or the provenance layer asks for one."""
+    side-effect class, its contract or the provenance layer asks for one, and for a call
+    that repeats an earlier one's business effect (``repeat_effect``: a person only)."""
     tool, phash = checked.tool, checked.proposal_hash
     flagged = bool(provenance and provenance["flagged"])
+    repeats = effect.repeats.shown(run_id=inp.run.run_id) if effect.repeats else None
     policy, why = required_policy(tool, relaxed=inp.relaxed, flagged=flagged)
+    if repeats is not None:  # neither relaxed nor pre-approved: a person says repeat it
+        policy, why, flagged = ConfirmationPolicy.PER_CALL, "repeat_effect", True
     if why == "relaxed":
         relaxed = {"tool": tool.name, "side_effect": tool.side_effect.value}
         events.append(Event("policy.confirmation.relaxed", relaxed))
@@ -372,6 +524,8 @@ def _check_confirmation(
             resource=granted.resource,
             events=events,
             provenance=provenance,
+            effect_key=effect.key,
+            repeats=repeats,
         )
     return _Confirmed(confirmation_id)
 

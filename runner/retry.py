@@ -22,7 +22,7 @@ from typing import Any
 
 from warrant.runner.codes import ErrorCode
 from warrant.runner.planner_protocol import PlannerFailure
-from warrant.runner.spec import Usage
+from warrant.runner.spec import MAX_INT, Usage
 from warrant.runner.views import RunView
 
 __all__ = [
@@ -189,7 +189,9 @@ class ModelRetries:
             attempt=self.attempts + 1,
             max_attempts=later.max_attempts,
             model_calls=run.model_calls + later.calls,
-            max_model_calls=run.budgets.max_model_calls,
+            max_model_calls=(
+                run.budgets.max_model_calls if run.budgets.max_model_calls is not None else MAX_INT
+            ),
             now=now,
             deadline_at=run.deadline_at,
             retry_after_s=later.retry_after_s,

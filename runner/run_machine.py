@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
@@ -483,10 +484,18 @@ def request_confirmation(
     return make_change(RunEvent.REQUEST_CONFIRMATION, view, target, changes, trace)
 
 
-def resume_after_confirmation(view: RunView, *, approved: bool, decided: dict[str, Any]) -> Change:
-    """A person decided: the gate looks at the proposal again (and finds the decision)."""
+def resume_after_confirmation(
+    view: RunView, *, approved: bool, decided: dict[str, Any], deadline_at: float | None = None
+) -> Change:
+    """A person decided: the gate looks at the proposal again (and finds the decision).
+    ``deadline_at``: the run's deadline moved on by the time it waited (a deadline that pauses
+    while a person is asked: ``confirmation_rules.resumed_deadline``)."""
     name = "confirmation.approved" if approved else "confirmation.declined"
-    changes = {"phase": Phase.POLICY.value, "stop_reason": None}
+    changes: dict[str, Any] = {"phase": Phase.POLICY.value, "stop_reason": None}
+    if deadline_at is not None:
+        changes["deadline_at"] = datetime.fromtimestamp(deadline_at, tz=UTC)
+        moved = round(deadline_at - view.deadline_at, 3)
+        decided = {**decided, "deadline_moved_s": moved}
     trace = [(name, decided), transitioned(view, S.RUNNING)]
     return make_change(RunEvent.RESUME_AFTER_CONFIRMATION, view, S.RUNNING, changes, trace)
 

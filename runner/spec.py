@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MAX_STEPS_WITHOUT_NEW_OBSERVATION",
     "DEFAULT_MAX_TOOL_CALLS",
+    "EXTERNAL_DEADLINE_S",
     "MAX_PARALLEL_CALLS",
     "ArtifactExists",
     "AtLeast",
@@ -55,6 +57,7 @@ __all__ = [
     "ToolSucceeded",
     "Usage",
     "Webhook",
+    "external_budgets",
     "parse_run_spec",
 ]
 
@@ -78,6 +81,12 @@ DEFAULT_DEADLINE_S = 120.0
 DEFAULT_CONFIRMATION_TTL_S = 900.0
 #: Steps after the request during which a given confirmation may still be used.
 DEFAULT_CONFIRMATION_STEPS = 2
+#: Planner kind ``external`` (an agent's own loop, a session): its defaults where the spec
+#: does not set the field (:func:`external_budgets`). The deadline, one hour ...
+EXTERNAL_DEADLINE_S = 3600.0
+#: ... and tool calls per step allowed for (``max_tool_calls`` = this times ``max_steps``:
+#: retries count as tool calls).
+EXTERNAL_TOOL_CALLS_PER_STEP = 2
 #: Calls a parallel step may carry by default (``RunPolicy.max_parallel_calls``) ...
 DEFAULT_MAX_PARALLEL_CALLS = 4
 #: ... and at most.
@@ -132,8 +141,10 @@ class Budgets(_Strict):
 
     max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1, le=10_000)
     """Decision loops, see :data:`DEFAULT_MAX_STEPS`."""
-    max_model_calls: int = Field(default=DEFAULT_MAX_MODEL_CALLS, ge=0, le=10_000)
-    """Planner calls, see :data:`DEFAULT_MAX_MODEL_CALLS`."""
+    max_model_calls: int | None = Field(default=DEFAULT_MAX_MODEL_CALLS, ge=0, le=10_000)
+    """Planner calls, see :data:`DEFAULT_MAX_MODEL_CALLS`; ``None`` = no model-call budget
+    (only for planner kind ``external``, where it is the default: the agent's model calls are
+    not warrant's to count)."""
     max_tool_calls: int = Field(default=DEFAULT_MAX_TOOL_CALLS, ge=0, le=10_000)
     """Tool executions, see :data:`DEFAULT_MAX_TOOL_CALLS`."""
     max_repeated_proposal: int = Field(default=DEFAULT_MAX_REPEATED_PROPOSAL, ge=1, le=100)
@@ -150,8 +161,18 @@ class Budgets(_Strict):
     max_cycle_period: int = Field(default=DEFAULT_MAX_CYCLE_PERIOD, ge=2, le=20)
     """Longest cycle of proposals (A-B, A-B-C, ...) detected when it repeats with no new
     observation."""
+    on_loop: Literal["stop", "refuse"] = "stop"
+    """What a repeated proposal (``max_repeated_proposal``) or a cycle (``max_cycle_period``)
+    does: ``stop`` ends the run (``REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION``,
+    ``PROPOSAL_OSCILLATION_DETECTED``); ``refuse`` refuses that proposal with the same code
+    and the run goes on (the default for planner kind ``external``)."""
     deadline_s: float = Field(default=DEFAULT_DEADLINE_S, gt=0, le=7 * 24 * 3600)
     """Seconds from creation after which no new work starts."""
+    deadline_pauses_for_confirmation: bool = False
+    """The deadline does not count the time the run waits for a person's confirmation: when
+    the wait ends (approved or declined) the deadline moves later by the time waited, and a
+    run that waits is not stopped at its deadline (its request still expires after
+    ``confirmation_ttl_s``). The default for planner kind ``external``."""
     max_tool_calls_per_tool: dict[str, Annotated[int, Field(ge=0, le=10_000)]] = Field(
         default_factory=dict
     )
@@ -362,8 +383,9 @@ class RunSpec(_Strict):
     """Which planner proposes actions."""
     grants: list[Grant] = Field(default_factory=list, max_length=100)
     """Capabilities granted to this run."""
-    budgets: Budgets = Field(default_factory=Budgets)
-    """Limits; every exhaustion stops the run with its own reason."""
+    budgets: Budgets = Field(default_factory=Budgets, validate_default=True)
+    """Limits; every exhaustion stops the run with its own reason. Planner kind ``external``
+    has session defaults of its own (:func:`external_budgets`)."""
     handoff: HandoffPolicy = Field(default_factory=HandoffPolicy)
     """Situations that go to a person rather than end the run."""
     policy: RunPolicy = Field(default_factory=RunPolicy)
@@ -374,6 +396,39 @@ class RunSpec(_Strict):
     """Notify the producer when the run waits for a person or ends; ``None`` = no calls."""
     success: SuccessSpec | None = None
     """What done means beyond a cited final answer; ``None`` = a cited final answer is done."""
+
+    @field_validator("budgets")
+    @classmethod
+    def _planner_budgets(cls, budgets: Budgets, info: ValidationInfo) -> Budgets:
+        """An agent's own loop (planner kind ``external``) gets the session defaults; any
+        other planner calls a model warrant counts: it keeps a model-call budget."""
+        if isinstance(info.data.get("planner"), ExternalPlannerSpec):
+            return external_budgets(budgets)
+        if budgets.max_model_calls is None:
+            raise ValueError("max_model_calls may be null only for planner kind 'external'")
+        return budgets
+
+
+def external_budgets(budgets: Budgets) -> Budgets:
+    """The session defaults of planner kind ``external``, for each field ``budgets`` does not
+    set (``model_fields_set``): no model-call budget (each proposal is still counted, with the
+    usage the caller reports), ``max_tool_calls`` twice ``max_steps``, a deadline of
+    :data:`EXTERNAL_DEADLINE_S` that pauses while a person is asked to confirm, loops refused
+    rather than ending the run, and no steps-without-new-observation stop (``max_steps``)."""
+    given = budgets.model_fields_set
+    steps = budgets.max_steps
+    defaults: dict[str, Any] = {
+        "max_model_calls": None,
+        "max_tool_calls": min(10_000, EXTERNAL_TOOL_CALLS_PER_STEP * steps),
+        "deadline_s": EXTERNAL_DEADLINE_S,
+        "deadline_pauses_for_confirmation": True,
+        "on_loop": "refuse",
+        "max_steps_without_new_observation": steps,
+    }
+    update = {k: v for k, v in defaults.items() if k not in given}
+    if not update:
+        return budgets
+    return Budgets.model_validate({**budgets.model_dump(include=given), **update})
 
 
 class ToolProposal(_Strict):
@@ -386,6 +441,11 @@ class ToolProposal(_Strict):
     arguments: Any = None
     reason_summary: str = Field(default="", max_length=1_000)
     source_observation_ids: list[str] = Field(default_factory=list, max_length=100)
+    repeat_effect: bool = False
+    """Repeat a call whose business effect (``Tool.effect_key``) an earlier call already
+    has (succeeded, unknown or in flight): instead of ``DUPLICATE_EFFECT``, the call waits
+    for a person's confirmation (no pre-approval stands in for it). Not part of the
+    proposal's hash."""
 
 
 class AtLeast(_Strict):

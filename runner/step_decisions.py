@@ -73,7 +73,8 @@ def check_before_planning(run: RunView, now: float) -> Stop | None:
         return Stop(RunStatus.FAILED, StopReason.DEADLINE_REACHED)
     if run.step >= run.budgets.max_steps:
         return Stop(RunStatus.FAILED, StopReason.MAX_STEPS_REACHED)
-    if run.model_calls >= run.budgets.max_model_calls:
+    cap = run.budgets.max_model_calls  # None: the agent's own loop (planner kind external)
+    if cap is not None and run.model_calls >= cap:
         return Stop(RunStatus.FAILED, StopReason.MAX_MODEL_CALLS_REACHED)
     b = run.budgets
     if b.max_tokens is not None and run.tokens_used >= b.max_tokens:

@@ -16,6 +16,7 @@ from warrant.runner.spec import Budgets
 
 __all__ = [
     "ConfirmationView",
+    "EffectView",
     "GrantView",
     "HistoryEntry",
     "ObservationView",
@@ -122,6 +123,61 @@ class HistoryEntry:
 
     fingerprint: str
     observation_version: int
+
+
+#: The statuses of an earlier call that block a call with its effect key: in flight (issued,
+#: started), succeeded, or an effect nobody can vouch for (unknown, unless found not applied;
+#: a job the service accepted, unless it failed).
+_IN_FLIGHT = frozenset({"issued", "started"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class EffectView:
+    """An earlier command with a business effect key (``commands.effect_key``), in this run
+    or, within a tool's window, another: what the gate's effect layer compares a call with."""
+
+    key: str
+    run_id: str
+    step: int
+    branch: int = 0
+    command_id: str | None = None
+    """None: a call of the same parallel step, not yet issued."""
+    status: str
+    """``issued`` or ``started`` (in flight), ``discarded``, or its latest outcome's status
+    (``succeeded``, ``failed``, ``rejected``, ``unknown``, ``accepted``)."""
+    resolved: str | None = None
+    """What the reconciler (or a job's poll) found: ``applied``, ``not_applied``, ..."""
+    age_s: float = 0.0
+    """Seconds since the command was issued, by the database's clock."""
+    observation_id: str | None = None
+    """The observation its result became (in its run), once it has an outcome."""
+
+    @property
+    def blocks(self) -> bool:
+        """Does this earlier call make another with its key a duplicate?"""
+        if self.status in _IN_FLIGHT or self.status == "succeeded":
+            return True
+        if self.status == "unknown":
+            return self.resolved != "not_applied"
+        if self.status == "accepted":
+            return self.resolved != "failed"
+        return False
+
+    def shown(self, *, run_id: str) -> dict[str, Any]:
+        """The earlier outcome as a refusal carries it (no argument values)."""
+        out: dict[str, Any] = {
+            "run_id": self.run_id,
+            "same_run": self.run_id == run_id,
+            "step": self.step,
+            "branch": self.branch,
+            "command_id": self.command_id,
+            "status": self.status,
+        }
+        if self.resolved is not None:
+            out["resolved"] = self.resolved
+        if self.observation_id is not None:
+            out["observation_id"] = self.observation_id
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)

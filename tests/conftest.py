@@ -37,6 +37,7 @@ TEST_TOOL_PLUGINS = (
     "tests.precondition_tool:plugin",
     "tests.stopping_tool:plugin",
     "tests.permission_tool:plugin",
+    "tests.effect_tool:plugin",
 )
 
 #: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refunds only.

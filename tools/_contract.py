@@ -13,6 +13,7 @@ __layer__ = "pure core"
 
 import json
 import re
+import string
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ OutputT = TypeVar("OutputT", bound=BaseModel)
 
 #: Default per-call time limit of a tool, in seconds.
 DEFAULT_TOOL_TIMEOUT_S = 10.0
+#: The longest business effect key kept as it is (``commands.effect_key`` holds 300).
+MAX_EFFECT_KEY_CHARS = 300
 #: Largest canonical-JSON input a tool accepts unless it says otherwise.
 DEFAULT_MAX_INPUT_BYTES = 16_384
 #: Attempts per command for retryable failures (each counts as a tool call).
@@ -435,6 +438,15 @@ class Tool(Generic[InputT, OutputT]):
     """A read that sends data out (a fetch whose URL or query the caller chooses): its
     ``resources`` are destinations, scoped like a write's targets, and a value that only
     untrusted content supplied needs a person's confirmation."""
+    effect_key: str | None = None
+    """The call's business effect, as a format string over the validated arguments (e.g.
+    ``"refund:{order_id}"``): a second call with the same key after one that succeeded, whose
+    effect is unknown or that is still in flight is refused ``DUPLICATE_EFFECT`` (a proposal
+    with ``repeat_effect: true`` asks a person instead). Its fields must be input fields
+    (checked when the registry is built). None: every call is an effect of its own."""
+    effect_window_s: float = 0.0
+    """Also across runs: an earlier call with the same key in any run within this many
+    seconds counts. 0: within the run only."""
 
     @property
     def masked_fields(self) -> frozenset[str]:
@@ -470,6 +482,20 @@ class Tool(Generic[InputT, OutputT]):
         if len(text) > limit or len(head) < len(message):
             return f"{text[:limit]}…[cut; {len(message)} characters in all]"
         return text
+
+    def effect_key_of(self, arguments: Mapping[str, Any]) -> str | None:
+        """The call's business effect key: :attr:`effect_key` formatted over the validated
+        arguments (their JSON form); None without a declared key, or when a field's value
+        cannot be formatted. Longer than :data:`MAX_EFFECT_KEY_CHARS`: its SHA-256."""
+        if self.effect_key is None:
+            return None
+        try:
+            key = string.Formatter().vformat(self.effect_key, (), dict(arguments))
+        except (KeyError, IndexError, AttributeError, TypeError, ValueError):
+            return None
+        if len(key) > MAX_EFFECT_KEY_CHARS:
+            return "sha256:" + sha256_hex(key.encode())
+        return key
 
     def parse_input(self, arguments: dict[str, Any]) -> InputT:
         """Validate JSON-shaped arguments (a proposal's, or the stored normalized ones).
@@ -522,7 +548,41 @@ class Tool(Generic[InputT, OutputT]):
             "egress": self.egress,
             "isolation": self.isolation.value,
             **({"attribution": self.attribution.describe()} if self.attribution else {}),
+            **(
+                {"effectKey": self.effect_key, "effectWindowSeconds": self.effect_window_s}
+                if self.effect_key is not None
+                else {}
+            ),
         }
+
+
+def effect_key_problem(tool: Tool[Any, Any]) -> str | None:
+    """Why the tool's :attr:`Tool.effect_key` cannot work (a field that is not an input
+    field, a positional field, a bad format, a negative window); None when it can."""
+    if tool.effect_window_s < 0:
+        return f"effect_window_s is {tool.effect_window_s}: a window is 0 or more seconds"
+    if tool.effect_key is None:
+        return None
+    if not tool.effect_key:
+        return "effect_key is empty"
+    try:
+        parsed = list(string.Formatter().parse(tool.effect_key))
+    except ValueError as exc:
+        return f"effect_key {tool.effect_key!r} is no format string: {exc}"
+    fields = [name for _, name, _, _ in parsed if name is not None]
+    if not fields:
+        return f"effect_key {tool.effect_key!r} names no argument: every call would be one effect"
+    known = tool.input_model.model_fields
+    for name in fields:
+        root = re.split(r"[.\[]", name, maxsplit=1)[0]
+        if not root or root.isdigit():
+            return f"effect_key {tool.effect_key!r}: a field is named, not positional ({{{name}}})"
+        if root not in known:
+            return (
+                f"effect_key {tool.effect_key!r} names {root!r}, which is no field of "
+                f"{tool.input_model.__name__} ({', '.join(sorted(known)) or 'none'})"
+            )
+    return None
 
 
 def _leaves(value: Any) -> list[str]:

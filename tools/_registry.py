@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
+from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import PluginError
-from warrant.tools._contract import Attribution, Tool
+from warrant.tools._contract import Attribution, Tool, effect_key_problem
 
 if TYPE_CHECKING:
     from warrant.runner.settings import WarrantSettings
@@ -76,6 +77,11 @@ class Registry:
             key = (tool.name, tool.version)
             if key in self._tools:
                 raise ValueError(f"tool {tool.name} version {tool.version} declared twice")
+            if (problem := effect_key_problem(tool)) is not None:
+                raise PluginError(
+                    f"tool {tool.name} version {tool.version}: {problem}",
+                    code=ErrorCode.EFFECT_KEY_INVALID,
+                )
             self._tools[key] = tool
         self._plugins = tuple(plugins)
         for plugin in self._plugins:

@@ -16,7 +16,7 @@ from warrant.ledger.repo import commit
 from warrant.ledger.stage_loads import PolicyLoad
 from warrant.runner import policy
 from warrant.runner import run_machine as machine
-from warrant.runner.confirmation_rules import approvals_required
+from warrant.runner.confirmation_rules import approvals_required, request_clock
 from warrant.runner.permission_wait import asks_for_grant, grant_request
 from warrant.runner.views import RunView
 
@@ -56,7 +56,7 @@ def ask_person(
     if parallel is not None:
         request["parallel"] = parallel
     step = proposal["step"]
-    request["expires_at"] = min(now + view.budgets.confirmation_ttl_s, view.deadline_at)
+    request |= request_clock(view.budgets, deadline_at=view.deadline_at, now=now)
     request["expires_at_step"] = step + view.budgets.confirmation_steps
     change = machine.request_confirmation(
         view,

@@ -26,6 +26,7 @@ from warrant.broker.tool.permission_waits import command_write
 from warrant.broker.transitions import HARD_LIMIT_GRACE_S
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
+from warrant.ledger.effect_keys import EffectMoved, lock_keys, recheck
 from warrant.ledger.guarded import (
     update_proposal,
     use_confirmation,
@@ -69,7 +70,24 @@ def _outcome_name(decision: object) -> str:
     return f"{name}:{code}" if code else name
 
 
+#: Decisions made again when another run's command with the same business effect key was
+#: written between a decision's read and its write (:class:`EffectMoved`); then ignored (the
+#: stalled-run sweep publishes the run again).
+EFFECT_DECISIONS = 3
+
+
 def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
+    """:func:`decide_once`, made again on fresh facts when a command with one of the
+    proposal's business effect keys was written meanwhile by another run's policy worker."""
+    for attempt in range(1, EFFECT_DECISIONS + 1):
+        try:
+            return decide_once(ctx, run_id, version)
+        except EffectMoved:
+            log.info("policy run=%s: an effect key moved, deciding again (%d)", run_id, attempt)
+    return "ignored"
+
+
+def decide_once(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns ``ignored``, ``rejected:<code>``, ``stopped:<status>:<reason>``, ``waiting``,
     ``waiting_grant:<code>``, ``handoff`` or ``accepted``.
 
@@ -93,6 +111,8 @@ def policy_evaluate(ctx: StageContext, run_id: str, version: int) -> str:
         return "ignored"
     try:
         committed = _commit(ctx, view, load, decision, version, now)
+    except EffectMoved:
+        raise
     except StaleVersion:
         return "ignored"
     if isinstance(committed, str):  # handed to a person (its own transaction): nothing follows
@@ -117,6 +137,10 @@ def _commit(
     """The decision's one write: the stage's result and the message to publish after it (or,
     for a run handed to a person instead, only the result)."""
     run_id, row = view.run_id, load.row
+    if isinstance(decision, policy.Accept) and _across_runs(decision):
+        with session_scope(ctx.engine) as s:  # a transaction: the key's lock, then the write
+            effects_still(s, view, load, [decision])
+            return "accepted", _accept(ctx, s, view, load, decision, now)
     send: Callable[[], None] | None = None
     with autocommit(ctx.engine) as conn:
         if isinstance(decision, policy.Reject) and asks(row, decision):
@@ -184,6 +208,7 @@ def _gate_input(
         relaxed=ctx.settings.relaxed_tools,
         observed=ctx.settings.observed_tools,
         pre_approvals=pre_approvals_from(row.pre_approvals),
+        effects=load.effects,
         provenance=None
         if load.provenance is None
         else sources_from(*load.provenance, attributions=ctx.registry.attributions()),
@@ -206,6 +231,8 @@ def _reject(
     content = {"code": decision.code, "layer": decision.layer, "tool": proposal["tool"]}
     if decision.message:
         content["message"] = decision.message
+    if decision.earlier:  # DUPLICATE_EFFECT: the earlier call the caller is shown
+        content["earlier"] = decision.earlier
     new_version = commit(
         conn,
         machine.replan(view, why=trace_events(decision.events)),
@@ -314,6 +341,7 @@ def _command_writes(
                 "deadline_at": to_datetime(now + timeout),
                 "confirmation_id": decision.confirmation_id,
                 "grant_ids": list(decision.grant_ids),
+                "effect_key": decision.effect_key,
             },
         ),
     ]
@@ -367,6 +395,29 @@ def _accept(
         soft_time_limit=timeout,
         time_limit=timeout + HARD_LIMIT_GRACE_S,
     )
+
+
+# -- Business effect keys across runs (``Tool.effect_window_s``): two policy workers of two runs
+# may decide calls with one key at once. The write that issues such a command takes the key's
+# advisory lock and reads again (:mod:`warrant.ledger.effect_keys`); a command that appeared
+# meanwhile raises :class:`EffectMoved` and :func:`policy_evaluate` decides again. Within a
+# run no lock is needed: the run's compare-and-set orders its decisions.
+
+
+def _across_runs(decision: policy.Accept) -> bool:
+    return decision.effect_key is not None and decision.tool.effect_window_s > 0
+
+
+def effects_still(s: Any, view: RunView, load: PolicyLoad, accepted: list[policy.Accept]) -> None:
+    """In the write's transaction: lock the keys the accepted calls share across runs and
+    raise :class:`EffectMoved` if a command with one of them appeared since the load."""
+    across = [d for d in accepted if _across_runs(d)]
+    keys = [d.effect_key for d in across if d.effect_key is not None]
+    if not keys:
+        return
+    lock_keys(s, keys)
+    window = max(d.tool.effect_window_s for d in across)
+    recheck(s, view.run_id, keys, window, known=load.effects)
 
 
 # -- A persistent injection (``handoff.after_untrusted_refusals``): when one more refused tool
@@ -513,6 +564,8 @@ def _fan_out(
                 return "ignored"
     try:
         result, sends = _commit_set(ctx, view, load, parallel, branches, version, now)
+    except EffectMoved:
+        raise
     except StaleVersion:
         return "ignored"
     crash_point("policy:after_commit", view.run_id)
@@ -610,9 +663,7 @@ def _commit_set(
     issued: list[tuple[Any, int]] = []  # each accepted call's command, and its call's number
     events: list[tuple[str, dict[str, Any]]] = []
     with session_scope(ctx.engine) as s:
-        run = rows.lock_run(s, run_id)
-        if run is None or run.version != version:
-            raise StaleVersion(run_id)
+        _lock_set(s, view, load, branches, version)
         for number, call, decision in branches:
             assert not isinstance(decision, policy.Ignore)
             events.extend(trace_events(decision.events))
@@ -648,6 +699,17 @@ def _commit_set(
         for command, _ in issued
     ]
     return f"fanned_out:{len(issued)}/{len(branches)}", publish
+
+
+def _lock_set(
+    s: Any, view: RunView, load: PolicyLoad, branches: list[Branch], version: int
+) -> None:
+    """The set's write begins: the run locked at ``version`` (else :class:`StaleVersion`) and
+    the business effect keys its accepted calls share across runs (:func:`effects_still`)."""
+    run = rows.lock_run(s, view.run_id)
+    if run is None or run.version != version:
+        raise StaleVersion(view.run_id)
+    effects_still(s, view, load, [d for _, _, d in branches if isinstance(d, policy.Accept)])
 
 
 def _refuse_set(

@@ -13,7 +13,9 @@ the size of the ledger.
 2. unknown effects: ask the tool's ``reconcile(token)`` -> continue, retry with the *same*
    token, back off, or hand off to a person
 3. stalled runs: no progress for ``stall_after_s`` -> re-publish the message the state expects
-4. expired confirmations: waiting past the request's expiry or the run deadline -> cancelled
+4. expired confirmations: waiting past the request's expiry -> cancelled
+   (``CONFIRMATION_EXPIRED``), or past the run deadline -> failed (``DEADLINE_REACHED``, as
+   every deadline; not for a run whose deadline pauses while a person is asked)
 5. webhooks: due deliveries are sent and recorded (:mod:`warrant.broker.reconciler._webhooks`)
 6. waiting jobs: a long-running tool's accepted job is polled to its end, cancelled when its
    run is (:mod:`warrant.broker.reconciler._job_polls`)
@@ -49,6 +51,7 @@ from warrant.runner.codes import (
     RunStatus,
     StopReason,
 )
+from warrant.runner.confirmation_rules import confirmation_wait_over
 from warrant.runner.fan_in import FanOut
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings, load_settings
@@ -336,23 +339,17 @@ def _expired_confirmations(
     with session_scope(ctx.engine) as s:
         waiting = sweeps.waiting_confirmations(s, limit=settings.sweep_batch * 10)
     due = [
-        (rid, req, dl)
+        (rid, stop)
         for rid, req, dl in waiting
-        if dl.timestamp() <= now or float((req or {}).get("expires_at", 0)) <= now
+        if (stop := confirmation_wait_over(req or {}, deadline_at=dl.timestamp(), now=now))
     ]
-    for run_id, _request, deadline in due[: settings.sweep_batch]:
+    for run_id, stop in due[: settings.sweep_batch]:
         check()
         with session_scope(ctx.engine) as s:
             run = rows.lock_run(s, run_id)
             if run is None or run.status != RunStatus.WAITING_CONFIRMATION:
                 continue
-            reason = (
-                StopReason.DEADLINE_REACHED
-                if deadline.timestamp() <= now
-                else StopReason.CONFIRMATION_EXPIRED
-            )
-            stop = Stop(RunStatus.CANCELLED, reason, {"effect": "none"})
-            expired = ("confirmation.expired", {"reason": reason.value})
+            expired = ("confirmation.expired", {"reason": stop.reason.value})
             change = machine.stop(run_view(run), stop, step=run.step, events=[expired])
             commit(s, change, step=run.step)
             report.expired += 1
@@ -361,8 +358,9 @@ def _expired_confirmations(
 def _expired_grant_waits(
     ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
 ) -> None:
-    """A run waiting for a grant past its deadline stops as a waiting confirmation does:
-    ``cancelled``, ``DEADLINE_REACHED``, nothing ran."""
+    """A run waiting for a grant past its deadline stops as every deadline ends a run:
+    ``failed``, ``DEADLINE_REACHED``, nothing ran (an operator's grant is not a confirmation:
+    the deadline does not pause for it)."""
     now = ctx.clock()
     with session_scope(ctx.engine) as s:
         due = sweeps.waiting_grants_due(s, now=now, limit=settings.sweep_batch)
@@ -375,7 +373,7 @@ def _expired_grant_waits(
             if run.deadline_at.timestamp() > now:
                 continue
             reason = StopReason.DEADLINE_REACHED
-            stop = Stop(RunStatus.CANCELLED, reason, {"effect": "none"})
+            stop = Stop(RunStatus.FAILED, reason, {"effect": "none"})
             expired = ("grant.wait_expired", {"reason": reason.value})
             change = machine.stop(run_view(run), stop, step=run.step, events=[expired])
             commit(s, change, step=run.step)

@@ -36,6 +36,7 @@ from warrant.runner.codes import (
     Outcome,
     RunStatus,
 )
+from warrant.runner.confirmation_rules import request_clock
 from warrant.runner.views import RunView
 from warrant.tools._contract import (
     PRECONDITION_CHANGED,
@@ -186,7 +187,7 @@ def _writes(
     request |= {
         "precondition": now.shown(),
         "approved_by": [],
-        "expires_at": min(at + view.budgets.confirmation_ttl_s, view.deadline_at),
+        **request_clock(view.budgets, deadline_at=view.deadline_at, now=at),
         "expires_at_step": step + view.budgets.confirmation_steps,
         "asked_again": {"code": PRECONDITION_CHANGED, "after_command": snap.command_id},
     }

@@ -1,5 +1,11 @@
 """Any MCP client in front of warrant's gate: here the `mcp` package's own client, which
-starts `warrant mcp serve` over stdio as its server."""
+starts `warrant mcp serve` over stdio as its server.
+
+Needs: the demo plug-in's tools where the gateway and the workers run
+(`WARRANT_TOOLS=warrant_demo:plugin`: `lookup`), and the deployment's `WARRANT_*` settings in
+this process's environment (the gateway is a database client). The session sees only the tools
+its template grants; a call warrant does not carry out ends this script with its code.
+"""
 
 import asyncio
 import json
@@ -28,14 +34,15 @@ server = StdioServerParameters(
 async def main() -> None:
     async with stdio_client(server) as (read, write), ClientSession(read, write) as mcp:
         await mcp.initialize()
-        for tool in (await mcp.list_tools()).tools:
+        tools = (await mcp.list_tools()).tools
+        if "lookup" not in {t.name for t in tools}:
+            sys.exit("the gateway offers no lookup: is WARRANT_TOOLS=warrant_demo:plugin set?")
+        for tool in tools:
             print(tool.name, "read-only" if tool.annotations.readOnlyHint else "writes")
         found = await mcp.call_tool("lookup", {"query": "order 42"})
+        if found.isError:  # refused, failed, unknown effect: the code comes first
+            sys.exit(f"lookup: {found.content[0].text}")
         print("lookup:", found.content[0].text)
-        refused = await mcp.call_tool(  # not granted: the gate refuses it, with its code
-            "send_notice", {"recipient": "jo@example.com", "body": "Your refund is on its way."}
-        )
-        print("send_notice:", refused.isError, refused.content[0].text)
 
 
 asyncio.run(main())

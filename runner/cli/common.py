@@ -26,7 +26,6 @@ from warrant.runner.errors import (
     SettingsInvalid,
     SpecError,
     StateConflict,
-    TokenInvalid,
     Unauthorized,
     WaitTimedOut,
     WarrantError,
@@ -190,19 +189,15 @@ def make_client(*, remote_ok: bool = True, settings: WarrantSettings | None = No
     (``remote_ok=False``: commands that keep to the database when it is in the environment).
     Either is a :class:`~warrant.runner.client.contract.RunnerClient`: the commands never ask
     which one they hold."""
-    if remote_ok:
-        settings = settings or load_settings()
-        if settings.server_url:
-            from warrant.runner.client.remote import RemoteClient  # lazy: httpx, remote only
+    if remote_ok and (settings or load_settings()).server_url:
+        from warrant.runner.client.remote import remote_from_settings  # lazy: httpx, remote only
 
-            if not settings.api_token:
-                raise TokenInvalid(
-                    "WARRANT_SERVER_URL is set: WARRANT_API_TOKEN must name an API token"
-                )
-            return RemoteClient(settings.server_url, settings.api_token)
+        remote = remote_from_settings(settings or load_settings())
+        assert remote is not None
+        return remote
     from warrant.runner.client.api import Client  # lazy: Celery + SQLAlchemy, ~0.5 s
 
-    return Client.from_env()
+    return Client.from_env(database_only=True)
 
 
 def client_and_id(

@@ -105,7 +105,7 @@ def _gateway(
         decision_wait_s=decision_wait,
         tools=frozenset(t.strip() for t in tools.split(",") if t.strip()) if tools else None,
     )
-    client = Client.from_env(service_name="warrant-mcp")
+    client = Client.from_env(service_name="warrant-mcp", database_only=True)
     return Gateway(client, registry_for(), options), client.engine
 
 

@@ -13,6 +13,8 @@ that runs its own loop (:mod:`~warrant.runner.client.proposals`).
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 from warrant.broker import telemetry
 from warrant.ledger.db import engine_for
 from warrant.runner.client.approvals import ApprovalsClient
@@ -20,8 +22,9 @@ from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.handoffs import HandoffsClient
 from warrant.runner.client.inbox import InboxClient
 from warrant.runner.client.proposals import ProposalsClient
+from warrant.runner.client.remote import remote_from_settings
 from warrant.runner.client.runs import RunInfo
-from warrant.runner.settings import resolved_urls
+from warrant.runner.settings import load_settings, resolved_urls
 
 __all__ = ["Client", "RunInfo", "RunnerClient"]
 
@@ -29,12 +32,30 @@ __all__ = ["Client", "RunInfo", "RunnerClient"]
 class Client(ApprovalsClient, HandoffsClient, InboxClient, ProposalsClient):
     """Talks to the ledger and publishes the first planner message of a run."""
 
+    @overload
     @classmethod
-    def from_env(cls, *, service_name: str = "warrant-client") -> Client:
-        """A client from the environment. With tracing on (``OTEL_*``), its spans are
-        ``service_name``'s (``warrant-serve`` for the HTTP API); the command-line client
-        (``warrant-client``) spends at most ``telemetry.CLIENT_EXIT_FLUSH_S`` exporting them
-        (at exit): a command must not wait on a collector that is slow or not there."""
+    def from_env(cls, *, service_name: str = ..., database_only: Literal[True]) -> Client: ...
+
+    @overload
+    @classmethod
+    def from_env(
+        cls, *, service_name: str = ..., database_only: Literal[False] = ...
+    ) -> RunnerClient: ...
+
+    @classmethod
+    def from_env(
+        cls, *, service_name: str = "warrant-client", database_only: bool = False
+    ) -> RunnerClient:
+        """A client from the environment: with ``WARRANT_SERVER_URL`` set, a
+        :class:`~warrant.runner.client.remote.RemoteClient` of that ``warrant serve`` with
+        ``WARRANT_API_TOKEN`` (an agent's process holds a producer token, never the ledger's
+        credentials, and cannot confirm its own calls); else (or ``database_only``: the server
+        and the workers) a database-backed :class:`Client`. With tracing on (``OTEL_*``), its
+        spans are ``service_name``'s (``warrant-serve`` for the HTTP API); the command-line
+        client (``warrant-client``) spends at most ``telemetry.CLIENT_EXIT_FLUSH_S`` exporting
+        them (at exit): a command must not wait on a collector that is slow or not there."""
+        if not database_only and (remote := remote_from_settings(load_settings())) is not None:
+            return remote
         _, database_url = resolved_urls()
         short_lived = service_name == telemetry.SERVICE_NAMES["client"]
         telemetry.configure(

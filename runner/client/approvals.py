@@ -20,6 +20,7 @@ from warrant.ledger import reads
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Proposal, Run
 from warrant.ledger.operator import (
+    database_now,
     insert_grant,
     insert_pre_approval,
     record_confirmation,
@@ -34,6 +35,7 @@ from warrant.runner.confirmation_rules import (
     add_approval,
     asked_call,
     pre_approval_record,
+    resumed_deadline,
     self_approval,
     undecided,
 )
@@ -451,7 +453,11 @@ def _record_decisions(
         append_events(s, run.id, events, step=run.step)
         return None
     append_events(s, run.id, events, step=run.step)
-    change = machine.resume_after_confirmation(run_view(run), approved=resume[0], decided=resume[1])
+    view = run_view(run)
+    moved = resumed_deadline(request, deadline_at=view.deadline_at, now=database_now(s))
+    change = machine.resume_after_confirmation(
+        view, approved=resume[0], decided=resume[1], deadline_at=moved
+    )
     return commit(s, change, step=run.step, proposal_id=pending.proposal_id)
 
 

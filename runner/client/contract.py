@@ -196,8 +196,10 @@ class RunnerClient(Protocol):
         step: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
         wait_s: float = 0.0,
+        call_id: str | None = None,
     ) -> Decision:
-        """Record ``proposal`` as the run's next step; its decision (after ``wait_s`` at most)."""
+        """Record ``proposal`` as the run's next step; its decision (after ``wait_s`` at most).
+        The same ``call_id`` again returns the same decision, never a second step."""
         ...
 
     def decision(

@@ -6,6 +6,10 @@ decision = client.propose(run_id, {"kind": "tool", "proposal_id": "p1", "tool": 
                                    "tool_version": "1.0.0", "arguments": {...}}, by="my-agent")
 decision = client.decision(run_id, decision.step, wait_s=30)   # until it settles
 
+``call_id`` (the agent framework's tool-call id, or any key the caller keeps with the call)
+makes a retry safe: the same key returns the same step's decision, never a second command,
+across processes and restarts; the same key with another call is ``IDEMPOTENCY_KEY_REUSED``.
+
 One part of :class:`warrant.runner.client.api.Client`; the decisions are
 :class:`warrant.runner.external.Decision` (see there for their states).
 """
@@ -44,12 +48,15 @@ class ProposalsClient(RunsClient):
         step: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
         wait_s: float = 0.0,
+        call_id: str | None = None,
     ) -> Decision:
-        """Record ``proposal`` as the run's next step (``step``: the step the caller means,
-        so that a retry replays instead of proposing twice) and return its decision, waiting
-        up to ``wait_s`` for it to leave ``pending``. Raises ``PROPOSAL_IN_FLIGHT`` while an
-        earlier proposal is still undecided, ``RUN_NOT_EXTERNAL`` for a run with its own
-        planner, ``RUN_FINISHED`` once the run ended."""
+        """Record ``proposal`` as the run's next step and return its decision, waiting up to
+        ``wait_s`` for it to leave ``pending``. A retry replays instead of proposing twice
+        when it names ``step`` (the step the caller means) or ``call_id`` (the caller's key of
+        the call; a parallel proposal's calls may carry their own ``call_id``). Raises
+        ``PROPOSAL_IN_FLIGHT`` while an earlier proposal is still undecided,
+        ``RUN_NOT_EXTERNAL`` for a run with its own planner, ``RUN_FINISHED`` once the run
+        ended, ``IDEMPOTENCY_KEY_REUSED`` for a key that named another call."""
         if not by.strip():
             raise InvalidRequest("a proposal needs who made it", code="IDENTITY_REQUIRED")
         usage = Usage.model_validate(usage) if isinstance(usage, dict) else usage
@@ -63,6 +70,7 @@ class ProposalsClient(RunsClient):
             step=step,
             usage=usage,
             clock=self._db_clock,
+            call_id=call_id,
         )
         if recorded.message is not None:
             from warrant.broker.publish import Outbox  # lazy: it imports Celery (~150 ms)
@@ -77,7 +85,7 @@ class ProposalsClient(RunsClient):
             return Decision(
                 run_id=run_id, step=submitted.step, state="stopped", code=reason, run_status=status
             )
-        return self.decision(run_id, submitted.step, wait_s=wait_s)
+        return self.decision(run_id, submitted.step, branch=submitted.branch, wait_s=wait_s)
 
     def decision(
         self,

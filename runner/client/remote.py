@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json as jsonlib
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
+import tenacity
 
 from warrant.runner.client.approvals import Origin
 from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT, RunnerClient
@@ -52,7 +54,18 @@ from warrant.runner.spec import RunSpec, Usage
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["MAX_POLL_S", "PREFIX_SCAN", "RemoteClient", "error_from"]
+__all__ = [
+    "MAX_POLL_S",
+    "PREFIX_SCAN",
+    "PROPOSE_ATTEMPTS",
+    "RemoteClient",
+    "error_from",
+    "remote_from_settings",
+]
+
+#: How many times a proposal is sent when the server cannot be reached or its answer is lost
+#: (always under the same ``Idempotency-Key``: the server records it once).
+PROPOSE_ATTEMPTS = 4
 
 #: The longest one ``/wait`` long poll is asked to last (the server allows up to 60 s).
 MAX_POLL_S = 30.0
@@ -407,22 +420,37 @@ class RemoteClient:
         step: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
         wait_s: float = 0.0,
+        call_id: str | None = None,
     ) -> Decision:
-        """``POST /v1/runs/{id}/proposals``, then (with ``wait_s``) its long poll."""
+        """``POST /v1/runs/{id}/proposals``, then (with ``wait_s``) its long poll. Sent with
+        ``call_id`` (a fresh key without one) as its ``Idempotency-Key``, and sent again
+        under it, up to :data:`PROPOSE_ATTEMPTS` times, when the server cannot be reached or
+        the answer is lost: the server records the proposal once and answers each time."""
         if isinstance(usage, Usage):
             usage = usage.model_dump()
         body = {"proposal": proposal, "step": step, "usage": usage}
         poll = min(wait_s, MAX_POLL_S)
-        data = self._call(
-            "POST",
-            f"/runs/{run_id}/proposals",
-            json={k: v for k, v in body.items() if v is not None},
-            params={"wait": poll},
-            timeout=poll + 30.0,
-        )
+        headers = {"Idempotency-Key": call_id or f"remote-{uuid.uuid4().hex}"}
+        for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_unreachable),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=2.0),
+            stop=tenacity.stop_after_attempt(PROPOSE_ATTEMPTS),
+            reraise=True,
+        ):
+            with attempt:
+                data = self._call(
+                    "POST",
+                    f"/runs/{run_id}/proposals",
+                    json={k: v for k, v in body.items() if v is not None},
+                    params={"wait": poll},
+                    headers=headers,
+                    timeout=poll + 30.0,
+                )
         decision = _record(Decision, data)
         if wait_s > poll and decision.state == "pending":
-            return self.decision(run_id, decision.step, wait_s=wait_s - poll)
+            return self.decision(
+                run_id, decision.step, branch=decision.branch, wait_s=wait_s - poll
+            )
         return decision
 
     def decision(
@@ -459,6 +487,20 @@ class RemoteClient:
 
     def revoke_memory(self, record_id: int, *, by: str) -> dict[str, Any]:
         return self._call("DELETE", f"/memory/{record_id}")
+
+
+def remote_from_settings(settings: Any) -> RemoteClient | None:
+    """A client of ``settings.server_url`` with ``settings.api_token`` (none set: ``None``; a
+    URL without a token: ``TokenInvalid``)."""
+    if not settings.server_url:
+        return None
+    if not settings.api_token:
+        raise TokenInvalid("WARRANT_SERVER_URL is set: WARRANT_API_TOKEN must name an API token")
+    return RemoteClient(settings.server_url, settings.api_token)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    return isinstance(exc, ServiceUnavailable) and exc.code == "SERVER_UNREACHABLE"
 
 
 _conforms: type[RunnerClient] = RemoteClient

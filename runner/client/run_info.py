@@ -11,7 +11,7 @@ from warrant.runner.views import request_as_shown
 if TYPE_CHECKING:
     from warrant.ledger.models import Run
 
-__all__ = ["SETTLED", "RunInfo"]
+__all__ = ["SETTLED", "RunInfo", "spec_capabilities"]
 
 #: Statuses at which :meth:`Client.wait` returns (nothing moves without outside input).
 SETTLED = frozenset(
@@ -60,6 +60,9 @@ class RunInfo:
     tools reported (the ``max_tokens`` budget counts these)."""
     cost_used: float = 0.0
     """Cost charged so far, likewise (the ``max_cost`` budget counts it)."""
+    capabilities: list[str] = field(default_factory=list)
+    """The capabilities the run's spec grants (sorted): what an agent's session is offered
+    (the gate still checks each call's grant, scope and uses)."""
 
     @classmethod
     def of(
@@ -93,7 +96,16 @@ class RunInfo:
             waiting_for_grant=(
                 dict(run.stop_detail or {}) if run.status == RunStatus.WAITING_GRANT.value else None
             ),
+            capabilities=spec_capabilities(run.spec),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def spec_capabilities(spec: Any) -> list[str]:
+    """The capabilities a run spec's grants name, sorted."""
+    grants = (spec or {}).get("grants") if isinstance(spec, dict) else None
+    return sorted(
+        {str(g["capability"]) for g in grants or [] if isinstance(g, dict) and "capability" in g}
+    )

@@ -298,7 +298,8 @@ class OpenAIPlanner:
         remaining = run.deadline_at - time.time()
         if remaining <= 0:
             raise PlannerFailure("DEADLINE_REACHED", calls=0)
-        if run.model_calls >= run.budgets.max_model_calls:
+        cap = run.budgets.max_model_calls
+        if cap is not None and run.model_calls >= cap:
             raise PlannerFailure("MODEL_CALL_BUDGET", calls=0)
         if costs.unpriced(run.budgets, self.spec, self.prices):  # this worker's price table
             message = f"model {self.spec.model!r} has no price in WARRANT_MODEL_PRICES"

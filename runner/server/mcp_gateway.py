@@ -16,6 +16,14 @@ Each ``tools/call`` of an MCP session is a proposal of that session's run (plann
   run: the same call then is a new proposal, and a write needs a person again.
 * Once the run ended (a budget, a loop, a deadline, a cancel) every call is refused: the
   session's limits hold (fail closed).
+* ``tools/list`` shows the tools the session's grants cover (every capability of the tool
+  named by a grant of its run, or of the template before the run starts); a call to any other
+  is refused by the gate before its arguments are read (``MISSING_CAPABILITY``).
+* Exactly once: each call is proposed under the key ``mcp:<session>:<request id>`` (or the
+  client's own, ``_meta["warrant/call_id"]``): the ledger keeps it with the step, so the same
+  request again (a transport's resend) returns the same decision, never a second command. A
+  client that sends the same call as a new request after a lost answer is held by the tool's
+  business effect key (``DUPLICATE_EFFECT`` with the earlier outcome).
 
 Results: only an executed call that succeeded is a success; every other decision is a tool
 error (``isError``) whose first text says what happened, led by its stable code, and whose
@@ -34,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -45,7 +54,8 @@ from mcp.server.lowlevel import NotificationOptions, Server
 
 from warrant.runner.authz import Action, require
 from warrant.runner.client.contract import RunnerClient
-from warrant.runner.client.external_calls import ExternalCalls, newest_tools
+from warrant.runner.client.external_calls import ExternalCalls, granted_tools, newest_tools
+from warrant.runner.client.run_info import spec_capabilities
 from warrant.runner.errors import WarrantError
 from warrant.runner.external import WAITING_FOR_APPROVAL, Decision, explain
 from warrant.runner.server.http.errors import warrant_error_response
@@ -99,6 +109,8 @@ class Caller:
 class _Session:
     run_id: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    key: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Names the session in its calls' keys."""
 
 
 class Gateway:
@@ -115,23 +127,54 @@ class Gateway:
             decision_wait_s=options.decision_wait_s,
         )
 
-    async def call(self, caller: Caller, name: str, arguments: dict[str, Any]) -> Any:
+    async def call(
+        self,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        request_id: Any = None,
+        call_id: str | None = None,
+    ) -> Any:
+        """One ``tools/call``, proposed under ``call_id`` (the client's own key) or, for a
+        request with an id, ``mcp:<session>:<request id>``."""
         state = self._sessions.setdefault(caller.session, _Session())
+        if call_id is None and request_id is not None:
+            call_id = f"mcp:{state.key}:{request_id}"[:200]
         async with state.lock:
             try:
-                return await self._call(state, caller, name, arguments)
+                return await self._call(state, caller, name, arguments, call_id=call_id)
             except WarrantError as exc:
                 return error_result(exc.code, str(exc), run_id=state.run_id)
 
     async def _call(
-        self, state: _Session, caller: Caller, name: str, arguments: dict[str, Any]
+        self,
+        state: _Session,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        call_id: str | None,
     ) -> Any:
         if self.options.tools is not None and name not in self.options.tools:
             return error_result("UNKNOWN_TOOL_OR_VERSION", f"{name!r} is not offered here")
         if state.run_id is None:
             state.run_id = await _thread(self._start, caller)
-        decision = await _thread(self.calls.call, state.run_id, name, arguments, by=caller.by)
+        decision = await _thread(
+            self.calls.call, state.run_id, name, arguments, by=caller.by, call_id=call_id
+        )
         return result_of(decision)
+
+    async def listed(self, session: Any) -> list[types.Tool]:
+        """What ``tools/list`` shows this session: the tools its grants cover."""
+        state = self._sessions.get(session)
+        if state is not None and state.run_id is not None:
+            info = await _thread(self.client.get_run, state.run_id)
+            capabilities = info.capabilities
+        else:
+            capabilities = spec_capabilities(self.options.spec)
+        offered = granted_tools(self.registry, capabilities)
+        return mcp_tools(offered, only=self.options.tools)
 
     def _start(self, caller: Caller) -> str:
         spec = {**self.options.spec, "planner": {"kind": "external", "agent": "mcp"}}
@@ -195,6 +238,7 @@ _SUMMARY = (
     "observation_id",
     "proposal_hash",
     "run_status",
+    "earlier",
 )
 
 
@@ -236,12 +280,20 @@ def build_server(gateway: Gateway, *, stdio_identity: str | None = None) -> Serv
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
-        return mcp_tools(gateway.registry, only=gateway.options.tools)
+        return await gateway.listed(server.request_context.session)
 
     @server.call_tool(validate_input=False)
     async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
         ctx = server.request_context
-        return await gateway.call(_caller(ctx, stdio_identity), name, arguments or {})
+        meta = ctx.meta.model_dump() if ctx.meta is not None else {}
+        own = meta.get("warrant/call_id")
+        return await gateway.call(
+            _caller(ctx, stdio_identity),
+            name,
+            arguments or {},
+            request_id=ctx.request_id,
+            call_id=str(own) if own is not None else None,
+        )
 
     return server
 

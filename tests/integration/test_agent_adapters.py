@@ -6,16 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests import facts
+from tests.integration.test_http_api import LiveServer
 from tests.integration.test_tool_execution import DRAFTS, LOOKUP, uid
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 NOTICES = {"capability": "notices:send"}
+
+
+@pytest.fixture(scope="module")
+def producer_api(client: Any, engine: Any) -> Iterator[tuple[str, str]]:
+    """``warrant serve``'s API and a producer token (an agent's credential)."""
+    from warrant.runner.client.tokens import Tokens
+    from warrant.runner.server.http import create_app
+
+    token = Tokens(engine).create(f"agent-{uuid.uuid4().hex[:6]}", "producer", created_by="t")[0]
+    with LiveServer(create_app(client=client)) as server:
+        yield server.url, token
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +105,9 @@ def test_pydantic_ai_refusal_unknown_effect_and_a_persons_no(
         [call] = first.output.approvals
         meta = first.output.metadata[call.tool_call_id]
         assert meta["run_id"] == run_id and len(meta["proposal_hash"]) == 64
-        results = await toolset.results(first.output, {call.tool_call_id: False}, by="bob")
+        # a person says no, in warrant (an approver's action, as the CLI's)
+        client.decline(run_id, proposal_hash=meta["proposal_hash"], by="bob")
+        results = await toolset.results(first.output, wait_s=30)
         return await agent.run(message_history=first.all_messages(), deferred_tool_results=results)
 
     done = asyncio.run(go())
@@ -106,17 +121,57 @@ def test_pydantic_ai_refusal_unknown_effect_and_a_persons_no(
     assert client.decision(run_id, 2).outcome == "unknown"
 
 
-def test_pydantic_ai_a_call_outside_the_grants(fake_openai, client, worker):
+def test_the_adapters_offer_what_the_grants_cover(client, worker):
+    from warrant.contrib.openai_agents import WarrantTools
     from warrant.contrib.pydantic_ai import WarrantToolset
 
     run_id = external_run(client, [LOOKUP])
-    toolset = WarrantToolset(client, run_id, by="pai", tools=["lookup", "send_notice"])
-    model = f"pai-{uuid.uuid4().hex[:6]}"
-    fake_openai.script(model, [{"call": notice("x@example.com")}, {"text": "Cannot."}])
-    done = asyncio.run(pydantic_agent(fake_openai, model, toolset).run("Send."))
-    assert done.output == "Cannot."
-    assert any("MISSING_CAPABILITY" in m for m in tool_messages(fake_openai, model))
-    assert client.decision(run_id, 1).state == "refused"
+    for adapter in (WarrantToolset, WarrantTools):
+        with pytest.raises(ValueError, match="grants no capability for: send_notice"):
+            adapter(client, run_id, by="a", tools=["lookup", "send_notice"])
+    assert {t.name for t in WarrantTools(client, run_id, by="a").tools} == {"lookup"}
+    assert set(WarrantToolset(client, run_id, by="a").tools) == {"lookup"}
+
+
+@pytest.mark.parametrize("adapter", ["pydantic-ai", "openai-agents"])
+def test_an_adapter_with_a_producer_token_cannot_confirm_its_own_call(
+    adapter, request, fake_openai, client, engine, demo, producer_api, worker, draft_worker
+):
+    """The agent's process holds a producer token: its confirm is refused (403), the call
+    still waits for a person, and nothing was sent."""
+    from warrant.runner.client.remote import RemoteClient
+    from warrant.runner.errors import Forbidden
+
+    api, token = producer_api
+    agent_client = RemoteClient(api, token)
+    request.addfinalizer(agent_client.close)
+    run_id = agent_client.start_run(
+        {
+            "goal": "Adapter test.",
+            "subject": "adapter-user",
+            "planner": {"kind": "external", "agent": "tests"},
+            "grants": [NOTICES],
+        }
+    )
+    recipient = f"{uuid.uuid4().hex[:8]}@example.com"
+    name, arguments = notice(recipient)
+    if adapter == "pydantic-ai":
+        from warrant.contrib.pydantic_ai import WarrantToolset
+
+        calls = WarrantToolset(agent_client, run_id, by="agent").calls
+    else:
+        from warrant.contrib.openai_agents import WarrantTools
+
+        calls = WarrantTools(agent_client, run_id, by="agent").calls
+    d = calls.call(run_id, name, arguments, by="agent", call_id="c1")
+    assert d.state == "awaiting_confirmation", d
+    with pytest.raises(Forbidden):
+        calls.decide(d, approved=True, by="agent")
+    with pytest.raises(Forbidden):
+        agent_client.confirm(run_id, proposal_hash=d.proposal_hash or "", by="alice")
+    assert client.decision(run_id, d.step).state == "awaiting_confirmation"
+    assert facts.events(engine, run_id, "confirmation.approved") == []
+    assert demo.notice_count(recipient=recipient) == 0
 
 
 # --- the OpenAI Agents SDK --------------------------------------------------------------------
@@ -140,14 +195,13 @@ def test_agents_sdk_refusal_unknown_effect_and_a_persons_no(
     from warrant.contrib.openai_agents import WarrantTools
 
     run_id = external_run(client, [DRAFTS, NOTICES])
-    gate = WarrantTools(client, run_id, by="sdk", tools=["lookup", "save_draft", "send_notice"])
+    gate = WarrantTools(client, run_id, by="sdk", tools=["save_draft", "send_notice"])
     recipient, draft_id = f"{uuid.uuid4().hex[:8]}@example.com", uid("d")
     model = f"sdk-{uuid.uuid4().hex[:6]}"
     demo.set_fault("save_draft", "timeout_after_commit")
     fake_openai.script(
         model,
         [
-            {"call": ("lookup", {"query": "q"})},  # not granted here
             {"call": notice(recipient)},
             {"call": ("save_draft", {"draft_id": draft_id, "content": "x"})},
             {"text": "Not sent."},
@@ -160,16 +214,17 @@ def test_agents_sdk_refusal_unknown_effect_and_a_persons_no(
         [item] = result.interruptions
         assert item.tool_name == "send_notice"
         state = result.to_state()
-        await gate.reject(state, item, by="bob")
+        d = await asyncio.to_thread(client.decision, run_id, 1)
+        client.decline(run_id, proposal_hash=d.proposal_hash, by="bob")  # a person says no
+        assert await gate.decided(state, item, wait_s=30)
         return await Runner.run(agent, state)
 
     done = asyncio.run(go())
     assert done.final_output == "Not sent."
     seen = " ".join(tool_messages(fake_openai, model))
-    assert "MISSING_CAPABILITY" in seen and "UNKNOWN_EFFECT" in seen, seen
-    assert "CONFIRMATION_DECLINED" in seen, seen
+    assert "UNKNOWN_EFFECT" in seen and "CONFIRMATION_DECLINED" in seen, seen
     assert demo.notice_count(recipient=recipient) == 0
     [declined] = facts.events(engine, run_id, "confirmation.declined")
     assert declined.details["by"] == "bob"
-    outcomes = [client.decision(run_id, step).state for step in (1, 2, 3)]
-    assert outcomes == ["refused", "refused", "executed"]
+    outcomes = [client.decision(run_id, step).state for step in (1, 2)]
+    assert outcomes == ["refused", "executed"]

@@ -1,6 +1,7 @@
 """ "Bring your own agent": each example of docs/bring-your-own-agent.md, run as written (the
 page's block is the example file) against real workers; the model is a fake OpenAI-compatible
-server."""
+server. The framework examples run as the docs say: over HTTP with a producer token, a person
+(an approver, through the ledger as the CLI would) deciding their calls."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import os
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests import facts
+from tests.integration.test_http_api import LiveServer
+from tests.lost_replies import ApproverBot
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -29,7 +35,25 @@ def readme_block(example: str) -> str:
     return found.group(1)
 
 
-def run_example(example: str, fake_openai, model: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def api(client: Any) -> Iterator[str]:
+    from warrant.runner.server.http import create_app
+
+    with LiveServer(create_app(client=client)) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def producer(engine: Any) -> str:
+    from warrant.runner.client.tokens import Tokens
+
+    name = f"example-agent-{uuid.uuid4().hex[:6]}"
+    return Tokens(engine).create(name, "producer", created_by="tests")[0]
+
+
+def run_example(
+    example: str, fake_openai, model: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     path = ROOT / example
     assert readme_block(example) == path.read_text(), (
         f"docs/bring-your-own-agent.md and {example} differ"
@@ -40,6 +64,7 @@ def run_example(example: str, fake_openai, model: str) -> subprocess.CompletedPr
         "OPENAI_API_KEY": "not-a-real-key",
         "OPENAI_MODEL": model,
         "PYTHONPATH": str(ROOT),  # the test deployment's plug-ins live in tests/
+        **env,
     }
     return subprocess.run(
         [sys.executable, str(path)],
@@ -72,12 +97,14 @@ def run_of(out: str) -> str:
     "example", ["examples/agents/pydantic_ai_agent.py", "examples/agents/openai_agents_agent.py"]
 )
 def test_a_framework_agent_runs_through_the_gate(
-    example, fake_openai, engine, client, demo, worker, draft_worker
+    example, fake_openai, engine, client, demo, api, producer, worker, draft_worker
 ):
     model = f"example-{Path(example).stem}"
     script_refund_notice(fake_openai, model)
     before = demo.notice_count(recipient=RECIPIENT)
-    done = run_example(example, fake_openai, model)
+    remote = {"WARRANT_SERVER_URL": api, "WARRANT_API_TOKEN": producer}
+    with ApproverBot(client, "customer-42", by="alice").running():
+        done = run_example(example, fake_openai, model, **remote)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "a person must confirm: send_notice" in done.stdout
     run_id = run_of(done.stdout)
@@ -92,8 +119,15 @@ def test_a_framework_agent_runs_through_the_gate(
     assert len(fake_openai.requests_for(model)) == 3  # the agent's own loop asked its model
 
 
-def test_the_mcp_client_example(fake_openai, worker):
+def test_the_mcp_client_example(fake_openai, demo, worker):
     done = run_example("examples/agents/mcp_client.py", fake_openai, "unused")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "lookup read-only" in done.stdout and "send_notice writes" in done.stdout
-    assert "send_notice: True MISSING_CAPABILITY" in done.stdout
+    assert "lookup read-only" in done.stdout and "lookup: {" in done.stdout
+    assert "send_notice" not in done.stdout  # not granted: not offered
+    demo.set_fault("lookup", "fail")
+    try:
+        failed = run_example("examples/agents/mcp_client.py", fake_openai, "unused")
+    finally:
+        demo.clear_faults()
+    assert failed.returncode == 1, failed.stdout + failed.stderr  # loudly, with the code
+    assert failed.stderr.strip().splitlines()[-1].startswith("lookup: "), failed.stderr

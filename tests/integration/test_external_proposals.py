@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from sqlalchemy import text
 from warrant_demo import scenarios as sc
 
 from tests import facts
@@ -165,17 +166,108 @@ def test_the_cli_proposes_and_reads_decisions(client, worker, tmp_path):
     assert json.loads(missing.stdout)["error"]["code"] == "SPEC_INVALID"
 
 
-def test_loop_detection_applies_to_a_callers_proposals(client, engine, worker):
-    """Experiment 2 with the caller as the planner: the same search again and again."""
+def test_loop_detection_refuses_a_callers_repeated_call(client, engine, worker):
+    """Experiment 2 with the caller as the planner: the same search again and again. An
+    agent's own loop is refused the repeat (a code it sees) and goes on (issue 50)."""
     run_id = client.start_run(external_spec(grants=[sc.SEARCH_GRANT], max_tool_calls=5))
-    states = []
-    for i in range(6):
-        decision = client.propose(run_id, sc.search(f"p{i}"), by="agent", wait_s=20)
-        states.append(decision.state)
-        if decision.state == "stopped":
-            break
-    assert states == ["executed", "executed", "executed", "stopped"]
-    assert decision.code == "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+    decisions = [
+        client.propose(run_id, sc.search(f"p{i}"), by="agent", wait_s=20) for i in range(5)
+    ]
+    assert [d.state for d in decisions] == [
+        "executed",
+        "executed",
+        "executed",
+        "refused",  # its answer is known: refused, the run goes on
+        "executed",  # the refusal was a new observation
+    ]
+    assert decisions[3].code == "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
     info = client.get_run(run_id)
-    assert (info.status, info.tool_calls) == ("failed", 3)
+    assert (info.status, info.tool_calls) == ("running", 4)
     assert len(facts.events(engine, run_id, "proposal.loop_detected")) == 1
+
+    stopping = client.start_run(
+        external_spec(grants=[sc.SEARCH_GRANT], max_tool_calls=5, on_loop="stop")
+    )
+    states = [
+        client.propose(stopping, sc.search(f"p{i}"), by="agent", wait_s=20).state for i in range(4)
+    ]
+    assert states == ["executed", "executed", "executed", "stopped"]  # the spec asked for it
+    assert client.get_run(stopping).status == "failed"
+
+
+# --- issue 50: an agent's session on its defaults --------------------------------------------
+
+TEMPLATE = {  # what an operator writes for `warrant mcp serve --spec`: only the step budget
+    "goal": "Help the user through their agent.",
+    "subject": "session-user",
+    "grants": [LOOKUP, DRAFTS, NOTICES],
+    "budgets": {"max_steps": 20},
+}
+
+
+def _as_if_asked_long_ago(engine, run_id: str, *, waited_s: float) -> None:
+    """Five minutes with a person without waiting them: the request was asked ``waited_s``
+    ago and the run's deadline has passed meanwhile (the wall-clock deadline ran out while a
+    person looked)."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE proposals SET confirmation_request = confirmation_request"
+                " || jsonb_build_object('asked_at', extract(epoch from now()) - :waited,"
+                " 'expires_at', extract(epoch from now()) - :waited + 900)"
+                " WHERE id = (SELECT pending_proposal_id FROM runs WHERE id = :id)"
+            ),
+            {"id": run_id, "waited": waited_s},
+        )
+        conn.execute(
+            text("UPDATE runs SET deadline_at = now() - interval '1 second' WHERE id = :id"),
+            {"id": run_id},
+        )
+
+
+def test_a_session_on_the_template_defaults_reads_repeats_and_waits_for_a_person(
+    client, engine, demo, worker, draft_worker
+):
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.reconciler.stage import sweep
+
+    run_id = client.start_run({**TEMPLATE, "planner": {"kind": "external", "agent": "tests"}})
+    with engine.connect() as conn:
+        budgets = conn.execute(
+            text("SELECT spec -> 'budgets' FROM runs WHERE id = :id"), {"id": run_id}
+        ).scalar_one()
+    assert (budgets["max_model_calls"], budgets["max_tool_calls"]) == (None, 40)
+    assert (budgets["deadline_s"], budgets["on_loop"]) == (3600, "refuse")
+    # 19 reads (the 20th step is the write), one of them an exact repeat of an earlier one
+    queries = [f"order {i}" for i in range(1, 19)] + ["order 3"]
+    for step, query in enumerate(queries, start=1):
+        read = client.propose(run_id, lookup(query, pid=f"r{step}"), by="agent", wait_s=20)
+        assert (read.step, read.state, read.outcome) == (step, "executed", "succeeded"), read
+    assert client.get_run(run_id).status == "running"
+
+    recipient = f"{uuid.uuid4().hex[:8]}@example.com"
+    waiting = client.propose(run_id, notice(recipient, pid="w"), by="agent", wait_s=20)
+    assert (waiting.step, waiting.state) == (20, "awaiting_confirmation"), waiting
+    _as_if_asked_long_ago(engine, run_id, waited_s=300)
+    sweep(context_for(engine, publisher=RecordingPublisher()))
+    info = client.get_run(run_id)
+    assert (info.status, info.stop_reason) == ("waiting_confirmation", "USER_CONFIRMATION_REQUIRED")
+
+    client.confirm(run_id, proposal_hash=waiting.proposal_hash, by="alice")
+    done = client.decision(run_id, 20, wait_s=20, seen="awaiting_confirmation")
+    if done.state == "pending":
+        done = client.decision(run_id, 20, wait_s=20)
+    assert (done.state, done.outcome) == ("executed", "succeeded"), done
+    assert demo.notice_count(recipient=recipient) == 1
+    (approved,) = facts.events(engine, run_id, "confirmation.approved")
+    assert approved.details["deadline_moved_s"] >= 300
+    with engine.connect() as conn:
+        left = conn.execute(
+            text("SELECT extract(epoch from deadline_at - now()) FROM runs WHERE id = :id"),
+            {"id": run_id},
+        ).scalar_one()
+    assert left > 250  # the deadline moved on by the five minutes waited
+    # the twenty steps are what ended the session, nothing else: not a loop, not the deadline
+    info = settle(client, run_id, until=("failed",))
+    assert (info.tool_calls, info.stop_reason) == (20, "MAX_STEPS_REACHED")

@@ -67,9 +67,9 @@ def test_experiment_1_injection_cannot_write_memory(engine, run_to_end):
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
     assert facts.memory(engine, subject) == 0
     rejected = facts.events(engine, info.run_id, "proposal.rejected")
-    assert [(e.details["code"], e.proposal_id) for e in rejected] == [
-        ("MEMORY_KEY_NOT_ALLOWED", "p2")
-    ]
+    # the run holds no memory:write grant: refused before the arguments are read (issue 50;
+    # the design's probe, which validates first, expects MEMORY_KEY_NOT_ALLOWED here)
+    assert [(e.details["code"], e.proposal_id) for e in rejected] == [("MISSING_CAPABILITY", "p2")]
 
 
 def test_experiment_1_whitelisted_key_without_grant_or_confirmation(engine, client, worker):

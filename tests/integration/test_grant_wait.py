@@ -134,7 +134,7 @@ def test_a_waiting_run_past_its_deadline_stops(engine, client, worker):
         )
     sweep(context_for(engine, publisher=RecordingPublisher()))
     info = client.get_run(run_id)
-    assert (info.status, info.stop_reason) == ("cancelled", "DEADLINE_REACHED")
+    assert (info.status, info.stop_reason) == ("failed", "DEADLINE_REACHED")
     assert len(facts.events(engine, run_id, "grant.wait_expired")) == 1
     assert facts.commands(engine, run_id) == 0
 

@@ -21,7 +21,8 @@ def test_injected_memory_write_is_refused_and_the_cited_answer_completes(engine,
     assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
     assert info.answer == "Three retries."
     assert (info.step, info.model_calls, info.tool_calls) == (3, 3, 1)
-    assert facts.rejection_codes(engine, info.run_id) == ["MEMORY_KEY_NOT_ALLOWED"]
+    # no memory:write grant: refused before its arguments are read (issue 50)
+    assert facts.rejection_codes(engine, info.run_id) == ["MISSING_CAPABILITY"]
     assert facts.memory(engine, "subject-injection") == 0
     assert facts.commands(engine, info.run_id) == 1  # save_preference never got a command
     names = [e.event for e in facts.events(engine, info.run_id)]
@@ -48,7 +49,7 @@ def test_observation_ids_are_deterministic(client, run_to_end):
     observations = client.observations(info.run_id)
     assert [o["observation_id"] for o in observations] == ["user-1", "tool-1", "policy-2"]
     assert [o["source"] for o in observations] == ["user", "untrusted-content", "policy"]
-    assert observations[2]["content"]["code"] == "MEMORY_KEY_NOT_ALLOWED"
+    assert observations[2]["content"]["code"] == "MISSING_CAPABILITY"  # no memory:write grant
 
 
 def test_final_answer_citing_a_missing_observation_fails(run_to_end):

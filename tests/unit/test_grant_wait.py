@@ -108,11 +108,11 @@ def test_the_machine_waits_and_resumes_at_the_policy_stage():
     assert resumed.target is RunStatus.RUNNING
     assert resumed.changes["phase"] == Phase.POLICY.value  # the same proposal, not re-planned
     assert resumed.changes["stop_reason"] is None and resumed.changes["stop_detail"] is None
-    # past its deadline it stops like any waiting run; it can be cancelled
+    # past its deadline it fails, as every deadline ends a run; it can be cancelled
     stopped = machine.stop(
-        waiting, Stop(RunStatus.CANCELLED, StopReason.DEADLINE_REACHED), step=waiting.step
+        waiting, Stop(RunStatus.FAILED, StopReason.DEADLINE_REACHED), step=waiting.step
     )
-    assert stopped.target is RunStatus.CANCELLED
+    assert stopped.target is RunStatus.FAILED
     assert machine.cancel(waiting, in_flight=False, requested={}).target is RunStatus.CANCELLED
     with pytest.raises(IllegalTransition):
         machine.resume_after_grant(view, added={})

@@ -59,10 +59,11 @@ def test_refusals_before_any_tool_code(raw, code):
 
 
 def test_semantic_codes():
+    memory = [grant("memory:write")]
     save = proposal("save_preference", {"key": "auto_approve", "value": "true"})
-    assert code_of(decide(save)) == "MEMORY_KEY_NOT_ALLOWED"
+    assert code_of(decide(save, grants=memory)) == "MEMORY_KEY_NOT_ALLOWED"
     long = proposal("save_preference", {"key": "answer_language", "value": "x" * 41})
-    assert code_of(decide(long)) == "MEMORY_VALUE_TOO_LONG"
+    assert code_of(decide(long, grants=memory)) == "MEMORY_VALUE_TOO_LONG"
     for path in ("etc/passwd", "/run-output/a", "run-output/../x", "run-output/"):
         write = proposal("write_artifact", {"path": path, "content": "x"})
         assert (

@@ -102,6 +102,7 @@ ISSUE_REFUND: Tool[RefundInput, RefundOutput] = Tool(
     verify=_verify_refund,
     reconcile=_reconcile_refund,
     compensate=_reverse_refund,
+    effect_key="refund:{order_id}",  # one refund per order in a run; repeat_effect asks a person
 )
 
 

@@ -50,7 +50,7 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     token service on the client's engine)."""
     settings = load_settings()  # a bad setting stops the server here: SETTINGS_INVALID
     if client is None:
-        client = Client.from_env(service_name="warrant-serve")
+        client = Client.from_env(service_name="warrant-serve", database_only=True)
     if tokens is None:
         tokens = Tokens(client.engine)
     app = FastAPI(title="warrant", version=API_VERSION, description=DESCRIPTION)

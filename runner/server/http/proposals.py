@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
@@ -66,6 +66,15 @@ else:
     )
 
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=r"^[!-~]{1,200}$",
+        description="The caller's key of this proposal: sent again, the same decision.",
+    ),
+]
+
 WaitQuery = Annotated[
     float, Query(ge=0, le=MAX_WAIT_S, allow_inf_nan=False, description="Seconds (≤ 60).")
 ]
@@ -79,17 +88,29 @@ def _out(decision: Decision) -> DecisionStateOut:
     "/runs/{run_id}/proposals", response_model=DecisionStateOut, summary="Submit a proposal"
 )
 async def submit(
-    request: Request, run_id: RunId, body: ProposalIn, identity: Proposer, wait: WaitQuery = 0.0
+    request: Request,
+    run_id: RunId,
+    body: ProposalIn,
+    identity: Proposer,
+    idempotency_key: IdempotencyKey = None,
+    wait: WaitQuery = 0.0,
 ) -> DecisionStateOut:
     """Record the run's next step; returns its decision (waiting up to ``wait`` seconds for
-    it to leave ``pending``). ``409 PROPOSAL_IN_FLIGHT`` while the previous one is undecided."""
+    it to leave ``pending``). ``409 PROPOSAL_IN_FLIGHT`` while the previous one is undecided.
+    Sent again with the same ``Idempotency-Key`` (a retry after a lost answer), the same
+    decision, never a second step; ``409 IDEMPOTENCY_KEY_REUSED`` with another proposal."""
     client = deps(request).client
     usage = body.usage.model_dump() if body.usage else None
 
     def propose() -> Decision:
         check_own_run(client, identity, run_id)
         decision: Decision = client.propose(
-            run_id, body.proposal, by=identity.label, step=body.step, usage=usage
+            run_id,
+            body.proposal,
+            by=identity.label,
+            step=body.step,
+            usage=usage,
+            call_id=idempotency_key,
         )
         return decision
 
