@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -133,11 +134,16 @@ class ApproverBot:
     """Confirms each call that waits for a person in the runs of ``subject`` (an approver's
     ``client``)."""
 
-    def __init__(self, client: Any, subject: str, *, by: str = "approver-bot") -> None:
+    def __init__(
+        self, client: Any, subject: str, *, by: str = "approver-bot", patience_s: float = 0.0
+    ) -> None:
         self.client = client
         self.subject = subject
         self.by = by
+        self.patience_s = patience_s
+        """How long a request waits before the bot decides (a person takes a while)."""
         self.confirmed: list[str] = []
+        self._seen: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -154,6 +160,9 @@ class ApproverBot:
         while not self._stop.wait(0.05):
             for pending in self.client.pending_confirmations(reveal_sensitive=False):
                 if pending.subject != self.subject:
+                    continue
+                first = self._seen.setdefault(pending.proposal_hash, time.monotonic())
+                if time.monotonic() - first < self.patience_s:
                     continue
                 try:
                     self.client.confirm(

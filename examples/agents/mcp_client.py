@@ -31,18 +31,20 @@ server = StdioServerParameters(
 )
 
 
-async def main() -> None:
+async def main() -> str | None:
+    """What went wrong (None: nothing)."""
     async with stdio_client(server) as (read, write), ClientSession(read, write) as mcp:
         await mcp.initialize()
         tools = (await mcp.list_tools()).tools
         if "lookup" not in {t.name for t in tools}:
-            sys.exit("the gateway offers no lookup: is WARRANT_TOOLS=warrant_demo:plugin set?")
+            return "the gateway offers no lookup: is WARRANT_TOOLS=warrant_demo:plugin set?"
         for tool in tools:
             print(tool.name, "read-only" if tool.annotations.readOnlyHint else "writes")
         found = await mcp.call_tool("lookup", {"query": "order 42"})
         if found.isError:  # refused, failed, unknown effect: the code comes first
-            sys.exit(f"lookup: {found.content[0].text}")
+            return f"lookup: {found.content[0].text}"
         print("lookup:", found.content[0].text)
+    return None
 
 
-asyncio.run(main())
+sys.exit(asyncio.run(main()))  # a message: exit status 1, the message on stderr

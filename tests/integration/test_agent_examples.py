@@ -103,7 +103,7 @@ def test_a_framework_agent_runs_through_the_gate(
     script_refund_notice(fake_openai, model)
     before = demo.notice_count(recipient=RECIPIENT)
     remote = {"WARRANT_SERVER_URL": api, "WARRANT_API_TOKEN": producer}
-    with ApproverBot(client, "customer-42", by="alice").running():
+    with ApproverBot(client, "customer-42", by="alice", patience_s=1.5).running():
         done = run_example(example, fake_openai, model, **remote)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "a person must confirm: send_notice" in done.stdout

@@ -243,7 +243,7 @@ def template(tmp_path: Path) -> Path:
 
 
 #: How long an MCP client waits for an answer before it calls again.
-ANSWER_WAIT_S = 3.0
+ANSWER_WAIT_S = 2.0
 
 
 async def _mcp_rounds(mcp: Any, order_ids: list[str], *, timeout_s: float) -> str:

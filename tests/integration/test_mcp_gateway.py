@@ -120,7 +120,7 @@ def test_an_mcp_client_over_stdio(
                 False,
             )
             assert listed["save_draft"].annotations.idempotentHint is True
-            assert "issue_refund" in listed  # listed; the gate decides
+            assert "issue_refund" not in listed  # not granted: not offered (the gate refuses it)
 
             read = await mcp.call_tool("lookup", {"query": "order 9"})
             assert not read.isError, _text(read)
