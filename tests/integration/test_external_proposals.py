@@ -271,3 +271,28 @@ def test_a_session_on_the_template_defaults_reads_repeats_and_waits_for_a_person
     # the twenty steps are what ended the session, nothing else: not a loop, not the deadline
     info = settle(client, run_id, until=("failed",))
     assert (info.tool_calls, info.stop_reason) == (20, "MAX_STEPS_REACHED")
+
+
+def test_a_callers_key_is_its_step_across_clients_and_after_the_run_ended(client, engine, worker):
+    """A caller's key (issue 50): the same key again, from another client process and after
+    the run ended, returns the step it named; the same key with another call is refused;
+    neither makes a second command."""
+    from warrant.runner.client.api import Client
+
+    run_id = client.start_run(external_spec())
+    first = client.propose(run_id, lookup("order 5", pid="a"), by="agent", wait_s=20, call_id="k1")
+    assert (first.step, first.state, first.outcome) == (1, "executed", "succeeded"), first
+    restarted = Client(engine=client.engine, publisher=client.publisher)  # another process
+    again = restarted.propose(run_id, lookup("order 5", pid="b"), by="agent", call_id="k1")
+    assert (again.step, again.state, again.observation_id) == (1, "executed", "tool-1")
+    with pytest.raises(StateConflict) as caught:
+        restarted.propose(run_id, lookup("order 6", pid="c"), by="agent", call_id="k1")
+    assert caught.value.code == "IDEMPOTENCY_KEY_REUSED"
+    assert (facts.commands(engine, run_id), client.get_run(run_id).step) == (1, 1)
+    done = client.propose(run_id, sc.final("Found.", "tool-1"), by="agent", wait_s=20)
+    assert done.run_status == "completed"
+    late = restarted.propose(run_id, lookup("order 5", pid="d"), by="agent", call_id="k1")
+    assert (late.step, late.outcome) == (1, "succeeded")  # not RUN_FINISHED: its own answer
+    with pytest.raises(InvalidRequest) as bad:
+        client.propose(run_id, lookup("order 5"), by="agent", call_id="")
+    assert bad.value.code == "CALL_ID_INVALID"

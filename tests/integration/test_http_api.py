@@ -21,6 +21,7 @@ from warrant_demo import scenarios as sc
 from tests import facts
 from tests.conftest import wait_for
 from tests.integration.test_gate_pipeline import memory_spec, save
+from tests.integration.test_tool_execution import LOOKUP, lookup
 from warrant.ledger.models import Confirmation, MemoryRecord, Run
 from warrant.runner.authz import Action, Role, allowed
 
@@ -252,6 +253,24 @@ def test_an_idempotency_key_returns_the_same_run(api, tokens, engine):
 
 
 CLARIFY_ONLY = {"kind": "clarify", "question": "Which one?"}
+
+
+def test_a_proposals_idempotency_key_returns_the_same_decision(api, tokens, engine, worker):
+    spec = dict(sc.spec([], grants=[LOOKUP]), planner={"kind": "external", "agent": "t"})
+    token = tokens["producer"]
+    run_id = call(api, token, "POST", "/v1/runs", json=spec).json()["run_id"]
+    key = {"Idempotency-Key": f"call-{uuid.uuid4().hex}"}
+    path = f"/v1/runs/{run_id}/proposals"
+    body = {"proposal": lookup("order 1", pid="a")}
+    first = call(api, token, "POST", path, json=body, headers=key)
+    again = call(
+        api, token, "POST", path, json={"proposal": lookup("order 1", pid="b")}, headers=key
+    )
+    assert (first.status_code, again.status_code) == (200, 200), (first.text, again.text)
+    assert first.json()["step"] == again.json()["step"] == 1
+    other = call(api, token, "POST", path, json={"proposal": lookup("order 2")}, headers=key)
+    assert (other.status_code, error(other)) == (409, "IDEMPOTENCY_KEY_REUSED")
+    assert facts.proposals(engine, run_id) == 1
 
 
 # --- listing and long polls ------------------------------------------------------------------

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import wait_for
+from tests.integration.test_external_proposals import _as_if_asked_long_ago
 from tests.integration.test_http_api import LiveServer
 from tests.integration.test_reconciler import settle
 from tests.integration.test_tool_execution import DRAFTS, LOOKUP, uid
@@ -260,3 +261,55 @@ async def _wait_for_approval(mcp: Any, recipient: str) -> str:
     result = await mcp.call_tool("send_notice", {"recipient": recipient, "body": "Hi."})
     assert result.isError and _text(result).startswith("WAITING_FOR_APPROVAL"), _text(result)
     return str(_meta(result)["proposal_hash"])
+
+
+SESSION_TEMPLATE = {  # only the step budget: the external planner's session defaults do the rest
+    "goal": "Help the user through their MCP client.",
+    "subject": "mcp-session",
+    "grants": [LOOKUP, NOTICES],
+    "budgets": {"max_steps": 20},
+}
+
+
+def test_an_mcp_session_on_a_max_steps_only_template_reads_and_waits_for_a_person(
+    tmp_path, client, engine, demo, worker, draft_worker
+):
+    """Issue 50: 19 reads (one repeated) and a write waiting five minutes for a person, in one
+    MCP session whose template sets only ``max_steps``: the session lives through all of it."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from warrant.broker.context import context_for
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.reconciler.stage import sweep
+
+    spec = tmp_path / "session.json"
+    spec.write_text(json.dumps(SESSION_TEMPLATE))
+    args = [*CLI[1:], "--spec", str(spec), "--as", "ide-user", "--approval-wait", "1"]
+    params = StdioServerParameters(command=CLI[0], args=args, env=dict(os.environ))
+    recipient = f"{uuid.uuid4().hex[:8]}@example.com"
+    write = ("send_notice", {"recipient": recipient, "body": "Hello."})
+
+    async def session() -> None:
+        async with (
+            stdio_client(params) as (read, write_stream),
+            ClientSession(read, write_stream) as mcp,
+        ):
+            await mcp.initialize()
+            queries = [f"order {i}" for i in range(1, 19)] + ["order 3"]  # one repeated
+            for query in queries:
+                found = await mcp.call_tool("lookup", {"query": query})
+                assert not found.isError, _text(found)
+            run_id = _meta(found)["run_id"]
+            waiting = await mcp.call_tool(*write)
+            assert _text(waiting).startswith("WAITING_FOR_APPROVAL"), _text(waiting)
+            _as_if_asked_long_ago(engine, run_id, waited_s=300)  # five minutes with a person
+            sweep(context_for(engine, publisher=RecordingPublisher()))
+            assert client.get_run(run_id).status == "waiting_confirmation"  # still alive
+            client.confirm(run_id, proposal_hash=_meta(waiting)["proposal_hash"], by="alice")
+            sent = await mcp.call_tool(*write)  # the same call again: its outcome
+            assert not sent.isError, _text(sent)
+            assert _meta(sent)["step"] == 20
+
+    asyncio.run(session())
+    assert demo.notice_count(recipient=recipient) == 1
