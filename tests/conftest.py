@@ -397,6 +397,25 @@ def demo(services: Services) -> Any:
     return service
 
 
+@pytest.fixture(scope="module")
+def live_api(client: Any) -> Iterator[str]:
+    """``warrant serve``'s HTTP API over the test client, under uvicorn in a thread: its URL."""
+    from tests.integration.test_http_api import LiveServer
+    from warrant.runner.server.http import create_app
+
+    with LiveServer(create_app(client=client)) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def producer_token(client: Any) -> str:
+    """A producer's API token (what an agent's process holds), under a name unique to it."""
+    from warrant.runner.client.tokens import Tokens
+
+    name = f"agent-{os.urandom(3).hex()}"
+    return Tokens(client.engine).create(name, "producer", created_by="tests")[0]
+
+
 @pytest.fixture(scope="session")
 def fake_openai() -> Iterator[Any]:
     from tests.fake_openai import FakeOpenAI

@@ -6,29 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests import facts
-from tests.integration.test_http_api import LiveServer
 from tests.integration.test_tool_execution import DRAFTS, LOOKUP, uid
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 NOTICES = {"capability": "notices:send"}
-
-
-@pytest.fixture(scope="module")
-def producer_api(client: Any, engine: Any) -> Iterator[tuple[str, str]]:
-    """``warrant serve``'s API and a producer token (an agent's credential)."""
-    from warrant.runner.client.tokens import Tokens
-    from warrant.runner.server.http import create_app
-
-    token = Tokens(engine).create(f"agent-{uuid.uuid4().hex[:6]}", "producer", created_by="t")[0]
-    with LiveServer(create_app(client=client)) as server:
-        yield server.url, token
 
 
 @pytest.fixture(autouse=True)
@@ -135,15 +122,23 @@ def test_the_adapters_offer_what_the_grants_cover(client, worker):
 
 @pytest.mark.parametrize("adapter", ["pydantic-ai", "openai-agents"])
 def test_an_adapter_with_a_producer_token_cannot_confirm_its_own_call(
-    adapter, request, fake_openai, client, engine, demo, producer_api, worker, draft_worker
+    adapter,
+    request,
+    fake_openai,
+    client,
+    engine,
+    demo,
+    live_api,
+    producer_token,
+    worker,
+    draft_worker,
 ):
     """The agent's process holds a producer token: its confirm is refused (403), the call
     still waits for a person, and nothing was sent."""
     from warrant.runner.client.remote import RemoteClient
     from warrant.runner.errors import Forbidden
 
-    api, token = producer_api
-    agent_client = RemoteClient(api, token)
+    agent_client = RemoteClient(live_api, producer_token)
     request.addfinalizer(agent_client.close)
     run_id = agent_client.start_run(
         {

@@ -9,15 +9,11 @@ import os
 import re
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests import facts
-from tests.integration.test_http_api import LiveServer
 from tests.lost_replies import ApproverBot
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -33,22 +29,6 @@ def readme_block(example: str) -> str:
     found = re.match(r"\s*```python\n(.*?)```", readme[readme.index(marker) + len(marker) :], re.S)
     assert found, f"a python block follows the marker of {example}"
     return found.group(1)
-
-
-@pytest.fixture(scope="module")
-def api(client: Any) -> Iterator[str]:
-    from warrant.runner.server.http import create_app
-
-    with LiveServer(create_app(client=client)) as server:
-        yield server.url
-
-
-@pytest.fixture(scope="module")
-def producer(engine: Any) -> str:
-    from warrant.runner.client.tokens import Tokens
-
-    name = f"example-agent-{uuid.uuid4().hex[:6]}"
-    return Tokens(engine).create(name, "producer", created_by="tests")[0]
 
 
 def run_example(
@@ -97,12 +77,12 @@ def run_of(out: str) -> str:
     "example", ["examples/agents/pydantic_ai_agent.py", "examples/agents/openai_agents_agent.py"]
 )
 def test_a_framework_agent_runs_through_the_gate(
-    example, fake_openai, engine, client, demo, api, producer, worker, draft_worker
+    example, fake_openai, engine, client, demo, live_api, producer_token, worker, draft_worker
 ):
     model = f"example-{Path(example).stem}"
     script_refund_notice(fake_openai, model)
     before = demo.notice_count(recipient=RECIPIENT)
-    remote = {"WARRANT_SERVER_URL": api, "WARRANT_API_TOKEN": producer}
+    remote = {"WARRANT_SERVER_URL": live_api, "WARRANT_API_TOKEN": producer_token}
     with ApproverBot(client, "customer-42", by="alice", patience_s=1.5).running():
         done = run_example(example, fake_openai, model, **remote)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -25,8 +24,7 @@ from typing import Any
 import pytest
 
 from tests import facts
-from tests.conftest import wait_for
-from tests.integration.test_http_api import LiveServer
+from tests.integration.test_mcp_gateway import gateway_over_http
 from tests.integration.test_tool_execution import REFUND
 from tests.lost_replies import ApproverBot, LossyProxy
 
@@ -55,35 +53,19 @@ def orders(tag: str) -> list[str]:
     return [f"{prefix}x{i}" for i in range(ROUNDS)]
 
 
-@pytest.fixture(scope="module")
-def api(client: Any) -> Iterator[str]:
-    from warrant.runner.server.http import create_app
-
-    with LiveServer(create_app(client=client)) as server:
-        yield server.url
-
-
-@pytest.fixture(scope="module")
-def producer(engine: Any) -> str:
-    from warrant.runner.client.tokens import Tokens
-
-    name = f"agent-{uuid.uuid4().hex[:6]}"
-    return Tokens(engine).create(name, "producer", created_by="tests")[0]
-
-
 @pytest.fixture
-def lossy_api(api: str) -> Iterator[LossyProxy]:
-    host, port = api.removeprefix("http://").split(":")
+def lossy_api(live_api: str) -> Iterator[LossyProxy]:
+    host, port = live_api.removeprefix("http://").split(":")
     with LossyProxy((host, int(port)), marker=b"/proposals?", answered=b'"run_version"') as p:
         yield p
 
 
 @pytest.fixture
-def agent_client(lossy_api: LossyProxy, producer: str) -> Iterator[Any]:
+def agent_client(lossy_api: LossyProxy, producer_token: str) -> Iterator[Any]:
     """The agent's client: ``warrant serve`` through the lossy proxy, a producer's token."""
     from warrant.runner.client.remote import RemoteClient
 
-    with RemoteClient(lossy_api.url, producer) as remote:
+    with RemoteClient(lossy_api.url, producer_token) as remote:
         yield remote
 
 
@@ -299,56 +281,19 @@ def test_mcp_stdio_answer_lost(template, client, engine, demo, bot, worker, draf
 
 @pytest.fixture
 def http_gateway(template: Path, tmp_path: Path) -> Iterator[str]:
-    from tests.integration.test_mcp_gateway import _free_port
-
-    port = _free_port()
-    log = (tmp_path / "gateway.log").open("w")
-    command = [
-        *CLI,
-        "--spec",
-        str(template),
-        "--transport",
-        "http",
-        "--port",
-        str(port),
-        "--approval-wait",
-        "60",
-    ]
-    proc = subprocess.Popen(
-        command,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "WARRANT_LOG_LEVEL": "WARNING"},
-    )
-    try:
-        wait_for(lambda: _listening(proc, port), timeout=30, what="gateway listening")
+    with gateway_over_http(template, tmp_path / "gateway.log", approval_wait_s=60) as port:
         yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
-
-
-def _listening(proc: subprocess.Popen[bytes], port: int) -> bool:
-    import socket
-
-    assert proc.poll() is None, "the gateway exited"
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 @pytest.mark.filterwarnings("ignore:Use `streamable_http_client` instead:DeprecationWarning")
 def test_mcp_http_answer_lost(
-    http_gateway, producer, client, engine, demo, bot, worker, draft_worker
+    http_gateway, producer_token, client, engine, demo, bot, worker, draft_worker
 ):
     """The streamable HTTP client's session dies with the lost answer (the server closed the
     connection): the agent connects again under its run key and calls again."""
     host, port = http_gateway.split(":")
     order_ids = orders("http")
-    headers = {"Authorization": f"Bearer {producer}", "Warrant-Run-Key": uuid.uuid4().hex}
+    headers = {"Authorization": f"Bearer {producer_token}", "Warrant-Run-Key": uuid.uuid4().hex}
     with LossyProxy((host, int(port)), marker=b'"tools/call"', answered=b'"result"') as proxy:
         url = f"{proxy.url}/mcp"
         listed = asyncio.run(_over_http(url, headers, lambda mcp: mcp.list_tools()))

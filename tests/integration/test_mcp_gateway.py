@@ -5,6 +5,7 @@ reconciler; the effects are counted in the demo service."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -169,22 +170,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def http_gateway(template: Path, tmp_path: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def gateway_over_http(template: Path, log_path: Path, *, approval_wait_s: float) -> Iterator[int]:
+    """``warrant mcp serve --transport http`` on a free port, until the block ends: its port."""
     port = _free_port()
-    log = (tmp_path / "gateway.log").open("w")
+    log = log_path.open("w")
+    command = [*CLI, "--spec", str(template), "--transport", "http", "--port", str(port)]
     proc = subprocess.Popen(
-        [
-            *CLI,
-            "--spec",
-            str(template),
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-            "--approval-wait",
-            "1",
-        ],
+        [*command, "--approval-wait", str(approval_wait_s)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "WARRANT_LOG_LEVEL": "WARNING"},
@@ -192,7 +185,7 @@ def http_gateway(template: Path, tmp_path: Path) -> Iterator[str]:
     try:
 
         def up() -> bool:
-            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
+            assert proc.poll() is None, log_path.read_text()
             try:
                 socket.create_connection(("127.0.0.1", port), 0.2).close()
                 return True
@@ -200,11 +193,17 @@ def http_gateway(template: Path, tmp_path: Path) -> Iterator[str]:
                 return False
 
         wait_for(up, timeout=30, what="gateway listening")
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield port
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+@pytest.fixture
+def http_gateway(template: Path, tmp_path: Path) -> Iterator[str]:
+    with gateway_over_http(template, tmp_path / "gateway.log", approval_wait_s=1) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.filterwarnings("ignore:Use `streamable_http_client` instead:DeprecationWarning")
