@@ -243,17 +243,3 @@ class ExternalCalls:
         if d.state == "pending":
             d = self.client.decision(d.run_id, d.step, branch=d.branch, wait_s=wait)
         return d
-
-    def decide(self, d: Decision, *, approved: bool, by: str) -> Decision:
-        """A person's decision on a call that waits for one, given through the agent's own
-        approval mechanism: confirmed (or declined) in warrant, bound to the exact proposal
-        hash, then the call's decision. The call made again picks this outcome up."""
-        if d.state != "awaiting_confirmation" or not d.proposal_hash:
-            return d
-        if approved:
-            self.client.confirm(d.run_id, proposal_hash=d.proposal_hash, by=by)
-        else:
-            self.client.decline(d.run_id, proposal_hash=d.proposal_hash, by=by)
-        return self.settle(
-            self.client.decision(d.run_id, d.step, branch=d.branch), approval_wait_s=0
-        )

@@ -161,8 +161,6 @@ def test_an_adapter_with_a_producer_token_cannot_confirm_its_own_call(
     d = calls.call(run_id, name, arguments, by="agent", call_id="c1")
     assert d.state == "awaiting_confirmation", d
     with pytest.raises(Forbidden):
-        calls.decide(d, approved=True, by="agent")
-    with pytest.raises(Forbidden):
         agent_client.confirm(run_id, proposal_hash=d.proposal_hash or "", by="alice")
     assert client.decision(run_id, d.step).state == "awaiting_confirmation"
     assert facts.events(engine, run_id, "confirmation.approved") == []
