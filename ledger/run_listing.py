@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from warrant.ledger.connect_options import libpq_url, timeout_args
 from warrant.runner.errors import ServiceUnavailable, SettingsInvalid
 from warrant.runner.settings import WarrantSettings, load_settings
+from warrant.runner.spec import granted_capabilities
 
 __all__ = ["COLUMNS", "newest_runs"]
 
@@ -53,7 +54,7 @@ def newest_runs(
     where = "WHERE status = %(status)s " if status else ""
     query = (
         # fixed column names, values bound
-        f"SELECT {', '.join(COLUMNS)}, stop_detail FROM runs {where}"
+        f"SELECT {', '.join(COLUMNS)}, stop_detail, spec -> 'grants' AS grants FROM runs {where}"
         "ORDER BY created_at DESC LIMIT %(limit)s"
     )
     if not url.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
@@ -83,4 +84,5 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
         "confirmation_request": None,
         "pre_approvals": [],
         "waiting_for_grant": waiting,
+        "capabilities": granted_capabilities({"grants": row["grants"]}),
     }

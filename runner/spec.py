@@ -58,6 +58,7 @@ __all__ = [
     "Usage",
     "Webhook",
     "external_budgets",
+    "granted_capabilities",
     "parse_run_spec",
 ]
 
@@ -407,6 +408,14 @@ class RunSpec(_Strict):
         if budgets.max_model_calls is None:
             raise ValueError("max_model_calls may be null only for planner kind 'external'")
         return budgets
+
+
+def granted_capabilities(spec: Any) -> list[str]:
+    """The capabilities a (stored) run spec's grants name, sorted: what an agent's session is
+    offered (the gate still checks each call's grant, scope and uses)."""
+    grants = spec.get("grants") if isinstance(spec, dict) else None
+    named = {g["capability"] for g in grants or [] if isinstance(g, dict) and "capability" in g}
+    return sorted(str(c) for c in named)
 
 
 def external_budgets(budgets: Budgets) -> Budgets:

@@ -6,12 +6,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from warrant.runner.codes import RunStatus
+from warrant.runner.spec import granted_capabilities
 from warrant.runner.views import request_as_shown
 
 if TYPE_CHECKING:
     from warrant.ledger.models import Run
 
-__all__ = ["SETTLED", "RunInfo", "spec_capabilities"]
+__all__ = ["SETTLED", "RunInfo"]
 
 #: Statuses at which :meth:`Client.wait` returns (nothing moves without outside input).
 SETTLED = frozenset(
@@ -96,16 +97,8 @@ class RunInfo:
             waiting_for_grant=(
                 dict(run.stop_detail or {}) if run.status == RunStatus.WAITING_GRANT.value else None
             ),
-            capabilities=spec_capabilities(run.spec),
+            capabilities=granted_capabilities(run.spec),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def spec_capabilities(spec: Any) -> list[str]:
-    """The capabilities a run spec's grants name, sorted."""
-    grants = (spec or {}).get("grants") if isinstance(spec, dict) else None
-    return sorted(
-        {str(g["capability"]) for g in grants or [] if isinstance(g, dict) and "capability" in g}
-    )

@@ -55,10 +55,10 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from warrant.runner.authz import Action, require
 from warrant.runner.client.contract import RunnerClient
 from warrant.runner.client.external_calls import ExternalCalls, granted_tools, newest_tools
-from warrant.runner.client.run_info import spec_capabilities
 from warrant.runner.errors import WarrantError
 from warrant.runner.external import WAITING_FOR_APPROVAL, Decision, explain
 from warrant.runner.server.http.errors import warrant_error_response
+from warrant.runner.spec import granted_capabilities
 from warrant.tools._contract import SideEffect, Tool
 from warrant.tools._registry import Registry
 
@@ -172,7 +172,7 @@ class Gateway:
             info = await _thread(self.client.get_run, state.run_id)
             capabilities = info.capabilities
         else:
-            capabilities = spec_capabilities(self.options.spec)
+            capabilities = granted_capabilities(self.options.spec)
         offered = granted_tools(self.registry, capabilities)
         return mcp_tools(offered, only=self.options.tools)
 
