@@ -24,7 +24,7 @@ from warrant.runner import scopes
 from warrant.runner.codes import ObservationSource, Rejection
 from warrant.runner.errors import SpecError
 from warrant.runner.gate import GateInput
-from warrant.runner.mentions import mentioned
+from warrant.runner.mentions import fold, mentioned
 from warrant.runner.spec import Grant
 from warrant.runner.views import GrantView, ProvenanceSources
 from warrant.tools._contract import Tool
@@ -151,10 +151,7 @@ def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> li
         ]
     needs = []
     for name, kind in sorted(tool.resources.items()):
-        argument = arguments.get(name)
-        if argument is None:
-            continue
-        for value in scopes.values_of(argument):
+        for value in scopes.resource_values(arguments, name):
             scopes.normalize(kind, value)  # an invalid value is refused, not just out of scope
             needs.append(_Need(partial(scopes.covers, kind, value=value), name, kind, value))
     return needs
@@ -168,7 +165,7 @@ def _in_task(grant: GrantView, need: _Need, sources: ProvenanceSources | None) -
     if sources is None:
         return False
     named = set(grant.destinations_from)
-    folded = "\n".join(text for source, text in sources.task if source in named).casefold()
+    folded = fold("\n".join(text for source, text in sources.task if source in named))
     forms = [need.value]
     if need.kind is None and ":" in need.value:  # a one-string resource: ``kind:value``
         forms.append(need.value.split(":", 1)[1])

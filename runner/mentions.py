@@ -2,15 +2,18 @@
 (:mod:`warrant.runner.provenance`: does trusted text supply a destination?) and task-scoped
 grants (:mod:`warrant.runner.grants`: does the goal, or a named trusted observation, name it?).
 
-Values match as whole tokens, case-insensitively ("13" is not in "2013"). What of a
-destination must be mentioned: a URL's host; a path, or else its folder (a report next to the
-one the goal names); an address or an identifier whole.
+Values match as whole tokens ("13" is not in "2013"), with only ASCII letters' case folded
+(:func:`fold`: a look-alike written with KELVIN SIGN or a Cyrillic letter is another value).
+What of a destination must be mentioned: a URL's host; a path, or else its folder (a report
+next to the one the goal names); an address or an identifier whole. Links are found with or
+without a scheme (``www.example.com/x``, ``example.com/x``).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import string
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,17 +26,50 @@ __all__ = [
     "Folder",
     "destination_candidates",
     "emails",
+    "fold",
     "leaf_strings",
     "mentioned",
     "split_urls",
     "token",
+    "url_key",
 ]
 
 
 #: Deepest argument nesting walked (the gate refuses deeper input before provenance).
 MAX_DEPTH = 64
-#: A URL in free text (trailing punctuation is dropped by :func:`split_urls`).
-_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
+#: A URL in free text (trailing punctuation is dropped by :func:`split_urls`): with a scheme;
+#: ``www.`` and a domain; or a domain whose last label is a common top-level domain, or that a
+#: path follows (``report.pdf`` is a file name, ``example.com/x`` and ``evil.io`` are links).
+_URL = re.compile(
+    r"\bhttps?://[^\s<>\"'`)\]}]+"
+    r"|(?<![\w.@/-])(?:www\.(?:[a-z0-9-]+\.)+[a-z]{2,24}"
+    r"|(?:[a-z0-9-]+\.)+(?:[a-z]{2,24}(?=/)|(?:com|net|org|io|co|info|biz|me|app|dev|xyz|site"
+    r"|online|top|ru|cn|uk|de|fr|us|eu|ly|to|cc|tk|ml|ga|gq|cf)\b))(?![\w@-])(?!\.\w)"
+    r"(?:/[^\s<>\"'`)\]}]*)?",
+    re.IGNORECASE,
+)
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold(text: str) -> str:
+    """``text`` as identifiers are compared: ASCII letters lower-cased and nothing else (no
+    Unicode case folding, no compatibility mapping). KELVIN SIGN (U+212A) lower-cases to an
+    ASCII ``k`` under ``str.lower`` and NFKC; here it stays itself, so an address written with
+    it is not the ASCII address a person named, and a Cyrillic ``\\u0430`` is not ``a``."""
+    return text.translate(_ASCII_LOWER)
+
+
+def url_key(url: str) -> str:
+    """A URL as it is compared: scheme and host folded (:func:`fold`), the rest exactly as
+    written (``/Paste/Ab1`` is not ``/paste/ab1``), a scheme-less link read as ``http``, one
+    trailing ``/`` dropped."""
+    url = url.strip()
+    if "://" not in url:
+        url = f"http://{url}"
+    scheme, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{fold(scheme)}://{fold(host)}{slash}{path}".rstrip("/")
+
 
 #: How a folder candidate is written (:class:`Folder`).
 FOLDER = "/*"
@@ -56,8 +92,8 @@ _AFTER = r"(?![\w\-@])(?!\.\w)"
 
 
 def token(candidate: str) -> re.Pattern[str]:
-    """The candidate as a whole token, case-folded (search a ``casefold()``-ed text)."""
-    folded = candidate.casefold()
+    """The candidate as a whole token, folded (search a :func:`fold`-ed text)."""
+    folded = fold(candidate)
     if isinstance(candidate, Folder):  # a file directly in that folder: "<folder>/<name>"
         folder = re.escape(folded[: -len(FOLDER)])
         return re.compile(rf"{_BEFORE}{folder}/[^/\s\"'<>]+(?![\w/])")
@@ -75,7 +111,7 @@ def destination_candidates(
         return []
     if kind is ResourceKind.URL:
         try:
-            host = urlsplit(value).hostname
+            host = urlsplit(value if "://" in value else f"http://{value}").hostname
         except ValueError:
             host = None
         return [host or value]
@@ -119,7 +155,7 @@ def _local(ch: str, *, unicode: bool) -> bool:
 
 
 def mentioned(value: str, kind: ResourceKind | None, folded: str) -> bool:
-    """Does ``folded`` (a ``casefold()``-ed text) mention the destination ``value``?"""
+    """Does ``folded`` (a :func:`fold`-ed text) mention the destination ``value``?"""
 
     def found(candidate: str) -> bool:
         return token(candidate).search(folded) is not None

@@ -76,13 +76,10 @@ def needed_resources(tool: Tool[Any, Any], arguments: dict[str, Any], subject: s
             return []
     out: list[str] = []
     for name in sorted(tool.resources):
-        argument = arguments.get(name)
-        if argument is None:
-            continue
         try:
-            out.extend(scopes.values_of(argument))
+            out.extend(scopes.resource_values(arguments, name))
         except scopes.InvalidResource:
-            out.append(str(argument)[:200])
+            out.append(str(arguments.get(name.split(".")[0].split("[")[0]))[:200])
     return out
 
 

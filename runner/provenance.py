@@ -39,20 +39,33 @@ UntrustedPolicy`, per tool):
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from warrant.runner.codes import ObservationSource, Rejection
+from warrant.runner.disclosure import (
+    MAX_DATA_TOKENS,
+    MAX_EXEMPT,
+    MAX_WINDOW,
+    MIN_DATA_CHARS,
+    data_tokens,
+    disclosures,
+    payload,
+    squeeze,
+    squeezed_tokens,
+    top_argument,
+)
 from warrant.runner.mentions import (
     destination_candidates,
     emails,
+    fold,
     leaf_strings,
     split_urls,
     token,
+    url_key,
 )
-from warrant.runner.scopes import ResourceKind
+from warrant.runner.scopes import ResourceKind, resource_kind
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import ProvenanceSources
 from warrant.tools._contract import Attribution, FlagAction, SideEffect, Tool
@@ -66,6 +79,7 @@ __all__ = [
     "MIN_CHARS",
     "MIN_DATA_CHARS",
     "MIN_NAME_CHARS",
+    "MIN_VOUCHED_CHARS",
     "Item",
     "analyse",
     "data_tokens",
@@ -119,19 +133,8 @@ MIN_NAME_CHARS = 3
 #: Items read from one observation, at most (a longer list is attributed up to here; the
 #: rest is still untrusted text).
 MAX_ITEMS = 500
-#: A data token of fewer letters and digits (a year, a 4-digit code) is too common to say
-#: that a reply carries another item's data.
-MIN_DATA_CHARS = 5
-#: Distinct data tokens read from the run's observations for a reply, at most: past it the
-#: reply is refused (more data than the check reads is no reason to let it through).
-MAX_DATA_TOKENS = 50_000
 
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
-# runs of word characters and the separators data is written with (linear: no backtracking)
-_RUN = re.compile(r"[\w.,/:+-]+")
-_SEPARATORS = re.compile(r"[.,/:+-]+")
-#: Consecutive parts of a data token read as one value (``48,213`` of ``48,213.00``).
-MAX_WINDOW = 4
 _NAMED_BY_ITSELF = frozenset({ResourceKind.EMAIL, ResourceKind.URL})
 
 
@@ -187,68 +190,58 @@ def items_of(
 
 def named_as(item: Item, user: str, *, own: str = "") -> str | None:
     """The words by which the user (``user``: their own words, as typed) named the item's
-    author, or None. ``own``: the user's own address (their mails are never named)."""
-    author = item.author.strip().lower()
-    if own and author == own.strip().lower():
+    author as a source, or None. ``own``: the user's own address (their mails are never
+    named). An address or URL is compared with :func:`~warrant.runner.mentions.url_key` /
+    :func:`~warrant.runner.mentions.fold` (a look-alike is another author); a name written only
+    where a recipient is ("send it to Bob") names a destination, not a source."""
+    author = _address_key(item.author, item.kind)
+    if own and author == fold(own.strip()):
         return None
-    if item.kind in _NAMED_BY_ITSELF and author.rstrip("/") in _addresses(user):
-        return item.author
-    folded = user.casefold()
+    folded = fold(user)
+    if item.kind in _NAMED_BY_ITSELF:
+        written = [a for a in _addresses(user) if _address_key(a, item.kind) == author]
+        if any(_as_source(folded, fold(a)) for a in written):
+            return item.author
     for name in item.names:
         for word in _WORD.findall(name):
-            if len(word) >= MIN_NAME_CHARS and token(word).search(folded):
+            if len(word) >= MIN_NAME_CHARS and _as_source(folded, fold(word)):
                 return word
     return None
 
 
-def data_tokens(text: str) -> Iterator[str]:
-    """Tokens in free text that carry data (a reference, an amount, an account number): at
-    least one digit and four characters, trailing punctuation dropped. Linear in the text."""
-    for match in _RUN.finditer(text):
-        found = match.group(0).strip(".,:;/-+")
-        if len(found) >= 4 and any(ch.isdigit() for ch in found):
-            yield found
+#: A word that, just before a name, makes it a recipient ("send it to Bob", "invite Bob"),
+#: unless a determiner comes before it ("the message Bob sent" names Bob as a source).
+_RECIPIENT_WORDS = frozenset(
+    {"to", "cc", "bcc", "invite", "tell", "notify", "pay", "forward", "email", "e-mail"}
+    | {"mail", "message", "dm", "ask", "contact"}
+)
+_DETERMINERS = frozenset(
+    ["the", "a", "an", "my", "his", "her", "their", "that", "this", "your", "our", "its"]
+)
+_PREVIOUS_WORDS = re.compile(r"([\w'-]+)?\W*?([\w'-]+)\W*$")
 
 
-def squeeze(text: str) -> str:
-    """Only the letters and digits, compatibility-normalised and lower-cased: what is left of
-    a value however it is spaced, split, glued or written (``Q 3 R E V-4213000``, fullwidth
-    digits and zero-width spaces all squeeze to ``q3rev4213000``)."""
-    normal = unicodedata.normalize("NFKC", text)
-    return "".join(ch for ch in normal if ch.isalnum()).lower()
+def _as_source(folded: str, word: str) -> bool:
+    """Does ``word`` appear in the user's (folded) words anywhere but as a recipient?"""
+    for match in token(word).finditer(folded):
+        before = _PREVIOUS_WORDS.search(folded[max(0, match.start() - 40) : match.start()])
+        if before is None or folded.startswith("'s", match.end()):
+            return True
+        determiner, previous = before.groups()
+        if previous not in _RECIPIENT_WORDS or determiner in _DETERMINERS:
+            return True
+    return False
 
 
-def squeezed_tokens(text: str) -> tuple[set[str], set[str]]:
-    """The data tokens of ``text``: squeezed whole, and every run of up to
-    :data:`MAX_WINDOW` consecutive parts between separators, squeezed (``48,213.00`` gives
-    ``4821300``, ``48213`` and ``21300``; ``ref:Q3REV-4213000`` gives ``q3rev4213000``,
-    ``q3rev`` and ``4213000`` among others); only those of :data:`MIN_DATA_CHARS` letters and
-    digits or more, with a digit."""
-    whole: set[str] = set()
-    windows: set[str] = set()
-    for data in data_tokens(text):
-        whole |= _kept([data])
-        parts = [p for p in _SEPARATORS.split(data) if p]
-        windows |= _kept(
-            "".join(parts[i:j])
-            for i in range(len(parts))
-            for j in range(i + 1, min(len(parts), i + MAX_WINDOW) + 1)
-        )
-    return whole, windows | whole
-
-
-def _kept(candidates: Iterable[str]) -> set[str]:
-    kept = set()
-    for candidate in candidates:
-        squeezed = squeeze(candidate)
-        if len(squeezed) >= MIN_DATA_CHARS and any(ch.isdigit() for ch in squeezed):
-            kept.add(squeezed)
-    return kept
+def _address_key(value: str, kind: ResourceKind) -> str:
+    value = value.strip()
+    return url_key(value) if kind is ResourceKind.URL else fold(value)
 
 
 def _addresses(user: str) -> set[str]:
+    """The URLs and e-mail addresses in the user's words, as written."""
     urls, rest = split_urls(user)
-    return {a.lower().rstrip("/") for a in (*urls, *emails(rest, unicode=True))}
+    return {*urls, *emails(rest, unicode=True)}
 
 
 def _at(output: Mapping[str, Any], dotted: str) -> Any:
@@ -428,6 +421,8 @@ def flag_reason(flag: dict[str, Any]) -> str:
             "resource": "a resource nobody named",
             "too-much": "more of the run's data than the check reads",
         }.get(str(flag.get("said")), f"what {flag['observation_id']} said")
+        if not flag["to"][0]:
+            return f"carries {what} in a URL beyond the part trusted text names"
         return f"carries {what} to a destination only the author of {flag['to'][0]} vouches for"
     if flag["origin"] == "untrusted":
         return f"found only in untrusted content {flag['observation_id']}"
@@ -436,29 +431,32 @@ def flag_reason(flag: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class _Text:
-    """The run's text, folded once for matching."""
+    """The run's text, folded once for matching (:func:`~warrant.runner.mentions.fold`)."""
 
     trusted: str
     untrusted: list[tuple[str, str, str]]
     vouched: list[tuple[str, str, str, str]] = field(default_factory=list)
     """``(item_id, text, folded, named_as)`` of the items whose author the user named."""
     authors: dict[tuple[str, str], str] = field(default_factory=dict)
-    """``(kind, lower-cased author)`` -> the first item it wrote (authors a reply may go to)."""
+    """``(kind, folded author)`` -> the first item it wrote (authors a reply may go to)."""
+    urls: tuple[str, ...] = ()
+    """The URLs trusted text names (:func:`~warrant.runner.mentions.url_key`)."""
 
     def origin(self, candidate: str, *, kind: ResourceKind | None = None) -> dict[str, Any]:
-        """The origin of one candidate value: ``trusted``, ``vouched`` (in an item whose
-        author the user named), ``author`` (a destination of ``kind``: an item's author, as
-        the service reports it), ``untrusted`` (with the observation and an excerpt) or
-        ``unseen``."""
+        """The origin of one candidate value: ``trusted``, ``author`` (a destination of
+        ``kind``: an item's author, as the service reports it), ``vouched`` (in an item whose
+        author the user named; :data:`MIN_VOUCHED_CHARS` characters or more), ``untrusted``
+        (with the observation and an excerpt) or ``unseen``."""
         pattern = token(candidate)
         if pattern.search(self.trusted):
             return {"origin": "trusted"}
-        for item_id, _, folded, named in self.vouched:
-            if pattern.search(folded):
-                return {"origin": "vouched", "observation_id": item_id, "named_as": named}
-        item = None if kind is None else self.authors.get((kind.value, candidate.strip().lower()))
+        item = None if kind is None else self.authors.get((kind.value, fold(candidate.strip())))
         if item is not None:
             return {"origin": "author", "observation_id": item}
+        if len(candidate.strip()) >= MIN_VOUCHED_CHARS:
+            for item_id, _, folded, named in self.vouched:
+                if pattern.search(folded):
+                    return {"origin": "vouched", "observation_id": item_id, "named_as": named}
         for oid, text, folded in self.untrusted:
             match = pattern.search(folded)
             if match is not None:
@@ -468,15 +466,21 @@ class _Text:
         return {"origin": "unseen"}
 
 
+#: A value an item vouches for (a named person wrote it) is at least this long: a short
+#: number in such an item (a time, a count) vouches for no identifier.
+MIN_VOUCHED_CHARS = 6
+
+
 def _text_of(sources: ProvenanceSources, *, replies: bool) -> _Text:
     authors: dict[tuple[str, str], str] = {}
     for item_id, author, kind in sources.authors if replies else ():
-        authors.setdefault((kind, author.strip().lower()), item_id)
+        authors.setdefault((kind, fold(author.strip())), item_id)
     return _Text(
-        trusted="\n".join(sources.trusted).casefold(),
-        untrusted=[(oid, t, t.casefold()) for oid, t in sources.untrusted],
-        vouched=[(i, t, t.casefold(), n) for i, _, t, n in sources.items if n is not None],
+        trusted=fold("\n".join(sources.trusted)),
+        untrusted=[(oid, t, fold(t)) for oid, t in sources.untrusted],
+        vouched=[(i, t, fold(t), n) for i, _, t, n in sources.items if n is not None],
         authors=authors,
+        urls=tuple(url_key(u) for text in sources.trusted for u in split_urls(text)[0]),
     )
 
 
@@ -499,29 +503,31 @@ def analyse(
     untrusted_ids = {oid for oid, _ in sources.untrusted}
     origins: dict[str, dict[str, Any]] = {}
     by_action: dict[FlagAction, list[dict[str, Any]]] = {a: [] for a in FlagAction}
+    checked: dict[str, str] = {}  # destinations the disclosure check reads: path -> item id
+    unnamed: dict[str, str] = {}  # URL destinations: path -> the part trusted text did not name
     for path, value in leaf_strings(arguments):
-        top = path.split(".")[0].split("[")[0]
-        kind = resources.get(top)
-        shown = "<sensitive>" if top in sensitive else value[:200]
-        checks: list[tuple[str, str, ResourceKind | None]]
-        if kind is not None or top in credentials:
-            what = "destination" if kind is not None else "credential"
-            checks = [(what, c, kind) for c in _destination_candidates(value, kind, text)]
-            action = destinations
-        else:
-            checks = [("embedded", c, k) for k, c in _embedded_candidates(value, text)]
-            if len(value.strip()) >= MIN_CHARS:
-                checks.append(("value", value.strip(), None))
-            action = content
-        origin = _worst(path, shown, checks, text)
+        kind = resource_kind(resources, path)
+        origin, action = _leaf_origin(
+            path, value, kind, text, sensitive=sensitive, credentials=credentials
+        )
         origins[path] = origin
         flag = origin.get("flag")
-        if flag is not None:
-            by_action[action].append(flag)
-    replied = {path: o["observation_id"] for path, o in origins.items() if o["origin"] == "author"}
-    if replied:  # the author vouches for a reply, not for what someone else said
+        if flag is not None:  # a link, address or IBAN inside free text is a destination
+            embedded = flag["what"] == "embedded"
+            by_action[destinations if action or embedded else content].append(flag)
+            continue
+        if kind is ResourceKind.URL and (rest := _unnamed_part(value, origin, text, sources)):
+            unnamed[path] = rest
+        if origin["origin"] in ("author", "vouched") or path in unnamed:
+            checked[path] = origin.get("observation_id") or ""
+    if checked:  # whoever vouched for a destination vouches for it, not for what others said
         for flag in disclosures(
-            arguments, replied=replied, resources=resources, sources=sources, sensitive=sensitive
+            arguments,
+            replied=checked,
+            unnamed=unnamed,
+            resources=resources,
+            sources=sources,
+            sensitive=sensitive,
         ):  # the user's own data (a trusted tool's) is asked about; a third party's refused
             by_action[content if flag["origin"] == "trusted-tool" else destinations].append(flag)
     return {
@@ -532,6 +538,51 @@ def analyse(
         "refused": by_action[FlagAction.REFUSE],
         "allowed": by_action[FlagAction.ALLOW],
     }
+
+
+def _leaf_origin(
+    path: str,
+    value: str,
+    kind: ResourceKind | None,
+    text: _Text,
+    *,
+    sensitive: frozenset[str],
+    credentials: frozenset[str],
+) -> tuple[dict[str, Any], bool]:
+    """One argument leaf's origin (with its flag, if any), and whether it is a destination
+    or credential (else content)."""
+    top = top_argument(path)
+    shown = "<sensitive>" if top in sensitive else value[:200]
+    checks: list[tuple[str, str, ResourceKind | None]]
+    if kind is not None or top in credentials:
+        what = "destination" if kind is not None else "credential"
+        checks = [(what, c, kind) for c in _destination_candidates(value, kind, text)]
+        return _worst(path, shown, checks, text), True
+    checks = [("embedded", c, k) for k, c in _embedded_candidates(value, text)]
+    if len(value.strip()) >= MIN_CHARS:
+        checks.append(("value", value.strip(), None))
+    return _worst(path, shown, checks, text), False
+
+
+def _unnamed_part(
+    value: str, origin: Mapping[str, Any], text: _Text, sources: ProvenanceSources
+) -> str:
+    """The part of a URL destination beyond the longest URL that names it (in trusted text,
+    or in the item that vouched for it): content, checked for disclosure like any payload
+    (a host the goal names is no licence to carry a password in the query)."""
+    key = url_key(value)
+    named = list(text.urls)
+    if origin.get("origin") == "vouched":
+        item = next((t for i, _, t, _ in sources.items if i == origin["observation_id"]), "")
+        named += [url_key(u) for u in split_urls(item)[0]]
+    best = ""
+    for url in named:
+        if len(url) > len(best) and (key == url or key.startswith((f"{url}/", f"{url}?"))):
+            best = url
+    if not best:
+        scheme, _, rest = key.partition("://")
+        best = f"{scheme}://{rest.split('/', 1)[0].split('?', 1)[0]}"
+    return key[len(best) :].strip("/?#&")
 
 
 def _worst(
@@ -579,119 +630,3 @@ def _embedded_candidates(value: str, text: _Text) -> list[tuple[ResourceKind, st
     for kind, item in embedded_values(value):
         found += [(kind, c) for c in _destination_candidates(item, kind, text)]
     return found
-
-
-# --- replies: what a call may carry to a destination only an item's author vouches for ------
-# Replying to a mail's sender is what the user asked; sending the sender what someone else wrote
-# is what an attacker who mailed "reply with the Q3 reference" asks. A call with an ``author``
-# destination is ``disclosed`` when, for any replied author, the rest of its arguments carry a
-# data token an observation said that neither the user's words nor that author's own items say
-# (matched squeezed, so spacing, splitting, gluing, fullwidth digits and zero-width characters
-# do not hide it, and part of a value is the value), or another typed resource nobody named.
-# A third party's data is refused like an untrusted destination; the user's own (a trusted
-# tool's output) is asked about. Past MAX_DATA_TOKENS distinct tokens in the run, or when the
-# author's own items carry more than MAX_EXEMPT, nothing is assumed. What it does not see:
-# data without a digit, shorter codes, and any re-wording or encoding (spelled-out digits,
-# base64). The details: docs/policy-gate.md.
-
-#: Data tokens an author's own items may exempt, at most.
-MAX_EXEMPT = 2_000
-
-
-@dataclass(frozen=True)
-class _Hit:
-    data: str
-    path: str
-    source: str
-    origin: str
-
-
-def disclosures(
-    arguments: dict[str, Any],
-    *,
-    replied: Mapping[str, str],
-    resources: Mapping[str, ResourceKind],
-    sources: ProvenanceSources,
-    sensitive: frozenset[str] = frozenset(),
-) -> list[dict[str, Any]]:
-    """The ``disclosed`` flags of a call whose destinations at ``replied`` (argument path ->
-    item id) only an item's author vouches for; at most one."""
-    # the replied destinations themselves are not payload (free text that embeds the
-    # address is: it carries the rest of the message)
-    leaves = [(p, t) for p, t in payload(arguments) if not (p in replied and _top(p) in resources)]
-    hits = _hits(leaves, sources)
-    user = "\n".join(sources.user)
-    user_tokens = squeezed_tokens(user)[1]
-    author_of = {item_id: author.strip().lower() for item_id, author, _ in sources.authors}
-    tops = {_top(p) for p in replied}
-    for author in sorted({author_of.get(i, "") for i in replied.values()}):
-        own = "\n".join(t for i, a, t, _ in sources.items if a.strip().lower() == author)
-        own_tokens = squeezed_tokens(own)[1]
-        exempt = user_tokens | (own_tokens if len(own_tokens) <= MAX_EXEMPT else set())
-        first = _first_item(replied, author_of, author)
-        named = f"{user}\n{own}".casefold()
-        for path, value in leaves:
-            attached = _top(path) in resources and _top(path) not in tops and value.strip()
-            if attached and not token(value.strip()).search(named):
-                return [_flag(path, value, None, "resource", first, sensitive)]
-        if hits is None:
-            return [_flag("", "", None, "too-much", first, sensitive)]
-        for hit in hits:
-            if hit.data not in exempt:
-                value = next((t for p, t in leaves if p == hit.path), "")
-                return [_flag(hit.path, value, hit.source, hit.origin, first, sensitive)]
-    return []
-
-
-def payload(value: Any) -> Iterator[tuple[str, str]]:
-    """``(path, text)`` of every string, number and nested mapping key inside ``value``."""
-    return leaf_strings(value, numbers=True, keys=True)
-
-
-def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hit] | None:
-    """Every data token an observation said that a payload leaf carries: a whole source token
-    inside a squeezed leaf (however spaced or glued), or a part of a leaf's token that is a
-    part of a source token (part of a value). None past ``MAX_DATA_TOKENS``."""
-    observed = [(oid, text, "untrusted") for oid, text in sources.untrusted]
-    observed += [
-        (name.split(":", 1)[1], text, "trusted-tool")
-        for name, text in sources.task
-        if name.startswith("observations:")
-    ]
-    squeezed = [(p, squeeze(t), squeezed_tokens(t)[1]) for p, t in leaves]
-    hits: list[_Hit] = []
-    seen = 0
-    for source, text, origin in observed:
-        whole, windows = squeezed_tokens(text)
-        seen += len(windows)
-        if seen > MAX_DATA_TOKENS:
-            return None
-        for path, flat, parts in squeezed:
-            found = {w for w in whole if w in flat} | (parts & windows)
-            hits += [_Hit(data, path, source, origin) for data in sorted(found)]
-    return hits
-
-
-def _first_item(replied: Mapping[str, str], author_of: Mapping[str, str], author: str) -> str:
-    return next((i for i in sorted(set(replied.values())) if author_of.get(i) == author), "")
-
-
-def _top(path: str) -> str:
-    return path.split(".")[0].split("[")[0]
-
-
-def _flag(
-    path: str, value: str, where: str | None, said: str, item_id: str, sensitive: frozenset[str]
-) -> dict[str, Any]:
-    """``said``: ``untrusted`` or ``trusted-tool`` (whose data ``where`` said), ``resource``
-    (a resource nobody named) or ``too-much`` (more data than the check reads)."""
-    return {
-        "argument": path,
-        "value": "<sensitive>" if _top(path) in sensitive else value[:200],
-        "what": "disclosed",
-        "origin": said if said in ("untrusted", "trusted-tool") else "untrusted",
-        "said": said,
-        "observation_id": where,
-        "excerpt": None,
-        "to": [item_id],
-    }

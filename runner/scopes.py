@@ -31,10 +31,10 @@ import posixpath
 import re
 import string
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote_to_bytes
 
 from warrant.runner.codes import ErrorCode
@@ -51,6 +51,8 @@ __all__ = [
     "legacy_covers",
     "normalize",
     "resolve_within",
+    "resource_kind",
+    "resource_values",
     "validate_scope",
     "values_of",
 ]
@@ -361,6 +363,45 @@ def values_of(argument: object) -> list[str]:
     ):
         return list(argument)
     raise InvalidResource("a resource argument must be a string or a list of strings")
+
+
+def resource_values(arguments: Mapping[str, Any], name: str) -> list[str]:
+    """The values of the resource ``name`` (a key of ``Tool.resources``) in a call's
+    ``arguments``: a top-level argument (a string or a list of strings, :func:`values_of`),
+    or a field of objects inside one: ``attachments[].file_id`` is the ``file_id`` of each
+    object of the ``attachments`` list, ``target.id`` the ``id`` of the ``target`` object. An
+    absent argument or field has no value; a value of the wrong shape raises
+    :class:`InvalidResource`."""
+    found: list[Any] = [arguments]
+    for part in name.replace("[]", ".[]").split("."):
+        deeper: list[Any] = []
+        for value in found:
+            if part == "[]" and isinstance(value, list | tuple) and len(value) <= MAX_VALUES:
+                deeper.extend(value)
+            elif part != "[]" and isinstance(value, Mapping):
+                if value.get(part) is not None:
+                    deeper.append(value[part])
+            else:
+                raise InvalidResource(f"{name}: not the shape this resource names")
+        found = deeper
+    return [text for value in found for text in values_of(value)]
+
+
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def resource_kind(resources: Mapping[str, ResourceKind], path: str) -> ResourceKind | None:
+    """The kind of the resource an argument leaf at ``path`` (``to[1]``,
+    ``attachments[0].file_id``) is part of, or None: a declared top-level argument covers
+    every leaf inside it; a declared field path (``attachments[].file_id``) its own leaves."""
+    top = path.split(".")[0].split("[")[0]
+    if top in resources:
+        return resources[top]
+    general = _INDEX.sub("[]", path)
+    for name, kind in resources.items():
+        if general == name or general.startswith((f"{name}.", f"{name}[")):
+            return kind
+    return None
 
 
 def covers_all(kind: ResourceKind, scopes: Sequence[str], argument: object) -> bool:

@@ -113,9 +113,12 @@ def test_a_reply_to_an_items_author_passes_and_carries_nothing_another_item_said
     # what the user typed may be sent (the goal says the reference)
     found = _analyse(f"Reply to the helpdesk with our reference {SECRET}.", leak)
     assert found["refused"] == []
-    # its own item's words may be quoted back
-    quote = {"to": [ATTACKER], "body": f"You asked me to pay {EVIL_IBAN}: no."}
+    # its own item's words may be quoted back, but a link, address or IBAN from untrusted
+    # text is a destination wherever it is written (issue 51: refused, not asked)
+    quote = {"to": [ATTACKER], "body": "You asked for the Q3 figures: no."}
     assert _analyse(goal, quote)["refused"] == []
+    iban = {"to": [ATTACKER], "body": f"You asked me to pay {EVIL_IBAN}: no."}
+    assert [f["what"] for f in _analyse(goal, iban)["refused"]] == ["embedded"]
 
 
 def test_an_author_is_never_a_credential():

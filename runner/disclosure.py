@@ -1,0 +1,248 @@
+"""Disclosure: what a write or egress call may carry to a destination trusted text does not
+wholly name (the gate's provenance layer, :mod:`warrant.runner.provenance`, decides which
+destinations those are; this module reads the payload).
+
+Data is read as *data tokens* (runs with a digit, four characters or more) and matched
+*squeezed* (:func:`squeeze`: only letters and digits, compatibility-normalised, lower-cased,
+every decimal digit written as ASCII), so spacing, splitting, gluing, fullwidth or other
+scripts' digits and zero-width characters do not hide a value.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from warrant.runner.mentions import fold, leaf_strings, token
+from warrant.runner.scopes import ResourceKind, resource_kind
+from warrant.runner.views import ProvenanceSources
+
+__all__ = [
+    "MAX_DATA_TOKENS",
+    "MAX_EXEMPT",
+    "MAX_WINDOW",
+    "MIN_DATA_CHARS",
+    "data_tokens",
+    "disclosures",
+    "payload",
+    "squeeze",
+    "squeezed_tokens",
+    "top_argument",
+]
+
+#: A data token of fewer letters and digits (a year, a 4-digit code) is too common to say
+#: that a reply carries another item's data.
+MIN_DATA_CHARS = 5
+#: Distinct data tokens read from the run's observations for a reply, at most: past it the
+#: reply is refused (more data than the check reads is no reason to let it through).
+MAX_DATA_TOKENS = 50_000
+
+# runs of word characters and the separators data is written with (linear: no backtracking)
+_RUN = re.compile(r"[\w.,/:+-]+")
+_SEPARATORS = re.compile(r"[.,/:+-]+")
+#: Consecutive parts of a data token read as one value (``48,213`` of ``48,213.00``).
+MAX_WINDOW = 4
+
+
+def data_tokens(text: str) -> Iterator[str]:
+    """Tokens in free text that carry data (a reference, an amount, an account number): at
+    least one digit and four characters, trailing punctuation dropped. Linear in the text."""
+    for match in _RUN.finditer(text):
+        found = match.group(0).strip(".,:;/-+")
+        if len(found) >= 4 and any(ch.isdigit() for ch in found):
+            yield found
+
+
+def squeeze(text: str) -> str:
+    """Only the letters and digits, compatibility-normalised, lower-cased and every decimal
+    digit written as ASCII: what is left of a value however it is spaced, split, glued or
+    written (``Q 3 R E V-4213000``, fullwidth, Arabic-Indic or Devanagari digits and
+    zero-width spaces all squeeze to ``q3rev4213000``)."""
+    normal = unicodedata.normalize("NFKC", text)
+    return "".join(_ascii_digit(ch) for ch in normal if ch.isalnum()).lower()
+
+
+def _ascii_digit(ch: str) -> str:
+    digit = unicodedata.decimal(ch, None)
+    return ch if digit is None else str(digit)
+
+
+def squeezed_tokens(text: str) -> tuple[set[str], set[str]]:
+    """The data tokens of ``text``: squeezed whole, and every run of up to
+    :data:`MAX_WINDOW` consecutive parts between separators, squeezed (``48,213.00`` gives
+    ``4821300``, ``48213`` and ``21300``; ``ref:Q3REV-4213000`` gives ``q3rev4213000``,
+    ``q3rev`` and ``4213000`` among others); only those of :data:`MIN_DATA_CHARS` letters and
+    digits or more, with a digit."""
+    whole: set[str] = set()
+    windows: set[str] = set()
+    for data in data_tokens(text):
+        whole |= _kept([data])
+        parts = [p for p in _SEPARATORS.split(data) if p]
+        windows |= _kept(
+            "".join(parts[i:j])
+            for i in range(len(parts))
+            for j in range(i + 1, min(len(parts), i + MAX_WINDOW) + 1)
+        )
+    return whole, windows | whole
+
+
+def _kept(candidates: Iterable[str]) -> set[str]:
+    kept = set()
+    for candidate in candidates:
+        squeezed = squeeze(candidate)
+        if len(squeezed) >= MIN_DATA_CHARS and any(ch.isdigit() for ch in squeezed):
+            kept.add(squeezed)
+    return kept
+
+
+# --- disclosure: what a call may carry to a destination trusted text does not wholly name ----
+# Replying to a mail's sender is what the user asked; sending the sender what someone else wrote
+# is what an attacker who mailed "reply with the Q3 reference" asks. The check runs for every
+# destination of a write or egress call that an item's author or a named person's item vouches
+# for, and for a URL whose host trusted text names but not the rest (the rest is content). Such
+# a call is ``disclosed`` when the rest of its arguments carry a data token an observation said
+# that neither the user's words nor the vouching author's own items say (an author exempts only
+# what no other source said: an attacker listing guesses in its own mail exempts nothing), or
+# another typed resource nobody named. Payloads are matched squeezed, each leaf and all of them
+# together (spacing, splitting by a word or across arguments, gluing, fullwidth or other
+# scripts' digits and zero-width characters do not hide a value; part of a value is the value).
+# A third party's data is refused like an untrusted destination; the user's own (a trusted
+# tool's output) is asked about. Past MAX_DATA_TOKENS distinct tokens in the run, or when the
+# author's own items carry more than MAX_EXEMPT, nothing is assumed. What it does not see: data
+# without a digit, shorter codes, and any re-wording or encoding (spelled-out digits, base64).
+# The details: docs/policy-gate.md.
+
+#: Data tokens an author's own items may exempt, at most.
+MAX_EXEMPT = 2_000
+
+
+@dataclass(frozen=True)
+class _Hit:
+    data: str
+    path: str
+    source: str
+    origin: str
+
+
+def disclosures(
+    arguments: dict[str, Any],
+    *,
+    replied: Mapping[str, str],
+    resources: Mapping[str, ResourceKind],
+    sources: ProvenanceSources,
+    sensitive: frozenset[str] = frozenset(),
+    unnamed: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The ``disclosed`` flags of a call whose destinations at ``replied`` (argument path ->
+    the vouching item's id, ``""`` for none) trusted text does not wholly name; ``unnamed``:
+    URL destinations' parts beyond what names them (payload). At most one flag."""
+    unnamed = unnamed or {}
+    # a destination is not payload, but for the part of a URL nothing named (free text that
+    # embeds an address is: it carries the rest of the message)
+    leaves = [
+        (p, unnamed.get(p, t))
+        for p, t in payload(arguments)
+        if p not in replied or p in unnamed or resource_kind(resources, p) is None
+    ]
+    hits = _hits(leaves, sources)
+    user_tokens = squeezed_tokens("\n".join(sources.user))[1]
+    author_of = {item_id: fold(author.strip()) for item_id, author, _, _ in sources.items}
+    tops = {top_argument(p) for p in replied}
+    for author in sorted({author_of.get(i, "") for i in replied.values()}):
+        own = "\n".join(t for _, a, t, _ in sources.items if author and fold(a.strip()) == author)
+        exempt = user_tokens | _exempt(own, author, sources)
+        first = next(i for i in sorted(set(replied.values())) if author_of.get(i, "") == author)
+        named = fold("\n".join((*sources.user, own)))
+        for path, value in leaves:
+            kind = resource_kind(resources, path)
+            attached = kind is not None and top_argument(path) not in tops and value.strip()
+            if attached and not token(value.strip()).search(named):
+                return [_flag(path, value, None, "resource", first, sensitive)]
+        if hits is None:
+            return [_flag("", "", None, "too-much", first, sensitive)]
+        for hit in hits:
+            if hit.data not in exempt:
+                value = next((t for p, t in leaves if p == hit.path), "")
+                return [_flag(hit.path, value, hit.source, hit.origin, first, sensitive)]
+    return []
+
+
+def _exempt(own: str, author: str, sources: ProvenanceSources) -> set[str]:
+    """The data tokens the author's own items said and no other source did (at most
+    :data:`MAX_EXEMPT`): an attacker cannot exempt a value by listing it in its own mail."""
+    if not author:
+        return set()
+    mine = squeezed_tokens(own)[1]
+    if len(mine) > MAX_EXEMPT:
+        return set()
+    with_items = {item_id.split(".")[0] for item_id, _, _, _ in sources.items}
+    others = [t for _, a, t, _ in sources.items if fold(a.strip()) != author]
+    others += [t for oid, t in sources.untrusted if oid not in with_items]
+    others += [t for name, t in sources.task if name.startswith("observations:")]
+    said = set().union(*(squeezed_tokens(t)[1] for t in others)) if others else set()
+    return mine - said
+
+
+def payload(value: Any) -> Iterator[tuple[str, str]]:
+    """``(path, text)`` of every string, number and nested mapping key inside ``value``."""
+    return leaf_strings(value, numbers=True, keys=True)
+
+
+def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hit] | None:
+    """Every data token an observation said that the payload carries: a whole source token
+    inside a squeezed leaf, inside all leaves squeezed together, or inside the data runs (the
+    runs with a digit) of all leaves squeezed together (a value split by words or across
+    arguments); or a part of a leaf's token that is a part of a source token (part of a
+    value). None past ``MAX_DATA_TOKENS``."""
+    observed = [(oid, text, "untrusted") for oid, text in sources.untrusted]
+    observed += [
+        (name.split(":", 1)[1], text, "trusted-tool")
+        for name, text in sources.task
+        if name.startswith("observations:")
+    ]
+    squeezed = [(p, squeeze(t), squeezed_tokens(t)[1]) for p, t in leaves]
+    first = next((p for p, t in leaves if t.strip()), "")
+    joined = "\n".join(t for _, t in leaves)
+    together = (squeeze(joined), squeeze("".join(m.group(0) for m in _DATA_RUN.finditer(joined))))
+    hits: list[_Hit] = []
+    seen = 0
+    for source, text, origin in observed:
+        whole, windows = squeezed_tokens(text)
+        seen += len(windows)
+        if seen > MAX_DATA_TOKENS:
+            return None
+        for path, flat, parts in squeezed:
+            found = {w for w in whole if w in flat} | (parts & windows)
+            hits += [_Hit(data, path, source, origin) for data in sorted(found)]
+        across = {w for w in windows if any(w in flat for flat in together)}
+        hits += [_Hit(data, first, source, origin) for data in sorted(across)]
+    return hits
+
+
+#: A run of letters and digits with at least one digit (``Q3REV``, ``4213``; not ``apples``).
+_DATA_RUN = re.compile(r"[^\W_]*\d[^\W_]*")
+
+
+def top_argument(path: str) -> str:
+    """The argument a leaf path is inside (``attachments`` of ``attachments[0].file_id``)."""
+    return path.split(".")[0].split("[")[0]
+
+
+def _flag(
+    path: str, value: str, where: str | None, said: str, item_id: str, sensitive: frozenset[str]
+) -> dict[str, Any]:
+    """``said``: ``untrusted`` or ``trusted-tool`` (whose data ``where`` said), ``resource``
+    (a resource nobody named) or ``too-much`` (more data than the check reads)."""
+    return {
+        "argument": path,
+        "value": "<sensitive>" if top_argument(path) in sensitive else value[:200],
+        "what": "disclosed",
+        "origin": said if said in ("untrusted", "trusted-tool") else "untrusted",
+        "said": said,
+        "observation_id": where,
+        "excerpt": None,
+        "to": [item_id],
+    }
