@@ -10,13 +10,14 @@ scripts' digits and zero-width characters do not hide a value.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warrant.runner.mentions import fold, leaf_strings, token
+from warrant.runner.mentions import find, fold, leaf_strings
 from warrant.runner.scopes import ResourceKind, resource_kind
 from warrant.runner.views import ProvenanceSources
 
@@ -40,9 +41,12 @@ MIN_DATA_CHARS = 5
 #: reply is refused (more data than the check reads is no reason to let it through).
 MAX_DATA_TOKENS = 50_000
 
-# runs of word characters and the separators data is written with (linear: no backtracking)
-_RUN = re.compile(r"[\w.,/:+-]+")
+# runs of word characters and the separators data is written with, holding a digit (linear:
+# inside a run the look-behind fails at once, so each run is scanned from its start only)
+_DATA_TOKEN = re.compile(r"(?<![\w.,/:+-])[\w.,/:+-]*?\d[\w.,/:+-]*")
 _SEPARATORS = re.compile(r"[.,/:+-]+")
+_DIGIT = re.compile(r"\d")
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 #: Consecutive parts of a data token read as one value (``48,213`` of ``48,213.00``).
 MAX_WINDOW = 4
 
@@ -50,9 +54,9 @@ MAX_WINDOW = 4
 def data_tokens(text: str) -> Iterator[str]:
     """Tokens in free text that carry data (a reference, an amount, an account number): at
     least one digit and four characters, trailing punctuation dropped. Linear in the text."""
-    for match in _RUN.finditer(text):
+    for match in _DATA_TOKEN.finditer(text):
         found = match.group(0).strip(".,:;/-+")
-        if len(found) >= 4 and any(ch.isdigit() for ch in found):
+        if len(found) >= 4 and _DIGIT.search(found):
             yield found
 
 
@@ -61,8 +65,11 @@ def squeeze(text: str) -> str:
     digit written as ASCII: what is left of a value however it is spaced, split, glued or
     written (``Q 3 R E V-4213000``, fullwidth, Arabic-Indic or Devanagari digits and
     zero-width spaces all squeeze to ``q3rev4213000``)."""
-    normal = unicodedata.normalize("NFKC", text)
-    return "".join(_ascii_digit(ch) for ch in normal if ch.isalnum()).lower()
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    if text.isascii():
+        return _NOT_ALNUM.sub("", text.lower())
+    return "".join(_ascii_digit(ch) for ch in text if ch.isalnum()).lower()
 
 
 def _ascii_digit(ch: str) -> str:
@@ -70,12 +77,14 @@ def _ascii_digit(ch: str) -> str:
     return ch if digit is None else str(digit)
 
 
-def squeezed_tokens(text: str) -> tuple[set[str], set[str]]:
+@functools.lru_cache(maxsize=4096)
+def squeezed_tokens(text: str) -> tuple[frozenset[str], frozenset[str]]:
     """The data tokens of ``text``: squeezed whole, and every run of up to
     :data:`MAX_WINDOW` consecutive parts between separators, squeezed (``48,213.00`` gives
     ``4821300``, ``48213`` and ``21300``; ``ref:Q3REV-4213000`` gives ``q3rev4213000``,
     ``q3rev`` and ``4213000`` among others); only those of :data:`MIN_DATA_CHARS` letters and
-    digits or more, with a digit."""
+    digits or more, with a digit. Cached by text: a run's observations are read again at each
+    of its calls."""
     whole: set[str] = set()
     windows: set[str] = set()
     for data in data_tokens(text):
@@ -86,14 +95,14 @@ def squeezed_tokens(text: str) -> tuple[set[str], set[str]]:
             for i in range(len(parts))
             for j in range(i + 1, min(len(parts), i + MAX_WINDOW) + 1)
         )
-    return whole, windows | whole
+    return frozenset(whole), frozenset(windows | whole)
 
 
 def _kept(candidates: Iterable[str]) -> set[str]:
     kept = set()
     for candidate in candidates:
         squeezed = squeeze(candidate)
-        if len(squeezed) >= MIN_DATA_CHARS and any(ch.isdigit() for ch in squeezed):
+        if len(squeezed) >= MIN_DATA_CHARS and _DIGIT.search(squeezed):
             kept.add(squeezed)
     return kept
 
@@ -135,10 +144,14 @@ def disclosures(
     sources: ProvenanceSources,
     sensitive: frozenset[str] = frozenset(),
     unnamed: Mapping[str, str] | None = None,
+    pointed: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """The ``disclosed`` flags of a call whose destinations at ``replied`` (argument path ->
     the vouching item's id, ``""`` for none) trusted text does not wholly name; ``unnamed``:
-    URL destinations' parts beyond what names them (payload). At most one flag."""
+    URL destinations' parts beyond what names them (payload); ``pointed``: the paths whose
+    destination an item the user named vouches for (the user pointed at it: their own data
+    and the call's other resources may go there; a third party's data may not). At most one
+    flag."""
     unnamed = unnamed or {}
     # a destination is not payload, but for the part of a URL nothing named (free text that
     # embeds an address is: it carries the rest of the message)
@@ -152,19 +165,21 @@ def disclosures(
     author_of = {item_id: fold(author.strip()) for item_id, author, _, _ in sources.items}
     tops = {top_argument(p) for p in replied}
     for author in sorted({author_of.get(i, "") for i in replied.values()}):
+        paths = {p for p, i in replied.items() if author_of.get(i, "") == author}
+        replying = bool(author) and not paths <= pointed  # to an item's author: a reply
         own = "\n".join(t for _, a, t, _ in sources.items if author and fold(a.strip()) == author)
         exempt = user_tokens | _exempt(own, author, sources)
         first = next(i for i in sorted(set(replied.values())) if author_of.get(i, "") == author)
         named = fold("\n".join((*sources.user, own)))
-        for path, value in leaves:
+        for path, value in leaves if replying else ():
             kind = resource_kind(resources, path)
             attached = kind is not None and top_argument(path) not in tops and value.strip()
-            if attached and not token(value.strip()).search(named):
+            if attached and not find(value.strip(), named):
                 return [_flag(path, value, None, "resource", first, sensitive)]
         if hits is None:
             return [_flag("", "", None, "too-much", first, sensitive)]
         for hit in hits:
-            if hit.data not in exempt:
+            if hit.data not in exempt and (hit.origin == "untrusted" or paths - pointed):
                 value = next((t for p, t in leaves if p == hit.path), "")
                 return [_flag(hit.path, value, hit.source, hit.origin, first, sensitive)]
     return []
@@ -182,8 +197,8 @@ def _exempt(own: str, author: str, sources: ProvenanceSources) -> set[str]:
     others = [t for _, a, t, _ in sources.items if fold(a.strip()) != author]
     others += [t for oid, t in sources.untrusted if oid not in with_items]
     others += [t for name, t in sources.task if name.startswith("observations:")]
-    said = set().union(*(squeezed_tokens(t)[1] for t in others)) if others else set()
-    return mine - said
+    said = [squeezed_tokens(t)[1] for t in others]
+    return {data for data in mine if not any(data in tokens for tokens in said)}
 
 
 def payload(value: Any) -> Iterator[tuple[str, str]]:
@@ -210,20 +225,49 @@ def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hi
     hits: list[_Hit] = []
     seen = 0
     for source, text, origin in observed:
-        whole, windows = squeezed_tokens(text)
+        _, windows = squeezed_tokens(text)
+        whole_at, windows_at = _by_prefix(text)
         seen += len(windows)
         if seen > MAX_DATA_TOKENS:
             return None
         for path, flat, parts in squeezed:
-            found = {w for w in whole if w in flat} | (parts & windows)
+            found = _inside(whole_at, flat) | (parts & windows)
             hits += [_Hit(data, path, source, origin) for data in sorted(found)]
-        across = {w for w in windows if any(w in flat for flat in together)}
+        across = _inside(windows_at, together[0]) | _inside(windows_at, together[1])
         hits += [_Hit(data, first, source, origin) for data in sorted(across)]
     return hits
 
 
-#: A run of letters and digits with at least one digit (``Q3REV``, ``4213``; not ``apples``).
-_DATA_RUN = re.compile(r"[^\W_]*\d[^\W_]*")
+_Prefixed = dict[str, tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _by_prefix(text: str) -> tuple[_Prefixed, _Prefixed]:
+    """``text``'s data tokens (whole, and all windows) by their first
+    :data:`MIN_DATA_CHARS` characters: what :func:`_inside` looks up."""
+    found: list[_Prefixed] = []
+    for tokens in squeezed_tokens(text):
+        grouped: dict[str, list[str]] = {}
+        for data in tokens:
+            grouped.setdefault(data[:MIN_DATA_CHARS], []).append(data)
+        found.append({k: tuple(v) for k, v in grouped.items()})
+    return found[0], found[1]
+
+
+def _inside(tokens: _Prefixed, flat: str) -> set[str]:
+    """The tokens that occur in ``flat``: linear in ``flat`` (a look-up at each position),
+    whatever the number of tokens."""
+    found = set()
+    for at in range(len(flat) - MIN_DATA_CHARS + 1):
+        for data in tokens.get(flat[at : at + MIN_DATA_CHARS], ()):
+            if flat.startswith(data, at):
+                found.add(data)
+    return found
+
+
+#: A run of letters and digits with at least one digit (``Q3REV``, ``4213``; not ``apples``),
+#: found from a run's start only (linear, like ``_DATA_TOKEN``).
+_DATA_RUN = re.compile(r"(?<![^\W_])[^\W_]*?\d[^\W_]*")
 
 
 def top_argument(path: str) -> str:

@@ -38,6 +38,7 @@ UntrustedPolicy`, per tool):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ from warrant.runner.disclosure import (
 from warrant.runner.mentions import (
     destination_candidates,
     emails,
+    find,
     fold,
     leaf_strings,
     split_urls,
@@ -238,10 +240,11 @@ def _address_key(value: str, kind: ResourceKind) -> str:
     return url_key(value) if kind is ResourceKind.URL else fold(value)
 
 
-def _addresses(user: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _addresses(user: str) -> frozenset[str]:
     """The URLs and e-mail addresses in the user's words, as written."""
     urls, rest = split_urls(user)
-    return {*urls, *emails(rest, unicode=True)}
+    return frozenset((*urls, *emails(rest, unicode=True)))
 
 
 def _at(output: Mapping[str, Any], dotted: str) -> Any:
@@ -447,18 +450,17 @@ class _Text:
         ``kind``: an item's author, as the service reports it), ``vouched`` (in an item whose
         author the user named; :data:`MIN_VOUCHED_CHARS` characters or more), ``untrusted``
         (with the observation and an excerpt) or ``unseen``."""
-        pattern = token(candidate)
-        if pattern.search(self.trusted):
+        if find(candidate, self.trusted):
             return {"origin": "trusted"}
         item = None if kind is None else self.authors.get((kind.value, fold(candidate.strip())))
         if item is not None:
             return {"origin": "author", "observation_id": item}
         if len(candidate.strip()) >= MIN_VOUCHED_CHARS:
             for item_id, _, folded, named in self.vouched:
-                if pattern.search(folded):
+                if find(candidate, folded):
                     return {"origin": "vouched", "observation_id": item_id, "named_as": named}
         for oid, text, folded in self.untrusted:
-            match = pattern.search(folded)
+            match = find(candidate, folded)
             if match is not None:
                 start = max(0, match.start() - EXCERPT_CHARS)
                 end = min(len(text), match.end() + EXCERPT_CHARS)
@@ -525,6 +527,7 @@ def analyse(
             arguments,
             replied=checked,
             unnamed=unnamed,
+            pointed=frozenset(p for p in checked if origins[p]["origin"] == "vouched"),
             resources=resources,
             sources=sources,
             sensitive=sensitive,

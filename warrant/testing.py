@@ -100,10 +100,13 @@ class ToolHarness:
         goal: str = "",
         untrusted: Mapping[str, str] | None = None,
         approved: Iterable[str] = (),
+        observed: Iterable[tuple[Tool[Any, Any], Any]] = (),
     ) -> GateVerdict:
         """The gate's verdict on a call with these ``arguments``, for a run holding ``grants``
         (as in a run spec), whose goal is ``goal``, that read ``untrusted`` text (observation
-        id → text) and whose person approved the proposal hashes in ``approved``."""
+        id → text) and the ``observed`` outputs of other tools (``(tool, output)`` in the order
+        read: each trusted or not, and attributed, as that tool's contract says), and whose
+        person approved the proposal hashes in ``approved``."""
         now = time.time()
         inp = GateInput(
             raw=self.proposal(arguments),
@@ -114,7 +117,7 @@ class ToolHarness:
             history=[],
             registry=self.registry,
             now=now,
-            provenance=_sources(goal, untrusted or {}),
+            provenance=_sources(goal, untrusted or {}, list(observed)),
         )
         return _verdict(evaluate(inp))
 
@@ -205,10 +208,17 @@ def _approval(proposal_hash: str, tool: str, now: float) -> ConfirmationView:
     )
 
 
-def _sources(goal: str, untrusted: Mapping[str, str]) -> Any:
-    observations = [["user-1", "user", {"goal": goal}]]
+def _sources(
+    goal: str, untrusted: Mapping[str, str], observed: list[tuple[Tool[Any, Any], Any]]
+) -> Any:
+    observations: list[list[Any]] = [["user-1", "user", {"goal": goal}]]
     observations += [[oid, "untrusted-content", {"text": text}] for oid, text in untrusted.items()]
-    return sources_from(goal, {}, observations)
+    observations += [
+        [f"tool-{i}", tool.output_source.value, {"tool": tool.name, "output": output}]
+        for i, (tool, output) in enumerate(observed, start=1)
+    ]
+    attributions = {t.name: t.attribution for t, _ in observed if t.attribution is not None}
+    return sources_from(goal, {}, observations, attributions=attributions)
 
 
 def _verdict(decision: Decision) -> GateVerdict:
