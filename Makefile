@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml examples/demo_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/demo_plugin/pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-provenance bench-cli chaos chaos-concurrency chaos-hosts architecture screenshots clean
+.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-provenance bench-agentdojo bench-cli chaos chaos-concurrency chaos-hosts architecture screenshots clean
 
 install: $(STAMP)    ## warrant itself and the demo distribution (examples/demo_plugin) into .venv: what demo and up need (no test tools, no example plug-in)
 
@@ -75,8 +75,12 @@ architecture: install-dev  ## layer, cycle, SQL and size counts (ARCHITECTURE.md
 	$(PY) -m tests.lint.architecture
 	$(PY) -m tests.lint.architecture --house
 
-bench-provenance: install-dev  ## the provenance layer on 8x larger inputs: ratios (linear ~8, quadratic ~64)
+bench-provenance: install-dev  ## the provenance layer on 8x larger inputs: ratios (linear ~8, quadratic ~64); the gate on the largest observation set
 	$(PY) -m bench.provenance_scaling
+
+bench-agentdojo: install-dev  ## AgentDojo v1.2.2 (609 injection pairs, 97 benign tasks) through the gate: attacks through, benign done (docs/agentdojo.md)
+	$(PY) -m pip install -q -e '.[agentdojo]'
+	$(PY) -m bench.agentdojo $(AGENTDOJO_ARGS)
 
 bench-cli: install-dev    ## CLI start-up: warrant --version and run list vs celery --version (median of 10)
 	$(PY) -m bench.cli_startup

@@ -24,6 +24,7 @@ from warrant.runner.scopes import ResourceKind
 __all__ = [
     "FOLDER",
     "MAX_DEPTH",
+    "SHORT_NUMBER",
     "Folder",
     "destination_candidates",
     "emails",
@@ -106,13 +107,40 @@ def token(candidate: str) -> re.Pattern[str]:
 def find(candidate: str, folded: str) -> re.Match[str] | None:
     """The first whole-token occurrence of ``candidate`` in ``folded`` (a :func:`fold`-ed
     text), or None. A plain substring test goes first: most candidates are in no text, and
-    ``str.__contains__`` skips a long text far faster than the token pattern."""
+    ``str.__contains__`` skips a long text far faster than the token pattern. A short number
+    (:data:`SHORT_NUMBER` digits at most) is not mentioned by a date or a time: "June 13",
+    "13 May", "Monday 13", "10:13" name no file or event ``13``."""
     needle = fold(candidate)
     if isinstance(candidate, Folder):
         needle = needle[: -len(FOLDER)] + "/"
     if needle not in folded:
         return None
-    return token(candidate).search(folded)
+    pattern = token(candidate)
+    if not (needle.isdigit() and len(needle) <= SHORT_NUMBER):
+        return pattern.search(folded)
+    return next((m for m in pattern.finditer(folded) if not _in_a_date(folded, m)), None)
+
+
+#: Digits of a number a date or a time may hold (a day, a month, an hour, a year).
+SHORT_NUMBER = 4
+_MONTHS_AND_DAYS = frozenset(
+    {"january", "february", "march", "april", "may", "june", "july", "august", "september"}
+    | {"october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug"}
+    | {"sep", "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday"}
+    | {"friday", "saturday", "sunday", "mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+)
+_WORD_BEFORE = re.compile(r"([a-z]+)\W{0,3}$")
+_WORD_AFTER = re.compile(r"^\W{0,3}(?:of\s+)?([a-z]+)")
+
+
+def _in_a_date(folded: str, match: re.Match[str]) -> bool:
+    """Is the number at ``match`` part of a date or a time (a month or weekday next to it, a
+    ``:`` on either side)?"""
+    before, after = folded[max(0, match.start() - 16) : match.start()], folded[match.end() :]
+    if before.endswith(":") or after.startswith(":"):
+        return True
+    words = (_WORD_BEFORE.search(before), _WORD_AFTER.match(after[:16]))
+    return any(w is not None and w.group(1) in _MONTHS_AND_DAYS for w in words)
 
 
 def destination_candidates(

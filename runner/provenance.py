@@ -271,6 +271,7 @@ def sources_from(
     observations: list[list[Any]],
     *,
     attributions: Mapping[str, Attribution] | None = None,
+    listings: Mapping[str, Mapping[str, ResourceKind]] | None = None,
 ) -> ProvenanceSources:
     """Trusted text: the goal, the spec without its planner section (a scripted planner's
     outputs are the model's, not the user's), a person's answers and trusted tools'
@@ -278,7 +279,8 @@ def sources_from(
     same trusted text by the source name a task-scoped grant gives it. ``attributions``
     (tool name -> :class:`~warrant.tools._contract.Attribution`): the items of those tools'
     untrusted outputs, each with the user's word naming its author if any (``named``), and
-    the authors a reply may go to (``Attribution.replies``)."""
+    the authors a reply may go to (``Attribution.replies``). ``listings`` (tool name ->
+    ``Tool.listing``): the user's own resources those tools' outputs list."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
     spec_text = [text for _, text in leaf_strings(user_spec)]
     trusted = [goal, *spec_text]
@@ -286,11 +288,13 @@ def sources_from(
     task = [("goal", goal), *(("spec", text) for text in spec_text)]
     untrusted = []
     attributed: list[tuple[str, Any, Attribution]] = []
+    listed: list[tuple[str, str, str]] = []
     for observation_id, source, content in observations:
         if source == ObservationSource.POLICY.value:
             continue  # a refusal echoes the model's own proposal: it vouches for nothing
         # every number: a short id a tool returned is still what it said
         text = "\n".join(t for _, t in leaf_strings(content, numbers=True))
+        listed += _listed(observation_id, content, listings or {})
         if source in _TRUSTED_SOURCES:
             trusted.append(text)
             if source == ObservationSource.USER.value:
@@ -313,7 +317,37 @@ def sources_from(
         items=tuple(items),
         authors=tuple(authors),
         user=tuple(user),
+        listed=tuple(listed),
     )
+
+
+def _listed(
+    observation_id: str, content: Any, listings: Mapping[str, Mapping[str, ResourceKind]]
+) -> list[tuple[str, str, str]]:
+    """The resources a listing tool's succeeded output names (``Tool.listing``)."""
+    if not isinstance(content, dict) or content.get("status", "succeeded") != "succeeded":
+        return []
+    listing = listings.get(str(content.get("tool")))
+    output = content.get("output")
+    found = []
+    for path, kind in (listing or {}).items():
+        values = _values_at(output, path)
+        found += [(observation_id, kind.value, value) for value in values[:MAX_ITEMS]]
+    return found
+
+
+def _values_at(output: Any, path: str) -> list[str]:
+    """The strings and integers at ``path`` (``files[].id``, ``[]``) in ``output``."""
+    found: list[Any] = [output]
+    for part in [p for p in path.replace("[]", ".[]").split(".") if p]:
+        deeper: list[Any] = []
+        for value in found:
+            if part == "[]" and isinstance(value, list | tuple):
+                deeper.extend(value[:MAX_ITEMS])
+            elif part != "[]" and isinstance(value, Mapping) and part in value:
+                deeper.append(value[part])
+        found = deeper
+    return [str(v) for v in found if isinstance(v, str | int) and not isinstance(v, bool)]
 
 
 def _attributed(
@@ -370,6 +404,7 @@ def provenance_of(
         destinations=tool.untrusted.destinations,
         content=tool.untrusted.content,
         replies=tool.untrusted.replies,
+        listed=tool.untrusted.listed,
     )
 
 
@@ -444,6 +479,9 @@ class _Text:
     """``(kind, folded author)`` -> the first item it wrote (authors a reply may go to)."""
     urls: tuple[str, ...] = ()
     """The URLs trusted text names (:func:`~warrant.runner.mentions.url_key`)."""
+    listed: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(kind, folded value)`` -> the observation that listed it (identifiers only, for a
+    tool that takes listed destinations)."""
 
     def origin(self, candidate: str, *, kind: ResourceKind | None = None) -> dict[str, Any]:
         """The origin of one candidate value: ``trusted``, ``author`` (a destination of
@@ -452,7 +490,10 @@ class _Text:
         (with the observation and an excerpt) or ``unseen``."""
         if find(candidate, self.trusted):
             return {"origin": "trusted"}
-        item = None if kind is None else self.authors.get((kind.value, fold(candidate.strip())))
+        key = None if kind is None else (kind.value, fold(candidate.strip()))
+        if key is not None and key in self.listed:
+            return {"origin": "listed", "observation_id": self.listed[key]}
+        item = None if key is None else self.authors.get(key)
         if item is not None:
             return {"origin": "author", "observation_id": item}
         if len(candidate.strip()) >= MIN_VOUCHED_CHARS:
@@ -473,7 +514,7 @@ class _Text:
 MIN_VOUCHED_CHARS = 6
 
 
-def _text_of(sources: ProvenanceSources, *, replies: bool) -> _Text:
+def _text_of(sources: ProvenanceSources, *, replies: bool, listed: bool = False) -> _Text:
     authors: dict[tuple[str, str], str] = {}
     for item_id, author, kind in sources.authors if replies else ():
         authors.setdefault((kind, fold(author.strip())), item_id)
@@ -483,6 +524,11 @@ def _text_of(sources: ProvenanceSources, *, replies: bool) -> _Text:
         vouched=[(i, t, fold(t), n) for i, _, t, n in sources.items if n is not None],
         authors=authors,
         urls=tuple(url_key(u) for text in sources.trusted for u in split_urls(text)[0]),
+        listed={
+            (kind, fold(value.strip())): oid
+            for oid, kind, value in reversed(sources.listed if listed else ())
+            if kind == ResourceKind.IDENTIFIER.value
+        },
     )
 
 
@@ -497,11 +543,13 @@ def analyse(
     destinations: FlagAction = FlagAction.REFUSE,
     content: FlagAction = FlagAction.ASK,
     replies: bool = False,
+    listed: bool = False,
 ) -> dict[str, Any]:
     """What the proposal cites, each argument value's origin, and which values are flagged
     (asked), refused or allowed by the tool's policy (``replies``: a destination may be an
-    item's author, ``UntrustedPolicy.replies``)."""
-    text = _text_of(sources, replies=replies)
+    item's author, ``UntrustedPolicy.replies``; ``listed``: an identifier a listing named is
+    a destination, ``UntrustedPolicy.listed``)."""
+    text = _text_of(sources, replies=replies, listed=listed)
     untrusted_ids = {oid for oid, _ in sources.untrusted}
     origins: dict[str, dict[str, Any]] = {}
     by_action: dict[FlagAction, list[dict[str, Any]]] = {a: [] for a in FlagAction}
@@ -603,7 +651,7 @@ def _worst(
         origin = found["origin"]
         if origin == "trusted" or (what == "value" and origin == "unseen"):
             continue
-        if origin in ("vouched", "author"):
+        if origin in ("vouched", "author", "listed"):
             passed = passed or found
             continue
         flag = {

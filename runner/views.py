@@ -214,6 +214,9 @@ class ProvenanceSources:
     that :class:`~warrant.runner.scopes.ResourceKind` only (``Attribution.replies``)."""
     user: tuple[str, ...] = ()
     """The user's own words: the goal and a person's answers (never the spec's settings)."""
+    listed: tuple[tuple[str, str, str], ...] = ()
+    """``(observation_id, kind, value)``: the user's own resources the service listed
+    (``Tool.listing``)."""
 
 
 def request_as_shown(request: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -329,11 +329,17 @@ class UntrustedPolicy:
     arguments (``secret_fields``). Say ``ask`` for a tool whose destinations legitimately come
     from data (reply to a mail's sender) and let a person look."""
     content: FlagAction = FlagAction.ASK
-    """Other arguments: URLs, addresses and IBANs inside free text, and whole values copied
-    from untrusted content."""
+    """Whole values copied from untrusted content (a URL, an address or an IBAN inside free
+    text is a destination)."""
     replies: bool = False
     """It sends replies: an item's author (a mail's sender) is a destination
     (:mod:`warrant.runner.provenance`). Off: a forwarding rule to whoever mailed is no reply."""
+    listed: bool = False
+    """It acts on the user's own resources as a listing named them (``Tool.listing``: post in
+    a channel ``get_channels`` listed, move an event the calendar search found): such an
+    ``identifier`` destination is ``listed`` and passes. Off (the default, and the rule for
+    anything destructive): a listed resource must still be named by trusted text, since a
+    hijacked planner may pick any entry of a listing."""
 
 
 @dataclass(frozen=True)
@@ -400,6 +406,14 @@ class Tool(Generic[InputT, OutputT]):
     attribution: Attribution | None = None
     """Untrusted output: who wrote each item, as the service reports it
     (:class:`Attribution`)."""
+    listing: Mapping[str, ResourceKind] = field(default_factory=dict)
+    """Output fields that list the user's own resources as the service names them, not as
+    anyone wrote them (``{"files[].id": ResourceKind.IDENTIFIER}``, ``{"channels[]": ...}``;
+    paths as in ``resources``, ``[]`` for each element of a list): an ``identifier``
+    destination the run read there is ``listed``, and passes provenance for a tool whose
+    ``UntrustedPolicy(listed=True)`` says so (a file, an event or a channel of the user's
+    own; an address, a URL or an account is never derived this way). Declare only fields the
+    service fills in itself."""
     describe_resources: Callable[[InputT, Any, str], Mapping[str, Any]] | None = None
     """``(args, deps, subject)``: what the call's resources refer to, for the person asked to
     confirm it (a file's name and size, a recipient's display name, "never mailed before"),
@@ -545,6 +559,7 @@ class Tool(Generic[InputT, OutputT]):
             "batch": {"items": self.batch.items, "key": self.batch.key} if self.batch else None,
             "queue": self.queue,
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
+            "listing": {name: kind.value for name, kind in sorted(self.listing.items())},
             "egress": self.egress,
             "isolation": self.isolation.value,
             **({"attribution": self.attribution.describe()} if self.attribution else {}),

@@ -10,13 +10,14 @@ from __future__ import annotations
 __layer__ = "pure core"
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import PluginError
+from warrant.runner.scopes import ResourceKind
 from warrant.tools._contract import Attribution, Tool, effect_key_problem
 
 if TYPE_CHECKING:
@@ -108,6 +109,11 @@ class Registry:
             tools = self._tools.values()
             self._attributions = {t.name: t.attribution for t in tools if t.attribution}
         return self._attributions
+
+    def listings(self) -> dict[str, Mapping[str, ResourceKind]]:
+        """Tool name -> its output's listed resources (``Tool.listing``; tools that declare
+        them)."""
+        return {t.name: t.listing for t in self._tools.values() if t.listing}
 
     def names(self) -> list[str]:
         return sorted({name for name, _ in self._tools})

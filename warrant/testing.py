@@ -218,7 +218,8 @@ def _sources(
         for i, (tool, output) in enumerate(observed, start=1)
     ]
     attributions = {t.name: t.attribution for t, _ in observed if t.attribution is not None}
-    return sources_from(goal, {}, observations, attributions=attributions)
+    listings = {t.name: t.listing for t, _ in observed if t.listing}
+    return sources_from(goal, {}, observations, attributions=attributions, listings=listings)
 
 
 def _verdict(decision: Decision) -> GateVerdict:

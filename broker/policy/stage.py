@@ -211,7 +211,11 @@ def _gate_input(
         effects=load.effects,
         provenance=None
         if load.provenance is None
-        else sources_from(*load.provenance, attributions=ctx.registry.attributions()),
+        else sources_from(
+            *load.provenance,
+            attributions=ctx.registry.attributions(),
+            listings=ctx.registry.listings(),
+        ),
     )
 
 
