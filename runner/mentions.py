@@ -64,14 +64,17 @@ def fold(text: str) -> str:
 
 def url_key(url: str) -> str:
     """A URL as it is compared: scheme and host folded (:func:`fold`), the rest exactly as
-    written (``/Paste/Ab1`` is not ``/paste/ab1``), a scheme-less link read as ``http``, one
-    trailing ``/`` dropped."""
+    written (``/Paste/Ab1`` is not ``/paste/ab1``), one trailing ``/`` dropped. ``http``,
+    ``https`` and no scheme at all (``www.example.com/x``, as people write links) are one
+    web: the key is ``//<host><rest>``; any other scheme is kept (``ftp://…``)."""
     url = url.strip()
-    if "://" not in url:
-        url = f"http://{url}"
-    scheme, _, rest = url.partition("://")
+    scheme, found, rest = url.partition("://")
+    if not found:
+        scheme, rest = "", url
+    scheme = fold(scheme)
     host, slash, path = rest.partition("/")
-    return f"{fold(scheme)}://{fold(host)}{slash}{path}".rstrip("/")
+    prefix = "//" if scheme in ("", "http", "https") else f"{scheme}://"
+    return f"{prefix}{fold(host)}{slash}{path}".rstrip("/")
 
 
 #: How a folder candidate is written (:class:`Folder`).

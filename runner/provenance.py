@@ -152,6 +152,8 @@ class Item:
     """Every string and number in the item, one per line."""
     kind: ResourceKind = ResourceKind.IDENTIFIER
     """What the author is (``Attribution.kind``)."""
+    place: str = ""
+    """Where the service says it was posted (``Attribution.place``)."""
 
 
 def items_of(
@@ -186,7 +188,9 @@ def items_of(
             n for n in (item.get(f) for f in attribution.names) if isinstance(n, str) and n
         )
         text = "\n".join(t for _, t in strings(item))
-        items.append(Item(item_id, author.strip(), names, text, attribution.kind))
+        place = item.get(attribution.place) if attribution.place else None
+        place = place.strip() if isinstance(place, str) else ""
+        items.append(Item(item_id, author.strip(), names, text, attribution.kind, place))
     return items
 
 
@@ -204,7 +208,7 @@ def named_as(item: Item, user: str, *, own: str = "") -> str | None:
         written = [a for a in _addresses(user) if _address_key(a, item.kind) == author]
         if any(_as_source(folded, fold(a)) for a in written):
             return item.author
-    for name in item.names:
+    for name in (*item.names, item.place):
         for word in _WORD.findall(name):
             if len(word) >= MIN_NAME_CHARS and _as_source(folded, fold(word)):
                 return word
@@ -475,6 +479,8 @@ class _Text:
     untrusted: list[tuple[str, str, str]]
     vouched: list[tuple[str, str, str, str]] = field(default_factory=list)
     """``(item_id, text, folded, named_as)`` of the items whose author the user named."""
+    pages: frozenset[str] = frozenset()
+    """The vouched items that are pages (their author a URL): they vouch for no link."""
     authors: dict[tuple[str, str], str] = field(default_factory=dict)
     """``(kind, folded author)`` -> the first item it wrote (authors a reply may go to)."""
     urls: tuple[str, ...] = ()
@@ -498,6 +504,8 @@ class _Text:
             return {"origin": "author", "observation_id": item}
         if len(candidate.strip()) >= MIN_VOUCHED_CHARS:
             for item_id, _, folded, named in self.vouched:
+                if kind is ResourceKind.URL and item_id in self.pages:
+                    continue  # a page the user named is read, its links are not followed
                 if find(candidate, folded):
                     return {"origin": "vouched", "observation_id": item_id, "named_as": named}
         for oid, text, folded in self.untrusted:
@@ -522,6 +530,7 @@ def _text_of(sources: ProvenanceSources, *, replies: bool, listed: bool = False)
         trusted=fold("\n".join(sources.trusted)),
         untrusted=[(oid, t, fold(t)) for oid, t in sources.untrusted],
         vouched=[(i, t, fold(t), n) for i, _, t, n in sources.items if n is not None],
+        pages=frozenset(i for i, a, _, n in sources.items if n is not None and split_urls(a)[0]),
         authors=authors,
         urls=tuple(url_key(u) for text in sources.trusted for u in split_urls(text)[0]),
         listed={
@@ -631,8 +640,8 @@ def _unnamed_part(
         if len(url) > len(best) and (key == url or key.startswith((f"{url}/", f"{url}?"))):
             best = url
     if not best:
-        scheme, _, rest = key.partition("://")
-        best = f"{scheme}://{rest.split('/', 1)[0].split('?', 1)[0]}"
+        scheme, _, rest = key.partition("//")
+        best = f"{scheme}//{rest.split('/', 1)[0].split('?', 1)[0]}"
     return key[len(best) :].strip("/?#&")
 
 

@@ -173,6 +173,12 @@ class Attribution:
     replies: bool = False
     """May an item's author be a destination (of ``kind``) of a tool that sends replies
     (``UntrustedPolicy(replies=True)``)? A mail's sender: yes. A page's URL, a handle: no."""
+    place: str = ""
+    """The field of each item naming where the service says it was posted (a channel, a
+    person's inbox): the user naming that place as a source ("the links posted in
+    general", "the message in Alice's inbox"; a word of 3+ letters of it, not where a
+    recipient goes) vouches for every item posted there. Whoever may post there is then
+    believed, as a named author is."""
 
     def describe(self) -> dict[str, object]:
         """For the tool's published contract (``Tool.describe``)."""

@@ -66,7 +66,11 @@ FILES = Attribution(items="items", author="owner", kind=EMAIL)
 FILE = Attribution(author="owner", kind=EMAIL)
 #: Chat messages: the sender's handle as the workspace knows it. No ``names``: AgentDojo's
 #: messages carry no address-book name, and a handle is picked by its owner.
-CHAT = Attribution(items="items", author="sender")
+#: Where the service says a message was posted (its channel, or the inbox it went to) is
+#: ``place``: "the links posted in general" names those messages as a source.
+CHAT = Attribution(items="items", author="sender", place="recipient")
+#: A message's sender is a workspace member as the workspace names them.
+_SENDERS = {"items[].sender": ResourceKind.IDENTIFIER}
 #: Payments: the sender IBAN as the bank reports it (who wrote the subject line).
 PAYMENTS = Attribution(items="items", author="sender")
 #: A web page: the URL it was fetched from.
@@ -314,12 +318,14 @@ CONTRACTS: dict[str, Contract] = {
         why="messages written by their senders",
         resources={"channel": ID},
         attribution=CHAT,
+        listing=_SENDERS,
     ),
     "read_inbox": Contract(
         side_effect=READ,
         why="messages written by their senders",
         resources={"user": ID},
         attribution=CHAT,
+        listing=_SENDERS,
     ),
     "send_direct_message": Contract(
         side_effect=SENDS,
