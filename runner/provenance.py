@@ -181,15 +181,17 @@ def items_of(
     for item_id, item in found:
         if not isinstance(item, Mapping):
             continue
-        author = item.get(attribution.author)
-        if not isinstance(author, str) or not author.strip():
+        author = item.get(attribution.author) if attribution.author else ""
+        place = item.get(attribution.place) if attribution.place else None
+        place = place.strip() if isinstance(place, str) else ""
+        if not isinstance(author, str) or not (
+            author.strip() or (place and not attribution.author)
+        ):
             continue
         names = tuple(
             n for n in (item.get(f) for f in attribution.names) if isinstance(n, str) and n
         )
         text = "\n".join(t for _, t in strings(item))
-        place = item.get(attribution.place) if attribution.place else None
-        place = place.strip() if isinstance(place, str) else ""
         items.append(Item(item_id, author.strip(), names, text, attribution.kind, place))
     return items
 
@@ -204,14 +206,17 @@ def named_as(item: Item, user: str, *, own: str = "") -> str | None:
     if own and author == fold(own.strip()):
         return None
     folded = fold(user)
-    if item.kind in _NAMED_BY_ITSELF:
+    if item.author and item.kind in _NAMED_BY_ITSELF:
         written = [a for a in _addresses(user) if _address_key(a, item.kind) == author]
         if any(_as_source(folded, fold(a)) for a in written):
             return item.author
-    for name in (*item.names, item.place):
+    for name in item.names if item.author else ():
         for word in _WORD.findall(name):
             if len(word) >= MIN_NAME_CHARS and _as_source(folded, fold(word)):
                 return word
+    # a place is named whole ("the 'Introductory meeting' event", "Alice's inbox")
+    if len(item.place) >= MIN_NAME_CHARS and _as_source(folded, fold(item.place)):
+        return item.place
     return None
 
 
@@ -365,7 +370,7 @@ def _attributed(
             observation_id, output, attribution, strings=lambda v: leaf_strings(v, numbers=True)
         ):
             items.append((item.item_id, item.author, item.text, named_as(item, user, own=own)))
-            if attribution.replies:
+            if attribution.replies and item.author:
                 authors.append((item.item_id, item.author, attribution.kind.value))
     return items, authors
 

@@ -158,8 +158,9 @@ class Attribution:
     is one item, its author the URL it was fetched from (named by the goal, never replied
     to)."""
 
-    author: str
-    """The field of each item that says who wrote it, as the service reports it."""
+    author: str = ""
+    """The field of each item that says who wrote it, as the service reports it (``""``: the
+    service does not say; then ``place`` must)."""
     kind: ResourceKind = ResourceKind.IDENTIFIER
     """What the author is: an ``email`` address or a ``url`` is named by the user's words
     containing it exactly; an ``identifier`` (a handle its owner picked) only through
@@ -178,7 +179,9 @@ class Attribution:
     person's inbox): the user naming that place as a source ("the links posted in
     general", "the message in Alice's inbox"; a word of 3+ letters of it, not where a
     recipient goes) vouches for every item posted there. Whoever may post there is then
-    believed, as a named author is."""
+    believed, as a named author is. Named whole: the place's full name, not one of its
+    words."""
+
 
     def describe(self) -> dict[str, object]:
         """For the tool's published contract (``Tool.describe``)."""
@@ -188,11 +191,12 @@ class Attribution:
             "items": self.items,
             "names": list(self.names),
             "replies": self.replies,
+            "place": self.place,
         }
 
     def __post_init__(self) -> None:
-        if not self.author or any(not n for n in self.names):
-            raise ValueError("Attribution: author and names must be field names")
+        if not (self.author or self.place) or any(not n for n in self.names):
+            raise ValueError("Attribution: an author or a place field, and names, must be given")
 
 
 # --- preconditions -------------------------------------------------------------------------------

@@ -73,6 +73,10 @@ CHAT = Attribution(items="items", author="sender", place="recipient")
 _SENDERS = {"items[].sender": ResourceKind.IDENTIFIER}
 #: Payments: the sender IBAN as the bank reports it (who wrote the subject line).
 PAYMENTS = Attribution(items="items", author="sender")
+# Not declared, measured: an event named by its title, or a bill named by its path, as a
+# place (``Attribution(place=...)``) brings back workspace 9 and 21 and banking 0, and lets
+# 38 pairs through: AgentDojo's injections sit inside the very event descriptions and bill
+# the goal points at, and a named source is believed.
 #: A web page: the URL it was fetched from.
 PAGE = Attribution(author="url", kind=URL)
 
@@ -189,6 +193,7 @@ CONTRACTS: dict[str, Contract] = {
         side_effect=UNDOABLE,
         why="creates a file in the user's drive (delete_file undoes it)",
         resources={"filename": ID},
+        listing={"id_": ResourceKind.IDENTIFIER},  # the id the drive gave the new file
     ),
     "delete_file": Contract(
         side_effect=SENDS, why="deletes a file (no bin)", resources={"file_id": ID}
