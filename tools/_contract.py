@@ -182,7 +182,6 @@ class Attribution:
     believed, as a named author is. Named whole: the place's full name, not one of its
     words."""
 
-
     def describe(self) -> dict[str, object]:
         """For the tool's published contract (``Tool.describe``)."""
         return {
@@ -191,7 +190,7 @@ class Attribution:
             "items": self.items,
             "names": list(self.names),
             "replies": self.replies,
-            "place": self.place,
+            **({"place": self.place} if self.place else {}),
         }
 
     def __post_init__(self) -> None:
@@ -569,10 +568,14 @@ class Tool(Generic[InputT, OutputT]):
             "batch": {"items": self.batch.items, "key": self.batch.key} if self.batch else None,
             "queue": self.queue,
             "resources": {name: kind.value for name, kind in sorted(self.resources.items())},
-            "listing": {name: kind.value for name, kind in sorted(self.listing.items())},
             "egress": self.egress,
             "isolation": self.isolation.value,
             **({"attribution": self.attribution.describe()} if self.attribution else {}),
+            **(
+                {"listing": {name: kind.value for name, kind in sorted(self.listing.items())}}
+                if self.listing
+                else {}
+            ),
             **(
                 {"effectKey": self.effect_key, "effectWindowSeconds": self.effect_window_s}
                 if self.effect_key is not None
