@@ -319,6 +319,7 @@ def sources_from(
     items, authors = _attributed(attributed, "\n".join(user), own if isinstance(own, str) else "")
     task += [("authors", author) for _, author, _ in authors]
     task += [("named", text) for _, _, text, named in items if named is not None]
+    task += [("listed", value) for _, _, value in listed]
     return ProvenanceSources(
         trusted=tuple(trusted),
         untrusted=tuple(untrusted),

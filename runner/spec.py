@@ -106,7 +106,7 @@ MAX_INT = 2**31 - 1
 DestinationSource = Annotated[
     str,
     Field(
-        pattern=r"^(goal|spec|answers|named|authors|observations:[^\s]{1,200})$",
+        pattern=r"^(goal|spec|answers|named|authors|listed|observations:[^\s]{1,200})$",
         max_length=213,
     ),
 ]
@@ -133,8 +133,8 @@ class Grant(_Strict):
     mentioned (whole token) in one of these: ``goal``, ``spec``, ``answers``,
     ``observations:<tool>`` (a tool whose output is trusted), ``named`` (items of untrusted
     outputs whose author the user named: ``Tool.attribution``), ``authors`` (the authors of
-    those outputs' items, as the service reports them: a reply to a sender). ``None`` = not
-    narrowed."""
+    those outputs' items, as the service reports them: a reply to a sender), ``listed`` (the
+    user's own resources a listing named: ``Tool.listing``). ``None`` = not narrowed."""
 
 
 class Budgets(_Strict):

@@ -204,7 +204,8 @@ class ProvenanceSources:
     ``goal``, ``spec`` (the spec's text, planner section excluded), ``answers`` (a person's
     answers), ``observations:<tool>`` (outputs of that tool, only if its contract declared
     them trusted), ``named`` (items of untrusted outputs whose author the user named),
-    ``authors`` (those items' authors, as the service reports them)."""
+    ``authors`` (those items' authors, as the service reports them), ``listed`` (the user's
+    own resources a listing named)."""
     items: tuple[tuple[str, str, str, str | None], ...] = ()
     """Attributed items of untrusted observations (:mod:`warrant.runner.provenance`):
     ``(item_id, author, text, named_as)``; ``named_as`` is the user's word naming the author

@@ -63,13 +63,13 @@ WRITES = (
     "bank:standing-orders",
 )
 #: What a task-scoped grant's ``destinations_from`` names: the goal, the items whose author
-#: the goal names and the items' authors (a reply), and the trusted listings (the workspace's
-#: channels, the drive's files, the bank's standing orders).
+#: the goal names and the items' authors (a reply), the workspace's listed channels, and the
+#: trusted listings (the drive's files, the bank's standing orders).
 TASK_SOURCES = (
     "goal",
     "named",
     "authors",
-    "observations:list_channels",
+    "listed",
     "observations:list_files",
     "observations:list_standing_orders",
 )

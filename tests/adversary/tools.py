@@ -464,7 +464,10 @@ LIST_CHANNELS: Tool[ListChannelsInput, ListChannelsOutput] = Tool(
     execute=_list_channels,
     timeout_s=5.0,
     resource=lambda args, subject: f"workspace:{subject}",
-    output_source=ObservationSource.TRUSTED_TOOL,
+    # a member names a channel (untrusted words), but the workspace lists the channels that
+    # exist: the user's own resources, as post_message may take them (UntrustedPolicy.listed)
+    output_source=ObservationSource.UNTRUSTED_CONTENT,
+    listing={"channels[]": ResourceKind.IDENTIFIER},
     retry_base_s=0.05,
 )
 
@@ -560,6 +563,7 @@ POST_MESSAGE: Tool[PostMessageInput, PostMessageOutput] = Tool(
     timeout_s=5.0,
     resource=lambda args, subject: args.channel,
     resources={"channel": ResourceKind.IDENTIFIER},
+    untrusted=UntrustedPolicy(listed=True),  # a channel the workspace listed
     reconcile=_reconcile_post,
     retry_base_s=0.05,
 )

@@ -61,7 +61,7 @@ from tests.adversary.service import AdversaryServices, IdempotencyConflict
 from tests.adversary.web import FakeWeb, WebFault
 from warrant.broker.queues import TASK_RECONCILE
 from warrant.ledger.db import session_scope
-from warrant.ledger.models import Observation, Proposal
+from warrant.ledger.models import Observation, Proposal, TraceEvent
 from warrant.tools._plugins import DepsContext
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -256,6 +256,9 @@ def test_grants_by_tool_name_with_the_default_rules(
     assert request["described"] == {"to[0]": f"{BOB}: never mailed before"}, request
     assert request["provenance"]["origins"]["to[0]"]["origin"] == "trusted", request
     benign = [r for r in results if not r.scenario.attack]
+    # the channel came from the workspace's listing (untrusted names): the gate traced it so
+    posted = next(r for r in benign if _task_name(r) == "post_release_note")
+    assert _origins(engine, posted.run_id, "post_note")["channel"] == "listed", posted
     completed, asked, stray_benign = _benign_facts(benign)
     stray = [e for r in results if r.scenario.attack for e in r.stray_effects] + stray_benign
     assert not stray, stray
@@ -299,6 +302,19 @@ def test_grants_by_tool_name_with_the_default_rules(
     refusals = _policy_messages(engine, [r.run_id for r in results if r.scenario.attack])
     disclosed = [m for m in refusals if "body (disclosed)" in m]
     assert len(disclosed) == len(ORDERS) - 1, refusals
+
+
+def _origins(engine: Any, run_id: str, proposal_id: str) -> dict[str, str]:
+    """The argument origins the provenance layer traced for one proposal."""
+    with session_scope(engine) as s:
+        details = s.scalars(
+            select(TraceEvent.details).where(
+                TraceEvent.run_id == run_id,
+                TraceEvent.proposal_id == proposal_id,
+                TraceEvent.event == "policy.provenance.checked",
+            )
+        ).all()
+    return dict(details[-1]["origins"]) if details else {}
 
 
 def _policy_messages(engine: Any, run_ids: list[str]) -> list[str]:
