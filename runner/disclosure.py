@@ -88,13 +88,15 @@ def squeezed_tokens(text: str) -> tuple[frozenset[str], frozenset[str]]:
     whole: set[str] = set()
     windows: set[str] = set()
     for data in data_tokens(text):
-        whole |= _kept([data])
-        parts = [p for p in _SEPARATORS.split(data) if p]
-        windows |= _kept(
-            "".join(parts[i:j])
-            for i in range(len(parts))
-            for j in range(i + 1, min(len(parts), i + MAX_WINDOW) + 1)
-        )
+        parts = [squeeze(p) for p in _SEPARATORS.split(data)]  # squeezed once, then joined
+        whole |= _kept(["".join(parts)])
+        digits = [bool(_DIGIT.search(p)) for p in parts]
+        for i in range(len(parts)):
+            joined, digit = "", False
+            for j in range(i, min(len(parts), i + MAX_WINDOW)):
+                joined, digit = joined + parts[j], digit or digits[j]
+                if digit and len(joined) >= MIN_DATA_CHARS:
+                    windows.add(joined)
     return frozenset(whole), frozenset(windows | whole)
 
 
