@@ -221,7 +221,6 @@ def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hi
         if name.startswith("observations:")
     ]
     squeezed = [(p, squeeze(t), squeezed_tokens(t)[1]) for p, t in leaves]
-    first = next((p for p, t in leaves if t.strip()), "")
     joined = "\n".join(t for _, t in leaves)
     together = (squeeze(joined), squeeze("".join(m.group(0) for m in _DATA_RUN.finditer(joined))))
     hits: list[_Hit] = []
@@ -236,8 +235,17 @@ def _hits(leaves: list[tuple[str, str]], sources: ProvenanceSources) -> list[_Hi
             found = _inside(whole_at, flat) | (parts & windows)
             hits += [_Hit(data, path, source, origin) for data in sorted(found)]
         across = _inside(windows_at, together[0]) | _inside(windows_at, together[1])
-        hits += [_Hit(data, first, source, origin) for data in sorted(across)]
+        hits += [_Hit(data, _carrier(data, leaves), source, origin) for data in sorted(across)]
     return hits
+
+
+def _carrier(data: str, leaves: list[tuple[str, str]]) -> str:
+    """The first leaf that carries a piece of ``data`` split across leaves or words (a run
+    of its letters and digits), else the first leaf."""
+    for path, text in leaves:
+        if any(len(p) >= 2 and p in data for p in map(squeeze, _DATA_RUN.findall(text))):
+            return path
+    return next((p for p, t in leaves if t.strip()), "")
 
 
 _Prefixed = dict[str, tuple[str, ...]]

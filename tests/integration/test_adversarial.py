@@ -301,7 +301,8 @@ def test_grants_by_tool_name_with_the_default_rules(
     # read, and the reply is refused for what another mail said (before, the address is unseen)
     refusals = _policy_messages(engine, [r.run_id for r in results if r.scenario.attack])
     disclosed = [m for m in refusals if "body (disclosed)" in m]
-    assert len(disclosed) == len(ORDERS) - 1, refusals
+    # and so is the reply with the reference split by words (issue 51)
+    assert len(disclosed) == 2 * (len(ORDERS) - 1), refusals
 
 
 def _origins(engine: Any, run_id: str, proposal_id: str) -> dict[str, str]:
