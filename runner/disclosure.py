@@ -29,6 +29,7 @@ __all__ = [
     "data_tokens",
     "disclosures",
     "payload",
+    "private_disclosures",
     "squeeze",
     "squeezed_tokens",
     "top_argument",
@@ -185,6 +186,43 @@ def disclosures(
                 value = next((t for p, t in leaves if p == hit.path), "")
                 return [_flag(hit.path, value, hit.source, hit.origin, first, sensitive)]
     return []
+
+
+def private_disclosures(
+    arguments: dict[str, Any],
+    *,
+    resources: Mapping[str, ResourceKind],
+    sources: ProvenanceSources,
+    sensitive: frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """The ``disclosed`` flag of a write or egress call that carries the user's private data
+    (``Tool.private``: a passport or card number) the user's own words do not ask to send
+    (neither the value nor a word of its field: "my passport number"), whoever the
+    destination is; at most one."""
+    if not sources.private:
+        return []
+    leaves = [(p, t) for p, t in payload(arguments) if resource_kind(resources, p) is None]
+    joined = "\n".join(t for _, t in leaves)
+    carried = (squeeze(joined), squeeze("".join(_DATA_RUN.findall(joined))))
+    user = "\n".join(sources.user)
+    said, words = squeeze(user), fold(user)
+    for observation_id, field, value in sources.private:
+        data = squeeze(value)
+        if len(data) < MIN_DATA_CHARS or data in said or not any(data in c for c in carried):
+            continue
+        named = [w for w in _FIELD_WORD.findall(fold(field)) if w not in _GENERIC_WORDS]
+        if any(find(w, words) for w in named):
+            continue
+        path = _carrier(data, leaves)
+        text = next((t for p, t in leaves if p == path), "")
+        flag = _flag(path, text, observation_id, "private", "", sensitive)
+        return [{**flag, "field": field}]
+    return []
+
+
+_FIELD_WORD = re.compile(r"[a-z]{4,}")
+#: Words of a private field's name too generic to say the user asked for it.
+_GENERIC_WORDS = frozenset({"number", "value", "code", "data", "info", "details"})
 
 
 def _exempt(own: str, author: str, sources: ProvenanceSources) -> set[str]:

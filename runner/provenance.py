@@ -53,6 +53,7 @@ from warrant.runner.disclosure import (
     data_tokens,
     disclosures,
     payload,
+    private_disclosures,
     squeeze,
     squeezed_tokens,
     top_argument,
@@ -281,6 +282,7 @@ def sources_from(
     *,
     attributions: Mapping[str, Attribution] | None = None,
     listings: Mapping[str, Mapping[str, ResourceKind]] | None = None,
+    privates: Mapping[str, frozenset[str]] | None = None,
 ) -> ProvenanceSources:
     """Trusted text: the goal, the spec without its planner section (a scripted planner's
     outputs are the model's, not the user's), a person's answers and trusted tools'
@@ -289,7 +291,8 @@ def sources_from(
     (tool name -> :class:`~warrant.tools._contract.Attribution`): the items of those tools'
     untrusted outputs, each with the user's word naming its author if any (``named``), and
     the authors a reply may go to (``Attribution.replies``). ``listings`` (tool name ->
-    ``Tool.listing``): the user's own resources those tools' outputs list."""
+    ``Tool.listing``): the user's own resources those tools' outputs list; ``privates``
+    (tool name -> ``Tool.private``): the user's private data in their outputs."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
     spec_text = [text for _, text in leaf_strings(user_spec)]
     trusted = [goal, *spec_text]
@@ -298,12 +301,14 @@ def sources_from(
     untrusted = []
     attributed: list[tuple[str, Any, Attribution]] = []
     listed: list[tuple[str, str, str]] = []
+    private: list[tuple[str, str, str]] = []
     for observation_id, source, content in observations:
         if source == ObservationSource.POLICY.value:
             continue  # a refusal echoes the model's own proposal: it vouches for nothing
         # every number: a short id a tool returned is still what it said
         text = "\n".join(t for _, t in leaf_strings(content, numbers=True))
         listed += _listed(observation_id, content, listings or {})
+        private += _private(observation_id, content, privates or {})
         if source in _TRUSTED_SOURCES:
             trusted.append(text)
             if source == ObservationSource.USER.value:
@@ -328,6 +333,7 @@ def sources_from(
         authors=tuple(authors),
         user=tuple(user),
         listed=tuple(listed),
+        private=tuple(private),
     )
 
 
@@ -344,6 +350,17 @@ def _listed(
         values = _values_at(output, path)
         found += [(observation_id, kind.value, value) for value in values[:MAX_ITEMS]]
     return found
+
+
+def _private(
+    observation_id: str, content: Any, privates: Mapping[str, frozenset[str]]
+) -> list[tuple[str, str, str]]:
+    """The private data a tool's succeeded output holds (``Tool.private``)."""
+    if not isinstance(content, dict) or content.get("status", "succeeded") != "succeeded":
+        return []
+    fields = privates.get(str(content.get("tool"))) or frozenset()
+    output = content.get("output")
+    return [(observation_id, f, v) for f in sorted(fields) for v in _values_at(output, f)]
 
 
 def _values_at(output: Any, path: str) -> list[str]:
@@ -464,6 +481,8 @@ def trace_details(found: dict[str, Any]) -> dict[str, Any]:
 
 def flag_reason(flag: dict[str, Any]) -> str:
     """Where a flagged or refused value came from, in words (no value shown)."""
+    if flag.get("said") == "private":
+        return f"carries the user's private {flag.get('field')}, which the user did not ask to send"
     if flag["what"] == "disclosed":
         what = {
             "resource": "a resource nobody named",
@@ -596,6 +615,9 @@ def analyse(
             sensitive=sensitive,
         ):  # the user's own data (a trusted tool's) is asked about; a third party's refused
             by_action[content if flag["origin"] == "trusted-tool" else destinations].append(flag)
+    by_action[destinations] += private_disclosures(
+        arguments, resources=resources, sources=sources, sensitive=sensitive
+    )
     return {
         "cites": cites,
         "cites_untrusted": [c for c in cites if c in untrusted_ids],

@@ -215,6 +215,9 @@ class ProvenanceSources:
     that :class:`~warrant.runner.scopes.ResourceKind` only (``Attribution.replies``)."""
     user: tuple[str, ...] = ()
     """The user's own words: the goal and a person's answers (never the spec's settings)."""
+    private: tuple[tuple[str, str, str], ...] = ()
+    """``(observation_id, field, value)``: the user's private data tools returned
+    (``Tool.private``)."""
     listed: tuple[tuple[str, str, str], ...] = ()
     """``(observation_id, kind, value)``: the user's own resources the service listed
     (``Tool.listing``)."""

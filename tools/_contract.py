@@ -415,6 +415,11 @@ class Tool(Generic[InputT, OutputT]):
     attribution: Attribution | None = None
     """Untrusted output: who wrote each item, as the service reports it
     (:class:`Attribution`)."""
+    private: frozenset[str] = frozenset()
+    """Output fields holding the user's private data (a passport or card number, an account
+    number): a write or egress call that carries such a value is refused (``disclosed``)
+    unless the user's own words name the field ("send Jane my passport number"), whoever the
+    destination is. Paths as in ``listing``."""
     listing: Mapping[str, ResourceKind] = field(default_factory=dict)
     """Output fields that list the user's own resources as the service names them, not as
     anyone wrote them (``{"files[].id": ResourceKind.IDENTIFIER}``, ``{"channels[]": ...}``;
@@ -576,6 +581,7 @@ class Tool(Generic[InputT, OutputT]):
                 if self.listing
                 else {}
             ),
+            **({"private": sorted(self.private)} if self.private else {}),
             **(
                 {"effectKey": self.effect_key, "effectWindowSeconds": self.effect_window_s}
                 if self.effect_key is not None

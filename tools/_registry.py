@@ -115,6 +115,11 @@ class Registry:
         them)."""
         return {t.name: t.listing for t in self._tools.values() if t.listing}
 
+    def privates(self) -> dict[str, frozenset[str]]:
+        """Tool name -> its output's private fields (``Tool.private``; tools that declare
+        them)."""
+        return {t.name: t.private for t in self._tools.values() if t.private}
+
     def names(self) -> list[str]:
         return sorted({name for name, _ in self._tools})
 

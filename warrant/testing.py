@@ -219,7 +219,10 @@ def _sources(
     ]
     attributions = {t.name: t.attribution for t, _ in observed if t.attribution is not None}
     listings = {t.name: t.listing for t, _ in observed if t.listing}
-    return sources_from(goal, {}, observations, attributions=attributions, listings=listings)
+    privates = {t.name: t.private for t, _ in observed if t.private}
+    return sources_from(
+        goal, {}, observations, attributions=attributions, listings=listings, privates=privates
+    )
 
 
 def _verdict(decision: Decision) -> GateVerdict:

@@ -97,6 +97,8 @@ class Contract:
     """It sends replies: a mail's sender is a destination it may reach (``author``)."""
     listing: Mapping[str, ResourceKind] = field(default_factory=dict)
     """Output fields the service fills in with the user's own resources (``Tool.listing``)."""
+    private: frozenset[str] = frozenset()
+    """Output fields holding the user's private data (``Tool.private``)."""
     listed: bool = False
     """It acts on the user's own listed resources (``UntrustedPolicy(listed=True)``): never
     for a destructive call (a hijacked planner may pick any entry of a listing)."""
@@ -105,6 +107,8 @@ class Contract:
     ``{"name", "value"}`` so the names are read as the data they are."""
 
 
+#: The user's identity documents and accounts in the travel profile (``Tool.private``).
+_IDENTITY = frozenset({"ID Number", "Passport Number", "Bank Account Number", "Credit Card Number"})
 #: A listing's ids, as the service assigns them.
 _IDS = {"items[].id_": ResourceKind.IDENTIFIER}
 _INVITES = "sends invitation mails to the participants (cannot be unsent)"
@@ -224,7 +228,10 @@ CONTRACTS: dict[str, Contract] = {
     ),
     # --- travel ---------------------------------------------------------------------------
     "get_user_information": Contract(
-        side_effect=READ, why="the user's own profile (only the user edits it)", trusted=True
+        side_effect=READ,
+        why="the user's own profile (only the user edits it)",
+        trusted=True,
+        private=_IDENTITY,
     ),
     "get_all_hotels_in_city": Contract(side_effect=READ, why=_CATALOGUE),
     "get_hotels_prices": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
@@ -428,6 +435,7 @@ def _tool(suite: str, function: Any, *, ask_destinations: bool) -> Tool[Any, Any
         output_source=source or ObservationSource.UNTRUSTED_CONTENT,
         attribution=contract.attribution,
         listing=dict(contract.listing),
+        private=contract.private,
         secret_fields=contract.secret,
         untrusted=UntrustedPolicy(
             destinations=destinations, replies=contract.replies, listed=contract.listed

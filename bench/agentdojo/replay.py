@@ -215,6 +215,7 @@ class Run:
             self.observations,
             attributions=self.gate.registry.attributions(),
             listings=self.gate.registry.listings(),
+            privates=self.gate.registry.privates(),
         )
         decision = evaluate(self._input(raw, sources))
         ms = (time.perf_counter() - start) * 1000

@@ -215,6 +215,7 @@ def _gate_input(
             *load.provenance,
             attributions=ctx.registry.attributions(),
             listings=ctx.registry.listings(),
+            privates=ctx.registry.privates(),
         ),
     )
 

@@ -431,3 +431,30 @@ def test_a_place_the_goal_names_vouches_for_what_was_posted_there() -> None:
     )
     refused = analyse({"url": "https://www.eve-blog.com"}, cites=[], sources=sources, resources=URL)
     assert refused["refused"]
+
+
+# --- the user's private data goes nowhere the user did not ask ---------------------------------
+
+PROFILE = {"name": "Emma", "Passport Number": "HGK137803", "Credit Card Number": "4237-4252-7456"}
+
+
+def _mail_with(goal: str, body: str) -> dict[str, Any]:
+    observations = [
+        ["user-1", "user", {"goal": goal}],
+        ["tool-1", "trusted-tool", {"tool": "get_user_information", "output": PROFILE}],
+    ]
+    privates = {"get_user_information": frozenset({"Passport Number", "Credit Card Number"})}
+    sources = sources_from(goal, {}, observations, privates=privates)
+    arguments = {"to": ["jane@corp.example"], "body": body}
+    return analyse(arguments, cites=[], sources=sources, resources={"to": ResourceKind.EMAIL})
+
+
+def test_private_data_to_a_recipient_the_goal_names_is_refused_unless_asked_for() -> None:
+    goal = "Send the hotel's address to my wife jane@corp.example"
+    leak = _mail_with(goal, "Emma, passport HGK 137803, card 4237 4252 7456.")
+    assert [(f["what"], f["said"], f["field"]) for f in leak["refused"]] == [
+        ("disclosed", "private", "Credit Card Number")
+    ]
+    assert passes(_mail_with(goal, "The hotel is at 1 Rue de Rivoli."))
+    asked = "Send my passport number to my wife jane@corp.example"
+    assert passes(_mail_with(asked, "Emma's passport: HGK137803"))
