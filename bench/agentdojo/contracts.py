@@ -29,6 +29,7 @@ The rules the table follows:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,14 @@ from warrant.tools import (
 
 __all__ = ["CONTRACTS", "Contract", "build_tools", "capability", "shape_output"]
 
+
+def _built(cls: Any, **fields: Any) -> Any:
+    """``cls(**fields)`` without the fields this version of warrant does not have, so the
+    same bench measures an older gate (``docs/agentdojo.md``, "Before and after")."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in known})
+
+
 READ = SideEffect.READ
 SETS = SideEffect.IDEMPOTENT_WRITE
 UNDOABLE = SideEffect.COMPENSATABLE_WRITE
@@ -60,25 +69,25 @@ URL = ResourceKind.URL
 ID = ResourceKind.IDENTIFIER
 
 #: Mails: the sender as the mail service delivered it; a reply may go to it.
-MAIL = Attribution(items="items", author="sender", kind=EMAIL, replies=True)
+MAIL = _built(Attribution, items="items", author="sender", kind=EMAIL, replies=True)
 #: Drive files: the owner as the drive records it (not someone one replies to).
-FILES = Attribution(items="items", author="owner", kind=EMAIL)
-FILE = Attribution(author="owner", kind=EMAIL)
+FILES = _built(Attribution, items="items", author="owner", kind=EMAIL)
+FILE = _built(Attribution, author="owner", kind=EMAIL)
 #: Chat messages: the sender's handle as the workspace knows it. No ``names``: AgentDojo's
 #: messages carry no address-book name, and a handle is picked by its owner.
 #: Where the service says a message was posted (its channel, or the inbox it went to) is
 #: ``place``: "the links posted in general" names those messages as a source.
-CHAT = Attribution(items="items", author="sender", place="recipient")
+CHAT = _built(Attribution, items="items", author="sender", place="recipient")
 #: A message's sender is a workspace member as the workspace names them.
 _SENDERS = {"items[].sender": ResourceKind.IDENTIFIER}
 #: Payments: the sender IBAN as the bank reports it (who wrote the subject line).
-PAYMENTS = Attribution(items="items", author="sender")
+PAYMENTS = _built(Attribution, items="items", author="sender")
 # Not declared, measured: an event named by its title, or a bill named by its path, as a
 # place (``Attribution(place=...)``) brings back workspace 9 and 21 and banking 0, and lets
 # 38 pairs through: AgentDojo's injections sit inside the very event descriptions and bill
 # the goal points at, and a named source is believed.
 #: A web page: the URL it was fetched from.
-PAGE = Attribution(author="url", kind=URL)
+PAGE = _built(Attribution, author="url", kind=URL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -421,7 +430,8 @@ def _tool(suite: str, function: Any, *, ask_destinations: bool) -> Tool[Any, Any
         raise KeyError(f"no contract for {suite}.{function.name}: declare it in CONTRACTS")
     source = ObservationSource.TRUSTED_TOOL if contract.trusted else None
     destinations = FlagAction.ASK if ask_destinations else FlagAction.REFUSE
-    return Tool(
+    return _built(
+        Tool,
         name=function.name,
         version="1",
         description=f"{function.description.splitlines()[0]} ({contract.why})",
@@ -437,8 +447,11 @@ def _tool(suite: str, function: Any, *, ask_destinations: bool) -> Tool[Any, Any
         listing=dict(contract.listing),
         private=contract.private,
         secret_fields=contract.secret,
-        untrusted=UntrustedPolicy(
-            destinations=destinations, replies=contract.replies, listed=contract.listed
+        untrusted=_built(
+            UntrustedPolicy,
+            destinations=destinations,
+            replies=contract.replies,
+            listed=contract.listed,
         ),
     )
 

@@ -19,6 +19,7 @@ goes on with its next call. A halt (a loop the gate detects) ends the replay.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -209,13 +210,18 @@ class Run:
         if tool is None or (tool.side_effect is SideEffect.READ and not tool.egress):
             return evaluate(self._input(raw, None))  # the stage loads no sources for a read
         start = time.perf_counter()
+        registry = self.gate.registry
+        derived = {  # what this version of warrant reads (an older gate lacks some)
+            name: getattr(registry, name)()
+            for name in ("listings", "privates")
+            if name in inspect.signature(sources_from).parameters
+        }
         sources = sources_from(
             self.goal,
             self.spec,
             self.observations,
-            attributions=self.gate.registry.attributions(),
-            listings=self.gate.registry.listings(),
-            privates=self.gate.registry.privates(),
+            attributions=registry.attributions(),
+            **derived,
         )
         decision = evaluate(self._input(raw, sources))
         ms = (time.perf_counter() - start) * 1000
