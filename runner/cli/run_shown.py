@@ -273,13 +273,15 @@ def _flag_line(flag: dict[str, Any]) -> str:
 
 
 def origin_words(origin: dict[str, Any]) -> str:
-    """``vouched by "Bob" (tool-1.messages[1])``, ``author of tool-1.messages[0]``, or the
-    bare origin."""
+    """``vouched by "Bob" (tool-1.messages[1])``, ``author of tool-1.messages[0]``, ``listed
+    in tool-2``, or the bare origin."""
     kind = str(origin.get("origin"))
     if kind == "vouched":
         return f"vouched by {origin.get('named_as')!r} ({origin.get('observation_id')})"
     if kind == "author":
         return f"author of {origin.get('observation_id')}"
+    if kind == "listed":
+        return f"listed in {origin.get('observation_id')}"
     return kind
 
 

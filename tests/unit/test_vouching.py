@@ -214,6 +214,7 @@ def test_the_cli_says_whose_words_a_value_is():
     assert origin_words(vouched) == "vouched by 'Bob' (tool-1.messages[1])"
     author = {"origin": "author", "observation_id": "tool-1.messages[0]"}
     assert origin_words(author) == "author of tool-1.messages[0]"
+    assert origin_words({"origin": "listed", "observation_id": "tool-2"}) == "listed in tool-2"
     assert origin_words({"origin": "trusted"}) == "trusted"
 
 
