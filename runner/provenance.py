@@ -596,9 +596,10 @@ def analyse(
         )
         origins[path] = origin
         flag = origin.get("flag")
-        if flag is not None:  # a link, address or IBAN inside free text is a destination
-            embedded = flag["what"] == "embedded"
-            by_action[destinations if action or embedded else content].append(flag)
+        if flag is not None:  # a link, address or IBAN taken from untrusted content into free
+            # text is a destination; one the model wrote itself (unseen) is asked about
+            taken = flag["what"] == "embedded" and flag["origin"] == "untrusted"
+            by_action[destinations if action or taken else content].append(flag)
             continue
         if kind is ResourceKind.URL and (rest := _unnamed_part(value, origin, text, sources)):
             unnamed[path] = rest

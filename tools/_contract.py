@@ -338,8 +338,9 @@ class UntrustedPolicy:
     arguments (``secret_fields``). Say ``ask`` for a tool whose destinations legitimately come
     from data (reply to a mail's sender) and let a person look."""
     content: FlagAction = FlagAction.ASK
-    """Whole values copied from untrusted content (a URL, an address or an IBAN inside free
-    text is a destination)."""
+    """Whole values copied from untrusted content, and URLs, addresses and IBANs inside free
+    text that nothing the run read supplied (one found only in untrusted content is a
+    destination)."""
     replies: bool = False
     """It sends replies: an item's author (a mail's sender) is a destination
     (:mod:`warrant.runner.provenance`). Off: a forwarding rule to whoever mailed is no reply."""
