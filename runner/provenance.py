@@ -596,8 +596,7 @@ def analyse(
         )
         origins[path] = origin
         flag = origin.get("flag")
-        if flag is not None:  # a link, address or IBAN taken from untrusted content into free
-            # text is a destination; one the model wrote itself (unseen) is asked about
+        if flag is not None:  # a link taken from untrusted content into text is a destination
             taken = flag["what"] == "embedded" and flag["origin"] == "untrusted"
             by_action[destinations if action or taken else content].append(flag)
             continue
