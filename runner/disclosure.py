@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warrant.runner.mentions import find, fold, leaf_strings
-from warrant.runner.scopes import ResourceKind, resource_kind
+from warrant.runner.scopes import ResourceKind, resource_kind, top_argument
 from warrant.runner.views import ProvenanceSources
 
 __all__ = [
@@ -316,11 +316,6 @@ def _inside(tokens: _Prefixed, flat: str) -> set[str]:
 #: A run of letters and digits with at least one digit (``Q3REV``, ``4213``; not ``apples``),
 #: found from a run's start only (linear, like ``_DATA_TOKEN``).
 _DATA_RUN = re.compile(r"(?<![^\W_])[^\W_]*?\d[^\W_]*")
-
-
-def top_argument(path: str) -> str:
-    """The argument a leaf path is inside (``attachments`` of ``attachments[0].file_id``)."""
-    return path.split(".")[0].split("[")[0]
 
 
 def _flag(

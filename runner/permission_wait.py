@@ -79,7 +79,7 @@ def needed_resources(tool: Tool[Any, Any], arguments: dict[str, Any], subject: s
         try:
             out.extend(scopes.resource_values(arguments, name))
         except scopes.InvalidResource:
-            out.append(str(arguments.get(name.split(".")[0].split("[")[0]))[:200])
+            out.append(str(arguments.get(scopes.top_argument(name)))[:200])
     return out
 
 

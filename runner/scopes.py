@@ -53,6 +53,7 @@ __all__ = [
     "resolve_within",
     "resource_kind",
     "resource_values",
+    "top_argument",
     "validate_scope",
     "values_of",
 ]
@@ -390,11 +391,17 @@ def resource_values(arguments: Mapping[str, Any], name: str) -> list[str]:
 _INDEX = re.compile(r"\[\d+\]")
 
 
+def top_argument(path: str) -> str:
+    """The argument a leaf path or a resource name is inside (``attachments`` of
+    ``attachments[0].file_id`` and of ``attachments[].file_id``)."""
+    return path.split(".")[0].split("[")[0]
+
+
 def resource_kind(resources: Mapping[str, ResourceKind], path: str) -> ResourceKind | None:
     """The kind of the resource an argument leaf at ``path`` (``to[1]``,
     ``attachments[0].file_id``) is part of, or None: a declared top-level argument covers
     every leaf inside it; a declared field path (``attachments[].file_id``) its own leaves."""
-    top = path.split(".")[0].split("[")[0]
+    top = top_argument(path)
     if top in resources:
         return resources[top]
     general = _INDEX.sub("[]", path)
