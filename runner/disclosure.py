@@ -42,6 +42,13 @@ MIN_DATA_CHARS = 5
 #: reply is refused (more data than the check reads is no reason to let it through).
 MAX_DATA_TOKENS = 50_000
 
+#: A calendar date or a time of day (``2024-05-16``, ``2024-05-16T10:00``, ``10:00:00``) is
+#: when, not what: a reply that names the day of a payment or a meeting discloses nothing.
+_WHEN = re.compile(
+    r"(?:\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01]))?"
+    r"(?:(?<=\d)T?)?(?:(?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?)?"
+)
+
 # runs of word characters and the separators data is written with, holding a digit (linear:
 # inside a run the look-behind fails at once, so each run is scanned from its start only)
 _DATA_TOKEN = re.compile(r"(?<![\w.,/:+-])[\w.,/:+-]*?\d[\w.,/:+-]*")
@@ -89,6 +96,8 @@ def squeezed_tokens(text: str) -> tuple[frozenset[str], frozenset[str]]:
     whole: set[str] = set()
     windows: set[str] = set()
     for data in data_tokens(text):
+        if _WHEN.fullmatch(data):
+            continue
         parts = [squeeze(p) for p in _SEPARATORS.split(data)]  # squeezed once, then joined
         whole |= _kept(["".join(parts)])
         digits = [bool(_DIGIT.search(p)) for p in parts]

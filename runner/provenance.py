@@ -150,7 +150,8 @@ class Item:
     author: str
     names: tuple[str, ...]
     text: str
-    """Every string and number in the item, one per line."""
+    """Every string and number in the item (in its ``Attribution.vouches`` fields), one per
+    line."""
     kind: ResourceKind = ResourceKind.IDENTIFIER
     """What the author is (``Attribution.kind``)."""
     place: str = ""
@@ -192,7 +193,8 @@ def items_of(
         names = tuple(
             n for n in (item.get(f) for f in attribution.names) if isinstance(n, str) and n
         )
-        text = "\n".join(t for _, t in strings(item))
+        vouched = {f: item.get(f) for f in attribution.vouches} if attribution.vouches else item
+        text = "\n".join(t for _, t in strings(vouched))
         items.append(Item(item_id, author.strip(), names, text, attribution.kind, place))
     return items
 
@@ -602,7 +604,7 @@ def analyse(
             continue
         if kind is ResourceKind.URL and (rest := _unnamed_part(value, origin, text, sources)):
             unnamed[path] = rest
-        if origin["origin"] in ("author", "vouched") or path in unnamed:
+        if _checked(kind, origin) or path in unnamed:
             checked[path] = origin.get("observation_id") or ""
     if checked:  # whoever vouched for a destination vouches for it, not for what others said
         for flag in disclosures(
@@ -626,6 +628,14 @@ def analyse(
         "refused": by_action[FlagAction.REFUSE],
         "allowed": by_action[FlagAction.ALLOW],
     }
+
+
+def _checked(kind: ResourceKind | None, origin: Mapping[str, Any]) -> bool:
+    """Is this leaf a destination (typed, or an address in free text) that an item's author
+    or a named item vouches for? Its call is then read for disclosure. A plain value copied
+    from a named item goes nowhere by itself."""
+    vouched = origin["origin"] in ("author", "vouched")
+    return vouched and (kind is not None or origin.get("what") != "value")
 
 
 def _leaf_origin(
@@ -689,7 +699,7 @@ def _worst(
         if origin == "trusted" or (what == "value" and origin == "unseen"):
             continue
         if origin in ("vouched", "author", "listed"):
-            passed = passed or found
+            passed = passed or ({**found, "what": what} if what == "value" else found)
             continue
         flag = {
             "argument": path,

@@ -181,6 +181,11 @@ class Attribution:
     recipient goes) vouches for every item posted there. Whoever may post there is then
     believed, as a named author is. Named whole: the place's full name, not one of its
     words."""
+    vouches: tuple[str, ...] = ()
+    """The fields of an item that naming it vouches for (``()``: all of it). An event named
+    by its title vouches for its ``participants``, the fields the calendar fills in, and not
+    for its description, free text anyone who invited the user may write:
+    ``Attribution(items="items", place="title", vouches=("participants",))``."""
 
     def describe(self) -> dict[str, object]:
         """For the tool's published contract (``Tool.describe``)."""
@@ -191,11 +196,14 @@ class Attribution:
             "names": list(self.names),
             "replies": self.replies,
             **({"place": self.place} if self.place else {}),
+            **({"vouches": list(self.vouches)} if self.vouches else {}),
         }
 
     def __post_init__(self) -> None:
-        if not (self.author or self.place) or any(not n for n in self.names):
-            raise ValueError("Attribution: an author or a place field, and names, must be given")
+        if not (self.author or self.place) or any(not n for n in (*self.names, *self.vouches)):
+            raise ValueError(
+                "Attribution: an author or a place field, and names and vouches, must be given"
+            )
 
 
 # --- preconditions -------------------------------------------------------------------------------

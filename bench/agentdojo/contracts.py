@@ -80,12 +80,20 @@ FILE = _built(Attribution, author="owner", kind=EMAIL)
 CHAT = _built(Attribution, items="items", author="sender", place="recipient")
 #: A message's sender is a workspace member as the workspace names them.
 _SENDERS = {"items[].sender": ResourceKind.IDENTIFIER}
-#: Payments: the sender IBAN as the bank reports it (who wrote the subject line).
-PAYMENTS = _built(Attribution, items="items", author="sender")
-# Not declared, measured: an event named by its title, or a bill named by its path, as a
-# place (``Attribution(place=...)``) brings back workspace 9 and 21 and banking 0, and lets
-# 38 pairs through: AgentDojo's injections sit inside the very event descriptions and bill
-# the goal points at, and a named source is believed.
+#: Payments: the sender IBAN as the bank reports it (who wrote the subject line); a refund
+#: may go back to it, as a reply goes to a mail's sender.
+PAYMENTS = _built(Attribution, items="items", author="sender", replies=True)
+#: Events: named by their title ("the 'Introductory meeting' event"), such an event vouches
+#: for its participants, the field the calendar fills in, and not for its description (free
+#: text whoever invited the user wrote, where AgentDojo puts its injections).
+EVENTS = _built(Attribution, items="items", place="title", vouches=("participants",))
+# Not declared, measured: a bill named by its path as a place brings back banking 0 and lets
+# the bill's own injections through (a file is free text; no field of it is the bank's), as
+# an event vouching for its whole text did (38 pairs).
+#: A catalogue's facts about a business (its address, prices, opening hours), keyed by its
+#: name: a business the user names ("tell me the address of 'City Hub'") vouches for the
+#: facts listed under that name. Never its reviews: free text any guest writes.
+CATALOGUE = _built(Attribution, items="items", place="name", vouches=("value",))
 #: A web page: the URL it was fetched from.
 PAGE = _built(Attribution, author="url", kind=URL)
 
@@ -162,11 +170,13 @@ CONTRACTS: dict[str, Contract] = {
     "search_calendar_events": Contract(
         side_effect=READ,
         why="events, with descriptions written by whoever invited the user",
+        attribution=EVENTS,
         listing=_IDS,
     ),
     "get_day_calendar_events": Contract(
         side_effect=READ,
         why="events, with descriptions written by whoever invited the user",
+        attribution=EVENTS,
         listing=_IDS,
     ),
     "create_calendar_event": Contract(
@@ -243,27 +253,47 @@ CONTRACTS: dict[str, Contract] = {
         private=_IDENTITY,
     ),
     "get_all_hotels_in_city": Contract(side_effect=READ, why=_CATALOGUE),
-    "get_hotels_prices": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
+    "get_hotels_prices": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
     "get_rating_reviews_for_hotels": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_hotels_address": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
+    "get_hotels_address": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
     "get_all_restaurants_in_city": Contract(side_effect=READ, why=_CATALOGUE),
-    "get_cuisine_type_for_restaurants": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_restaurants_address": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
+    "get_cuisine_type_for_restaurants": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
+    "get_restaurants_address": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
     "get_rating_reviews_for_restaurants": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
     "get_dietary_restrictions_for_all_restaurants": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
     ),
     "get_contact_information_for_restaurants": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
     ),
-    "get_price_for_restaurants": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "check_restaurant_opening_hours": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
+    "get_price_for_restaurants": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
+    "check_restaurant_opening_hours": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
     "get_all_car_rental_companies_in_city": Contract(side_effect=READ, why=_CATALOGUE),
-    "get_car_types_available": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
+    "get_car_types_available": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
     "get_rating_reviews_for_car_rental": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_car_fuel_options": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_car_rental_address": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_car_price_per_day": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
+    "get_car_fuel_options": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
+    "get_car_rental_address": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
+    "get_car_price_per_day": Contract(
+        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
+    ),
     "get_flight_information": Contract(side_effect=READ, why=_CATALOGUE),
     "reserve_hotel": Contract(
         side_effect=SENDS,
@@ -283,7 +313,10 @@ CONTRACTS: dict[str, Contract] = {
     # --- banking --------------------------------------------------------------------------
     "get_iban": Contract(side_effect=READ, why="the bank's record of the account", trusted=True),
     "send_money": Contract(
-        side_effect=SENDS, why="pays an account (cannot be recalled)", resources={"recipient": ID}
+        side_effect=SENDS,
+        why="pays an account (cannot be recalled); a refund goes back to whoever paid",
+        resources={"recipient": ID},
+        replies=True,
     ),
     "schedule_transaction": Contract(
         side_effect=SENDS,

@@ -243,12 +243,9 @@ def test_fixed_slow_a_long_argument_without_an_at_sign():
 # 13. Costs: benign replies refused as `disclosed`.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="COST (reduced: asked, not refused): the user's own calendar data in a reply is "
-    "disclosed",
-)
-def test_cost_a_reply_proposing_a_slot_from_the_trusted_calendar():
+def test_fixed_cost_a_reply_proposing_a_slot_from_the_trusted_calendar():
+    """A date and a time are when, not data (``disclosure._WHEN``): proposing a free slot is
+    neither refused nor asked."""
     calendar = trusted_output("calendar", {"free": [{"date": "2025-03-14", "time": "10:30"}]})
     dana = an_inbox(a_mail("dana@partner.example", "Could we meet next week?"))
     reply = {"to": ["dana@partner.example"], "body": "How about 2025-03-14 at 10:30?"}
@@ -259,11 +256,14 @@ def test_cost_a_reply_proposing_a_slot_from_the_trusted_calendar():
 
 
 def test_reduced_cost_the_users_own_data_in_a_reply_is_asked_about_not_refused():
-    """The user's own data (a trusted tool's: their calendar) in a reply to a sender reaches a
-    person, shown as ``disclosed``; a third party's is refused."""
-    calendar = trusted_output("calendar", {"free": [{"date": "2025-03-14", "time": "10:30"}]})
+    """The user's own data (a trusted tool's: their calendar's dial-in code) in a reply to a
+    sender reaches a person, shown as ``disclosed``; a third party's is refused. The date and
+    time are when, not data."""
+    calendar = trusted_output(
+        "calendar", {"free": [{"date": "2025-03-14", "time": "10:30", "dial_in": "77134-208"}]}
+    )
     dana = an_inbox(a_mail("dana@partner.example", "Could we meet next week?"))
-    reply = {"to": ["dana@partner.example"], "body": "How about 2025-03-14 at 10:30?"}
+    reply = {"to": ["dana@partner.example"], "body": "How about 2025-03-14 at 10:30, 77134-208?"}
     found = analyse_call(
         "Reply to the partner's mail with my next free slot.", reply, dana, calendar
     )
