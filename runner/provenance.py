@@ -292,9 +292,8 @@ def sources_from(
     same trusted text by the source name a task-scoped grant gives it. ``attributions``
     (tool name -> :class:`~warrant.tools._contract.Attribution`): the items of those tools'
     untrusted outputs, each with the user's word naming its author if any (``named``), and
-    the authors a reply may go to (``Attribution.replies``). ``listings`` (tool name ->
-    ``Tool.listing``): the user's own resources those tools' outputs list; ``privates``
-    (tool name -> ``Tool.private``): the user's private data in their outputs."""
+    the authors a reply may go to (``Attribution.replies``). ``listings``, ``privates`` (tool
+    name -> ``Tool.listing``, ``Tool.private``): what those tools' outputs list, and hold."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
     spec_text = [text for _, text in leaf_strings(user_spec)]
     trusted = [goal, *spec_text]
@@ -322,20 +321,21 @@ def sources_from(
             found = _attribution(content, attributions or {})
             if found is not None:
                 attributed.append((observation_id, content.get("output"), found))
-    own = user_spec.get("subject")
-    items, authors = _attributed(attributed, "\n".join(user), own if isinstance(own, str) else "")
+    items, authors, documents = _attributed(
+        attributed, "\n".join(user), user_spec.get("subject"), listed=listed
+    )
     task += [("authors", author) for _, author, _ in authors]
-    task += [("named", text) for _, _, text, named in items if named is not None]
-    task += [("listed", value) for _, _, value in listed]
+    task += [("named", t) for i, _, t, named in items if named is not None and i not in documents]
     return ProvenanceSources(
         trusted=tuple(trusted),
         untrusted=tuple(untrusted),
-        task=tuple(task),
+        task=(*task, *(("listed", value) for _, _, value in listed)),
         items=tuple(items),
         authors=tuple(authors),
         user=tuple(user),
         listed=tuple(listed),
         private=tuple(private),
+        documents=frozenset(documents),
     )
 
 
@@ -380,19 +380,32 @@ def _values_at(output: Any, path: str) -> list[str]:
 
 
 def _attributed(
-    attributed: list[tuple[str, Any, Attribution]], user: str, own: str
-) -> tuple[list[tuple[str, str, str, str | None]], list[tuple[str, str, str]]]:
+    attributed: list[tuple[str, Any, Attribution]],
+    user: str,
+    subject: Any,
+    *,
+    listed: list[tuple[str, str, str]],
+) -> tuple[list[tuple[str, str, str, str | None]], list[tuple[str, str, str]], set[str]]:
     """The items of the attributed observations (each with the user's word naming its author,
-    if any) and the authors a reply may go to."""
-    items, authors = [], []
+    if any, or its place as a listing named it: ``Attribution.listed``), the authors a reply
+    may go to, and the items that vouch for no destination (``Attribution.destinations``)."""
+    items, authors, documents = [], [], set()
+    own = subject if isinstance(subject, str) else ""  # the user's own address
+    listed_places = frozenset(fold(value.strip()) for _, _, value in listed)
     for observation_id, output, attribution in attributed:
         for item in items_of(
             observation_id, output, attribution, strings=lambda v: leaf_strings(v, numbers=True)
         ):
-            items.append((item.item_id, item.author, item.text, named_as(item, user, own=own)))
+            named = named_as(item, user, own=own)
+            place = fold(item.place) if len(item.place) >= MIN_NAME_CHARS else ""
+            if named is None and attribution.listed and place in listed_places:
+                named = item.place
+            items.append((item.item_id, item.author, item.text, named))
             if attribution.replies and item.author:
                 authors.append((item.item_id, item.author, attribution.kind.value))
-    return items, authors
+            if not attribution.destinations and named is not None and named == item.place:
+                documents.add(item.item_id)  # named by its place: content only
+    return items, authors, documents
 
 
 def _attribution(content: Any, attributions: Mapping[str, Attribution]) -> Attribution | None:
@@ -508,6 +521,8 @@ class _Text:
     """``(item_id, text, folded, named_as)`` of the items whose author the user named."""
     pages: frozenset[str] = frozenset()
     """The vouched items that are pages (their author a URL): they vouch for no link."""
+    documents: frozenset[str] = frozenset()
+    """The vouched items that vouch for no destination (``Attribution.destinations``)."""
     authors: dict[tuple[str, str], str] = field(default_factory=dict)
     """``(kind, folded author)`` -> the first item it wrote (authors a reply may go to)."""
     urls: tuple[str, ...] = ()
@@ -516,7 +531,9 @@ class _Text:
     """``(kind, folded value)`` -> the observation that listed it (identifiers only, for a
     tool that takes listed destinations)."""
 
-    def origin(self, candidate: str, *, kind: ResourceKind | None = None) -> dict[str, Any]:
+    def origin(
+        self, candidate: str, *, kind: ResourceKind | None = None, destination: bool = False
+    ) -> dict[str, Any]:
         """The origin of one candidate value: ``trusted``, ``author`` (a destination of
         ``kind``: an item's author, as the service reports it), ``vouched`` (in an item whose
         author the user named; :data:`MIN_VOUCHED_CHARS` characters or more), ``untrusted``
@@ -533,6 +550,8 @@ class _Text:
             for item_id, _, folded, named in self.vouched:
                 if kind is ResourceKind.URL and item_id in self.pages:
                     continue  # a page the user named is read, its links are not followed
+                if destination and item_id in self.documents:
+                    continue  # a bill the user named is read, not whoever it says to pay
                 if find(candidate, folded):
                     return {"origin": "vouched", "observation_id": item_id, "named_as": named}
         for oid, text, folded in self.untrusted:
@@ -558,6 +577,7 @@ def _text_of(sources: ProvenanceSources, *, replies: bool, listed: bool = False)
         untrusted=[(oid, t, fold(t)) for oid, t in sources.untrusted],
         vouched=[(i, t, fold(t), n) for i, _, t, n in sources.items if n is not None],
         pages=frozenset(i for i, a, _, n in sources.items if n is not None and split_urls(a)[0]),
+        documents=sources.documents,
         authors=authors,
         urls=tuple(url_key(u) for text in sources.trusted for u in split_urls(text)[0]),
         listed={
@@ -694,7 +714,9 @@ def _worst(
         return {"origin": "unchecked"}
     passed: dict[str, Any] | None = None
     for what, candidate, kind in checks:
-        found = text.origin(candidate, kind=kind if what != "credential" else None)
+        found = text.origin(
+            candidate, kind=kind if what != "credential" else None, destination=what != "value"
+        )
         origin = found["origin"]
         if origin == "trusted" or (what == "value" and origin == "unseen"):
             continue

@@ -221,6 +221,9 @@ class ProvenanceSources:
     listed: tuple[tuple[str, str, str], ...] = ()
     """``(observation_id, kind, value)``: the user's own resources the service listed
     (``Tool.listing``)."""
+    documents: frozenset[str] = frozenset()
+    """The ids of the items that vouch for no destination when named
+    (``Attribution(destinations=False)``: a bill or a letter the user points at)."""
 
 
 def request_as_shown(request: dict[str, Any] | None) -> dict[str, Any] | None:

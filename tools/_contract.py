@@ -181,6 +181,17 @@ class Attribution:
     recipient goes) vouches for every item posted there. Whoever may post there is then
     believed, as a named author is. Named whole: the place's full name, not one of its
     words."""
+    listed: bool = False
+    """May a place a listing of the run named (``Tool.listing``: the hotels a city search
+    gave) vouch as a place the user named does? For a catalogue's facts filed under a
+    business's name, chosen from what the catalogue listed; never for a place anyone may
+    post to (a channel)."""
+    destinations: bool = True
+    """May a value in an item named by its ``place`` be a destination (a recipient, an
+    account, a link to follow)? Off where anyone may write into the place (a bill, a
+    letter, a mail thread's subject): the user naming it ("update my address from
+    'address-change.txt'") asks to use what it says, not to pay or mail whoever it names.
+    An item whose author the user named is not affected."""
     vouches: tuple[str, ...] = ()
     """The fields of an item that naming it vouches for (``()``: all of it). An event named
     by its title vouches for its ``participants``, the fields the calendar fills in, and not
@@ -196,6 +207,8 @@ class Attribution:
             "names": list(self.names),
             "replies": self.replies,
             **({"place": self.place} if self.place else {}),
+            **({"listed": True} if self.listed else {}),
+            **({} if self.destinations else {"destinations": False}),
             **({"vouches": list(self.vouches)} if self.vouches else {}),
         }
 

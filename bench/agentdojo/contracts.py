@@ -30,6 +30,7 @@ The rules the table follows:
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,8 +69,19 @@ EMAIL = ResourceKind.EMAIL
 URL = ResourceKind.URL
 ID = ResourceKind.IDENTIFIER
 
-#: Mails: the sender as the mail service delivered it; a reply may go to it.
-MAIL = _built(Attribution, items="items", author="sender", kind=EMAIL, replies=True)
+#: Mails: the sender as the mail service delivered it; a reply may go to it. The thread a
+#: mail belongs to (its subject without ``Re:``/``Fwd:``) is where it was posted: "the
+#: emails about the family reunion" names that thread, whose text may then be used, but as
+#: anyone may write a mail with that subject, no address in it is a destination.
+MAIL = _built(
+    Attribution,
+    items="items",
+    author="sender",
+    kind=EMAIL,
+    replies=True,
+    place="thread",
+    destinations=False,
+)
 #: Drive files: the owner as the drive records it (not someone one replies to).
 FILES = _built(Attribution, items="items", author="owner", kind=EMAIL)
 FILE = _built(Attribution, author="owner", kind=EMAIL)
@@ -93,7 +105,14 @@ EVENTS = _built(Attribution, items="items", place="title", vouches=("participant
 #: A catalogue's facts about a business (its address, prices, opening hours), keyed by its
 #: name: a business the user names ("tell me the address of 'City Hub'") vouches for the
 #: facts listed under that name. Never its reviews: free text any guest writes.
-CATALOGUE = _built(Attribution, items="items", place="name", vouches=("value",))
+#: Or one it chose from the catalogue's own listing of a city's businesses
+#: (``Attribution(listed=True)``: "the hotel with the best rating", then its address).
+CATALOGUE = _built(Attribution, items="items", place="name", listed=True, vouches=("value",))
+#: A document someone sent the user (a bill, a landlord's letter), by its path: named
+#: ("read 'address-change.txt'"), its text may be used (an address to set), but no
+#: account or address in it is a destination (AgentDojo's injections sit in these very
+#: files, beside the bill's own IBAN).
+DOCUMENT = _built(Attribution, place="path", destinations=False)
 #: A web page: the URL it was fetched from.
 PAGE = _built(Attribution, author="url", kind=URL)
 
@@ -119,6 +138,9 @@ class Contract:
     listed: bool = False
     """It acts on the user's own listed resources (``UntrustedPolicy(listed=True)``): never
     for a destructive call (a hijacked planner may pick any entry of a listing)."""
+    names: bool = False
+    """The output is a label and one name per line (``"Hotel Names: A\nB\n"``): shown as
+    ``items``, the names the catalogue lists (``listing``)."""
     keyed: bool = False
     """The output maps names to values (``{"Hotel X": "Rating: 4.2 ..."}``): shown as items
     ``{"name", "value"}`` so the names are read as the data they are."""
@@ -128,6 +150,8 @@ class Contract:
 _IDENTITY = frozenset({"ID Number", "Passport Number", "Bank Account Number", "Credit Card Number"})
 #: A listing's ids, as the service assigns them.
 _IDS = {"items[].id_": ResourceKind.IDENTIFIER}
+#: A catalogue's listing: the names of a city's businesses.
+_NAMES = {"items[]": ResourceKind.IDENTIFIER}
 _INVITES = "sends invitation mails to the participants (cannot be unsent)"
 _CATALOGUE = "the travel service's catalogue: names and reviews written by businesses and guests"
 
@@ -252,7 +276,9 @@ CONTRACTS: dict[str, Contract] = {
         trusted=True,
         private=_IDENTITY,
     ),
-    "get_all_hotels_in_city": Contract(side_effect=READ, why=_CATALOGUE),
+    "get_all_hotels_in_city": Contract(
+        side_effect=READ, why=_CATALOGUE, names=True, listing=_NAMES
+    ),
     "get_hotels_prices": Contract(
         side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
     ),
@@ -260,7 +286,9 @@ CONTRACTS: dict[str, Contract] = {
     "get_hotels_address": Contract(
         side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
     ),
-    "get_all_restaurants_in_city": Contract(side_effect=READ, why=_CATALOGUE),
+    "get_all_restaurants_in_city": Contract(
+        side_effect=READ, why=_CATALOGUE, names=True, listing=_NAMES
+    ),
     "get_cuisine_type_for_restaurants": Contract(
         side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
     ),
@@ -280,7 +308,9 @@ CONTRACTS: dict[str, Contract] = {
     "check_restaurant_opening_hours": Contract(
         side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
     ),
-    "get_all_car_rental_companies_in_city": Contract(side_effect=READ, why=_CATALOGUE),
+    "get_all_car_rental_companies_in_city": Contract(
+        side_effect=READ, why=_CATALOGUE, names=True, listing=_NAMES
+    ),
     "get_car_types_available": Contract(
         side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
     ),
@@ -343,6 +373,7 @@ CONTRACTS: dict[str, Contract] = {
         side_effect=READ,
         why="a document someone sent the user (a bill, a landlord's notice)",
         resources={"file_path": ID},
+        attribution=DOCUMENT,
     ),
     "get_user_info": Contract(
         side_effect=READ, why="the bank's record of the user (only the user edits it)", trusted=True
@@ -457,7 +488,9 @@ def _input_model(name: str, parameters: type[BaseModel], contract: Contract) -> 
     return create_model(f"{name}_input", __base__=ToolInput, __validators__=validators, **fields)
 
 
-def _tool(suite: str, function: Any, *, ask_destinations: bool) -> Tool[Any, Any]:
+def _tool(
+    suite: str, function: Any, *, ask_destinations: bool, refuse_content: bool
+) -> Tool[Any, Any]:
     contract = CONTRACTS.get(function.name)
     if contract is None:
         raise KeyError(f"no contract for {suite}.{function.name}: declare it in CONTRACTS")
@@ -485,17 +518,26 @@ def _tool(suite: str, function: Any, *, ask_destinations: bool) -> Tool[Any, Any
             destinations=destinations,
             replies=contract.replies,
             listed=contract.listed,
+            content=FlagAction.REFUSE if refuse_content else FlagAction.ASK,
         ),
     )
 
 
 def build_tools(
-    suite: str, functions: Sequence[Any], *, ask_destinations: bool = False
+    suite: str,
+    functions: Sequence[Any],
+    *,
+    ask_destinations: bool = False,
+    refuse_content: bool = False,
 ) -> list[Tool[Any, Any]]:
     """A warrant tool per AgentDojo function of ``suite``; ``ask_destinations``: every
     contract's untrusted destinations asked about (``UntrustedPolicy(destinations=ASK)``)
-    instead of refused."""
-    return [_tool(suite, f, ask_destinations=ask_destinations) for f in functions]
+    instead of refused; ``refuse_content``: a value copied from untrusted content refused
+    (``UntrustedPolicy(content=REFUSE)``) instead of asked."""
+    return [
+        _tool(suite, f, ask_destinations=ask_destinations, refuse_content=refuse_content)
+        for f in functions
+    ]
 
 
 def shape_output(function: str, arguments: Mapping[str, Any], result: Any) -> dict[str, Any]:
@@ -506,12 +548,30 @@ def shape_output(function: str, arguments: Mapping[str, Any], result: Any) -> di
     data = to_jsonable_python(result)
     if contract.attribution is PAGE:
         return {"url": arguments.get("url"), "content": data}
+    if contract.attribution is DOCUMENT:
+        return {"path": arguments.get("file_path"), "content": data}
+    if contract.names and isinstance(data, str):
+        names = data.split(": ", 1)[-1].splitlines()
+        return {"items": [name.strip() for name in names if name.strip()]}
     if contract.keyed and isinstance(data, dict):
         return {"items": [{"name": k, "value": v} for k, v in data.items()]}
     if isinstance(data, list):
+        if contract.attribution is MAIL:
+            data = [_threaded(mail) for mail in data]
         return {"items": data}
     if isinstance(data, dict):
         return data
     if data is None:
         return {}
     return {"value": data}
+
+
+_REPLY_PREFIX = re.compile(r"^(?:\s*(?:re|fwd?|aw|wg)\s*:\s*)+", re.IGNORECASE)
+
+
+def _threaded(mail: Any) -> Any:
+    """A mail with the thread it belongs to, as a mail service groups a conversation: its
+    subject without ``Re:``/``Fwd:`` prefixes."""
+    if not isinstance(mail, dict) or not isinstance(mail.get("subject"), str):
+        return mail
+    return {**mail, "thread": _REPLY_PREFIX.sub("", mail["subject"]).strip()}

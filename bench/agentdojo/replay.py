@@ -53,13 +53,15 @@ DECLINED = "CONFIRMATION_DECLINED"
 
 @dataclass(frozen=True)
 class Config:
-    """One row of the table: the gate or none, who approves, the contracts' destinations."""
+    """One row of the table: the gate or none, who approves, what the contracts do with
+    untrusted destinations and copied content."""
 
     key: str
     label: str
     gated: bool = True
     person: str = "approves-all"
     ask_destinations: bool = False
+    refuse_content: bool = False
 
 
 CONFIGS = (
@@ -69,6 +71,11 @@ CONFIGS = (
         "decline-flagged",
         "tool-name grants, default rules, declines flagged requests",
         person="declines-flagged",
+    ),
+    Config(
+        "refuse-content",
+        "tool-name grants, copied content refused, approves everything",
+        refuse_content=True,
     ),
     Config(
         "ask-destinations",

@@ -97,7 +97,12 @@ def case(name: str) -> Case:
     gates = {}
     for config in CONFIGS:
         if config.gated:
-            tools = build_tools(name, suite.tools, ask_destinations=config.ask_destinations)
+            tools = build_tools(
+                name,
+                suite.tools,
+                ask_destinations=config.ask_destinations,
+                refuse_content=config.refuse_content,
+            )
             gates[config.key] = Gate.of(tools, person=config.person, subject=subject)
     sources = {
         f.name: ObservationSource.TRUSTED_TOOL
