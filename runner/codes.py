@@ -136,6 +136,11 @@ class Rejection(StrEnum):
     """Provenance layer: a destination (a typed resource: recipient, URL host, path, account,
     IBAN) or a credential of a write or egress call that no trusted text supplied, under the
     tool's default policy (``UntrustedPolicy.destinations`` ``refuse``)."""
+    UNTRUSTED_CONTENT = "UNTRUSTED_CONTENT"
+    """Provenance layer: a whole value of a write or egress call copied from untrusted content
+    that nothing the user named vouches for, under the tool's default policy
+    (``UntrustedPolicy.copied`` ``refuse``). The message says which argument and which
+    observation, never the value."""
     MODEL_OUTPUT_INVALID = "MODEL_OUTPUT_INVALID"
     PARALLEL_TOO_MANY_CALLS = "PARALLEL_TOO_MANY_CALLS"
     """A parallel step with more calls than the spec's ``policy.max_parallel_calls``: refused

@@ -387,9 +387,11 @@ def _check_provenance(
         return None
     found = vouched(found, pre_approved=pre_approval(checked.proposal_hash, inp) is not None)
     events.append(Event("policy.provenance.checked", trace_details(found)))
-    if (message := refusal(found)) is not None:
-        code = Rejection.UNTRUSTED_DESTINATION.value
-        return _reject(code, "provenance", checked.proposal_hash, inp, events, message=message)
+    if (refused := refusal(found)) is not None:
+        code, message = refused
+        return _reject(
+            code.value, "provenance", checked.proposal_hash, inp, events, message=message
+        )
     return found
 
 

@@ -28,8 +28,11 @@ UntrustedPolicy`, per tool):
   matched with no length floor (a URL by its host, a path by itself or its folder, an
   address or an identifier whole), and **credentials** (``secret_fields``): a password the
   attacker chose is a way in. Default: refused, ``UNTRUSTED_DESTINATION``.
-* **content**: URLs, e-mail addresses and IBANs embedded in any other string argument, and a
-  whole value of at least :data:`MIN_CHARS` characters copied from untrusted content.
+* **copied**: a whole value of at least :data:`MIN_CHARS` characters copied from untrusted
+  content that no source the user named vouches for. Default: refused,
+  ``UNTRUSTED_CONTENT`` (an injection's words never become an effect verbatim).
+* **content**: URLs, e-mail addresses and IBANs the model wrote into any other string
+  argument that nothing the run read supplied, and the user's own data a reply carries.
   Default: the call waits for a person, who is shown the flag (``UNTRUSTED_ARGUMENT``); no
   pre-approval covers it.
 
@@ -445,6 +448,7 @@ def provenance_of(
         credentials=tool.secret_fields,
         destinations=tool.untrusted.destinations,
         content=tool.untrusted.content,
+        copied=tool.untrusted.copied,
         replies=tool.untrusted.replies,
         listed=tool.untrusted.listed,
     )
@@ -464,14 +468,17 @@ def vouched(found: dict[str, Any], *, pre_approved: bool) -> dict[str, Any]:
     return {**found, **kept}
 
 
-def refusal(found: dict[str, Any]) -> str | None:
-    """Why the call is refused ``UNTRUSTED_DESTINATION`` (its flags whose action is
-    ``refuse``: argument paths and origins, never the values), or None."""
+def refusal(found: dict[str, Any]) -> tuple[Rejection, str] | None:
+    """The code and why the call is refused (its flags whose action is ``refuse``: argument
+    paths and origins, never the values), or None: ``UNTRUSTED_CONTENT`` when every refused
+    flag is a copied value, else ``UNTRUSTED_DESTINATION``."""
     refused = found.get("refused") or []
     if not refused:
         return None
     said = "; ".join(f"{f['argument']} ({f['what']}): {flag_reason(f)}" for f in refused)
-    return f"not from trusted text: {said}"
+    copied = all(f["what"] == "value" for f in refused)
+    code = Rejection.UNTRUSTED_CONTENT if copied else Rejection.UNTRUSTED_DESTINATION
+    return code, f"not from trusted text: {said}"
 
 
 def trace_details(found: dict[str, Any]) -> dict[str, Any]:
@@ -479,8 +486,8 @@ def trace_details(found: dict[str, Any]) -> dict[str, Any]:
     flagged = [f["argument"] for f in found["flagged"]]
     refused = [f["argument"] for f in found.get("refused") or []]
     code = None
-    if refused:
-        code = Rejection.UNTRUSTED_DESTINATION.value
+    if (refused_as := refusal(found)) is not None:
+        code = refused_as[0].value
     elif flagged:
         code = Rejection.UNTRUSTED_ARGUMENT.value
     return {
@@ -598,6 +605,7 @@ def analyse(
     credentials: frozenset[str] = frozenset(),
     destinations: FlagAction = FlagAction.REFUSE,
     content: FlagAction = FlagAction.ASK,
+    copied: FlagAction = FlagAction.REFUSE,
     replies: bool = False,
     listed: bool = False,
 ) -> dict[str, Any]:
@@ -618,9 +626,8 @@ def analyse(
         )
         origins[path] = origin
         flag = origin.get("flag")
-        if flag is not None:  # a link taken from untrusted content into text is a destination
-            taken = flag["what"] == "embedded" and flag["origin"] == "untrusted"
-            by_action[destinations if action or taken else content].append(flag)
+        if flag is not None:
+            by_action[_action(flag, action, destinations, content, copied)].append(flag)
             continue
         if kind is ResourceKind.URL and (rest := _unnamed_part(value, origin, text, sources)):
             unnamed[path] = rest
@@ -648,6 +655,21 @@ def analyse(
         "refused": by_action[FlagAction.REFUSE],
         "allowed": by_action[FlagAction.ALLOW],
     }
+
+
+def _action(
+    flag: Mapping[str, Any],
+    destination: bool,
+    destinations: FlagAction,
+    content: FlagAction,
+    copied: FlagAction,
+) -> FlagAction:
+    """What the tool's policy does with a flag: a destination's (a link taken from untrusted
+    content into text is one), a copied value's, or the content rule's (a link or address
+    the model wrote)."""
+    if destination or (flag["what"] == "embedded" and flag["origin"] == "untrusted"):
+        return destinations
+    return copied if flag["what"] == "value" and flag["origin"] == "untrusted" else content
 
 
 def _checked(kind: ResourceKind | None, origin: Mapping[str, Any]) -> bool:

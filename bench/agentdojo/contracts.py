@@ -488,9 +488,7 @@ def _input_model(name: str, parameters: type[BaseModel], contract: Contract) -> 
     return create_model(f"{name}_input", __base__=ToolInput, __validators__=validators, **fields)
 
 
-def _tool(
-    suite: str, function: Any, *, ask_destinations: bool, refuse_content: bool
-) -> Tool[Any, Any]:
+def _tool(suite: str, function: Any, *, ask_destinations: bool, ask_copied: bool) -> Tool[Any, Any]:
     contract = CONTRACTS.get(function.name)
     if contract is None:
         raise KeyError(f"no contract for {suite}.{function.name}: declare it in CONTRACTS")
@@ -518,7 +516,7 @@ def _tool(
             destinations=destinations,
             replies=contract.replies,
             listed=contract.listed,
-            content=FlagAction.REFUSE if refuse_content else FlagAction.ASK,
+            copied=FlagAction.ASK if ask_copied else FlagAction.REFUSE,
         ),
     )
 
@@ -528,15 +526,14 @@ def build_tools(
     functions: Sequence[Any],
     *,
     ask_destinations: bool = False,
-    refuse_content: bool = False,
+    ask_copied: bool = False,
 ) -> list[Tool[Any, Any]]:
     """A warrant tool per AgentDojo function of ``suite``; ``ask_destinations``: every
     contract's untrusted destinations asked about (``UntrustedPolicy(destinations=ASK)``)
-    instead of refused; ``refuse_content``: a value copied from untrusted content refused
-    (``UntrustedPolicy(content=REFUSE)``) instead of asked."""
+    instead of refused; ``ask_copied``: a value copied from untrusted content asked about
+    (``UntrustedPolicy(copied=ASK)``) instead of refused."""
     return [
-        _tool(suite, f, ask_destinations=ask_destinations, refuse_content=refuse_content)
-        for f in functions
+        _tool(suite, f, ask_destinations=ask_destinations, ask_copied=ask_copied) for f in functions
     ]
 
 

@@ -61,7 +61,7 @@ class Config:
     gated: bool = True
     person: str = "approves-all"
     ask_destinations: bool = False
-    refuse_content: bool = False
+    ask_copied: bool = False
 
 
 CONFIGS = (
@@ -73,9 +73,9 @@ CONFIGS = (
         person="declines-flagged",
     ),
     Config(
-        "refuse-content",
-        "tool-name grants, copied content refused, approves everything",
-        refuse_content=True,
+        "ask-copied",
+        "tool-name grants, copied content asked, approves everything",
+        ask_copied=True,
     ),
     Config(
         "ask-destinations",

@@ -538,7 +538,8 @@ def test_a_vouched_value_with_no_destination_is_not_a_disclosure() -> None:
 def test_a_reply_carrying_another_items_date_passes_but_not_its_reference() -> None:
     other = a_mail("carol@corp.example", f"Invoice {SECRET} is due 2025-03-14T10:30.")
     inbox = an_inbox(ASK, other, CAROLS)
-    date = analyse_call(REPLY_GOAL, {"to": [ATTACKER], "body": "Due 2025-03-14T10:30."}, inbox)
+    body = "Ours: 2025-03-14T10:30, ok?"
+    date = analyse_call(REPLY_GOAL, {"to": [ATTACKER], "body": body}, inbox)
     assert not date["refused"], date["refused"]
     ref = analyse_call(REPLY_GOAL, {"to": [ATTACKER], "body": f"Due 2025-03-14, {SECRET}."}, inbox)
     assert _refused(ref) == ["disclosed"]

@@ -20,6 +20,7 @@ from tests.unit.vouching_cases import (
     an_inbox,
     analyse_call,
 )
+from warrant.runner.codes import Rejection
 from warrant.runner.provenance import (
     analyse,
     data_tokens,
@@ -92,9 +93,10 @@ def test_a_page_the_goal_names_by_its_url_is_vouched_for():
     ]
     found = _analyse(f"Save the agenda at {LINK}.", {"body": "Agenda: 9:00 keynote"}, page)
     assert found["origins"]["body"]["origin"] == "vouched"
-    # the same page, not named: a copy of untrusted content is flagged
+    # the same page, not named: a copy of untrusted content is refused
     found = _analyse("Save the agenda.", {"body": "Agenda: 9:00 keynote"}, page)
-    assert [f["origin"] for f in found["flagged"]] == ["untrusted"]
+    assert [(f["what"], f["origin"]) for f in found["refused"]] == [("value", "untrusted")]
+    assert refusal(found)[0] is Rejection.UNTRUSTED_CONTENT  # type: ignore[index]
 
 
 def test_a_reply_to_an_items_author_passes_and_carries_nothing_another_item_said():
@@ -108,7 +110,7 @@ def test_a_reply_to_an_items_author_passes_and_carries_nothing_another_item_said
     found = _analyse(goal, leak)
     assert [(f["argument"], f["what"]) for f in found["refused"]] == [("body", "disclosed")]
     assert found["refused"][0]["observation_id"] == "tool-1"  # the inbox said it
-    assert "only the author of tool-1.messages[3]" in (refusal(found) or "")
+    assert "only the author of tool-1.messages[3]" in (refusal(found) or (None, ""))[1]
     assert trace_details(found)["code"] == "UNTRUSTED_DESTINATION"
     # what the user typed may be sent (the goal says the reference)
     found = _analyse(f"Reply to the helpdesk with our reference {SECRET}.", leak)
