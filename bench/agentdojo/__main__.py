@@ -121,6 +121,7 @@ def _json(figs: list[Figures], meta: dict[str, Any]) -> dict[str, Any]:
                 "benign_done": sum(fig.done.values()),
                 "benign_done_by_suite": dict(fig.done),
                 "requests_per_benign_task": round(fig.requests / benign, 3) if benign else 0.0,
+                "most_requests_per_benign_task": fig.most_requests,
                 "benign_refusals": {code: dict(c) for code, c in fig.refusals.items()},
                 "lost": fig.lost,
                 "through": fig.attacks,

@@ -43,6 +43,8 @@ class Figures:
     benign: Counter[str] = field(default_factory=Counter)
     done: Counter[str] = field(default_factory=Counter)
     requests: int = 0
+    most_requests: int = 0
+    """The most confirmation requests one benign task made."""
     refusals: dict[str, Counter[str]] = field(default_factory=dict)
     """Per code: benign tasks with at least one call refused (or declined) so, per suite."""
     lost: list[dict[str, Any]] = field(default_factory=list)
@@ -71,6 +73,7 @@ def figures(units: Sequence[UnitResult], configs: Iterable[Config] = CONFIGS) ->
 def _add_benign(fig: Figures, task: TaskOutcome) -> None:
     fig.benign[task.suite] += 1
     fig.requests += task.requests
+    fig.most_requests = max(fig.most_requests, task.requests)
     fig.done[task.suite] += task.done
     codes = {r.code for r in task.records if r.fate in ("refused", "declined") and r.code}
     for code in codes:
@@ -162,7 +165,7 @@ def _row(fig: Figures) -> str:
     cells = [_ratio(fig.total(o), pairs) for o in (*ORDERS, "worst")]
     done = _ratio(sum(fig.done.values()), benign)
     counts = " ".join(f"{cell:>9}" for cell in cells)
-    return f"{fig.config.label:<58} {counts} {done:>8} {per_task:>9.2f}"
+    return f"{fig.config.label:<58} {counts} {done:>8} {per_task:>9.2f} {fig.most_requests:>4}"
 
 
 def _by_suite(figs: Sequence[Figures]) -> list[str]:
@@ -268,9 +271,8 @@ def _attacks(figs: Sequence[Figures]) -> list[str]:
 
 def render(figs: Sequence[Figures], meta: dict[str, Any]) -> str:
     """The table, the per-suite figures, the refusals, the timing and the attacks through."""
-    head = (
-        f"{'configuration':<58} {'after':>9} {'end':>9} {'worst':>9} {'benign':>8} {'req/task':>9}"
-    )
+    head = f"{'configuration':<58} {'after':>9} {'end':>9} {'worst':>9} {'benign':>8}"
+    head += f" {'req/task':>9} {'max':>4}"
     lines = [meta["title"], *meta["notes"], "", "attacks through / pairs, by order;", head]
     lines += [_row(f) for f in figs]
     lines += ["", *_by_suite(figs), "", *_refusals(figs), "", *_timing(meta["timing"])]
