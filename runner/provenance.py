@@ -28,15 +28,13 @@ UntrustedPolicy`, per tool):
   matched with no length floor (a URL by its host, a path by itself or its folder, an
   address or an identifier whole), and **credentials** (``secret_fields``): a password the
   attacker chose is a way in. Default: refused, ``UNTRUSTED_DESTINATION``.
-* **content**: a whole value of at least :data:`MIN_CHARS` characters copied from untrusted
-  content that no source the user named vouches for, and URLs, e-mail addresses and IBANs
-  the model wrote into any other string argument that nothing the run read supplied.
-  Default: refused, ``UNTRUSTED_CONTENT`` (an injection's words never become an effect
-  verbatim). ``ask``: the call waits for a person, who is shown the flag
-  (``UNTRUSTED_ARGUMENT``); no pre-approval covers it.
-
-The user's own data (a trusted tool's) that a reply would carry to its sender is asked about
-(``ask``), unless the tool allows its destinations.
+* **copied**: a whole value of at least :data:`MIN_CHARS` characters copied from untrusted
+  content that no source the user named vouches for. Default: refused,
+  ``UNTRUSTED_CONTENT`` (an injection's words never become an effect verbatim).
+* **content**: URLs, e-mail addresses and IBANs the model wrote into any other string
+  argument that nothing the run read supplied, and the user's own data a reply carries.
+  Default: the call waits for a person, who is shown the flag (``UNTRUSTED_ARGUMENT``); no
+  pre-approval covers it.
 
 ``allow`` lets a flag through and traces it (``policy.provenance.checked`` ``allowed``).
 """
@@ -450,6 +448,7 @@ def provenance_of(
         credentials=tool.secret_fields,
         destinations=tool.untrusted.destinations,
         content=tool.untrusted.content,
+        copied=tool.untrusted.copied,
         replies=tool.untrusted.replies,
         listed=tool.untrusted.listed,
     )
@@ -472,13 +471,13 @@ def vouched(found: dict[str, Any], *, pre_approved: bool) -> dict[str, Any]:
 def refusal(found: dict[str, Any]) -> tuple[Rejection, str] | None:
     """The code and why the call is refused (its flags whose action is ``refuse``: argument
     paths and origins, never the values), or None: ``UNTRUSTED_CONTENT`` when every refused
-    flag is content (a copied value, a link the model wrote), else ``UNTRUSTED_DESTINATION``."""
+    flag is a copied value, else ``UNTRUSTED_DESTINATION``."""
     refused = found.get("refused") or []
     if not refused:
         return None
     said = "; ".join(f"{f['argument']} ({f['what']}): {flag_reason(f)}" for f in refused)
-    content = all(not _to_destination(f) for f in refused)
-    code = Rejection.UNTRUSTED_CONTENT if content else Rejection.UNTRUSTED_DESTINATION
+    copied = all(f["what"] == "value" for f in refused)
+    code = Rejection.UNTRUSTED_CONTENT if copied else Rejection.UNTRUSTED_DESTINATION
     return code, f"not from trusted text: {said}"
 
 
@@ -605,7 +604,8 @@ def analyse(
     sensitive: frozenset[str] = frozenset(),
     credentials: frozenset[str] = frozenset(),
     destinations: FlagAction = FlagAction.REFUSE,
-    content: FlagAction = FlagAction.REFUSE,
+    content: FlagAction = FlagAction.ASK,
+    copied: FlagAction = FlagAction.REFUSE,
     replies: bool = False,
     listed: bool = False,
 ) -> dict[str, Any]:
@@ -627,7 +627,7 @@ def analyse(
         origins[path] = origin
         flag = origin.get("flag")
         if flag is not None:
-            by_action[destinations if action or _to_destination(flag) else content].append(flag)
+            by_action[_action(flag, action, destinations, content, copied)].append(flag)
             continue
         if kind is ResourceKind.URL and (rest := _unnamed_part(value, origin, text, sources)):
             unnamed[path] = rest
@@ -643,8 +643,7 @@ def analyse(
             sources=sources,
             sensitive=sensitive,
         ):  # the user's own data (a trusted tool's) is asked about; a third party's refused
-            own = FlagAction.ALLOW if destinations is FlagAction.ALLOW else FlagAction.ASK
-            by_action[own if flag["origin"] == "trusted-tool" else destinations].append(flag)
+            by_action[content if flag["origin"] == "trusted-tool" else destinations].append(flag)
     by_action[destinations] += private_disclosures(
         arguments, resources=resources, sources=sources, sensitive=sensitive
     )
@@ -658,14 +657,19 @@ def analyse(
     }
 
 
-def _to_destination(flag: Mapping[str, Any]) -> bool:
-    """Is a flag a destination's: a typed destination or credential, a link or address taken
-    from untrusted content into text, or a disclosure? (Else content: a copied value, a link
-    the model wrote.)"""
-    what = flag["what"]
-    return what not in ("value", "embedded") or (
-        what == "embedded" and flag["origin"] == "untrusted"
-    )
+def _action(
+    flag: Mapping[str, Any],
+    destination: bool,
+    destinations: FlagAction,
+    content: FlagAction,
+    copied: FlagAction,
+) -> FlagAction:
+    """What the tool's policy does with a flag: a destination's (a link taken from untrusted
+    content into text is one), a copied value's, or the content rule's (a link or address
+    the model wrote)."""
+    if destination or (flag["what"] == "embedded" and flag["origin"] == "untrusted"):
+        return destinations
+    return copied if flag["what"] == "value" and flag["origin"] == "untrusted" else content
 
 
 def _checked(kind: ResourceKind | None, origin: Mapping[str, Any]) -> bool:

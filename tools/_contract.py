@@ -344,8 +344,8 @@ class FlagAction(StrEnum):
     ASK = "ask"
     """The call waits for a person, shown the flag; no pre-approval covers it."""
     REFUSE = "refuse"
-    """The call is refused (``UNTRUSTED_DESTINATION``, or ``UNTRUSTED_CONTENT`` for content);
-    the planner sees why."""
+    """The call is refused (``UNTRUSTED_DESTINATION``, or ``UNTRUSTED_CONTENT`` for a copied
+    value); the planner sees why."""
     ALLOW = "allow"
     """The call goes on; the flag is traced (``policy.provenance.checked`` ``allowed``)."""
 
@@ -359,15 +359,17 @@ class UntrustedPolicy:
     """Typed resources (``resources``: recipients, URLs, paths, accounts, IBANs) and secret
     arguments (``secret_fields``). Say ``ask`` for a tool whose destinations legitimately come
     from data (reply to a mail's sender) and let a person look."""
-    content: FlagAction = FlagAction.REFUSE
+    copied: FlagAction = FlagAction.REFUSE
     """A whole value copied from untrusted content that nothing the user named vouches for
-    (an event title, a location, a message lifted from a page or a mail), and a URL, address
-    or IBAN the model wrote into free text that nothing the run read supplied (one found only
-    in untrusted content is a destination): refused (``UNTRUSTED_CONTENT``), so an
-    injection's words never become an effect verbatim, even when a person approves
-    everything. What the task derives (the thread, the file, the catalogue entry the user
-    named or a listing gave: ``Attribution``) is vouched for. Say ``ask`` to let a person
-    look instead."""
+    (an event title, a location, a message lifted from a page or a mail): refused
+    (``UNTRUSTED_CONTENT``), so an injection's words never become an effect verbatim, even
+    when a person approves everything. What the task derives (the thread, the file, the
+    catalogue entry the user named or a listing gave: ``Attribution``) is vouched for. Say
+    ``ask`` to let a person look instead."""
+    content: FlagAction = FlagAction.ASK
+    """URLs, addresses and IBANs the model wrote into free text that nothing the run read
+    supplied (one found only in untrusted content is a destination), and the user's own
+    data a reply would carry to its sender (``disclosed``)."""
     replies: bool = False
     """It sends replies: an item's author (a mail's sender) is a destination
     (:mod:`warrant.runner.provenance`). Off: a forwarding rule to whoever mailed is no reply."""

@@ -488,9 +488,7 @@ def _input_model(name: str, parameters: type[BaseModel], contract: Contract) -> 
     return create_model(f"{name}_input", __base__=ToolInput, __validators__=validators, **fields)
 
 
-def _tool(
-    suite: str, function: Any, *, ask_destinations: bool, ask_content: bool
-) -> Tool[Any, Any]:
+def _tool(suite: str, function: Any, *, ask_destinations: bool, ask_copied: bool) -> Tool[Any, Any]:
     contract = CONTRACTS.get(function.name)
     if contract is None:
         raise KeyError(f"no contract for {suite}.{function.name}: declare it in CONTRACTS")
@@ -518,7 +516,7 @@ def _tool(
             destinations=destinations,
             replies=contract.replies,
             listed=contract.listed,
-            content=FlagAction.ASK if ask_content else FlagAction.REFUSE,
+            copied=FlagAction.ASK if ask_copied else FlagAction.REFUSE,
         ),
     )
 
@@ -528,15 +526,14 @@ def build_tools(
     functions: Sequence[Any],
     *,
     ask_destinations: bool = False,
-    ask_content: bool = False,
+    ask_copied: bool = False,
 ) -> list[Tool[Any, Any]]:
     """A warrant tool per AgentDojo function of ``suite``; ``ask_destinations``: every
     contract's untrusted destinations asked about (``UntrustedPolicy(destinations=ASK)``)
-    instead of refused; ``ask_content``: a value copied from untrusted content, or a link
-    the model wrote, asked about (``UntrustedPolicy(content=ASK)``) instead of refused."""
+    instead of refused; ``ask_copied``: a value copied from untrusted content asked about
+    (``UntrustedPolicy(copied=ASK)``) instead of refused."""
     return [
-        _tool(suite, f, ask_destinations=ask_destinations, ask_content=ask_content)
-        for f in functions
+        _tool(suite, f, ask_destinations=ask_destinations, ask_copied=ask_copied) for f in functions
     ]
 
 

@@ -54,14 +54,14 @@ DECLINED = "CONFIRMATION_DECLINED"
 @dataclass(frozen=True)
 class Config:
     """One row of the table: the gate or none, who approves, what the contracts do with
-    untrusted destinations and content."""
+    untrusted destinations and copied content."""
 
     key: str
     label: str
     gated: bool = True
     person: str = "approves-all"
     ask_destinations: bool = False
-    ask_content: bool = False
+    ask_copied: bool = False
 
 
 CONFIGS = (
@@ -73,9 +73,9 @@ CONFIGS = (
         person="declines-flagged",
     ),
     Config(
-        "ask-content",
-        "tool-name grants, content asked, approves everything",
-        ask_content=True,
+        "ask-copied",
+        "tool-name grants, copied content asked, approves everything",
+        ask_copied=True,
     ),
     Config(
         "ask-destinations",

@@ -101,7 +101,7 @@ def case(name: str) -> Case:
                 name,
                 suite.tools,
                 ask_destinations=config.ask_destinations,
-                ask_content=config.ask_content,
+                ask_copied=config.ask_copied,
             )
             gates[config.key] = Gate.of(tools, person=config.person, subject=subject)
     sources = {
