@@ -154,6 +154,8 @@ _IDS = {"items[].id_": ResourceKind.IDENTIFIER}
 _NAMES = {"items[]": ResourceKind.IDENTIFIER}
 _INVITES = "sends invitation mails to the participants (cannot be unsent)"
 _CATALOGUE = "the travel service's catalogue: names and reviews written by businesses and guests"
+#: A catalogue's facts about the businesses it lists, keyed by name (``CATALOGUE``).
+_FACTS = Contract(side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE)
 
 CONTRACTS: dict[str, Contract] = {
     # --- mail (workspace, travel) ---------------------------------------------------------
@@ -279,51 +281,27 @@ CONTRACTS: dict[str, Contract] = {
     "get_all_hotels_in_city": Contract(
         side_effect=READ, why=_CATALOGUE, names=True, listing=_NAMES
     ),
-    "get_hotels_prices": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
+    "get_hotels_prices": _FACTS,
     "get_rating_reviews_for_hotels": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_hotels_address": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
+    "get_hotels_address": _FACTS,
     "get_all_restaurants_in_city": Contract(
         side_effect=READ, why=_CATALOGUE, names=True, listing=_NAMES
     ),
-    "get_cuisine_type_for_restaurants": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
-    "get_restaurants_address": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
+    "get_cuisine_type_for_restaurants": _FACTS,
+    "get_restaurants_address": _FACTS,
     "get_rating_reviews_for_restaurants": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_dietary_restrictions_for_all_restaurants": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
-    "get_contact_information_for_restaurants": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
-    "get_price_for_restaurants": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
-    "check_restaurant_opening_hours": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
+    "get_dietary_restrictions_for_all_restaurants": _FACTS,
+    "get_contact_information_for_restaurants": _FACTS,
+    "get_price_for_restaurants": _FACTS,
+    "check_restaurant_opening_hours": _FACTS,
     "get_all_car_rental_companies_in_city": Contract(
         side_effect=READ, why=_CATALOGUE, names=True, listing=_NAMES
     ),
-    "get_car_types_available": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
+    "get_car_types_available": _FACTS,
     "get_rating_reviews_for_car_rental": Contract(side_effect=READ, why=_CATALOGUE, keyed=True),
-    "get_car_fuel_options": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
-    "get_car_rental_address": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
-    "get_car_price_per_day": Contract(
-        side_effect=READ, why=_CATALOGUE, keyed=True, attribution=CATALOGUE
-    ),
+    "get_car_fuel_options": _FACTS,
+    "get_car_rental_address": _FACTS,
+    "get_car_price_per_day": _FACTS,
     "get_flight_information": Contract(side_effect=READ, why=_CATALOGUE),
     "reserve_hotel": Contract(
         side_effect=SENDS,
