@@ -401,7 +401,7 @@ def _attributed(
         ):
             named = named_as(item, user, own=own)
             place = fold(item.place) if len(item.place) >= MIN_NAME_CHARS else ""
-            if named is None and attribution.listed and place in listed_places:
+            if named is None and attribution.listed and place and place in listed_places:
                 named = item.place
             items.append((item.item_id, item.author, item.text, named))
             if attribution.replies and item.author:

@@ -557,10 +557,15 @@ ADDRESSES = {
 }
 
 
-def _hotel_call(location: str, *, listed: bool = True) -> dict[str, Any]:
+def _hotel_call(location: str, *, listed: bool = True, blank: bool = False) -> dict[str, Any]:
     goal = "Find the best-rated hotel in Paris and add a reminder with its address."
-    address = ["tool-2", "untrusted-content", {"tool": "hotel_address", "output": ADDRESSES}]
-    observations = [["user-1", "user", {"goal": goal}], HOTELS, address]
+    output = ADDRESSES
+    hotels = HOTELS
+    if blank:  # a listing holding an empty name, an entry named too short to name
+        output = {"items": [{"name": "Oz", "value": "5 Rue Oz, Paris"}]}
+        hotels = ["tool-1", "untrusted-content", {"tool": "hotels_in", "output": {"items": [""]}}]
+    address = ["tool-2", "untrusted-content", {"tool": "hotel_address", "output": output}]
+    observations = [["user-1", "user", {"goal": goal}], hotels, address]
     sources = sources_from(
         goal,
         {},
@@ -583,6 +588,8 @@ def test_a_place_a_listing_named_vouches_for_its_facts() -> None:
     assert _refused(_hotel_call("9 Rue du Bac, 75007 Paris")) == ["value"]
     # nor does a listed one, unless the contract says a listing may name the place
     assert _refused(_hotel_call("12 Rue des Archives, 75004 Paris", listed=False)) == ["value"]
+    # and an empty name a listing shows names no place too short to be named
+    assert _refused(_hotel_call("5 Rue Oz, Paris", blank=True)) == ["value"]
 
 
 DOCUMENT = Attribution(place="path", destinations=False)
