@@ -14,8 +14,10 @@ Then the whole gate (``warrant.testing.ToolHarness.propose``: ``policy.evaluate`
 provenance layer) on a reply to a sender after the largest observation set the benchmark of
 issue 51 saw (113 observations, about 840 KB: mailboxes and pages), against the same gate
 with nothing read (the layer then has nothing to check): the first evaluation in a worker
-(cold), and the next ones of the same run (its observations' tokens cached), as medians and
-as ratios to that baseline. The target: the cached evaluation within 20 ms.
+that never saw the run (cold), a run's next call with one page read since its last (only that
+page is new: the steady state of a run in one worker), and the same set again (its
+observations' tokens cached), as medians and as ratios to that baseline. The target: the next
+and the cached evaluation within 20 ms.
 """
 
 from __future__ import annotations
@@ -158,7 +160,20 @@ def _gate_on_the_largest_set(*, runs: int = 9) -> dict[str, float]:
         _cold()
         cold.append(once(observed))
     cached = median([once(observed) for _ in range(runs)])
-    return {"baseline_ms": baseline, "cold_ms": median(cold), "cached_ms": cached}
+    # a run's next call: one more page read since the last evaluation (only it is new)
+    pages = observed[1:4]
+    grown = []
+    for n, (tool, page) in enumerate(pages * (runs // len(pages) + 1)):
+        fresh = {**page, "text": page["text"].replace("REF-", f"R{n}X-")}
+        observed = [*observed, (tool, fresh)]
+        once(observed[:-1])
+        grown.append(once(observed))
+    return {
+        "baseline_ms": baseline,
+        "cold_ms": median(cold),
+        "next_ms": median(grown[:runs]),
+        "cached_ms": cached,
+    }
 
 
 #: A fetched page: untrusted, its author the page's URL.
@@ -189,12 +204,17 @@ def main() -> None:
         )
     base = gate["baseline_ms"]
     print(f"\nthe gate, a reply after {OBSERVATIONS} observations (ms, median; x nothing read)")
-    print(f"  nothing read {base:8.2f}")
-    for name in ("cold", "cached"):
+    print(f"  {'nothing read':42} {base:8.2f}")
+    shown = {
+        "cold": "cold (a worker that never saw the run)",
+        "next": "next (one page more than its last call)",
+        "cached": "cached (the same set again)",
+    }
+    for name, label in shown.items():
         value = gate[f"{name}_ms"]
-        print(f"  {name:12} {value:8.2f}  x{value / base:6.1f}")
-    verdict = "ok" if gate["cached_ms"] <= TARGET_MS else "OVER"
-    print(f"  cached target <= {TARGET_MS:g} ms: {verdict}")
+        print(f"  {label:42} {value:8.2f}  x{value / base:6.1f}")
+    verdict = "ok" if max(gate["next_ms"], gate["cached_ms"]) <= TARGET_MS else "OVER"
+    print(f"  next and cached target <= {TARGET_MS:g} ms: {verdict}")
 
 
 if __name__ == "__main__":

@@ -31,10 +31,12 @@ UntrustedPolicy`, per tool):
 * **copied**: a whole value of at least :data:`MIN_CHARS` characters copied from untrusted
   content that no source the user named vouches for. Default: refused,
   ``UNTRUSTED_CONTENT`` (an injection's words never become an effect verbatim).
-* **content**: URLs, e-mail addresses and IBANs the model wrote into any other string
-  argument that nothing the run read supplied, and the user's own data a reply carries.
-  Default: the call waits for a person, who is shown the flag (``UNTRUSTED_ARGUMENT``); no
-  pre-approval covers it.
+* **content**: URLs, e-mail addresses and IBANs an agent with its own loop (planner kind
+  ``external``) wrote into any other string argument that nothing the run read supplied,
+  and the user's own data a reply carries. Default: the call waits for a person, who is
+  shown the flag (``UNTRUSTED_ARGUMENT``); no pre-approval covers it. A planner inside
+  warrant reads only what the run read: such a link is a destination
+  (``ProvenanceSources.whole_context``).
 
 ``allow`` lets a flag through and traces it (``policy.provenance.checked`` ``allowed``).
 """
@@ -293,10 +295,9 @@ def sources_from(
     outputs are the model's, not the user's), a person's answers and trusted tools'
     observations; untrusted: every other tool's. Policy refusals are neither. ``task``: the
     same trusted text by the source name a task-scoped grant gives it. ``attributions``
-    (tool name -> :class:`~warrant.tools._contract.Attribution`): the items of those tools'
-    untrusted outputs, each with the user's word naming its author if any (``named``), and
-    the authors a reply may go to (``Attribution.replies``). ``listings``, ``privates`` (tool
-    name -> ``Tool.listing``, ``Tool.private``): what those tools' outputs list, and hold."""
+    (tool name -> ``Attribution``): the items of those tools' untrusted outputs, each with the
+    user's word naming its author if any (``named``), and the authors a reply may go to.
+    ``listings``, ``privates`` (``Tool.listing``, ``Tool.private``): what outputs list, hold."""
     user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
     spec_text = [text for _, text in leaf_strings(user_spec)]
     trusted = [goal, *spec_text]
@@ -339,6 +340,7 @@ def sources_from(
         listed=tuple(listed),
         private=tuple(private),
         documents=frozenset(documents),
+        whole_context=((spec or {}).get("planner") or {}).get("kind") != "external",
     )
 
 
@@ -515,7 +517,7 @@ def flag_reason(flag: dict[str, Any]) -> str:
         return f"carries {what} to a destination only the author of {flag['to'][0]} vouches for"
     if flag["origin"] == "untrusted":
         return f"found only in untrusted content {flag['observation_id']}"
-    return "in nothing the user or a trusted tool said"
+    return "in nothing the user, a trusted tool or any observation of the run said"
 
 
 @dataclass(frozen=True)
@@ -614,20 +616,20 @@ def analyse(
     item's author, ``UntrustedPolicy.replies``; ``listed``: an identifier a listing named is
     a destination, ``UntrustedPolicy.listed``)."""
     text = _text_of(sources, replies=replies, listed=listed)
-    untrusted_ids = {oid for oid, _ in sources.untrusted}
     origins: dict[str, dict[str, Any]] = {}
     by_action: dict[FlagAction, list[dict[str, Any]]] = {a: [] for a in FlagAction}
     checked: dict[str, str] = {}  # destinations the disclosure check reads: path -> item id
     unnamed: dict[str, str] = {}  # URL destinations: path -> the part trusted text did not name
     for path, value in leaf_strings(arguments):
         kind = resource_kind(resources, path)
-        origin, action = _leaf_origin(
+        origin, typed = _leaf_origin(
             path, value, kind, text, sensitive=sensitive, credentials=credentials
         )
         origins[path] = origin
         flag = origin.get("flag")
         if flag is not None:
-            by_action[_action(flag, action, destinations, content, copied)].append(flag)
+            action = _action(flag, typed, destinations, content, copied, sources.whole_context)
+            by_action[action].append(flag)
             continue
         if kind is ResourceKind.URL and (rest := _unnamed_part(value, origin, text, sources)):
             unnamed[path] = rest
@@ -649,7 +651,7 @@ def analyse(
     )
     return {
         "cites": cites,
-        "cites_untrusted": [c for c in cites if c in untrusted_ids],
+        "cites_untrusted": [c for c in cites if any(c == oid for oid, _ in sources.untrusted)],
         "origins": {p: {k: v for k, v in o.items() if k != "flag"} for p, o in origins.items()},
         "flagged": by_action[FlagAction.ASK],
         "refused": by_action[FlagAction.REFUSE],
@@ -663,11 +665,15 @@ def _action(
     destinations: FlagAction,
     content: FlagAction,
     copied: FlagAction,
+    whole_context: bool,
 ) -> FlagAction:
     """What the tool's policy does with a flag: a destination's (a link taken from untrusted
-    content into text is one), a copied value's, or the content rule's (a link or address
-    the model wrote)."""
-    if destination or (flag["what"] == "embedded" and flag["origin"] == "untrusted"):
+    content into text is one, and so is a link from nowhere the planner read when the gate
+    read all it read: a poisoned memory, a hijacked model), a copied value's, or the content
+    rule's (a link or address an agent with its own loop wrote: it read more than the run)."""
+    if destination or (
+        flag["what"] == "embedded" and (flag["origin"] == "untrusted" or whole_context)
+    ):
         return destinations
     return copied if flag["what"] == "value" and flag["origin"] == "untrusted" else content
 

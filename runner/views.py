@@ -224,6 +224,11 @@ class ProvenanceSources:
     documents: frozenset[str] = frozenset()
     """The ids of the items that vouch for no destination when named
     (``Attribution(destinations=False)``: a bill or a letter the user points at)."""
+    whole_context: bool = True
+    """The gate read everything the planner read: a planner inside warrant (every kind but
+    ``external``) sees only the run's memory view, so a link or address it wrote that nothing
+    the run read holds came from nowhere the user vouches for (refused as a destination). An
+    agent that runs its own loop read things the run never saw: such a link is asked about."""
 
 
 def request_as_shown(request: dict[str, Any] | None) -> dict[str, Any] | None:

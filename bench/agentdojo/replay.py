@@ -163,7 +163,12 @@ class Run:
     ) -> None:
         self.goal, self.env, self.runtime, self.gate, self.marker = goal, env, runtime, gate, marker
         self.sources = dict(sources or {})
-        self.spec = {"goal": goal, "subject": gate.subject if gate else ""}
+        # the replayed agent reads only the task and its tool outputs, as warrant's own planners
+        self.spec = {
+            "goal": goal,
+            "subject": gate.subject if gate else "",
+            "planner": {"kind": "openai"},
+        }
         self.observations: list[list[Any]] = [["user-1", "user", {"goal": goal}]]
         self.bytes = len(json.dumps(self.observations))
         self.history: list[HistoryEntry] = []

@@ -284,22 +284,19 @@ def test_grants_by_tool_name_with_the_default_rules(
             ], (name, missed)
         else:
             assert missed == [], (name, missed)
-    # issue 51: a link or address taken from the inbox into free text is a destination, and a
-    # value copied whole from it is refused (UNTRUSTED_CONTENT). None gets through a person
-    # who declines flagged requests; one who approves everything lets through only what the
-    # planner wrote before it read the inbox: values no observation held (the model's own
-    # words), asked about and flagged, and approved.
+    # issue 51: a link or address taken from the inbox into free text is a destination, a
+    # value copied whole from it is refused (UNTRUSTED_CONTENT), and so is a link the planner
+    # wrote before it read the inbox (a poisoned memory: nothing the run read holds it, and
+    # the gate read all a planner inside warrant read). None gets through either person.
     through = [
         (r.scenario.order, c.name, bool(c.flagged))
         for r in results
         for c in r.injected
         if c.passed_gate or c.effects
     ]
+    assert through == [] and found.through == 0, through
     if person == "declines-flagged":
-        assert through == [] and found.through == 0, through
         assert found.attack_runs_completed == found.attack_runs, found
-    else:
-        assert through == [("before-read", "memory_instruction", True)], through
     # the reply to the attacker's own mail: its sender is an item's author once the inbox is
     # read, and the reply is refused for what another mail said (before, the address is unseen)
     refusals = _policy_messages(engine, [r.run_id for r in results if r.scenario.attack])

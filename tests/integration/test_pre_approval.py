@@ -45,11 +45,28 @@ def test_an_irreversible_write_runs_unattended_once_when_pre_approved(
     ]
 
 
-def test_without_a_pre_approval_the_notice_waits_for_a_person(client, demo, worker, draft_worker):
+def test_without_a_pre_approval_the_notice_waits_for_a_person(
+    engine, client, demo, worker, draft_worker
+):
     to = _recipient()
-    run_id = client.start_run(spec([notice(to), sc.final("Sent.", "tool-1")], grants=[NOTICES]))
+    run_spec = spec([notice(to), sc.final("Sent.", "tool-1")], grants=[NOTICES])
+    # the user names the recipient: a planner inside warrant writing an address nothing the
+    # run read holds is refused UNTRUSTED_DESTINATION (issue 51), not asked about
+    run_spec["goal"] = f"Tell {to} that the refund is on its way."
+    run_id = client.start_run(run_spec)
     info = client.wait(run_id, timeout=30, until={"waiting_confirmation", "failed"})
     assert info.status == "waiting_confirmation" and demo.notice_count(recipient=to) == 0
+    stranger = _recipient()
+    unnamed = client.start_run(
+        spec([notice(stranger), sc.final("Sent.", "tool-1")], grants=[NOTICES])
+    )
+    client.wait(unnamed, timeout=30)
+    [checked] = facts.events(engine, unnamed, "policy.provenance.checked")
+    assert (checked.details["code"], checked.details["refused"]) == (
+        "UNTRUSTED_DESTINATION",
+        ["recipient"],
+    ), checked.details
+    assert demo.notice_count(recipient=stranger) == 0
 
 
 def test_an_operator_pre_approves_over_the_cli_and_run_show_lists_it(

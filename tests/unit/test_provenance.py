@@ -4,6 +4,8 @@ floor for typed resources, per-tool flag actions, origins per argument."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from warrant.runner.codes import ObservationSource
 from warrant.runner.provenance import analyse, embedded_values, sources_from, trace_details
 from warrant.runner.scopes import ResourceKind
@@ -160,8 +162,9 @@ def test_a_short_numeric_id_a_trusted_tool_returned_is_trusted():
 
 def test_a_copied_value_is_refused_by_default_a_link_the_model_wrote_is_asked():
     """Issue 51: a value copied whole from untrusted content is refused ``UNTRUSTED_CONTENT``
-    (``copied``); a link the model wrote that nothing the run read held is asked about
-    (``content``: an agent with its own loop holds its user's words outside the run), and a
+    (``copied``); a link an agent with its own loop wrote that nothing the run read held is
+    asked about (``content``: it holds its user's words outside the run), the same link from
+    a planner inside warrant (the gate read all it read) is refused as a destination, and a
     link taken from untrusted text stays ``UNTRUSTED_DESTINATION``."""
     from warrant.runner.codes import Rejection
     from warrant.runner.provenance import refusal
@@ -174,7 +177,15 @@ def test_a_copied_value_is_refused_by_default_a_link_the_model_wrote_is_asked():
     assert refusal(copied)[0] is Rejection.UNTRUSTED_CONTENT  # type: ignore[index]
     asked = analyse(title, cites=[], sources=sources, resources=RESOURCES, copied=FlagAction.ASK)
     assert asked["refused"] == [] and [f["what"] for f in asked["flagged"]] == ["value"]
-    own_link = _analyse({"body": "Slides at https://slides.example/q3 as usual."})
+    body = {"body": "Slides at https://slides.example/q3 as usual."}
+    agents = replace(SOURCES, whole_context=False)
+    own_link = analyse(body, cites=[], sources=agents, resources=RESOURCES)
     assert own_link["refused"] == [] and [f["origin"] for f in own_link["flagged"]] == ["unseen"]
+    inside = _analyse(body)
+    assert inside["flagged"] == [] and [f["origin"] for f in inside["refused"]] == ["unseen"]
+    assert refusal(inside)[0] is Rejection.UNTRUSTED_DESTINATION  # type: ignore[index]
+    external = sources_from(GOAL, {"planner": {"kind": "external"}}, [])
+    assert not external.whole_context
+    assert sources_from(GOAL, {"planner": {"kind": "openai"}}, []).whole_context
     taken = _analyse({"body": "Pay GB33BUKB20201555555555 today."})
     assert refusal(taken)[0] is Rejection.UNTRUSTED_DESTINATION  # type: ignore[index]
