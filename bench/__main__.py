@@ -133,6 +133,8 @@ class CpuMeter:
             collections.Counter
         )
         self.steps: collections.Counter[str] = collections.Counter()
+        self.counted: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        """The servers' work per pipeline (:func:`bench.latency_meter.server_counters`)."""
 
     @staticmethod
     def _group(proc: Any) -> str | None:
@@ -164,14 +166,34 @@ class CpuMeter:
 
     @contextlib.contextmanager
     def measure(self, pipeline: str, steps: int) -> Iterator[None]:
+        counted = _counters()
         before = self._snapshot()
         yield
         for pid, (group, spent) in self._snapshot().items():
             self.spent[pipeline][group] += spent - before.get(pid, (group, 0.0))[1]
         self.steps[pipeline] += steps
+        for key, value in _counters().items():
+            spent_here = self.counted[pipeline]
+            spent_here[key] = spent_here.get(key, 0.0) + value - counted.get(key, value)
 
     def per_step_ms(self, pipeline: str, group: str) -> float:
         return self.spent[pipeline][group] / max(1, self.steps[pipeline]) * 1000
+
+    def per_step(self, pipeline: str, counter: str) -> float | None:
+        """A server counter per step (None when the server does not count it)."""
+        if counter not in self.counted[pipeline]:
+            return None
+        return self.counted[pipeline][counter] / max(1, self.steps[pipeline])
+
+
+def _counters() -> dict[str, float]:
+    """PostgreSQL transactions and statements in the bench's databases, Redis commands."""
+    from bench.latency_meter import server_counters
+
+    url = ENV["WARRANT_DATABASE_URL"]
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    return server_counters(admin, [name, f"{name}_dbos"], ENV["WARRANT_BROKER_URL"])
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -704,7 +726,19 @@ def _print_comparison(
         if with_dbos:
             diffs.append(ms["warrant"] - ms["DBOS"])
         where.add_row(group, *(f"{v:.2f}" for v in ms.values()), *(f"{d:+.2f}" for d in diffs))
+    for counter, label in _COUNTERS.items():
+        per = {n: cpu.per_step(key, counter) for n, key in pipelines.items()}
+        cells = ["-" if v is None else f"{v:.1f}" for v in per.values()]
+        where.add_row(label, *cells)
     console.print(where)
+
+
+#: The server counters shown per step beside the CPU (the Redis server's are all its clients').
+_COUNTERS = {
+    "pg_commits": "PostgreSQL commits per step",
+    "pg_statements": "PostgreSQL statements per step",
+    "redis_commands": "Redis commands per step (server-wide)",
+}
 
 
 def _write_results(
@@ -715,7 +749,14 @@ def _write_results(
 
     pipelines = ("base", "warrant", *(("dbos",) if "d_p50" in results else ()))
     cpu_ms = {p: {g: cpu.per_step_ms(p, g) for g in CpuMeter.GROUPS} for p in pipelines}
-    record = {"events": events, "rounds": rounds, **results, "cpu_ms_per_step": cpu_ms}
+    counted = {p: {c: cpu.per_step(p, c) for c in _COUNTERS} for p in pipelines}
+    record = {
+        "events": events,
+        "rounds": rounds,
+        **results,
+        "cpu_ms_per_step": cpu_ms,
+        "server_counts_per_step": counted,
+    }
     path.write_text(json.dumps(record, indent=1))
 
 

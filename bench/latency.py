@@ -356,7 +356,7 @@ def _meter(roles: dict[str, list[int]], fakes: Fakes) -> Meter:
     name = url.rsplit("/", 1)[1]
     others = {"fake model": [fakes.model.proc.pid], "fake tool": [fakes.tool.proc.pid]}
     admin = url.rsplit("/", 1)[0] + "/postgres"
-    return Meter(roles, admin, [name, f"{name}_dbos"], SAMPLE_S, others)
+    return Meter(roles, admin, [name, f"{name}_dbos"], SAMPLE_S, others, ENV["WARRANT_BROKER_URL"])
 
 
 def _result(
@@ -393,6 +393,7 @@ def _result(
         "rss_idle_per_process_mb": {r: dict(ps) for r, ps in idle.processes.items()},
         "rss_peak_per_process_mb": {r: dict(ps) for r, ps in meter.peak.processes.items()},
         "cpu_s": meter.cpu,
+        "counted": meter.counted,
         "model_peak_in_flight_by_call": model["peak_by_call"],
         "peak_pg_connections": meter.peak_bench_connections,
         "peak_pg_server_connections": meter.peak_server_connections,

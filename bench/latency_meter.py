@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESERVE", "Meter", "cpu_seconds", "rss_mb", "tree"]
+__all__ = ["RESERVE", "Meter", "cpu_seconds", "rss_mb", "server_counters", "tree"]
 
 #: Connections left free on the shared server; fewer trip the meter.
 RESERVE = 15
@@ -67,6 +67,47 @@ def cpu_seconds(groups: dict[str, list[int]]) -> dict[str, float]:
     return out
 
 
+def server_counters(admin_url: str, databases: list[str], broker_url: str) -> dict[str, float]:
+    """The servers' work so far: PostgreSQL transactions (``pg_stat_database``: commits and
+    rollbacks) in the bench's ``databases``, their statements (``pg_stat_statements``, when
+    the server preloads it; else absent) and the Redis server's commands
+    (``total_commands_processed``: the whole server's, shared with whoever else uses it).
+    Waits until the transaction count holds still for a second (a backend reports its
+    counts at most once a second, an idle one within ten), at most 12 s."""
+    import time
+
+    import psycopg
+    import redis
+
+    out: dict[str, float] = {}
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        previous, deadline = -1.0, time.monotonic() + 12
+        while time.monotonic() < deadline:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT coalesce(sum(xact_commit), 0), coalesce(sum(xact_rollback), 0)"
+                " FROM pg_stat_database WHERE datname = ANY(%s)",
+                [databases],
+            ).fetchone() or (0, 0)
+            out["pg_commits"], out["pg_rollbacks"] = float(row[0]), float(row[1])
+            if out["pg_commits"] == previous:
+                break
+            previous = out["pg_commits"]
+            time.sleep(1.0)
+        try:
+            calls = conn.execute(
+                "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
+                " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = ANY(%s)",
+                [databases],
+            ).fetchone()
+            out["pg_statements"] = float(calls[0] if calls else 0)
+        except psycopg.Error:
+            pass  # not installed, or not in shared_preload_libraries
+    stats = redis.Redis.from_url(broker_url).info("stats")
+    out["redis_commands"] = float(stats["total_commands_processed"])
+    return out
+
+
 @dataclasses.dataclass
 class Sample:
     """RSS per role (MiB, its processes summed) and per process."""
@@ -94,8 +135,12 @@ class Meter:
         databases: list[str],
         interval: float,
         others: dict[str, list[int]],
+        broker_url: str,
     ) -> None:
         self.roles, self.admin_url, self.databases = roles, admin_url, databases
+        self.broker_url = broker_url
+        self.counted: dict[str, float] = {}
+        """The servers' work over the measure (:func:`server_counters`; set on exit)."""
         self.interval = interval
         self.groups = {**roles, **others}
         self.cpu: dict[str, float] = {}
@@ -107,6 +152,7 @@ class Meter:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="latency-meter")
 
     def __enter__(self) -> Meter:
+        self._counted_before = server_counters(self.admin_url, self.databases, self.broker_url)
         self._cpu_before = cpu_seconds(self.groups)
         self._thread.start()
         return self
@@ -117,6 +163,8 @@ class Meter:
         self._stop.set()
         self._thread.join(10)
         self._sample_rss()
+        counted = server_counters(self.admin_url, self.databases, self.broker_url)
+        self.counted = {k: v - self._counted_before[k] for k, v in counted.items()}
 
     def _loop(self) -> None:
         import psycopg

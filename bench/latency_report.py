@@ -134,13 +134,20 @@ def _cpu_table(rows: list[dict[str, Any]]) -> Any:
     table = Table(title="CPU per step during each measure (ms; servers shared with others)")
     for name in ("pipeline", "N", "latency"):
         table.add_column(name)
-    for g in [*groups, "all", "all / wall (cores)"]:
+    counters = {
+        "pg_commits": "PG commits",
+        "pg_statements": "PG statements",
+        "redis_commands": "Redis cmds",
+    }
+    for g in [*groups, "all", "all / wall (cores)", *(f"{c} / step" for c in counters.values())]:
         table.add_column(g, justify="right")
     for r in rows:
         steps = r["n"] * r["steps_per_s"] / r["runs_per_s"]
         cells = [f"{r['cpu_s'].get(g, 0.0) / steps * 1000:.1f}" for g in groups]
         total = sum(r["cpu_s"].values())
         cells += [f"{total / steps * 1000:.1f}", f"{total / r['wall_s']:.2f}"]
+        counted = r.get("counted") or {}
+        cells += [f"{counted[c] / steps:.1f}" if c in counted else "-" for c in counters]
         table.add_row(r["pipeline"], str(r["n"]), r["profile"], *cells)
     return table
 

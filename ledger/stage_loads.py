@@ -95,9 +95,12 @@ SELECT {RUN_COLUMNS}, {{spec}},
               AND (expires_at IS NULL OR expires_at > now())
             ORDER BY key, version DESC) m) AS preferences,
   CASE WHEN r.spec -> 'planner' ->> 'kind' NOT IN ('fixture', 'external') THEN
-    (SELECT coalesce(jsonb_agg(e.details ORDER BY e.seq), '[]'::jsonb) FROM trace_events e
-      WHERE e.run_id = r.id AND e.event = 'model.retry.scheduled'
-        AND e.details -> 'version' = to_jsonb(r.version))
+    (SELECT coalesce(jsonb_agg(e.v -> 1 ORDER BY t.seq, e.n), '[]'::jsonb)
+       FROM trace_records t
+      CROSS JOIN LATERAL jsonb_array_elements(t.events) WITH ORDINALITY AS e(v, n)
+      WHERE t.run_id = r.id AND t.step = r.step + 1
+        AND t.events @> '[["model.retry.scheduled"]]'::jsonb
+        AND e.v ->> 0 = 'model.retry.scheduled' AND e.v -> 1 -> 'version' = to_jsonb(r.version))
   END AS retries
 FROM runs r WHERE r.id = %(run_id)s
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -39,8 +40,9 @@ class RunWatch:
     def watching(self, run_id: str) -> Iterator[CancelSignal]:
         signal = CancelSignal()
         with self.cond:
+            if not self.waiting:
+                self.cond.notify()
             self.waiting.setdefault(run_id, []).append(signal)
-            self.cond.notify()
         try:
             yield signal
         finally:
@@ -55,8 +57,12 @@ class RunWatch:
         while True:
             with self.cond:
                 while not self.waiting:
-                    self.cond.wait()
-                self.cond.wait(self.every_s)
+                    self.cond.wait()  # woken by the first run watched
+                # a full interval whatever is watched meanwhile: a notify per step would make
+                # it one query per step (at N in flight, a query per model call)
+                until = time.monotonic() + self.every_s
+                while (left := until - time.monotonic()) > 0:
+                    self.cond.wait(left)
                 ids = list(self.waiting)
             if not ids:
                 continue

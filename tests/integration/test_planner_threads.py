@@ -108,3 +108,43 @@ def test_a_cancel_abandons_the_model_call_in_flight_and_charges_it(
     with session_scope(engine) as s:
         run = s.get(Run, run_id)
         assert run is not None and run.tokens_used == details["tokens"] > 0
+
+
+def test_the_run_watch_asks_once_per_interval_however_many_runs_start(
+    engine: Any, client: Any
+) -> None:
+    """Issue 52: the watch thread's one query per interval stays one when a step starts
+    watching its run every few milliseconds (each used to wake it: a query per model call),
+    and a cancelled run's signal is still set within an interval or two."""
+    from sqlalchemy import event
+
+    from warrant.broker.planner._run_watch import RunWatch
+    from warrant.ledger.db import autocommit_engine
+    from warrant_demo import scenarios as sc
+
+    every_s = 0.4
+    queries: list[float] = []
+
+    def counted(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "status IN ('cancelling', 'cancelled')" in statement:
+            queries.append(time.monotonic())
+
+    run_id = client.start_run(sc.spec([sc.final("Done.", "user-1")]), publish=False)
+    asks = autocommit_engine(engine)  # the watch's own (each statement its own transaction)
+    event.listen(asks, "before_cursor_execute", counted)
+    try:
+        watch = RunWatch(engine, every_s=every_s)
+        started = time.monotonic()
+        with watch.watching(run_id) as cancelled:
+            others = [watch.watching(f"never-{i}") for i in range(60)]
+            for held in others:  # a step starting every 20 ms for 1.2 s
+                held.__enter__()
+                time.sleep(0.02)
+            waited = time.monotonic() - started
+            assert len(queries) <= waited / every_s + 1, (len(queries), waited)
+            client.cancel(run_id, by="test", reason="issue 52")
+            wait_for(cancelled.is_set, timeout=3 * every_s + 2, what="the cancel signal")
+            for held in others:
+                held.__exit__(None, None, None)
+    finally:
+        event.remove(asks, "before_cursor_execute", counted)
