@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
+from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import LIVE_WORKERS, WorkerProcess, wait_for
 from tests.integration.test_llm_planner import FINAL, SEARCH_CALL, llm_spec
-from warrant.ledger.db import session_scope
+from warrant.broker.planner._run_watch import RunWatch
+from warrant.ledger.db import autocommit_engine, session_scope
 from warrant.ledger.models import Run
 from warrant.runner.stack.roles import role_concurrency, role_pool
 
@@ -116,12 +119,6 @@ def test_the_run_watch_asks_once_per_interval_however_many_runs_start(
     """Issue 52: the watch thread's one query per interval stays one when a step starts
     watching its run every few milliseconds (each used to wake it: a query per model call),
     and a cancelled run's signal is still set within an interval or two."""
-    from sqlalchemy import event
-
-    from warrant.broker.planner._run_watch import RunWatch
-    from warrant.ledger.db import autocommit_engine
-    from warrant_demo import scenarios as sc
-
     every_s = 0.4
     queries: list[float] = []
 
