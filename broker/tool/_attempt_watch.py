@@ -129,6 +129,10 @@ class AttemptWatch:
         self.attempts: dict[str, Attempt] = {}
         self.cond = threading.Condition()
         self.retiring = False
+        self.wake_at = 0.0
+        """Monotonic instant the watch's loop will wake at (0 while it is awake): an attempt
+        that begins wakes it only if its soft limit comes sooner (one wake per attempt made
+        the loop walk every attempt at each start and end: quadratic in the attempts)."""
         self.pid = os.getpid()
         self.beat_due = threading.Event()
         threading.Thread(target=self._loop, name="warrant-attempt-watch", daemon=True).start()
@@ -154,16 +158,16 @@ class AttemptWatch:
         )
         with self.cond:
             self.attempts[command_id] = attempt
-            self.cond.notify()
+            if attempt.soft_at < self.wake_at:  # else the watch wakes in time anyway
+                self.cond.notify()
         _current.attempt = attempt
         try:
             yield attempt
         finally:
             _current.attempt = None
-            with self.cond:
+            with self.cond:  # an attempt that ends never makes the next wake earlier
                 if self.attempts.get(command_id) is attempt:
                     del self.attempts[command_id]
-                self.cond.notify()
 
     def live(self, command_id: str) -> bool:
         with self.cond:
@@ -175,9 +179,11 @@ class AttemptWatch:
         next_beat = time.monotonic()
         while True:
             with self.cond:
-                timeout = self._next_wake(next_beat) - time.monotonic()
+                self.wake_at = self._next_wake(next_beat)
+                timeout = self.wake_at - time.monotonic()
                 if timeout > 0:
                     self.cond.wait(timeout)
+                self.wake_at = 0.0  # awake: a new attempt's limit is seen at the next turn
                 attempts = list(self.attempts.values())
             now = time.monotonic()
             if not attempts:

@@ -21,6 +21,7 @@ from tests.conftest import LIVE_WORKERS, RECONCILER_ENV, WorkerProcess, wait_for
 from tests.integration.test_live_attempt import deliver_again, outcomes
 from tests.integration.test_reconciler import settle
 from tests.integration.test_tool_execution import command_of, refund, spec, started
+from warrant.broker.tool._attempt_watch import AttemptWatch
 from warrant.broker.tool.deadline import HARD_LIMIT_EXIT
 from warrant.broker.tool.lease import holder_of
 from warrant.ledger.db import session_scope
@@ -187,3 +188,28 @@ def test_a_stuck_attempt_keeps_its_lease_until_its_worker_retires(
     assert facts.events(engine, run_id, "command.lease_expired")
     assert outcomes(engine, run_id)[0][1:4] == ("unknown", "COMMAND_LEASE_EXPIRED", "applied")
     stuck.restart()
+
+
+def test_the_attempt_watch_wakes_for_a_sooner_limit_not_for_each_attempt(engine: Any) -> None:
+    """Issue 52: an attempt that begins wakes the watch only if its soft limit comes before
+    the watch's next wake, and one that ends never does (each used to: the loop walked every
+    attempt at each start and end of one, quadratic in the attempts in flight); a sooner
+    limit still interrupts on time."""
+    watch = AttemptWatch(engine, "test-watch", beat_s=0.5, timeout_s=30.0)
+    turns: list[float] = []
+    enforce = watch._enforce
+
+    def counted(attempts: Any, now: float) -> None:
+        turns.append(now)
+        enforce(attempts, now)
+
+    watch._enforce = counted  # type: ignore[method-assign]
+    began = time.monotonic()
+    for i in range(60):  # an attempt every 10 ms, each over in 15 ms, none near its limit
+        with watch.watching(command_id=f"c-{i}", run_id="r", began=time.monotonic(), timeout_s=20):
+            time.sleep(0.015)
+        time.sleep(0.01)
+    spent = time.monotonic() - began
+    assert len(turns) <= spent / 0.5 + 2, (len(turns), spent)
+    with watch.watching(command_id="soon", run_id="r", began=time.monotonic(), timeout_s=0.3) as a:
+        wait_for(lambda: a.interrupted == "deadline", timeout=2, what="the deadline interrupt")
