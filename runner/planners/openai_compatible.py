@@ -35,8 +35,6 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
-
 from warrant.runner import cancellation, costs
 from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
 from warrant.runner.codes import ErrorCode
@@ -360,7 +358,7 @@ class OpenAIPlanner:
             prompt_tokens=costs.estimated_tokens(payload),
         )
 
-    def _attempt(self, request: _Request, *, timeout: float) -> httpx.Response:
+    def _attempt(self, request: _Request, *, timeout: float) -> _model_http.ModelResponse:
         """The response to read, or the typed reason there is none (this attempt is one model
         call either way)."""
         try:
@@ -378,11 +376,11 @@ class OpenAIPlanner:
                 "the run was cancelled while its model call was in flight",
                 usage=self._sent(request),
             ) from None
-        except httpx.TimeoutException:
+        except _model_http.ModelTimeout:
             if timeout < self.spec.timeout_s:  # cut by the run deadline: no later
                 raise PlannerFailure("DEADLINE_REACHED") from None
             raise self._later("MODEL_TIMEOUT") from None
-        except httpx.HTTPError:
+        except _model_http.ModelUnreachable:
             raise self._later("MODEL_UNREACHABLE") from None
         status = response.status_code
         if status == 429 or status >= 500:
@@ -398,7 +396,7 @@ class OpenAIPlanner:
 
     def _reply(
         self,
-        response: httpx.Response,
+        response: _model_http.ModelResponse,
         request: _Request,
         run: RunView,
         view: WorkingMemoryView,
@@ -410,7 +408,10 @@ class OpenAIPlanner:
             body = response.json()
         except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
             usage = costs.estimated_usage(
-                None, prompt_tokens=request.prompt_tokens, message=response.text, price=self._price
+                None,
+                prompt_tokens=request.prompt_tokens,
+                message=response.body_text,
+                price=self._price,
             )
             return PlannerReply(None, usage, calls, invalid="BODY_NOT_JSON")
         usage = self._usage(body, request)
@@ -423,7 +424,7 @@ class OpenAIPlanner:
         return PlannerReply(raw, usage, calls)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: _model_http.ModelResponse) -> float | None:
     """``Retry-After`` in seconds (delta-seconds or an HTTP date), None without a usable one."""
     value = response.headers.get("retry-after")
     if value is None:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.gate import gate
 from tests.unit.test_gate_depth import DEPTHS, nested
 from tests.unit.test_http_api import FakeClient, FakeTokens, Http
-from tests.unit.test_model_retry import _propose
+from tests.unit.test_model_retry import _propose, answered
 from warrant.runner import policy
 from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
 from warrant.runner.client.external_calls import ExternalCalls
@@ -118,7 +117,7 @@ def test_model_arguments_too_deep_are_an_invalid_output_not_a_crash(depth):
 )
 def test_the_planner_replies_invalid_for_a_deep_reply(monkeypatch, content, invalid):
     """What the planner stage records as ``MODEL_OUTPUT_INVALID`` with this reason."""
-    reply, posts = _propose(monkeypatch, httpx.Response(200, content=content))
+    reply, posts = _propose(monkeypatch, answered(200, content=content))
     assert (reply.raw, reply.invalid, posts) == (None, invalid, 1)
 
 

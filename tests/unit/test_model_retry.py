@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 
-import httpx
 import pytest
 
 from warrant.runner.codes import Phase, RunStatus
@@ -19,6 +18,7 @@ from warrant.runner.errors import WarrantError
 from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
 from warrant.runner.planners import PlannerFailure, PlannerRetryLater
 from warrant.runner.planners import openai_compatible as openai_planner
+from warrant.runner.planners._model_http import ModelResponse, ModelTimeout, ModelUnreachable
 from warrant.runner.planners.openai_compatible import OpenAIPlanner
 from warrant.runner.retry import (
     MODEL_RETRY_CAP_S,
@@ -30,6 +30,13 @@ from warrant.runner.spec import Budgets, OpenAIPlannerSpec
 from warrant.runner.views import RunView
 
 NOW = 1_000_000.0
+
+
+def answered(
+    status: int, *, headers: dict[str, str] | None = None, content: bytes = b""
+) -> ModelResponse:
+    """An endpoint's answer as ``_model_http.post`` returns it (header names lower-cased)."""
+    return ModelResponse(status, {k.lower(): v for k, v in (headers or {}).items()}, content)
 
 
 def _decide(**overrides: Any) -> RetryDecision:
@@ -141,7 +148,7 @@ def _propose(monkeypatch: pytest.MonkeyPatch, answer: Any) -> Any:
     exception to raise); returns the reply or the raised error, and the number of posts."""
     posts: list[float] = []
 
-    def post(*_: Any, **__: Any) -> httpx.Response:
+    def post(*_: Any, **__: Any) -> ModelResponse:
         posts.append(time.monotonic())
         if isinstance(answer, Exception):
             raise answer
@@ -160,10 +167,10 @@ def _propose(monkeypatch: pytest.MonkeyPatch, answer: Any) -> Any:
 @pytest.mark.parametrize(
     ("answer", "code", "retry_after"),
     [
-        (httpx.Response(429, headers={"Retry-After": "2"}), "HTTP_429", 2.0),
-        (httpx.Response(503), "HTTP_503", None),
-        (httpx.ConnectError("refused"), "MODEL_UNREACHABLE", None),
-        (httpx.ReadTimeout("slow"), "MODEL_TIMEOUT", None),
+        (answered(429, headers={"Retry-After": "2"}), "HTTP_429", 2.0),
+        (answered(503), "HTTP_503", None),
+        (ModelUnreachable("refused"), "MODEL_UNREACHABLE", None),
+        (ModelTimeout("slow"), "MODEL_TIMEOUT", None),
     ],
 )
 def test_a_busy_or_absent_model_raises_retry_later_after_one_attempt(
@@ -177,14 +184,14 @@ def test_a_busy_or_absent_model_raises_retry_later_after_one_attempt(
 
 
 def test_a_4xx_fails_without_retry(monkeypatch):
-    exc, posts = _propose(monkeypatch, httpx.Response(400))
+    exc, posts = _propose(monkeypatch, answered(400))
     assert type(exc) is PlannerFailure and exc.code == "HTTP_400" and posts == 1
 
 
 def test_retry_after_as_an_http_date():
     when = datetime.fromtimestamp(time.time(), UTC) + timedelta(seconds=90)
     header = format_datetime(when, usegmt=True)
-    delay = openai_planner._retry_after(httpx.Response(429, headers={"Retry-After": header}))
+    delay = openai_planner._retry_after(answered(429, headers={"Retry-After": header}))
     assert delay is not None and 85 <= delay <= 90
-    assert openai_planner._retry_after(httpx.Response(429, headers={"Retry-After": "soon"})) is None
-    assert openai_planner._retry_after(httpx.Response(429)) is None
+    assert openai_planner._retry_after(answered(429, headers={"Retry-After": "soon"})) is None
+    assert openai_planner._retry_after(answered(429)) is None
