@@ -128,16 +128,15 @@ def _the_loop() -> _Loop:
 def post(
     url: str,
     *,
-    json: Any,
+    body: bytes,
     headers: dict[str, str],
     timeout: float,
     cancelled: CancelSignal | None = None,
 ) -> ModelResponse:
-    """POST ``json`` and return the response (its body read), raising :class:`ModelTimeout`
-    or :class:`ModelUnreachable` when there is none, or :class:`Abandoned` as soon as
-    ``cancelled`` is set."""
+    """POST ``body`` (JSON) and return the response (its body read), raising
+    :class:`ModelTimeout` or :class:`ModelUnreachable` when there is none, or
+    :class:`Abandoned` as soon as ``cancelled`` is set."""
     loop = _the_loop()
-    body = jsonlib.dumps(json).encode()
     call = loop.post(url, body, headers, timeout)
     future: Future[ModelResponse] = asyncio.run_coroutine_threadsafe(call, loop.loop)
     if cancelled is None:

@@ -246,6 +246,16 @@ class _Request:
     headers: dict[str, str]
     prompt_tokens: int
     """The prompt's tokens by the documented estimate (:mod:`warrant.runner.costs`)."""
+    encoded: str
+    """``payload`` as compact JSON before ``max_tokens`` was added: serialized once, for the
+    estimate and for the body."""
+
+    def body(self) -> bytes:
+        """The request body: :attr:`encoded` with the ``max_tokens`` the budgets left."""
+        if "max_tokens" not in self.payload:
+            return self.encoded.encode()
+        cap = json.dumps(self.payload["max_tokens"])
+        return f'{self.encoded[:-1]},"max_tokens":{cap}}}'.encode()
 
 
 @dataclass(frozen=True)
@@ -351,11 +361,13 @@ class OpenAIPlanner:
         }
         if self.max_parallel_calls == 1:  # the run's spec forbids parallel steps: say so
             payload["parallel_tool_calls"] = False
+        encoded = json.dumps(payload, separators=(",", ":"))
         return _Request(
             url=self.spec.base_url.rstrip("/") + "/chat/completions",
             payload=payload,
             headers={"Authorization": f"Bearer {key}"} if key else {},
-            prompt_tokens=costs.estimated_tokens(payload),
+            prompt_tokens=costs.estimated_tokens(encoded),
+            encoded=encoded,
         )
 
     def _attempt(self, request: _Request, *, timeout: float) -> _model_http.ModelResponse:
@@ -364,7 +376,7 @@ class OpenAIPlanner:
         try:
             response = _model_http.post(
                 request.url,
-                json=request.payload,
+                body=request.body(),
                 headers=request.headers,
                 timeout=timeout,
                 cancelled=cancellation.current(),

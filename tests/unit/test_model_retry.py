@@ -5,6 +5,7 @@ deadline)."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -195,3 +196,26 @@ def test_retry_after_as_an_http_date():
     assert delay is not None and 85 <= delay <= 90
     assert openai_planner._retry_after(answered(429, headers={"Retry-After": "soon"})) is None
     assert openai_planner._retry_after(answered(429)) is None
+
+
+def test_the_body_is_the_payload_serialized_once_with_the_budgets_max_tokens(monkeypatch):
+    """Issue 52: the request is serialized once (the prompt's estimate reads the same text)
+    and the body sent is that text with ``max_tokens`` added: the same JSON as the payload."""
+    sent: list[bytes] = []
+
+    def post(*_: Any, body: bytes, **__: Any) -> ModelResponse:
+        sent.append(body)
+        return answered(503)
+
+    monkeypatch.setattr(openai_planner._model_http, "post", post)
+    monkeypatch.setattr(openai_planner.time, "time", lambda: NOW)
+    spec = OpenAIPlannerSpec(kind="openai", model="m", base_url="http://127.0.0.1:9/v1")
+    planner = OpenAIPlanner(spec, {})
+    request = planner._request(_view())
+    with pytest.raises(PlannerRetryLater):
+        planner.propose(_run(), _view())
+    [body] = sent
+    payload = json.loads(body)
+    assert payload == {**request.payload, "max_tokens": payload["max_tokens"]}
+    assert payload["max_tokens"] == spec.max_completion_tokens
+    assert request.prompt_tokens == len(request.encoded) // 4
