@@ -31,7 +31,7 @@ from warrant.runner.cancellation import CancelSignal
 from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import WarrantError
 
-__all__ = ["Abandoned", "ModelResponse", "ModelTimeout", "ModelUnreachable", "post"]
+__all__ = ["Abandoned", "ModelResponse", "post"]
 
 #: Connections one process keeps to model endpoints (a planner process holds
 #: ``WARRANT_PLANNER_CONCURRENCY`` calls at most).
@@ -45,14 +45,6 @@ class Abandoned(WarrantError):
 
     def __init__(self) -> None:
         super().__init__("the run was cancelled while its model call was in flight")
-
-
-class ModelUnreachable(Exception):
-    """No answer: the connection failed or broke (refused, reset, closed mid-reply)."""
-
-
-class ModelTimeout(ModelUnreachable):
-    """No answer within the call's timeout."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +98,9 @@ class _Loop:
             ) as response:
                 content = await response.read()
         except TimeoutError as exc:  # aiohttp's ServerTimeoutError is one too
-            raise ModelTimeout(str(exc) or "timed out") from exc
-        except aiohttp.ClientError as exc:
-            raise ModelUnreachable(str(exc) or type(exc).__name__) from exc
+            raise TimeoutError(str(exc) or "timed out") from exc
+        except aiohttp.ClientError as exc:  # refused, reset, closed mid-reply
+            raise ConnectionError(str(exc) or type(exc).__name__) from exc
         found = {k.lower(): v for k, v in response.headers.items()}
         return ModelResponse(response.status, found, content)
 
@@ -134,8 +126,8 @@ def post(
     cancelled: CancelSignal | None = None,
 ) -> ModelResponse:
     """POST ``body`` (JSON) and return the response (its body read), raising
-    :class:`ModelTimeout` or :class:`ModelUnreachable` when there is none, or
-    :class:`Abandoned` as soon as ``cancelled`` is set."""
+    ``TimeoutError`` past ``timeout`` or ``ConnectionError`` when the connection fails or
+    breaks, or :class:`Abandoned` as soon as ``cancelled`` is set."""
     loop = _the_loop()
     call = loop.post(url, body, headers, timeout)
     future: Future[ModelResponse] = asyncio.run_coroutine_threadsafe(call, loop.loop)

@@ -388,11 +388,11 @@ class OpenAIPlanner:
                 "the run was cancelled while its model call was in flight",
                 usage=self._sent(request),
             ) from None
-        except _model_http.ModelTimeout:
+        except TimeoutError:
             if timeout < self.spec.timeout_s:  # cut by the run deadline: no later
                 raise PlannerFailure("DEADLINE_REACHED") from None
             raise self._later("MODEL_TIMEOUT") from None
-        except _model_http.ModelUnreachable:
+        except ConnectionError:
             raise self._later("MODEL_UNREACHABLE") from None
         status = response.status_code
         if status == 429 or status >= 500:

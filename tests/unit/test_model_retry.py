@@ -19,7 +19,7 @@ from warrant.runner.errors import WarrantError
 from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
 from warrant.runner.planners import PlannerFailure, PlannerRetryLater
 from warrant.runner.planners import openai_compatible as openai_planner
-from warrant.runner.planners._model_http import ModelResponse, ModelTimeout, ModelUnreachable
+from warrant.runner.planners._model_http import ModelResponse
 from warrant.runner.planners.openai_compatible import OpenAIPlanner
 from warrant.runner.retry import (
     MODEL_RETRY_CAP_S,
@@ -170,8 +170,8 @@ def _propose(monkeypatch: pytest.MonkeyPatch, answer: Any) -> Any:
     [
         (answered(429, headers={"Retry-After": "2"}), "HTTP_429", 2.0),
         (answered(503), "HTTP_503", None),
-        (ModelUnreachable("refused"), "MODEL_UNREACHABLE", None),
-        (ModelTimeout("slow"), "MODEL_TIMEOUT", None),
+        (ConnectionError("refused"), "MODEL_UNREACHABLE", None),
+        (TimeoutError("slow"), "MODEL_TIMEOUT", None),
     ],
 )
 def test_a_busy_or_absent_model_raises_retry_later_after_one_attempt(
