@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import certifi
 
 from warrant.runner.cancellation import CancelSignal
 from warrant.runner.codes import ErrorCode
@@ -81,7 +82,8 @@ class _Loop:
         self.loop.run_forever()
 
     async def _open(self) -> None:
-        context = ssl.create_default_context()  # one for all: each costs CPU and memory
+        # one for all (each costs CPU and memory), with the CA bundle httpx used (certifi)
+        context = ssl.create_default_context(cafile=certifi.where())
         connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0, ssl=context)
         self.session = aiohttp.ClientSession(connector=connector, trust_env=True)
 
