@@ -166,13 +166,13 @@ class CpuMeter:
 
     @contextlib.contextmanager
     def measure(self, pipeline: str, steps: int) -> Iterator[None]:
-        counted = _counters()
+        counted = _counters(dbos=pipeline == "dbos")
         before = self._snapshot()
         yield
         for pid, (group, spent) in self._snapshot().items():
             self.spent[pipeline][group] += spent - before.get(pid, (group, 0.0))[1]
         self.steps[pipeline] += steps
-        for key, value in _counters().items():
+        for key, value in _counters(dbos=pipeline == "dbos", settle=True).items():
             spent_here = self.counted[pipeline]
             spent_here[key] = spent_here.get(key, 0.0) + value - counted.get(key, value)
 
@@ -186,14 +186,17 @@ class CpuMeter:
         return self.counted[pipeline][counter] / max(1, self.steps[pipeline])
 
 
-def _counters() -> dict[str, float]:
-    """PostgreSQL transactions and statements in the bench's databases, Redis commands."""
+def _counters(*, dbos: bool, settle: bool = False) -> dict[str, float]:
+    """PostgreSQL transactions and statements in the bench's database (and, for DBOS, its
+    system database: its idle worker polls its queue there, which is no other pipeline's
+    cost), Redis commands."""
     from bench.latency_meter import server_counters
 
     url = ENV["WARRANT_DATABASE_URL"]
     name = url.rsplit("/", 1)[1]
     admin = url.rsplit("/", 1)[0] + "/postgres"
-    return server_counters(admin, [name, f"{name}_dbos"], ENV["WARRANT_BROKER_URL"])
+    databases = [name, f"{name}_dbos"] if dbos else [name]
+    return server_counters(admin, databases, ENV["WARRANT_BROKER_URL"], settle=settle)
 
 
 def _pct(values: list[float], q: float) -> float:

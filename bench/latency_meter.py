@@ -67,22 +67,32 @@ def cpu_seconds(groups: dict[str, list[int]]) -> dict[str, float]:
     return out
 
 
-def server_counters(admin_url: str, databases: list[str], broker_url: str) -> dict[str, float]:
+#: Seconds after a workload before its PostgreSQL counts are all reported: a busy backend
+#: reports at most once a second, an idle one within ten (PostgreSQL 15's statistics).
+SETTLE_S = 11.0
+
+
+def server_counters(
+    admin_url: str, databases: list[str], broker_url: str, *, settle: bool = False
+) -> dict[str, float]:
     """The servers' work so far: PostgreSQL transactions (``pg_stat_database``: commits and
     rollbacks) in the bench's ``databases``, their statements (``pg_stat_statements``, when
     the server preloads it; else absent) and the Redis server's commands
     (``total_commands_processed``: the whole server's, shared with whoever else uses it).
-    Waits until the transaction count holds still for a second (a backend reports its
-    counts at most once a second, an idle one within ten), at most 12 s."""
+    ``settle``: at the end of a workload, first wait :data:`SETTLE_S` and until the
+    transaction count holds still for a second (at most 3 s more)."""
     import time
 
     import psycopg
     import redis
 
-    out: dict[str, float] = {}
+    stats = redis.Redis.from_url(broker_url).info("stats")  # before idle workers poll more
+    out: dict[str, float] = {"redis_commands": float(stats["total_commands_processed"])}
+    if settle:
+        time.sleep(SETTLE_S)
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        previous, deadline = -1.0, time.monotonic() + 12
-        while time.monotonic() < deadline:
+        previous, deadline = -1.0, time.monotonic() + (3 if settle else 0)
+        while True:
             conn.execute("SELECT pg_stat_clear_snapshot()")
             row = conn.execute(
                 "SELECT coalesce(sum(xact_commit), 0), coalesce(sum(xact_rollback), 0)"
@@ -90,7 +100,7 @@ def server_counters(admin_url: str, databases: list[str], broker_url: str) -> di
                 [databases],
             ).fetchone() or (0, 0)
             out["pg_commits"], out["pg_rollbacks"] = float(row[0]), float(row[1])
-            if out["pg_commits"] == previous:
+            if out["pg_commits"] == previous or time.monotonic() >= deadline:
                 break
             previous = out["pg_commits"]
             time.sleep(1.0)
@@ -103,8 +113,6 @@ def server_counters(admin_url: str, databases: list[str], broker_url: str) -> di
             out["pg_statements"] = float(calls[0] if calls else 0)
         except psycopg.Error:
             pass  # not installed, or not in shared_preload_libraries
-    stats = redis.Redis.from_url(broker_url).info("stats")
-    out["redis_commands"] = float(stats["total_commands_processed"])
     return out
 
 
@@ -163,7 +171,7 @@ class Meter:
         self._stop.set()
         self._thread.join(10)
         self._sample_rss()
-        counted = server_counters(self.admin_url, self.databases, self.broker_url)
+        counted = server_counters(self.admin_url, self.databases, self.broker_url, settle=True)
         self.counted = {k: v - self._counted_before[k] for k, v in counted.items()}
 
     def _loop(self) -> None:
