@@ -109,10 +109,12 @@ class ModelLimiter(Protocol):
         ...
 
 
-def estimate_tokens(payload: Mapping[str, Any]) -> int:
-    """A request's tokens before the reply says: its JSON's characters / 4, plus
-    :data:`COMPLETION_ESTIMATE_TOKENS` for the reply."""
-    return len(json.dumps(payload, separators=(",", ":"))) // 4 + COMPLETION_ESTIMATE_TOKENS
+def estimate_tokens(payload: Mapping[str, Any] | str) -> int:
+    """A request's tokens before the reply says: its compact JSON's characters / 4 (``payload``
+    or the JSON text already made of it), plus :data:`COMPLETION_ESTIMATE_TOKENS` for the
+    reply."""
+    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return len(text) // 4 + COMPLETION_ESTIMATE_TOKENS
 
 
 def _refuse(message: str) -> SettingsInvalid:

@@ -250,12 +250,16 @@ class _Request:
     """``payload`` as compact JSON before ``max_tokens`` was added: serialized once, for the
     estimate and for the body."""
 
-    def body(self) -> bytes:
-        """The request body: :attr:`encoded` with the ``max_tokens`` the budgets left."""
+    def sent(self) -> str:
+        """The request body as text: :attr:`encoded` with the ``max_tokens`` the budgets left
+        (the payload's compact JSON)."""
         if "max_tokens" not in self.payload:
-            return self.encoded.encode()
+            return self.encoded
         cap = json.dumps(self.payload["max_tokens"])
-        return f'{self.encoded[:-1]},"max_tokens":{cap}}}'.encode()
+        return f'{self.encoded[:-1]},"max_tokens":{cap}}}'
+
+    def body(self) -> bytes:
+        return self.sent().encode()
 
 
 @dataclass(frozen=True)
@@ -343,7 +347,7 @@ class OpenAIPlanner:
         return self.limiter.reserve(
             base_url=self.spec.base_url,
             api_key_env=self.spec.api_key_env,
-            tokens=estimate_tokens(request.payload),
+            tokens=estimate_tokens(request.sent()),  # the same text: serialized once
             deadline_at=deadline_at,
         )
 

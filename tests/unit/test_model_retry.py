@@ -16,6 +16,7 @@ import pytest
 
 from warrant.runner.codes import Phase, RunStatus
 from warrant.runner.errors import WarrantError
+from warrant.runner.limits import estimate_tokens
 from warrant.runner.memory_view import MemoryItem, WorkingMemoryView
 from warrant.runner.planners import PlannerFailure, PlannerRetryLater
 from warrant.runner.planners import openai_compatible as openai_planner
@@ -219,3 +220,5 @@ def test_the_body_is_the_payload_serialized_once_with_the_budgets_max_tokens(mon
     assert payload == {**request.payload, "max_tokens": payload["max_tokens"]}
     assert payload["max_tokens"] == spec.max_completion_tokens
     assert request.prompt_tokens == len(request.encoded) // 4
+    request.payload["max_tokens"] = payload["max_tokens"]
+    assert estimate_tokens(request.sent()) == estimate_tokens(request.payload)
