@@ -740,6 +740,7 @@ def _print_comparison(
 _COUNTERS = {
     "pg_commits": "PostgreSQL commits per step",
     "pg_statements": "PostgreSQL statements per step",
+    "pg_sessions": "PostgreSQL connections opened per step",
     "redis_commands": "Redis commands per step (server-wide)",
 }
 

@@ -76,7 +76,8 @@ def server_counters(
     admin_url: str, databases: list[str], broker_url: str, *, settle: bool = False
 ) -> dict[str, float]:
     """The servers' work so far: PostgreSQL transactions (``pg_stat_database``: commits and
-    rollbacks) in the bench's ``databases``, their statements (``pg_stat_statements``, when
+    rollbacks) and sessions (connections opened: each one a server process forked) in the
+    bench's ``databases``, their statements (``pg_stat_statements``, when
     the server preloads it; else absent) and the Redis server's commands
     (``total_commands_processed``: the whole server's, shared with whoever else uses it).
     ``settle``: at the end of a workload, first wait :data:`SETTLE_S` and until the
@@ -95,11 +96,12 @@ def server_counters(
         while True:
             conn.execute("SELECT pg_stat_clear_snapshot()")
             row = conn.execute(
-                "SELECT coalesce(sum(xact_commit), 0), coalesce(sum(xact_rollback), 0)"
-                " FROM pg_stat_database WHERE datname = ANY(%s)",
+                "SELECT coalesce(sum(xact_commit), 0), coalesce(sum(xact_rollback), 0),"
+                " coalesce(sum(sessions), 0) FROM pg_stat_database WHERE datname = ANY(%s)",
                 [databases],
-            ).fetchone() or (0, 0)
+            ).fetchone() or (0, 0, 0)
             out["pg_commits"], out["pg_rollbacks"] = float(row[0]), float(row[1])
+            out["pg_sessions"] = float(row[2])
             if out["pg_commits"] == previous or time.monotonic() >= deadline:
                 break
             previous = out["pg_commits"]

@@ -137,6 +137,7 @@ def _cpu_table(rows: list[dict[str, Any]]) -> Any:
     counters = {
         "pg_commits": "PG commits",
         "pg_statements": "PG statements",
+        "pg_sessions": "PG sessions",
         "redis_commands": "Redis cmds",
     }
     for g in [*groups, "all", "all / wall (cores)", *(f"{c} / step" for c in counters.values())]:

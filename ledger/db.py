@@ -129,7 +129,7 @@ _AUTOCOMMIT: dict[tuple[Engine, bool, bool], Engine] = {}
 
 #: Connections of an autocommit engine, per process and database (a stage holds one at a
 #: time).
-DEFAULT_AUTOCOMMIT_POOL = 2
+DEFAULT_AUTOCOMMIT_POOL = 12
 
 
 def ping(engine: Engine) -> None:
