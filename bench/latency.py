@@ -65,7 +65,7 @@ SATURATED_S = 3.0
 DUMP_AFTER_S = 3.0
 #: ``--profile``: py-spy's samples per second (its cost grows with the threads it walks: at
 #: 50 Hz it fell a minute behind on a 1024-thread planner; the profile perturbs the measure).
-SPY_HZ = 5
+SPY_HZ = int(os.environ.get("WARRANT_BENCH_SPY_HZ", "5"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,9 +401,10 @@ def _result(
 
 
 class _Spy:
-    """py-spy on the planner and tool workers: ``record`` over the whole run (speedscope
-    files; only the thread holding the GIL: where the process's Python CPU goes), and one
-    ``dump`` of every thread :data:`DUMP_AFTER_S` into it."""
+    """py-spy on each role's first worker: ``record`` over the whole measure (folded stacks of
+    the threads on a CPU, or with ``WARRANT_BENCH_SPY_GIL=1`` of the GIL's holder, which
+    speedscope opens; ``WARRANT_BENCH_SPY_HZ`` samples a second),
+    and one ``dump`` of every thread :data:`DUMP_AFTER_S` into it."""
 
     def __init__(self, out: Path, roles: dict[str, list[int]], n: int) -> None:
         import shutil
@@ -413,7 +414,7 @@ class _Spy:
         self.spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         out.mkdir(parents=True, exist_ok=True)
         self.out, self.n, self.started = out, n, time.monotonic()
-        self.targets = {r: pids[0] for r, pids in roles.items() if r in ("planner", "tool")}
+        self.targets = {r: pids[0] for r, pids in roles.items()}
         self.procs = []
         for role, pid in self.targets.items():
             record = [
@@ -425,8 +426,10 @@ class _Spy:
                 "--rate",
                 str(SPY_HZ),
             ]
-            record += ["--gil", "--nonblocking", "--format", "speedscope"]  # CPU: the GIL's holder
-            record += ["-o", str(out / f"{role}-n{n}.speedscope.json")]
+            record += ["--nonblocking", "--format", "raw"]  # folded stacks; speedscope opens it
+            if os.environ.get("WARRANT_BENCH_SPY_GIL") == "1":
+                record.append("--gil")  # only the GIL's holder: where the Python CPU goes
+            record += ["-o", str(out / f"{role}-n{n}.folded")]
             log = open(out / f"{role}-record.log", "ab")  # noqa: SIM115
             self.procs.append(subprocess.Popen(record, stdout=log, stderr=log))
         self.dumped = False
@@ -480,7 +483,8 @@ def warrant_block(s: Session, profs: list[Profile]) -> None:
         )
         idle = snapshot(stack.roles)
         for p in profs:
-            measure_warrant(s, stack, p, idle, profiling=p.name == "fixed")
+            spied = p.name == ("fixed" if len(profs) > 1 else profs[0].name)
+            measure_warrant(s, stack, p, idle, profiling=spied)
     finally:
         stack.workers.stop()
 

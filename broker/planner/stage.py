@@ -62,8 +62,10 @@ __all__ = ["planner_step"]
 log = logging.getLogger("warrant.planner")
 
 #: A run's spec never changes once the run exists: each process keeps the specs it parsed
-#: last (a fixture planner's spec holds every scripted output, so it is not small).
-SPEC_CACHE_SIZE = 256
+#: last (a fixture planner's spec holds every scripted output, so it is not small). Above the
+#: runs a planner process moves at once (1024 threads at most): at 256, a thousand runs in
+#: flight each missed, reading and validating their spec again at every step.
+SPEC_CACHE_SIZE = 2048
 _SPECS: OrderedDict[str, RunSpec] = OrderedDict()
 #: Seconds before its retry time a waiting step may run (clocks differ); an earlier delivery (a
 #: duplicate, a stall sweep's copy) is dropped: the delayed one is on its way, else the sweep's.

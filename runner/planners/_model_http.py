@@ -12,7 +12,9 @@ The session is ``aiohttp``'s, not ``httpx``'s (issue 52): with 100 calls in flig
 loopback endpoint, an ``httpx.AsyncClient`` spent 4.5-5.7 ms of CPU per request (spread over
 256 small pools, as this module did, 4.5-5.3 ms) and an ``aiohttp.ClientSession`` 0.3-0.5 ms;
 a planner step makes one model call. Proxies come from the environment as they did
-(``trust_env``)."""
+(``HTTPS_PROXY``, ``NO_PROXY``, ...), looked up once per endpoint: ``trust_env`` looked them
+up, and for a ``.netrc``, on every request, in a thread of the loop's executor (a twentieth of
+a planner's CPU)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from typing import Any
 
 import aiohttp
 import certifi
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from warrant.runner.cancellation import CancelSignal
 from warrant.runner.codes import ErrorCode
@@ -85,7 +89,22 @@ class _Loop:
         # one for all (each costs CPU and memory), with the CA bundle httpx used (certifi)
         context = ssl.create_default_context(cafile=certifi.where())
         connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0, ssl=context)
-        self.session = aiohttp.ClientSession(connector=connector, trust_env=True)
+        self.session = aiohttp.ClientSession(connector=connector)
+        self.proxies: dict[tuple[str, str | None, int | None], dict[str, Any]] = {}
+
+    def _proxy(self, url: str) -> dict[str, Any]:
+        """The environment's proxy for ``url``'s origin (none: ``{}``), looked up once."""
+        parsed = URL(url)
+        origin = (parsed.scheme, parsed.host, parsed.port)
+        found = self.proxies.get(origin)
+        if found is None:
+            try:
+                proxy, auth = get_env_proxy_for_url(parsed)
+                found = {"proxy": proxy, "proxy_auth": auth}
+            except LookupError:
+                found = {}
+            self.proxies[origin] = found
+        return found
 
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], timeout: float
@@ -97,6 +116,7 @@ class _Loop:
                 headers={"Content-Type": "application/json", **headers},
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 allow_redirects=False,  # a redirect is the endpoint's answer, as it was
+                **self._proxy(url),
             ) as response:
                 content = await response.read()
         except TimeoutError as exc:  # aiohttp's ServerTimeoutError is one too

@@ -35,6 +35,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
+import orjson
+
 from warrant.runner import cancellation, costs
 from warrant.runner.canonical import MAX_JSON_DEPTH, json_depth
 from warrant.runner.codes import ErrorCode
@@ -365,7 +367,7 @@ class OpenAIPlanner:
         }
         if self.max_parallel_calls == 1:  # the run's spec forbids parallel steps: say so
             payload["parallel_tool_calls"] = False
-        encoded = json.dumps(payload, separators=(",", ":"))
+        encoded = orjson.dumps(payload).decode()  # compact, as json.dumps(separators=...)
         return _Request(
             url=self.spec.base_url.rstrip("/") + "/chat/completions",
             payload=payload,
