@@ -59,6 +59,13 @@ class Compiled:
 
     def first(self, conn: Connection | Session, params: dict[str, Any]) -> Any:
         """The first row (a named tuple) or None."""
+        return self._run(conn, params, lambda cursor: cursor.fetchone())
+
+    def all(self, conn: Connection | Session, params: dict[str, Any]) -> list[Any]:
+        """Every row (named tuples)."""
+        return self._run(conn, params, lambda cursor: cursor.fetchall())
+
+    def _run(self, conn: Connection | Session, params: dict[str, Any], fetch: Any) -> Any:
         values = {**self.defaults, **params} if self.defaults else dict(params)
         for name in self.json_params:
             value = values.get(name)
@@ -66,7 +73,7 @@ class Compiled:
                 values[name] = Jsonb(value)
         cursor = driver_connection(conn).cursor(row_factory=namedtuple_row)
         try:
-            return cursor.execute(self.sql, values).fetchone()
+            return fetch(cursor.execute(self.sql, values))
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             # SQLAlchemy did not run this statement, so it cannot see the failure: drop the
             # connection ourselves and raise SQLAlchemy's error (the stage tasks retry it).

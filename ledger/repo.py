@@ -110,18 +110,25 @@ def _budgets_from_json(text: str) -> Budgets:
     return Budgets.model_validate_json(text)
 
 
-def observations_of(s: Session, run_id: str) -> list[ObservationView]:
-    status = Observation.content["status"].astext
-    rows = s.execute(
-        select(Observation.observation_id, Observation.kind, Observation.step, status)
-        .where(Observation.run_id == run_id)
-        .order_by(Observation.id)
-    ).all()
+_OBSERVATIONS_OF_RUN = Compiled.of(
+    select(
+        Observation.observation_id,
+        Observation.kind,
+        Observation.step,
+        Observation.content["status"].astext,
+    )
+    .where(Observation.run_id == bindparam("run_id"))
+    .order_by(Observation.id)
+)
+
+
+def observations_of(s: Session | Connection, run_id: str) -> list[ObservationView]:
+    """The run's observations, oldest first (what a final answer may cite)."""
     return [
         ObservationView(
             observation_id=o, kind=ObservationKind(k), step=st, **ObservationView.flags(stat)
         )
-        for o, k, st, stat in rows
+        for o, k, st, stat in _OBSERVATIONS_OF_RUN.all(s, {"run_id": run_id})
     ]
 
 
