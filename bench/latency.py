@@ -558,7 +558,8 @@ def main(argv: list[str] | None = None) -> None:
     from bench import dbos_pipeline
 
     args = _args(argv)
-    ENV["WARRANT_TASK_EVENTS"] = "1" if args.events else "0"  # as python -m bench: off by default
+    # as python -m bench: off by default, for the workers and this process's client alike
+    ENV["WARRANT_TASK_EVENTS"] = os.environ["WARRANT_TASK_EVENTS"] = "1" if args.events else "0"
     sizes = [100] if args.quick else [int(n) for n in (args.sizes or "100,1000").split(",")]
     profs = [
         p for p in profiles(args.model_s, args.tool_s) if p.name in (args.only_profile or [p.name])
