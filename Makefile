@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml examples/demo_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 DEV_STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml examples/demo_plugin/pyproject.toml examples/weather_plugin/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-provenance bench-agentdojo bench-cli chaos chaos-concurrency chaos-hosts architecture screenshots clean
+.PHONY: install install-dev demo up test docs test-rabbitmq test-fast test-unit lint format bench bench-series bench-floor bench-provenance bench-agentdojo bench-cli chaos chaos-concurrency chaos-hosts architecture screenshots clean
 
 install: $(STAMP)    ## warrant itself and the demo distribution (examples/demo_plugin) into .venv: what demo and up need (no test tools, no example plug-in)
 
@@ -66,6 +66,10 @@ format: install-dev
 bench: install-dev       ## benchmark against bare Celery and DBOS (prints ratios; see docs/benchmarks.md)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench
+
+bench-floor: install-dev ## what a bare Celery worker spends per no-op message, on each pool and Redis transport warrant uses
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) -m bench.celery_floor
 
 bench-series: install-dev  ## the verdict: the side-by-side part 5 times, task events off and on, medians vs targets
 	$(PY) -m pip install -q -e '.[bench]'

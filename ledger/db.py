@@ -127,9 +127,12 @@ def engine_for(url: str) -> Engine:
 
 _AUTOCOMMIT: dict[tuple[Engine, bool, bool], Engine] = {}
 
-#: Connections of an autocommit engine, per process and database (a stage holds one at a
-#: time).
-DEFAULT_AUTOCOMMIT_POOL = 12
+#: Connections of an autocommit engine, per process and database, kept open (a stage holds
+#: one at a time; the threads of a threads-pool worker beyond its holders share them). No
+#: overflow: with 2 kept and 8 of overflow, a planner at 1000 runs in flight opened and closed
+#: one connection every other step, each a backend PostgreSQL forked; a use beyond these
+#: waits for one. With :data:`DEFAULT_HELD_CONNECTIONS`, 18 per process at most, as before.
+DEFAULT_AUTOCOMMIT_POOL = 10
 
 
 def ping(engine: Engine) -> None:
@@ -159,7 +162,7 @@ def autocommit_engine(engine: Engine, *, relaxed: bool = False, held: bool = Fal
             engine.url,
             isolation_level="AUTOCOMMIT",
             pool_size=1 if held else DEFAULT_AUTOCOMMIT_POOL,
-            max_overflow=-1 if held else 8,
+            max_overflow=-1 if held else 0,
             pool_recycle=1800,
             connect_args=options,
             **_JSON,
