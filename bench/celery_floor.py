@@ -29,7 +29,7 @@ __all__ = ["main"]
 
 BROKER = os.environ.get("WARRANT_BENCH_FLOOR_BROKER_URL", "redis://127.0.0.1:6379/14")
 
-_APP = '''
+_APP = """
 import os
 from celery import Celery
 
@@ -50,12 +50,17 @@ if os.environ.get("FLOOR_TRANSPORT"):
 @app.task(name="noop")
 def noop(n):
     return None
-'''
+"""
 
 #: (label, pool, concurrency, transport): warrant's roles' pools, each on both transports.
 CASES = [
     ("threads x64, kombu's transport", "threads", 64, ""),
-    ("threads x64, warrant's transport", "threads", 64, "warrant.broker._redis_transport:Transport"),
+    (
+        "threads x64, warrant's transport",
+        "threads",
+        64,
+        "warrant.broker._redis_transport:Transport",
+    ),
     ("solo, kombu's transport", "solo", 1, ""),
     ("solo, warrant's transport", "solo", 1, "warrant.broker._redis_transport:Transport"),
 ]
