@@ -467,6 +467,60 @@ def test_a_forked_child_never_uses_its_parents_held_connection(engine, client):
         assert conn.execute(backend).scalar_one() == parent_backend
 
 
+def test_many_threads_open_no_connection_per_use(engine):
+    """The threads beyond the holders share the bounded pool's connections, kept open: a
+    planner at 1000 runs in flight opened and closed one every other step when the pool kept 2
+    and overflowed to 10 (a backend forked per connection, no prepared statement reused)."""
+    import threading
+
+    from sqlalchemy import create_engine, event, text
+
+    from warrant.ledger.db import (
+        DEFAULT_AUTOCOMMIT_POOL,
+        DEFAULT_HELD_CONNECTIONS,
+        autocommit_engine,
+        release_held,
+    )
+    from warrant.ledger.stage_loads import autocommit
+
+    many = create_engine(engine.url)
+    opened = collections.Counter()
+    for held in (False, True):
+        event.listen(
+            autocommit_engine(many, held=held),
+            "connect",
+            lambda *_, held=held: opened.update([held]),
+        )
+    threads, uses = 40, 25
+    start, end = threading.Barrier(threads), threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def use() -> None:
+        try:
+            start.wait(10)
+            for _ in range(uses):
+                with autocommit(many) as conn:
+                    conn.execute(text("SELECT pg_sleep(0.001)"))
+            end.wait(30)  # a pool's threads live on: none gives its connection back early
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            release_held()
+
+    workers = [threading.Thread(target=use) for _ in range(threads)]
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+    finally:
+        for e in (autocommit_engine(many), autocommit_engine(many, held=True), many):
+            e.dispose()
+    assert not errors
+    assert opened[True] <= DEFAULT_HELD_CONNECTIONS  # one per holder, kept
+    assert opened[False] <= DEFAULT_AUTOCOMMIT_POOL  # 800 shared uses, never a fresh one
+
+
 def test_many_threads_keep_a_bounded_number_of_connections(engine):
     """A threads-pool worker (the planner: up to 1024 threads) must not keep a connection per
     thread: PostgreSQL's ``max_connections`` is 100 by default. The first threads keep theirs;
