@@ -24,6 +24,7 @@ ms of CPU, which bounded a planner process to some 20 model calls a second whate
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -229,7 +230,10 @@ def _output(call: Any, view: WorkingMemoryView, *, proposal_id: str) -> dict[str
     }
 
 
+@functools.lru_cache(maxsize=256)
 def _loopback(url: str) -> bool:
+    """Whether ``url``'s host is a loopback address or ``localhost`` (no name is resolved; a
+    run's endpoint is checked at every step, parsed once)."""
     host = urlparse(url).hostname or ""
     if host == "localhost":
         return True
