@@ -17,9 +17,12 @@ contract's hash is computed once per tool object (the hot path hashes only the s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.views import GrantView
@@ -88,13 +91,66 @@ def contract_hash(tool: Tool[Any, Any]) -> str:
 def grants_form(grants: Iterable[GrantView], capabilities: Iterable[str] | None) -> list[Any]:
     """The grants in effect (of ``capabilities``; all when ``None``), in a stable order."""
     wanted = None if capabilities is None else frozenset(capabilities)
+    return _forms(tuple(_row(g) for g in grants), wanted)
+
+
+_Row = tuple[str, str, int | None, int | None, tuple[str, ...], float | None]
+
+
+def _row(g: GrantView) -> _Row:
+    """What of a grant is policy, hashable."""
+    return (
+        g.capability,
+        g.resource_scope,
+        g.expires_at_step,
+        g.max_uses,
+        tuple(sorted(g.destinations_from)),
+        g.expires_at,
+    )
+
+
+def _forms(rows: tuple[_Row, ...], wanted: frozenset[str] | None) -> list[Any]:
     forms = [
-        [g.capability, g.resource_scope, g.expires_at_step, g.max_uses, sorted(g.destinations_from)]
-        + ([g.expires_at] if g.expires_at is not None else [])  # a wall-clock end, if any
-        for g in grants
-        if wanted is None or g.capability in wanted
+        [capability, scope, step, uses, list(sources)]
+        + ([expires_at] if expires_at is not None else [])  # a wall-clock end, if any
+        for capability, scope, step, uses, sources, expires_at in rows
+        if wanted is None or capability in wanted
     ]
     return sorted(forms, key=lambda form: canonical_json(form))
+
+
+#: The hot path's hashes by their inputs: a run's grants and settings repeat at every step.
+_HASHES = 4096
+
+
+@functools.lru_cache(maxsize=_HASHES)
+def _grants_hash(rows: tuple[_Row, ...], wanted: frozenset[str] | None) -> str:
+    return sha256_hex(canonical_json(_forms(rows, wanted)))
+
+
+def _settings_hash(relaxed: bool, floor: int | None, run_policy: Mapping[str, Any] | None) -> str:
+    try:  # keyed by the spec's policy section as sorted JSON
+        key = orjson.dumps(dict(run_policy or {}), option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a value orjson cannot write (an integer past 64 bits): not cached
+        return _settings_digest(relaxed, floor, run_policy)
+    return _settings_cached(relaxed, floor, key)
+
+
+@functools.lru_cache(maxsize=_HASHES)
+def _settings_cached(relaxed: bool, floor: int | None, run_policy: bytes) -> str:
+    return _settings_digest(relaxed, floor, orjson.loads(run_policy))
+
+
+def _settings_digest(relaxed: bool, floor: int | None, run_policy: Mapping[str, Any] | None) -> str:
+    form = settings_form(relaxed=relaxed, approvals_floor=floor, run_policy=run_policy)
+    return sha256_hex(canonical_json(form))
+
+
+@functools.lru_cache(maxsize=_HASHES)
+def _version_hash(contract: str | None, granted: str, settings: str) -> str:
+    return sha256_hex(
+        canonical_json({"contract": contract, "grants": granted, "settings": settings})
+    )
 
 
 def settings_form(
@@ -119,19 +175,10 @@ def policy_version(
     """The policy version of a decision about ``tool`` (``None``: the registry has none)."""
     name = tool.name if tool is not None else None
     contract = contract_hash(tool) if tool is not None else None
-    granted = sha256_hex(
-        canonical_json(grants_form(grants, tool.capabilities if tool is not None else None))
+    wanted = frozenset(tool.capabilities) if tool is not None else None
+    granted = _grants_hash(tuple(_row(g) for g in grants), wanted)
+    settings = _settings_hash(
+        name in relaxed_tools, (approvals_floor or {}).get(name or ""), run_policy
     )
-    settings = sha256_hex(
-        canonical_json(
-            settings_form(
-                relaxed=name in relaxed_tools,
-                approvals_floor=(approvals_floor or {}).get(name or ""),
-                run_policy=run_policy,
-            )
-        )
-    )
-    version = sha256_hex(
-        canonical_json({"contract": contract, "grants": granted, "settings": settings})
-    )
+    version = _version_hash(contract, granted, settings)
     return PolicyVersion(version=version, contract=contract, grants=granted, settings=settings)

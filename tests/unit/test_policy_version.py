@@ -131,3 +131,34 @@ def test_the_contract_is_hashed_once_per_tool_object():
         version(tool=tool)
     per_decision = (time.perf_counter() - started) / 1000
     assert per_decision < max(first, 0.001), (first, per_decision)
+
+
+@pytest.mark.parametrize(
+    "run_policy", [{"on_missing_grant": "replan"}, {"nested": {"b": 1, "a": [2**70, 1.5]}}, None]
+)
+def test_the_cached_hashes_are_the_documented_formula(run_policy):
+    """The hot path keeps its hashes by their inputs: each equals the sha256 of the canonical
+    JSON of its form, computed afresh (an integer past 64 bits is hashed, not cached)."""
+    from warrant.runner.canonical import canonical_json, sha256_hex
+    from warrant.runner.policy_version import grants_form, settings_form
+
+    tool = _tool()
+    grants = (
+        *BASE["grants"],
+        dataclasses.replace(
+            grant("memory:write", "bob/*", grant_id=3),
+            destinations_from=("obs-2", "obs-1"),
+            expires_at=time.time() + 60,
+        ),
+    )
+    for _ in range(2):  # computed, then from the cache
+        got = policy_version(tool=tool, grants=grants, run_policy=run_policy)
+        granted = sha256_hex(canonical_json(grants_form(grants, tool.capabilities)))
+        settings = sha256_hex(
+            canonical_json(
+                settings_form(relaxed=False, approvals_floor=None, run_policy=run_policy)
+            )
+        )
+        whole = {"contract": contract_hash(tool), "grants": granted, "settings": settings}
+        assert (got.grants, got.settings) == (granted, settings)
+        assert got.version == sha256_hex(canonical_json(whole))
