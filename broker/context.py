@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine
@@ -62,11 +63,22 @@ def context_for(
         engine=engine,
         registry=registry,
         publisher=publisher,
-        deps=ToolDepsSet(registry, engine=engine, settings=settings, database_url=database_url),
+        deps=ToolDepsSet(
+            registry,
+            engine=engine,
+            settings=settings,
+            database_url=database_url,
+            publish_run=partial(_first_step, publisher),
+        ),
         settings=settings,
         clock=DatabaseClock(engine),
         limits=shared_limits(settings, registry),
     )
+
+
+def _first_step(publisher: Any, run_id: str) -> None:
+    """A sub-run's first planner message (``delegate``), published after its spawn commits."""
+    publisher.planner(run_id, 1)
 
 
 _CONTEXTS: dict[int, StageContext] = {}

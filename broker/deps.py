@@ -15,7 +15,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from warrant.ledger.db import engine_for
+from warrant.ledger.delegation import SubRuns
 from warrant.ledger.stores import LedgerToolDeps
+from warrant.runner.delegation import scope_kinds
 from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.tools._contract import Tool
 from warrant.tools._plugins import BUILTIN_SOURCE, DepsContext, load_object, registry_for
@@ -34,8 +36,10 @@ class ToolDepsSet:
         engine: Engine,
         settings: WarrantSettings,
         database_url: str = "",
+        publish_run: Callable[[str], None] | None = None,
     ) -> None:
-        self.ledger = LedgerToolDeps(engine)
+        runs = SubRuns(engine, kinds=scope_kinds(registry), publish=publish_run)
+        self.ledger = LedgerToolDeps(engine, runs=runs)
         self._registry = registry
         self._context = DepsContext(settings=settings, database_url=database_url, engine=engine)
         self._deployment_ref = settings.tool_deps

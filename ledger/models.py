@@ -92,10 +92,19 @@ class Run(Base):
     """The version the stalled-run sweep last re-published (migration 0015)."""
     republish_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How many times in a row it re-published that version: the next waits longer."""
+    parent_run_id: Mapped[str | None] = mapped_column(
+        String(36), ForeignKey("runs.id", ondelete="SET NULL"), nullable=True
+    )
+    """The run whose ``delegate`` call started this one; ``None``: a producer's (0024)."""
+    delegation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """A child's spawn terms: the parent's command, what it reserved, ``settled`` (0024)."""
 
     __table_args__ = (
         Index("ix_runs_status", "status"),
         Index("ix_runs_created", "created_at"),
+        Index(
+            "ix_runs_parent", "parent_run_id", postgresql_where=text("parent_run_id IS NOT NULL")
+        ),
         Index(
             "uq_runs_idempotency_key",
             "idempotency_key",

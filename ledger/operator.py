@@ -27,12 +27,14 @@ from warrant.ledger.models import (
     Proposal,
     Run,
 )
-from warrant.ledger.repo import to_datetime
+from warrant.ledger.repo import commit, run_view, to_datetime
 from warrant.ledger.rows import lock_run
-from warrant.runner.codes import CommandStatus
+from warrant.runner import run_machine as machine
+from warrant.runner.codes import CommandStatus, RunStatus
 from warrant.runner.spec import Grant
 
 __all__ = [
+    "cancel_locked",
     "discard_issued_branches",
     "discard_issued_command",
     "insert_grant",
@@ -235,3 +237,21 @@ def active_token(s: Session, token_hash: str) -> Any | None:
     ``None``; its ``last_used_at`` is set to now if older than :data:`TOUCH_EVERY_S`."""
     params = {"token_hash": token_hash, "touch_every_s": TOUCH_EVERY_S}
     return s.execute(_ACTIVE, params).first()
+
+
+def cancel_locked(
+    s: Session, run_id: str, run: Run, status: RunStatus, *, by: str, reason: str
+) -> bool:
+    """Cancel the locked, cancellable ``run``: ``cancelling`` while a tool runs or an effect
+    is unknown, else ``cancelled`` at once. Returns whether something was in flight."""
+    cmd = lock_active_command(s, run)
+    waits = status in (RunStatus.RECONCILING, RunStatus.WAITING_JOB)  # an effect still open
+    in_flight = waits or (cmd is not None and cmd.status == CommandStatus.STARTED)
+    requested = {"by": by, "reason_chars": len(reason), "in_flight": in_flight}
+    if not in_flight:
+        discard_issued_command(cmd)
+    if run.fan_out:  # a parallel step's calls not started: the cancel waits for none of them
+        discard_issued_branches(s, run_id, int(run.fan_out["step"]))
+    change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
+    commit(s, change, step=run.step)
+    return in_flight

@@ -9,6 +9,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
 from warrant.ledger.db import session_scope
+from warrant.ledger.delegation import SubRuns
 from warrant.ledger.memory_store import DEFAULT_MEMORY_KEYS, MemoryStore
 from warrant.ledger.models import Artifact, OutcomeRow, Run
 
@@ -65,11 +66,17 @@ class LedgerToolDeps:
     (and plug-in tools that bring no deps of their own, unless ``WARRANT_TOOL_DEPS`` is set)."""
 
     def __init__(
-        self, engine: Engine, *, memory_keys: tuple[str, ...] = DEFAULT_MEMORY_KEYS
+        self,
+        engine: Engine,
+        *,
+        memory_keys: tuple[str, ...] = DEFAULT_MEMORY_KEYS,
+        runs: SubRuns | None = None,
     ) -> None:
         self.engine = engine
         self.artifacts = ArtifactStore(engine)
         self.memory = MemoryStore(engine, allowed_keys=memory_keys)
+        self.runs = runs or SubRuns(engine)
+        """Sub-runs (the ``delegate`` tool): start, settle, cancel."""
 
     def item_reports(self, command_id: str) -> list[Any]:
         """What the command's earlier attempts (and reconciliations) recorded: each outcome's

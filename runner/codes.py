@@ -166,6 +166,18 @@ class Rejection(StrEnum):
     and an earlier call with the same key, in this run (or in any run within the tool's
     ``effect_window_s``), succeeded, has an unknown effect or is still in flight: the refusal
     names that earlier call. ``repeat_effect: true`` in the proposal asks a person instead."""
+    DELEGATION_WIDENS_GRANT = "DELEGATION_WIDENS_GRANT"
+    """Delegation layer (a ``delegate`` call): a grant asked for the child that no live grant
+    of the parent holds as wide (capability, scope, wall-clock expiry, uses left, task
+    sources). Refused before the child exists; each hop can only narrow."""
+    DELEGATION_OVER_BUDGET = "DELEGATION_OVER_BUDGET"
+    """Delegation layer: a budget asked for the child that exceeds what the parent has left
+    (model calls, tool calls, tokens, cost, time). Refused before the child exists."""
+    DELEGATION_TOO_DEEP = "DELEGATION_TOO_DEEP"
+    """Delegation layer: the run may start no sub-run (``policy.max_delegation_depth`` is 0
+    here: a child's own depth is its parent's less one)."""
+    DELEGATION_FAN_OUT = "DELEGATION_FAN_OUT"
+    """Delegation layer: the run has started ``policy.max_children`` sub-runs already."""
 
 
 def invalid_field_code(field: str) -> str:

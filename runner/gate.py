@@ -73,6 +73,8 @@ class GateInput:
     """Earlier commands with the effect keys of the proposal's calls (this run's, and other
     runs' within the widest window of their tools), newest first; loaded by the stage only
     for tools that declare ``effect_key``."""
+    run_policy: Mapping[str, Any] = field(default_factory=dict)
+    """The run spec's ``policy`` as stored (the delegation layer reads its limits)."""
 
 
 @dataclass(frozen=True, kw_only=True)

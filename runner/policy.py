@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from warrant.runner import delegation
 from warrant.runner.canonical import (
     MAX_JSON_DEPTH,
     canonical_json,
@@ -171,6 +172,9 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     granted = _check_grants(checked, inp, events)
     if not isinstance(granted, _Granted):
         return granted
+    narrowed = _check_delegation(checked, inp, events)
+    if narrowed is not None:
+        return narrowed  # a sub-run wider than its parent: refused before it exists
     if not isinstance(provenance := _check_provenance(checked, inp, events), dict | None):
         return provenance  # refused: a destination no trusted text supplied
     ignored = _guard_state(inp, events)
@@ -354,6 +358,33 @@ def _validate_semantics(checked: _Checked, inp: GateInput, events: list[Event]) 
         if code:
             return _reject(code, "semantic", checked.proposal_hash, inp, events)
     events.append(Event("proposal.semantic.validated", {"tool": tool.name}))
+    return None
+
+
+def _check_delegation(checked: _Checked, inp: GateInput, events: list[Event]) -> Decision | None:
+    """The delegation layer (a ``delegate`` call only): the child's grants and budgets must
+    each be narrower than what the parent holds and has left (:mod:`~.delegation`)."""
+    if checked.tool.name != delegation.DELEGATE_TOOL:
+        return None
+    found = delegation.terms(
+        checked.model,
+        parent=inp.run,
+        grants=inp.grants,
+        run_policy=inp.run_policy,
+        kinds=delegation.scope_kinds(inp.registry),
+        now=inp.now,
+        counted=False,
+    )
+    if isinstance(found, delegation.Refusal):
+        return _reject(
+            found.code, "delegation", checked.proposal_hash, inp, events, message=found.message
+        )
+    events.append(
+        Event(
+            "policy.delegation.checked",
+            {"grants": len(found.spec["grants"]), "reserved": found.reserved.as_json()},
+        )
+    )
     return None
 
 

@@ -92,6 +92,10 @@ EXTERNAL_TOOL_CALLS_PER_STEP = 2
 DEFAULT_MAX_PARALLEL_CALLS = 4
 #: ... and at most.
 MAX_PARALLEL_CALLS = 16
+#: Hops of sub-runs a run may start below it by default (``RunPolicy.max_delegation_depth``) ...
+DEFAULT_MAX_DELEGATION_DEPTH = 1
+#: ... and sub-runs one run may start (``RunPolicy.max_children``).
+DEFAULT_MAX_CHILDREN = 8
 
 
 class _Strict(BaseModel):
@@ -302,6 +306,12 @@ class RunPolicy(_Strict):
     max_parallel_calls: int = Field(default=DEFAULT_MAX_PARALLEL_CALLS, ge=1, le=MAX_PARALLEL_CALLS)
     """Calls one parallel step may carry (``kind: parallel``); 1 forbids parallel steps (the
     OpenAI-compatible planner then sends ``parallel_tool_calls: false``)."""
+    max_delegation_depth: int = Field(default=DEFAULT_MAX_DELEGATION_DEPTH, ge=0, le=8)
+    """How many hops of sub-runs may start below this run (the ``delegate`` tool, which also
+    needs a grant of ``runs:delegate``): 0 forbids it, 1 lets this run start children that
+    start none. A child's own is its parent's less one, whatever it asks."""
+    max_children: int = Field(default=DEFAULT_MAX_CHILDREN, ge=0, le=100)
+    """Sub-runs this run may start in its whole life (``DELEGATION_FAN_OUT`` after)."""
 
 
 class PreApproval(_Strict):

@@ -1,17 +1,25 @@
-"""The seed tools: ``search_public`` (read), ``write_artifact`` (idempotent write) and
-``save_preference`` (memory write behind a grant and a per-call confirmation)."""
+"""The seed tools: ``search_public`` (read), ``write_artifact`` (idempotent write),
+``save_preference`` (memory write behind a grant and a per-call confirmation) and ``delegate``
+(a sub-run with narrower grants and carved budgets, followed like a long-running job)."""
 
 from __future__ import annotations
 
 import hashlib
 import posixpath
+from typing import Any
 
 from pydantic import Field
 
 from warrant.runner.codes import ObservationSource, Rejection
+from warrant.runner.delegation import DELEGATE_CAPABILITY, DELEGATE_TOOL
 from warrant.runner.errors import ToolFailed, ToolRejected
+from warrant.runner.spec import Grant, PlannerSpec
 from warrant.tools._contract import (
+    Accepted,
     ConfirmationPolicy,
+    JobHooks,
+    JobState,
+    JobStatus,
     ReconcileResult,
     SideEffect,
     Tool,
@@ -20,7 +28,15 @@ from warrant.tools._contract import (
     ToolOutput,
 )
 
-__all__ = ["BUILTIN_TOOLS", "SAVE_PREFERENCE", "SEARCH_PUBLIC", "WRITE_ARTIFACT"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "DELEGATE",
+    "SAVE_PREFERENCE",
+    "SEARCH_PUBLIC",
+    "WRITE_ARTIFACT",
+    "DelegateInput",
+    "DelegateOutput",
+]
 
 MEMORY_KEYS = frozenset({"answer_language", "citation_style"})
 MEMORY_VALUE_MAX = 40
@@ -242,4 +258,90 @@ SAVE_PREFERENCE: Tool[SavePreferenceInput, SavePreferenceOutput] = Tool(
 )
 
 
-BUILTIN_TOOLS: list[Tool] = [SEARCH_PUBLIC, WRITE_ARTIFACT, SAVE_PREFERENCE]
+# --- delegate ------------------------------------------------------------------------------
+# The gate's delegation layer checked the child's terms before this runs; the spawn checks them
+# again under the parent's lock (warrant.runner.delegation, warrant.ledger.delegation).
+
+
+class DelegateInput(_Input):
+    """A ``delegate`` call's arguments: the child's goal, planner, grants and budgets."""
+
+    goal: str = Field(min_length=1, max_length=8_000)
+    """The child's goal (its observation ``user-1``)."""
+    planner: PlannerSpec
+    """Which planner proposes the child's actions (any kind, ``external`` too)."""
+    grants: list[Grant] = Field(default_factory=list, max_length=100)
+    """The child's grants: each narrower than one the parent holds."""
+    budgets: dict[str, Any] = Field(default_factory=dict, max_length=30)
+    """The child's budgets (``Budgets`` fields); a carved field not given is the smaller of
+    its default and what the parent has left."""
+
+
+class DelegateOutput(_Output):
+    """What the parent observes when its child ends."""
+
+    child_run_id: str
+    """The child's run id (its trace, its observations)."""
+    status: str
+    """``completed``, ``failed`` or ``cancelled``."""
+    stop_reason: str | None = None
+    """Why it ended (``FINAL_ANSWER_VALIDATED``, ``MAX_TOOL_CALLS_REACHED``, ...)."""
+    answer: str | None = None
+    """The child's validated final answer, if it gave one."""
+    citations: list[str] = Field(default_factory=list)
+    """The child's observations its answer cites (ids in the child's run)."""
+    read_untrusted: bool = False
+    """Whether the child read untrusted content (its answer may carry it)."""
+
+
+def _delegate(args: DelegateInput, ctx: ToolContext) -> Accepted:
+    child = ctx.deps.runs.spawn(
+        parent_run_id=ctx.run_id,
+        command_id=ctx.command_id,
+        token=ctx.idempotency_token,
+        request=args,
+    )
+    return Accepted(operation_id=child, details={"child_run_id": child})
+
+
+def _poll_child(child_run_id: str, ctx: ToolContext) -> JobStatus:
+    output = ctx.deps.runs.settle(child_run_id)
+    if output is None:
+        return JobStatus(JobState.RUNNING)
+    return JobStatus(JobState.SUCCEEDED, output=output)
+
+
+def _cancel_child(child_run_id: str, ctx: ToolContext) -> None:
+    ctx.deps.runs.cancel(child_run_id)
+
+
+#: How often the reconciler asks whether a child has ended.
+CHILD_POLL_INTERVAL_S = 1.0
+
+DELEGATE: Tool[DelegateInput, DelegateOutput] = Tool(
+    name=DELEGATE_TOOL,
+    version="1",
+    description=(
+        "Start a sub-run with its own goal and planner, with grants narrower than this run's"
+        " and budgets carved out of what it has left; its result comes back as one"
+        " observation when it ends."
+    ),
+    input_model=DelegateInput,
+    output_model=DelegateOutput,
+    capabilities=(DELEGATE_CAPABILITY,),
+    side_effect=SideEffect.IDEMPOTENT_WRITE,  # the child is keyed by the call's token
+    output_source=ObservationSource.UNTRUSTED_CONTENT,  # a model wrote the child's answer
+    execute=_delegate,
+    timeout_s=10.0,
+    resource=lambda args, subject: "runs",
+    job=JobHooks(
+        poll=_poll_child,
+        cancel=_cancel_child,
+        interval_s=CHILD_POLL_INTERVAL_S,
+        max_polls=7 * 24 * 3600,
+        timeout_s=7 * 24 * 3600.0,  # the parent's own deadline ends the wait first
+    ),
+)
+
+
+BUILTIN_TOOLS: list[Tool] = [SEARCH_PUBLIC, WRITE_ARTIFACT, SAVE_PREFERENCE, DELEGATE]

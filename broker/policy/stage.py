@@ -209,6 +209,7 @@ def _gate_input(
         observed=ctx.settings.observed_tools,
         pre_approvals=pre_approvals_from(row.pre_approvals),
         effects=load.effects,
+        run_policy=row.run_policy or {},
         provenance=None
         if load.provenance is None
         else sources_from(

@@ -18,16 +18,11 @@ from warrant.broker import telemetry
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.db_clock import DatabaseClock
+from warrant.ledger.delegation import children_of
 from warrant.ledger.memory_store import MemoryStore
 from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
-from warrant.ledger.operator import (
-    discard_issued_branches,
-    discard_issued_command,
-    lock_active_command,
-    lock_run,
-)
-from warrant.ledger.repo import commit, run_view
+from warrant.ledger.operator import cancel_locked, lock_run
 from warrant.ledger.runs_create import create_run
 from warrant.ledger.stage_loads import autocommit, run_status
 from warrant.ledger.workers import live_workers
@@ -36,7 +31,7 @@ from warrant.runner.canonical import content_hash
 from warrant.runner.client.idempotency import origin as start_origin
 from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.run_info import SETTLED, RunInfo
-from warrant.runner.codes import CommandStatus, ObservationKind, ObservationSource, RunStatus
+from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.confirmation_rules import pre_approval_record
 from warrant.runner.costs import check_priced
 from warrant.runner.errors import RunNotFound, StateConflict
@@ -251,10 +246,22 @@ class RunsClient:
                 raise StateConflict(
                     f"run {run_id} is {status.value}; nothing to cancel", code="RUN_NOT_CANCELLABLE"
                 )
-            in_flight = _cancel_locked(s, run_id, run, status, by=by, reason=reason)
+            in_flight = cancel_locked(s, run_id, run, status, by=by, reason=reason)
+            children = children_of(s, run_id)
         if revoke:
             self.publisher.revoke_run(run_id, terminate=in_flight)
+        self._cancel_children(children, by=by, revoke=revoke)
         return self.get_run(run_id)
+
+    def _cancel_children(self, children: list[str], *, by: str, revoke: bool) -> None:
+        """Every sub-run still going is cancelled too, and theirs in turn (the same path:
+        the ledger's flag, then the revoke broadcast). A child with a person (``handoff``) or
+        already ended is left as it is."""
+        for child in children:
+            try:
+                self.cancel(child, by=by, reason="its parent was cancelled", revoke=revoke)
+            except StateConflict:
+                continue
 
     @retry_once_on_disconnect
     def ids_like(self, key: str, *, kind: str = "run", min_length: int = 6) -> list[str]:
@@ -340,24 +347,6 @@ def found_run(s: Session, run_id: str, *, lock: bool = False) -> Run:
     if run is None:
         raise RunNotFound(f"no run {run_id}")
     return run
-
-
-def _cancel_locked(
-    s: Session, run_id: str, run: Run, status: RunStatus, *, by: str, reason: str
-) -> bool:
-    """Cancel the locked, cancellable ``run``: ``cancelling`` while a tool runs or an effect
-    is unknown, else ``cancelled`` at once. Returns whether something was in flight."""
-    cmd = lock_active_command(s, run)
-    waits = status in (RunStatus.RECONCILING, RunStatus.WAITING_JOB)  # an effect still open
-    in_flight = waits or (cmd is not None and cmd.status == CommandStatus.STARTED)
-    requested = {"by": by, "reason_chars": len(reason), "in_flight": in_flight}
-    if not in_flight:
-        discard_issued_command(cmd)
-    if run.fan_out:  # a parallel step's calls not started: the cancel waits for none of them
-        discard_issued_branches(s, run_id, int(run.fan_out["step"]))
-    change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
-    commit(s, change, step=run.step)
-    return in_flight
 
 
 def _check_against_registry(spec: RunSpec) -> None:

@@ -43,15 +43,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class FixturePlanner:
-    """Scripted outputs: the n-th model call returns ``outputs[n]``. Deterministic."""
+    """Scripted outputs: the call for step n+1 returns ``outputs[n]``. Deterministic. (Its
+    position is the run's step, not its model-call counter: that one also holds what the run's
+    sub-runs used and reserved.)"""
 
     spec: FixturePlannerSpec
 
     def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
         usage = self.spec.usage_per_call or Usage()
-        if run.model_calls >= len(self.spec.outputs):
+        if run.step >= len(self.spec.outputs):
             raise PlannerFailure("FIXTURE_PLANNER_EXHAUSTED", usage=usage)
-        return PlannerReply(self.spec.outputs[run.model_calls], usage)
+        return PlannerReply(self.spec.outputs[run.step], usage)
 
 
 def planner_for(

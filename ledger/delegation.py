@@ -1,0 +1,305 @@
+"""Sub-runs in the ledger: a ``delegate`` call's child started, followed and settled.
+
+What the built-in ``delegate`` tool sees as ``ctx.deps.runs``:
+
+* :meth:`SubRuns.spawn` starts the child in one transaction under the parent's row lock: the
+  terms checked again on the ledger's state (:func:`warrant.runner.delegation.terms`), the child
+  recorded like any run (its ``run.created`` names its parent and its grants), its budgets and
+  grant uses reserved from the parent's counters, ``run.delegated`` on the parent's trace. The
+  child is keyed by the command's idempotency token: a repeat of the call finds the same child.
+* :meth:`SubRuns.settle`, asked by the reconciler's job poll, says whether the child has ended;
+  the first time it has, the parent gets back what the child did not use (once: ``settled``),
+  the child's tool calls are added to the parent's per-tool counts, and ``run.child_ended``
+  goes on the parent's trace.
+* :meth:`SubRuns.cancel` cancels a child (a parent cancelled, a wait past its bounds).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import GrantRow, Observation, Run, TraceRecord
+from warrant.ledger.operator import cancel_locked, database_now, lock_run
+from warrant.ledger.repo import append_events, run_view
+from warrant.ledger.runs_create import create_run
+from warrant.runner import delegation
+from warrant.runner import run_machine as machine
+from warrant.runner.canonical import content_hash
+from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
+from warrant.runner.errors import SpecError, ToolRejected
+from warrant.runner.spec import parse_run_spec
+from warrant.runner.views import GrantView
+from warrant.tools._builtin import DelegateOutput
+
+__all__ = ["SubRuns", "children_of"]
+
+_KEY_PREFIX = "delegate:"
+
+
+class SubRuns:
+    """A worker process's handle on sub-runs (``ctx.deps.runs`` of the ``delegate`` tool)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        kinds: delegation.ScopeKinds | None = None,
+        publish: Callable[[str], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self._kinds = kinds or (lambda _capability: frozenset({None}))
+        self._publish = publish
+
+    def spawn(
+        self, *, parent_run_id: str, command_id: str, token: str, request: delegation.Request
+    ) -> str:
+        """The child of this call (started now, or found again by the call's token); its
+        first planner message is published after the commit."""
+        key = _KEY_PREFIX + token
+        with session_scope(self.engine) as s:
+            parent = lock_run(s, parent_run_id)
+            if parent is None:
+                raise ToolRejected("the parent run is gone", code="RUN_NOT_FOUND")
+            known = s.scalars(select(Run.id).where(Run.idempotency_key == key)).first()
+            child_id = known or self._start(
+                s, parent, command_id=command_id, key=key, request=request
+            )
+        if self._publish is not None:
+            self._publish(child_id)  # again for a child found: a duplicate message does nothing
+        return child_id
+
+    def _start(
+        self,
+        s: Session,
+        parent: Run,
+        *,
+        command_id: str,
+        key: str,
+        request: delegation.Request,
+    ) -> str:
+        if RunStatus(parent.status).terminal or parent.status == RunStatus.CANCELLING:
+            raise ToolRejected(f"the parent run is {parent.status}", code="RUN_FINISHED")
+        terms = delegation.terms(
+            request,
+            parent=run_view(parent),
+            grants=_grant_views(s, parent.id),
+            run_policy=(parent.spec or {}).get("policy") or {},
+            kinds=self._kinds,
+            now=database_now(s),
+            counted=True,
+        )
+        if isinstance(terms, delegation.Refusal):
+            raise ToolRejected(terms.message, code=terms.code)
+        try:
+            spec = parse_run_spec(terms.spec)
+        except SpecError as exc:
+            raise ToolRejected(str(exc), code="SPEC_INVALID") from None
+        child_id = str(uuid.uuid4())
+        named = {
+            "parent_run_id": parent.id,
+            "parent_command_id": command_id,
+            "grants": [g.model_dump(mode="json", exclude_none=True) for g in spec.grants],
+            "max_delegation_depth": terms.depth,
+        }
+        _record_child(s, child_id, spec, key=key, parent=parent, named=named)
+        s.execute(
+            update(Run)
+            .where(Run.id == child_id)
+            .values(
+                parent_run_id=parent.id,
+                delegation={
+                    "parent_command_id": command_id,
+                    "reserved": terms.reserved.as_json(),
+                },
+            )
+        )
+        _reserve(s, parent, terms.reserved)
+        reserved = terms.reserved.as_json()
+        event = ("run.delegated", {"child_run_id": child_id, "command_id": command_id, **reserved})
+        append_events(s, parent.id, [event], step=parent.step)
+        return child_id
+
+    def settle(self, child_run_id: str) -> dict[str, Any] | None:
+        """``None`` while the child runs (or waits for a person); once it has ended, what the
+        parent observes (:class:`~warrant.runner.delegation.DelegateOutput`), the unused
+        reservation given back the first time."""
+        with session_scope(self.engine) as s:
+            child = lock_run(s, child_run_id)
+            if child is None:
+                return None
+            if not RunStatus(child.status).terminal:
+                return None
+            terms = dict(child.delegation or {})
+            if "output" in terms:
+                return dict(terms["output"])
+            output = _output(s, child)
+            parent = lock_run(s, child.parent_run_id) if child.parent_run_id else None
+            if parent is not None:
+                returned = _give_back(s, parent, child, terms.get("reserved") or {})
+                event = ("run.child_ended", {**output, "returned": returned})
+                event[1].pop("answer", None)
+                append_events(s, parent.id, [event], step=parent.step)
+            terms["output"] = output
+            child.delegation = terms
+            return output
+
+    def cancel(self, child_run_id: str, *, by: str = "parent") -> None:
+        """Cancel the child (the ledger's flag; its workers see it): nothing if it has ended."""
+        with session_scope(self.engine) as s:
+            child = lock_run(s, child_run_id)
+            if child is None:
+                return
+            status = RunStatus(child.status)
+            if status.terminal or status in (RunStatus.CANCELLING, RunStatus.HANDOFF):
+                return
+            cancel_locked(s, child.id, child, status, by=by, reason="its parent was cancelled")
+
+    def children(self, run_id: str) -> list[str]:
+        with session_scope(self.engine) as s:
+            return children_of(s, run_id)
+
+
+def children_of(s: Session, run_id: str) -> list[str]:
+    """The runs ``run_id`` started, oldest first."""
+    q = select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.created_at, Run.id)
+    return list(s.scalars(q))
+
+
+def _grant_views(s: Session, run_id: str) -> list[GrantView]:
+    rows = s.scalars(select(GrantRow).where(GrantRow.run_id == run_id).order_by(GrantRow.id))
+    return [
+        GrantView(
+            grant_id=g.id,
+            run_id=g.run_id,
+            capability=g.capability,
+            resource_scope=g.resource_scope,
+            expires_at_step=g.expires_at_step,
+            max_uses=g.max_uses,
+            uses=g.uses,
+            destinations_from=tuple(g.destinations_from or ()),
+            expires_at=None if g.expires_at is None else g.expires_at.timestamp(),
+        )
+        for g in rows
+    ]
+
+
+def _record_child(
+    s: Session, child_id: str, spec: Any, *, key: str, parent: Run, named: dict[str, Any]
+) -> None:
+    goal = {"goal": spec.goal}
+    created = {
+        "subject_hash": content_hash(spec.subject)[:16],
+        "grants": len(spec.grants),
+        "pre_approved": 0,
+        "budgets": spec.budgets.model_dump(mode="json"),
+        **named,
+    }
+    first = machine.start(created=created)
+    create_run(
+        s.connection(),
+        run_id=child_id,
+        status=first.status.value,
+        phase=first.phase.value,
+        goal=spec.goal,
+        subject=spec.subject,
+        spec=spec.model_dump(mode="json"),
+        trace_id=parent.trace_id,
+        deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
+        grants=[g.model_dump(mode="json") for g in spec.grants],
+        observation={
+            "observation_id": "user-1",
+            "kind": ObservationKind.USER.value,
+            "source": ObservationSource.USER.value,
+            "content": goal,
+            "content_hash": content_hash(goal),
+        },
+        events=list(first.events),
+        idempotency_key=key,
+        spec_hash=content_hash(spec.model_dump(mode="json")),
+        started_by=f"run:{parent.id}",
+    )
+
+
+def _reserve(s: Session, parent: Run, reserved: delegation.Reservation) -> None:
+    values: dict[str, Any] = {"tool_calls": Run.tool_calls + reserved.tool_calls}
+    if reserved.model_calls is not None:
+        values["model_calls"] = Run.model_calls + reserved.model_calls
+    if reserved.tokens is not None:
+        values["tokens_used"] = Run.tokens_used + reserved.tokens
+    if reserved.cost is not None:
+        values["cost_used"] = Run.cost_used + reserved.cost
+    s.execute(update(Run).where(Run.id == parent.id).values(**values))
+    for _index, grant_id, uses in reserved.grant_uses:
+        s.execute(update(GrantRow).where(GrantRow.id == grant_id).values(uses=GrantRow.uses + uses))
+    s.refresh(parent)
+
+
+def _give_back(s: Session, parent: Run, child: Run, reserved: dict[str, Any]) -> dict[str, Any]:
+    """The reservation less what the child used, back to the parent's counters; the child's
+    tool calls added to the parent's per-tool counts. Returns what went back."""
+    used = {
+        "model_calls": child.model_calls,
+        "tool_calls": child.tool_calls,
+        "tokens": child.tokens_used or 0,
+        "cost": child.cost_used or 0.0,
+    }
+    back: dict[str, Any] = {
+        name: max(0, (reserved.get(name) or 0) - used[name])
+        for name in used
+        if reserved.get(name) is not None
+    }
+    by_tool = dict(parent.tool_calls_by_tool or {})
+    for tool, count in (child.tool_calls_by_tool or {}).items():
+        by_tool[tool] = by_tool.get(tool, 0) + int(count)
+    parent.tool_calls_by_tool = by_tool
+    parent.tool_calls = parent.tool_calls - int(back.get("tool_calls", 0))
+    parent.model_calls = parent.model_calls - int(back.get("model_calls", 0))
+    parent.tokens_used = (parent.tokens_used or 0) - int(back.get("tokens", 0))
+    parent.cost_used = (parent.cost_used or 0.0) - back.get("cost", 0.0)
+    child_grants = _grant_views(s, child.id)
+    for index, grant_id, uses in reserved.get("grant_uses") or []:
+        spent = child_grants[index].uses if index < len(child_grants) else uses
+        left = max(0, int(uses) - spent)
+        if left:
+            s.execute(
+                update(GrantRow).where(GrantRow.id == grant_id).values(uses=GrantRow.uses - left)
+            )
+    return back
+
+
+def _output(s: Session, child: Run) -> dict[str, Any]:
+    untrusted = s.scalars(
+        select(Observation.id)
+        .where(
+            Observation.run_id == child.id,
+            Observation.source == ObservationSource.UNTRUSTED_CONTENT.value,
+        )
+        .limit(1)
+    ).first()
+    return DelegateOutput(
+        child_run_id=child.id,
+        status=child.status,
+        stop_reason=child.stop_reason,
+        answer=child.answer,
+        citations=_citations(s, child.id),
+        read_untrusted=untrusted is not None,
+    ).model_dump(mode="json")
+
+
+def _citations(s: Session, run_id: str) -> list[str]:
+    records = s.scalars(
+        select(TraceRecord.events).where(TraceRecord.run_id == run_id).order_by(TraceRecord.seq)
+    )
+    cited: list[str] = []
+    for events in records:
+        for name, details in events or []:
+            if name == "final.validated" and isinstance(details, dict):
+                cited = [str(c) for c in details.get("citations") or []]
+    return cited

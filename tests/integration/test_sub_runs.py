@@ -1,0 +1,210 @@
+"""Sub-runs with delegated authority (issue 53): a coordinator's ``delegate`` call starts a child
+run whose grants and budgets can only narrow its own, on real workers, a real reconciler, Redis
+and PostgreSQL. Each test asserts on the ledger: the child's row and trace, the parent's
+counters, refusals with their codes, and what the demo service did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from warrant_demo import scenarios as sc
+
+from tests import facts
+from tests.conftest import wait_for
+from tests.integration.test_reconciler import settle
+from tests.integration.test_tool_execution import lookup, refund, uid
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import GrantRow, Observation, Proposal, Run
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+LOOKUP = {"capability": "lookup:read"}
+DELEGATE = {"capability": "runs:delegate"}
+BENCH = {"capability": "bench:read"}
+
+
+def delegate(goal: str, outputs: list[Any], grants: list[dict[str, Any]], pid: str, **budgets):
+    return {
+        "kind": "tool",
+        "proposal_id": pid,
+        "tool": "delegate",
+        "tool_version": "1",
+        "arguments": {
+            "goal": goal,
+            "planner": {"kind": "fixture", "outputs": outputs},
+            "grants": grants,
+            "budgets": {"max_refused_finals": 0, **budgets},
+        },
+        "reason_summary": "",
+        "source_observation_ids": [],
+    }
+
+
+def coordinator(outputs: list[Any], grants: list[dict[str, Any]], **budgets) -> dict[str, Any]:
+    return {**sc.spec(outputs, grants=grants, **budgets), "goal": "Look after order A."}
+
+
+def children(engine, run_id: str) -> list[Run]:
+    with session_scope(engine) as s:
+        rows = s.scalars(select(Run).where(Run.parent_run_id == run_id).order_by(Run.created_at))
+        return list(rows)
+
+
+def run_row(engine, run_id: str) -> Run:
+    with session_scope(engine) as s:
+        return s.get(Run, run_id)
+
+
+def proposals(engine, run_id: str) -> list[Proposal]:
+    with session_scope(engine) as s:
+        q = select(Proposal).where(Proposal.run_id == run_id).order_by(Proposal.step)
+        return list(s.scalars(q))
+
+
+def test_a_coordinator_delegates_a_lookup_and_cannot_delegate_a_wider_refund(
+    engine, client, worker, reconciler_worker, demo
+):
+    order_a, order_b = "ord_" + uid("a").replace("-", ""), "ord_" + uid("b").replace("-", "")
+    child_outputs = [lookup("order 42"), sc.final("Order 42 is shipped.", "tool-1")]
+    refund_b = [refund(order_b), sc.final("Refunded.", "tool-1")]
+    grants = [
+        {"capability": "payments:refund", "resource_scope": f"order:{order_a}"},
+        LOOKUP,
+        DELEGATE,
+    ]
+    run_id = client.start_run(
+        coordinator(
+            [
+                delegate("Look up order 42.", child_outputs, [LOOKUP], "p1", max_tool_calls=2),
+                delegate(
+                    "Refund order B.",
+                    refund_b,
+                    [{"capability": "payments:refund", "resource_scope": f"order:{order_b}"}],
+                    "p2",
+                    max_tool_calls=1,
+                ),
+                sc.final("Order 42 is shipped.", "job-1"),
+            ],
+            grants,
+            max_tool_calls=4,
+        )
+    )
+    info = settle(client, run_id, timeout=60)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+
+    [child] = children(engine, run_id)  # the refund's child never existed
+    assert (child.status, child.stop_reason, child.subject) == (
+        "completed",
+        "FINAL_ANSWER_VALIDATED",
+        "demo-user",
+    )
+    assert child.tool_calls == 1 and child.tool_calls_by_tool == {"lookup": 1}
+    assert [g["capability"] for g in child.spec["grants"]] == ["lookup:read"]
+    assert child.spec["policy"]["max_delegation_depth"] == 0
+
+    # the refund of order B was refused at the gate, with its code, before any child existed
+    refused = [p for p in proposals(engine, run_id) if p.proposal_id == "p2"]
+    assert [p.rejection_code for p in refused] == ["DELEGATION_WIDENS_GRANT"]
+    assert demo.refund_count(order_id=order_b) == 0
+
+    # the child's result is one observation of the parent, its source the child, untrusted
+    with session_scope(engine) as s:
+        job = s.scalars(
+            select(Observation).where(
+                Observation.run_id == run_id, Observation.observation_id == "job-1"
+            )
+        ).one()
+    assert job.source == "untrusted-content"
+    assert job.content["output"]["child_run_id"] == child.id
+    assert job.content["output"]["answer"] == "Order 42 is shipped."
+    assert job.content["output"]["citations"] == ["tool-1"]
+
+    # each hop named on both ends
+    [created] = facts.events(engine, child.id, "run.created")
+    assert created.details["parent_run_id"] == run_id
+    assert created.details["grants"] == [{"capability": "lookup:read", "resource_scope": "*"}]
+    [delegated] = facts.events(engine, run_id, "run.delegated")
+    assert delegated.details["child_run_id"] == child.id
+    assert delegated.details["tool_calls"] == 2  # reserved at the spawn
+    [ended] = facts.events(engine, run_id, "run.child_ended")
+    assert ended.details["returned"]["tool_calls"] == 1  # the child used one of two
+
+    # the parent's budget accounts for the child: its own call and the child's one lookup
+    parent = run_row(engine, run_id)
+    assert parent.tool_calls == 2
+    assert parent.tool_calls_by_tool == {"delegate": 1, "lookup": 1}
+
+
+def test_a_child_budget_beyond_the_parents_remainder_is_refused(engine, client, worker, demo):
+    over = delegate("Look up order 42.", [lookup()], [LOOKUP], "p1", max_tool_calls=3)
+    run_id = client.start_run(
+        coordinator(
+            [over, {"kind": "no_answer", "reason": "no"}], [LOOKUP, DELEGATE], max_tool_calls=3
+        )
+    )
+    info = client.wait(run_id, timeout=30)
+    assert info.status == "failed" and info.stop_reason == "NO_ANSWER"
+    [p1] = [p for p in proposals(engine, run_id) if p.proposal_id == "p1"]
+    assert p1.rejection_code == "DELEGATION_OVER_BUDGET"  # 3 asked, 2 left after the call itself
+    assert children(engine, run_id) == []
+    assert run_row(engine, run_id).tool_calls == 0
+
+
+def test_a_grant_with_uses_is_reserved_and_what_the_child_did_not_use_comes_back(
+    engine, client, worker, reconciler_worker, demo
+):
+    limited = {"capability": "lookup:read", "max_uses": 3}
+    child_outputs = [lookup("order 42"), sc.final("Shipped.", "tool-1")]
+    run_id = client.start_run(
+        coordinator(
+            [
+                delegate("Look up.", child_outputs, [{**LOOKUP, "max_uses": 2}], "p1"),
+                sc.final("Shipped.", "job-1"),
+            ],
+            [limited, DELEGATE],
+        )
+    )
+    [child_id] = wait_for(lambda: [c.id for c in children(engine, run_id)], what="the child")
+    info = settle(client, run_id, timeout=60)
+    assert info.status == "completed"
+    with session_scope(engine) as s:
+        uses = s.scalars(
+            select(GrantRow.uses).where(
+                GrantRow.run_id == run_id, GrantRow.capability == "lookup:read"
+            )
+        ).one()
+    assert uses == 1  # two reserved at the spawn, the child used one, one came back
+    assert run_row(engine, child_id).status == "completed"
+
+
+def test_cancelling_the_parent_cancels_a_child_mid_tool(
+    engine, client, worker, reconciler_worker, demo
+):
+    wait = {
+        "kind": "tool",
+        "proposal_id": "c1",
+        "tool": "wait_read",
+        "tool_version": "1",
+        "arguments": {"n": 1, "ms": 60_000},
+        "reason_summary": "",
+        "source_observation_ids": [],
+    }
+    run_id = client.start_run(
+        coordinator(
+            [delegate("Wait.", [wait, sc.final("done", "tool-1")], [BENCH], "p1")],
+            [BENCH, DELEGATE],
+        )
+    )
+    [child_id] = wait_for(lambda: [c.id for c in children(engine, run_id)], what="the child")
+    wait_for(lambda: facts.events(engine, child_id, "tool.started"), what="the child's tool")
+    client.cancel(run_id, by="test")
+    child = wait_for(
+        lambda: (r := run_row(engine, child_id)).status == "cancelled" and r, what="child cancelled"
+    )
+    assert child.stop_reason == "CANCELLED"
+    parent = settle(client, run_id, until=("cancelled", "handoff"), timeout=60)
+    assert parent.status == "cancelled"
+    # the child's wait was cut, not run to its end: no succeeded outcome
+    assert not facts.events(engine, child_id, "tool.succeeded")
