@@ -149,11 +149,12 @@ SELECT count(*) FROM runs r
 
 
 def tables_referencing_runs() -> set[str]:
-    """Every table of the models with a foreign key to ``runs.id``."""
+    """Every table of the models with a foreign key to ``runs.id`` (but ``runs`` itself: a
+    child's ``parent_run_id`` is set to ``NULL`` when its parent goes)."""
     return {
         t.name
         for t in Base.metadata.tables.values()
-        if any(fk.column.table.name == "runs" for fk in t.foreign_keys)
+        if t.name != "runs" and any(fk.column.table.name == "runs" for fk in t.foreign_keys)
     }
 
 

@@ -14,7 +14,7 @@ from warrant.runner.settings import WarrantSettings
 from warrant.tools._deployment import WorkerInfo, disagreements, lacking_role
 from warrant.tools._plugins import BUILTIN_SOURCE, DEMO_PLUGIN, build_registry
 
-BUILTIN = {"search_public@1", "write_artifact@1", "save_preference@1"}
+BUILTIN = {"search_public@1", "write_artifact@1", "save_preference@1", "delegate@1"}
 FIX = "tests.plugin_fixtures"
 
 
