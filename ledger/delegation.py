@@ -33,7 +33,9 @@ from warrant.runner import delegation
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
+from warrant.runner.costs import check_priced
 from warrant.runner.errors import SpecError, ToolRejected
+from warrant.runner.settings import load_settings
 from warrant.runner.spec import parse_run_spec
 from warrant.runner.views import GrantView
 from warrant.tools._builtin import DelegateOutput
@@ -99,6 +101,7 @@ class SubRuns:
             raise ToolRejected(terms.message, code=terms.code)
         try:
             spec = parse_run_spec(terms.spec)
+            check_priced(spec, load_settings().model_prices)  # as a producer's start does
         except SpecError as exc:
             raise ToolRejected(str(exc), code="SPEC_INVALID") from None
         child_id = str(uuid.uuid4())

@@ -208,3 +208,31 @@ def test_cancelling_the_parent_cancels_a_child_mid_tool(
     assert parent.status == "cancelled"
     # the child's wait was cut, not run to its end: no succeeded outcome
     assert not facts.events(engine, child_id, "tool.succeeded")
+
+
+def test_a_child_whose_cost_cap_its_model_cannot_meet_is_refused_at_the_spawn(
+    engine, client, worker, demo
+):
+    unpriced = {
+        "kind": "openai",
+        "model": "a-model-nobody-prices",
+        "base_url": "http://127.0.0.1:9/v1",
+    }
+    call = delegate("Look up.", [], [LOOKUP], "p1")
+    call["arguments"]["planner"] = unpriced
+    spec = coordinator(
+        [call, {"kind": "no_answer", "reason": "no"}],
+        [LOOKUP, DELEGATE],
+        max_cost=1.0,
+        unpriced_calls_free=False,
+    )
+    # the child's endpoint is a destination: the user names it (else the provenance layer
+    # refuses a base_url only the model wrote, UNTRUSTED_DESTINATION)
+    run_id = client.start_run({**spec, "goal": f"{spec['goal']} Ask {unpriced['base_url']}."})
+    info = client.wait(run_id, timeout=30)
+    assert info.stop_reason == "NO_ANSWER"
+    [outcome] = [e.details for e in facts.events(engine, run_id, "tool.completed")]
+    assert (outcome["status"], outcome["code"]) == ("rejected", "SPEC_INVALID")
+    assert children(engine, run_id) == []  # nothing recorded, nothing reserved
+    parent = run_row(engine, run_id)
+    assert (parent.tool_calls, parent.cost_used) == (1, 0.0)
