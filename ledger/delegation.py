@@ -29,7 +29,7 @@ from warrant.ledger.models import GrantRow, Observation, Run, TraceRecord
 from warrant.ledger.operator import cancel_locked, database_now, lock_run
 from warrant.ledger.repo import append_events, run_view
 from warrant.ledger.runs_create import create_run
-from warrant.runner import delegation
+from warrant.runner import delegation, routing
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
@@ -88,6 +88,9 @@ class SubRuns:
     ) -> str:
         if RunStatus(parent.status).terminal or parent.status == RunStatus.CANCELLING:
             raise ToolRejected(f"the parent run is {parent.status}", code="RUN_FINISHED")
+        branch = routing.branch_problem((parent.spec or {}).get("planner"), request)
+        if branch is not None:
+            raise ToolRejected(branch, code="PROPOSAL_INVALID")
         terms = delegation.terms(
             request,
             parent=run_view(parent),
@@ -110,6 +113,7 @@ class SubRuns:
             "parent_command_id": command_id,
             "grants": [g.model_dump(mode="json", exclude_none=True) for g in spec.grants],
             "max_delegation_depth": terms.depth,
+            "route": getattr(request, "route", None),
         }
         _record_child(s, child_id, spec, key=key, parent=parent, named=named)
         s.execute(
@@ -120,6 +124,7 @@ class SubRuns:
                 delegation={
                     "parent_command_id": command_id,
                     "reserved": terms.reserved.as_json(),
+                    "route": getattr(request, "route", None),
                 },
             )
         )

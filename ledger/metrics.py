@@ -11,9 +11,10 @@ the trace (:mod:`warrant.ledger.would_refuse`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import and_, func, literal_column, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from warrant.ledger import would_refuse
 from warrant.ledger.models import Command, OutcomeRow, Proposal, Run, WebhookDelivery
@@ -61,6 +62,13 @@ class LedgerMetrics:
     webhooks_pending: int = 0
     would_refuse: dict[tuple[str, str], int] = field(default_factory=dict)
     """(code, tool) -> refusals observe mode let through (``gate.would_refuse``)."""
+    routes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """(label, decided by, high_risk) -> branches router runs started."""
+    misroutes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """(expected, routed, high_risk of the routed branch) -> routes of evaluation runs
+    (``expected_label``) into another branch."""
+    routes_asked: int = 0
+    """Router runs' questions to a person (a label under the floor, unknown or not a label)."""
 
 
 def snapshot(s: Session, *, stale_extra_s: float) -> LedgerMetrics:
@@ -73,6 +81,7 @@ def snapshot(s: Session, *, stale_extra_s: float) -> LedgerMetrics:
         runs_by_status=runs,
         refusals_by_code=_refusals(s),
         would_refuse=would_refuse.counts(s),
+        **_routes(s),
         outcomes=_outcomes(s),
         latency=_latency(s),
         confirmations_waiting=runs.get(RunStatus.WAITING_CONFIRMATION.value, 0),
@@ -87,6 +96,35 @@ def snapshot(s: Session, *, stale_extra_s: float) -> LedgerMetrics:
             or 0
         ),
     )
+
+
+def _routes(s: Session) -> dict[str, Any]:
+    """Routing (``warrant.runner.routing``): each branch's sub-run keeps its route."""
+    route = Run.delegation["route"]
+    label, by, risky = route["label"].astext, route["by"].astext, route["high_risk"].astext
+    routed = s.execute(
+        select(label, by, risky, func.count())
+        .where(Run.parent_run_id.is_not(None), route["label"].astext.is_not(None))
+        .group_by(label, by, risky)
+    )
+    expected = route["expected"].astext
+    wrong = s.execute(
+        select(expected, label, risky, func.count())
+        .where(Run.parent_run_id.is_not(None), expected.is_not(None), expected != label)
+        .group_by(expected, label, risky)
+    )
+    parent = aliased(Run)
+    asked = s.scalar(
+        select(func.count())
+        .select_from(Proposal)
+        .join(parent, parent.id == Proposal.run_id)
+        .where(Proposal.kind == "clarify", parent.spec["planner"]["kind"].astext == "router")
+    )
+    return {
+        "routes": {(str(a), str(b), str(c)): int(n) for a, b, c, n in routed},
+        "misroutes": {(str(a), str(b), str(c)): int(n) for a, b, c, n in wrong},
+        "routes_asked": int(asked or 0),
+    }
 
 
 def _refusals(s: Session) -> dict[str, int]:

@@ -50,12 +50,15 @@ FAIL_CLOSED = frozenset({SideEffect.IRREVERSIBLE, SideEffect.COMPENSATABLE_WRITE
 
 
 def required_policy(
-    tool: Tool[Any, Any], *, relaxed: frozenset[str], flagged: bool
+    tool: Tool[Any, Any], *, relaxed: frozenset[str], flagged: bool, confirm_writes: bool = False
 ) -> tuple[ConfirmationPolicy, str]:
     """The confirmation a call needs and why: ``declared`` (the tool's own policy),
-    ``side-effect`` (its class), ``relaxed`` (the deployment lifted that), ``provenance``."""
+    ``side-effect`` (its class), ``relaxed`` (the deployment lifted that), ``provenance``,
+    ``run-policy`` (the run's ``policy.confirm_writes``: a router's high-risk branch)."""
     if flagged:
         return ConfirmationPolicy.PER_CALL, "provenance"
+    if confirm_writes and tool.side_effect is not SideEffect.READ:
+        return ConfirmationPolicy.PER_CALL, "run-policy"
     if tool.side_effect in FAIL_CLOSED:
         if tool.name in relaxed:
             return tool.confirmation, "relaxed"

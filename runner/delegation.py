@@ -160,6 +160,9 @@ def terms(
         return carved
     budgets, reserved = carved
     policy = {**run_policy, "max_delegation_depth": depth - 1}
+    route = getattr(request, "route", None)
+    if isinstance(route, Mapping) and route.get("high_risk"):
+        policy["confirm_writes"] = True  # a router's high-risk branch: every write asks a person
     spec = {
         "goal": request.goal,
         "subject": parent.subject,

@@ -531,7 +531,10 @@ def _check_confirmation(
     tool, phash = checked.tool, checked.proposal_hash
     flagged = bool(provenance and provenance["flagged"])
     repeats = effect.repeats.shown(run_id=inp.run.run_id) if effect.repeats else None
-    policy, why = required_policy(tool, relaxed=inp.relaxed, flagged=flagged)
+    confirm_writes = bool(inp.run_policy.get("confirm_writes"))
+    policy, why = required_policy(
+        tool, relaxed=inp.relaxed, flagged=flagged, confirm_writes=confirm_writes
+    )
     if repeats is not None:  # neither relaxed nor pre-approved: a person says repeat it
         policy, why, flagged = ConfirmationPolicy.PER_CALL, "repeat_effect", True
     if why == "relaxed":

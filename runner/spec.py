@@ -264,7 +264,62 @@ class PluginPlannerSpec(_Strict):
     """Validated by the kind's own settings model, at start and in the planner worker."""
 
 
-BUILTIN_PLANNER_KINDS = ("fixture", "openai", "external")
+#: A router's label names (``RouterPlannerSpec.routes``); ``unknown`` is never one of them.
+RouteLabel = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+
+
+class Route(_Strict):
+    """One branch of a router: the fixed sub-run a label starts (its goal is the router run's
+    goal), through the same ``delegate`` call and narrowing as any sub-run."""
+
+    planner: FixturePlannerSpec | OpenAIPlannerSpec | ExternalPlannerSpec = Field(
+        discriminator="kind"
+    )
+    """The branch's planner."""
+    grants: list[Grant] = Field(default_factory=list, max_length=100)
+    """The branch's grants: each narrower than one the router run holds."""
+    budgets: dict[str, Any] = Field(default_factory=dict, max_length=30)
+    """The branch's budgets (carved out of the router run's, like any sub-run's)."""
+    high_risk: bool = False
+    """A branch that can write (a refund, a payment): a misroute into it is counted on its own
+    (``warrant_route_misroutes_total{high_risk="true"}``)."""
+
+
+class RouterPlannerSpec(_Strict):
+    """Routing: a classifier (a model, or a script) names one label of a finite set; the
+    program maps it to a fixed branch. ``unknown``, a label not in the set, and a label under
+    ``confidence_floor`` never fall into the nearest branch: they go to ``fallback``."""
+
+    kind: Literal["router"]
+    classifier: FixturePlannerSpec | OpenAIPlannerSpec = Field(discriminator="kind")
+    """Asked once for ``{"label": ..., "confidence": 0..1}``."""
+    routes: dict[RouteLabel, Route] = Field(min_length=1, max_length=50)
+    """Label → branch."""
+    confidence_floor: float = Field(default=0.7, ge=0.0, le=1.0)
+    """A label given with less confidence goes to ``fallback``."""
+    fallback: str = Field(default="person", max_length=64)
+    """``person`` (the default): the run asks a person to pick the label (``needs_input``);
+    or a label whose branch only reads (checked at start: never a write-capable branch)."""
+    expected_label: str | None = Field(default=None, max_length=64)
+    """An evaluation run's true label: a route to another branch is counted as a misroute."""
+
+    @field_validator("routes")
+    @classmethod
+    def _no_unknown(cls, routes: dict[str, Route]) -> dict[str, Route]:
+        if "unknown" in routes or "person" in routes:
+            raise ValueError("'unknown' and 'person' are not labels a route may have")
+        return routes
+
+    @field_validator("fallback")
+    @classmethod
+    def _fallback_named(cls, fallback: str, info: ValidationInfo) -> str:
+        routes = info.data.get("routes") or {}
+        if fallback != "person" and fallback not in routes:
+            raise ValueError("fallback must be 'person' or one of the routes' labels")
+        return fallback
+
+
+BUILTIN_PLANNER_KINDS = ("fixture", "openai", "external", "router")
 
 
 def _planner_tag(value: Any) -> str:
@@ -276,6 +331,7 @@ PlannerSpec = Annotated[
     Annotated[FixturePlannerSpec, Tag("fixture")]
     | Annotated[OpenAIPlannerSpec, Tag("openai")]
     | Annotated[ExternalPlannerSpec, Tag("external")]
+    | Annotated[RouterPlannerSpec, Tag("router")]
     | Annotated[PluginPlannerSpec, Tag("plugin")],
     Discriminator(_planner_tag),
 ]
@@ -312,6 +368,10 @@ class RunPolicy(_Strict):
     start none. A child's own is its parent's less one, whatever it asks."""
     max_children: int = Field(default=DEFAULT_MAX_CHILDREN, ge=0, le=100)
     """Sub-runs this run may start in its whole life (``DELEGATION_FAN_OUT`` after)."""
+    confirm_writes: bool = False
+    """Every call of a tool that is not read-only waits for a person's confirmation, whatever
+    its own policy or the deployment's relaxations say (a router's high-risk branch runs with
+    it; a child inherits it from its parent)."""
 
 
 class PreApproval(_Strict):

@@ -275,6 +275,9 @@ class DelegateInput(_Input):
     budgets: dict[str, Any] = Field(default_factory=dict, max_length=30)
     """The child's budgets (``Budgets`` fields); a carved field not given is the smaller of
     its default and what the parent has left."""
+    route: dict[str, Any] | None = Field(default=None, max_length=10)
+    """Set by a ``router`` run only (its label, confidence, who decided): the call must then
+    start exactly that label's fixed branch (checked at the spawn)."""
 
 
 class DelegateOutput(_Output):

@@ -34,10 +34,17 @@ from warrant.runner.client.run_info import SETTLED, RunInfo
 from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.confirmation_rules import pre_approval_record
 from warrant.runner.costs import check_priced
-from warrant.runner.errors import RunNotFound, StateConflict
+from warrant.runner.errors import RunNotFound, SpecError, StateConflict
 from warrant.runner.grants import check_task_sources
+from warrant.runner.routing import fallback_problem
 from warrant.runner.settings import load_settings
-from warrant.runner.spec import OpenAIPlannerSpec, PluginPlannerSpec, RunSpec, parse_run_spec
+from warrant.runner.spec import (
+    OpenAIPlannerSpec,
+    PluginPlannerSpec,
+    RouterPlannerSpec,
+    RunSpec,
+    parse_run_spec,
+)
 from warrant.runner.step_decisions import check_success_spec
 from warrant.runner.webhook_signing import check_webhook
 from warrant.tools._plugins import registry_for
@@ -351,11 +358,18 @@ def found_run(s: Session, run_id: str, *, lock: bool = False) -> Run:
 
 def _check_against_registry(spec: RunSpec) -> None:
     """What of the spec only the deployment's registry can check: the tools its success
-    conditions and its task-scoped grants' ``observations:<tool>`` name (SpecError)."""
+    conditions and its task-scoped grants' ``observations:<tool>`` name, a router's fallback
+    branch that could write (SpecError)."""
     narrowed = any(g.destinations_from for g in spec.grants)
-    if spec.success is None and not narrowed:
+    routed = isinstance(spec.planner, RouterPlannerSpec) and spec.planner.fallback != "person"
+    if spec.success is None and not narrowed and not routed:
         return
     registry = registry_for()
+    if isinstance(spec.planner, RouterPlannerSpec):
+        problem = fallback_problem(spec.planner, registry)
+        if problem is not None:
+            field = "planner.fallback"
+            raise SpecError(problem, errors=[{"field": field, "message": problem}])
     check_task_sources(spec.grants, registry)
     check_success_spec(spec, registry)
 

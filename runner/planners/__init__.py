@@ -21,11 +21,13 @@ from warrant.runner.memory_view import WorkingMemoryView
 from warrant.runner.planner_protocol import Planner, PlannerFailure, PlannerReply
 from warrant.runner.planners.kinds import PlannerKind, resolve
 from warrant.runner.planners.openai_compatible import OpenAIPlanner
+from warrant.runner.planners.router import RouterPlanner
 from warrant.runner.retry import PlannerRetryLater
 from warrant.runner.spec import (
     ExternalPlannerSpec,
     FixturePlannerSpec,
     PluginPlannerSpec,
+    RouterPlannerSpec,
     RunSpec,
     Usage,
 )
@@ -68,6 +70,10 @@ def planner_for(
     ``PLANNER_KIND_UNKNOWN``, a planner failure: this worker cannot serve the run)."""
     if isinstance(spec.planner, FixturePlannerSpec):
         return FixturePlanner(spec.planner)
+    if isinstance(spec.planner, RouterPlannerSpec):
+        inner = spec.model_copy(update={"planner": spec.planner.classifier})
+        classifier = planner_for(inner, prices=prices, allow_remote=allow_remote, limiter=limiter)
+        return RouterPlanner(spec.planner, classifier)
     if isinstance(spec.planner, ExternalPlannerSpec):
         raise PlannerFailure("PLANNER_EXTERNAL", "the caller proposes for this run", calls=0)
     if isinstance(spec.planner, PluginPlannerSpec):

@@ -85,6 +85,29 @@ def _counter(name: str, doc: str, labels: list[str], counts: dict[Any, int]) -> 
     return family
 
 
+def _routes(m: LedgerMetrics) -> Iterator[Metric]:
+    """Routing (planner kind ``router``): routes, misroutes of evaluation runs, questions."""
+    yield _counter(
+        "warrant_routes",
+        "Branches router runs started, by label, who decided (model, person, fallback) and"
+        " whether the branch is high-risk.",
+        ["label", "by", "high_risk"],
+        m.routes,
+    )
+    yield _counter(
+        "warrant_route_misroutes",
+        "Routes of evaluation runs (expected_label) into another branch; high_risk: the branch"
+        " routed into.",
+        ["expected", "routed", "high_risk"],
+        m.misroutes,
+    )
+    yield _gauge(
+        "warrant_route_person_asked",
+        "Router runs' questions to a person (unknown, not a label, or under the floor).",
+        m.routes_asked,
+    )
+
+
 def _families(m: LedgerMetrics) -> Iterator[Metric]:
     runs = GaugeMetricFamily("warrant_runs", "Runs by status.", labels=["status"])
     for status in RunStatus:
@@ -105,6 +128,7 @@ def _families(m: LedgerMetrics) -> Iterator[Metric]:
     yield _counter(
         "warrant_tool_outcomes", "Recorded tool outcomes.", ["tool", "status"], m.outcomes
     )
+    yield from _routes(m)
     latency = HistogramMetricFamily(
         "warrant_tool_duration_seconds", "Measured durations of tool calls.", labels=["tool"]
     )
