@@ -40,7 +40,7 @@ from warrant.runner.spec import parse_run_spec
 from warrant.runner.views import GrantView
 from warrant.tools._builtin import DelegateOutput
 
-__all__ = ["SubRuns", "children_of"]
+__all__ = ["SubRuns", "children_of", "children_shown"]
 
 _KEY_PREFIX = "delegate:"
 
@@ -178,6 +178,24 @@ def children_of(s: Session, run_id: str) -> list[str]:
     """The runs ``run_id`` started, oldest first."""
     q = select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.created_at, Run.id)
     return list(s.scalars(q))
+
+
+def children_shown(s: Session, run_id: str) -> list[dict[str, Any]]:
+    """The runs ``run_id`` started, oldest first, as ``run show`` lists them."""
+    q = (
+        select(Run.id, Run.status, Run.stop_reason, Run.delegation)
+        .where(Run.parent_run_id == run_id)
+        .order_by(Run.created_at, Run.id)
+    )
+    return [
+        {
+            "run_id": child_id,
+            "status": status,
+            "stop_reason": reason,
+            "route": (terms or {}).get("route"),
+        }
+        for child_id, status, reason, terms in s.execute(q)
+    ]
 
 
 def _grant_views(s: Session, run_id: str) -> list[GrantView]:

@@ -227,7 +227,10 @@ def show_run(info: dict[str, Any]) -> None:
         if key == "trace_id" and not info.get(key):
             continue
         table.add_row(f"[bold]{key}[/]", "" if info[key] is None else escape(str(info[key])))
+    if info.get("parent_run_id"):
+        table.add_row("[bold]parent_run_id[/]", escape(str(info["parent_run_id"])))
     console.print(table)
+    _show_children(info.get("children") or [])
     for w in info.get("would_refuse") or []:  # observe mode let these through: loud
         said = f"step {w['step']} {w['tool']}: {w['code']} ({w['layer']})"
         console.print(f"[bold red]observe mode let through[/] {escape(said)}", soft_wrap=True)
@@ -256,6 +259,18 @@ def show_run(info: dict[str, Any]) -> None:
             )
         console.print(table)
     _show_request(info)
+
+
+def _show_children(children: list[dict[str, Any]]) -> None:
+    """The sub-runs a run started (``delegate``; a router's branch with its route)."""
+    if not children:
+        return
+    table = Table("sub-run", "status", "stop reason", "route")
+    for child in children:
+        route = child.get("route") or {}
+        label = f"{route['label']} ({route.get('by')})" if route.get("label") else ""
+        table.add_row(child["run_id"], child["status"], str(child.get("stop_reason") or ""), label)
+    console.print(table)
 
 
 def _flag_line(flag: dict[str, Any]) -> str:

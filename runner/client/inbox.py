@@ -15,7 +15,7 @@ from where, which fields; never the values).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from warrant.ledger import reads
@@ -120,7 +120,9 @@ class PendingConfirmation:
     parallel: list[dict[str, Any]] | None = None
     """When the call is one of a parallel step's: every call of the set (``branch``, tool,
     arguments masked as the tool declares, ``accepted`` / ``needs_person`` / ``refused``)."""
-    """Who has approved so far (token labels), in order."""
+    parent: dict[str, Any] | None = None
+    """When the run is a sub-run: its parent's ``run_id`` and ``goal``, and the ``route`` a
+    router took to it (what the person approves serves that goal)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,7 +167,8 @@ class InboxClient(RunsClient):
                 cited = reads.cited_observations(s, run.id, ids)
                 tool = registry.get(proposal.tool or "", proposal.tool_version or "")
                 hidden = (tool.secret_fields, tool.sensitive_fields) if tool else None
-                found.append(_pending(run, proposal, cited, hidden, reveal_sensitive, raw))
+                pending = _pending(run, proposal, cited, hidden, reveal_sensitive, raw)
+                found.append(replace(pending, parent=_parent(s, run)))
         return found
 
     def reveal(self, run_id: str, *, by: str = "", origin: Origin | None = None) -> Revealed | None:
@@ -211,6 +214,16 @@ class InboxClient(RunsClient):
     def budgets(self, run_id: str) -> list[dict[str, Any]]:
         with session_scope(self.engine) as s:
             return budget_rows(found_run(s, run_id))
+
+
+def _parent(s: Any, run: Run) -> dict[str, Any] | None:
+    """A sub-run's parent as the inbox shows it beside the request."""
+    if not run.parent_run_id:
+        return None
+    parent = s.get(Run, run.parent_run_id)
+    route = (run.delegation or {}).get("route")
+    goal = parent.goal if parent is not None else None
+    return {"run_id": run.parent_run_id, "goal": goal, "route": route}
 
 
 def _pending(

@@ -64,6 +64,11 @@ class RunInfo:
     capabilities: list[str] = field(default_factory=list)
     """The capabilities the run's spec grants (sorted): what an agent's session is offered
     (the gate still checks each call's grant, scope and uses)."""
+    parent_run_id: str | None = None
+    """The run whose ``delegate`` call started this one (a sub-run); ``None``: a producer's."""
+    children: list[dict[str, Any]] = field(default_factory=list)
+    """The sub-runs it started, oldest first (``run_id``, ``status``, ``stop_reason``,
+    ``route``); filled by ``get_run`` (``run show``), empty in lists."""
 
     @classmethod
     def of(
@@ -72,6 +77,7 @@ class RunInfo:
         *,
         confirmation_request: dict[str, Any] | None = None,
         pre_approvals: list[dict[str, Any]] | None = None,
+        children: list[dict[str, Any]] | None = None,
     ) -> RunInfo:
         return cls(
             run_id=run.id,
@@ -98,6 +104,8 @@ class RunInfo:
                 dict(run.stop_detail or {}) if run.status == RunStatus.WAITING_GRANT.value else None
             ),
             capabilities=granted_capabilities(run.spec),
+            parent_run_id=run.parent_run_id,
+            children=children or [],
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from warrant.broker import telemetry
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.db_clock import DatabaseClock
-from warrant.ledger.delegation import children_of
+from warrant.ledger.delegation import children_of, children_shown
 from warrant.ledger.memory_store import MemoryStore
 from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
@@ -199,7 +199,8 @@ class RunsClient:
                 pending = reads.pending_proposal(s, run)
                 request = pending.confirmation_request if pending else None
             pre = reads.pre_approvals(s, run_id)
-            return RunInfo.of(run, confirmation_request=request, pre_approvals=pre)
+            kids = children_shown(s, run_id)
+            return RunInfo.of(run, confirmation_request=request, pre_approvals=pre, children=kids)
 
     @retry_once_on_disconnect
     def working_memory(self, run_id: str) -> dict[str, Any]:

@@ -18,8 +18,11 @@ from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.browser import launch
+from tests.conftest import wait_for
 from tests.integration.test_gate_pipeline import memory_spec, save
 from tests.integration.test_http_api import LiveServer, call, wait_until
+from tests.integration.test_reconciler import settle
+from tests.integration.test_sub_runs import children
 from warrant.ledger.models import Confirmation
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -374,3 +377,48 @@ def test_a_parallel_steps_calls_are_decided_together_from_the_inbox(
     statuses = {b["branch"]: b["status"] for b in merged.details["branches"]}
     assert statuses == {1: "succeeded", 2: "refused"}, merged.details
     context.close()
+
+
+def test_a_sub_runs_request_shows_its_parents_goal_and_is_approved_from_the_inbox(
+    api, browser, people, engine, client, worker, reconciler_worker
+):
+    """Issue 53: a child waiting for a person shows in the inbox with its parent's goal; the
+    approval lets the child end, and the parent observes its result."""
+    subject = f"inbox-{uuid.uuid4().hex[:8]}"
+    child = {
+        "goal": "Save the answer language.",
+        "planner": {"kind": "fixture", "outputs": [save(pid="c1"), sc.final("Saved.", "tool-1")]},
+        "grants": [{"capability": "memory:write", "resource_scope": f"memory:{subject}/*"}],
+        "budgets": {"max_refused_finals": 0},
+    }
+    call_child = {
+        "kind": "tool",
+        "proposal_id": "p1",
+        "tool": "delegate",
+        "tool_version": "1",
+        "arguments": child,
+        "reason_summary": "",
+        "source_observation_ids": [],
+    }
+    spec = memory_spec([call_child, sc.final("Done.", "job-1")], subject)
+    spec["grants"].append({"capability": "runs:delegate"})
+    spec["goal"] = "From now on, answer me in zh-CN."
+    run_id = client.start_run(spec)
+    [child_id] = wait_for(lambda: [c.id for c in children(engine, run_id)], what="the child")
+
+    context = browser.new_context()
+    page = log_in(context, api, people["alice"])
+    card = page.locator(f"#req-{child_id}")
+    card.wait_for(timeout=30_000)
+    assert card.locator(".goal").inner_text() == "Save the answer language."
+    assert card.locator(".parent-goal").inner_text() == "From now on, answer me in zh-CN."
+    assert card.locator(".parent a").get_attribute("href") == f"/ui/runs/{run_id}"
+    _tab_to(page, f"approve-{child_id}")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/ui/inbox\?done=.*"))
+    context.close()
+
+    info = settle(client, run_id, timeout=60)
+    assert (info.status, info.answer) == ("completed", "Done.")
+    assert client.get_run(child_id).status == "completed"
+    assert facts.count(engine, Confirmation, run_id=child_id) == 1

@@ -137,6 +137,21 @@ def test_experiment_1_route_drift(engine, client, worker, reconciler_worker, dem
     misrouted = children(engine, run_ids[5])
     assert [c.status for c in misrouted] == ["waiting_confirmation"]
     assert demo.refund_count(order_id=order) == 0
+    # the person asked sees whose request it serves: the parent's goal and the route taken
+    [asked] = [
+        p
+        for p in client.pending_confirmations(reveal_sensitive=False)
+        if p.run_id == misrouted[0].id
+    ]
+    assert asked.tool == "issue_refund"
+    assert asked.parent["goal"] == "Why was I charged twice?"
+    assert (asked.parent["run_id"], asked.parent["route"]["label"]) == (run_ids[5], "refund")
+    # run show names the branch on the router run's side, and the router on the branch's
+    shown = client.get_run(run_ids[5])
+    assert [(c["run_id"], c["route"]["label"]) for c in shown.children] == [
+        (misrouted[0].id, "refund")
+    ]
+    assert client.get_run(misrouted[0].id).parent_run_id == run_ids[5]
 
     after = snapshot(engine)
     assert delta(after.misroutes, before.misroutes) == {("billing_faq", "refund", "true"): 1}
