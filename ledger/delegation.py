@@ -40,7 +40,7 @@ from warrant.runner.spec import parse_run_spec
 from warrant.runner.views import GrantView
 from warrant.tools._builtin import DelegateOutput
 
-__all__ = ["SubRuns", "children_of", "children_shown"]
+__all__ = ["SubRuns", "children_of", "children_shown", "parent_shown"]
 
 _KEY_PREFIX = "delegate:"
 
@@ -196,6 +196,17 @@ def children_shown(s: Session, run_id: str) -> list[dict[str, Any]]:
         }
         for child_id, status, reason, terms in s.execute(q)
     ]
+
+
+def parent_shown(s: Session, run: Run) -> dict[str, Any] | None:
+    """A sub-run's parent as the inbox shows it beside the sub-run's request: its id and goal,
+    and the route a router took (``None`` for a run a producer started)."""
+    if not run.parent_run_id:
+        return None
+    parent = s.get(Run, run.parent_run_id)
+    route = (run.delegation or {}).get("route")
+    goal = parent.goal if parent is not None else None
+    return {"run_id": run.parent_run_id, "goal": goal, "route": route}
 
 
 def _grant_views(s: Session, run_id: str) -> list[GrantView]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
+from warrant.ledger.delegation import parent_shown
 from warrant.ledger.models import Observation, Proposal, Run
 from warrant.ledger.repo import append_events
 from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT
@@ -168,7 +169,7 @@ class InboxClient(RunsClient):
                 tool = registry.get(proposal.tool or "", proposal.tool_version or "")
                 hidden = (tool.secret_fields, tool.sensitive_fields) if tool else None
                 pending = _pending(run, proposal, cited, hidden, reveal_sensitive, raw)
-                found.append(replace(pending, parent=_parent(s, run)))
+                found.append(replace(pending, parent=parent_shown(s, run)))
         return found
 
     def reveal(self, run_id: str, *, by: str = "", origin: Origin | None = None) -> Revealed | None:
@@ -214,16 +215,6 @@ class InboxClient(RunsClient):
     def budgets(self, run_id: str) -> list[dict[str, Any]]:
         with session_scope(self.engine) as s:
             return budget_rows(found_run(s, run_id))
-
-
-def _parent(s: Any, run: Run) -> dict[str, Any] | None:
-    """A sub-run's parent as the inbox shows it beside the request."""
-    if not run.parent_run_id:
-        return None
-    parent = s.get(Run, run.parent_run_id)
-    route = (run.delegation or {}).get("route")
-    goal = parent.goal if parent is not None else None
-    return {"run_id": run.parent_run_id, "goal": goal, "route": route}
 
 
 def _pending(
