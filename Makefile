@@ -33,7 +33,7 @@ up: install          ## every worker role in the foreground; Ctrl-C stops
 
 PIPELINE_TESTS := $(addprefix tests/integration/test_,pipeline.py gate_pipeline.py tool_execution.py reconciler.py \
                   plugin_pipeline.py tool_inputs.py mcp.py example_plugin.py live_attempt.py ledger_commit.py \
-                  flower.py solo_heartbeat.py external_proposals.py sub_runs.py)
+                  flower.py solo_heartbeat.py external_proposals.py sub_runs.py routing.py)
 
 test: install-dev        ## the whole suite on Redis, then the pipeline tests again on RabbitMQ, then the docs site
 	$(PY) -m tests.preflight
