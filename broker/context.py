@@ -69,6 +69,7 @@ def context_for(
             settings=settings,
             database_url=database_url,
             publish_run=partial(_first_step, publisher),
+            revoke_run=partial(_revoke_run, publisher),
         ),
         settings=settings,
         clock=DatabaseClock(engine),
@@ -79,6 +80,13 @@ def context_for(
 def _first_step(publisher: Any, run_id: str) -> None:
     """A sub-run's first planner message (``delegate``), published after its spawn commits."""
     publisher.planner(run_id, 1)
+
+
+def _revoke_run(publisher: Any, run_id: str, in_flight: bool) -> None:
+    """A cancelled sub-run's messages dropped and its tool call interrupted (``revoke``)."""
+    revoke = getattr(publisher, "revoke_run", None)
+    if revoke is not None:
+        revoke(run_id, terminate=in_flight)
 
 
 _CONTEXTS: dict[int, StageContext] = {}

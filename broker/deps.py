@@ -37,8 +37,9 @@ class ToolDepsSet:
         settings: WarrantSettings,
         database_url: str = "",
         publish_run: Callable[[str], None] | None = None,
+        revoke_run: Callable[[str, bool], None] | None = None,
     ) -> None:
-        runs = SubRuns(engine, kinds=scope_kinds(registry), publish=publish_run)
+        runs = SubRuns(engine, kinds=scope_kinds(registry), publish=publish_run, revoke=revoke_run)
         self.ledger = LedgerToolDeps(engine, runs=runs)
         self._registry = registry
         self._context = DepsContext(settings=settings, database_url=database_url, engine=engine)

@@ -54,10 +54,12 @@ class SubRuns:
         *,
         kinds: delegation.ScopeKinds | None = None,
         publish: Callable[[str], None] | None = None,
+        revoke: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.engine = engine
         self._kinds = kinds or (lambda _capability: frozenset({None}))
         self._publish = publish
+        self._revoke = revoke
 
     def spawn(
         self, *, parent_run_id: str, command_id: str, token: str, request: delegation.Request
@@ -159,7 +161,8 @@ class SubRuns:
             return output
 
     def cancel(self, child_run_id: str, *, by: str = "parent") -> None:
-        """Cancel the child (the ledger's flag; its workers see it): nothing if it has ended."""
+        """Cancel the child as any cancel does: the ledger's flag, then (after the commit) the
+        revoke of its queued messages and its tool call in flight. Nothing if it has ended."""
         with session_scope(self.engine) as s:
             child = lock_run(s, child_run_id)
             if child is None:
@@ -167,7 +170,10 @@ class SubRuns:
             status = RunStatus(child.status)
             if status.terminal or status in (RunStatus.CANCELLING, RunStatus.HANDOFF):
                 return
-            cancel_locked(s, child.id, child, status, by=by, reason="its parent was cancelled")
+            why = "its parent was cancelled, or its step no longer needs it"
+            in_flight = cancel_locked(s, child.id, child, status, by=by, reason=why)
+        if self._revoke is not None:
+            self._revoke(child_run_id, in_flight)
 
     def children(self, run_id: str) -> list[str]:
         with session_scope(self.engine) as s:

@@ -48,6 +48,17 @@ def resolve_outcome(outcome: OutcomeRow, status: str, *, stamp: bool = True) -> 
         outcome.resolved_at = func.now()
 
 
+def settle_branch_job(
+    outcome: OutcomeRow, status: str, *, output: dict[str, Any] | None, code: str | None
+) -> None:
+    """A parallel step's job (a sub-run) ended: resolved ``status`` (``succeeded`` or
+    ``failed``), its final output kept on the outcome beside the operation id (what the step's
+    merge shows of the branch), and its code."""
+    resolve_outcome(outcome, status)
+    outcome.output = {**(outcome.output or {}), **(output or {})}
+    outcome.code = code
+
+
 def schedule_reconciliation(outcome: OutcomeRow, at: datetime | None) -> None:
     """When the reconciler looks at this unresolved outcome next."""
     outcome.next_reconcile_at = at

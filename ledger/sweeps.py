@@ -183,8 +183,10 @@ def due_unknown_outcomes(s: Session, *, limit: int) -> list[int]:
 
 def due_accepted_outcomes(s: Session, *, limit: int) -> list[int]:
     """Unsettled ``accepted`` outcomes (long-running jobs) a waiting or cancelling run waits
-    on, whose next poll is due."""
-    return _due_open_outcomes(s, status="accepted", waiting=RunStatus.WAITING_JOB, limit=limit)
+    on, or a parallel step's calls' (sub-runs), whose next poll is due."""
+    return _due_open_outcomes(
+        s, status="accepted", waiting=RunStatus.WAITING_JOB, limit=limit, branches=True
+    )
 
 
 def job_cancel_asked_at(s: Session, command_id: str) -> int | None:

@@ -159,6 +159,11 @@ def terms(
     if isinstance(carved, Refusal):
         return carved
     budgets, reserved = carved
+    external = getattr(request.planner, "kind", None) == "external"
+    if budgets.get("max_model_calls") == 0 and not external:
+        return Refusal(  # a planner with no model call left could only fail
+            Rejection.DELEGATION_OVER_BUDGET.value, "budgets.max_model_calls: none left"
+        )
     policy = {**run_policy, "max_delegation_depth": depth - 1}
     route = getattr(request, "route", None)
     if isinstance(route, Mapping) and route.get("high_risk"):

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from warrant.runner import delegation
 from warrant.runner.codes import Outcome, Rejection
 from warrant.runner.gate import Accept, AwaitConfirmation, Decision, Event, GateInput, Reject
 from warrant.runner.policy import evaluate
@@ -103,7 +104,8 @@ class BranchPlan:
     refused: str | None = None
     write: bool = False
     """Its tool writes: the merge waits for its outcome instead of cutting it (an interrupted
-    write's effect would be unknown)."""
+    write's effect would be unknown). Not for a job its contract can cancel (a sub-run): it
+    is cut by its cancel, and its poll still reports how it ended."""
 
     @classmethod
     def of(cls, number: int, call: Any, decision: Decision, command: Any) -> BranchPlan:
@@ -116,7 +118,9 @@ class BranchPlan:
         )
         if command is not None:
             assert isinstance(decision, Accept)
-            write = decision.tool.side_effect is not SideEffect.READ
+            tool = decision.tool  # a job its contract can cancel (a sub-run) is cut like a read:
+            cancellable = tool.job is not None and tool.job.cancel is not None  # its poll says
+            write = tool.side_effect is not SideEffect.READ and not cancellable  # how it ended
             return dataclasses.replace(plan, command_id=command.id, tool=command.tool, write=write)
         assert isinstance(decision, Reject)
         return dataclasses.replace(plan, refused=decision.code)
@@ -353,7 +357,8 @@ def gate_calls(
     """Each call of the set through the whole gate (``base`` with the call as its ``raw``),
     in order: what an accepted call uses (a grant use, a confirmation, a pre-approval) is
     used for the calls after it; the same call twice is refused the second time
-    (``PARALLEL_DUPLICATE_CALL``), a long-running tool's call always (``PARALLEL_JOB_TOOL``),
+    (``PARALLEL_DUPLICATE_CALL``), a long-running tool's call always (``PARALLEL_JOB_TOOL``)
+    but a sub-run's (``delegate``: the calls after it see what it reserves),
     and a call with the business effect key of an earlier call of the set (accepted or
     waiting for a person) as if that call were in flight (``DUPLICATE_EFFECT``).
     A call that needs a person keeps its ``AwaitConfirmation``: the set waits for a person's
@@ -362,7 +367,10 @@ def gate_calls(
     decided: list[tuple[int, Any, Decision]] = []
     for number, call in enumerate(calls, start=1):
         decision = evaluate(dataclasses.replace(inp, raw=call), on_event=on_event)
-        if isinstance(decision, Accept | AwaitConfirmation) and decision.tool.job is not None:
+        sub_run = isinstance(decision, Accept | AwaitConfirmation) and (
+            decision.tool.name == delegation.DELEGATE_TOOL
+        )
+        if not sub_run and isinstance(decision, Accept | AwaitConfirmation) and decision.tool.job:
             decision = Reject(  # its job would hold the run (waiting_job) apart from the step
                 code=Rejection.PARALLEL_JOB_TOOL.value,
                 layer="schema",
@@ -381,6 +389,8 @@ def gate_calls(
         elif isinstance(decision, Accept):
             seen.add(decision.proposal_hash)
             inp = _used(inp, decision)
+        if sub_run and isinstance(decision, Accept):
+            inp = _reserved(inp, decision)
         if isinstance(decision, Accept | AwaitConfirmation) and decision.effect_key is not None:
             inp = _claimed(inp, decision.effect_key, number)
         decided.append((number, call, decision))
@@ -420,6 +430,39 @@ def _claimed(inp: GateInput, key: str, number: int) -> GateInput:
     run = inp.run
     claim = EffectView(key=key, run_id=run.run_id, step=run.step, branch=number, status="issued")
     return dataclasses.replace(inp, effects=[claim, *inp.effects])
+
+
+def _reserved(inp: GateInput, accepted: Accept) -> GateInput:
+    """``inp`` with what an accepted ``delegate`` call will reserve from the run taken (its
+    own tool call too): the set's next sub-runs are carved from what is left."""
+    found = delegation.terms(
+        accepted.tool.input_model.model_validate(accepted.arguments),
+        parent=inp.run,
+        grants=inp.grants,
+        run_policy=inp.run_policy,
+        kinds=delegation.scope_kinds(inp.registry),
+        now=inp.now,
+        counted=False,
+    )
+    if isinstance(found, delegation.Refusal):
+        return inp
+    r, run = found.reserved, inp.run
+    by_tool = dict(run.tool_calls_by_tool)
+    by_tool[delegation.DELEGATE_TOOL] = by_tool.get(delegation.DELEGATE_TOOL, 0) + 1
+    taken = dataclasses.replace(
+        run,
+        tool_calls=run.tool_calls + 1 + r.tool_calls,
+        tool_calls_by_tool=by_tool,
+        model_calls=run.model_calls + (r.model_calls or 0),
+        tokens_used=run.tokens_used + (r.tokens or 0),
+        cost_used=run.cost_used + (r.cost or 0.0),
+    )
+    uses = {grant_id: n for _index, grant_id, n in r.grant_uses}
+    grants = [
+        dataclasses.replace(g, uses=g.uses + uses[g.grant_id]) if g.grant_id in uses else g
+        for g in inp.grants
+    ]
+    return dataclasses.replace(inp, run=taken, grants=grants)
 
 
 def _used(inp: GateInput, accepted: Accept) -> GateInput:

@@ -191,13 +191,14 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
         frozenset({S.RUNNING, S.CANCELLING}),
         frozenset({S.RUNNING, S.CANCELLING, S.FAILED, S.CANCELLED}),
         "tool.completed",
+        "job.settled",  # a parallel step's sub-run ended (its job's poll concludes the branch)
     ),
     RunEvent.ENTER_RECONCILIATION: _R(
         frozenset({S.RUNNING, S.CANCELLING, S.RECONCILING}),
         frozenset({S.RECONCILING, S.CANCELLING}),
         "effect.reconciliation_required",
     ),
-    RunEvent.RECORD: _R(_ALL, _ALL, "tool.completed", "effect.found_late"),
+    RunEvent.RECORD: _R(_ALL, _ALL, "tool.completed", "effect.found_late", "job.settled"),
     RunEvent.RECONCILED_APPLIED: _R(
         frozenset({S.RECONCILING}), frozenset({S.RUNNING}), "effect.reconciled"
     ),

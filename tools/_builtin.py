@@ -311,7 +311,10 @@ def _poll_child(child_run_id: str, ctx: ToolContext) -> JobStatus:
     output = ctx.deps.runs.settle(child_run_id)
     if output is None:
         return JobStatus(JobState.RUNNING)
-    return JobStatus(JobState.SUCCEEDED, output=output)
+    if output["status"] == "completed":
+        return JobStatus(JobState.SUCCEEDED, output=output)
+    ended = f"sub-run {child_run_id} ended {output['status']}: {output.get('stop_reason')}"
+    return JobStatus(JobState.FAILED, code=output.get("stop_reason") or "JOB_FAILED", message=ended)
 
 
 def _cancel_child(child_run_id: str, ctx: ToolContext) -> None:

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from warrant.broker.context import StageContext
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
+from warrant.broker.tool.record import finish_branch
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
@@ -39,10 +40,13 @@ from warrant.ledger.row_updates import (
     count_reconciliation,
     resolve_outcome,
     schedule_reconciliation,
+    settle_branch_job,
 )
 from warrant.runner import run_machine as machine
-from warrant.runner.codes import ObservationKind, RunStatus, StopReason
+from warrant.runner.codes import ObservationKind, Outcome, RunStatus, StopReason
+from warrant.runner.fan_in import FanOut
 from warrant.runner.settings import WarrantSettings
+from warrant.runner.tool_outcomes import ToolResult
 from warrant.tools._contract import JobState, JobStatus, Tool, ToolContext
 
 __all__ = ["POLLS_AFTER_CANCEL", "poll_waiting_jobs"]
@@ -119,10 +123,12 @@ def _load(ctx: StageContext, outcome_id: int) -> _Job | None:
         if tool is None or tool.job is None:
             return _Job(tool, operation_id, None, True, asked, True)
         now, hooks = ctx.clock(), tool.job
+        step_open, step_ends = _branch_step(run, cmd)
         overdue = (
             outcome.reconcile_attempts >= hooks.max_polls
             or now >= outcome.created_at.timestamp() + hooks.timeout_s
             or now >= run.deadline_at.timestamp()
+            or (step_ends is not None and now >= step_ends)
         )
         context = ToolContext(
             run_id=run.id,
@@ -134,8 +140,20 @@ def _load(ctx: StageContext, outcome_id: int) -> _Job | None:
             deps=ctx.deps_for(tool),
             clock=ctx.clock,
         )
-        wants = overdue or run.status == RunStatus.CANCELLING
-        return _Job(tool, operation_id, context, overdue, asked, wants)
+        # a parallel step's call whose step was merged meanwhile was cut: its job is cancelled
+        wants = overdue or run.status == RunStatus.CANCELLING or not step_open
+        return _Job(tool, operation_id, context, overdue or not step_open, asked, wants)
+
+
+def _branch_step(run: Run, cmd: Command) -> tuple[bool, float | None]:
+    """For a parallel step's call: whether its step is still open, and its branch deadline
+    (epoch seconds; ``None``: none). A call of no step: open, no deadline of its own."""
+    if not cmd.branch:
+        return True, None
+    fan = FanOut.from_json(run.fan_out) if run.fan_out else None
+    if fan is None or fan.step != cmd.step or fan.branch_of(cmd.id) is None:
+        return False, None
+    return True, fan.deadline_at
 
 
 def _request_cancel(ctx: StageContext, outcome_id: int) -> bool:
@@ -229,8 +247,20 @@ def _why(job: _Job) -> str:
 
 
 def _settled(a: _Settle, status: JobStatus, polled: tuple[str, dict[str, Any]]) -> None:
-    """The job ended: its final observation, and the run goes on (or ends its cancel)."""
+    """The job ended: its final observation, and the run goes on (or ends its cancel). A
+    parallel step's call (a sub-run) concludes its branch instead: the step's rule decides."""
     succeeded, content = _final_content(a, status)
+    if a.cmd.branch and a.tool is not None:
+        ended = "succeeded" if succeeded else "failed"
+        settle_branch_job(a.outcome, ended, output=content.get("output"), code=content.get("code"))
+        settled = {"tool": a.cmd.tool, "status": content["status"], "code": content.get("code")}
+        res = ToolResult(
+            status=Outcome.SUCCEEDED if succeeded else Outcome.FAILED,
+            code=content.get("code"),
+            events=[("job.settled", settled)],
+        )
+        finish_branch(a.ctx, a.s, a.run, a.cmd, a.tool, res, polled, a.outbox)
+        return
     resolve_outcome(a.outcome, "succeeded" if succeeded else "failed")
     source = a.tool.output_source.value if a.tool else "trusted-tool"
     observation = NewObservation(f"job-{a.cmd.step}", ObservationKind.TOOL_RESULT, source, content)

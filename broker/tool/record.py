@@ -363,8 +363,9 @@ def finish_branch(
         return _conclude_alone(ctx, s, run, cmd, tool, res, attempt_event, outbox)  # waited on
     fact = partial(commit, s, step=cmd.step, proposal_id=cmd.proposal_id)
     running = view.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
-    if fan is None or fan.step != cmd.step or fan.branch_of(cmd.id) is None or not running:
-        fact(machine.record_only(view, events=events))
+    opened = fan is not None and fan.step == cmd.step and fan.branch_of(cmd.id) is not None
+    if fan is None or not opened or not running or res.status is Outcome.ACCEPTED:
+        fact(machine.record_only(view, events=events))  # a sub-run's job: its poll settles it
         return res.status.value
     now = ctx.clock()
     states, outputs = _branch_states(ctx, s, run.id, fan, now)
@@ -543,12 +544,16 @@ def _branch_states(
             t = ctx.registry.get(cmd.tool, cmd.tool_version)
             source = t.output_source.value if t is not None else None
         outcome = None if last is None else last.status
+        command_status = None if cmd is None else cmd.status
         if outcome == Outcome.UNKNOWN.value and last is not None and last.resolved_status:
             outcome = Outcome.SUCCEEDED.value if last.resolved_status == "applied" else None
+        if outcome == Outcome.ACCEPTED.value and last is not None:  # a job: open until settled
+            outcome = last.resolved_status
+            command_status = "started" if outcome is None else command_status
         states.append(
             fan_in.branch_state(
                 plan,
-                command_status=None if cmd is None else cmd.status,
+                command_status=command_status,
                 outcome=outcome,
                 code=None if last is None else last.code,
                 source=source,

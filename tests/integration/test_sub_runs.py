@@ -236,3 +236,82 @@ def test_a_child_whose_cost_cap_its_model_cannot_meet_is_refused_at_the_spawn(
     assert children(engine, run_id) == []  # nothing recorded, nothing reserved
     parent = run_row(engine, run_id)
     assert (parent.tool_calls, parent.cost_used) == (1, 0.0)
+
+
+def parallel(calls: list[dict[str, Any]], **extra) -> dict[str, Any]:
+    return {"kind": "parallel", "proposal_id": "fan", "calls": calls, **extra}
+
+
+def test_a_parallel_step_starts_children_together_and_merges_them_by_its_rule(
+    engine, client, worker, reconciler_worker, demo
+):
+    """Orchestrator-workers: two children in one parallel step, merge ``all``; each child's
+    budget is carved after the one before it, and both results come back as the step's."""
+    first = delegate("Look up A.", [lookup("A"), sc.final("A found.", "tool-1")], [LOOKUP], "c1")
+    second = delegate("Look up B.", [lookup("B"), sc.final("B found.", "tool-1")], [LOOKUP], "c2")
+    for call in (first, second):  # carved in turn: each gets its own, not all that is left
+        call["arguments"]["budgets"].update(max_tool_calls=2, max_model_calls=3)
+    run_id = client.start_run(
+        coordinator(
+            [parallel([first, second]), sc.final("Both found.", "tool-1.1", "tool-1.2")],
+            [LOOKUP, DELEGATE],
+            max_tool_calls=8,
+        )
+    )
+    info = settle(client, run_id, timeout=60)
+    assert (info.status, info.answer) == ("completed", "Both found."), info
+    kids = children(engine, run_id)
+    assert sorted(c.answer for c in kids) == ["A found.", "B found."]
+    assert all(c.status == "completed" for c in kids)
+    [merged] = facts.events(engine, run_id, "step.merged")
+    assert merged.details["verdict"] == "complete"
+    # two calls, each reserving 2 and using 1: the parent holds 2 + 2 of the children's
+    parent = run_row(engine, run_id)
+    assert (parent.tool_calls, parent.tool_calls_by_tool) == (4, {"delegate": 2, "lookup": 2})
+
+
+def test_a_rule_met_cuts_the_children_still_running(
+    engine, client, worker, reconciler_worker, demo
+):
+    """Merge ``any``: the first child's answer meets the rule, the other child (waiting in
+    one long wait) is cancelled through its job's cancel, not left to run."""
+    wait = {
+        "kind": "tool",
+        "proposal_id": "w1",
+        "tool": "wait_read",
+        "tool_version": "1",
+        "arguments": {"n": 7, "ms": 60_000},
+        "reason_summary": "",
+        "source_observation_ids": [],
+    }
+    quick = delegate(
+        "Look up A.", [lookup("A"), sc.final("A found.", "tool-1")], [LOOKUP], "q",
+        max_model_calls=3, max_tool_calls=2,
+    )  # fmt: skip
+    slow = delegate(
+        "Wait.", [wait, sc.final("late", "tool-1")], [BENCH], "s",
+        max_model_calls=3, max_tool_calls=2,
+    )  # fmt: skip
+    run_id = client.start_run(
+        coordinator(
+            [parallel([quick, slow], merge="any"), sc.final("A found.", "tool-1.1")],
+            [LOOKUP, BENCH, DELEGATE],
+            max_tool_calls=10,
+        )
+    )
+    info = settle(client, run_id, timeout=60)
+    assert info.status == "completed", info
+    [merged] = facts.events(engine, run_id, "step.merged")
+    assert merged.details["verdict"] == "partial"  # the rule holds, one call was cut
+    cut = next(b for b in merged.details["branches"] if b["branch"] == 2)
+    assert (cut["status"], cut["cancelled"]) == ("cancelled", "rule_met")
+    slow_child = next(c for c in children(engine, run_id) if c.goal == "Wait.")
+    cancelled = wait_for(
+        lambda: (r := run_row(engine, slow_child.id)).status == "cancelled" and r,
+        timeout=30,
+        what="the cut child cancelled",
+    )
+    assert cancelled.stop_reason == "CANCELLED"
+    [ended] = facts.events(engine, slow_child.id, "tool.completed")
+    assert ended.details["status"] != "succeeded"  # its one wait was interrupted
+    assert ended.details["duration_ms"] < 4_500  # before the tool's own 5 s timeout
