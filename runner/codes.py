@@ -152,7 +152,8 @@ class Rejection(StrEnum):
     """The same call (tool, version, arguments) twice in one parallel step: the later one."""
     PARALLEL_JOB_TOOL = "PARALLEL_JOB_TOOL"
     """A long-running tool (one that starts a job the run then waits for) among a parallel
-    step's calls: that call is refused; such a tool runs in a step of its own."""
+    step's calls: that call is refused; such a tool runs in a step of its own. A sub-run
+    (``delegate``) is the exception: several start together as a step's branches."""
     REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
     """Loop layer, when the run's ``budgets.on_loop`` is ``refuse`` (planner kind ``external``
     by default): the same call (tool, version, arguments) more than ``max_repeated_proposal``
