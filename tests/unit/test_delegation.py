@@ -6,8 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tests.gate import gate, grant, proposal
+from warrant.runner import fan_in
 from warrant.runner.codes import Phase, Rejection, RunStatus
 from warrant.runner.delegation import Refusal, Terms, scope_within, terms
+from warrant.runner.gate import Accept, Reject
 from warrant.runner.scopes import ResourceKind
 from warrant.runner.spec import Budgets
 from warrant.runner.views import GrantView, RunView
@@ -169,3 +172,28 @@ def test_depth_and_fan_out():
 )
 def test_scope_within_is_conservative_per_resource_kind(child, scope, kinds, inside):
     assert scope_within(child, scope, kinds) is inside
+
+
+def test_a_parallel_steps_children_are_carved_one_after_the_other():
+    """The gate takes each accepted child's reservation before it judges the next call of the
+    set: a child left with no model call is refused, never started to fail."""
+
+    def child(pid: str, **budgets: int) -> dict:
+        arguments = {
+            "goal": "g",
+            "planner": {"kind": "fixture", "outputs": []},
+            "grants": [{"capability": "search:public", "resource_scope": "public"}],
+            "budgets": budgets,
+        }
+        return proposal("delegate", arguments, proposal_id=pid)
+
+    grants = [grant("search:public", "public"), grant("runs:delegate", grant_id=2)]
+    base = gate(None, grants=grants, budgets=Budgets(max_tool_calls=8, max_model_calls=7))
+    calls = [
+        child("a", max_model_calls=3, max_tool_calls=2),
+        child("b", max_model_calls=3),
+        child("c"),
+    ]
+    first, second, third = (d for _, _, d in fan_in.gate_calls(base, calls))
+    assert isinstance(first, Accept) and isinstance(second, Accept)
+    assert isinstance(third, Reject) and third.code == Rejection.DELEGATION_OVER_BUDGET
