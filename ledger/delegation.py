@@ -274,6 +274,7 @@ def _reserve(s: Session, parent: Run, reserved: delegation.Reservation) -> None:
     values: dict[str, Any] = {"tool_calls": Run.tool_calls + reserved.tool_calls}
     if reserved.model_calls is not None:
         values["model_calls"] = Run.model_calls + reserved.model_calls
+        values["model_calls_delegated"] = Run.model_calls_delegated + reserved.model_calls
     if reserved.tokens is not None:
         values["tokens_used"] = Run.tokens_used + reserved.tokens
     if reserved.cost is not None:
@@ -304,6 +305,7 @@ def _give_back(s: Session, parent: Run, child: Run, reserved: dict[str, Any]) ->
     parent.tool_calls_by_tool = by_tool
     parent.tool_calls = parent.tool_calls - int(back.get("tool_calls", 0))
     parent.model_calls = parent.model_calls - int(back.get("model_calls", 0))
+    parent.model_calls_delegated = parent.model_calls_delegated - int(back.get("model_calls", 0))
     parent.tokens_used = (parent.tokens_used or 0) - int(back.get("tokens", 0))
     parent.cost_used = (parent.cost_used or 0.0) - back.get("cost", 0.0)
     child_grants = _grant_views(s, child.id)

@@ -98,6 +98,8 @@ class Run(Base):
     """The run whose ``delegate`` call started this one; ``None``: a producer's (0024)."""
     delegation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     """A child's spawn terms: the parent's command, what it reserved, ``settled`` (0024)."""
+    model_calls_delegated: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Of ``model_calls``, those the run's sub-runs hold (reserved, or used): 0024."""
 
     __table_args__ = (
         Index("ix_runs_status", "status"),

@@ -93,6 +93,7 @@ def run_view(run: Run | Any) -> RunView:
         tool_calls_by_tool=dict(run.tool_calls_by_tool or {}),
         tokens_used=run.tokens_used or 0,
         cost_used=run.cost_used or 0.0,
+        model_calls_delegated=getattr(run, "model_calls_delegated", 0) or 0,
     )
 
 

@@ -41,6 +41,7 @@ COLUMNS = {
     "trace_id": "trace_id",
     "tokens_used": "tokens_used",
     "cost_used": "cost_used",
+    "parent_run_id": "parent_run_id",
 }
 
 WAITING_GRANT = "waiting_grant"
@@ -85,4 +86,5 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
         "pre_approvals": [],
         "waiting_for_grant": waiting,
         "capabilities": granted_capabilities({"grants": row["grants"]}),
+        "children": [],  # as in RunInfo lists: only ``get_run`` fills them
     }

@@ -63,6 +63,7 @@ RUN_COLUMNS = """
     r.id, r.status, r.phase, r.version, r.step, r.model_calls, r.tool_calls,
     r.tool_calls_by_tool, r.observation_version, r.tokens_used, r.cost_used, r.trace_seq,
     r.subject, r.deadline_at, r.pending_proposal_id, r.active_command_id,
+    r.model_calls_delegated,
     coalesce((r.spec -> 'budgets')::text, '{}') AS budgets_json
 """
 

@@ -454,6 +454,7 @@ def _reserved(inp: GateInput, accepted: Accept) -> GateInput:
         tool_calls=run.tool_calls + 1 + r.tool_calls,
         tool_calls_by_tool=by_tool,
         model_calls=run.model_calls + (r.model_calls or 0),
+        model_calls_delegated=run.model_calls_delegated + (r.model_calls or 0),
         tokens_used=run.tokens_used + (r.tokens or 0),
         cost_used=run.cost_used + (r.cost or 0.0),
     )

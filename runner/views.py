@@ -43,6 +43,8 @@ class RunView:
     tool_calls_by_tool: dict[str, int] = field(default_factory=dict)
     tokens_used: int = 0
     cost_used: float = 0.0
+    model_calls_delegated: int = 0
+    """Of ``model_calls``, those its sub-runs hold: the run's own are the rest."""
 
     def remaining_s(self, now: float) -> float:
         return self.deadline_at - now

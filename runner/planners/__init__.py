@@ -45,17 +45,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class FixturePlanner:
-    """Scripted outputs: the call for step n+1 returns ``outputs[n]``. Deterministic. (Its
-    position is the run's step, not its model-call counter: that one also holds what the run's
-    sub-runs used and reserved.)"""
+    """Scripted outputs: the run's n-th own model call returns ``outputs[n]`` (its sub-runs'
+    calls, which its model-call counter also holds, do not move the script). Deterministic."""
 
     spec: FixturePlannerSpec
 
     def propose(self, run: RunView, view: WorkingMemoryView | None = None) -> PlannerReply:
         usage = self.spec.usage_per_call or Usage()
-        if run.step >= len(self.spec.outputs):
+        own = run.model_calls - run.model_calls_delegated
+        if own >= len(self.spec.outputs):
             raise PlannerFailure("FIXTURE_PLANNER_EXHAUSTED", usage=usage)
-        return PlannerReply(self.spec.outputs[run.step], usage)
+        return PlannerReply(self.spec.outputs[own], usage)
 
 
 def planner_for(

@@ -25,7 +25,7 @@ from warrant.runner.canonical import proposal_hash
 from warrant.runner.settings import WarrantSettings
 from warrant.tools._plugins import build_registry
 
-BUILTIN = {"search_public", "write_artifact", "save_preference"}
+BUILTIN = {"search_public", "write_artifact", "save_preference", "delegate"}
 WEATHER = {"get_weather", "send_message"}
 
 
