@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -39,6 +39,9 @@ from warrant.runner.spec import (
 )
 from warrant.runner.views import GrantView, RunView
 
+if TYPE_CHECKING:  # the gate's input imports the tools' contract, whose package imports this
+    from warrant.runner.gate import GateInput
+
 __all__ = [
     "DELEGATE_CAPABILITY",
     "DELEGATE_TOOL",
@@ -46,6 +49,7 @@ __all__ = [
     "Request",
     "Reservation",
     "Terms",
+    "gate_terms",
     "scope_kinds",
     "scope_within",
     "terms",
@@ -132,6 +136,20 @@ def scope_kinds(tools: Iterable[_Tool]) -> ScopeKinds:
             table.setdefault(capability, set()).update(read)
     frozen = {c: frozenset(k) for c, k in table.items()}
     return lambda capability: frozen.get(capability, frozenset({None}))
+
+
+def gate_terms(request: Request, inp: GateInput) -> Terms | Refusal:
+    """:func:`terms` as the gate judges a ``delegate`` call: on the run, grants and policy of
+    ``inp``, before the call is counted."""
+    return terms(
+        request,
+        parent=inp.run,
+        grants=inp.grants,
+        run_policy=inp.run_policy,
+        kinds=scope_kinds(inp.registry),
+        now=inp.now,
+        counted=False,
+    )
 
 
 def terms(

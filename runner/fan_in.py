@@ -435,15 +435,8 @@ def _claimed(inp: GateInput, key: str, number: int) -> GateInput:
 def _reserved(inp: GateInput, accepted: Accept) -> GateInput:
     """``inp`` with what an accepted ``delegate`` call will reserve from the run taken (its
     own tool call too): the set's next sub-runs are carved from what is left."""
-    found = delegation.terms(
-        accepted.tool.input_model.model_validate(accepted.arguments),
-        parent=inp.run,
-        grants=inp.grants,
-        run_policy=inp.run_policy,
-        kinds=delegation.scope_kinds(inp.registry),
-        now=inp.now,
-        counted=False,
-    )
+    request = accepted.tool.input_model.model_validate(accepted.arguments)
+    found = delegation.gate_terms(request, inp)
     if isinstance(found, delegation.Refusal):
         return inp
     r, run = found.reserved, inp.run

@@ -366,15 +366,7 @@ def _check_delegation(checked: _Checked, inp: GateInput, events: list[Event]) ->
     each be narrower than what the parent holds and has left (:mod:`~.delegation`)."""
     if checked.tool.name != delegation.DELEGATE_TOOL:
         return None
-    found = delegation.terms(
-        checked.model,
-        parent=inp.run,
-        grants=inp.grants,
-        run_policy=inp.run_policy,
-        kinds=delegation.scope_kinds(inp.registry),
-        now=inp.now,
-        counted=False,
-    )
+    found = delegation.gate_terms(checked.model, inp)
     if isinstance(found, delegation.Refusal):
         return _reject(
             found.code, "delegation", checked.proposal_hash, inp, events, message=found.message
