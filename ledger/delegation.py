@@ -110,6 +110,7 @@ class SubRuns:
         except SpecError as exc:
             raise ToolRejected(str(exc), code="SPEC_INVALID") from None
         child_id = str(uuid.uuid4())
+        reserved = terms.reserved.as_json()
         named = {
             "parent_run_id": parent.id,
             "parent_command_id": command_id,
@@ -125,13 +126,12 @@ class SubRuns:
                 parent_run_id=parent.id,
                 delegation={
                     "parent_command_id": command_id,
-                    "reserved": terms.reserved.as_json(),
+                    "reserved": reserved,
                     "route": getattr(request, "route", None),
                 },
             )
         )
         _reserve(s, parent, terms.reserved)
-        reserved = terms.reserved.as_json()
         event = ("run.delegated", {"child_run_id": child_id, "command_id": command_id, **reserved})
         append_events(s, parent.id, [event], step=parent.step)
         return child_id
@@ -153,8 +153,8 @@ class SubRuns:
             parent = lock_run(s, child.parent_run_id) if child.parent_run_id else None
             if parent is not None:
                 returned = _give_back(s, parent, child, terms.get("reserved") or {})
-                event = ("run.child_ended", {**output, "returned": returned})
-                event[1].pop("answer", None)
+                ended = {k: v for k, v in output.items() if k != "answer"}  # the observation has it
+                event = ("run.child_ended", {**ended, "returned": returned})
                 append_events(s, parent.id, [event], step=parent.step)
             terms["output"] = output
             child.delegation = terms
