@@ -168,6 +168,10 @@ class FanOut:
     def branch_of(self, command_id: str) -> BranchPlan | None:
         return next((b for b in self.branches if b.command_id == command_id), None)
 
+    def holds(self, step: int, command_id: str) -> bool:
+        """Is the command (of ``step``) one of this open step's calls?"""
+        return self.step == step and self.branch_of(command_id) is not None
+
     @property
     def command_ids(self) -> list[str]:
         return [b.command_id for b in self.branches if b.command_id is not None]

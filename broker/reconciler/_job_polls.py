@@ -151,7 +151,7 @@ def _branch_step(run: Run, cmd: Command) -> tuple[bool, float | None]:
     if not cmd.branch:
         return True, None
     fan = FanOut.from_json(run.fan_out) if run.fan_out else None
-    if fan is None or fan.step != cmd.step or fan.branch_of(cmd.id) is None:
+    if fan is None or not fan.holds(cmd.step, cmd.id):
         return False, None
     return True, fan.deadline_at
 

@@ -363,9 +363,9 @@ def finish_branch(
         return _conclude_alone(ctx, s, run, cmd, tool, res, attempt_event, outbox)  # waited on
     fact = partial(commit, s, step=cmd.step, proposal_id=cmd.proposal_id)
     running = view.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
-    opened = fan is not None and fan.step == cmd.step and fan.branch_of(cmd.id) is not None
-    if fan is None or not opened or not running or res.status is Outcome.ACCEPTED:
-        fact(machine.record_only(view, events=events))  # a sub-run's job: its poll settles it
+    waits = res.status is Outcome.ACCEPTED  # a sub-run's job: its poll settles the branch
+    if fan is None or not fan.holds(cmd.step, cmd.id) or not running or waits:
+        fact(machine.record_only(view, events=events))
         return res.status.value
     now = ctx.clock()
     states, outputs = _branch_states(ctx, s, run.id, fan, now)
@@ -440,7 +440,7 @@ def branch_reconciled(
     run waits on a write of the step still in flight. ``False``: the run keeps no open step
     of this call (the caller concludes it alone)."""
     fan = FanOut.from_json(run.fan_out) if run.fan_out else None
-    if fan is None or fan.step != cmd.step or fan.branch_of(cmd.id) is None:
+    if fan is None or not fan.holds(cmd.step, cmd.id):
         return False
     s.flush()  # the resolved outcome, read back with the others
     now = ctx.clock()
