@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from warrant.broker.process_identity import this_process
 from warrant.ledger.db import engine_for
-from warrant.ledger.workers import HEARTBEAT_S, register_worker, touch_worker, unregister_worker
+from warrant.ledger.workers import HEARTBEAT_S, register_worker, unregister_worker
 from warrant.runner.settings import resolved_urls
 from warrant.tools._deployment import roles_of
 from warrant.tools._plugins import registry_for
@@ -43,31 +43,32 @@ class RegisterWorker(bootsteps.StartStopStep):
         super().__init__(worker, **kwargs)
         self.tref: Any = None
         self.process = this_process().label
+        self.registration: dict[str, Any] = {}
 
     def start(self, worker: Any) -> None:
         registry = registry_for()
         queues = sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues)
         node = worker.hostname
         self.process = this_process().label
+        self.registration = {
+            "process": self.process,
+            "node": node,
+            "roles": roles_of(queues),
+            "queues": queues,
+            "fingerprint": registry.fingerprint,
+            "tools": registry.keys(),
+            "pid": os.getpid(),
+        }
         try:
-            register_worker(
-                _engine(),
-                process=self.process,
-                node=node,
-                roles=roles_of(queues),
-                queues=queues,
-                fingerprint=registry.fingerprint,
-                tools=registry.keys(),
-                pid=os.getpid(),
-            )
-        except Exception as exc:  # the ledger may be down at start: the worker still serves
-            log.warning("could not record this worker's registry: %s", exc)
-        self.tref = worker.timer.call_repeatedly(HEARTBEAT_S, self._touch, (self.process,))
+            register_worker(_engine(), **self.registration)
+        except Exception as exc:  # the ledger may be down at start: the heartbeat inserts it
+            log.warning("could not record this worker's registry (retried each heartbeat): %s", exc)
+        self.tref = worker.timer.call_repeatedly(HEARTBEAT_S, self._touch, (self.registration,))
 
     @staticmethod
-    def _touch(process: str) -> None:
+    def _touch(registration: dict[str, Any]) -> None:
         try:
-            touch_worker(_engine(), process)
+            register_worker(_engine(), **registration, refresh=True)
         except Exception as exc:
             log.warning("could not refresh this worker's registration: %s", exc)
 

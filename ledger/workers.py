@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from warrant.ledger.models import WorkerRegistration
@@ -25,7 +25,6 @@ __all__ = [
     "live_registrations",
     "live_workers",
     "register_worker",
-    "touch_worker",
     "unregister_worker",
 ]
 
@@ -47,7 +46,12 @@ def register_worker(
     fingerprint: str,
     tools: Sequence[str],
     pid: int,
+    refresh: bool = False,
 ) -> None:
+    """Record this process's registration. ``refresh`` (the heartbeat) only moves ``seen_at``
+    of a row that exists, and inserts the whole row when none does: a worker whose first
+    registration failed (the ledger was down at its start) or whose row was pruned is back in
+    ``tools check`` and the gate's view at its next heartbeat."""
     values = {
         "process": process,
         "node": node,
@@ -58,21 +62,14 @@ def register_worker(
         "pid": pid,
     }
     stmt = insert(WorkerRegistration).values(**values)
+    moved = (
+        {"seen_at": func.now()}
+        if refresh
+        else {**values, "started_at": func.now(), "seen_at": func.now()}
+    )
     with engine.begin() as conn:
         conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[WorkerRegistration.process],
-                set_={**values, "started_at": func.now(), "seen_at": func.now()},
-            )
-        )
-
-
-def touch_worker(engine: Engine, process: str) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            update(WorkerRegistration)
-            .where(WorkerRegistration.process == process)
-            .values(seen_at=func.now())
+            stmt.on_conflict_do_update(index_elements=[WorkerRegistration.process], set_=moved)
         )
 
 

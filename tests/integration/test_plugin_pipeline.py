@@ -18,7 +18,7 @@ from tests import facts
 from tests.conftest import DEMO_PLUGIN, WorkerProcess, wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Observation, Proposal, WorkerRegistration
-from warrant.ledger.workers import CACHE_S
+from warrant.ledger.workers import CACHE_S, register_worker, unregister_worker
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -145,3 +145,26 @@ def test_a_worker_closes_its_deps_and_its_registration_at_shutdown(engine, echo_
     wait_for(lambda: closed.exists() and "closed" in closed.read_text(), what="deps closed")
     assert _registration(engine, "echo@") is None
     proc.restart()
+
+
+def test_a_heartbeat_inserts_a_registration_the_start_could_not_record(engine):
+    """A worker started while the ledger was down has no row; its next heartbeat inserts the
+    whole registration (it used to update nothing, and ``tools check`` never saw the worker)."""
+    process = f"heartbeat-{os.getpid()}-{time.time_ns()}"
+    values = {
+        "process": process,
+        "node": f"late@{process}",
+        "roles": ["tool"],
+        "queues": ["tool.echo"],
+        "fingerprint": "f" * 16,
+        "tools": ["echo@1"],
+        "pid": os.getpid(),
+    }
+    assert _registration(engine, f"late@{process}") is None
+    register_worker(engine, **values, refresh=True)
+    first = _registration(engine, f"late@{process}")
+    assert first is not None and first.tools == ["echo@1"] and first.queues == ["tool.echo"]
+    register_worker(engine, **values, refresh=True)
+    again = _registration(engine, f"late@{process}")
+    assert again.started_at == first.started_at and again.seen_at >= first.seen_at
+    unregister_worker(engine, process)
