@@ -16,13 +16,15 @@ URLs in ``<data_dir>/services.json``; every other command then finds them there.
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import os
 import threading
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from warrant.runner.errors import ServiceUnavailable, SettingsInvalid
@@ -104,6 +106,46 @@ class Connections(_Group):
     @property
     def services_file(self) -> Path:
         return self.data_dir / "services.json"
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_scheme(cls, url: str | None) -> str | None:
+        return _with_scheme(url, BROKER_SCHEMES, "a broker")
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_scheme(cls, url: str | None) -> str | None:
+        return _with_scheme(url, DATABASE_SCHEMES, "a PostgreSQL")
+
+
+#: The broker URL schemes warrant runs on (Redis, RabbitMQ; ``memory`` for in-process tests).
+BROKER_SCHEMES = (
+    "redis",
+    "rediss",
+    "redis+socket",
+    "sentinel",
+    "amqp",
+    "amqps",
+    "pyamqp",
+    "memory",
+)
+#: The ledger's URL schemes (PostgreSQL through psycopg 3).
+DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+
+
+def _with_scheme(url: str | None, schemes: tuple[str, ...], what: str) -> str | None:
+    """``url`` unchanged if empty or of one of ``schemes``: a URL nothing can connect to is
+    refused as the process starts (``SETTINGS_INVALID``), before anything is written."""
+    if not url:
+        return url
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in schemes:
+        raise ValueError(
+            f"not {what} URL (scheme {scheme if sep else '(none)'!r}; use one of "
+            + ", ".join(f"{s}://" for s in schemes)
+            + ")"
+        )
+    return url
 
 
 class Reconciler(_Group):
@@ -314,6 +356,8 @@ class WarrantSettings(
     model_config = SettingsConfigDict(env_prefix="WARRANT_", extra="ignore", frozen=True)
 
 
+log = logging.getLogger(__name__)
+
 _LOCK = threading.Lock()
 _LOADED: tuple[tuple[tuple[str, str], ...], WarrantSettings] | None = None
 
@@ -340,7 +384,37 @@ def load_settings() -> WarrantSettings:
         except ValidationError as exc:
             raise settings_invalid(exc) from None
         _LOADED = (environment, settings)
+    for name, known in misspelt_names(dict(environment)):
+        log.warning("%s is not a warrant setting (ignored): did you mean %s?", name, known)
     return settings
+
+
+#: ``WARRANT_*`` prefixes that are not settings: the test suite's, the benchmarks', the fault
+#: injection's and the demo plug-in's own variables.
+OTHER_PREFIXES = (
+    "WARRANT_TEST_",
+    "WARRANT_BENCH_",
+    "WARRANT_CHAOS_",
+    "WARRANT_CRASH_",
+    "WARRANT_DEMO_",
+)
+
+
+def misspelt_names(environment: dict[str, str]) -> list[tuple[str, str]]:
+    """``WARRANT_*`` variables that name no setting but are close to one, each with the
+    closest setting's name: a typo (``WARRANT_STAL_AFTER_S``) is told, not silently ignored.
+    A variable close to no setting, or under a prefix kept for other programs
+    (:data:`OTHER_PREFIXES`: tests, benchmarks, the demo plug-in), is left alone."""
+    known = sorted(f"WARRANT_{name.upper()}" for name in WarrantSettings.model_fields)
+    found = []
+    for name in sorted(environment):
+        upper = name.upper()
+        if not upper.startswith("WARRANT_") or upper in known or upper.startswith(OTHER_PREFIXES):
+            continue
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
+        if close:
+            found.append((name, close[0]))
+    return found
 
 
 def reload_settings() -> WarrantSettings:
@@ -357,7 +431,8 @@ def settings_invalid(exc: ValidationError) -> SettingsInvalid:
     ``WARRANT_<FIELD>: reason`` per refused value (the value itself is not shown: it may be a
     secret)."""
     problems = "; ".join(
-        f"WARRANT_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+        f"WARRANT_{'_'.join(map(str, e['loc'])).upper()}: "
+        + str(e["msg"]).removeprefix("Value error, ")
         if e["loc"]
         else str(e["msg"]).removeprefix("Value error, ")
         for e in exc.errors(include_url=False)

@@ -12,8 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
+from warrant_demo import scenarios as sc
 
 from tests.integration.test_cli import warrant
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Run
 
 BAD = {"WARRANT_LEASE_HEARTBEAT_S": "-1"}
 
@@ -85,3 +89,19 @@ def test_a_plain_celery_worker_stops_as_it_loads_the_app(tmp_path: Path):
     assert "SettingsInvalid" in out.stderr and "WARRANT_LEASE_HEARTBEAT_S" in out.stderr, (
         out.stderr[-2000:]
     )
+
+
+def test_a_broker_url_of_no_transport_writes_no_run(tmp_path: Path, engine):
+    """``WARRANT_BROKER_URL=foo://nowhere warrant run start`` used to create a ``running`` run,
+    then fail ``INTERNAL_ERROR`` (no such transport) with no run id: the run later failed
+    ``DEADLINE_REACHED``. The URL is now refused before anything is written."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(sc.spec([sc.final("nothing", "user-1")])))
+    with session_scope(engine) as s:
+        before = s.scalar(select(func.count()).select_from(Run))
+    out = warrant("run", "start", str(spec), "--json", env={"WARRANT_BROKER_URL": "foo://nowhere"})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    error = json.loads(out.stdout)["error"]
+    assert error["code"] == "SETTINGS_INVALID" and "WARRANT_BROKER_URL" in error["message"]
+    with session_scope(engine) as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == before

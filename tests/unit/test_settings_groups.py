@@ -13,6 +13,7 @@ from warrant.runner.settings import (
     Reconciler,
     WarrantSettings,
     load_settings,
+    misspelt_names,
     reload_settings,
 )
 
@@ -158,3 +159,46 @@ def test_secrets_are_not_shown_in_the_message(monkeypatch):
         load_settings()
     assert "WARRANT_WEBHOOK_MAX_ATTEMPTS" in str(caught.value)
     assert "s3cr3t-value" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "url"),
+    [
+        ("WARRANT_BROKER_URL", "foo://nowhere"),
+        ("WARRANT_BROKER_URL", "127.0.0.1:6379"),
+        ("WARRANT_DATABASE_URL", "mysql://db/ledger"),
+    ],
+)
+def test_a_url_nothing_can_connect_to_is_refused_as_the_process_starts(monkeypatch, variable, url):
+    monkeypatch.setenv(variable, url)
+    with pytest.raises(SettingsInvalid, match=variable) as caught:
+        load_settings()
+    assert "Value error" not in str(caught.value) and "://" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/0", "redis+socket:///tmp/r.sock", "amqp://guest@h//"]
+)
+def test_the_brokers_warrant_runs_on_are_accepted(monkeypatch, url):
+    monkeypatch.setenv("WARRANT_BROKER_URL", url)
+    monkeypatch.setenv("WARRANT_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1/x")
+    assert load_settings().broker_url == url
+
+
+def test_a_misspelt_variable_is_told_with_the_closest_setting(monkeypatch, caplog):
+    environment = {
+        "WARRANT_STAL_AFTER_S": "5",
+        "WARRANT_BROKER_UR": "redis://x",
+        "WARRANT_TEST_BROKER_URL": "redis://x",  # the test suite's own, not a typo
+        "WARRANT_SOMETHING_ELSE_ENTIRELY": "1",
+        "WARRANT_STALL_AFTER_S": "5",
+    }
+    assert misspelt_names(environment) == [
+        ("WARRANT_BROKER_UR", "WARRANT_BROKER_URL"),
+        ("WARRANT_STAL_AFTER_S", "WARRANT_STALL_AFTER_S"),
+    ]
+    monkeypatch.setenv("WARRANT_STAL_AFTER_S", "5")
+    with caplog.at_level("WARNING", logger="warrant.runner.settings"):
+        reload_settings()
+    assert "WARRANT_STAL_AFTER_S is not a warrant setting" in caplog.text
+    assert "did you mean WARRANT_STALL_AFTER_S?" in caplog.text
