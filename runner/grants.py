@@ -11,10 +11,17 @@ a trusted tool's observations), by the rules of :mod:`warrant.runner.mentions`. 
 ``resource`` is mentioned whole or by what follows its ``kind:`` prefix
 (``recipient:bob@example.com``: ``bob@example.com``). A value in scope that no narrowed grant's
 sources mention is refused ``RESOURCE_NOT_IN_TASK``.
+
+A grant with **constraints** (``Grant.constraints``, 000 §5: ``{"max": {"amount_cents":
+10000}, "in": {"currency": ["EUR"]}}``) covers a call only if its validated arguments keep
+every one (:meth:`~warrant.runner.spec.GrantConstraints.violation`); when no usable grant's
+constraints do, the call is refused ``GRANT_CONSTRAINT_VIOLATED``, naming the argument and
+the limit.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +40,7 @@ from warrant.tools._registry import Registry
 __all__ = [
     "Authorization",
     "authorize",
+    "check_capabilities",
     "check_task_sources",
     "narrowed",
     "resource_label",
@@ -94,9 +102,11 @@ def authorize(
         except scopes.InvalidResource:
             return Authorization(Rejection.RESOURCE_INVALID.value)
         for need in needs:
-            code, grant_id = _one(held, need, run.step, inp.provenance, now=inp.now)
+            code, grant_id, why = _one(
+                held, need, run.step, inp.provenance, now=inp.now, arguments=arguments
+            )
             if code:
-                return Authorization(code, message=_why(code, need, held))
+                return Authorization(code, message=why or _why(code, need, held))
             if grant_id not in used:
                 used.append(grant_id)  # type: ignore[arg-type]
     return Authorization(None, tuple(used))
@@ -143,6 +153,22 @@ def check_task_sources(grants: Sequence[Grant], registry: Registry, where: str =
             raise SpecError(message, errors=[{"field": field, "message": message}])
 
 
+def check_capabilities(grants: Sequence[Grant], registry: Registry, where: str = "grants") -> None:
+    """At the run's start (or an operator's grant): every grant names a capability some tool of
+    the registry requires. A typo (``tickets:wirte``) would otherwise be accepted and surface
+    mid-run as ``MISSING_CAPABILITY``; it is :class:`SpecError`, naming the closest capability."""
+    known = sorted({c for tool in registry for c in tool.capabilities})
+    for index, grant in enumerate(grants):
+        if grant.capability in known:
+            continue
+        close = difflib.get_close_matches(grant.capability, known, n=1, cutoff=0.6)
+        message = f"no tool of this deployment requires capability {grant.capability!r}" + (
+            f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+        )
+        field = f"{where}.{index}.capability"
+        raise SpecError(message, errors=[{"field": field, "message": message}])
+
+
 def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> list[_Need]:
     """One need per value: ``scope -> covered?`` and what the value is."""
     if not tool.resources:
@@ -179,20 +205,27 @@ def _one(
     sources: ProvenanceSources | None,
     *,
     now: float,
-) -> tuple[str | None, int | None]:
+    arguments: dict[str, Any],
+) -> tuple[str | None, int | None, str | None]:
+    """The grant that covers ``need`` (a usable one whose constraints the call keeps, the
+    first by id), or the refusal's code and, for broken constraints, why."""
     in_scope = [g for g in held if need.covers(g.resource_scope)]
     if not in_scope:
-        return Rejection.RESOURCE_OUT_OF_SCOPE.value, None
+        return Rejection.RESOURCE_OUT_OF_SCOPE.value, None, None
     in_task = [g for g in in_scope if _in_task(g, need, sources)]
     if not in_task:
-        return Rejection.RESOURCE_NOT_IN_TASK.value, None
+        return Rejection.RESOURCE_NOT_IN_TASK.value, None, None
     live = [g for g in in_task if g.live(step=step, now=now)]
     if not live:
-        return Rejection.GRANT_EXPIRED.value, None
+        return Rejection.GRANT_EXPIRED.value, None, None
     usable = [g for g in live if g.max_uses is None or g.uses < g.max_uses]
     if not usable:
-        return Rejection.GRANT_EXHAUSTED.value, None
-    return None, usable[0].grant_id
+        return Rejection.GRANT_EXHAUSTED.value, None, None
+    broken = [g.constraints.violation(arguments) if g.constraints else None for g in usable]
+    kept = [g for g, why in zip(usable, broken, strict=True) if why is None]
+    if not kept:  # every usable grant's constraints refuse these arguments (000 §5)
+        return Rejection.GRANT_CONSTRAINT_VIOLATED.value, None, broken[0]
+    return None, kept[0].grant_id, None
 
 
 def _why(code: str, need: _Need, held: Sequence[GrantView]) -> str | None:

@@ -5,6 +5,7 @@ clarifying question, an operator grants a capability to a running run. One part 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hmac
 import time
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from warrant.broker import telemetry
 from warrant.ledger import reads
 from warrant.ledger.db import session_scope
+from warrant.ledger.guarded import insert_proposal, update_proposal
 from warrant.ledger.models import Proposal, Run
 from warrant.ledger.operator import (
     database_now,
@@ -30,10 +32,12 @@ from warrant.ledger.repo import NewObservation, append_events, commit, run_view
 from warrant.runner import run_machine as machine
 from warrant.runner.client.grant_admission import Admission, admit
 from warrant.runner.client.runs import RunInfo, RunsClient, found_run
-from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
+from warrant.runner.codes import ObservationKind, ObservationSource, Rejection, RunStatus
 from warrant.runner.confirmation_rules import (
+    Correction,
     add_approval,
     asked_call,
+    corrected_call,
     pre_approval_record,
     resumed_deadline,
     self_approval,
@@ -47,12 +51,13 @@ from warrant.runner.errors import (
     StateConflict,
     Unauthorized,
 )
-from warrant.runner.grants import check_task_sources
+from warrant.runner.grants import check_capabilities, check_task_sources
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import Grant, PreApproval
+from warrant.runner.views import RunView
 from warrant.tools._plugins import registry_for
 
-__all__ = ["MAX_ANSWER_CHARS", "ApprovalsClient", "Origin"]
+__all__ = ["MAX_ANSWER_CHARS", "ApprovalsClient", "Corrected", "Origin"]
 
 #: An answer is a user message: as long as a goal may be.
 MAX_ANSWER_CHARS = 8_000
@@ -75,6 +80,29 @@ class Origin:
         if self.user_agent:
             out["user_agent"] = self.user_agent[:200]
         return out
+
+
+@dataclass(frozen=True)
+class Corrected:
+    """A person's edit of a pending proposal, recorded: the new proposal goes to the gate."""
+
+    run_id: str
+    version: int
+    """The run's version after the edit."""
+    proposal_hash: str
+    """The new proposal's hash (the original arguments with the changes)."""
+    original_hash: str
+    """The proposal it replaces (declined, never executed)."""
+    step: int
+    """The new proposal's step."""
+    changed: list[str]
+    """The arguments whose values the edit changed."""
+    approved: bool
+    """The edit counts as its author's approval of the new hash; else the new proposal waits
+    for its own confirmation (more approvers needed, or a state to be shown first)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class ApprovalsClient(RunsClient):
@@ -145,6 +173,63 @@ class ApprovalsClient(RunsClient):
             return version
         return run.version
 
+    def correct(
+        self,
+        run_id: str,
+        *,
+        proposal_hash: str,
+        changes: Mapping[str, Any],
+        by: str,
+        reason: str = "",
+        origin: Origin | None = None,
+    ) -> Corrected:
+        """Correct the pending proposal (bound to its hash) instead of approving it as it is:
+        its arguments with ``changes`` (argument → value) become a new proposal, with its own
+        hash, at the next step, gated again from the start (the values are the person's own
+        words: a user observation ``correction-<step>``); the original is declined, never
+        executed. The edit counts as ``by``'s approval of the new hash when one person's word
+        may approve it (:class:`~warrant.runner.confirmation_rules.Correction`); whoever
+        started the run may not correct it unless they may approve it. Traced
+        ``proposal.corrected`` (who, the old and new hash, the changed arguments)."""
+        _check_choices([(proposal_hash, False)], by)
+        with session_scope(self.engine) as s:
+            run = found_run(s, run_id, lock=True)
+            pending = _confirmable(s, run, now=time.time())
+            request = dict(pending.confirmation_request or {})
+            if request.get("parallel"):
+                raise InvalidRequest(
+                    "a parallel step's calls are approved or declined one by one; decline "
+                    "this one instead of correcting it",
+                    code="CORRECTION_INVALID",
+                )
+            asked = _asked(request, proposal_hash)
+            tool = registry_for().get(str(pending.tool), str(pending.tool_version))
+            if tool is None:
+                raise InvalidRequest(
+                    f"no tool {pending.tool}@{pending.tool_version} here to check the edit",
+                    code="CORRECTION_INVALID",
+                )
+            floor = load_settings().approvals_floor.get(tool.name, 1)
+            correction = corrected_call(tool, pending.arguments or {}, changes, floor=floor)
+            decider: dict[str, Any] = {"by": by, **(origin.details() if origin else {"via": "cli"})}
+            events = _self_approval_events(run, asked, decider, proposal_hash)
+            version = _record_correction(
+                s, run, pending, correction, decider, events, reason=reason[:500]
+            )
+            trace_id = run.trace_id
+            step = run.step + 1
+        with telemetry.run_context(trace_id):
+            self.publisher.policy(run_id, version)
+        return Corrected(
+            run_id=run_id,
+            version=version,
+            proposal_hash=correction.proposal_hash,
+            original_hash=proposal_hash,
+            step=step,
+            changed=correction.changed,
+            approved=correction.approves,
+        )
+
     def answer(self, run_id: str, *, text: str, by: str) -> RunInfo:
         """Answer the question a run stopped on (``needs_input``): the answer becomes a user
         observation (``answer-<step>``), and the planner is asked again."""
@@ -204,6 +289,7 @@ class ApprovalsClient(RunsClient):
             destinations_from=destinations_from,
             expires_at=expires_at,
         )
+        check_capabilities([grant], registry_for(ask_mcp_servers=False), where="grant")
         if grant.destinations_from:
             check_task_sources([grant], registry_for(), where="grant")
         with session_scope(self.engine) as s:
@@ -432,6 +518,7 @@ def _record_decisions(
             expires_at=float(request["expires_at"]),
             decided_by=str(decider["by"]),
             precondition_fingerprint=(asked.get("precondition") or {}).get("fingerprint"),
+            covers_run=asked.get("confirmation") == "per-run",
         )
         approvers = [a["by"] for a in asked.get("approved_by") or []]
         decided = {"confirmation_id": confirmation_id, "proposal_hash": phash, **decider}
@@ -459,6 +546,107 @@ def _record_decisions(
         view, approved=resume[0], decided=resume[1], deadline_at=moved
     )
     return commit(s, change, step=run.step, proposal_id=pending.proposal_id)
+
+
+def _record_correction(
+    s: Session,
+    run: Run,
+    pending: Proposal,
+    correction: Correction,
+    decider: dict[str, Any],
+    events: list[tuple[str, dict[str, Any]]],
+    *,
+    reason: str,
+) -> int:
+    """One compare-and-set: the original declined (its row ``rejected``), the corrected
+    proposal the run's pending one at the next step, the person's values their observation,
+    and the edit as the approval of the new hash when it counts as one. The new version."""
+    view, request = run_view(run), dict(pending.confirmation_request or {})
+    step, tool = view.step + 1, str(pending.tool)
+    corrected = {
+        **decider,
+        "tool": tool,
+        "original_hash": pending.proposal_hash,
+        "proposal_hash": correction.proposal_hash,
+        "changed": correction.changed,
+        "step": step,
+        "counts_as_approval": correction.approves,
+        **({"reason": reason} if reason else {}),
+    }
+    if correction.approves:
+        events.append(_edit_approval(s, run, request, correction, decider, tool=tool, step=step))
+    moved = resumed_deadline(request, deadline_at=view.deadline_at, now=database_now(s))
+    declined = {"proposal_hash": pending.proposal_hash, **decider, "corrected": True}
+    change = machine.resume_after_confirmation(
+        view, approved=False, decided=declined, deadline_at=moved
+    )
+    change = dataclasses.replace(  # the edit's own proposal is gated, not the declined one
+        change,
+        changes={**change.changes, "step": step, "pending_proposal_id": machine.NEXT_PROPOSAL_ID},
+        events=(*change.events[:1], ("proposal.corrected", corrected), *events, *change.events[1:]),
+    )
+    said = {k: correction.arguments.get(k) for k in correction.changed}
+    content = {"correction": {"tool": tool, "changes": said, "by": decider["by"]}}
+    return commit(
+        s,
+        change,
+        step=view.step,
+        proposal_id=pending.proposal_id,
+        observation=NewObservation(
+            f"correction-{view.step}", ObservationKind.USER, ObservationSource.USER.value, content
+        ),
+        guarded=[
+            update_proposal(
+                pending.id,
+                {"status": "rejected", "rejection_code": Rejection.CONFIRMATION_DECLINED.value},
+            ),
+            insert_proposal(_corrected_row(pending, correction, view, step), pending=True),
+        ],
+    )
+
+
+def _edit_approval(
+    s: Session,
+    run: Run,
+    request: dict[str, Any],
+    correction: Correction,
+    decider: dict[str, Any],
+    *,
+    tool: str,
+    step: int,
+) -> tuple[str, dict[str, Any]]:
+    """The edit recorded as its author's confirmation of the new hash (within the original
+    request's expiry): its ``confirmation.approved`` event."""
+    confirmation_id = record_confirmation(
+        s,
+        run_id=run.id,
+        proposal_hash=correction.proposal_hash,
+        tool=tool,
+        approved=True,
+        expires_at_step=max(int(request["expires_at_step"]), step),
+        expires_at=float(request["expires_at"]),
+        decided_by=str(decider["by"]),
+    )
+    approved = {"confirmation_id": confirmation_id, "proposal_hash": correction.proposal_hash}
+    return ("confirmation.approved", {**approved, **decider, "by_correction": True})
+
+
+def _corrected_row(
+    pending: Proposal, correction: Correction, view: RunView, step: int
+) -> dict[str, Any]:
+    """The corrected proposal's row: the original's, with the edited arguments, at ``step``."""
+    raw = dict(pending.raw) if isinstance(pending.raw, dict) else {}
+    return {
+        "run_id": pending.run_id,
+        "step": step,
+        "kind": "tool",
+        "proposal_id": pending.proposal_id,
+        "tool": pending.tool,
+        "tool_version": pending.tool_version,
+        "raw": {**raw, "arguments": correction.arguments},
+        "observation_version": view.observation_version + 1,
+        "status": "received",
+    }
 
 
 def _decision_event(approved: bool, decided: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -3,6 +3,7 @@ for it to settle, cancel it. One part of :class:`warrant.runner.client.api.Clien
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from warrant.ledger.delegation import children_of, children_shown
 from warrant.ledger.memory_store import MemoryStore
 from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
-from warrant.ledger.operator import cancel_locked, lock_run
+from warrant.ledger.operator import cancel_locked, lock_run, switch_tool
 from warrant.ledger.runs_create import create_run
 from warrant.ledger.stage_loads import autocommit, run_status
 from warrant.ledger.workers import live_workers
@@ -33,9 +34,9 @@ from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.run_info import SETTLED, RunInfo
 from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.confirmation_rules import pre_approval_record
-from warrant.runner.costs import check_priced
-from warrant.runner.errors import RunNotFound, SpecError, StateConflict
-from warrant.runner.grants import check_task_sources
+from warrant.runner.costs import check_priced, deadline_fit
+from warrant.runner.errors import InvalidRequest, RunNotFound, SpecError, StateConflict
+from warrant.runner.grants import check_capabilities, check_task_sources
 from warrant.runner.routing import fallback_problem
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import (
@@ -53,6 +54,10 @@ __all__ = ["SETTLED", "RunInfo", "RunsClient", "found_run"]
 
 #: :meth:`RunsClient.wait_change`'s first and longest pause between two looks at the run.
 FIRST_CHANGE_PAUSE_S, MAX_CHANGE_PAUSE_S = 0.05, 0.5
+#: The longest tool name and kill-switch reason :meth:`RunsClient.disable_tool` records.
+MAX_TOOL_NAME, MAX_SWITCH_REASON = 200, 500
+
+log = logging.getLogger("warrant.client")
 
 
 class RunsClient:
@@ -108,6 +113,7 @@ class RunsClient:
             check_webhook(spec, load_settings())
         if spec.budgets.max_cost is not None and isinstance(spec.planner, OpenAIPlannerSpec):
             check_priced(spec, load_settings().model_prices)
+        deadline_fit(spec)  # SPEC_INVALID when not even one model call fits the deadline
         _check_against_registry(spec)
         origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)
         if (known := run_for_key(self.engine, origin)) is not None:
@@ -163,6 +169,8 @@ class RunsClient:
             "pre_approved": len(pre),
             "budgets": spec.budgets.model_dump(mode="json"),
         }
+        if (unfit := deadline_fit(spec)) is not None:  # the budget cannot all be spent in time
+            created["deadline_warning"] = unfit
         first = machine.start(created=created)
         with autocommit(self.engine, held=False) as conn:
             create_run(
@@ -223,6 +231,27 @@ class RunsClient:
     def revoke_memory(self, record_id: int, *, by: str) -> dict[str, Any]:
         """Revoke a record: it is never returned to a planner again (kept, marked revoked)."""
         return MemoryStore(self.engine).revoke(record_id, by=by)
+
+    def disable_tool(self, name: str, *, by: str, reason: str = "") -> dict[str, Any]:
+        """The kill switch: refuse every call of the tool ``name`` (every version) from the
+        next gate decision (``TOOL_DISABLED``), and every command already issued for it that
+        has not started from its next claim. Recorded with who and why (``tool.disabled``)."""
+        return self._switch(name, disabled=True, by=by, reason=reason)
+
+    def enable_tool(self, name: str, *, by: str) -> dict[str, Any]:
+        """Undo :meth:`disable_tool`: the tool's calls go through the gate again from its next
+        decision. Recorded with who (``tool.enabled``)."""
+        return self._switch(name, disabled=False, by=by)
+
+    def _switch(self, name: str, *, disabled: bool, by: str, reason: str = "") -> dict[str, Any]:
+        if not 0 < len(name) <= MAX_TOOL_NAME or not name.isprintable():
+            raise InvalidRequest(f"a tool name is 1 to {MAX_TOOL_NAME} printable characters")
+        if len(reason) > MAX_SWITCH_REASON:
+            raise InvalidRequest(f"a reason is at most {MAX_SWITCH_REASON} characters")
+        with session_scope(self.engine) as s:
+            switched = switch_tool(s, name, disabled=disabled, by=by, reason=reason)
+        log.warning("%s %s by %s (%s)", switched["event"], name, by, reason or "no reason given")
+        return switched
 
     def policy_tools(self, *, seen_within_s: float) -> frozenset[str] | None:
         """``name@version`` of every tool the policy workers seen within ``seen_within_s``
@@ -358,9 +387,11 @@ def found_run(s: Session, run_id: str, *, lock: bool = False) -> Run:
 
 
 def _check_against_registry(spec: RunSpec) -> None:
-    """What of the spec only the deployment's registry can check: the tools its success
-    conditions and its task-scoped grants' ``observations:<tool>`` name, a router's fallback
-    branch that could write (SpecError)."""
+    """What of the spec only the deployment's registry can check: the capabilities its grants
+    name, the tools its success conditions and its task-scoped grants' ``observations:<tool>``
+    name, a router's fallback branch that could write (SpecError)."""
+    if spec.grants:
+        check_capabilities(spec.grants, registry_for(ask_mcp_servers=False))
     narrowed = any(g.destinations_from for g in spec.grants)
     routed = isinstance(spec.planner, RouterPlannerSpec) and spec.planner.fallback != "person"
     if spec.success is None and not narrowed and not routed:

@@ -13,7 +13,7 @@ from warrant.runner import policy
 from warrant.runner.codes import ObservationSource
 from warrant.runner.errors import SpecError
 from warrant.runner.gate import GateInput
-from warrant.runner.grants import check_task_sources, narrowed
+from warrant.runner.grants import check_capabilities, check_task_sources, narrowed
 from warrant.runner.mentions import mentioned
 from warrant.runner.provenance import sources_from
 from warrant.runner.scopes import ResourceKind
@@ -320,3 +320,17 @@ def test_an_unknown_or_untrusted_tool_is_refused_at_start(source: str, why: str)
 def test_a_trusted_tool_is_accepted_at_start() -> None:
     spec = parse_run_spec(_spec(["goal", "observations:directory", "spec", "answers"]))
     check_task_sources(spec.grants, REGISTRY)  # no error
+
+
+def test_a_capability_no_tool_requires_is_refused_at_start_naming_the_closest() -> None:
+    known = sorted({c for tool in REGISTRY for c in tool.capabilities})
+    typo = known[0][:-1] + "x" + known[0][-1]
+    spec = parse_run_spec(
+        {**_spec(["goal"]), "grants": [{"capability": known[0], "resource_scope": "*"}]}
+    )
+    check_capabilities(spec.grants, REGISTRY)  # a known one: no error
+    wrong = Grant(capability=typo, resource_scope="*")
+    with pytest.raises(SpecError) as caught:
+        check_capabilities([spec.grants[0], wrong], REGISTRY, where="grant")
+    assert caught.value.errors[0]["field"] == "grant.1.capability"
+    assert f"did you mean {known[0]!r}" in caught.value.errors[0]["message"]
