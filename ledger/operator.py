@@ -1,5 +1,5 @@
 """What the client's operator and user actions write: confirm or decline a pending proposal,
-cancel a run, grant a capability, resolve a handoff.
+cancel a run, grant a capability, resolve a handoff, disable or enable a tool.
 
 Each function works in the caller's session: the ``lock_*`` ones read a row ``FOR UPDATE``
 (the action's compare-and-set then cannot race another writer); the others add or change the
@@ -15,8 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from warrant.ledger.chain import row_values
 from warrant.ledger.models import (
     ApiToken,
     Command,
@@ -26,8 +28,9 @@ from warrant.ledger.models import (
     PreApproval,
     Proposal,
     Run,
+    ToolSwitch,
 )
-from warrant.ledger.repo import commit, run_view, to_datetime
+from warrant.ledger.repo import commit, note_rows, run_view, to_datetime
 from warrant.ledger.rows import lock_run
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import CommandStatus, RunStatus
@@ -45,6 +48,7 @@ __all__ = [
     "mark_handoff_resolved",
     "record_confirmation",
     "record_partial_approval",
+    "switch_tool",
 ]
 
 
@@ -78,25 +82,29 @@ def record_confirmation(
     expires_at: float,
     decided_by: str,
     precondition_fingerprint: str | None = None,
+    covers_run: bool = False,
 ) -> str:
     """Record a person's decision on the pending proposal ``proposal_hash`` (unused yet);
     ``expires_at`` in epoch seconds; ``precondition_fingerprint``: the state the request
-    showed (``Tool.precondition``). Returns the confirmation's id."""
+    showed (``Tool.precondition``); ``covers_run``: the request was a ``per-run`` one (once
+    used, the approval covers the tool's later calls in the run). Returns the confirmation's
+    id."""
     confirmation_id = str(uuid.uuid4())
-    s.add(
-        Confirmation(
-            id=confirmation_id,
-            run_id=run_id,
-            proposal_hash=proposal_hash,
-            tool=tool,
-            approved=approved,
-            used=False,
-            expires_at_step=expires_at_step,
-            expires_at=to_datetime(expires_at),
-            decided_by=decided_by,
-            precondition_fingerprint=precondition_fingerprint,
-        )
+    row = Confirmation(
+        id=confirmation_id,
+        run_id=run_id,
+        proposal_hash=proposal_hash,
+        tool=tool,
+        approved=approved,
+        used=False,
+        expires_at_step=expires_at_step,
+        expires_at=to_datetime(expires_at),
+        decided_by=decided_by,
+        precondition_fingerprint=precondition_fingerprint,
+        covers_run=covers_run,
     )
+    s.add(row)
+    note_rows(s, run_id, [("confirmations", row_values("confirmations", row))])
     s.flush()
     return confirmation_id
 
@@ -220,9 +228,17 @@ def tokens(s: Session) -> Sequence[ApiToken]:
     return s.scalars(select(ApiToken).order_by(ApiToken.created_at, ApiToken.id)).all()
 
 
-def lock_token(s: Session, token_id: str) -> ApiToken | None:
-    """The token ``token_id``, locked (``None`` if there is none)."""
-    return s.get(ApiToken, token_id, with_for_update=True)
+def lock_tokens(s: Session, token: str) -> list[ApiToken]:
+    """The token whose id is ``token``, else the active tokens named ``token``, locked (one,
+    several or none)."""
+    try:
+        by_id = s.get(ApiToken, str(uuid.UUID(token)), with_for_update=True)
+    except ValueError:
+        by_id = None
+    if by_id is not None:
+        return [by_id]
+    named = select(ApiToken).where(ApiToken.name == token, ApiToken.revoked_at.is_(None))
+    return list(s.scalars(named.order_by(ApiToken.created_at).with_for_update()))
 
 
 def mark_revoked(token: ApiToken, *, by: str) -> None:
@@ -255,3 +271,28 @@ def cancel_locked(
     change = machine.cancel(run_view(run), in_flight=in_flight, requested=requested)
     commit(s, change, step=run.step)
     return in_flight
+
+
+def switch_tool(
+    s: Session, tool: str, *, disabled: bool, by: str, reason: str | None = None
+) -> dict[str, Any]:
+    """Disable (``warrant tools disable``) or enable ``tool`` by name, every version: its
+    ``tool_switches`` row says so with who, when and why, and the change is appended to the
+    row's ``history`` as ``tool.disabled`` or ``tool.enabled`` (the operator's audit: a tool is
+    no run's). The policy gate and the tool stage read the row at their next decision or
+    claim. Returns the change as recorded, ``changed`` False when the tool already was so."""
+    s.execute(
+        pg_insert(ToolSwitch)
+        .values(tool=tool, disabled=False, changed_by=by, history=[])
+        .on_conflict_do_nothing(index_elements=["tool"])
+    )
+    row = s.get(ToolSwitch, tool, with_for_update=True, populate_existing=True)
+    assert row is not None
+    at = s.execute(select(func.now())).scalar_one()
+    event = "tool.disabled" if disabled else "tool.enabled"
+    changed = row.disabled != disabled
+    entry = {"event": event, "by": by, "at": at.isoformat(), "reason": reason or None}
+    row.history = [*row.history, entry]
+    row.disabled, row.reason, row.changed_by, row.changed_at = disabled, reason or None, by, at
+    s.flush()
+    return {"tool": tool, "disabled": disabled, "changed": changed, **entry}

@@ -266,10 +266,11 @@ def token_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 @token_app.command("revoke")
 def token_revoke(
     ctx: typer.Context,
-    token_id: Annotated[str, typer.Argument(help="The token's id (from `token list`).")],
+    token: Annotated[str, typer.Argument(help="The token's id or name (from `token list`).")],
     by: AdminOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Revoke a token: it is refused from now on."""
-    record = guard(as_json, lambda: _tokens(ctx).revoke(token_id, by=_admin(by)))
-    print_json(record) if as_json else console.print(f"revoked {token_id} ({record['name']})")
+    """Revoke a token, by its id or its name: it is refused from now on."""
+    record = guard(as_json, lambda: _tokens(ctx).revoke(token, by=_admin(by)))
+    shown = f"revoked {record['token_id']} ({record['name']})"
+    print_json(record) if as_json else console.print(shown)

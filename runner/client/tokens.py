@@ -18,10 +18,10 @@ from sqlalchemy import Engine
 
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.models import ApiToken
-from warrant.ledger.operator import active_token, insert_token, lock_token, mark_revoked, tokens
+from warrant.ledger.operator import active_token, insert_token, lock_tokens, mark_revoked, tokens
 from warrant.runner.authz import Identity, Role, parse_role
 from warrant.runner.canonical import sha256_hex
-from warrant.runner.errors import InvalidRequest, NotFound, TokenInvalid
+from warrant.runner.errors import IdAmbiguous, InvalidRequest, NotFound, TokenInvalid
 
 __all__ = ["TOKEN_PREFIX", "Tokens", "hash_token"]
 
@@ -64,15 +64,24 @@ class Tokens:
             )
             return token, _record(row)
 
-    def revoke(self, token_id: str, *, by: str) -> dict[str, Any]:
-        """Revoke a token: it authenticates no more. Revoking it again changes nothing.
-        :class:`NotFound` ``TOKEN_NOT_FOUND`` if there is no such token."""
+    def revoke(self, token: str, *, by: str) -> dict[str, Any]:
+        """Revoke a token, named by its id or by its name (as ``token create NAME`` named it):
+        it authenticates no more. Revoking it again changes nothing. :class:`NotFound`
+        ``TOKEN_NOT_FOUND`` if no token has that id nor an active one that name;
+        :class:`IdAmbiguous` ``ID_AMBIGUOUS`` if several active tokens share the name (each
+        is then revoked by its id)."""
         with session_scope(self.engine) as s:
-            row = lock_token(s, token_id)
-            if row is None:
-                raise NotFound(f"no API token {token_id}", code="TOKEN_NOT_FOUND")
-            mark_revoked(row, by=by)
-            return _record(row)
+            rows = lock_tokens(s, token)
+            if not rows:
+                raise NotFound(f"no API token with id or name {token}", code="TOKEN_NOT_FOUND")
+            if len(rows) > 1:
+                ids = [row.id for row in rows]
+                raise IdAmbiguous(
+                    f"{len(rows)} active tokens are named {token}: revoke one by its id",
+                    matches=ids,
+                )
+            mark_revoked(rows[0], by=by)
+            return _record(rows[0])
 
     @retry_once_on_disconnect
     def authenticate(self, token: str | None) -> Identity:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -87,6 +88,23 @@ def test_missing_unknown_and_bad_requests_are_refused(engine) -> None:
     token, _ = tokens.create("viewer-1", Role.VIEWER, created_by="test")
     assert tokens.authenticate(token).role is Role.VIEWER
     assert tokens.create("viewer-1", "viewer", created_by="test")[0] != token
+
+
+def test_a_token_is_revoked_by_the_name_it_was_created_with(engine) -> None:
+    """``token create NAME`` then ``token revoke NAME`` (it used to answer TOKEN_NOT_FOUND)."""
+    name = f"viewer-{uuid.uuid4().hex[:8]}"
+    code, created = _json("token", "create", name, "--role", "viewer")
+    assert code == 0
+    code, revoked = _json("token", "revoke", name, "--by", "root")
+    assert code == 0 and revoked["token_id"] == created["token_id"] and not revoked["active"]
+    with pytest.raises(TokenInvalid):
+        Tokens(engine).authenticate(created["token"])
+    code, out = _json("token", "revoke", name)  # no active token of that name is left
+    assert (code, out["error"]["code"]) == (2, "TOKEN_NOT_FOUND")
+    _json("token", "create", name, "--role", "viewer")
+    _json("token", "create", name, "--role", "viewer")
+    code, out = _json("token", "revoke", name)  # two active ones: which is not guessed
+    assert (code, out["error"]["code"]) == (2, "ID_AMBIGUOUS") and len(out["error"]["matches"]) == 2
 
 
 # --- idempotent start ---------------------------------------------------------------------------
