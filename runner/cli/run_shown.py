@@ -33,6 +33,7 @@ from warrant.runner.cli.common import console
 from warrant.runner.confirmation_rules import undecided
 from warrant.runner.observe import WOULD_REFUSE, would_refusals
 from warrant.runner.provenance import flag_reason
+from warrant.tools._contract import IMPACT_NOT_DECLARED
 
 if TYPE_CHECKING:
     from warrant.runner.client.contract import RunnerClient
@@ -88,10 +89,26 @@ def policy_versions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+#: The planner stage's failure event (the run's stop reason already names it).
+MODEL_FAILED = "model.failed"
+
+
 def last_refusal(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest event with a ``code`` in its details: ``event``, ``code``, ``message``,
     ``step``, ``seq`` (``None``: nothing was refused). A refusal observe mode let through
-    (``gate.would_refuse`` and the layer's event before it) is none."""
+    (``gate.would_refuse`` and the layer's event before it) is none. A planner's failure
+    (``model.failed``: the run's stop reason says it already) is shown only when nothing was
+    refused before it: a fixture planner that ran out after its calls were refused
+    ``UNKNOWN_TOOL_OR_VERSION`` is summed up by that refusal, not by
+    ``FIXTURE_PLANNER_EXHAUSTED`` with an empty message."""
+    coded = _refusals(events)
+    chosen = next((e for e in coded if e["event"] != MODEL_FAILED), None)
+    return chosen or (coded[0] if coded else None)
+
+
+def _refusals(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events carrying a code, newest first, without those observe mode let through."""
+    found: list[dict[str, Any]] = []
     let_through: set[str] = set()  # observe mode: refusals it let through are no refusals
     for e in reversed(events):
         details = e.get("details") or {}
@@ -104,18 +121,20 @@ def last_refusal(events: list[dict[str, Any]]) -> dict[str, Any] | None:
             continue
         if isinstance(code, str) and code:
             message = details.get("message") or details.get("reason") or _describe(details)
-            return {
-                "event": e["event"],
-                "code": code,
-                "message": str(message),
-                "step": e.get("step"),
-                "seq": e.get("seq"),
-            }
-    return None
+            found.append(
+                {
+                    "event": e["event"],
+                    "code": code,
+                    "message": str(message),
+                    "step": e.get("step"),
+                    "seq": e.get("seq"),
+                }
+            )
+    return found
 
 
 def _describe(details: dict[str, Any]) -> str:
-    keys = ("layer", "tool", "status", "attempt")
+    keys = ("layer", "tool", "status", "attempt", "error", "detail")
     return ", ".join(f"{k}={details[k]}" for k in keys if details.get(k) is not None)
 
 
@@ -165,12 +184,17 @@ def waiting_for(info: dict[str, Any], events: list[dict[str, Any]]) -> dict[str,
 
 
 def why(info: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
-    """``status``, ``stop_reason``, ``last_refusal`` and ``waiting_for`` of the run."""
+    """``status``, ``stop_reason``, ``last_refusal`` and ``waiting_for`` of the run, and
+    ``unverified_success``: the success conditions its completion holds on an unverified
+    write's word only (``final.validated``'s ``unverified``; None when there are none)."""
+    validated = [e for e in events if e["event"] == "final.validated"]
+    flagged = (validated[-1].get("details") or {}).get("unverified") if validated else None
     return {
         "status": info["status"],
         "stop_reason": info.get("stop_reason"),
         "last_refusal": last_refusal(events),
         "waiting_for": waiting_for(info, events),
+        "unverified_success": flagged or None,
     }
 
 
@@ -183,6 +207,11 @@ def why_lines(reason: dict[str, Any]) -> list[str]:
         lines.append(
             f"last refusal: {refusal['code']} at step {refusal['step']} "
             f"({refusal['event']}): {refusal['message']}"
+        )
+    for flagged in reason.get("unverified_success") or []:
+        lines.append(
+            f"success condition {flagged['index']} ({flagged['tool']}) holds on the tool's "
+            "word only: an unverified write, nothing read it back"
         )
     wait = reason["waiting_for"]
     if wait is not None:
@@ -340,9 +369,12 @@ def _show_request(info: dict[str, Any]) -> None:
             "parameters",
             "side_effect",
             "reversible",
+            "estimated_impact",
             "proposal_hash",
         ):
             value = request.get(key)
+            if key == "estimated_impact" and not value:
+                value = IMPACT_NOT_DECLARED  # a request from before tools declared one
             if key == "parameters" and shown.get("proposal_hash") == request["proposal_hash"]:
                 value = shown["arguments"]
             console.print(f"  {key}: {escape(str(value))}")

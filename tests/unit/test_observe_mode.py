@@ -121,3 +121,28 @@ def test_run_show_lists_them_and_why_does_not_call_them_refusals():
             "tool": "t",
         }
     ]
+
+
+def test_a_planner_failure_after_a_refusal_is_summed_up_by_the_refusal() -> None:
+    """A fixture planner that ran out after its call was refused used to be summed up as
+    ``FIXTURE_PLANNER_EXHAUSTED (model.failed):`` with an empty message."""
+    refused = {
+        "event": "proposal.rejected",
+        "step": 1,
+        "details": {"code": "UNKNOWN_TOOL_OR_VERSION", "message": "no tool nope@1"},
+    }
+    failed = {"event": "model.failed", "step": 2, "details": {"code": "FIXTURE_PLANNER_EXHAUSTED"}}
+    shown = last_refusal([refused, failed])
+    assert (shown["code"], shown["message"]) == ("UNKNOWN_TOOL_OR_VERSION", "no tool nope@1")
+    alone = {
+        "event": "model.failed",
+        "step": 1,
+        "details": {"code": "MODEL_FAILED", "error": "500"},
+    }
+    assert last_refusal([alone]) == {
+        "event": "model.failed",
+        "code": "MODEL_FAILED",
+        "message": "error=500",
+        "step": 1,
+        "seq": None,
+    }
