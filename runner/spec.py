@@ -8,6 +8,8 @@ fixture may script malformed proposals on purpose.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -16,13 +18,17 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
     Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
 
-from warrant.runner.errors import SpecError
+from warrant.runner.errors import InvalidRequest, SpecError
+from warrant.runner.planning import DEFAULT_MAX_WAIT_S, MAX_WAIT_S, Plan, Wait
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -40,10 +46,12 @@ __all__ = [
     "AtLeast",
     "Budgets",
     "ClarifyRequest",
+    "EscalateRequest",
     "ExternalPlannerSpec",
     "FinalAnswer",
     "FixturePlannerSpec",
     "Grant",
+    "GrantConstraints",
     "HandoffPolicy",
     "NoAnswer",
     "OpenAIPlannerSpec",
@@ -116,6 +124,79 @@ DestinationSource = Annotated[
 ]
 
 
+#: An argument a grant's constraint names: a top-level input field of the tool.
+ConstrainedArgument = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")]
+#: A value an ``in`` constraint allows (a JSON string, integer or boolean).
+AllowedValue = Annotated[str, Field(max_length=200)] | StrictBool | StrictInt
+
+
+def _same(value: Any, allowed: Any) -> bool:
+    """Equal and of the same JSON type (``true`` is not ``1``)."""
+    return isinstance(value, bool) is isinstance(allowed, bool) and value == allowed
+
+
+def _values(arguments: Mapping[str, Any], name: str) -> list[Any] | None:
+    """The argument's value, each element of a list (None: the call has no such argument)."""
+    if name not in arguments:
+        return None
+    value = arguments[name]
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+class GrantConstraints(_Strict):
+    """Limits a grant puts on a call's argument values, beyond its resource scope (000 §5's
+    ``constraints``): ``{"max": {"amount_cents": 10000}, "in": {"currency": ["EUR"]}}``. Each
+    names a top-level argument of the tools of the grant's capability; a list's every element
+    is checked. Fail closed: a call without the named argument, or whose value is of another
+    type (not a number for ``max``), breaks the constraint."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True
+    )
+
+    at_most: dict[
+        ConstrainedArgument, StrictInt | Annotated[StrictFloat, Field(allow_inf_nan=False)]
+    ] = Field(default_factory=dict, alias="max", max_length=20)
+    """``max``: the largest value (inclusive) of each named number argument."""
+    one_of: dict[ConstrainedArgument, list[AllowedValue]] = Field(
+        default_factory=dict, alias="in", max_length=20
+    )
+    """``in``: the values each named argument may take."""
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))
+
+    def violation(self, arguments: Mapping[str, Any]) -> str | None:
+        """Why the call's validated ``arguments`` break a constraint (the argument's name and
+        the limit, never its value); None when they keep every one."""
+        for name, cap in sorted(self.at_most.items()):
+            values = _values(arguments, name)
+            if values is None or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and v <= cap for v in values
+            ):
+                return f"{name}: over this grant's limit (max {cap}), or not a number"
+        for name, allowed in sorted(self.one_of.items()):
+            values = _values(arguments, name)
+            if values is None or not all(any(_same(v, a) for a in allowed) for v in values):
+                return f"{name}: not one of the values this grant allows (in {allowed})"
+        return None
+
+    def within(self, parent: GrantConstraints | None) -> bool:
+        """Does a grant with these constraints allow only what ``parent``'s allow (the same
+        constraints or tighter: a lower or equal ``max``, a subset of ``in``; more constraints
+        may be added)? A parent without constraints holds any."""
+        if parent is None:
+            return True
+        return all(
+            name in self.at_most and self.at_most[name] <= cap
+            for name, cap in parent.at_most.items()
+        ) and all(
+            name in self.one_of
+            and all(any(_same(v, a) for a in allowed) for v in self.one_of[name])
+            for name, allowed in parent.one_of.items()
+        )
+
+
 class Grant(_Strict):
     """A capability the run holds; the only source of permission besides an API call."""
 
@@ -139,6 +220,9 @@ class Grant(_Strict):
     outputs whose author the user named: ``Tool.attribution``), ``authors`` (the authors of
     those outputs' items, as the service reports them: a reply to a sender), ``listed`` (the
     user's own resources a listing named: ``Tool.listing``). ``None`` = not narrowed."""
+    constraints: GrantConstraints | None = None
+    """Limits on the call's argument values (an amount cap, the currencies allowed): a call
+    that breaks one is refused ``GRANT_CONSTRAINT_VIOLATED``. ``None`` = none."""
 
 
 class Budgets(_Strict):
@@ -196,6 +280,10 @@ class Budgets(_Strict):
     """How long a confirmation request (and the confirmation) stays valid."""
     confirmation_steps: int = Field(default=DEFAULT_CONFIRMATION_STEPS, ge=0, le=10_000)
     """Steps after the request during which a confirmation may be used."""
+    max_wait_s: float = Field(default=DEFAULT_MAX_WAIT_S, gt=0, le=MAX_WAIT_S)
+    """The longest a planner's ``wait`` may last (its ``seconds``, or an event wait's
+    ``max_seconds``); a longer one is refused (``WAIT_TOO_LONG``). The deadline keeps running
+    while the run waits."""
 
 
 class Usage(_Strict):
@@ -414,6 +502,10 @@ class ToolSucceeded(_Strict):
     arguments: dict[str, Any] = Field(default_factory=dict, max_length=50)
     """Fields of the call's validated arguments and the values they must have (exact JSON
     equality); fields not listed may hold anything."""
+    verified: bool | None = None
+    """``true``: only a call whose success is more than the tool's word counts (a read, or a
+    write with ``verify`` or ``reconcile``). Not set: an ``unverified`` write's success
+    counts too, and the completion says so (``verified: false``)."""
 
 
 class ArtifactExists(_Strict):
@@ -564,15 +656,31 @@ class ClarifyRequest(_Strict):
 
 
 class NoAnswer(_Strict):
-    """The planner says the goal cannot be answered from the evidence it has (the run stops
-    ``NO_ANSWER``, its stated reason kept; never a completed run)."""
+    """The planner says the goal cannot be answered from the evidence it has: an honest
+    abstention (the run ends ``completed``, ``NO_ANSWER``, its stated reason kept)."""
 
     kind: Literal["no_answer"]
     reason: str = Field(default="", max_length=2_000)
 
 
+class EscalateRequest(_Strict):
+    """The planner hands the run to a person: its evidence is insufficient or conflicting
+    (handoff ``EVIDENCE_INSUFFICIENT`` or ``EVIDENCE_CONFLICTING``, ``reason`` in the bundle)."""
+
+    kind: Literal["escalate"]
+    reason: str = Field(min_length=1, max_length=2_000)
+    evidence: Literal["insufficient", "conflicting"] = "insufficient"
+
+
 PlannerOutput = Annotated[
-    ToolProposal | ParallelProposal | FinalAnswer | ClarifyRequest | NoAnswer,
+    ToolProposal
+    | ParallelProposal
+    | FinalAnswer
+    | ClarifyRequest
+    | NoAnswer
+    | EscalateRequest
+    | Plan
+    | Wait,
     Field(discriminator="kind"),
 ]
 
@@ -601,8 +709,21 @@ def _nul_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
     return None
 
 
+#: The largest run spec read, as JSON text (the CLI's file and the API's body alike): a larger
+#: one is ``REQUEST_TOO_LARGE`` (HTTP 413).
+MAX_SPEC_BYTES = 1_000_000
+
+
 def parse_run_spec(data: Any) -> RunSpec:
-    """Validate ``data`` (a dict or JSON text) into a :class:`RunSpec` or raise SpecError."""
+    """Validate ``data`` (a dict or JSON text) into a :class:`RunSpec` or raise SpecError
+    (``REQUEST_TOO_LARGE`` for a text over :data:`MAX_SPEC_BYTES`)."""
+    size = (
+        len(data.encode()) if isinstance(data, str) else len(data) if isinstance(data, bytes) else 0
+    )
+    if size > MAX_SPEC_BYTES:
+        raise InvalidRequest(
+            f"a run spec is at most {MAX_SPEC_BYTES} bytes ({size} given)", code="REQUEST_TOO_LARGE"
+        )
     try:
         if isinstance(data, str | bytes):
             spec = RunSpec.model_validate_json(data)

@@ -225,6 +225,17 @@ def test_usage_errors_take_the_json_error_path():
     assert "Traceback" not in human.stderr
 
 
+def test_a_spec_file_is_refused_as_the_api_refuses_its_body(tmp_path: Path):
+    """One code per condition on both edges: a spec that is not JSON is SPEC_INVALID (the API
+    said REQUEST_INVALID), one over 1,000,000 bytes REQUEST_TOO_LARGE (the CLI took 3 MB)."""
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert error(warrant("run", "start", str(broken), "--json")) == (2, "SPEC_INVALID")
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({**sc.spec([sc.final("x", "user-1")]), "goal": "x" * 1_000_001}))
+    assert error(warrant("run", "start", str(big), "--json")) == (2, "REQUEST_TOO_LARGE")
+
+
 def test_bad_settings_take_the_json_error_path():
     out = warrant("run", "list", "--json", env={"WARRANT_DATABASE_URL": "not a url"})
     assert error(out) == (2, "SETTINGS_INVALID")

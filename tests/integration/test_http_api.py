@@ -407,9 +407,9 @@ def test_bad_input_is_a_4xx_with_a_code(api, tokens, client):
         content=b"{not json",
         headers={"Content-Type": "application/json"},
     )
-    assert (r.status_code, error(r)) == (422, "REQUEST_INVALID")
+    assert (r.status_code, error(r)) == (422, "SPEC_INVALID")  # as the CLI says of a file
     nul = dict(sc.spec([CLARIFY_ONLY]), goal="a\x00b")
-    assert error(call(api, op, "POST", "/v1/runs", json=nul)) == "REQUEST_INVALID"
+    assert error(call(api, op, "POST", "/v1/runs", json=nul)) == "SPEC_INVALID"
     r = call(api, op, "POST", "/v1/runs", json=[1, 2])
     assert (r.status_code, error(r)) == (422, "SPEC_INVALID")
     for params in ({"limit": 0}, {"limit": 201}, {"status": "sleeping"}, {"created_since": "x"}):

@@ -190,7 +190,7 @@ def test_a_run_spec_is_read_up_to_its_limit(http) -> None:
     headers = {"Authorization": "Bearer producer", "Content-Type": "application/json"}
     big = b'{"goal": "' + b"x" * 1_000_001 + b'"}'
     r = http.post("/v1/runs", content=big, headers=headers)
-    assert (r.status_code, r.json()["error"]["code"]) == (422, "REQUEST_TOO_LARGE")
-    for raw in (b"NaN", b'{"goal": Infinity}', b"[" * 100_000):
+    assert (r.status_code, r.json()["error"]["code"]) == (413, "REQUEST_TOO_LARGE")
+    for raw in (b"NaN", b'{"goal": Infinity}', b"[" * 100_000):  # what the CLI says of a file
         r = http.post("/v1/runs", content=raw, headers=headers)
-        assert (r.status_code, r.json()["error"]["code"]) == (422, "REQUEST_INVALID"), raw[:20]
+        assert (r.status_code, r.json()["error"]["code"]) == (422, "SPEC_INVALID"), raw[:20]

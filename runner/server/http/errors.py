@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import (
     ConfirmationRefused,
     InvalidRequest,
@@ -57,8 +58,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: Codes whose status is not their class's.
+_STATUS_BY_CODE: dict[str, int] = {ErrorCode.REQUEST_TOO_LARGE: 413}
+
+
 def status_for(exc: WarrantError) -> int:
     """The HTTP status of ``exc`` (500 for an error that is no caller's fault)."""
+    if exc.code in _STATUS_BY_CODE:
+        return _STATUS_BY_CODE[exc.code]
     for classes, status in _STATUSES:
         if isinstance(exc, classes):
             return status

@@ -23,7 +23,7 @@ from warrant.runner.client.idempotency import origin as run_origin
 from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.runs import SETTLED, RunInfo
 from warrant.runner.codes import RunStatus
-from warrant.runner.errors import InvalidRequest, RunNotFound
+from warrant.runner.errors import InvalidRequest, RunNotFound, SpecError
 from warrant.runner.server.http.auth import Deps, Reader, check_may_reveal, deps, origin, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import (
@@ -39,7 +39,7 @@ from warrant.runner.server.http.models import (
     TraceOut,
     bad_text,
 )
-from warrant.runner.spec import parse_run_spec
+from warrant.runner.spec import MAX_SPEC_BYTES, parse_run_spec
 
 __all__ = ["RunId", "decode_cursor", "encode_cursor", "long_poll", "router", "run_out"]
 
@@ -50,7 +50,6 @@ RunId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="The r
 NO_NUL = r"^[^\x00]*$"
 
 #: The largest run spec accepted (bytes of JSON).
-MAX_SPEC_BYTES = 1_000_000
 #: The longest a long poll waits, and its pauses between two looks at the ledger.
 MAX_WAIT_S, FIRST_PAUSE_S, MAX_PAUSE_S = 60.0, 0.05, 1.0
 
@@ -77,6 +76,7 @@ _SPEC_BODY = {
     responses={
         200: {"model": RunOut, "description": "The Idempotency-Key named a run of this spec"},
         409: {"model": ErrorBody, "description": "IDEMPOTENCY_KEY_REUSED with another spec"},
+        413: {"model": ErrorBody, "description": "REQUEST_TOO_LARGE: a spec over 1,000,000 bytes"},
         422: {"model": ErrorBody, "description": "SPEC_INVALID (with errors), REQUEST_INVALID"},
     },
 )
@@ -116,15 +116,21 @@ async def _bounded_body(request: Request) -> bytes:
 
 
 def _json_body(raw: bytes) -> Any:
-    """The request's JSON (``REQUEST_INVALID`` if it is none, or holds text no run can keep)."""
+    """The request's run spec as JSON: ``SPEC_INVALID`` if it is none, or holds text no run
+    can keep (as the CLI says of a spec file)."""
     try:
         data = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        raise InvalidRequest(f"the body is not JSON: {exc}", code="REQUEST_INVALID") from None
+        problem = f"not JSON: {exc}"
+        raise SpecError(f"invalid run spec: {problem}", errors=_root(problem)) from None
     problem = bad_text(data)
     if problem:
-        raise InvalidRequest(f"invalid run spec: {problem}", code="REQUEST_INVALID")
+        raise SpecError(f"invalid run spec: {problem}", errors=_root(problem))
     return data
+
+
+def _root(problem: str) -> list[dict[str, str]]:
+    return [{"field": "(root)", "message": problem}]
 
 
 def _start(d: Deps, data: Any, key: str | None, identity: Identity) -> tuple[RunInfo, bool]:
