@@ -153,10 +153,15 @@ def guard(as_json: bool, fn: Callable[[], _T]) -> _T:
     except WarrantError as exc:
         fail(exc, as_json)
     except Exception as exc:  # a service that cannot be reached, typically
+        from psycopg import OperationalError as DriverOperationalError
         from sqlalchemy.exc import OperationalError
 
-        if isinstance(exc, OperationalError | ConnectionError | OSError):
-            fail(ServiceUnavailable(str(exc).splitlines()[0]), as_json)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, OperationalError | DriverOperationalError):  # as the API says it
+            message = f"cannot reach the ledger database: {first}"
+            fail(ServiceUnavailable(message, code="DATABASE_UNAVAILABLE"), as_json)
+        if isinstance(exc, ConnectionError | OSError):
+            fail(ServiceUnavailable(first), as_json)
         if (settings := settings_error(exc)) is not None:
             fail(settings, as_json)
         raise

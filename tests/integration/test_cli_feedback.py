@@ -236,6 +236,16 @@ def test_a_spec_file_is_refused_as_the_api_refuses_its_body(tmp_path: Path):
     assert error(warrant("run", "start", str(big), "--json")) == (2, "REQUEST_TOO_LARGE")
 
 
+def test_an_unreachable_ledger_is_database_unavailable_as_in_the_api(tmp_path: Path):
+    """It was the generic SERVICE_UNAVAILABLE with the driver's words only."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(sc.spec([sc.final("x", "user-1")])))
+    closed = {"WARRANT_DATABASE_URL": "postgresql://postgres@127.0.0.1:9/nowhere"}
+    out = warrant("run", "start", str(spec), "--wait", "--json", env=closed)
+    assert error(out)[1] == "DATABASE_UNAVAILABLE", out.stdout + out.stderr
+    assert "cannot reach the ledger database" in json.loads(out.stdout)["error"]["message"]
+
+
 def test_bad_settings_take_the_json_error_path():
     out = warrant("run", "list", "--json", env={"WARRANT_DATABASE_URL": "not a url"})
     assert error(out) == (2, "SETTINGS_INVALID")

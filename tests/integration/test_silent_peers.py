@@ -282,7 +282,7 @@ def test_run_start_without_wait_ends_within_its_timeouts_with_postgres_frozen(
 ):
     """No ``--wait``: the insert's connection gets no answer; the command gives up after the
     ledger's connect timeouts (``WARRANT_DB_CONNECT_TIMEOUT_S``, libpq tries twice) with
-    ``SERVICE_UNAVAILABLE``, not when the server thaws."""
+    ``DATABASE_UNAVAILABLE``, not when the server thaws."""
     from warrant.runner.settings import WarrantSettings
 
     _, broker_url = own_redis
@@ -292,7 +292,7 @@ def test_run_start_without_wait_ends_within_its_timeouts_with_postgres_frozen(
         postmaster, tmp_path, database_url=own_pg.url, broker_url=broker_url, bound=bound
     )
     print(f"run start, postgres frozen: exit {proc.returncode} after {took:.1f} s")
-    assert json.loads(out)["error"]["code"] == "SERVICE_UNAVAILABLE", out
+    assert json.loads(out)["error"]["code"] == "DATABASE_UNAVAILABLE", out
     assert proc.returncode != 0
     assert took < bound
 
