@@ -32,6 +32,9 @@ __all__ = [
 HEARTBEAT_S = 30.0
 #: A registration not refreshed for this long belongs to a dead worker.
 LIVE_WITHIN_S = 3 * HEARTBEAT_S
+#: A registration not refreshed for this long is deleted when another worker starts (a dead
+#: worker's row stays visible, as dead, for a while; then it is forgotten).
+FORGOTTEN_AFTER_S = 24 * 3600.0
 #: How long the policy stage reuses what it read.
 CACHE_S = 5.0
 
@@ -71,6 +74,9 @@ def register_worker(
         conn.execute(
             stmt.on_conflict_do_update(index_elements=[WorkerRegistration.process], set_=moved)
         )
+        if not refresh:  # a worker's start clears the rows of workers long dead
+            cutoff = func.now() - timedelta(seconds=FORGOTTEN_AFTER_S)
+            conn.execute(delete(WorkerRegistration).where(WorkerRegistration.seen_at < cutoff))
 
 
 def unregister_worker(engine: Engine, process: str) -> None:

@@ -260,6 +260,7 @@ def show_run(info: dict[str, Any]) -> None:
         table.add_row("[bold]parent_run_id[/]", escape(str(info["parent_run_id"])))
     console.print(table)
     _show_children(info.get("children") or [])
+    _show_made(info.get("budget_stop"))
     for w in info.get("would_refuse") or []:  # observe mode let these through: loud
         said = f"step {w['step']} {w['tool']}: {w['code']} ({w['layer']})"
         console.print(f"[bold red]observe mode let through[/] {escape(said)}", soft_wrap=True)
@@ -290,6 +291,17 @@ def show_run(info: dict[str, Any]) -> None:
     _show_request(info)
 
 
+def _show_made(budget_stop: dict[str, Any] | None) -> None:
+    """A budget stop's artifacts: what the run had already made when the budget ran out."""
+    if not budget_stop:
+        return
+    made = budget_stop.get("artifacts") or []
+    console.print(f"[bold]already made[/] ({len(made)} succeeded effects):")
+    for a in made:
+        said = f"step {a['step']} {a['tool']} {a['command_id']} ids {a['ids']}"
+        console.print(f"  {escape(said)}", soft_wrap=True, highlight=False)
+
+
 def _show_children(children: list[dict[str, Any]]) -> None:
     """The sub-runs a run started (``delegate``; a router's branch with its route)."""
     if not children:
@@ -318,7 +330,7 @@ def _flag_line(flag: dict[str, Any]) -> str:
 
 def origin_words(origin: dict[str, Any]) -> str:
     """``vouched by "Bob" (tool-1.messages[1])``, ``author of tool-1.messages[0]``, ``listed
-    in tool-2``, or the bare origin."""
+    in tool-2``, ``untrusted (copied from tool-3)``, or the origin with what it means."""
     kind = str(origin.get("origin"))
     if kind == "vouched":
         return f"vouched by {origin.get('named_as')!r} ({origin.get('observation_id')})"
@@ -326,7 +338,17 @@ def origin_words(origin: dict[str, Any]) -> str:
         return f"author of {origin.get('observation_id')}"
     if kind == "listed":
         return f"listed in {origin.get('observation_id')}"
-    return kind
+    if kind == "untrusted":
+        return f"untrusted (copied from {origin.get('observation_id')})"
+    return _ORIGIN_WORDS.get(kind, kind)
+
+
+#: What the origins without an observation mean (docs/policy-gate.md, provenance).
+_ORIGIN_WORDS = {
+    "trusted": "trusted",
+    "unchecked": "unchecked (free text the model wrote: it proves nothing either way)",
+    "unseen": "unseen (nowhere the run read: the model made it up or knew it)",
+}
 
 
 def approvals_line(request: dict[str, Any]) -> str:

@@ -143,13 +143,23 @@ def run_trace(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
         details = dict(e["details"] or {})
         budget = details.pop("budget", budget)
         said = details.pop("message", None) if e["event"] == "tool.completed" else None
-        text = ", ".join(f"{k}={v}" for k, v in details.items())[:100]
+        text = cut_at_word(", ".join(f"{k}={v}" for k, v in details.items()), 100)
         if said:  # a tool's refusal or failure in its own words (bounded when recorded)
             text += f"\nmessage: {said}"
         table.add_row(str(e["seq"]), f"{offset:.0f}", str(e["step"]), e["event"], escape(text))
     console.print(table)
     if budget:
         console.print("budget at stop: " + ", ".join(f"{k}={v}" for k, v in budget.items()))
+
+
+def cut_at_word(text: str, width: int) -> str:
+    """``text`` up to ``width`` characters, cut after a whole word (a word longer than half the
+    width is cut inside), marked with an ellipsis when anything was left out."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    space = max(head.rfind(" "), head.rfind(","))
+    return (head[:space] if space >= width // 2 else head).rstrip(" ,") + "…"
 
 
 def _decision(run_id: str, proposal_hash: str, by: str, approved: bool, as_json: bool) -> None:
@@ -204,6 +214,58 @@ def run_decline(
 ) -> None:
     """Refuse the pending proposal; the planner sees a decline observation."""
     _decision(run_id, proposal_hash, by, False, as_json)
+
+
+@run_app.command("correct")
+def run_correct(
+    run_id: RunIdArg,
+    proposal_hash: HashOpt,
+    by: ByOpt,
+    changes: Annotated[
+        list[str],
+        typer.Option(
+            "--set",
+            help="ARGUMENT=VALUE (repeatable); a VALUE that reads as JSON is JSON (42, true, "
+            '"007"), anything else a string.',
+        ),
+    ],
+    reason: Annotated[str, typer.Option(help="Why (traced).")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Edit the pending proposal instead of approving it as it is: a new proposal (its
+    arguments with your changes, its own hash) goes through the whole gate again; the original
+    is declined and never runs. Your edit approves the new proposal when one approver
+    suffices; otherwise it waits for its own confirmation."""
+    parsed = guard(as_json, lambda: _assignments(changes))
+    client, run_id = client_and_id(as_json, run_id)
+    result = guard(
+        as_json,
+        lambda: client.correct(
+            run_id, proposal_hash=proposal_hash, changes=parsed, by=by, reason=reason
+        ).to_dict(),
+    )
+    if as_json:
+        print_json(result)
+        return
+    then = "approved by your edit" if result["approved"] else "waits for its own confirmation"
+    console.print(
+        f"corrected {', '.join(result['changed'])}: proposal {result['proposal_hash'][:12]} "
+        f"(step {result['step']}) is back in the policy queue and {then}"
+    )
+
+
+def _assignments(items: list[str]) -> dict[str, Any]:
+    """``--set ARGUMENT=VALUE`` options as argument → value (JSON when it reads as JSON)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidRequest(f"--set {item!r}: write ARGUMENT=VALUE", code="USAGE_ERROR")
+        try:
+            out[name.strip()] = json.loads(text)
+        except ValueError:
+            out[name.strip()] = text
+    return out
 
 
 @run_app.command("decide")

@@ -28,6 +28,7 @@ from warrant.runner.client.runs import RunsClient, found_run
 from warrant.runner.codes import ObservationSource, RunStatus
 from warrant.runner.errors import InvalidRequest
 from warrant.runner.spec import Budgets
+from warrant.tools._contract import IMPACT_NOT_DECLARED
 from warrant.tools._plugins import registry_for
 
 if TYPE_CHECKING:
@@ -53,7 +54,10 @@ EXCERPT_CHARS = 600
 
 UNDO = {
     "read": "Nothing to undo: it only reads.",
-    "idempotent-write": "Not undone automatically; doing it again changes nothing more.",
+    "idempotent-write": (
+        "Not undone automatically (there is no undo). Repeating the same call has no further "
+        "effect."
+    ),
     "compensatable-write": "Can be undone: a compensating action exists.",
     "irreversible": "Cannot be undone.",
 }
@@ -115,6 +119,13 @@ class PendingConfirmation:
     """What the tool's service says the call's resources are (``Tool.describe_resources``)."""
     precondition: dict[str, Any] | None = None
     """The state the approval is bound to (``Tool.precondition``: fingerprint, summary)."""
+    estimated_impact: str | dict[str, Any] = IMPACT_NOT_DECLARED
+    """What the call is expected to do, from its arguments (``Tool.impact``): a sentence or
+    a JSON object (``amount``, ``currency``, ``target``, ...); ``"not declared"`` when the
+    tool declares none."""
+    unverified_reason: str | None = None
+    """The tool is an ``unverified`` write (nothing reads its effect back): why, as its
+    contract says. None for a tool whose success is checked."""
     approvals_required: int = 1
     """How many distinct people must approve (M of N)."""
     approved_by: list[str] = field(default_factory=list)
@@ -249,6 +260,8 @@ def _pending(
         flagged=request.get("provenance"),
         described=dict(request.get("described") or {}),
         precondition=request.get("precondition"),
+        estimated_impact=request.get("estimated_impact") or IMPACT_NOT_DECLARED,
+        unverified_reason=request.get("unverified_reason"),
         approvals_required=int(request.get("approvals_required") or 1),
         approved_by=[str(a.get("by")) for a in request.get("approved_by") or []],
         parallel=(request.get("parallel") or {}).get("calls"),

@@ -17,6 +17,8 @@ import pytest
 from warrant_demo import scenarios as sc
 
 from tests import facts
+from tests.approvals_tool import CAPABILITY as PAY_CAPABILITY
+from tests.approvals_tool import proposal as pay_proposal
 from tests.browser import launch
 from tests.conftest import wait_for
 from tests.integration.test_gate_pipeline import memory_spec, save
@@ -113,14 +115,19 @@ def test_an_approver_sees_a_request_appear_approves_it_and_watches_the_run_compl
     assert card.locator("[data-param=value] .tag").inner_text() == "sensitive"
     assert card.locator("[data-param=key] .value").inner_text() == '"answer_language"'
     assert card.locator(".badge.se-idempotent-write").is_visible()
-    assert "again changes nothing more" in card.locator(".undo").inner_text()
+    undo = card.locator(".undo").inner_text()  # no promise about an undo that does not exist
+    assert "there is no undo" in undo and "no further effect" in undo
     assert re.fullmatch(r"(\d+ min )?\d+ s left", card.locator(".left").inner_text())
+    expiry = card.locator("time.local").first.inner_text()  # the reader's zone, named
+    assert re.search(r"\d{1,2}:\d{2}:\d{2}.*\s(UTC|GMT[+-]?[\d:]*|[A-Z]{2,5})$", expiry), expiry
     assert card.locator("[data-observation=user-1]").get_attribute("class") == "trusted"
     assert card.locator("[data-observation=tool-1] .badge.untrusted").count() == 1
     stored = call(api, people["vic"], "GET", f"/v1/runs/{run_id}").json()["confirmation_request"]
     assert stored["parameters"]["value"] == "<sensitive>"  # what the API and webhooks carry
-    hash_field = card.locator("input[name=proposal_hash]")
-    assert hash_field.get_attribute("value") == stored["proposal_hash"]
+    hash_fields = card.locator("input[name=proposal_hash]")  # the decision and the edit form
+    assert hash_fields.count() == 2
+    assert {h.get_attribute("value") for h in hash_fields.all()} == {stored["proposal_hash"]}
+    assert card.locator(".impact").inner_text() == "not declared"  # save_preference has none
 
     page.set_viewport_size({"width": 1100, "height": 900})
     shot = tmp_path / "inbox.png"
@@ -422,3 +429,34 @@ def test_a_sub_runs_request_shows_its_parents_goal_and_is_approved_from_the_inbo
     assert (info.status, info.answer) == ("completed", "Done.")
     assert client.get_run(child_id).status == "completed"
     assert facts.count(engine, Confirmation, run_id=child_id) == 1
+
+
+def test_an_approver_corrects_a_parameter_from_the_inbox_and_only_the_edit_runs(
+    api, browser, people, engine, worker, tmp_path
+):
+    """The request shows the call's estimated impact; the edit form sends a corrected amount:
+    a new proposal, gated again, approved by the edit; the original never runs."""
+    ledger = tmp_path / "payments"
+    outputs = [pay_proposal(ledger, 500), sc.final("Paid.", "tool-2")]
+    spec = sc.spec(outputs, grants=[{"capability": PAY_CAPABILITY}])
+    r = call(api, people["pat"], "POST", "/v1/runs", json=spec)
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    context = browser.new_context()
+    page = log_in(context, api, people["alice"])
+    card = page.locator(f"#req-{run_id}")
+    card.wait_for(timeout=30_000)
+    assert card.locator(".impact").inner_text() == "pay 5.00 to acme"
+    card.locator("details.correct summary").click()
+    page.fill(f"#set-{run_id}-amount_cents", "250")
+    page.fill(f"#reason-{run_id}", "only half")
+    page.click(f"#correct-{run_id}")
+    page.wait_for_url(re.compile(r".*/ui/inbox\?done=.*decision=corrected"))
+    assert "corrected" in page.locator("#notice").inner_text()
+    done = wait_until(api, people["alice"], run_id, {"completed", "failed"})
+    assert done["status"] == "completed", done
+    assert ledger.read_text().splitlines() == ["acme 250"]  # one payment, the corrected one
+    [edit] = facts.events(engine, run_id, "proposal.corrected")
+    assert (edit.details["by"], edit.details["via"]) == (people["label:alice"], "web")
+    assert (edit.details["changed"], edit.details["reason"]) == (["amount_cents"], "only half")
+    context.close()

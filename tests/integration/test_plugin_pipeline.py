@@ -9,16 +9,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 
 from tests import facts
 from tests.conftest import DEMO_PLUGIN, WorkerProcess, wait_for
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Observation, Proposal, WorkerRegistration
-from warrant.ledger.workers import CACHE_S, register_worker, unregister_worker
+from warrant.ledger.workers import (
+    CACHE_S,
+    FORGOTTEN_AFTER_S,
+    register_worker,
+    unregister_worker,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -168,3 +174,29 @@ def test_a_heartbeat_inserts_a_registration_the_start_could_not_record(engine):
     again = _registration(engine, f"late@{process}")
     assert again.started_at == first.started_at and again.seen_at >= first.seen_at
     unregister_worker(engine, process)
+
+
+def test_a_workers_start_forgets_the_rows_of_workers_dead_for_a_day(engine):
+    """Dead workers' rows used to stay in ``worker_registrations`` for ever."""
+    stamp = f"{os.getpid()}-{time.time_ns()}"
+    row = {
+        "roles": ["tool"],
+        "queues": ["tool.echo"],
+        "fingerprint": "f" * 16,
+        "tools": ["echo@1"],
+        "pid": os.getpid(),
+    }
+    register_worker(engine, process=f"dead-{stamp}", node=f"dead@{stamp}", **row)
+    register_worker(engine, process=f"quiet-{stamp}", node=f"quiet@{stamp}", **row)
+    with session_scope(engine) as s:
+        for process, age in ((f"dead-{stamp}", FORGOTTEN_AFTER_S + 60), (f"quiet-{stamp}", 600)):
+            s.execute(
+                update(WorkerRegistration)
+                .where(WorkerRegistration.process == process)
+                .values(seen_at=func.now() - timedelta(seconds=age))
+            )
+    register_worker(engine, process=f"new-{stamp}", node=f"new@{stamp}", **row)
+    assert _registration(engine, f"dead@{stamp}") is None
+    assert _registration(engine, f"quiet@{stamp}") is not None  # dead a while: still shown
+    for process in (f"quiet-{stamp}", f"new-{stamp}"):
+        unregister_worker(engine, process)

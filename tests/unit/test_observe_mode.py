@@ -12,6 +12,7 @@ from tests.gate import gate, grant, proposal
 from warrant.broker.app import observe_warning
 from warrant.runner import policy
 from warrant.runner.cli.run_shown import last_refusal
+from warrant.runner.cli.runs import cut_at_word
 from warrant.runner.observe import WOULD_REFUSE, would_refusals
 from warrant.runner.settings import WarrantSettings
 
@@ -146,3 +147,13 @@ def test_a_planner_failure_after_a_refusal_is_summed_up_by_the_refusal() -> None
         "step": 1,
         "seq": None,
     }
+
+
+def test_the_trace_table_cuts_details_after_a_whole_word() -> None:
+    """The details column used to end mid-word (``...reason=the refund was alr``)."""
+    text = "code=DUPLICATE_EFFECT, tool=issue_refund, reason=the refund was already issued today"
+    cut = cut_at_word(text, 60)
+    assert cut.endswith("…") and len(cut) <= 60
+    assert text.startswith(cut[:-1]) and text[len(cut) - 1] in " ,"
+    assert cut_at_word("short", 60) == "short"
+    assert cut_at_word("x" * 80, 60) == "x" * 59 + "…"  # one long word: cut inside it

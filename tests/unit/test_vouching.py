@@ -218,6 +218,11 @@ def test_the_cli_says_whose_words_a_value_is():
     assert origin_words(author) == "author of tool-1.messages[0]"
     assert origin_words({"origin": "listed", "observation_id": "tool-2"}) == "listed in tool-2"
     assert origin_words({"origin": "trusted"}) == "trusted"
+    said = origin_words({"origin": "unchecked"})  # it used to be the bare word, unexplained
+    assert said.startswith("unchecked (") and "proves nothing" in said
+    assert origin_words({"origin": "untrusted", "observation_id": "tool-3"}) == (
+        "untrusted (copied from tool-3)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,11 @@
   function localTimes(root) {
     root.querySelectorAll("time.local").forEach(function (el) {
       var epoch = el.dataset.epoch ? Number(el.dataset.epoch) * 1000 : Date.parse(el.getAttribute("datetime"));
-      if (!isNaN(epoch)) { el.textContent = new Date(epoch).toLocaleString(); el.title = el.getAttribute("datetime"); }
+      if (!isNaN(epoch)) {
+        // the reader's zone, named: "07/12/2026, 15:04:05 CET" (never a bare local time)
+        el.textContent = new Date(epoch).toLocaleString(undefined, { timeZoneName: "short" });
+        el.title = el.getAttribute("datetime");
+      }
     });
   }
 
