@@ -143,6 +143,17 @@ def _raise_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
 
 
+def _report_server(name: str, stack: Stack, as_json: bool) -> None:
+    """An embedded server died and was started again (same socket, same data)."""
+    url = stack.broker_url if name == "redis" else stack.database_url
+    if as_json:
+        event = {"event": "server.restarted", "server": name, "url": url.split("@")[-1]}
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+    else:
+        err.print(f"embedded {name} died; started again on the same address", highlight=False)
+
+
 def _report_exit(exit_: Any, as_json: bool) -> None:
     if as_json:  # one line per event, flushed: `up --json` is read as a stream
         event = {
@@ -219,7 +230,11 @@ def up(
     sys.stdout.flush()
     write_ready(info)
     try:
-        stack.supervise(until=lambda: False, report=lambda e: _report_exit(e, as_json))
+        stack.supervise(
+            until=lambda: False,
+            report=lambda e: _report_exit(e, as_json),
+            report_server=lambda name: _report_server(name, stack, as_json),
+        )
     except KeyboardInterrupt:
         pass
     finally:

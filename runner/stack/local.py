@@ -155,11 +155,19 @@ class Stack:
         *,
         until: Callable[[], bool],
         report: Callable[[RoleExit], None],
+        report_server: Callable[[str], None] = lambda name: None,
         interval: float = 0.5,
     ) -> None:
         """Keep every role running until ``until()``: a role that dies is reported and
-        restarted with back-off (the stack is not stopped)."""
+        restarted with back-off (the stack is not stopped). An embedded server that dies is
+        started again on the same socket and data, and reported (``report_server(name)``)."""
         while not until():
+            if self.embedded is not None:
+                revived = self.embedded.revive()
+                if revived:
+                    self.embedded.write_services_file(self.settings.services_file)
+                for name in revived:
+                    report_server(name)
             if self.workers is not None:
                 for exit_ in self.workers.supervise():
                     report(exit_)

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 import pytest
+import redis
 from warrant_demo import scenarios as sc
 
 from tests.conftest import wait_for
@@ -242,6 +244,40 @@ def test_a_stray_left_by_a_killed_owner_is_stopped_at_the_next_start(tmp_path: P
             owner.stdout.close()
         for proc in processes_in(data):
             proc.kill()
+
+
+@pytest.mark.slow
+def test_the_embedded_servers_keep_their_address_across_restarts_and_deaths(tmp_path: Path):
+    """Each start used to put Redis on a new random socket: a ``warrant serve`` or an extra
+    worker started outside ``up`` kept the old one for ever. A killed server was left dead."""
+    data = tmp_path / "data"
+    first = EmbeddedServices(data).start()
+    urls = (first.broker_url, first.database_url)
+    first.stop()
+    emb = EmbeddedServices(data).start()  # `warrant down`, then `warrant up`
+    try:
+        assert (emb.broker_url, emb.database_url) == urls
+        for name in ("redis", "postgres"):
+            dead = emb.pids()[name]
+            os.kill(dead, signal.SIGKILL)
+            wait_for(lambda pid=dead: not psutil.pid_exists(pid) or _zombie(pid), timeout=20)
+            assert emb.revive() == [name]
+            assert emb.pids()[name] != dead and (emb.broker_url, emb.database_url) == urls
+        assert emb.revive() == []  # both alive: nothing to do
+        with redis.Redis.from_url(emb.broker_url.replace("redis+socket", "unix")) as r:
+            assert r.ping()
+        with psycopg.connect(emb.database_url, connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        emb.stop()
+    wait_for(lambda: not processes_in(data), timeout=20, what="servers gone")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 @pytest.mark.slow
