@@ -35,9 +35,11 @@ TEST_TOOL_PLUGINS = (
     "tests.paid_tool:plugin",
     "tests.approvals_tool:plugin",
     "tests.precondition_tool:plugin",
+    "tests.booking_tool:plugin",
     "tests.stopping_tool:plugin",
     "tests.permission_tool:plugin",
     "tests.effect_tool:plugin",
+    "tests.slow_tool:plugin",
 )
 
 #: Relaxed by the test deployment (``WARRANT_RELAX_CONFIRMATION``): the demo's refunds only.
@@ -96,7 +98,10 @@ def _select_broker(config: pytest.Config) -> None:
         os.environ["WARRANT_TEST_BROKER_URL"] = amqp
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-timeout reads its setting
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("timeout", None) is None and not os.environ.get("PYTEST_TIMEOUT"):
+        config.option.timeout = float(config.getini("timeout") or 180) * TIME_FACTOR
     global SERVICES
     _select_broker(config)
     os.environ[MODEL_KEY_ENV] = MODEL_KEY  # inherited by the worker subprocesses
@@ -349,6 +354,7 @@ OWN_WORKER_QUEUES = (
     "tool.get_weather",
     "tool.send_message",
     "tool.held_call",
+    "tool.slow_read",
     *JOB_QUEUES,
 )
 
@@ -447,8 +453,34 @@ def run_to_end(client: Any, worker: WorkerProcess) -> Callable[..., Any]:
     return go
 
 
+def _time_factor() -> float:
+    """How much slower than an idle machine this one is: ``WARRANT_TEST_TIME_FACTOR``, else
+    measured as the session starts (the load average per core, between 1 and 3). Every
+    test's waits and slack scale by it, so a loaded machine is slower, not red."""
+    if set_ := os.environ.get("WARRANT_TEST_TIME_FACTOR"):
+        return max(1.0, float(set_))
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return round(min(3.0, max(1.0, load)), 2)
+
+
+#: This session's factor (printed in pytest's header; inherited by nothing else).
+TIME_FACTOR = _time_factor()
+
+
+def slack(seconds: float) -> float:
+    """``seconds`` of slack in a test's time bound, scaled by :data:`TIME_FACTOR` (the bound
+    under test itself, a timeout the product promises, is not scaled)."""
+    return seconds * TIME_FACTOR
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"warrant: test time factor {TIME_FACTOR:g} (WARRANT_TEST_TIME_FACTOR to set it)"
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str = "") -> Any:
-    """Poll ``predicate`` until truthy or fail at the deadline (no sleep-and-hope)."""
+    """Poll ``predicate`` until truthy or fail at the deadline (no sleep-and-hope): ``timeout``
+    scaled by :data:`TIME_FACTOR`."""
+    timeout *= TIME_FACTOR
     end = time.monotonic() + timeout
     pause = 0.02
     while True:

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from warrant_demo.documents import DOCS_URL_ENV, DocumentService
 
 from tests import facts
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, slack, wait_for
 from tests.integration.test_cli import warrant
 from tests.integration.test_long_running_tools import refund_async
 from tests.integration.test_reconciler import reconciliations, settle
@@ -152,7 +152,7 @@ def test_at_least_two_is_partial_with_the_silent_branch_cut_at_its_deadline(
     timed_out = _outcome(engine, commands[2].id)
     assert (timed_out.status, timed_out.code) == ("failed", "TOOL_TIMEOUT")
     assert took >= BRANCH_DEADLINE_S  # C held the step until its deadline, no longer
-    assert took < BRANCH_DEADLINE_S + 15
+    assert took < BRANCH_DEADLINE_S + slack(15)
     shown = json.loads(warrant("run", "show", run_id, "--json").stdout)
     [step] = shown["parallel_steps"]
     assert (step["step"], step["verdict"], step["missing"]) == (1, "partial", [3])
@@ -169,7 +169,7 @@ def test_all_is_invalid_and_the_run_claims_no_verdict(
     give_up = {"kind": "no_answer", "reason": "document C never answered"}
     run_id = client.start_run(_spec([fan, claim, give_up]))
     info = client.wait(run_id, timeout=45)
-    assert info.status == "failed", info
+    assert info.status == "completed", info  # an honest abstention: no verdict claimed
     assert info.stop_reason == "NO_ANSWER"
     merged = _merged(engine, run_id)
     assert merged["verdict"] == "invalid"
@@ -216,7 +216,7 @@ def test_a_set_whose_budget_does_not_fit_is_refused_whole(
     info = client.wait(
         client.start_run(_spec([fan, {"kind": "no_answer"}], max_tool_calls=2)), timeout=30
     )
-    assert info.status == "failed"
+    assert (info.status, info.stop_reason) == ("completed", "NO_ANSWER")  # it abstained
     assert "PARALLEL_BUDGET_EXCEEDED" in facts.rejection_codes(engine, info.run_id)
     assert _commands(engine, info.run_id) == []
     assert not any(doc in docs.calls for doc in ("Ab", "Bb", "Cb"))

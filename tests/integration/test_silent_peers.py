@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import slack, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -224,7 +224,7 @@ def test_run_start_wait_honours_its_timeout_with_postgres_frozen(own_pg, own_red
           f"after {took:.1f} s")  # fmt: skip
     assert proc.returncode == 5, out
     assert json.loads(out)["error"]["code"] == "WAIT_TIMED_OUT"
-    assert took < timeout_s + GRACE_S + 4
+    assert took < timeout_s + GRACE_S + slack(4)
 
 
 def test_run_start_wait_honours_its_timeout_with_redis_frozen(own_pg, own_redis, tmp_path):
@@ -249,7 +249,7 @@ def test_run_start_wait_honours_its_timeout_with_redis_frozen(own_pg, own_redis,
     )
     code = json.loads(out)["error"]["code"]
     assert (proc.returncode, code) in {(5, "WAIT_TIMED_OUT"), (3, "BROKER_UNAVAILABLE")}, out
-    assert took < timeout_s + GRACE_S + 4
+    assert took < timeout_s + GRACE_S + slack(4)
 
 
 def _start(tmp_path: Path, *, database_url: str, broker_url: str) -> subprocess.Popen[str]:
@@ -286,7 +286,7 @@ def test_run_start_without_wait_ends_within_its_timeouts_with_postgres_frozen(
     from warrant.runner.settings import WarrantSettings
 
     _, broker_url = own_redis
-    bound = 2 * WarrantSettings().db_connect_timeout_s + 8
+    bound = 2 * WarrantSettings().db_connect_timeout_s + slack(8)
     postmaster = int((own_pg.data / "postmaster.pid").read_text().split()[0])
     proc, took, out = _start_with_frozen(
         postmaster, tmp_path, database_url=own_pg.url, broker_url=broker_url, bound=bound
@@ -308,7 +308,7 @@ def test_run_start_without_wait_ends_within_its_timeouts_with_redis_frozen(
     from warrant.runner.settings import WarrantSettings
 
     redis_proc, broker_url = own_redis
-    bound = 2 * WarrantSettings().broker_socket_timeout_s + 8
+    bound = 2 * WarrantSettings().broker_socket_timeout_s + slack(8)
     proc, took, out = _start_with_frozen(
         redis_proc.pid, tmp_path, database_url=own_pg.url, broker_url=broker_url, bound=bound
     )

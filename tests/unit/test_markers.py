@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from tests import conftest
 from tests.conftest import COLLECTED_REPORT_ENV, SERVICE_FIXTURES, needs_services
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,3 +63,16 @@ def test_needs_services_reads_the_whole_fixture_closure() -> None:
     assert needs_services(item)  # type: ignore[arg-type]
     assert not needs_services(SimpleNamespace(fixturenames=["tmp_path"]))  # type: ignore[arg-type]
     assert not needs_services(SimpleNamespace())  # type: ignore[arg-type]  # e.g. a doctest item
+
+
+def test_the_test_time_factor_is_set_or_measured_and_bounded(monkeypatch) -> None:
+    """A loaded machine makes the suite slower, not red: every wait scales by one factor."""
+    monkeypatch.setenv("WARRANT_TEST_TIME_FACTOR", "2.5")
+    assert conftest._time_factor() == 2.5
+    monkeypatch.setenv("WARRANT_TEST_TIME_FACTOR", "0.2")  # never below an idle machine
+    assert conftest._time_factor() == 1.0
+    monkeypatch.delenv("WARRANT_TEST_TIME_FACTOR")
+    monkeypatch.setattr(conftest.os, "getloadavg", lambda: (40.0, 0.0, 0.0))
+    assert conftest._time_factor() == 3.0  # measured: the load per core, capped
+    monkeypatch.setattr(conftest.os, "getloadavg", lambda: (0.1, 0.0, 0.0))
+    assert conftest._time_factor() == 1.0
