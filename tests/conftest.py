@@ -19,7 +19,13 @@ from typing import Any
 
 import pytest
 
-from tests.services import DEFAULT_TEST_BROKER, Services, discover
+from tests.services import (
+    DEFAULT_TEST_BROKER,
+    DEFAULT_TEST_VHOST,
+    Services,
+    discover,
+    ensure_vhost,
+)
 from warrant.runner.stack.roles import celery_worker_command
 from warrant.runner.stack.supervisor import stop_with_parent
 from warrant.tools._plugins import DEMO_PLUGIN
@@ -57,7 +63,7 @@ MODEL_PRICES = '{"priced-model": {"prompt_per_1k": 0.5, "completion_per_1k": 1.0
 
 
 #: RabbitMQ for ``--broker amqp`` unless ``WARRANT_TEST_AMQP_URL`` names another.
-DEFAULT_TEST_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
+DEFAULT_TEST_AMQP = f"amqp://guest:guest@127.0.0.1:5672/{DEFAULT_TEST_VHOST}"
 
 #: Fixtures backed by the real Redis/RabbitMQ and PostgreSQL. A test whose fixture closure
 #: holds any of them is marked ``services`` (``pytest_collection_modifyitems``), so
@@ -94,7 +100,13 @@ def _select_broker(config: pytest.Config) -> None:
     app nor settings instances)."""
     if config.getoption("broker") == "amqp":
         # Named explicitly, so ``discover()`` never swaps in an embedded Redis.
-        amqp = os.environ.get("WARRANT_TEST_AMQP_URL") or DEFAULT_TEST_AMQP
+        amqp = os.environ.get("WARRANT_TEST_AMQP_URL")
+        if not amqp:  # the checkout's own vhost, made if missing
+            problem = ensure_vhost(DEFAULT_TEST_VHOST)
+            amqp = DEFAULT_TEST_AMQP if problem is None else "amqp://guest:guest@127.0.0.1:5672//"
+            if problem is not None:
+                said = f"RabbitMQ vhost {DEFAULT_TEST_VHOST} not made ({problem}): using /"
+                print(said, file=sys.stderr)
         os.environ["WARRANT_TEST_BROKER_URL"] = amqp
 
 

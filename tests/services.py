@@ -6,13 +6,20 @@ they fail instead.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_TEST_DATABASE = "postgresql://postgres@127.0.0.1:5432/warrant_test"
-DEFAULT_TEST_BROKER = "redis://127.0.0.1:6379/15"
+#: This checkout's own names (a digest of its path): two checkouts on one machine (a working
+#: copy and a CI clone) never share the test database, the Redis db or the RabbitMQ vhost, and
+#: the session's dropping and migrating of its database touches nobody else's.
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parent.parent).encode()).hexdigest()[:8]
+DEFAULT_TEST_DATABASE = f"postgresql://postgres@127.0.0.1:5432/warrant_test_{CHECKOUT}"
+DEFAULT_TEST_BROKER = f"redis://127.0.0.1:6379/{1 + int(CHECKOUT, 16) % 15}"
+DEFAULT_TEST_VHOST = f"warrant_test_{CHECKOUT}"
 
 
 @dataclass
@@ -74,3 +81,29 @@ def discover() -> Services:
         return Services(emb.broker_url, emb.database_url, embedded=emb)
     except Exception as exc:
         return Services(None, None, f"{first_problem}; embedded fallback failed: {exc}")
+
+
+def ensure_vhost(vhost: str, *, host: str = "127.0.0.1") -> str | None:
+    """Create RabbitMQ's ``vhost`` (guest may use it) through the management API, else
+    ``rabbitmqctl``; ``None`` when it exists or was made, else why it could not be."""
+    import httpx
+
+    api = f"http://{host}:15672/api"
+    auth = ("guest", "guest")
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    try:
+        httpx.put(f"{api}/vhosts/{vhost}", auth=auth, timeout=5).raise_for_status()
+        httpx.put(f"{api}/permissions/{vhost}/guest", json=everything, auth=auth, timeout=5)
+        return None
+    except httpx.HTTPError as exc:
+        by_api = f"management API: {exc}"
+    try:
+        subprocess.run(["rabbitmqctl", "add_vhost", vhost], capture_output=True, timeout=60)
+        made = subprocess.run(
+            ["rabbitmqctl", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+            capture_output=True,
+            timeout=60,
+        )
+        return None if made.returncode == 0 else f"{by_api}; rabbitmqctl: {made.stderr!r}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{by_api}; rabbitmqctl: {exc}"
