@@ -121,11 +121,11 @@ def _json_body(raw: bytes) -> Any:
     try:
         data = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        problem = f"not JSON: {exc}"
-        raise SpecError(f"invalid run spec: {problem}", errors=_root(problem)) from None
-    problem = bad_text(data)
-    if problem:
-        raise SpecError(f"invalid run spec: {problem}", errors=_root(problem))
+        said = f"not JSON: {exc}"
+        raise SpecError(f"invalid run spec: {said}", errors=_root(said)) from None
+    unstorable = bad_text(data)
+    if unstorable:
+        raise SpecError(f"invalid run spec: {unstorable}", errors=_root(unstorable))
     return data
 
 
