@@ -25,10 +25,13 @@ from tests.services import (
     Services,
     discover,
     ensure_vhost,
+    use_examples_in_place,
 )
 from warrant.runner.stack.roles import celery_worker_command
 from warrant.runner.stack.supervisor import stop_with_parent
 from warrant.tools._plugins import DEMO_PLUGIN
+
+use_examples_in_place()  # before any test module imports warrant_demo (a plain `.[dev]` install)
 
 #: The tool plug-ins of the test deployment (the pytest process and the pipeline worker).
 TEST_TOOL_PLUGINS = (

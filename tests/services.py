@@ -107,3 +107,27 @@ def ensure_vhost(vhost: str, *, host: str = "127.0.0.1") -> str | None:
         return None if made.returncode == 0 else f"{by_api}; rabbitmqctl: {made.stderr!r}"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{by_api}; rabbitmqctl: {exc}"
+
+
+#: The example distributions the tests load, by folder and package.
+EXAMPLES = {"demo_plugin": "warrant_demo", "weather_plugin": "warrant_weather"}
+
+
+def use_examples_in_place() -> list[str]:
+    """Make the example plug-ins importable without installing them (``make install-dev``
+    installs them; a plain ``pip install -e '.[dev]'`` does not): each one missing is put on
+    ``sys.path`` and on ``PYTHONPATH`` (the workers the tests start inherit it). Returns the
+    folders added. Their entry points exist only once installed."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent / "examples"
+    added = []
+    for folder, package in EXAMPLES.items():
+        if importlib.util.find_spec(package) is None and (root / folder / package).is_dir():
+            sys.path.insert(0, str(root / folder))
+            added.append(str(root / folder))
+    if added:
+        paths = [*added, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    return added
