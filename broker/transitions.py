@@ -1,14 +1,17 @@
-"""Re-issuing a command: the same command (same idempotency token) published again."""
+"""Re-issuing a command: the same command (same idempotency token) published again; and a
+run's planner message sent again after a fact was recorded on it."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from warrant.ledger.repo import commit, run_view, to_datetime
 from warrant.ledger.row_updates import reissue_command_row
 from warrant.runner import run_machine as machine
+from warrant.runner.tool_stage import planning
 
-__all__ = ["HARD_LIMIT_GRACE_S", "reissue_command"]
+__all__ = ["HARD_LIMIT_GRACE_S", "after_fact", "reissue_command"]
 
 #: Extra seconds a tool's hard time limit allows past its soft limit.
 HARD_LIMIT_GRACE_S = 5.0
@@ -47,3 +50,12 @@ def reissue_command(
         )
     )
     return version
+
+
+def after_fact(ctx: Any, run: Any, version: int, outbox: Any) -> None:
+    """A fact was recorded on ``run`` (``RunEvent.RECORD``: its version raised to ``version``,
+    its status kept; a parallel step's cut call ending after the merge). If the run waits for
+    its planner, the planner message on its way has the version before: it is sent again for
+    this one (a planner's wait keeps its wake time: the wait holds for the run's step)."""
+    if planning(run):
+        outbox.add(partial(ctx.publisher.planner, run.id, version))

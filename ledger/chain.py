@@ -1,11 +1,18 @@
 """The trace's hash chain, in Python: the same canonical text and hash as the database's
 ``warrant_trace_hash`` (migration 0018), the check of one run's chain, and prune anchors.
 
-Pure (``hashlib`` only). What is chained: every ``trace_records`` row — each transition's
-events, among them every decision and outcome the run records (``proposal.*``, ``policy.*``,
-``confirmation.*``, ``tool.*``, ``state.transitioned``, …). The mutable rows those events
-describe (``runs``, ``proposals``, ``commands``, ``outcomes``) are not chained: their status
-changes in place; the trace is their history.
+Pure. What is chained: every ``trace_records`` row — each transition's events, among them
+every decision and outcome the run records (``proposal.*``, ``policy.*``, ``confirmation.*``,
+``tool.*``, ``state.transitioned``, …). The decision rows are bound to the chain through their
+content (design text B §17): the trace record of the transaction that writes an
+``outcomes``, ``proposals`` or ``confirmations`` row holds a ``ledger.rows_hashed`` event whose
+``row_hashes`` are ``[table, hash]`` per row it wrote (:func:`row_hash` of the row's
+:data:`ROW_COLUMNS`, the columns fixed once it is written), and a later change of those
+columns (an outcome settled by the reconciler) records the row's new hash the same way;
+``warrant ledger verify`` recomputes every row's hash and names a row whose content no
+record holds. The columns that change in place (a proposal's verdict, a
+confirmation's use, an outcome's ``resolved_status``) are not covered: the trace is their
+history. ``runs`` and ``commands`` are not covered.
 
 A row's hash is ``sha256`` of, joined by newlines: ``warrant-trace-v1``, ``prev_hash``,
 ``run_id``, ``seq``, ``step``, ``p:<proposal_id>`` or an empty line, ``created_at`` in UTC as
@@ -19,14 +26,18 @@ to bind them too.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from warrant.runner.canonical import stable_json
+
 __all__ = [
     "GENESIS",
+    "ROW_COLUMNS",
+    "ROW_KEYS",
     "Break",
     "ChainRow",
     "Head",
@@ -34,6 +45,9 @@ __all__ = [
     "check_run",
     "jsonb_text",
     "record_hash",
+    "recorded_row_hashes",
+    "row_hash",
+    "row_values",
 ]
 
 #: ``prev_hash`` of a run's first record.
@@ -191,3 +205,68 @@ def anchor_hash(heads: Sequence[Sequence[Any]]) -> str:
     """The hash over a prune batch's heads (``[run_id, last_seq, final_hash]``, any order)."""
     lines = sorted(f"{h[0]} {h[1]} {h[2]}" for h in heads)
     return hashlib.sha256("\n".join(["warrant-anchor-v1", *lines]).encode()).hexdigest()
+
+
+# -- the decision rows' content hashes ---------------------------------------------------------
+
+#: Per table, the columns of a decision row that are fixed once it is written (what its hash
+#: covers).
+ROW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "outcomes": ("command_id", "attempt", "status", "code", "retryable", "message", "output"),
+    "proposals": ("run_id", "step", "branch", "proposal_id", "kind", "raw", "observation_version"),
+    "confirmations": (
+        "id",
+        "run_id",
+        "proposal_hash",
+        "tool",
+        "approved",
+        "expires_at_step",
+        "decided_by",
+        "precondition_fingerprint",
+    ),
+}
+
+#: What names a row in a break: per table, the columns shown (its primary key first).
+ROW_KEYS: dict[str, tuple[str, ...]] = {
+    "outcomes": ("id", "command_id", "attempt"),
+    "proposals": ("id", "step", "branch"),
+    "confirmations": ("id",),
+}
+
+#: A column a write may leave out takes its default (the same value either way).
+_ROW_DEFAULTS: dict[str, dict[str, Any]] = {
+    "outcomes": {"attempt": 1, "retryable": False},
+    "proposals": {"branch": 0},
+}
+
+
+def row_hash(table: str, values: Mapping[str, Any]) -> str:
+    """The content hash of a decision row: ``sha256`` of ``warrant-row-v1``, the table and
+    its :data:`ROW_COLUMNS` values as ``jsonb::text`` prints them (:func:`jsonb_text`: the
+    same for the values a write binds and for the row read back, whatever ``jsonb`` did to
+    their numbers; a value nested too deep for it or not JSON, as ``json.dumps(sort_keys=True)``
+    writes it). A missing or null column with a default counts as that default."""
+    defaults = _ROW_DEFAULTS.get(table, {})
+    row = [defaults.get(c) if values.get(c) is None else values.get(c) for c in ROW_COLUMNS[table]]
+    try:
+        text = jsonb_text(row)
+    except (RecursionError, TypeError):  # too deep, or no JSON value: a write never fails here
+        text = stable_json(row)
+    return hashlib.sha256(f"warrant-row-v1\n{table}\n{text}".encode()).hexdigest()
+
+
+def row_values(table: str, row: Any) -> dict[str, Any]:
+    """A row object's :data:`ROW_COLUMNS` (an ORM instance, a result row)."""
+    return {c: getattr(row, c, None) for c in ROW_COLUMNS[table]}
+
+
+def recorded_row_hashes(events: Iterable[Any]) -> dict[str, set[str]]:
+    """Per table, the row hashes a run's events record (``row_hashes`` in their details)."""
+    found: dict[str, set[str]] = {}
+    for event in events:
+        details = event[1] if isinstance(event, list | tuple) and len(event) > 1 else {}
+        entries = details.get("row_hashes") if isinstance(details, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, list | tuple) and len(entry) == 2:
+                found.setdefault(str(entry[0]), set()).add(str(entry[1]))
+    return found

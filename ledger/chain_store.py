@@ -9,10 +9,45 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from warrant.ledger.chain import GENESIS, ChainRow, anchor_hash
+from warrant.ledger.chain import GENESIS, ROW_COLUMNS, ROW_KEYS, ChainRow, anchor_hash
 from warrant.ledger.db import unbounded
 
-__all__ = ["anchors", "heads_of", "match_runs", "read_chains", "record_anchor", "run_id_chunks"]
+__all__ = [
+    "DecisionRow",
+    "anchors",
+    "decision_rows",
+    "heads_of",
+    "match_runs",
+    "read_chains",
+    "record_anchor",
+    "run_id_chunks",
+]
+
+
+class DecisionRow(dict[str, Any]):
+    """One decision row as ``ledger verify`` reads it: its :data:`ROW_KEYS` and
+    :data:`ROW_COLUMNS`, with ``table`` and ``run_id``."""
+
+
+#: Per table, the statement reading its rows of some runs (what its hash covers, what names it).
+_DECISION_ROWS = {
+    table: text(
+        f"SELECT {', '.join(dict.fromkeys(('run_id', *ROW_KEYS[table], *columns)))} "
+        f"FROM {table} WHERE run_id = ANY(:ids) ORDER BY id"
+    )
+    for table, columns in ROW_COLUMNS.items()
+}
+
+
+def decision_rows(conn: Connection, ids: Sequence[str]) -> dict[str, list[DecisionRow]]:
+    """Per run: its ``outcomes``, ``proposals`` and ``confirmations`` rows (one read per
+    table for all of ``ids``)."""
+    found: dict[str, list[DecisionRow]] = {}
+    for table, statement in _DECISION_ROWS.items():
+        for row in conn.execute(statement, {"ids": list(ids)}).mappings():
+            found.setdefault(row["run_id"], []).append(DecisionRow(row, table=table))
+    return found
+
 
 _CHAINS = text(
     """

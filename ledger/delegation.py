@@ -36,7 +36,7 @@ from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.costs import check_priced
 from warrant.runner.errors import SpecError, ToolRejected
 from warrant.runner.settings import load_settings
-from warrant.runner.spec import parse_run_spec
+from warrant.runner.spec import GrantConstraints, parse_run_spec
 from warrant.runner.views import GrantView
 from warrant.tools._builtin import DelegateOutput
 
@@ -228,6 +228,7 @@ def _grant_views(s: Session, run_id: str) -> list[GrantView]:
             uses=g.uses,
             destinations_from=tuple(g.destinations_from or ()),
             expires_at=None if g.expires_at is None else g.expires_at.timestamp(),
+            constraints=GrantConstraints.model_validate(g.constraints) if g.constraints else None,
         )
         for g in rows
     ]

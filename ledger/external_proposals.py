@@ -33,6 +33,7 @@ from warrant.ledger.planner_outcomes import StepWrite, record_proposal, stopped
 from warrant.ledger.proposal_facts import step_raw
 from warrant.ledger.repo import StaleVersion, commit, run_view
 from warrant.ledger.rows import lock_run
+from warrant.ledger.stage_loads import artifacts_made_by
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import canonical_json
 from warrant.runner.errors import RunNotFound, StateConflict
@@ -47,6 +48,7 @@ from warrant.runner.external import (
     replayed_key,
     without_call_ids,
 )
+from warrant.runner.handoff import artifacts_made, with_artifacts
 from warrant.runner.spec import Usage
 from warrant.runner.step_decisions import check_before_planning
 
@@ -75,12 +77,14 @@ def record_external_proposal(
     usage: Usage | None,
     clock: Callable[[], float],
     call_id: str | None = None,
+    unverified: frozenset[tuple[str, str]] = frozenset(),
 ) -> Recorded:
     """Record ``raw`` (its shape already checked: :func:`~warrant.runner.external.
     check_shape`) as the next step of ``run_id``, under the run's row lock. ``step``, when
     given, is the step the caller means to fill (a retry of it replays); ``call_id``, the
     caller's key of it (a retry under it replays, see the module). ``clock``: what the
-    deadline is judged on (read under the lock)."""
+    deadline is judged on (read under the lock). ``unverified``: the registry's unverified
+    writes (a success condition only they satisfy is flagged, as the planner stage does)."""
     keys = caller_keys(raw, call_id)
     raw = without_call_ids(raw)
     with session_scope(engine) as s:
@@ -104,10 +108,13 @@ def record_external_proposal(
         stop = check_before_planning(view, clock())
         try:
             if stop is not None:
+                stop = with_artifacts(stop, artifacts_made(artifacts_made_by(s, run_id)))
                 commit(s, machine.stop(view, stop, step=view.step), step=view.step)
                 stop_at = (stop.status.value, stop.reason.value)
                 return Recorded(Submitted(run_id, view.step + 1, stopped(stop), stop=stop_at))
-            result, message = _record(s, publisher, view, raw, by=by, usage=usage or Usage())
+            result, message = _record(
+                s, publisher, view, raw, by=by, usage=usage or Usage(), unverified=unverified
+            )
             _remember_keys(s, run_id, view.step + 1, keys)
         except StaleVersion:
             raise in_flight(run_id) from None
@@ -115,10 +122,18 @@ def record_external_proposal(
 
 
 def _record(
-    s: Any, publisher: Any, view: Any, raw: Any, *, by: str, usage: Usage
+    s: Any,
+    publisher: Any,
+    view: Any,
+    raw: Any,
+    *,
+    by: str,
+    usage: Usage,
+    unverified: frozenset[tuple[str, str]],
 ) -> tuple[str, Callable[[], None] | None]:
     submitted = ("proposal.submitted", {"by": by[:200]})
-    return record_proposal(StepWrite(publisher, s, view, [submitted], usage, 1), raw)
+    step = StepWrite(publisher, s, view, [submitted], usage, 1)
+    return record_proposal(step, raw, unverified=unverified)
 
 
 def _known_keys(s: Session, run_id: str, keys: list[Key]) -> dict[str, tuple[int, int, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import BigInteger, any_, bindparam, exists, literal, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
+from warrant.ledger.chain import row_hash
 from warrant.ledger.models import (
     Command,
     Confirmation,
@@ -56,8 +57,13 @@ def _insert(table: Any, values: dict[str, Any], prefix: str, *, id_column: str |
     return build
 
 
-def _guarded(shape: str, build: Any, prefix: str, values: dict[str, Any]) -> Guarded:
-    return Guarded(shape, build, {f"{prefix}{k}": v for k, v in values.items()})
+def _guarded(
+    shape: str, build: Any, prefix: str, values: dict[str, Any], *, table: str | None = None
+) -> Guarded:
+    """``table``: the decision row ``values`` is, its hash carried by the transition's trace
+    (:data:`warrant.ledger.chain.ROW_COLUMNS`)."""
+    rows = () if table is None else ((table, row_hash(table, values)),)
+    return Guarded(shape, build, {f"{prefix}{k}": v for k, v in values.items()}, rows)
 
 
 _BUILDERS: dict[str, Any] = {}
@@ -79,7 +85,7 @@ def insert_proposal(values: dict[str, Any], *, pending: bool = False) -> Guarded
     shape = f"proposal.insert:{pending}:" + ",".join(keys)
     id_column = "pending_proposal_id" if pending else None
     build = _cached(shape, lambda: _insert(table, values, "p_", id_column=id_column))
-    return _guarded(shape, build, "p_", values)
+    return _guarded(shape, build, "p_", values, table="proposals")
 
 
 def _won(cas: Any) -> Any:
@@ -125,7 +131,7 @@ def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
 
 
 def rearm_command(command_id: str, values: dict[str, Any]) -> Guarded:
-    """The command refused by its tool for a permission is issued again (a new token, a new
+    """The command refused by its tool for a permission is issued again (its own token, a new
     attempt: ``warrant.runner.permission_wait``); its earlier outcomes stay."""
     table: Any = Command.__table__
     cleared = {"started_at": None, "finished_at": None, "heartbeat_at": None, "worker": None}
@@ -147,7 +153,7 @@ def insert_outcome(values: dict[str, Any]) -> Guarded:
             constraint="uq_outcomes_command_attempt"
         )
 
-    return _guarded(shape, _cached(shape, factory), "oi_", values)
+    return _guarded(shape, _cached(shape, factory), "oi_", values, table="outcomes")
 
 
 def use_grants(grant_ids: list[int]) -> Guarded:

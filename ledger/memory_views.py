@@ -20,7 +20,13 @@ from warrant.runner.memory_view import (
 from warrant.runner.views import RunView
 from warrant.tools._registry import Registry
 
-__all__ = ["POLICY_OBSERVATION_TTL_STEPS", "built_event", "load_view", "view_from_row"]
+__all__ = [
+    "POLICY_OBSERVATION_TTL_STEPS",
+    "budget_left",
+    "built_event",
+    "load_view",
+    "view_from_row",
+]
 
 #: A refusal stays in the planner's view for this many steps after it happened.
 POLICY_OBSERVATION_TTL_STEPS = 3
@@ -47,7 +53,7 @@ def view_from_row(
     :func:`warrant.ledger.stage_loads.load_planning` row: goal, recent observations,
     capabilities and preferences all came in that one read."""
     step = view.step + 1 if step is None else step
-    goal_step, goal_content, goal_kind, goal_source = row.goal
+    goal_step, goal_content, goal_kind, goal_source, goal_at = row.goal
     observations = [
         ObservationRecord(
             observation_id="user-1",
@@ -55,6 +61,7 @@ def view_from_row(
             source=goal_source,
             step=goal_step,
             content=goal_content,
+            observed_at=goal_at,
         ),
         *(
             ObservationRecord(
@@ -64,6 +71,7 @@ def view_from_row(
                 step=o[3],
                 content=o[4],
                 expires_after_step=o[5],
+                observed_at=o[6],
             )
             for o in row.recent
         ),
@@ -88,6 +96,9 @@ def view_from_row(
         tools=tools,
         budgets=budgets,
         preferences=row.preferences,
+        plan=row.plan,
+        pending_effects=row.pending_effects,
+        approved_actions=row.approved_actions,
     )
 
 
@@ -104,12 +115,33 @@ def load_view(
     return view_from_row(row, run_view(row), registry=registry)
 
 
-def built_event(memory: Any) -> tuple[str, dict[str, Any]]:
-    """The ``observation.built`` event: what the planner was shown (sizes and a hash)."""
+def budget_left(budgets: dict[str, Any], *, now: float) -> dict[str, Any]:
+    """The view's budgets as the trace names them: ``steps``, ``model_calls``, ``tool_calls``,
+    ``tokens``, ``cost`` left (``None``: no such budget) and ``time_s``, the seconds to the
+    deadline at ``now``."""
+    left = {k.removesuffix("_left"): v for k, v in budgets.items() if k != "deadline_at"}
+    deadline_at = budgets.get("deadline_at")
+    left["time_s"] = None if deadline_at is None else round(max(0.0, deadline_at - now), 3)
+    return left
+
+
+def built_event(memory: Any, *, state_version: int, now: float) -> tuple[str, dict[str, Any]]:
+    """The ``observation.built`` event: what the planner was shown (sizes and a hash), the
+    run's state version it was built at, the tools offered by name, and the budget left
+    (:func:`budget_left`)."""
     details = {
         "items": len(memory.items),
         "tools": len(memory.tools),
         "preferences": len(memory.preferences),
         "view_hash": memory.view_hash(),
+        "state_version": state_version,
+        "tools_offered": [t["name"] for t in memory.tools],
+        "budget_left": budget_left(memory.budgets, now=now),
     }
+    if memory.plan is not None:  # which revision of its plan the planner saw
+        details["plan_revision"] = memory.plan.get("revision")
+    if memory.pending_effects:
+        details["pending_effects"] = len(memory.pending_effects)
+    if memory.approved_actions:
+        details["approved_actions"] = len(memory.approved_actions)
     return ("observation.built", details)

@@ -3,9 +3,12 @@
 Cheap by construction where an index serves: runs by status and the confirmations waiting
 (``ix_runs_status``), the reconciler's backlog (live runs by status, then their outcomes by
 ``run_id``; started commands by the partial ``ix_commands_started``), pending webhook deliveries
-(``ix_webhook_deliveries_due``). Gate refusals and tool outcomes are whole-ledger totals: one
-scan of ``proposals`` and of ``outcomes`` per scrape; observe mode's would-be refusals one of
-the trace (:mod:`warrant.ledger.would_refuse`).
+(``ix_webhook_deliveries_due``). Runs by status, their stop reasons and the cost they spent are
+one scan of ``runs``; gate refusals (with the duplicate effects and the provenance layer's
+refusals among them, by tool) one of ``proposals``, the provenance layer's flags one more of its
+rows that carry provenance; tool outcomes one of ``outcomes``; declined confirmations one of
+``confirmations``; observe mode's would-be refusals one of the trace
+(:mod:`warrant.ledger.would_refuse`).
 """
 
 from __future__ import annotations
@@ -13,14 +16,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, func, literal_column, select
+from sqlalchemy import and_, case, false, func, literal_column, select
 from sqlalchemy.orm import Session, aliased
 
 from warrant.ledger import would_refuse
-from warrant.ledger.models import Command, OutcomeRow, Proposal, Run, WebhookDelivery
-from warrant.runner.codes import RunStatus
+from warrant.ledger.models import (
+    Command,
+    Confirmation,
+    OutcomeRow,
+    Proposal,
+    Run,
+    WebhookDelivery,
+)
+from warrant.runner.codes import Rejection, RunStatus
 
-__all__ = ["LATENCY_BUCKETS_MS", "LedgerMetrics", "ToolLatency", "snapshot"]
+__all__ = ["LATENCY_BUCKETS_MS", "PROVENANCE_REFUSALS", "LedgerMetrics", "ToolLatency", "snapshot"]
+
+#: The provenance layer's refusal codes (``warrant.runner.provenance.refusal``); a call it
+#: flags and sends to a person instead is counted as ``UNTRUSTED_ARGUMENT``.
+PROVENANCE_REFUSALS = (Rejection.UNTRUSTED_CONTENT.value, Rejection.UNTRUSTED_DESTINATION.value)
 
 #: Upper bounds (ms) of the tool latency histogram's buckets (``+Inf`` is the count).
 LATENCY_BUCKETS_MS: tuple[float, ...] = (
@@ -69,17 +83,33 @@ class LedgerMetrics:
     (``expected_label``) into another branch."""
     routes_asked: int = 0
     """Router runs' questions to a person (a label under the floor, unknown or not a label)."""
+    cost: float = 0.0
+    """What every run spent (model and tool calls), in the runs' cost unit."""
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+    """Ended (or waiting) runs by ``stop_reason``."""
+    declined: dict[str, int] = field(default_factory=dict)
+    """Tool -> confirmations a person declined."""
+    duplicates: dict[str, int] = field(default_factory=dict)
+    """Tool -> calls the gate refused ``DUPLICATE_EFFECT`` (the effect not done twice)."""
+    provenance: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(code, action) -> calls the provenance layer refused (``refused``) or flagged and sent
+    to a person (``asked``, code ``UNTRUSTED_ARGUMENT``)."""
 
 
 def snapshot(s: Session, *, stale_extra_s: float) -> LedgerMetrics:
     """Every figure, read in ``s`` (one transaction: a consistent snapshot if the caller's
     isolation level gives one). ``stale_extra_s``: the reconciler's margin past a command's
     time limit before it is presumed lost."""
-    by_status = s.execute(select(Run.status, func.count()).group_by(Run.status))
-    runs = {str(k): int(n) for k, n in by_status}
+    runs, stops, cost = _runs(s)
+    refusals, duplicates, provenance = _refusals(s)
     return LedgerMetrics(
         runs_by_status=runs,
-        refusals_by_code=_refusals(s),
+        cost=cost,
+        stop_reasons=stops,
+        refusals_by_code=refusals,
+        duplicates=duplicates,
+        provenance=provenance | _flags(s),
+        declined=_declined(s),
         would_refuse=would_refuse.counts(s),
         **_routes(s),
         outcomes=_outcomes(s),
@@ -127,13 +157,69 @@ def _routes(s: Session) -> dict[str, Any]:
     }
 
 
-def _refusals(s: Session) -> dict[str, int]:
+def _runs(s: Session) -> tuple[dict[str, int], dict[str, int], float]:
+    """Runs by status, by stop reason, and the cost they spent: one scan of ``runs``."""
     rows = s.execute(
-        select(Proposal.rejection_code, func.count())
-        .where(Proposal.rejection_code.is_not(None))
-        .group_by(Proposal.rejection_code)
+        select(
+            Run.status, Run.stop_reason, func.count(), func.coalesce(func.sum(Run.cost_used), 0)
+        ).group_by(Run.status, Run.stop_reason)
     )
-    return {str(code): int(n) for code, n in rows}
+    by_status: dict[str, int] = {}
+    stops: dict[str, int] = {}
+    cost = 0.0
+    for status, reason, n, spent in rows:
+        by_status[str(status)] = by_status.get(str(status), 0) + int(n)
+        if reason is not None:
+            stops[str(reason)] = stops.get(str(reason), 0) + int(n)
+        cost += float(spent or 0)
+    return by_status, stops, cost
+
+
+def _refusals(
+    s: Session,
+) -> tuple[dict[str, int], dict[str, int], dict[tuple[str, str], int]]:
+    """Gate refusals by code; of them, the duplicate effects by tool and the provenance
+    layer's by code: one scan of ``proposals``."""
+    rows = s.execute(
+        select(Proposal.rejection_code, Proposal.tool, func.count())
+        .where(Proposal.rejection_code.is_not(None))
+        .group_by(Proposal.rejection_code, Proposal.tool)
+    )
+    by_code: dict[str, int] = {}
+    duplicates: dict[str, int] = {}
+    provenance: dict[tuple[str, str], int] = {}
+    for code, tool, n in rows:
+        by_code[str(code)] = by_code.get(str(code), 0) + int(n)
+        if code == Rejection.DUPLICATE_EFFECT.value:
+            duplicates[str(tool)] = duplicates.get(str(tool), 0) + int(n)
+        elif code in PROVENANCE_REFUSALS:
+            key = (str(code), "refused")
+            provenance[key] = provenance.get(key, 0) + int(n)
+    return by_code, duplicates, provenance
+
+
+def _flags(s: Session) -> dict[tuple[str, str], int]:
+    """Calls the provenance layer flagged and sent to a person (their proposal keeps what it
+    found: ``flagged``, the arguments only untrusted content supplied)."""
+    flagged = Proposal.provenance["flagged"]
+    some = case(
+        (func.jsonb_typeof(flagged) == "array", func.jsonb_array_length(flagged) > 0),
+        else_=false(),
+    )
+    n = s.scalar(
+        select(func.count()).select_from(Proposal).where(Proposal.provenance.is_not(None), some)
+    )
+    return {(Rejection.UNTRUSTED_ARGUMENT.value, "asked"): int(n)} if n else {}
+
+
+def _declined(s: Session) -> dict[str, int]:
+    """Confirmations a person declined, by tool."""
+    rows = s.execute(
+        select(Confirmation.tool, func.count())
+        .where(Confirmation.approved.is_(False))
+        .group_by(Confirmation.tool)
+    )
+    return {str(tool): int(n) for tool, n in rows}
 
 
 def _outcomes(s: Session) -> dict[tuple[str, str], int]:

@@ -46,6 +46,7 @@ __all__ = [
     "Proposal",
     "Reconciliation",
     "Run",
+    "ToolSwitch",
     "TraceEvent",
     "TraceRecord",
     "WebhookDelivery",
@@ -100,6 +101,10 @@ class Run(Base):
     """A child's spawn terms: the parent's command, what it reserved, ``settled`` (0024)."""
     model_calls_delegated: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Of ``model_calls``, those the run's sub-runs hold (reserved, or used): 0024."""
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The planner's latest plan (``kind: plan``; its own notes, never trusted): 0027."""
+    waiting: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The wait a planner's ``kind: wait`` committed, while the run is at its ``step``: 0027."""
 
     __table_args__ = (
         Index("ix_runs_status", "status"),
@@ -308,6 +313,9 @@ class GrantRow(Base):
     """A task-scoped grant's sources (``Grant.destinations_from``); NULL: not narrowed."""
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     """Wall-clock expiry, compared with the database's clock; NULL: none (migration 0020)."""
+    constraints: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """Limits on a call's argument values (``Grant.constraints``); NULL: none (migration
+    0026)."""
     created_at: Mapped[datetime] = _now()
 
 
@@ -326,6 +334,8 @@ class Confirmation(Base):
     created_at: Mapped[datetime] = _now()
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     precondition_fingerprint: Mapped[str | None] = mapped_column(String(64))  # 0021
+    covers_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    """A ``per-run`` approval: once used, it covers the tool's later calls in the run (0025)."""
 
 
 class PreApproval(Base):
@@ -449,6 +459,23 @@ class McpToolPin(Base):
     history: Mapped[list[Any]] = mapped_column(JSON)
     """Every acceptance, oldest first: ``definition_hash``, ``accepted_by``, ``accepted_at``,
     ``replaced`` (the hash it replaced, ``None`` for the first) and ``changed`` fields."""
+
+
+class ToolSwitch(Base):
+    """A tool an operator disabled (``warrant tools disable``; migration 0025): while
+    ``disabled``, the policy gate refuses its calls (``TOOL_DISABLED``) and the tool stage
+    will not start a command issued for it. Every change is kept in ``history``."""
+
+    __tablename__ = "tool_switches"
+
+    tool: Mapped[str] = mapped_column(String(200), primary_key=True)
+    disabled: Mapped[bool] = mapped_column(Boolean)
+    reason: Mapped[str | None] = mapped_column(Text)
+    changed_by: Mapped[str] = mapped_column(String(200))
+    changed_at: Mapped[datetime] = _now()
+    history: Mapped[list[Any]] = mapped_column(JSON)
+    """Every change, oldest first: ``event`` (``tool.disabled`` or ``tool.enabled``),
+    ``by``, ``at`` and ``reason``."""
 
 
 # -- The workers' registrations (one row per worker process): what tool set each running worker

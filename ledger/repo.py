@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +14,7 @@ from sqlalchemy import (
     String,
     bindparam,
     case,
+    event,
     exists,
     func,
     select,
@@ -25,6 +26,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from warrant.ledger import webhooks
 from warrant.ledger._compiled import Compiled
+from warrant.ledger.chain import row_hash
 from warrant.ledger.models import (
     Command,
     Observation,
@@ -41,16 +43,19 @@ from warrant.runner.views import ObservationView, RunView
 
 __all__ = [
     "NEXT_PROPOSAL_ID",
+    "ROWS_HASHED",
     "Guarded",
     "NewObservation",
     "StaleVersion",
     "append_events",
     "charge_usage",
     "commit",
+    "note_rows",
     "observations_of",
     "run_view",
     "to_datetime",
     "transition",
+    "with_row_hashes",
 ]
 
 
@@ -133,6 +138,57 @@ def observations_of(s: Session | Connection, run_id: str) -> list[ObservationVie
     ]
 
 
+#: ``Session.info`` key: decision rows a session wrote whose hashes no event carries yet.
+_NOTED = "warrant.row_hashes"
+
+#: The event that carries the hashes of the decision rows its record's transaction wrote.
+ROWS_HASHED = "ledger.rows_hashed"
+
+
+def note_rows(s: Session, run_id: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+    """Decision rows the session wrote on the run (``(table, values)``): their content
+    hashes (:func:`warrant.ledger.chain.row_hash`) go into the next trace record the session
+    writes for the run (its ``ledger.rows_hashed`` event), or into a record of their own at
+    its commit."""
+    noted = s.info.setdefault(_NOTED, [])
+    noted += [(run_id, table, row_hash(table, values)) for table, values in rows]
+
+
+def _take_noted(s: Session | Connection, run_id: str) -> list[tuple[str, str]]:
+    noted = s.info.get(_NOTED) if isinstance(s, Session) else None
+    if not noted:
+        return []
+    s.info[_NOTED] = [n for n in noted if n[0] != run_id]
+    return [(table, h) for r, table, h in noted if r == run_id]
+
+
+def with_row_hashes(
+    events: Sequence[tuple[str, dict[str, Any]]], rows: Sequence[tuple[str, str]]
+) -> Sequence[tuple[str, dict[str, Any]]]:
+    """``events`` and, when the record's transaction wrote decision rows, a last
+    ``ledger.rows_hashed`` event: ``row_hashes``, ``[table, hash]`` per row (in the same
+    record as the events that say why they were written, so in the same statement)."""
+    if not rows:
+        return events
+    return [*events, (ROWS_HASHED, {"row_hashes": [[table, h] for table, h in rows]})]
+
+
+@event.listens_for(Session, "before_commit")
+def _record_noted_rows(s: Session) -> None:
+    """Row hashes noted in a session that wrote no trace record for their run afterwards."""
+    noted = s.info.pop(_NOTED, None)
+    for run_id in dict.fromkeys(r for r, _, _ in noted or ()):
+        rows = [[table, h] for r, table, h in noted or () if r == run_id]
+        step = s.execute(select(Run.step).where(Run.id == run_id)).scalar_one_or_none()
+        if step is not None:
+            append_events(s, run_id, [(ROWS_HASHED, {"row_hashes": rows})], step=step)
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_noted_rows(s: Session) -> None:
+    s.info.pop(_NOTED, None)
+
+
 def append_events(
     s: Session,
     run_id: str,
@@ -143,7 +199,8 @@ def append_events(
     last_seq: int | None = None,
 ) -> None:
     """Append trace events, one record, with per-run sequence numbers (allocated on the run
-    row)."""
+    row); with them, the hashes of the decision rows the session noted (:func:`note_rows`)."""
+    events = with_row_hashes(events, _take_noted(s, run_id))
     if not events:
         return
     if last_seq is None:
@@ -174,6 +231,9 @@ class Guarded:
     shape: str
     build: Callable[[Any], Any]
     params: dict[str, Any]
+    rows: tuple[tuple[str, str], ...] = ()
+    """The decision rows it writes, ``(table, row hash)``: recorded with the transition's
+    events (:func:`with_row_hashes`)."""
 
 
 _RUNS: Any = Run.__table__
@@ -292,6 +352,8 @@ def transition(
     """
     if isinstance(s, Session):
         s.flush()
+    rows = [*(r for g in guarded for r in g.rows), *_take_noted(s, run_id)]
+    events = with_row_hashes(events, rows)
     change_keys = tuple(sorted((k, _kind(v)) for k, v in changes.items()))
     params: dict[str, Any] = {
         "cas_run": run_id,
@@ -365,13 +427,16 @@ def _kind(value: Any) -> str:
 
 
 def record_outcome(s: Session, **values: Any) -> bool:
-    """Insert the command's one outcome; False if one was already recorded."""
+    """Insert the command's one outcome (its hash noted, :func:`note_rows`); False if one
+    was already recorded."""
     inserted = s.execute(
         insert(OutcomeRow)
         .values(**values)
         .on_conflict_do_nothing(constraint="uq_outcomes_command_attempt")
         .returning(OutcomeRow.id)
     ).first()
+    if inserted is not None:
+        note_rows(s, values["run_id"], [("outcomes", values)])
     return inserted is not None
 
 

@@ -11,9 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
+from warrant.ledger.chain import row_values
 from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
+from warrant.ledger.repo import note_rows
 from warrant.runner.codes import CommandStatus
 
 __all__ = [
@@ -57,6 +59,7 @@ def settle_branch_job(
     resolve_outcome(outcome, status)
     outcome.output = {**(outcome.output or {}), **(output or {})}
     outcome.code = code
+    _rehashed(outcome)
 
 
 def schedule_reconciliation(outcome: OutcomeRow, at: datetime | None) -> None:
@@ -88,12 +91,22 @@ def count_reconciliation(
 def merge_outcome_output(outcome: OutcomeRow, found: dict[str, Any]) -> None:
     """What the reconciler found about a batch's items, over what the attempt reported."""
     outcome.output = {**(outcome.output or {}), **found}
+    _rehashed(outcome)
 
 
 def outcome_became_job(outcome: OutcomeRow, operation_id: str) -> None:
     """A lost answer whose effect is the service's job: the outcome is that job's acceptance."""
     outcome.status, outcome.output = "accepted", {"operation_id": operation_id}
     outcome.reconcile_attempts, outcome.next_reconcile_at = 0, None
+    _rehashed(outcome)
+
+
+def _rehashed(outcome: OutcomeRow) -> None:
+    """An outcome's hashed columns changed: its new hash goes into the run's trace
+    (:func:`warrant.ledger.repo.note_rows`), so ``ledger verify`` holds it to the new ones."""
+    s = object_session(outcome)
+    if s is not None:
+        note_rows(s, outcome.run_id, [("outcomes", row_values("outcomes", outcome))])
 
 
 def note_republished(run: Run, *, version: int, count: int) -> None:

@@ -7,12 +7,14 @@ reconciliation or a handoff locks the run and its command first and works on the
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from warrant.ledger.chain import row_values
 from warrant.ledger.models import (
     Command,
     Confirmation,
@@ -25,16 +27,25 @@ from warrant.ledger.models import (
     Reconciliation,
     Run,
 )
-from warrant.runner.canonical import idempotency_token
+from warrant.ledger.repo import note_rows, run_view
+from warrant.ledger.stage_loads import artifacts_made_by
+from warrant.runner.canonical import idempotency_token, sha256_hex
 from warrant.runner.gate import Accept, Reject
+from warrant.runner.handoff import artifacts_made, build_bundle
+from warrant.runner.run_machine import snapshot_after
 from warrant.runner.views import RunView
+from warrant.tools._contract import Tool
+from warrant.tools._registry import Registry
 
 __all__ = [
+    "BundleFacts",
     "add_branch",
+    "add_handoff",
     "attempt_outcome",
     "command",
     "command_outcomes",
     "cut_branches",
+    "handoff_bundle",
     "lock_command",
     "lock_run",
     "outcome",
@@ -141,6 +152,126 @@ def pending_proposal(s: Session, run: Run) -> Proposal | None:
     return s.get(Proposal, proposal_pk) if proposal_pk is not None else None
 
 
+def _masked(arguments: dict[str, Any] | None, sensitive: frozenset[str] | None) -> dict[str, Any]:
+    """``sensitive`` None (no registry at hand): every value masked."""
+    return {
+        k: ("<sensitive>" if sensitive is None or k in sensitive else v)
+        for k, v in (arguments or {}).items()
+    }
+
+
+def _sensitive(registry: Registry | None, tool: Tool[Any, Any] | None) -> frozenset[str] | None:
+    if registry is None:
+        return None
+    return tool.masked_fields if tool else frozenset()
+
+
+def _unknown_effect(
+    outcome: OutcomeRow, cmd: Command, history: list[Reconciliation], registry: Registry | None
+) -> dict[str, Any]:
+    tool = registry.get(cmd.tool, cmd.tool_version) if registry is not None else None
+    return {
+        "command_id": cmd.id,
+        "tool": cmd.tool,
+        "tool_version": cmd.tool_version,
+        "step": cmd.step,
+        "code": outcome.code,
+        "outcome": outcome.status,
+        "operation_id": (outcome.output or {}).get("operation_id"),
+        "compensation": (outcome.output or {}).get("compensation"),
+        "attempt": outcome.attempt,
+        "resolved_status": outcome.resolved_status,
+        "idempotency_key_hash": sha256_hex(cmd.idempotency_token)[:16],
+        "arguments": _masked(cmd.arguments, _sensitive(registry, tool)),
+        "reconcilable": bool(tool and tool.reconcile),
+        "reconciliation_history": [
+            {"attempt": r.attempt, "result": r.result, "at": r.created_at.isoformat()}
+            for r in history
+        ],
+    }
+
+
+def _pending(
+    p: Proposal | None, registry: Registry | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The pending proposal (sensitive arguments masked) and what its tool requires."""
+    if p is None:
+        return None, None
+    tool = registry.get(p.tool or "", p.tool_version or "") if registry is not None else None
+    pending = {
+        "proposal_id": p.proposal_id,
+        "step": p.step,
+        "tool": p.tool,
+        "tool_version": p.tool_version,
+        "status": p.status,
+        "rejection_code": p.rejection_code,
+        "proposal_hash": p.proposal_hash,
+        "arguments": _masked(p.arguments, _sensitive(registry, tool)),
+    }
+    required = None
+    if tool is not None:
+        required = {
+            "capabilities": list(tool.capabilities),
+            "confirmation": tool.confirmation.value,
+            "side_effect": tool.side_effect.value,
+        }
+    return pending, required
+
+
+@dataclass(frozen=True, kw_only=True)
+class BundleFacts:
+    """What a handoff adds to the run row: the step's charged counters (an escalating step's,
+    not committed yet), what the planner said when it escalated, the time now."""
+
+    counters: dict[str, Any] = field(default_factory=dict)
+    escalated: dict[str, Any] | None = None
+    now: float | None = None
+
+
+def handoff_bundle(
+    s: Session,
+    run: Run,
+    *,
+    reason: str,
+    registry: Registry | None,
+    facts: BundleFacts | None = None,
+) -> dict[str, Any]:
+    """The handoff bundle of ``run`` (locked by the caller): the ledger's one read for it
+    (pending proposal, observations, unknown effects, artifacts made) and the pure
+    :func:`warrant.runner.handoff.build_bundle`. ``registry`` None: arguments all masked."""
+    facts = facts or BundleFacts()
+    view = run_view(run)
+    pending, required = _pending(pending_proposal(s, run), registry)
+    info = {
+        "run_id": run.id,
+        "status": run.status,
+        "phase": run.phase,
+        "version": run.version,
+        "step": run.step,
+        "stop_reason": run.stop_reason,
+        "goal": run.goal,
+        "budgets": {
+            "step": run.step,
+            "model_calls": run.model_calls,
+            "tool_calls": run.tool_calls,
+            **run.spec.get("budgets", {}),
+        },
+        "budget": snapshot_after(view, int(facts.counters.get("step", run.step)), facts.counters),
+        "trace_seq": run.trace_seq,
+        "escalated": facts.escalated,
+    }
+    return build_bundle(
+        run=info,
+        reason=reason,
+        observations=observations(s, run.id),
+        pending_proposal=pending,
+        required=required,
+        unknown_effects=[_unknown_effect(*u, registry) for u in unknown_effects(s, run.id)],
+        made=artifacts_made(artifacts_made_by(s, run.id)),
+        now=facts.now,
+    )
+
+
 def add_handoff(s: Session, run_id: str, *, reason: str, bundle: dict[str, Any]) -> str:
     handoff_id = str(uuid.uuid4())
     s.add(Handoff(id=handoff_id, run_id=run_id, reason=reason, bundle=bundle))
@@ -208,6 +339,7 @@ def add_branch(
     the step's branch deadline) with the grant, confirmation and pre-approval it uses."""
     row = _branch_proposal(view, proposal, number, call)
     s.add(row)
+    note_rows(s, view.run_id, [("proposals", row_values("proposals", row))])
     if not isinstance(decision, Accept):
         row.rejection_code, row.fingerprint = decision.code, decision.fingerprint
         return None

@@ -28,10 +28,10 @@ WITH run AS (
   RETURNING id
 ), grants AS (
   INSERT INTO grants (run_id, capability, resource_scope, expires_at_step, max_uses, uses, source,
-                      destinations_from, expires_at)
+                      destinations_from, expires_at, constraints)
   SELECT run.id, g->>'capability', g->>'resource_scope', (g->>'expires_at_step')::int,
          (g->>'max_uses')::int, 0, 'spec', nullif(g->'destinations_from', 'null'::jsonb),
-         (g->>'expires_at')::timestamptz
+         (g->>'expires_at')::timestamptz, nullif(g->'constraints', 'null'::jsonb)
     FROM run, jsonb_array_elements(%(grants)s) AS g
 ), pre AS (
   INSERT INTO pre_approvals (run_id, proposal_hash, tool, tool_version, arguments, approved_by)

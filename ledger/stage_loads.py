@@ -27,7 +27,8 @@ from warrant.ledger.mcp_pins import pinned_definition
 from warrant.ledger.models import Artifact, Command, OutcomeRow, Run
 from warrant.ledger.workers import live_registrations
 from warrant.runner.grants import narrowed
-from warrant.runner.spec import SuccessSpec
+from warrant.runner.handoff import LAST_ARTIFACTS, MAX_ID_CHARS
+from warrant.runner.spec import GrantConstraints, SuccessSpec
 from warrant.runner.step_decisions import CompletionFacts, SucceededCall
 from warrant.runner.views import (
     ConfirmationView,
@@ -43,8 +44,10 @@ from warrant.tools._registry import Registry
 
 __all__ = [
     "CMD_COLUMNS",
+    "MADE",
     "RUN_COLUMNS",
     "PolicyLoad",
+    "artifacts_made_by",
     "autocommit",
     "confirmations_from",
     "grants_from",
@@ -67,22 +70,49 @@ RUN_COLUMNS = """
     coalesce((r.spec -> 'budgets')::text, '{}') AS budgets_json
 """
 
-#: The ``commands`` columns the tool stage reads (aliased ``c``), prefixed ``cmd_``.
+#: The ``commands`` columns the tool stage reads (aliased ``c``), prefixed ``cmd_``, and
+#: whether an operator disabled the command's tool (``cmd_tool_disabled``: read at every
+#: claim, so a switch takes effect at the next one).
 CMD_COLUMNS = """
   c.id AS cmd_id, c.step AS cmd_step, c.proposal_id AS cmd_proposal_id, c.tool AS cmd_tool,
   c.tool_version AS cmd_tool_version, c.arguments AS cmd_arguments,
   c.idempotency_token AS cmd_token, c.status AS cmd_status, c.attempts AS cmd_attempts,
   c.timeout_s AS cmd_timeout_s, c.deadline_at AS cmd_deadline_at,
   c.confirmation_id AS cmd_confirmation_id, c.worker AS cmd_worker,
-  c.started_at AS cmd_started_at, c.branch AS cmd_branch
+  c.started_at AS cmd_started_at, c.branch AS cmd_branch,
+  EXISTS (SELECT 1 FROM tool_switches t WHERE t.tool = c.tool AND t.disabled)
+    AS cmd_tool_disabled
 """
 
-_PLANNING_SQL = f"""
-SELECT {RUN_COLUMNS}, {{spec}},
-  (SELECT jsonb_build_array(o.step, o.content, o.kind, o.source) FROM observations o
-    WHERE o.run_id = r.id AND o.observation_id = 'user-1') AS goal,
+#: When an observation was recorded, on the database's clock: ISO 8601 in UTC.
+_OBSERVED_AT = """to_char({o}.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+_GOAL_AT, _RECENT_AT = _OBSERVED_AT.format(o="o"), _OBSERVED_AT.format(o="x")
+
+#: The run's artifacts: its succeeded effects (an outcome that succeeded, a job that ended
+#: succeeded, an unknown effect found applied), the last ``LAST_ARTIFACTS``, oldest first, each
+#: ``[command id, tool, version, step, output]`` with the output's nested or long values left
+#: out (:func:`warrant.runner.handoff.artifact_of` keeps its ids). A budget stop lists them.
+MADE = f"""
   (SELECT coalesce(jsonb_agg(jsonb_build_array(
-            x.observation_id, x.kind, x.source, x.step, x.content, x.expires_after_step)
+            m.command_id, m.tool, m.tool_version, m.step, m.output) ORDER BY m.id), '[]'::jsonb)
+     FROM (SELECT o.id, o.command_id, c.tool, c.tool_version, c.step,
+                  (SELECT jsonb_object_agg(e.key, CASE
+                            WHEN jsonb_typeof(e.value) IN ('string', 'number')
+                             AND length(e.value::text) <= {MAX_ID_CHARS + 2} THEN e.value END)
+                     FROM jsonb_each(CASE WHEN jsonb_typeof(o.output::jsonb) = 'object'
+                                     THEN o.output::jsonb ELSE '{{}}'::jsonb END) AS e) AS output
+             FROM outcomes o JOIN commands c ON c.id = o.command_id
+            WHERE o.run_id = r.id
+              AND (o.status = 'succeeded' OR o.resolved_status IN ('applied', 'succeeded'))
+            ORDER BY o.id DESC LIMIT {LAST_ARTIFACTS}) m) AS made"""
+
+_PLANNING_SQL = f"""
+SELECT {RUN_COLUMNS}, {{spec}}, {MADE},
+  (SELECT jsonb_build_array(o.step, o.content, o.kind, o.source, {_GOAL_AT})
+     FROM observations o WHERE o.run_id = r.id AND o.observation_id = 'user-1') AS goal,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(
+            x.observation_id, x.kind, x.source, x.step, x.content, x.expires_after_step,
+            {_RECENT_AT})
           ORDER BY x.id), '[]'::jsonb)
      FROM (SELECT * FROM observations o
             WHERE o.run_id = r.id AND o.observation_id <> 'user-1'
@@ -95,6 +125,27 @@ SELECT {RUN_COLUMNS}, {{spec}},
             WHERE subject = r.subject AND key = ANY(CAST(%(keys)s AS text[])) AND revoked_at IS NULL
               AND (expires_at IS NULL OR expires_at > now())
             ORDER BY key, version DESC) m) AS preferences,
+  r.plan, r.waiting,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.tool, c.step,
+            CASE c.status WHEN 'issued' THEN 'issued' WHEN 'started' THEN 'in_flight'
+                 WHEN 'completed' THEN CASE lo.status WHEN 'accepted' THEN 'job_running'
+                                       ELSE 'unknown' END END) ORDER BY c.step, c.branch),
+          '[]'::jsonb)
+     FROM commands c
+     LEFT JOIN LATERAL (SELECT o.status, o.resolved_status FROM outcomes o
+                         WHERE o.command_id = c.id ORDER BY o.id DESC LIMIT 1) lo ON true
+    WHERE c.run_id = r.id
+      AND (c.status IN ('issued', 'started')
+           OR (c.status = 'completed' AND lo.status IN ('unknown', 'accepted')
+               AND lo.resolved_status IS NULL))) AS pending_effects,
+  (SELECT coalesce(jsonb_agg(x.a ORDER BY x.a ->> 0, x.a ->> 3), '[]'::jsonb)
+     FROM (SELECT jsonb_build_array('confirmation', c.tool, c.proposal_hash, c.id) AS a
+             FROM confirmations c
+            WHERE c.run_id = r.id AND c.approved AND NOT c.used AND c.expires_at > now()
+           UNION ALL
+           SELECT jsonb_build_array('pre_approval', a.tool, a.proposal_hash, a.id::text)
+             FROM pre_approvals a WHERE a.run_id = r.id AND a.used_at IS NULL) x)
+    AS approved_actions,
   CASE WHEN r.spec -> 'planner' ->> 'kind' NOT IN ('fixture', 'external') THEN
     (SELECT coalesce(jsonb_agg(e.v -> 1 ORDER BY t.seq, e.n), '[]'::jsonb)
        FROM trace_records t
@@ -110,16 +161,16 @@ _PLANNING_WITH_SPEC = Compiled.text(_PLANNING_SQL.replace("{spec}", "r.spec"))
 
 _POLICY = Compiled.text(
     f"""
-SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
+SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff, {MADE},
   r.spec -> 'policy' AS run_policy,
   to_jsonb(p) AS proposal,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
             g.expires_at_step, g.max_uses, g.uses, g.destinations_from,
-            extract(epoch FROM g.expires_at)) ORDER BY g.id),
+            extract(epoch FROM g.expires_at), g.constraints) ORDER BY g.id),
           '[]'::jsonb)
      FROM grants g WHERE g.run_id = r.id) AS grants,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.proposal_hash, c.tool, c.approved,
-            c.used, c.expires_at_step, extract(epoch FROM c.expires_at))
+            c.used, c.expires_at_step, extract(epoch FROM c.expires_at), c.covers_run)
           ORDER BY c.created_at), '[]'::jsonb)
      FROM confirmations c WHERE c.run_id = r.id) AS confirmations,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(a.id, a.proposal_hash, a.tool, a.approved_by,
@@ -130,6 +181,8 @@ SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff,
      FROM proposals h
     WHERE h.run_id = r.id AND h.step < p.step AND h.fingerprint IS NOT NULL
       AND h.observation_version = r.observation_version) AS history,
+  (SELECT coalesce(jsonb_object_agg(t.tool, coalesce(t.reason, '')), '{{}}'::jsonb)
+     FROM tool_switches t WHERE t.disabled) AS disabled_tools,
   CASE WHEN r.spec -> 'handoff' -> 'after_untrusted_refusals' IS NOT NULL THEN
     (SELECT count(*) FROM proposals u
       WHERE u.run_id = r.id AND u.kind = 'tool' AND u.status = 'rejected'
@@ -150,7 +203,9 @@ version (versions only grow, so those are the history's suffix; see ``warrant.ru
 included) at a step after its first untrusted read, counted only when the spec's
 ``handoff.after_untrusted_refusals`` asks. ``refused_command``: the command its tool refused
 for this proposal for a permission (the run then waited for a grant), looked up only for a
-proposal the gate has seen before (a new one is ``received``)."""
+proposal the gate has seen before (a new one is ``received``). ``disabled_tools``: the tools
+an operator disabled (``warrant tools disable``), each with its reason: read on every gate
+decision, so a switch takes effect at the next one."""
 
 _TOOL = Compiled.text(
     f"""
@@ -189,6 +244,10 @@ def load_planning(
     observations, its capabilities, the subject's live preferences and ``retries``: the
     details of the current version's ``model.retry.scheduled`` events (a model planner's only:
     a fixture planner never asks for later, and nobody asks a model for an external run);
+    the run's latest ``plan`` and stored ``waiting``; its ``pending_effects`` (commands whose
+    effect is not settled: ``[id, tool, step, status]``, status ``issued``, ``in_flight``,
+    ``job_running`` or ``unknown``) and ``approved_actions`` (approved confirmations not yet
+    used and unexpired, pre-approvals not yet used: ``[kind, tool, proposal hash, id]``);
     None if no such run."""
     statement = _PLANNING_WITH_SPEC if with_spec else _PLANNING
     return statement.first(
@@ -346,6 +405,7 @@ def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
             uses=g[5],
             destinations_from=tuple(g[6] or ()) if len(g) > 6 else (),
             expires_at=float(g[7]) if len(g) > 7 and g[7] is not None else None,
+            constraints=GrantConstraints.model_validate(g[8]) if len(g) > 8 and g[8] else None,
         )
         for g in rows
     ]
@@ -362,6 +422,7 @@ def confirmations_from(run_id: str, rows: list[list[Any]]) -> list[ConfirmationV
             used=c[4],
             expires_at_step=c[5],
             expires_at=float(c[6]),
+            covers_run=bool(c[7]),
         )
         for c in rows
     ]
@@ -421,9 +482,31 @@ def command_proposal(conn: Connection, command_id: str) -> Any:
     return _PROPOSAL.first(conn, {"command_id": command_id})
 
 
+_OUTCOME_CODE = Compiled.text(
+    "SELECT code FROM outcomes WHERE command_id = %(command_id)s AND attempt = %(attempt)s"
+    " ORDER BY id DESC LIMIT 1"
+)
+
+
+def outcome_code(conn: Connection, command_id: str, *, attempt: int) -> str | None:
+    """The code of the command's outcome of ``attempt`` (None: no outcome, or no code)."""
+    row = _OUTCOME_CODE.first(conn, {"command_id": command_id, "attempt": attempt})
+    return None if row is None else row.code
+
+
 # -- The ledger facts a run's success conditions are checked on (queries only): the spec's
 # ``success`` declaration, the run's calls whose outcome succeeded, the paths of its artifacts.
 # The pure :func:`warrant.runner.step_decisions.check_success` decides.
+
+
+_MADE = Compiled.text(f"SELECT {MADE} FROM runs r WHERE r.id = %(run_id)s")
+
+
+def artifacts_made_by(conn: Any, run_id: str) -> list[list[Any]]:
+    """The run's artifacts as a stage load reads them (:data:`MADE`): for a path whose load
+    has not read them (a handoff, a caller's proposal stopped by a budget)."""
+    row = _MADE.first(conn, {"run_id": run_id})
+    return list(row.made) if row is not None else []
 
 
 def success_of(conn: Any, run_id: str) -> SuccessSpec | None:
@@ -432,9 +515,13 @@ def success_of(conn: Any, run_id: str) -> SuccessSpec | None:
     return SuccessSpec.model_validate(declared) if declared else None
 
 
-def completion_facts(conn: Any, run_id: str) -> CompletionFacts:
+def completion_facts(
+    conn: Any, run_id: str, *, unverified: frozenset[tuple[str, str]] = frozenset()
+) -> CompletionFacts:
     """What the run did, as the ledger says: each command with an outcome that succeeded, a
-    job that ended succeeded, or an unknown effect found applied; and its stored artifacts."""
+    job that ended succeeded, or an unknown effect found applied (``verified: false`` for a
+    tool among ``unverified``: ``(name, version)`` of writes nothing reads back); and its
+    stored artifacts."""
     succeeded = exists().where(
         OutcomeRow.command_id == Command.id,
         or_(
@@ -450,7 +537,7 @@ def completion_facts(conn: Any, run_id: str) -> CompletionFacts:
     paths = conn.execute(select(Artifact.path).where(Artifact.run_id == run_id)).scalars()
     return CompletionFacts(
         succeeded_calls=tuple(
-            SucceededCall(tool, version, arguments or {}, step)
+            SucceededCall(tool, version, arguments or {}, step, (tool, version) not in unverified)
             for tool, version, arguments, step in calls
         ),
         artifact_paths=frozenset(paths),

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, literal_column, or_, select, update
+from sqlalchemy import Connection, Engine, and_, case, func, literal_column, or_, select, update
 from sqlalchemy.orm import Session
 
 from warrant.ledger.models import Command, OutcomeRow, Proposal, Reconciliation, Run
@@ -26,6 +26,7 @@ __all__ = [
     "attempt_may_run",
     "due_unknown_outcomes",
     "lock_unresolved",
+    "quiet_since",
     "run_trace_id",
     "stale_commands",
     "stalled_runs",
@@ -230,16 +231,40 @@ def attempt_may_run(
 
 
 def stalled_runs(s: Session, *, older_than_s: float, limit: int) -> list[str]:
-    """``running`` runs with no progress for ``older_than_s``, oldest first."""
+    """``running`` runs with no progress for ``older_than_s``, oldest first. A run waiting
+    (a planner's ``wait``, while at the wait's step) counts from its wake time: it is not
+    stalled before it, and is re-published after it if its delayed message was lost."""
     cutoff = func.now() - timedelta(seconds=older_than_s)
+    waking = case(
+        (
+            Run.waiting["step"].as_integer() == Run.step,
+            func.to_timestamp(Run.waiting["wake_at"].as_float()),
+        ),
+        else_=None,
+    )
+    quiet_since = func.greatest(Run.updated_at, waking)
     return list(
         s.scalars(
             select(Run.id)
-            .where(Run.status == RunStatus.RUNNING.value, Run.updated_at < cutoff)
-            .order_by(Run.updated_at)
+            .where(
+                Run.status == RunStatus.RUNNING.value,
+                Run.updated_at < cutoff,
+                quiet_since < cutoff,
+            )
+            .order_by(quiet_since)
             .limit(limit)
         ).all()
     )
+
+
+def quiet_since(run: Run) -> float:
+    """Since when (epoch seconds) ``run`` has made no progress: its last change, or the wake
+    time of the wait it holds at its version (see :func:`stalled_runs`)."""
+    since = run.updated_at.timestamp()
+    waiting = run.waiting or {}
+    if waiting.get("step") == run.step and waiting.get("wake_at") is not None:
+        since = max(since, float(waiting["wake_at"]))
+    return since
 
 
 def run_trace_id(s: Session, run_id: str) -> str | None:

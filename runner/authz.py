@@ -55,6 +55,8 @@ class Action(StrEnum):
     RESOLVE_HANDOFF = "resolve_handoff"
     REVOKE_MEMORY = "revoke_memory"
     MANAGE_TOKENS = "manage_tokens"
+    SWITCH_TOOLS = "switch_tools"
+    """Disable or enable a tool (the kill switch)."""
 
 
 _BY_ROLE = {

@@ -108,6 +108,25 @@ def raw_fingerprint(raw: Any) -> str | None:
     return sha256_hex(stable_json([tool, version, arguments]))
 
 
+def raw_arguments_hash(raw: Any) -> str | None:
+    """The hash of a proposal's arguments as received, before the gate validates them (the
+    ``proposal.received`` event): ``content_hash`` of a tool call's ``arguments`` (a parallel
+    step's: of its ``calls``) when they have a canonical form, else sha256 of
+    :func:`stable_json`; ``None`` for an output that carries neither."""
+    if not isinstance(raw, dict):
+        return None
+    key = "calls" if raw.get("kind") == "parallel" else "arguments"
+    if key not in raw:
+        return None
+    value = raw[key]
+    if json_depth(value) <= MAX_JSON_DEPTH:
+        try:
+            return sha256_hex(canonical_json(value))
+        except Exception:  # NaN, a key that is no string, a value JSON lacks
+            pass
+    return sha256_hex(stable_json(value))
+
+
 class _Text(str):
     """Output :func:`stable_json` has already written (a marker no input value can be)."""
 
@@ -169,6 +188,20 @@ def sha256_hex(data: bytes | str) -> str:
     if isinstance(data, str):
         data = data.encode()
     return hashlib.sha256(data).hexdigest()
+
+
+#: How much of a name the planner chose (a tool's, unknown to the registry) a trace event or
+#: an observation echoes: a planner may send up to 200 characters of anything.
+MAX_ECHOED_NAME = 64
+
+
+def echoed_name(name: str) -> str:
+    """A planner-chosen name as a trace event or an observation shows it: whole up to
+    :data:`MAX_ECHOED_NAME` characters, else its first ones, an ellipsis and the first 12 hex
+    digits of the whole name's SHA-256 (two long names stay told apart)."""
+    if len(name) <= MAX_ECHOED_NAME:
+        return name
+    return f"{name[:MAX_ECHOED_NAME]}…{sha256_hex(name)[:12]}"
 
 
 def proposal_hash(

@@ -63,7 +63,16 @@ class StopReason(StrEnum):
     FINAL_ANSWER_VALIDATED = "FINAL_ANSWER_VALIDATED"
     FINAL_CITATION_VALIDATION_FAILED = "FINAL_CITATION_VALIDATION_FAILED"
     NO_ANSWER = "NO_ANSWER"
-    """The planner said the goal cannot be answered from its evidence (a ``no_answer``)."""
+    """The planner said the goal cannot be answered from its evidence (a ``no_answer``): an
+    honest abstention, status ``completed`` with no answer (the reason kept as ``answer``).
+    A parent's ``delegate`` call still counts a child's abstention as no answer (a failed
+    job), never as a result."""
+    EVIDENCE_INSUFFICIENT = "EVIDENCE_INSUFFICIENT"
+    """Handoff: the planner escalated (``{"kind": "escalate", "evidence": "insufficient"}``):
+    the evidence it has is not enough to decide, and a person should."""
+    EVIDENCE_CONFLICTING = "EVIDENCE_CONFLICTING"
+    """Handoff: the planner escalated (``"evidence": "conflicting"``): its sources disagree,
+    and a person should decide which holds."""
     SUCCESS_CONDITION_NOT_MET = "SUCCESS_CONDITION_NOT_MET"
     """A final answer while the spec's ``success`` conditions did not hold (after
     ``max_refused_finals`` such refusals)."""
@@ -97,6 +106,20 @@ class StopReason(StrEnum):
     RESOLVED_BY_HUMAN = "RESOLVED_BY_HUMAN"
 
 
+BUDGET_STOPS = frozenset(
+    {
+        StopReason.MAX_STEPS_REACHED,
+        StopReason.MAX_MODEL_CALLS_REACHED,
+        StopReason.MAX_TOOL_CALLS_REACHED,
+        StopReason.MAX_TOKENS_REACHED,
+        StopReason.MAX_COST_REACHED,
+        StopReason.DEADLINE_REACHED,
+    }
+)
+"""Stops for an exhausted budget: their ``stop_detail`` lists the artifacts the run made and
+its budget snapshot (a budget stop says which budget ran out and what was already made)."""
+
+
 class Rejection(StrEnum):
     """Stable policy rejection codes (``INVALID_<FIELD>`` codes are built per field)."""
 
@@ -110,6 +133,10 @@ class Rejection(StrEnum):
     MCP_TOOL_CHANGED = "MCP_TOOL_CHANGED"
     """An MCP server serves another definition of the tool than the one pinned (until an
     operator accepts it: ``warrant mcp accept``)."""
+    TOOL_DISABLED = "TOOL_DISABLED"
+    """An operator disabled the tool (``warrant tools disable``, the kill switch): refused
+    right after the registry layer, and a command already issued for it that has not started
+    is concluded ``rejected`` with this code at its claim, the tool never called."""
     INPUT_NOT_OBJECT = "INPUT_NOT_OBJECT"
     UNKNOWN_INPUT_FIELD = "UNKNOWN_INPUT_FIELD"
     INPUT_TOO_LARGE = "INPUT_TOO_LARGE"
@@ -123,6 +150,11 @@ class Rejection(StrEnum):
     with ``..``, an address with a display name, a list with a non-string)."""
     GRANT_EXPIRED = "GRANT_EXPIRED"
     GRANT_EXHAUSTED = "GRANT_EXHAUSTED"
+    GRANT_CONSTRAINT_VIOLATED = "GRANT_CONSTRAINT_VIOLATED"
+    """Authorization layer: the call's arguments break a constraint of every grant that
+    would cover it (``Grant.constraints``: an amount over its ``max``, a value outside its
+    ``in`` set, or the constrained argument missing). The message names the argument and the
+    limit, never the value."""
     MEMORY_KEY_NOT_ALLOWED = "MEMORY_KEY_NOT_ALLOWED"
     MEMORY_VALUE_TOO_LONG = "MEMORY_VALUE_TOO_LONG"
     PATH_OUTSIDE_RUN_OUTPUT = "PATH_OUTSIDE_RUN_OUTPUT"
@@ -179,6 +211,21 @@ class Rejection(StrEnum):
     here: a child's own depth is its parent's less one)."""
     DELEGATION_FAN_OUT = "DELEGATION_FAN_OUT"
     """Delegation layer: the run has started ``policy.max_children`` sub-runs already."""
+    PLAN_INVALID = "PLAN_INVALID"
+    """A planner's ``plan`` that is no graph it may follow (a field out of bounds, a repeated
+    node id, a dependency on no node, a cycle): refused at its step, planned again."""
+    PLAN_UNCHANGED = "PLAN_UNCHANGED"
+    """A ``plan`` identical to the run's current one (nodes, statuses, open questions): no
+    revision is recorded; the step counts and the planner is asked to act instead."""
+    WAIT_INVALID = "WAIT_INVALID"
+    """A planner's ``wait`` that gives neither or both of ``seconds`` and ``until``, an
+    ``until`` without ``max_seconds``, or a bound out of range: refused, planned again."""
+    WAIT_TOO_LONG = "WAIT_TOO_LONG"
+    """A ``wait`` longer than the run's ``budgets.max_wait_s`` (its ``seconds``, or an event
+    wait's ``max_seconds``): refused, planned again."""
+    WAIT_PAST_DEADLINE = "WAIT_PAST_DEADLINE"
+    """A ``wait`` that could not end before the run's deadline (the deadline keeps running
+    while a run waits): refused, planned again; the planner may still answer or stop."""
 
 
 def invalid_field_code(field: str) -> str:
@@ -236,6 +283,12 @@ class ErrorCode(StrEnum):
     CONFIRMATION_HASH_MISMATCH = "CONFIRMATION_HASH_MISMATCH"
     CONFIRMATION_IDENTITY_REQUIRED = "CONFIRMATION_IDENTITY_REQUIRED"
     CONFIRMATION_REFUSED = "CONFIRMATION_REFUSED"
+    CORRECTION_EMPTY = "CORRECTION_EMPTY"
+    """A person's edit of a pending proposal (``warrant run correct``, ``POST
+    /v1/runs/{id}/correct``) that changes no argument: approve the proposal instead."""
+    CORRECTION_INVALID = "CORRECTION_INVALID"
+    """An edit of a pending proposal naming an argument the tool's schema lacks or a secret
+    one, values the schema refuses, or a call of a parallel step: nothing is recorded."""
     CSRF_FAILED = "CSRF_FAILED"
     CURSOR_INVALID = "CURSOR_INVALID"
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
@@ -348,3 +401,8 @@ class ErrorCode(StrEnum):
     WARRANT_ERROR = "WARRANT_ERROR"
     WORKER_START_FAILED = "WORKER_START_FAILED"
     WORKER_START_TIMEOUT = "WORKER_START_TIMEOUT"
+    WRITE_UNVERIFIED = "WRITE_UNVERIFIED"
+    """A write tool declares neither ``verify`` (its postcondition read back) nor ``reconcile``
+    (its effect looked up by the idempotency token) nor ``unverified=True`` with an
+    ``unverified_reason``: the registry refuses it (``warrant.tools._contract:
+    verification_problem``)."""

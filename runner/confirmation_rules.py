@@ -11,6 +11,7 @@ flagged calls, an unused pre-approval of exactly that proposal.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,21 +19,23 @@ from pydantic import ValidationError
 from warrant.runner.authz import name_of
 from warrant.runner.canonical import proposal_hash
 from warrant.runner.codes import RunStatus, StopReason
-from warrant.runner.errors import ConfirmationRefused, Forbidden, SpecError
+from warrant.runner.errors import ConfirmationRefused, Forbidden, InvalidRequest, SpecError
 from warrant.runner.gate import GateInput
 from warrant.runner.run_machine import Stop
 from warrant.runner.spec import Budgets, PreApproval
-from warrant.runner.views import PreApprovalView
+from warrant.runner.views import ConfirmationView, PreApprovalView
 from warrant.tools._contract import ConfirmationPolicy, SideEffect, Tool
 from warrant.tools._registry import Registry
 
 __all__ = [
     "FAIL_CLOSED",
+    "Correction",
     "add_approval",
     "approvals_pending",
     "approvals_required",
     "asked_call",
     "confirmation_wait_over",
+    "corrected_call",
     "person_decision",
     "pre_approval",
     "pre_approval_record",
@@ -69,20 +72,28 @@ def required_policy(
 def person_decision(
     tool: Tool[Any, Any], policy: ConfirmationPolicy, phash: str, inp: GateInput
 ) -> tuple[str, str | None]:
-    """``('ok', id)``, ``('declined', None)`` or ``('missing', None)``."""
+    """``('ok', id)``, ``('declined', None)`` or ``('missing', None)``.
+
+    A per-call confirmation is bound to the proposal hash and used once. A ``per-run`` one is
+    bound to the tool: unused and unexpired, it lets the first call through; once that call
+    used it, an approval asked as ``per-run`` (``covers_run``) covers the tool's later calls
+    in the run (its expiry bounds the wait for the first use, not the run)."""
     run, step, now = inp.run, inp.run.step, inp.now
+    per_call = policy is ConfirmationPolicy.PER_CALL
     for c in inp.confirmations:
-        if c.run_id != run.run_id or c.used:
+        if c.run_id != run.run_id or (c.used and (per_call or not _covers(c))):
             continue
-        bound = (
-            c.proposal_hash == phash
-            if policy is ConfirmationPolicy.PER_CALL
-            else c.tool == tool.name
-        )
-        if not bound or c.expires_at_step < step or c.expires_at <= now:
+        bound = c.proposal_hash == phash if per_call else c.tool == tool.name
+        live = c.used or (c.expires_at_step >= step and c.expires_at > now)
+        if not bound or not live:
             continue
         return ("ok", c.confirmation_id) if c.approved else ("declined", None)
     return "missing", None
+
+
+def _covers(c: ConfirmationView) -> bool:
+    """A person approved a ``per-run`` request: once used, the approval covers the run."""
+    return c.approved and c.covers_run
 
 
 def approvals_required(tool: Tool[Any, Any], arguments: dict[str, Any]) -> int:
@@ -240,6 +251,64 @@ def pre_approval_record(
         "arguments": arguments,
         "approved_by": item.approved_by,
     }
+
+
+# --- a person corrects a pending proposal instead of approving it as it is: the original
+# arguments with the person's changes make a new proposal with its own hash, gated again from
+# the start; the original is declined. The edit is that person's approval of the new hash only
+# when one person's word may approve it (one approver needed, no state to be shown first).
+
+
+@dataclass(frozen=True)
+class Correction:
+    """The call a person's edit makes."""
+
+    arguments: dict[str, Any]
+    """The original arguments with the changes, normalised as the gate normalises them."""
+    proposal_hash: str
+    changed: list[str]
+    """The arguments whose values differ from the original's."""
+    approves: bool
+    """The edit counts as its author's approval of the new hash: the call needs one approver
+    (the tool's rule and the deployment's ``floor``) and declares no ``precondition`` (a
+    state the person has not seen for these arguments). Otherwise the new call waits for its
+    own confirmation, M of N and requester-is-not-approver as ever."""
+
+
+def corrected_call(
+    tool: Tool[Any, Any], original: Mapping[str, Any], changes: Mapping[str, Any], *, floor: int = 1
+) -> Correction:
+    """The call ``changes`` (argument → new value) make of the pending call ``original`` of
+    ``tool``. :class:`InvalidRequest` ``CORRECTION_EMPTY`` when nothing changes,
+    ``CORRECTION_INVALID`` for an argument the schema does not have, a secret one (no one
+    is shown it) or values the schema refuses."""
+    if not changes:
+        raise InvalidRequest(
+            "nothing to correct: name an argument and its value", code="CORRECTION_EMPTY"
+        )
+    unknown = sorted(set(changes) - set(tool.input_model.model_fields))
+    secret = sorted(set(changes) & tool.secret_fields)
+    if unknown or secret:
+        what = f"no argument {', '.join(unknown)}" if unknown else f"{', '.join(secret)} is secret"
+        raise InvalidRequest(f"{tool.name}: {what}; nothing corrected", code="CORRECTION_INVALID")
+    try:
+        arguments = tool.parse_input({**original, **changes}).model_dump(mode="json")
+    except (ValidationError, TypeError, ValueError) as exc:
+        message = f"the corrected arguments are refused by {tool.name}'s schema: {exc}"[:500]
+        raise InvalidRequest(message, code="CORRECTION_INVALID") from None
+    changed = sorted(k for k in {*arguments, *original} if arguments.get(k) != original.get(k))
+    if not changed:
+        raise InvalidRequest(
+            "the corrected arguments are the proposal's own: approve it instead",
+            code="CORRECTION_EMPTY",
+        )
+    needed = max(approvals_required(tool, arguments), floor)
+    return Correction(
+        arguments=arguments,
+        proposal_hash=proposal_hash(tool.name, tool.version, arguments),
+        changed=changed,
+        approves=needed == 1 and tool.precondition is None,
+    )
 
 
 # --- the run's deadline while a person is asked (``Budgets.deadline_pauses_for_confirmation``)

@@ -4,6 +4,9 @@
   and ``completion_per_1k``). A run with ``max_cost`` whose model has no price is refused at
   start (:func:`check_priced`, ``SPEC_INVALID`` naming the model), unless its budgets say
   ``unpriced_calls_free``: an unpriced call would cost 0 and the cap would protect nothing.
+* **Time**: a model timeout longer than the whole deadline is refused at start
+  (:func:`deadline_fit`, ``SPEC_INVALID`` naming both); a worst case (every model call of
+  the budget taking its whole timeout) past the deadline is a warning in ``run.created``.
 * **Estimates**: a reply that reports no ``usage`` (or only part of it) is charged by
   :func:`estimated_usage`: the request's JSON characters / 4 for the prompt and the reply
   message's JSON characters / 4 for the completion (:data:`CHARS_PER_TOKEN`), priced like
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warrant.runner.errors import SpecError
-from warrant.runner.spec import Budgets, OpenAIPlannerSpec, RunSpec, Usage
+from warrant.runner.spec import Budgets, OpenAIPlannerSpec, RouterPlannerSpec, RunSpec, Usage
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -33,6 +36,7 @@ __all__ = [
     "Price",
     "check_priced",
     "completion_cap",
+    "deadline_fit",
     "estimated_tokens",
     "estimated_usage",
     "price_of",
@@ -91,6 +95,40 @@ def check_priced(spec: RunSpec, prices: Mapping[str, Mapping[str, float]]) -> No
             "WARRANT_MODEL_PRICES: price it, or set budgets.unpriced_calls_free"
         )
         raise SpecError(message, errors=[{"field": "planner.model", "message": message}])
+
+
+def deadline_fit(spec: RunSpec) -> dict[str, Any] | None:
+    """The spec's model timeout against its deadline (text B §13: a call's own timeout must
+    not exceed the run's remaining deadline; text A §7.1: the worst case is the model calls
+    times their timeout). One request's ``timeout_s`` longer than the whole ``deadline_s``
+    can never be honoured: :class:`SpecError` (``SPEC_INVALID``) naming both. A worst case
+    (``max_model_calls`` times ``timeout_s``) past the deadline only means the budget cannot all
+    be spent in time: returned as a warning for the run's trace (``run.created``). ``None``:
+    it fits, or the planner sets no timeout (fixture, external, plug-in kinds)."""
+    planner: Any = spec.planner
+    field = "planner.timeout_s"
+    if isinstance(planner, RouterPlannerSpec):
+        planner, field = planner.classifier, "planner.classifier.timeout_s"
+    if not isinstance(planner, OpenAIPlannerSpec):
+        return None
+    timeout, deadline = planner.timeout_s, spec.budgets.deadline_s
+    if timeout > deadline:
+        message = (
+            f"{field} {timeout:g} s is longer than budgets.deadline_s {deadline:g} s: not even "
+            "one model call fits the deadline; lower the timeout or raise the deadline"
+        )
+        raise SpecError(message, errors=[{"field": field, "message": message}])
+    calls = spec.budgets.max_model_calls or 0
+    worst = calls * timeout
+    if worst <= deadline:
+        return None
+    return {
+        "warning": "worst_case_past_deadline",
+        "max_model_calls": calls,
+        "timeout_s": timeout,
+        "worst_case_s": worst,
+        "deadline_s": deadline,
+    }
 
 
 def estimated_tokens(value: Any) -> int:

@@ -7,8 +7,9 @@ child run. Each hop can only narrow (CTRLRun's G9 and G25):
 * every grant asked for must be held by a live grant of the parent at least as wide: the same
   capability, a scope inside the parent's (checked for every resource kind a tool of that
   capability reads it as), no later wall-clock expiry, no more uses than the parent has left
-  (those uses are reserved), and never a task-scoped grant (its sources would be the child's goal,
-  which the parent's planner wrote);
+  (those uses are reserved), the parent's argument constraints kept or tightened
+  (``GrantConstraints.within``: a ``max`` no higher, an ``in`` set no larger), and never a
+  task-scoped grant (its sources would be the child's goal, which the parent's planner wrote);
 * every budget is carved out of what the parent has left (model calls, tool calls, tokens,
   cost, time): reserved at the spawn, the unused rest given back when the child ends;
 * the child's own depth is the parent's less one, its fan-out the parent's.
@@ -221,7 +222,7 @@ def _granted(
             return Refusal(
                 Rejection.DELEGATION_WIDENS_GRANT.value,
                 f"grants.{index}: no live grant of {grant.capability!r} holds scope "
-                f"{grant.resource_scope!r} with these uses and expiry",
+                f"{grant.resource_scope!r} with these uses, expiry and constraints",
             )
         if grant.max_uses is not None and left[parent.grant_id] is not None:
             left[parent.grant_id] = (left[parent.grant_id] or 0) - grant.max_uses
@@ -251,6 +252,10 @@ def _holder(
         uses = left.get(parent.grant_id)
         if uses is not None and (grant.max_uses is None or grant.max_uses > uses):
             continue
+        if parent.constraints is not None and not (
+            grant.constraints is not None and grant.constraints.within(parent.constraints)
+        ):
+            continue  # a child's constraints keep or tighten the parent's, never drop them
         if scope_within(grant.resource_scope, parent.resource_scope, kinds):
             return parent
     return None

@@ -326,7 +326,8 @@ class ToolInterrupted(ToolError):
 
 class LedgerTampered(WarrantError):
     """``kind`` of the first broken link: ``edited``, ``deleted``, ``reordered``,
-    ``inserted``, ``anchor_mismatch`` or ``anchor_missing``."""
+    ``inserted``, ``row_edited`` (a decision row: ``table`` and ``key`` say which),
+    ``anchor_mismatch`` or ``anchor_missing``."""
 
     code: str = ErrorCode.LEDGER_TAMPERED
 

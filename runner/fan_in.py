@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from warrant.runner import delegation
+from warrant.runner.canonical import echoed_name
 from warrant.runner.codes import Outcome, Rejection
 from warrant.runner.gate import Accept, AwaitConfirmation, Decision, Event, GateInput, Reject
 from warrant.runner.policy import evaluate
@@ -113,8 +114,10 @@ class BranchPlan:
         refusal's code."""
         fields = call if isinstance(call, dict) else {}
         pid, tool = fields.get("proposal_id"), fields.get("tool")
-        plan = cls(
-            number, pid if isinstance(pid, str) else None, tool if isinstance(tool, str) else None
+        plan = cls(  # a refused call's tool is the planner's name: echoed within a bound
+            number,
+            pid if isinstance(pid, str) else None,
+            echoed_name(tool) if isinstance(tool, str) else None,
         )
         if command is not None:
             assert isinstance(decision, Accept)

@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from warrant.runner.canonical import echoed_name
 from warrant.runner.codes import Rejection, RunStatus, StopReason
 from warrant.runner.spec import ToolProposal
 from warrant.runner.views import (
@@ -25,6 +27,7 @@ from warrant.tools._registry import Registry
 
 __all__ = [
     "LAYER_OF_EVENT",
+    "MAX_CITED",
     "Accept",
     "AwaitConfirmation",
     "Decision",
@@ -34,6 +37,8 @@ __all__ = [
     "Halt",
     "Ignore",
     "Reject",
+    "cited_sources",
+    "source_observation_ids",
 ]
 
 
@@ -74,6 +79,10 @@ class GateInput:
     runs' within the widest window of their tools), newest first; loaded by the stage only
     for tools that declare ``effect_key``."""
     run_policy: Mapping[str, Any] = field(default_factory=dict)
+    disabled: Mapping[str, str] = field(default_factory=dict)
+    """Tools an operator disabled (``warrant tools disable``), by name, each with its reason:
+    read from the ledger by the stage on every decision; their calls are refused
+    ``TOOL_DISABLED``."""
     """The run spec's ``policy`` as stored (the delegation layer reads its limits)."""
 
 
@@ -143,6 +152,9 @@ class AwaitConfirmation:
     repeats: dict[str, Any] | None = None
     """A ``repeat_effect`` call: the earlier call with the same key the person is asked to
     repeat (as :attr:`Reject.earlier`)."""
+    per_run: bool = False
+    """The call needs a ``per-run`` confirmation: approved once, it covers the tool's later
+    calls in the run (the request says ``confirmation: per-run``)."""
 
     def _flagged(self) -> dict[str, Any]:
         """Where each argument value came from (``origins``: trusted, untrusted with its
@@ -153,7 +165,8 @@ class AwaitConfirmation:
         return {**shown, "code": code}
 
     def request(self) -> dict[str, Any]:
-        """What a person is shown: action, target, key parameters, side effect, undo."""
+        """What a person is shown: action, target, key parameters, side effect, undo, the
+        estimated impact (``Tool.impact``)."""
         shown = {
             k: ("<sensitive>" if k in self.tool.masked_fields else v)
             for k, v in self.arguments.items()
@@ -166,7 +179,10 @@ class AwaitConfirmation:
             "parameters": shown,
             "side_effect": self.tool.side_effect.value,
             "reversible": self.tool.side_effect.value in ("read", "compensatable-write"),
+            "estimated_impact": self.tool.estimated_impact(self.arguments),
+            **({} if self.tool.verified else {"unverified_reason": self.tool.unverified_reason}),
             "proposal_hash": self.proposal_hash,
+            "confirmation": "per-run" if self.per_run else "per-call",
             **({"provenance": self._flagged()} if self.provenance else {}),
             **({"described": dict(self.described)} if self.described else {}),
             **({"precondition": dict(self.precondition)} if self.precondition else {}),
@@ -214,3 +230,40 @@ LAYER_OF_EVENT = {
     "policy.confirmation.checked": "confirmation",
     "policy.budget.checked": "budget",
 }
+
+
+# -- what a refusal names as its sources (``proposal.rejected``) ---------------------------------
+
+#: Most cited observation ids a trace event names (a proposal may cite up to 100).
+MAX_CITED = 100
+
+
+def cited_sources(raw: Any) -> list[str]:
+    """The observation ids a raw planner output cites: a tool call's
+    ``source_observation_ids``, a parallel step's calls' together, a final answer's
+    ``citations``; each once, as a trace may echo them (untrusted: only strings, at most
+    :data:`MAX_CITED`, each cut like any name the planner chose)."""
+    if not isinstance(raw, dict):
+        return []
+    calls = raw.get("calls") if raw.get("kind") == "parallel" else [raw]
+    key = "citations" if raw.get("kind") == "final" else "source_observation_ids"
+    named: list[Any] = []
+    for call in calls[:MAX_CITED] if isinstance(calls, list) else []:
+        cited = call.get(key) if isinstance(call, dict) else None
+        named += cited[:MAX_CITED] if isinstance(cited, list) else []
+    ids = [echoed_name(c) for c in named if isinstance(c, str)]
+    return list(dict.fromkeys(ids))[:MAX_CITED]
+
+
+#: An attributed item's id (``provenance.Item``): ``<observation_id>.<items>[<i>]``.
+_ITEM_SUFFIX = re.compile(r"\.[^.\[]+\[\d+\]$")
+
+
+def source_observation_ids(found: dict[str, Any]) -> list[str]:
+    """The observations the argument values of an analysed call came from (an item's id
+    named by its observation), in the order the arguments name them, each once."""
+    named = [o.get("observation_id") for o in (found.get("origins") or {}).values()]
+    for key in ("flagged", "refused", "allowed"):
+        named += [f.get("observation_id") for f in found.get(key) or []]
+    ids = [_ITEM_SUFFIX.sub("", n) for n in named if isinstance(n, str) and n]
+    return list(dict.fromkeys(ids))

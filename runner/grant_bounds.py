@@ -33,6 +33,7 @@ from fnmatch import fnmatchcase
 
 from warrant.runner import scopes
 from warrant.runner.scopes import ResourceKind
+from warrant.runner.spec import GrantConstraints
 
 __all__ = ["ALL_KINDS", "Bounds", "Widening", "scope_within", "widening", "wider_on"]
 
@@ -55,6 +56,8 @@ class Bounds:
     """``None``: unlimited."""
     destinations_from: frozenset[str] | None = None
     """A task-scoped grant's sources; ``None``: not task-scoped."""
+    constraints: GrantConstraints | None = None
+    """Its limits on argument values (``Grant.constraints``); ``None``: none."""
 
     def shown(self) -> dict[str, object]:
         """For the trace (``grant.widened``'s before and after)."""
@@ -66,6 +69,7 @@ class Bounds:
             "destinations_from": sorted(self.destinations_from)
             if self.destinations_from is not None
             else None,
+            **({"constraints": self.constraints.model_dump()} if self.constraints else {}),
         }
 
 
@@ -152,6 +156,11 @@ def wider_on(
         added.destinations_from is None or not added.destinations_from <= sources
     ):
         out.append("destinations_from")
+    kept = standing.constraints is None or (
+        added.constraints is not None and added.constraints.within(standing.constraints)
+    )
+    if not kept:  # a grant without the standing one's argument limits allows more
+        out.append("constraints")
     return tuple(out)
 
 

@@ -40,6 +40,9 @@ SUMMARY_LIST_ITEMS = 20
 #: A tool output's paging fields: kept in the view even when the item is cut.
 PAGING_FIELDS = ("truncated", "next_cursor")
 
+#: What the plan shown to the planner is: its own notes (neither user nor tool said it).
+PLAN_SOURCE = "planner-notes"
+
 UNTRUSTED_OPEN = "<untrusted-data"
 UNTRUSTED_CLOSE = "</untrusted-data>"
 
@@ -57,6 +60,9 @@ class MemoryItem(BaseModel):
     """Observation ids this item points back to."""
     created_at_step: int
     """Step at which the underlying observation was made."""
+    observed_at: str | None = None
+    """When the ledger recorded the observation: ISO 8601 in UTC, on the database's clock
+    (``None`` for an item not read from the ledger)."""
     expires_after_step: int | None = None
     """Last step at which the item is shown; ``None`` = while in the window."""
 
@@ -79,6 +85,18 @@ class WorkingMemoryView(BaseModel):
     done_when: list[dict[str, Any]] = []
     """The spec's success conditions (``success.all_of``): what the program checks before it
     accepts a final answer, so the planner knows what done means."""
+    plan: dict[str, Any] | None = None
+    """The planner's latest plan (``kind: plan``: ``nodes``, ``revision``, ``step``): its own
+    notes, a model assumption, never evidence nor a trusted source of any argument value."""
+    open_questions: list[str] = []
+    """The latest plan's open questions (the planner's own)."""
+    pending_effects: list[dict[str, Any]] = []
+    """This run's calls whose effect is not settled yet: ``command_id``, ``tool``, ``step`` and
+    ``status`` (``issued``, ``in_flight``, ``job_running``, ``unknown``: the reconciler finds
+    out). A ``wait`` with ``until: pending_effects_settled`` wakes once this is empty."""
+    approved_actions: list[dict[str, Any]] = []
+    """Actions a person approved that are not used yet: ``kind`` (``confirmation`` or
+    ``pre_approval``), ``tool``, ``proposal_hash`` (the exact proposal it covers) and ``id``."""
 
     def view_hash(self) -> str:
         """A fingerprint of exactly what the planner was shown (the view's JSON, whose field
@@ -95,6 +113,8 @@ class ObservationRecord:
     step: int
     content: dict[str, Any]
     expires_after_step: int | None = None
+    observed_at: str | None = None
+    """When the ledger recorded it (ISO 8601, UTC)."""
 
 
 def _summarize(value: Any, key: str = "") -> Any:
@@ -156,7 +176,11 @@ def build_view(
     preferences: dict[str, dict[str, Any]],
     max_items: int = DEFAULT_MAX_ITEMS,
     max_item_chars: int = DEFAULT_MAX_ITEM_CHARS,
+    plan: dict[str, Any] | None = None,
+    pending_effects: Sequence[Sequence[Any]] = (),
+    approved_actions: Sequence[Sequence[Any]] = (),
 ) -> WorkingMemoryView:
+    """``plan``, ``pending_effects`` and ``approved_actions``: as the planner's load reads them."""
     goal_obs = next(o for o in observations if o.observation_id == "user-1")
     goal = MemoryItem(
         item_id="user-1",
@@ -165,6 +189,7 @@ def build_view(
         content=str(goal_obs.content.get("goal", "")),
         source_ids=["user-1"],
         created_at_step=goal_obs.step,
+        observed_at=goal_obs.observed_at,
     )
     live = [
         o
@@ -181,6 +206,7 @@ def build_view(
             source_ids=[o.observation_id],
             created_at_step=o.step,
             expires_after_step=o.expires_after_step,
+            observed_at=o.observed_at,
         )
         for o in live[-max_items:]
     ]
@@ -193,4 +219,30 @@ def build_view(
         tools=list(tools),
         budgets=budgets,
         preferences=preferences,
+        **_working_state(plan, pending_effects, approved_actions),
     )
+
+
+def _working_state(
+    plan: dict[str, Any] | None,
+    pending_effects: Sequence[Sequence[Any]],
+    approved_actions: Sequence[Sequence[Any]],
+) -> dict[str, Any]:
+    """The view's ``plan`` (the stored plan's nodes, revision and step, marked as the model's
+    own notes), ``open_questions``, ``pending_effects`` and ``approved_actions``."""
+    shown: dict[str, Any] | None = None
+    if plan:
+        kept = ("revision", "step", "nodes", "reason_summary")
+        shown = {"source": PLAN_SOURCE, **{k: plan[k] for k in kept if k in plan}}
+    return {
+        "plan": shown,
+        "open_questions": list((plan or {}).get("open_questions") or []),
+        "pending_effects": [
+            {"command_id": c[0], "tool": c[1], "step": c[2], "status": c[3]}
+            for c in pending_effects
+        ],
+        "approved_actions": [
+            {"kind": a[0], "tool": a[1], "proposal_hash": a[2], "id": str(a[3])}
+            for a in approved_actions
+        ],
+    }

@@ -14,12 +14,13 @@ The request has the gate's shape (``source: "tool"``, the capability and resourc
 named, its message), and the proposal becomes the pending one again; accepted by the gate,
 its command is issued once more.
 
-Why executing again is safe: a refusal (``rejected``) means the tool applied nothing
-(``ToolRejected``'s contract), so there is no effect to repeat. Why the new attempt gets a new
-idempotency token (:func:`token_after_refusal`): a service that remembers tokens would answer
-the refused token with the stored refusal, whatever its access list now says. The fresh token
-is derived from the refused one and the refused attempt, so it is stable for that attempt (a
-redelivered message gets the same) and differs from every earlier one.
+Why executing again is safe: the command issued again is the same command with the same
+idempotency token (a proposal resumed keeps its identity), so a service that applied part of
+the call before it answered 403 sees the same key again and does not apply it twice. And a
+tool with ``reconcile`` is asked about the token first (:func:`reconcile_first`): an effect
+it finds applied is recorded as the outcome and the tool is not called again. (A service
+that remembers a refusal under its key answers the same refusal again: the run then waits
+again, and a person sees it refused.)
 
 A refusal after the grant waits again (each wait needs an operator's grant, and the run's
 deadline bounds them all).
@@ -34,7 +35,6 @@ from typing import Any
 
 from warrant.runner import run_machine as machine
 from warrant.runner import scopes
-from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.codes import Outcome, Rejection
 from warrant.runner.errors import ToolPermissionDenied
 from warrant.runner.run_machine import Change, Event
@@ -49,7 +49,7 @@ __all__ = [
     "asks_for_grant",
     "grant_request",
     "needed_resources",
-    "token_after_refusal",
+    "reconcile_first",
     "tool_grant_request",
     "wait_for_grant",
 ]
@@ -182,7 +182,13 @@ def wait_for_grant(view: RunView, wait: GrantWait, *, events: Sequence[Event] = 
     return dataclasses.replace(change, changes=changes)
 
 
-def token_after_refusal(refused_token: str, *, attempt: int) -> str:
-    """The idempotency token of the command issued again after attempt ``attempt`` (which
-    used ``refused_token``) was refused for a permission: new, and stable for that attempt."""
-    return sha256_hex(canonical_json([refused_token, "after-permission-refusal", attempt]))
+def reconcile_first(tool: Tool[Any, Any], *, attempt: int, previous_code: str | None) -> bool:
+    """Is the tool asked about the command's token before attempt ``attempt`` runs? Yes for
+    the attempt that follows its own permission refusal (``previous_code``: the earlier
+    attempt's outcome code), when the tool can say (``reconcile``): the service may have
+    applied part of the call before it refused. Not a batch tool (its items are reconciled
+    by their own tokens) nor a long-running one (its job is followed by its hooks)."""
+    plain = tool.batch is None and tool.job is None
+    return (
+        attempt > 1 and plain and tool.reconcile is not None and previous_code == PERMISSION_DENIED
+    )

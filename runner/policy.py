@@ -1,6 +1,6 @@
 """The policy gate: pure layers, in order, first failure wins.
 
-    parse -> registry -> held capabilities -> input schema -> semantic validation
+    parse -> registry -> kill switch -> held capabilities -> input schema -> semantic validation
     -> authorization (grants) -> provenance -> state guard -> loop detection -> effects
     -> confirmation -> budget -> command
 
@@ -27,6 +27,7 @@ from warrant.runner import delegation
 from warrant.runner.canonical import (
     MAX_JSON_DEPTH,
     canonical_json,
+    echoed_name,
     json_depth,
     proposal_hash,
     raw_fingerprint,
@@ -45,6 +46,8 @@ from warrant.runner.gate import (
     Halt,
     Ignore,
     Reject,
+    cited_sources,
+    source_observation_ids,
 )
 from warrant.runner.grants import authorize, resource_label, unheld_capability
 from warrant.runner.observe import is_observed, let_through
@@ -106,10 +109,13 @@ def _cycle(fp: str, inp: GateInput) -> int | None:
     return cycle_period(fp, inp.history, version=version, max_period=budgets.max_cycle_period)
 
 
-def _loop_refusal(code: Rejection, fp: str, events: list[Event], message: str) -> Reject:
+def _loop_refusal(
+    code: Rejection, fp: str, inp: GateInput, events: list[Event], message: str
+) -> Reject:
     """``budgets.on_loop`` ``refuse`` (an agent's own loop): the looping call is refused with
     the loop's code and the run goes on (never itself checked for loops: it is one)."""
-    details = {"code": code.value, "layer": "loop_detection", "message": message}
+    details: dict[str, Any] = {"code": code.value, "layer": "loop_detection", "message": message}
+    details["source_observation_ids"] = cited_sources(inp.raw)
     events.append(Event("proposal.rejected", details))
     return Reject(
         code=code.value, layer="loop_detection", fingerprint=fp, events=events, message=message
@@ -125,10 +131,15 @@ def _reject(
     *,
     message: str | None = None,
     earlier: dict[str, Any] | None = None,
+    sources: Sequence[str] = (),
 ) -> Decision:
-    details = {"code": code, "layer": layer}
+    """The proposal is refused; ``proposal.rejected`` names the observations it came from:
+    those it cites (:func:`cited_sources`) and ``sources``, where the provenance layer
+    found its argument values."""
+    details: dict[str, Any] = {"code": code, "layer": layer}
     if message:
         details["message"] = message
+    details["source_observation_ids"] = list(dict.fromkeys([*cited_sources(inp.raw), *sources]))
     events.append(Event("proposal.rejected", details))
     stops = inp.run.budgets.on_loop == "stop"  # refuse: a loop of refusals is refused anyway
     if stops and fp is not None and _repeats(fp, inp) > inp.run.budgets.max_repeated_proposal:
@@ -160,6 +171,8 @@ def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None)
     tool = _look_up(proposal, inp, events)
     if not isinstance(tool, Tool):
         return tool
+    if (switched_off := _check_switch(tool, inp, events)) is not None:
+        return switched_off  # an operator disabled the tool: refused whatever the call says
     unheld = _check_held(proposal, tool, inp, events)
     if unheld is not None:
         return unheld  # no grant of a capability at all: refused before the arguments are read
@@ -264,7 +277,10 @@ def _parse(inp: GateInput, events: list[Event]) -> ToolProposal | Decision:
     except ValidationError:
         return _refuse_raw(Rejection.PROPOSAL_PARSE_FAILED.value, "parse", inp, events)
     events.append(
-        Event("proposal.parsed", {"tool": proposal.tool, "version": proposal.tool_version})
+        Event(
+            "proposal.parsed",
+            {"tool": echoed_name(proposal.tool), "version": echoed_name(proposal.tool_version)},
+        )
     )
     return proposal
 
@@ -280,7 +296,8 @@ def _look_up(
             "registry",
             inp,
             events,
-            f"the policy worker's registry has no {proposal.tool}@{proposal.tool_version} "
+            f"the policy worker's registry has no {echoed_name(proposal.tool)}"
+            f"@{echoed_name(proposal.tool_version)} "
             f"(registry {inp.registry.fingerprint[:12]})",
         )
     lacking = lacking_role(inp.deployment, tool.name, tool.version) if inp.deployment else None
@@ -290,6 +307,17 @@ def _look_up(
         return _refuse_raw(Rejection.MCP_TOOL_CHANGED.value, "registry", inp, events, changed)
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
     return tool
+
+
+def _check_switch(tool: Tool[Any, Any], inp: GateInput, events: list[Event]) -> Decision | None:
+    """The kill switch, right after the registry layer: a tool an operator disabled
+    (``warrant tools disable``) is refused ``TOOL_DISABLED``, in observe mode too, before
+    anything else about the call is read."""
+    if tool.name not in inp.disabled:
+        return None
+    reason = inp.disabled[tool.name]
+    message = f"an operator disabled the tool {tool.name}" + (f": {reason}" if reason else "")
+    return _refuse_raw(Rejection.TOOL_DISABLED.value, "kill_switch", inp, events, message)
 
 
 def _check_held(
@@ -413,7 +441,13 @@ def _check_provenance(
     if (refused := refusal(found)) is not None:
         code, message = refused
         return _reject(
-            code.value, "provenance", checked.proposal_hash, inp, events, message=message
+            code.value,
+            "provenance",
+            checked.proposal_hash,
+            inp,
+            events,
+            message=message,
+            sources=source_observation_ids(found),
         )
     return found
 
@@ -442,7 +476,7 @@ def _detect_loops(checked: _Checked, inp: GateInput, events: list[Event]) -> Dec
         if refuse:
             why = "the same call again with no new observation since: its answer is known"
             return _loop_refusal(
-                Rejection.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events, why
+                Rejection.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, inp, events, why
             )
         return _fail(StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION, fp, events)
     if refuse and (period := _cycle(fp, inp)) is not None:
@@ -450,7 +484,7 @@ def _detect_loops(checked: _Checked, inp: GateInput, events: list[Event]) -> Dec
             Event("proposal.oscillation_detected", {"window": 2 * period, "period": period})
         )
         why = "the call closes a cycle of calls again with no new observation since"
-        return _loop_refusal(Rejection.PROPOSAL_OSCILLATION_DETECTED, fp, events, why)
+        return _loop_refusal(Rejection.PROPOSAL_OSCILLATION_DETECTED, fp, inp, events, why)
     if (halted := _no_progress(fp, inp, events, cycles=not refuse)) is not None:
         return halted
     events.append(Event("policy.loop.checked", {"repeats": repeats}))
@@ -554,6 +588,7 @@ def _check_confirmation(
             provenance=provenance,
             effect_key=effect.key,
             repeats=repeats,
+            per_run=policy is ConfirmationPolicy.PER_RUN,
         )
     return _Confirmed(confirmation_id)
 

@@ -94,7 +94,7 @@ def grants_form(grants: Iterable[GrantView], capabilities: Iterable[str] | None)
     return _forms(tuple(_row(g) for g in grants), wanted)
 
 
-_Row = tuple[str, str, int | None, int | None, tuple[str, ...], float | None]
+_Row = tuple[str, str, int | None, int | None, tuple[str, ...], float | None, str | None]
 
 
 def _row(g: GrantView) -> _Row:
@@ -106,6 +106,7 @@ def _row(g: GrantView) -> _Row:
         g.max_uses,
         tuple(sorted(g.destinations_from)),
         g.expires_at,
+        None if g.constraints is None else canonical_json(g.constraints.model_dump()).decode(),
     )
 
 
@@ -113,7 +114,8 @@ def _forms(rows: tuple[_Row, ...], wanted: frozenset[str] | None) -> list[Any]:
     forms = [
         [capability, scope, step, uses, list(sources)]
         + ([expires_at] if expires_at is not None else [])  # a wall-clock end, if any
-        for capability, scope, step, uses, sources, expires_at in rows
+        + ([{"constraints": constraints}] if constraints is not None else [])
+        for capability, scope, step, uses, sources, expires_at, constraints in rows
         if wanted is None or capability in wanted
     ]
     return sorted(forms, key=lambda form: canonical_json(form))

@@ -125,7 +125,8 @@ def output_of(
 
 def final_of(item_id: str, content: str) -> dict[str, Any]:
     """The router run's end once its branch has ended: the branch's answer, citing its
-    observation, or an honest ``no_answer``."""
+    observation, or an honest ``no_answer`` (the router run completes abstaining,
+    ``NO_ANSWER``; a branch that failed stays failed on its own run, counted there once)."""
     output = _json_in(content).get("output") or {}
     answer = output.get("answer") if isinstance(output, dict) else None
     if isinstance(answer, str) and answer.strip():

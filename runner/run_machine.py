@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from warrant.runner.codes import ErrorCode, Phase, RunStatus, StopReason
+from warrant.runner.codes import BUDGET_STOPS, ErrorCode, Phase, RunStatus, StopReason
 from warrant.runner.errors import StateConflict
 from warrant.runner.views import RunView
 
@@ -45,7 +45,6 @@ __all__ = [
     "Start",
     "Stop",
     "answer",
-    "build_bundle",
     "cancel",
     "charge_tool_usage",
     "conclude_tool",
@@ -67,6 +66,7 @@ __all__ = [
     "resolve",
     "resume_after_confirmation",
     "resume_after_grant",
+    "snapshot_after",
     "start",
     "stop",
     "stop_changes",
@@ -167,6 +167,8 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
         "proposal.rejected",
         "model.output.invalid",
         "command.lease_expired",
+        "plan.revised",  # a planner's plan (or its wait, below): a step with no tool call
+        "planner.waiting",
     ),
     RunEvent.ISSUE_COMMAND: _R(frozenset({S.RUNNING}), frozenset({S.RUNNING}), "command.issued"),
     RunEvent.REISSUE_COMMAND: _R(
@@ -189,7 +191,7 @@ RULES: Final[Mapping[RunEvent, Rule]] = {
     ),
     RunEvent.CONCLUDE_TOOL: _R(
         frozenset({S.RUNNING, S.CANCELLING}),
-        frozenset({S.RUNNING, S.CANCELLING, S.FAILED, S.CANCELLED}),
+        frozenset({S.RUNNING, S.CANCELLING, S.FAILED, S.CANCELLED, S.NEEDS_INPUT}),
         "tool.completed",
         "job.settled",  # a parallel step's sub-run ended (its job's poll concludes the branch)
     ),
@@ -301,12 +303,16 @@ class Start:
 def start(*, created: Mapping[str, Any]) -> Start:
     """A run is created: it is ``running``, planning first; ``run.created`` carries ``created``
     and the first ``state.transitioned`` comes from no status."""
-    first = ("state.transitioned", {"from": None, "to": RunStatus.RUNNING.value})
+    moved = {"from": None, "to": RunStatus.RUNNING.value, "from_version": None, "to_version": 1}
+    first = ("state.transitioned", moved)
     return Start(RunStatus.RUNNING, Phase.PLANNING, (("run.created", dict(created)), first))
 
 
 def transitioned(view: RunView, target: RunStatus) -> Event:
-    return ("state.transitioned", {"from": view.status.value, "to": target.value})
+    """``state.transitioned``: the status and the state version before and after (a change
+    commits as a compare-and-set from ``view.version`` to the next one)."""
+    versions = {"from_version": view.version, "to_version": view.version + 1}
+    return ("state.transitioned", {"from": view.status.value, "to": target.value, **versions})
 
 
 def stop_changes(stop: Stop) -> dict[str, Any]:
@@ -325,9 +331,24 @@ def stop_changes(stop: Stop) -> dict[str, Any]:
     return changes
 
 
+#: A counter a step charges (a run column), by the budget snapshot's key for it.
+_SNAPSHOT_KEYS = {"tokens_used": "tokens", "cost_used": "cost"}
+
+
+def snapshot_after(view: RunView, step: int, counters: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's budget snapshot after ``step`` with ``counters`` charged: always the keys of
+    :meth:`RunView.budget_snapshot` (a counter it has no key for is left out)."""
+    snapshot = {**view.budget_snapshot(), "step": step}
+    for name, value in counters.items():
+        key = _SNAPSHOT_KEYS.get(name, name)
+        if key in snapshot:
+            snapshot[key] = round(value, 6) if key == "cost" else value
+    return snapshot
+
+
 def stop_events(view: RunView, stop: Stop, step: int, counters: Mapping[str, Any]) -> list[Event]:
     """``state.transitioned`` and ``run.stopped`` with a budget snapshot after the step."""
-    snapshot = {**view.budget_snapshot(), "step": step, **counters}
+    snapshot = snapshot_after(view, step, counters)
     stopped = {"status": stop.status.value, "reason": stop.reason.value, "budget": snapshot}
     if stop.detail:
         stopped["detail"] = stop.detail
@@ -541,8 +562,8 @@ def conclude_tool(
 ) -> Change:
     """A known outcome (succeeded, rejected or failed) of the run's command. ``events`` holds
     the attempt's ``tool.completed``. A cancelling run ends; a running one goes back to the
-    planner, or fails when the outcome says the run cannot go on (``stop_reason``; the stop
-    detail keeps the tool's ``message``)."""
+    planner, fails when the outcome says the run cannot go on (``stop_reason``; the stop detail
+    keeps the tool's ``message``), or asks its user (``CLARIFICATION_REQUIRED``: Tool.errors)."""
     if view.status is S.CANCELLING:
         effect = "applied" if succeeded and write else "none"
         ended = Stop(S.CANCELLED, StopReason.CANCELLED, {"effect": effect, "tool": tool})
@@ -550,10 +571,11 @@ def conclude_tool(
     if view.status is not S.RUNNING:
         return record_only(view, events=events)
     if stop_reason is not None:
-        detail = {"tool": tool, "code": code}
-        if message:
-            detail["message"] = message
-        failed = Stop(S.FAILED, stop_reason, detail)
+        detail = {"tool": tool, "code": code} | ({"message": message} if message else {})
+        why = f"{tool} refused the call ({code}): {message or 'no reason given'}. How to go on?"
+        asks = stop_reason is StopReason.CLARIFICATION_REQUIRED  # a declared ask_user refusal
+        status, question = (S.NEEDS_INPUT, why) if asks else (S.FAILED, None)
+        failed = Stop(status, stop_reason, detail, question)
         return _ended(RunEvent.CONCLUDE_TOOL, view, failed, step=step, events=events)
     changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
     return make_change(RunEvent.CONCLUDE_TOOL, view, S.RUNNING, changes, events)
@@ -645,6 +667,9 @@ def _ended(
 ) -> Change:
     counters = counters or {}
     changes = {**counters, **stop_changes(ended)}
+    if ended.reason in BUDGET_STOPS:  # which budget ran out, what was made: on the run too
+        snapshot = snapshot_after(view, step, counters)
+        changes["stop_detail"] = {**ended.detail, "budget": snapshot}
     trace = [*events, *stop_events(view, ended, step, counters)]
     return make_change(event, view, ended.status, changes, trace)
 
@@ -680,11 +705,17 @@ def finish_cancel(view: RunView, *, effect: str, step: int, events: Sequence[Eve
 
 
 def hand_off(
-    view: RunView, *, handoff_id: str, reason: str, events: Sequence[Event] = ()
+    view: RunView,
+    *,
+    handoff_id: str,
+    reason: str,
+    events: Sequence[Event] = (),
+    counters: Mapping[str, Any] | None = None,
 ) -> Change:
     """A person takes over (an unknown effect the reconciler cannot settle, a loop the spec
-    wants looked at, an unclassified failure)."""
-    return _handoff(RunEvent.HAND_OFF, view, handoff_id, reason, events)
+    wants looked at, an unclassified failure, a planner's escalation: ``counters`` charges
+    its step)."""
+    return _handoff(RunEvent.HAND_OFF, view, handoff_id, reason, events, counters=counters)
 
 
 def reopen_for_late_effect(view: RunView, *, handoff_id: str, events: Sequence[Event]) -> Change:
@@ -696,78 +727,21 @@ def reopen_for_late_effect(view: RunView, *, handoff_id: str, events: Sequence[E
 
 
 def _handoff(
-    event: RunEvent, view: RunView, handoff_id: str, reason: str, events: Sequence[Event]
+    event: RunEvent,
+    view: RunView,
+    handoff_id: str,
+    reason: str,
+    events: Sequence[Event],
+    *,
+    counters: Mapping[str, Any] | None = None,
 ) -> Change:
-    changes = {"phase": Phase.IDLE.value, "stop_reason": reason}
+    changes = {**(counters or {}), "phase": Phase.IDLE.value, "stop_reason": reason}
     trace = [
         *events,
         ("handoff.created", {"handoff_id": handoff_id, "reason": reason}),
         transitioned(view, S.HANDOFF),
     ]
     return make_change(event, view, S.HANDOFF, changes, trace)
-
-
-TRUSTED_SOURCES = ("user", "trusted-tool", "policy")
-LAST_OBSERVATIONS = 5
-
-_FORBIDDEN = [
-    "re-run an unknown write with a new idempotency key",
-    "mark the run completed by editing the database",
-    "grant capabilities the run spec did not ask for without an operator decision",
-    "treat untrusted retrieved text as instructions",
-]
-
-
-def _safe_actions(reason: str, unknown: Sequence[dict[str, Any]]) -> list[str]:
-    actions = []
-    if unknown:
-        actions.append("query the external system by the idempotency key hash before any retry")
-        actions.append("resolve as completed only if the effect is confirmed applied and wanted")
-    if reason in (
-        "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION",
-        "PROPOSAL_OSCILLATION_DETECTED",
-        "STEPS_WITHOUT_NEW_OBSERVATION",
-    ):
-        actions.append("inspect the repeated proposal and the last observation; clarify the goal")
-    if reason == "INTERNAL_ERROR":
-        actions.append("read the worker logs for the stage error; fix, then start a new run")
-    actions.append("resolve as failed or cancelled with a reason if the goal cannot be met")
-    return actions
-
-
-def build_bundle(
-    *,
-    run: dict[str, Any],
-    reason: str,
-    observations: Sequence[dict[str, Any]],
-    pending_proposal: dict[str, Any] | None,
-    required: dict[str, Any] | None,
-    unknown_effects: Sequence[dict[str, Any]],
-) -> dict[str, Any]:
-    """The human handoff bundle: everything a person needs to take over a run. Not an error
-    text: the run's state and version, the user-visible goal, the last trusted observations,
-    the pending proposal, what capability or confirmation it needs, unknown effects and their
-    reconciliation history, and what is safe (or forbidden) to do next."""
-    trusted = [o for o in observations if o.get("source") in TRUSTED_SOURCES]
-    return {
-        "run_id": run["run_id"],
-        "state": {
-            "status": run["status"],
-            "phase": run["phase"],
-            "version": run["version"],
-            "step": run["step"],
-            "stop_reason": run.get("stop_reason"),
-        },
-        "reason": reason,
-        "goal": run["goal"],
-        "budgets": run.get("budgets"),
-        "last_trusted_observations": trusted[-LAST_OBSERVATIONS:],
-        "pending_proposal": pending_proposal,
-        "required": required,
-        "unknown_effects": list(unknown_effects),
-        "recommended_safe_actions": _safe_actions(reason, unknown_effects),
-        "forbidden_automatic_actions": list(_FORBIDDEN),
-    }
 
 
 def resolve(

@@ -16,12 +16,14 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from warrant.runner.codes import ObservationKind, RunStatus, StopReason
+from warrant.runner.codes import ObservationKind, Rejection, RunStatus, StopReason
 from warrant.runner.errors import SpecError
+from warrant.runner.planning import Plan, Wait
 from warrant.runner.run_machine import Stop
 from warrant.runner.spec import (
     ArtifactExists,
     ClarifyRequest,
+    EscalateRequest,
     FinalAnswer,
     NoAnswer,
     PlannerOutput,
@@ -36,17 +38,27 @@ from warrant.tools._registry import Registry
 __all__ = [
     "Complete",
     "CompletionFacts",
+    "Escalate",
     "Forward",
+    "Hold",
+    "Refuse",
+    "Revise",
     "Stop",
     "SucceededCall",
     "Unmet",
+    "Wake",
     "check_before_planning",
     "check_success",
     "check_success_spec",
+    "check_wait",
+    "escalation",
     "interpret",
+    "plan_revision",
     "refusal_observation",
     "same_json",
     "success_stop",
+    "unverified_successes",
+    "wake_of",
 ]
 
 _OUTPUT = TypeAdapter(PlannerOutput)
@@ -56,6 +68,9 @@ _OUTPUT = TypeAdapter(PlannerOutput)
 class Complete:
     answer: str
     citations: list[str]
+    unverified: tuple[dict[str, Any], ...] = ()
+    """Success conditions that hold on an ``unverified`` tool's word only
+    (:func:`unverified_successes`): shown with the completion."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,58 @@ class Forward:
     raw: Any
     proposal_id: str | None
     tool: str | None
+
+
+@dataclass(frozen=True)
+class Escalate:
+    """The planner hands the run to a person (insufficient or conflicting evidence): the
+    handoff's ``reason`` code and what the planner said (model text: shown as data)."""
+
+    reason: StopReason
+    said: str
+
+
+def escalation(output: EscalateRequest) -> Escalate:
+    """An ``escalate`` output's handoff: ``EVIDENCE_CONFLICTING`` when its sources disagree,
+    else ``EVIDENCE_INSUFFICIENT``."""
+    conflicting = output.evidence == "conflicting"
+    reason = StopReason.EVIDENCE_CONFLICTING if conflicting else StopReason.EVIDENCE_INSUFFICIENT
+    return Escalate(reason, output.reason)
+
+
+@dataclass(frozen=True)
+class Revise:
+    """A plan to record as the run's next revision (:func:`plan_revision`)."""
+
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A wait to commit once its bounds are checked (:func:`check_wait`)."""
+
+    wait: Wait
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """A planner output refused at its step (the planner sees ``code`` and ``reason`` and
+    plans again)."""
+
+    code: Rejection
+    reason: str
+
+
+#: Of a planner output that fails its shape, the kinds refused at the step (with the shape's
+#: problem) rather than forwarded to the gate's parse layer.
+_REFUSED_SHAPES = {"plan": Rejection.PLAN_INVALID, "wait": Rejection.WAIT_INVALID}
+
+
+def _shape_problem(exc: ValidationError) -> str:
+    """The first problem of a refused plan or wait, for the planner (no input echoed)."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"] if p not in ("plan", "wait"))
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
 
 
 def check_before_planning(run: RunView, now: float) -> Stop | None:
@@ -102,17 +169,27 @@ def validate_final(answer: FinalAnswer, observations: Sequence[ObservationView])
     return Complete(answer.answer, list(answer.citations))
 
 
-def interpret(raw: Any, observations: Sequence[ObservationView]) -> Stop | Complete | Forward:
-    """Turn one raw planner output into a decision. Tool proposals always go to the gate."""
+def interpret(
+    raw: Any, observations: Sequence[ObservationView]
+) -> Stop | Complete | Forward | Revise | Hold | Refuse | Escalate:
+    """Turn one raw planner output into a decision. Tool proposals always go to the gate; a
+    plan or a wait is decided at the step (a malformed one refused there)."""
     try:
         output = _OUTPUT.validate_python(raw)
-    except ValidationError:
+    except ValidationError as exc:
         output = None
+        kind = raw.get("kind") if isinstance(raw, dict) else None
+        if isinstance(kind, str) and kind in _REFUSED_SHAPES:
+            return Refuse(_REFUSED_SHAPES[kind], _shape_problem(exc))
+    if isinstance(output, Plan):
+        return Revise(output)
+    if isinstance(output, Wait):
+        return Hold(output)
     if isinstance(output, FinalAnswer):
         return validate_final(output, observations)
-    if isinstance(output, NoAnswer):
+    if isinstance(output, NoAnswer):  # an honest abstention ends the run, not as a failure
         return Stop(
-            RunStatus.FAILED,
+            RunStatus.COMPLETED,
             StopReason.NO_ANSWER,
             {"reason_chars": len(output.reason)},
             answer=output.reason or None,
@@ -124,6 +201,8 @@ def interpret(raw: Any, observations: Sequence[ObservationView]) -> Stop | Compl
             {"question_chars": len(output.question)},
             answer=output.question,
         )
+    if isinstance(output, EscalateRequest):
+        return escalation(output)
     if isinstance(output, ToolProposal):
         return Forward(raw, output.proposal_id, output.tool)
     data = raw if isinstance(raw, dict) else {}
@@ -136,12 +215,95 @@ def interpret(raw: Any, observations: Sequence[ObservationView]) -> Stop | Compl
     )
 
 
+# --- a plan and a wait ------------------------------------------------------------------------
+
+#: How often a run waiting for an event looks again (seconds; its ``max_seconds`` bounds it).
+WAIT_POLL_S = 1.0
+
+
+def plan_revision(
+    plan: Plan, current: Mapping[str, Any] | None, *, step: int
+) -> dict[str, Any] | Refuse:
+    """The run's next plan (``revision`` one more than ``current``'s, the ``step`` it was made
+    at), or :data:`~Rejection.PLAN_UNCHANGED` when it repeats ``current`` (same nodes, same
+    open questions): a planner that only re-plans makes no progress."""
+    body = plan.model_dump(mode="json", exclude={"kind"})
+    if current is not None and all(current.get(k) == body[k] for k in ("nodes", "open_questions")):
+        revision = current.get("revision")
+        return Refuse(Rejection.PLAN_UNCHANGED, f"the plan repeats revision {revision}: act on it")
+    revision = int((current or {}).get("revision") or 0) + 1
+    return {**body, "revision": revision, "step": step}
+
+
+def check_wait(
+    wait: Wait, *, now: float, deadline_at: float, max_wait_s: float, step: int
+) -> dict[str, Any] | Refuse:
+    """The wait to store on the run (for its ``step``, the wait's own), or why it is
+    refused: longer than ``max_wait_s`` (``WAIT_TOO_LONG``), or not over before the deadline,
+    which keeps running while the run waits (``WAIT_PAST_DEADLINE``: refused rather than
+    turned into the deadline's stop, so the planner may still answer or give up).
+    ``wake_at``: when the run is planned again (an event wait: when it first looks);
+    ``until_at``: when the wait ends at the latest."""
+    longest = wait.longest_s
+    if longest > max_wait_s:
+        return Refuse(Rejection.WAIT_TOO_LONG, f"a wait lasts at most {max_wait_s:g} s")
+    until_at = now + longest
+    if until_at >= deadline_at:
+        left = max(0.0, deadline_at - now)
+        return Refuse(Rejection.WAIT_PAST_DEADLINE, f"the run's deadline is {left:.1f} s away")
+    stored: dict[str, Any] = {"step": step, "since": now, "until_at": until_at}
+    if wait.seconds is not None:
+        return {**stored, "seconds": wait.seconds, "wake_at": until_at}
+    first = now + min(WAIT_POLL_S, longest)
+    return {**stored, "until": wait.until, "max_seconds": wait.max_seconds, "wake_at": first}
+
+
+@dataclass(frozen=True)
+class Wake:
+    """What a planner message of a waiting run does: ``plan`` (no wait, or the wait is over:
+    ``why`` says how), ``early`` (before the wake time, ``next_at``: sent again for then) or
+    ``poll`` (an event wait whose event has not happened: look again at ``next_at``)."""
+
+    action: str
+    why: str | None = None
+    next_at: float | None = None
+
+
+def wake_of(
+    waiting: Mapping[str, Any] | None,
+    *,
+    step: int,
+    now: float,
+    pending_effects: int,
+    tolerance_s: float,
+) -> Wake:
+    """Whether a planner message for the run at ``step`` may plan now. A stored wait counts
+    only while the run is at the wait's step (a fact recorded meanwhile, such as a cut call's
+    late outcome, leaves it; any step of the run ends it)."""
+    if not waiting or waiting.get("step") != step:
+        return Wake("plan")
+    wake_at = float(waiting["wake_at"])
+    if now + tolerance_s < wake_at:
+        return Wake("early", next_at=wake_at)
+    if waiting.get("until") is None:
+        return Wake("plan", why="seconds")
+    if pending_effects == 0:
+        return Wake("plan", why=str(waiting["until"]))
+    until_at = float(waiting["until_at"])
+    if now + tolerance_s >= until_at:
+        return Wake("plan", why="max_seconds")
+    return Wake("poll", next_at=min(now + WAIT_POLL_S, until_at))
+
+
 # --- the spec's success conditions ------------------------------------------------------------
 
 #: Why a condition does not hold (stable words, in the trace and the planner's observation).
 NO_SUCCEEDED_CALL = "no_succeeded_call"
 ARGUMENTS_DIFFER = "arguments_differ"
 NO_ARTIFACT = "no_artifact"
+UNVERIFIED_ONLY = "unverified_only"
+"""The calls that match succeeded only on an ``unverified`` tool's word, and the condition
+asks ``verified: true``."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +315,8 @@ class SucceededCall:
     arguments: Mapping[str, Any]
     """The arguments as the gate validated them (the command's)."""
     step: int
+    verified: bool = True
+    """False: the tool is an ``unverified`` write: its success is its own word only."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +380,34 @@ def _tool_unmet(condition: ToolSucceeded, calls: Iterable[SucceededCall]) -> str
     ]
     if not named:
         return NO_SUCCEEDED_CALL
-    return None if any(_matches(condition, c) for c in named) else ARGUMENTS_DIFFER
+    matching = [c for c in named if _matches(condition, c)]
+    if not matching:
+        return ARGUMENTS_DIFFER
+    if condition.verified and not any(c.verified for c in matching):
+        return UNVERIFIED_ONLY
+    return None
+
+
+def unverified_successes(
+    success: SuccessSpec | None, facts: CompletionFacts
+) -> list[dict[str, Any]]:
+    """The ``tool_succeeded`` conditions that hold only on an ``unverified`` tool's word (no
+    matching call of it was read back): they pass, and the completion says so (each with its
+    index, tool and ``verified: false``)."""
+    out: list[dict[str, Any]] = []
+    for index, condition in enumerate(success.all_of if success is not None else ()):
+        if not isinstance(condition, ToolSucceeded):
+            continue
+        matching = [
+            c
+            for c in facts.succeeded_calls
+            if c.tool == condition.tool
+            and condition.tool_version in (None, c.tool_version)
+            and _matches(condition, c)
+        ]
+        if matching and not any(c.verified for c in matching):
+            out.append({"index": index, "tool": condition.tool, "verified": False})
+    return out
 
 
 def _artifact_unmet(condition: ArtifactExists, paths: Iterable[str]) -> str | None:

@@ -25,11 +25,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from warrant.runner.canonical import canonical_json, content_hash, sha256_hex
 from warrant.runner.codes import Outcome, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.runner.permission_wait import GrantWait
 from warrant.runner.retry import backoff_delay
-from warrant.tools._contract import Accepted, SideEffect, Tool, ToolUsage
+from warrant.tools._contract import Accepted, OnError, SideEffect, Tool, ToolUsage
 
 __all__ = [
     "UNCLASSIFIED",
@@ -40,12 +41,15 @@ __all__ = [
     "after_not_applied",
     "ask_again_in",
     "batch_answer",
+    "bounded_output",
     "item_status",
     "late_effect_to_a_person",
     "may_still_be_applying",
     "next_step",
     "of_error",
     "of_output",
+    "postcondition_checked",
+    "refused",
 ]
 
 UNCLASSIFIED = "TOOL_INTERNAL_ERROR"
@@ -98,6 +102,17 @@ class Interruption:
     ``DEADLINE_REACHED``)."""
 
 
+def refused(
+    tool: Tool[Any, Any], code: str, said: str | None, *, output: dict[str, Any] | None = None
+) -> ToolResult:
+    """A business refusal (``rejected``, nothing applied): re-planned, unless the tool declares
+    its code ``ask_user`` (``Tool.errors``): then the run asks its user
+    (``CLARIFICATION_REQUIRED``, :func:`warrant.runner.run_machine.conclude_tool`)."""
+    asks = tool.errors.get(code) == OnError.ASK_USER
+    stop = StopReason.CLARIFICATION_REQUIRED if asks else None
+    return ToolResult(Outcome.REJECTED, code, said, output=output, stop=stop)
+
+
 def of_error(
     tool: Tool[Any, Any], exc: Exception, *, said: str | None, seen: Interruption
 ) -> ToolResult:
@@ -105,7 +120,7 @@ def of_error(
     masked): the error's type decides."""
     write = tool.side_effect is not SideEffect.READ
     if isinstance(exc, ToolRejected):
-        return ToolResult(Outcome.REJECTED, exc.code, said, output=exc.details)
+        return refused(tool, exc.code, said, output=exc.details)
     if isinstance(exc, ToolFailed):
         return ToolResult(
             Outcome.FAILED,
@@ -193,6 +208,92 @@ def of_output(tool: Tool[Any, Any], out: Any) -> tuple[ToolResult, Any]:
     result = ToolResult(Outcome.SUCCEEDED, output=validated.model_dump(mode="json"))
     result.events.append(("tool.result.validated", {"tool": tool.name}))
     return result, validated
+
+
+def postcondition_checked(
+    tool: str, *, ok: bool, attempts: int, command_id: str, attempt: int, output: Any
+) -> tuple[str, dict[str, Any]]:
+    """The ``tool.postcondition.checked`` event: whether the postcondition held, after how
+    many reads, and its evidence: the outcome it was checked for (``command_id`` and
+    ``attempt``, the key of that ``outcomes`` row) and ``output_hash``, the canonical hash
+    of the validated output the check read back against (the row's ``output``)."""
+    evidence = {"command_id": command_id, "attempt": attempt, "output_hash": content_hash(output)}
+    return (
+        "tool.postcondition.checked",
+        {"tool": tool, "ok": ok, "attempts": attempts, "evidence": evidence},
+    )
+
+
+# --- the output's size budget ------------------------------------------------------------------
+# An observation must stay bounded (the planner reads it, the ledger keeps it): an output larger
+# than its tool's ``max_output_bytes`` is checked whole (schema, postcondition) and then kept
+# cut, with a marker the planner sees; the effect's outcome itself is recorded as it is.
+
+#: Room kept for the marker and the JSON around the kept fields.
+_MARKER_ROOM = 600
+#: The smallest bound a tool may ask for (a smaller one is raised to it).
+MIN_OUTPUT_BYTES = 1_024
+TRUNCATED = "_truncated"
+"""The output field that says an output was cut: ``truncated: true``, ``original_bytes``,
+``sha256`` of the whole output's canonical JSON, ``kept_bytes`` and the ``cut`` fields."""
+
+
+def _size(value: Any) -> int:
+    return len(canonical_json(value))
+
+
+def _cut(value: Any, room: int) -> Any:
+    """``value`` within about ``room`` bytes: a list's leading elements, a string's head,
+    anything else its canonical JSON's head (as a string)."""
+    if isinstance(value, list):
+        kept, used = [], 2
+        for item in value:
+            used += _size(item) + 1
+            if used > room:
+                break
+            kept.append(item)
+        return kept
+    text = value if isinstance(value, str) else canonical_json(value).decode()
+    head = text.encode()[: max(room - 2, 0)].decode(errors="ignore")
+    while _size(head) > room and head:  # escapes make the JSON longer than the text
+        head = head[: len(head) * 3 // 4]
+    return head
+
+
+def bounded_output(
+    output: dict[str, Any] | None, limit: int
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The output as the ledger and the planner keep it, and its marker (None: kept whole).
+    Over ``limit`` bytes of canonical JSON: its smallest fields whole while they fit, the
+    larger ones cut, sharing the room left (:func:`_cut`: a list's first elements, a
+    string's head), and the marker under :data:`TRUNCATED`."""
+    if output is None:
+        return None, None
+    whole = canonical_json(output)
+    limit = max(limit, MIN_OUTPUT_BYTES)
+    if len(whole) <= limit:
+        return output, None
+    budget, used = limit - _MARKER_ROOM, 2
+    kept: dict[str, Any] = {}
+    cut: list[str] = []
+    for size, name in sorted((_size(v) + _size(k) + 1, k) for k, v in output.items()):
+        if used + size <= budget:
+            kept[name], used = output[name], used + size + 1
+        else:
+            cut.append(name)
+    for left, name in enumerate(cut):  # the room left shared among the fields cut
+        room = (budget - used) // (len(cut) - left) - _size(name) - 2
+        if room > 16:
+            kept[name] = _cut(output[name], room)
+            used += _size(kept[name]) + _size(name) + 2
+    marker = {
+        "truncated": True,
+        "original_bytes": len(whole),
+        "kept_bytes": used,
+        "sha256": sha256_hex(whole),
+        "cut": sorted(cut),
+    }
+    return {**kept, TRUNCATED: marker}, marker
 
 
 def _accepted(tool: Tool[Any, Any], out: Accepted) -> ToolResult:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from warrant.runner.codes import CommandStatus, Outcome, Phase, RunStatus
+from warrant.runner.codes import CommandStatus, Outcome, Phase, Rejection, RunStatus
+from warrant.runner.tool_outcomes import ToolResult
 from warrant.tools._contract import SideEffect
 from warrant.tools._deployment import WorkerInfo
 
-__all__ = ["delivery", "late_verdict", "planning", "redirect", "waits_for_slot"]
+__all__ = ["delivery", "late_verdict", "planning", "redirect", "switched_off", "waits_for_slot"]
 
 
 def planning(row: Any) -> bool:
@@ -41,6 +42,20 @@ def delivery(row: Any, *, version: int, lost: bool, runnable: bool) -> str:
     if row.cmd_status == CommandStatus.STARTED and not lost:
         return "in_flight"
     return "start" if runnable else "redirect"
+
+
+def switched_off(row: Any, *, claimed: bool) -> ToolResult | None:
+    """The kill switch at the claim: a command whose tool an operator disabled
+    (``cmd_tool_disabled``, read by the claim or the load) and that no earlier attempt started
+    (``claimed``: the claim itself started it from ``issued``; else the load found it
+    ``issued``) is concluded ``rejected`` ``TOOL_DISABLED``, the tool never called. One an
+    earlier attempt started is left to its course: its effect may already have happened."""
+    if not getattr(row, "cmd_tool_disabled", False):
+        return None
+    if not claimed and row.cmd_status != CommandStatus.ISSUED:
+        return None
+    message = f"an operator disabled the tool {row.cmd_tool}: the command was not run"
+    return ToolResult(Outcome.REJECTED, Rejection.TOOL_DISABLED.value, message)
 
 
 def _live(row: Any) -> bool:

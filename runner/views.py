@@ -12,7 +12,7 @@ from typing import Any
 
 from warrant.runner.codes import ObservationKind, Phase, RunStatus
 from warrant.runner.scopes import legacy_covers
-from warrant.runner.spec import Budgets
+from warrant.runner.spec import Budgets, GrantConstraints
 
 __all__ = [
     "ConfirmationView",
@@ -95,6 +95,8 @@ class GrantView:
     """A task-scoped grant's sources (``Grant.destinations_from``); empty: not narrowed."""
     expires_at: float | None = None
     """Wall-clock expiry, epoch seconds on the database's clock; ``None``: none."""
+    constraints: GrantConstraints | None = None
+    """Limits on the call's argument values (``Grant.constraints``); ``None``: none."""
 
     def live(self, *, step: int, now: float) -> bool:
         """Not past its last step nor its expiry; ``now`` is the database's time (the policy
@@ -117,6 +119,8 @@ class ConfirmationView:
     used: bool
     expires_at_step: int
     expires_at: float
+    covers_run: bool = False
+    """A ``per-run`` approval: once used, it covers the tool's later calls in the run."""
 
 
 @dataclass(frozen=True, kw_only=True)

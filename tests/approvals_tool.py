@@ -15,9 +15,26 @@ from typing import Any
 
 from pydantic import Field
 
-from warrant.tools import Plugin, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
+from warrant.tools import (
+    ConfirmationPolicy,
+    Plugin,
+    SideEffect,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+)
 
-__all__ = ["CAPABILITY", "PAY", "PAY_SELF_OK", "paid", "plugin", "proposal"]
+__all__ = [
+    "CAPABILITY",
+    "PAY",
+    "PAY_PER_RUN",
+    "PAY_SELF_OK",
+    "PAY_SWITCHED",
+    "paid",
+    "plugin",
+    "proposal",
+]
 
 CAPABILITY = "payments:send"
 #: Above this many cents a payment needs two people.
@@ -44,6 +61,12 @@ def _pay(args: PayInput, ctx: ToolContext) -> PayOutput:
     return PayOutput(paid=True)
 
 
+def _payment_recorded(args: PayInput, out: PayOutput, ctx: ToolContext) -> bool:
+    """The postcondition, read back from the fake service: its ledger has the payment."""
+    lines = Path(args.ledger).read_text(encoding="utf-8").splitlines()
+    return f"{args.payee} {args.amount_cents}" in lines
+
+
 def _approvals(arguments: Mapping[str, Any]) -> int:
     return 2 if int(arguments.get("amount_cents", 0)) > THRESHOLD_CENTS else 1
 
@@ -57,22 +80,44 @@ PAY: Tool[PayInput, PayOutput] = Tool(
     capabilities=(CAPABILITY,),
     side_effect=SideEffect.IRREVERSIBLE,
     execute=_pay,
+    verify=_payment_recorded,
     resource=lambda args, subject: args.payee,
     approvals_rule=_approvals,
+    impact=lambda args: f"pay {args.amount_cents / 100:.2f} to {args.payee}",
 )
 PAY_SELF_OK = dataclasses.replace(PAY, name="pay_self_ok", self_approval_allowed=True)
+#: An idempotent write whose contract asks one person's confirmation for the whole run.
+PAY_PER_RUN = dataclasses.replace(
+    PAY,
+    name="pay_per_run",
+    side_effect=SideEffect.IDEMPOTENT_WRITE,
+    confirmation=ConfirmationPolicy.PER_RUN,
+    approvals_rule=None,
+)
 
-plugin = Plugin(name="approvals", tools=(PAY, PAY_SELF_OK))
+#: An idempotent write no person confirms: the kill switch's tests disable and enable it (no
+#: other test uses it, so switching it off stops nothing else).
+PAY_SWITCHED = dataclasses.replace(
+    PAY,
+    name="pay_switched",
+    side_effect=SideEffect.IDEMPOTENT_WRITE,
+    confirmation=ConfirmationPolicy.NEVER,
+    approvals_rule=None,
+)
+
+plugin = Plugin(name="approvals", tools=(PAY, PAY_SELF_OK, PAY_PER_RUN, PAY_SWITCHED))
 
 
-def proposal(ledger: Path, amount_cents: int, *, tool: str = "pay", pid: str = "p1") -> dict:
+def proposal(
+    ledger: Path, amount_cents: int, *, tool: str = "pay", pid: str = "p1", payee: str = "acme"
+) -> dict:
     """A fixture planner's proposal of a payment recorded in ``ledger``."""
     return {
         "kind": "tool",
         "proposal_id": pid,
         "tool": tool,
         "tool_version": "1",
-        "arguments": {"payee": "acme", "amount_cents": amount_cents, "ledger": str(ledger)},
+        "arguments": {"payee": payee, "amount_cents": amount_cents, "ledger": str(ledger)},
         "reason_summary": "",
         "source_observation_ids": [],
     }

@@ -107,7 +107,10 @@ class Done(ToolOutput):
 
 
 def noop_tool(name: str, side_effect: SideEffect, model: type[Any], **kw: Any) -> Tool[Any, Any]:
-    """A tool that does nothing, capability ``<name>:use``: for gate tests."""
+    """A tool that does nothing, capability ``<name>:use``: for gate tests. A write that
+    declares no postcondition says it is ``unverified`` (it has no effect to read back)."""
+    if side_effect is not SideEffect.READ and not ({"verify", "reconcile", "unverified"} & set(kw)):
+        kw = {**kw, "unverified": True, "unverified_reason": "a gate test's tool does nothing"}
     return Tool(
         name=name,
         version="1",

@@ -5,7 +5,8 @@ serves streamable HTTP on ``127.0.0.1:PORT/mcp``. The state lives in
 ``$NOTES_STATE_DIR/notes.sqlite3``: the notes, one ``calls`` row per tool call as it starts
 (with the serving process's pid), and one ``starts`` row per server process (its pid and its
 parent's), so tests can count effects, see whether the server was called at all, and count
-the server processes a client started.
+the server processes a client started. A note whose title contains ``ghost`` is answered
+as added and never stored (a write that does not land: its read-back finds nothing).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _called(tool: str, arguments: str = "") -> None:
 def _add(title: str, body: str) -> dict[str, Any]:
     if not title.strip():
         raise ValueError("a note needs a title")
+    if "ghost" in title:  # a write that does not land: answered, never stored
+        return {"title": title, "created": True}
     with connect() as conn:
         cur = conn.execute("INSERT OR IGNORE INTO notes VALUES (?, ?)", (title, body))
         return {"title": title, "created": cur.rowcount == 1}
@@ -87,6 +90,16 @@ def build(port: int = 8000) -> FastMCP:
         """Add a note (a title is written once: adding it again changes nothing)."""
         _called("add_note", title)
         return _add(title, body)
+
+    @server.tool()
+    def get_note(title: str) -> dict[str, Any]:
+        """Read one note back (an error when there is none)."""
+        _called("get_note", title)
+        with connect() as conn:
+            row = conn.execute("SELECT body FROM notes WHERE title = ?", (title,)).fetchone()
+        if row is None:
+            raise ValueError(f"no note titled {title!r}")
+        return {"title": title, "body": row[0]}
 
     @server.tool()
     def slow_add(title: str, body: str, delay_s: float = 5.0) -> dict[str, Any]:

@@ -5,9 +5,15 @@ the tests and the worker process share:
 
 - ``<record>.allowed``: the access list (present: the run's identity may update the record);
 - ``<record>.effects``: one line per update applied (the effect the tests count);
-- ``tokens/<token>``: the system's idempotency memory. A token it has seen gets the answer it
-  got the first time (a refusal stays a refusal), as a real service that deduplicates does:
-  why the command issued again after a grant needs a new token.
+- ``<record>.calls``: the idempotency key of every call, one line each (in order);
+- ``<record>.partial``: a fault: the system applies the update *before* it checks the access
+  list, so a refused call has its effect anyway (a partial application answered 403);
+- ``tokens/<token>``: the system's idempotency memory of applied updates. A key it applied
+  gets the same answer again and no second effect, as a real service that deduplicates does;
+  a refusal applied nothing and is not remembered.
+
+The tool reconciles by the key (``reconcile``): the tool stage asks before the command issued
+again after a grant calls it.
 
 Registered with ``WARRANT_TOOLS=...,tests.permission_tool:plugin``."""
 
@@ -21,6 +27,7 @@ from pydantic import Field
 
 from warrant.tools import (
     Plugin,
+    ReconcileResult,
     SideEffect,
     Tool,
     ToolContext,
@@ -35,7 +42,9 @@ __all__ = [
     "REF",
     "TOOL",
     "allow",
+    "calls",
     "effects",
+    "partial",
     "plugin",
     "proposal",
     "resource_of",
@@ -73,30 +82,54 @@ def allow(record: str) -> None:
     (ROOT / f"{record}.allowed").touch()
 
 
-def effects(record: str) -> list[str]:
-    """The updates the system applied to ``record`` (one line each)."""
-    path = ROOT / f"{record}.effects"
+def partial(record: str) -> None:
+    """The fault: the system applies an update of ``record`` before it checks the access
+    list (a refused call's effect happens anyway)."""
+    ROOT.mkdir(parents=True, exist_ok=True)
+    (ROOT / f"{record}.partial").touch()
+
+
+def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def effects(record: str) -> list[str]:
+    """The updates the system applied to ``record`` (one line each: phone and key)."""
+    return _lines(ROOT / f"{record}.effects")
+
+
+def calls(record: str) -> list[str]:
+    """The idempotency key of every call the system got for ``record``, in order."""
+    return _lines(ROOT / f"{record}.calls")
 
 
 def _update(args: UpdateInput, ctx: ToolContext) -> UpdateOutput:
     (ROOT / "tokens").mkdir(parents=True, exist_ok=True)
+    with (ROOT / f"{args.record}.calls").open("a") as out:
+        out.write(f"{ctx.idempotency_token}\n")
     remembered = ROOT / "tokens" / ctx.idempotency_token
-    answer = remembered.read_text() if remembered.exists() else None
-    if answer is None:
-        allowed = (ROOT / f"{args.record}.allowed").exists()
-        answer = "applied" if allowed else "refused"
-        if allowed:
-            with (ROOT / f"{args.record}.effects").open("a") as out:
-                out.write(f"{args.phone} {ctx.idempotency_token}\n")
-        remembered.write_text(answer)
-    if answer == "refused":
+    if remembered.exists():  # applied under this key already: the same answer, no effect
+        return UpdateOutput(record=args.record)
+    allowed = (ROOT / f"{args.record}.allowed").exists()
+    if allowed or (ROOT / f"{args.record}.partial").exists():
+        with (ROOT / f"{args.record}.effects").open("a") as out:
+            out.write(f"{args.phone} {ctx.idempotency_token}\n")
+        remembered.write_text(args.record)
+    if not allowed:
         raise ToolPermissionDenied(
             f"403: the integration user may not update {resource_of(args.record)}",
             capability=EXTERNAL_PERMISSION,
             resource=resource_of(args.record),
         )
     return UpdateOutput(record=args.record)
+
+
+def _reconcile(token: str, ctx: ToolContext) -> ReconcileResult:
+    """Did the system apply an update under ``token``? Its idempotency memory says."""
+    remembered = ROOT / "tokens" / token
+    if not remembered.exists():
+        return ReconcileResult(applied=False)
+    return ReconcileResult(applied=True, output={"record": remembered.read_text()})
 
 
 TOOL: Tool[UpdateInput, UpdateOutput] = Tool(
@@ -108,6 +141,7 @@ TOOL: Tool[UpdateInput, UpdateOutput] = Tool(
     capabilities=(CAPABILITY,),
     side_effect=SideEffect.IDEMPOTENT_WRITE,
     execute=_update,
+    reconcile=_reconcile,
     resource=lambda args, subject: resource_of(args.record),
     timeout_s=5.0,
 )

@@ -60,6 +60,12 @@ def _withdraw(args: WithdrawInput, ctx: ToolContext) -> WithdrawOutput:
     return WithdrawOutput(withdrawn=True)
 
 
+def _withdrawal_recorded(args: WithdrawInput, out: WithdrawOutput, ctx: ToolContext) -> bool:
+    """The postcondition, read back from the fake service: its ledger has the withdrawal."""
+    lines = Path(args.ledger).read_text(encoding="utf-8").splitlines()
+    return f"{args.account} {args.amount_cents}" in lines
+
+
 WITHDRAW: Tool[WithdrawInput, WithdrawOutput] = Tool(
     name="withdraw",
     version="1",
@@ -69,6 +75,7 @@ WITHDRAW: Tool[WithdrawInput, WithdrawOutput] = Tool(
     capabilities=(CAPABILITY,),
     side_effect=SideEffect.IRREVERSIBLE,
     execute=_withdraw,
+    verify=_withdrawal_recorded,
     resource=lambda args, subject: args.account,
     precondition=_balance,
     max_attempts=2,

@@ -66,6 +66,8 @@ TOOL: Tool[StopInput, StopOutput] = Tool(
     execute=_write_when_allowed,
     resource=lambda args, subject: "journal",
     timeout_s=30,
+    unverified=True,
+    unverified_reason="a test tool that never writes: it stops at its run's cancel",
 )
 
 plugin = Plugin(name="stopping", tools=(TOOL,))

@@ -1,5 +1,6 @@
 """A test tool whose input uses the JSON-friendly types (Enum, Literal, datetime, date, UUID,
-Decimal, 64-bit int); it echoes the Python type each argument arrived as.
+Decimal, 64-bit int); it echoes the Python type each argument arrived as. And ``big_listing``,
+a read whose output is as large as asked: over its ``max_output_bytes`` (4 KiB) when asked so.
 
 Registered with ``WARRANT_TOOLS=...,tests.typed_tool:plugin``."""
 
@@ -11,9 +12,11 @@ import uuid
 from decimal import Decimal
 from typing import Literal
 
+from pydantic import Field
+
 from warrant.tools import Plugin, SideEffect, Tool, ToolContext, ToolInput, ToolOutput
 
-__all__ = ["REF", "TOOL", "Color", "TypedInput", "TypedOutput", "plugin"]
+__all__ = ["BIG", "REF", "TOOL", "Color", "TypedInput", "TypedOutput", "plugin"]
 
 #: The ``WARRANT_TOOLS`` reference of this plug-in.
 REF = "tests.typed_tool:plugin"
@@ -67,4 +70,34 @@ TOOL: Tool[TypedInput, TypedOutput] = Tool(
     timeout_s=5.0,
 )
 
-plugin = Plugin(name="typed", tools=(TOOL,))
+
+class BigInput(ToolInput):
+    rows: int = Field(ge=0, le=100_000)
+    """How many rows to list."""
+
+
+class BigOutput(ToolOutput):
+    count: int
+    """How many rows there are."""
+    next_page: str
+    """Where the listing goes on."""
+    rows: list[str]
+    """The rows, 100 characters each."""
+
+
+BIG: Tool[BigInput, BigOutput] = Tool(
+    name="big_listing",
+    version="1",
+    description="List as many 100-character rows as asked (tests only: a large output).",
+    input_model=BigInput,
+    output_model=BigOutput,
+    capabilities=("typed:read",),
+    side_effect=SideEffect.READ,
+    execute=lambda args, ctx: BigOutput(
+        count=args.rows, next_page="p2", rows=[f"{n:06d}" + "x" * 94 for n in range(args.rows)]
+    ),
+    timeout_s=5.0,
+    max_output_bytes=4_096,
+)
+
+plugin = Plugin(name="typed", tools=(TOOL, BIG))

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
-from warrant.runner.codes import ObservationSource, Rejection
+from warrant.runner.codes import ObservationSource, Rejection, StopReason
 from warrant.runner.delegation import DELEGATE_CAPABILITY, DELEGATE_TOOL
 from warrant.runner.errors import ToolFailed, ToolRejected
 from warrant.runner.spec import Grant, PlannerSpec
@@ -234,6 +234,16 @@ def _save_preference(args: SavePreferenceInput, ctx: ToolContext) -> SavePrefere
     return SavePreferenceOutput(key=args.key, version=version)
 
 
+def _verify_preference(
+    args: SavePreferenceInput, out: SavePreferenceOutput, ctx: ToolContext
+) -> bool:
+    """The postcondition, read back from long-term memory: the subject's active record of the
+    key holds the value at the version the write answered (a write that did not land, or
+    landed something else, fails it)."""
+    record = ctx.deps.memory.preferences(ctx.subject).get(args.key)
+    return record is not None and (record["value"], record["version"]) == (args.value, out.version)
+
+
 def _reconcile_preference(token: str, ctx: ToolContext) -> ReconcileResult:
     written = ctx.deps.memory.by_token(token)
     return ReconcileResult(applied=written is not None, output=written)
@@ -253,6 +263,7 @@ SAVE_PREFERENCE: Tool[SavePreferenceInput, SavePreferenceOutput] = Tool(
     timeout_s=5.0,
     resource=lambda args, subject: f"memory:{subject}/{args.key}",
     validate=_preference_code,
+    verify=_verify_preference,
     reconcile=_reconcile_preference,
     sensitive_fields=frozenset({"value"}),
 )
@@ -311,7 +322,8 @@ def _poll_child(child_run_id: str, ctx: ToolContext) -> JobStatus:
     output = ctx.deps.runs.settle(child_run_id)
     if output is None:
         return JobStatus(JobState.RUNNING)
-    if output["status"] == "completed":
+    abstained = output.get("stop_reason") == StopReason.NO_ANSWER  # completed, but no answer
+    if output["status"] == "completed" and not abstained:
         return JobStatus(JobState.SUCCEEDED, output=output)
     ended = f"sub-run {child_run_id} ended {output['status']}: {output.get('stop_reason')}"
     return JobStatus(JobState.FAILED, code=output.get("stop_reason") or "JOB_FAILED", message=ended)
@@ -340,6 +352,9 @@ DELEGATE: Tool[DelegateInput, DelegateOutput] = Tool(
     execute=_delegate,
     timeout_s=10.0,
     resource=lambda args, subject: "runs",
+    unverified=True,
+    unverified_reason="a sub-run's result is its own run's verdict (its success conditions, "
+    "its cited answer): nothing outside it to read back",
     job=JobHooks(
         poll=_poll_child,
         cancel=_cancel_child,

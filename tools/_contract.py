@@ -37,6 +37,7 @@ __all__ = [
     "JobHooks",
     "JobState",
     "JobStatus",
+    "OnError",
     "PreconditionContext",
     "ReconcileResult",
     "SideEffect",
@@ -64,6 +65,15 @@ DEFAULT_RETRY_BASE_S = 0.2
 DEFAULT_RETRY_CAP_S = 5.0
 #: Longest message of a tool's refusal or failure the ledger keeps (the rest is cut).
 MAX_OUTCOME_MESSAGE_CHARS = 1_000
+#: What a confirmation request shows as the estimated impact of a tool that declares none.
+IMPACT_NOT_DECLARED = "not declared"
+#: ... of a tool whose ``impact`` raised or answered neither text nor a JSON object.
+IMPACT_UNAVAILABLE = "(the tool could not estimate it)"
+#: Longest estimated impact shown (text, or a JSON object's JSON).
+MAX_IMPACT_CHARS = 500
+#: Largest canonical-JSON output kept whole unless the tool says otherwise (256 KiB): a larger
+#: one is kept cut, with a marker (:func:`warrant.runner.tool_outcomes.bounded_output`).
+DEFAULT_MAX_OUTPUT_BYTES = 262_144
 
 
 # --- long-running tools: a call that answers "accepted, job 123" and finishes later --------------
@@ -332,6 +342,16 @@ class SideEffect(StrEnum):
         return self in (SideEffect.READ, SideEffect.IDEMPOTENT_WRITE)
 
 
+class OnError(StrEnum):
+    """What a refusal whose code the tool declares (``Tool.errors``) does to the run."""
+
+    REPLAN = "replan"
+    """The planner sees the refusal and proposes again (what any other refusal does)."""
+    ASK_USER = "ask_user"
+    """The run asks its user (``needs_input``, ``CLARIFICATION_REQUIRED``), the question naming
+    the code and the tool's message; the answer is a user observation the planner reads next."""
+
+
 class ConfirmationPolicy(StrEnum):
     NEVER = "never"
     PER_RUN = "per-run"
@@ -412,7 +432,28 @@ class Tool(Generic[InputT, OutputT]):
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     resource: Callable[[InputT, str], str] = _everything
     validate: Callable[[InputT, str], str | None] | None = None
+    """``(args, subject)``: the gate's semantic layer, pure (no I/O): a code refuses the call."""
+    precheck: Callable[[InputT, PreconditionContext], str | None] | None = None
+    """``(args, ctx)``: a business check that reads the tool's service (``ctx.deps``, read
+    only: does the customer exist, is there quota left), run by the tool stage just before
+    each attempt. A code (or a raised ``ToolRejected``) refuses the call ``rejected`` with no
+    effect; a read that fails fails the attempt ``PRECONDITION_UNREADABLE`` (retryable)."""
+    errors: Mapping[str, OnError] = field(default_factory=dict)
+    """The business refusals the tool declares, by code: ``{"CUSTOMER_NOT_FOUND":
+    OnError.REPLAN, "QUOTA_EXCEEDED": OnError.ASK_USER}``. A refusal (``ToolRejected`` or
+    ``precheck``) with an ``ask_user`` code asks the run's user instead of re-planning; an
+    undeclared code is re-planned."""
     verify: Callable[[InputT, OutputT, ToolContext], bool] | None = None
+    """``verify(args, output, ctx)``: the postcondition, read back from the service after the
+    call answered (True: the effect is there). A write declares it, or ``reconcile``, or says
+    ``unverified=True`` with an ``unverified_reason`` (:func:`verification_problem`)."""
+    unverified: bool = False
+    """A write whose effect nothing reads back (no ``verify``, no ``reconcile``): its success
+    is the tool's word only. Allowed with an ``unverified_reason``; shown in ``warrant tools
+    list``, on the approval page, and on success conditions it satisfies (``verified:
+    false``)."""
+    unverified_reason: str = ""
+    """Why the write cannot be read back (``"the SMTP relay has no read API"``)."""
     verify_attempts: int = 1
     """Reads of the postcondition before it counts as failed (an eventually consistent store
     may show a write late), ``verify_interval_s`` apart, within the call's deadline."""
@@ -468,7 +509,18 @@ class Tool(Generic[InputT, OutputT]):
     read when the confirmation is requested and again just before the call runs; a moved
     state refuses the call (``PRECONDITION_CHANGED``) and asks again
     (:func:`fingerprint_of`)."""
+    impact: Callable[[InputT], str | Mapping[str, Any]] | None = None
+    """``(args)``: the call's estimated impact, for the person asked to confirm it ("refund
+    120.00 EUR on order ord_1", or ``{"amount": "120.00", "currency": "EUR", "target":
+    "order ord_1"}``): pure, computed from the validated arguments alone, no I/O. Shown as
+    ``estimated_impact`` (:meth:`estimated_impact`; ``not declared`` without one). It goes
+    into the trace with the request: never a secret argument's value."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    """Largest output (canonical JSON, in bytes) the ledger and the planner get whole. A larger
+    one is checked whole (schema, ``verify``) and then kept cut: its small fields whole, the
+    rest as a prefix, with ``_truncated`` (``truncated: true``, the original size and
+    SHA-256)."""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base_s: float = DEFAULT_RETRY_BASE_S
     retry_cap_s: float = DEFAULT_RETRY_CAP_S
@@ -506,6 +558,10 @@ class Tool(Generic[InputT, OutputT]):
     """Also across runs: an earlier call with the same key in any run within this many
     seconds counts. 0: within the run only."""
 
+    def __post_init__(self) -> None:
+        for on in self.errors.values():  # a typo in a declaration fails at import
+            OnError(on)
+
     @property
     def masked_fields(self) -> frozenset[str]:
         """Arguments masked in traces, handoff bundles and webhooks: sensitive or secret."""
@@ -541,6 +597,23 @@ class Tool(Generic[InputT, OutputT]):
             return f"{text[:limit]}…[cut; {len(message)} characters in all]"
         return text
 
+    def estimated_impact(self, arguments: Mapping[str, Any]) -> str | dict[str, Any]:
+        """:attr:`impact` over the validated ``arguments`` (their JSON form): its text, or its
+        JSON object, of at most :data:`MAX_IMPACT_CHARS`; :data:`IMPACT_NOT_DECLARED` without
+        one; :data:`IMPACT_UNAVAILABLE` when it raises or answers anything else."""
+        if self.impact is None:
+            return IMPACT_NOT_DECLARED
+        try:
+            said = self.impact(self.parse_input(dict(arguments)))
+            shown = said if isinstance(said, str) else json.loads(json.dumps(dict(said)))
+        except Exception:  # the request goes to the person all the same, saying so
+            return IMPACT_UNAVAILABLE
+        if isinstance(shown, str):
+            return shown[:MAX_IMPACT_CHARS] if shown.strip() else IMPACT_UNAVAILABLE
+        if len(json.dumps(shown)) > MAX_IMPACT_CHARS:
+            return IMPACT_UNAVAILABLE
+        return dict(shown)
+
     def effect_key_of(self, arguments: Mapping[str, Any]) -> str | None:
         """The call's business effect key: :attr:`effect_key` formatted over the validated
         arguments (their JSON form); None without a declared key, or when a field's value
@@ -567,17 +640,34 @@ class Tool(Generic[InputT, OutputT]):
         return self.input_model.model_validate_json(json.dumps(arguments))
 
     @property
+    def verified(self) -> bool:
+        """Is a success of this tool more than its own word? A read, or a write with a
+        ``verify`` (its postcondition read back) or a ``reconcile`` (its effect looked up by
+        the token)."""
+        return self.side_effect is SideEffect.READ or bool(self.verify or self.reconcile)
+
+    @property
+    def verification(self) -> str:
+        """How a success is checked: ``read`` (nothing to check), ``verify``, ``reconcile``
+        or ``unverified`` (the tool's word only)."""
+        if self.side_effect is SideEffect.READ:
+            return "read"
+        if self.verify is not None:
+            return "verify"
+        return "reconcile" if self.reconcile is not None else "unverified"
+
+    @property
     def warnings(self) -> list[dict[str, str]]:
         """What the contract leaves to chance (``warrant tools list`` and ``tools check``
         show these; none stops a deployment)."""
-        if self.side_effect is SideEffect.READ or self.verify or self.reconcile or self.job:
+        if self.verified:
             return []
         return [
             {
-                "code": "WRITE_UNCHECKED",
+                "code": "WRITE_UNVERIFIED",
                 "message": f"{self.name} {self.version} writes with neither verify nor "
-                "reconcile: a wrong result goes unseen, and every unknown outcome goes to a "
-                "person",
+                f"reconcile ({self.unverified_reason or 'no reason given'}): its success is "
+                "its own word, and every unknown outcome goes to a person",
             }
         ]
 
@@ -599,6 +689,9 @@ class Tool(Generic[InputT, OutputT]):
             "reconcilable": self.reconcile is not None,
             "compensable": self.compensate is not None,
             "verifiesPostcondition": self.verify is not None,
+            "verification": self.verification,
+            **({"unverifiedReason": self.unverified_reason} if not self.verified else {}),
+            "maxOutputBytes": self.max_output_bytes,
             "longRunning": self.job is not None,
             "batch": {"items": self.batch.items, "key": self.batch.key} if self.batch else None,
             "queue": self.queue,
@@ -613,11 +706,36 @@ class Tool(Generic[InputT, OutputT]):
             ),
             **({"private": sorted(self.private)} if self.private else {}),
             **(
+                {"errors": {c: OnError(o).value for c, o in self.errors.items()}}
+                if self.errors
+                else {}
+            ),
+            **(
                 {"effectKey": self.effect_key, "effectWindowSeconds": self.effect_window_s}
                 if self.effect_key is not None
                 else {}
             ),
         }
+
+
+def verification_problem(tool: Tool[Any, Any]) -> str | None:
+    """Why the registry refuses ``tool`` for how its writes are checked (None: it does not).
+    A write declares ``verify`` (its postcondition read back), ``reconcile`` (its effect
+    looked up by the token), or ``unverified=True`` with an ``unverified_reason``; business
+    state advances only after a postcondition holds, so a write with none of them is refused
+    (``WRITE_UNVERIFIED``). Also refused: ``unverified`` on a tool that does check, or
+    without a reason."""
+    if tool.unverified and (tool.verify is not None or tool.reconcile is not None):
+        return "declares unverified=True and also verify or reconcile: say one"
+    if tool.unverified and not tool.unverified_reason.strip():
+        return "declares unverified=True without an unverified_reason"
+    if tool.side_effect is SideEffect.READ or tool.verified or tool.unverified:
+        return None
+    return (
+        f"writes ({tool.side_effect.value}) with no postcondition: declare verify (read the "
+        "effect back), reconcile (look it up by the idempotency token), or unverified=True "
+        "with an unverified_reason"
+    )
 
 
 def effect_key_problem(tool: Tool[Any, Any]) -> str | None:

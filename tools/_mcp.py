@@ -27,6 +27,11 @@ streamable HTTP server gets a session per call. Each call is bounded by
   (``MCP_TIMEOUT``); for any write, unknown (``MCP_OUTCOME_UNKNOWN``): the tool has no
   ``reconcile``, so the reconciler hands the run to a person.
 
+A write's postcondition is a read-back tool of the same server (``verify_with`` in its
+declaration: the tool, its arguments taken from the call, the result fields that must equal
+values of the call; :func:`_read_back`). A write declared without one is ``unverified``
+(:data:`~warrant.tools._mcp_config.NO_READ_BACK`): its success is the server's word.
+
 The output is stored once: the result's ``structuredContent`` when the server gives one, else
 its text blocks joined (plus any non-text blocks). It is untrusted content: an outside server's
 text is data, never instructions.
@@ -84,7 +89,9 @@ from warrant.tools._mcp_client import (
     list_tools,
 )
 from warrant.tools._mcp_config import (
+    NO_READ_BACK,
     McpConfig,
+    ReadBackDeclaration,
     ServerDeclaration,
     ToolDeclaration,
     config_error,
@@ -304,6 +311,51 @@ class _Executor:
         return _output(result)
 
 
+# --- a write's postcondition read back from its server (``verify_with``) ----------------------
+
+_MISSING = object()
+
+
+def _referenced(reference: str, arguments: dict[str, Any], structured: Any) -> Any:
+    """The value ``arguments.<name>`` or ``result.<path>`` names (``_MISSING``: none)."""
+    where, _, path = reference.partition(".")
+    value: Any = arguments if where == "arguments" else structured
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _read_back(server: ServerDeclaration, declaration: ToolDeclaration) -> Any:
+    """The contract's ``verify``: the declared read tool called with values from the call;
+    the postcondition holds when it answers without error and each ``expect`` field equals
+    its value. A read that cannot be made, or names a value the call lacks, does not hold."""
+    read: ReadBackDeclaration | None = declaration.verify_with
+    assert read is not None
+
+    def verify(args: McpInput, out: McpOutput, ctx: ToolContext) -> bool:
+        given, structured = args.arguments(), out.structured or {}
+        call = {k: _referenced(ref, given, structured) for k, ref in read.arguments.items()}
+        if any(v is _MISSING for v in call.values()):
+            return False
+        limit = max(min(declaration.timeout_s, ctx.remaining_s()) - _MARGIN_S, 0.01)
+        try:
+            result = _call(server, read.tool, call, ctx, limit, Progress())
+        except Exception:  # not read: the postcondition is not known to hold
+            return False
+        if result.isError:
+            return False
+        seen = result.structuredContent or {}
+        for field, ref in read.expect.items():
+            wanted = _referenced(ref, given, structured)
+            if wanted is _MISSING or _referenced(f"result.{field}", {}, seen) != wanted:
+                return False
+        return True
+
+    return verify
+
+
 def _resource(argument: str | None) -> Any:
     """The grant resource of a call: the value of ``argument`` (plain), ``"*"`` without one."""
 
@@ -329,6 +381,7 @@ def _tool(
             code="MCP_SCHEMA_INVALID",
         ) from exc
     properties = input_model.input_schema.get("properties", {})
+    write = decl.side_effect is not SideEffect.READ
     for field in [decl.resource_argument, *decl.sensitive_fields, *decl.secret_fields]:
         if remote.inputSchema is not _NOT_ASKED and field is not None and field not in properties:
             raise config_error(path, f"{where}: {field!r} is not an argument of {remote.name}")
@@ -351,6 +404,10 @@ def _tool(
         output_source=ObservationSource.UNTRUSTED_CONTENT,
         max_attempts=decl.max_attempts,
         job=_job_hooks(server, decl) if decl.job is not None else None,
+        verify=_read_back(server, decl) if decl.verify_with is not None else None,
+        verify_attempts=decl.verify_with.attempts if decl.verify_with is not None else 1,
+        unverified=write and decl.verify_with is None,
+        unverified_reason=NO_READ_BACK if write and decl.verify_with is None else "",
     )
 
 
@@ -368,7 +425,8 @@ def server_tools(path: Path, name: str, server: ServerDeclaration) -> list[Tool[
         raise ServiceUnavailable(
             f"{source} cannot be reached: {detail}", code="MCP_SERVER_UNAVAILABLE"
         ) from exc
-    missing = sorted(set(server.tools) - set(offered))
+    read_backs = {d.verify_with.tool for d in server.tools.values() if d.verify_with}
+    missing = sorted((set(server.tools) | read_backs) - set(offered))
     if missing:
         raise PluginError(
             f"{source} does not offer the declared tool(s) {', '.join(missing)}",

@@ -29,8 +29,10 @@ from warrant.tools._contract import (
 )
 
 __all__ = [
+    "NO_READ_BACK",
     "JobDeclaration",
     "McpConfig",
+    "ReadBackDeclaration",
     "ServerDeclaration",
     "ToolDeclaration",
     "config_error",
@@ -39,6 +41,32 @@ __all__ = [
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, StringConstraints(pattern=_NAME)]
+#: A value taken from the call: ``arguments.<name>`` (an argument) or ``result.<path>`` (a
+#: field of the call's structured result, dotted for nested).
+Reference = Annotated[
+    str, StringConstraints(pattern=r"^(arguments|result)\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+]
+#: The reason an MCP write without ``verify_with`` is unverified.
+NO_READ_BACK = "MCP server declares no read-back (verify_with)"
+
+
+class ReadBackDeclaration(BaseModel):
+    """How a write's effect is read back from the same server (its postcondition): a read
+    tool called with values from the call, and the fields of its structured result that must
+    equal values from the call. The postcondition holds when the read answers without error
+    and every ``expect`` field matches."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tool: Name
+    """The server tool that reads the effect back (``get_note``)."""
+    arguments: dict[str, Reference] = Field(default_factory=dict)
+    """Its arguments, each a reference: ``{"title": "arguments.title"}``."""
+    expect: dict[str, Reference] = Field(default_factory=dict)
+    """Fields of its structured result (dotted for nested) and the value each must equal:
+    ``{"body": "arguments.body"}``."""
+    attempts: int = Field(default=1, ge=1, le=20)
+    """Reads before the postcondition counts as failed (an eventually consistent store)."""
 
 
 class JobDeclaration(BaseModel):
@@ -89,6 +117,17 @@ class ToolDeclaration(BaseModel):
     """Arguments shown to nobody, the approver included (masked everywhere)."""
     job: JobDeclaration | None = None
     """The tool answers with a job id: the run waits for the job (its status tool polled)."""
+    verify_with: ReadBackDeclaration | None = None
+    """A write's postcondition: the server tool that reads its effect back. Without it a
+    write is ``unverified`` (:data:`NO_READ_BACK`): its success is the server's word."""
+
+    @model_validator(mode="after")
+    def _read_back_of_a_write(self) -> Self:
+        if self.verify_with is not None and self.side_effect is SideEffect.READ:
+            raise ValueError("'verify_with' applies to a write only")
+        if self.verify_with is not None and self.job is not None:
+            raise ValueError("'verify_with' and 'job' do not go together (the job's status says)")
+        return self
 
     @property
     def capabilities(self) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from warrant.runner.canonical import canonical_json, sha256_hex
 from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import PluginError
 from warrant.runner.scopes import ResourceKind
-from warrant.tools._contract import Attribution, Tool, effect_key_problem
+from warrant.tools._contract import Attribution, Tool, effect_key_problem, verification_problem
 
 if TYPE_CHECKING:
     from warrant.runner.settings import WarrantSettings
@@ -83,6 +83,11 @@ class Registry:
                     f"tool {tool.name} version {tool.version}: {problem}",
                     code=ErrorCode.EFFECT_KEY_INVALID,
                 )
+            if (problem := verification_problem(tool)) is not None:
+                raise PluginError(
+                    f"tool {tool.name} version {tool.version}: {problem}",
+                    code=ErrorCode.WRITE_UNVERIFIED,
+                )
             self._tools[key] = tool
         self._plugins = tuple(plugins)
         for plugin in self._plugins:
@@ -119,6 +124,11 @@ class Registry:
         """Tool name -> its output's private fields (``Tool.private``; tools that declare
         them)."""
         return {t.name: t.private for t in self._tools.values() if t.private}
+
+    def unverified(self) -> frozenset[tuple[str, str]]:
+        """``(name, version)`` of the writes whose success is their own word
+        (``Tool.unverified``): a success condition they satisfy says so."""
+        return frozenset((t.name, t.version) for t in self._tools.values() if not t.verified)
 
     def names(self) -> list[str]:
         return sorted({name for name, _ in self._tools})

@@ -31,7 +31,13 @@ from warrant.runner.gate import AwaitConfirmation, Decision, GateInput, Halt, Ig
 from warrant.runner.policy import evaluate
 from warrant.runner.provenance import sources_from
 from warrant.runner.spec import Budgets, Grant
-from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
+from warrant.runner.tool_outcomes import (
+    Interruption,
+    ToolResult,
+    bounded_output,
+    of_error,
+    of_output,
+)
 from warrant.runner.views import ConfirmationView, GrantView, RunView
 from warrant.tools._contract import Tool, ToolContext
 from warrant.tools._registry import Registry
@@ -161,6 +167,11 @@ class ToolHarness:
             result.code = "TOOL_POSTCONDITION_FAILED"
             result.events.append(("tool.postcondition.checked", {"ok": False}))
             result.stop = StopReason.TOOL_POSTCONDITION_FAILED
+        result.output, cut = bounded_output(result.output, self.tool.max_output_bytes)
+        if cut is not None:  # checked whole, kept bounded: as the workers keep it
+            result.events.append(
+                ("tool.output.truncated", {"original_bytes": cut["original_bytes"]})
+            )
         return result
 
 
@@ -192,6 +203,7 @@ def _grant_view(grant_id: int, given: Mapping[str, Any] | Grant) -> GrantView:
         uses=0,
         destinations_from=tuple(grant.destinations_from or ()),
         expires_at=grant.expires_at.timestamp() if grant.expires_at is not None else None,
+        constraints=grant.constraints,
     )
 
 

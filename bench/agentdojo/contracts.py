@@ -489,6 +489,12 @@ def _tool(suite: str, function: Any, *, ask_destinations: bool, ask_copied: bool
         listing=dict(contract.listing),
         private=contract.private,
         secret_fields=contract.secret,
+        # the gate is what the bench measures: AgentDojo's environment applies the calls,
+        # nothing of warrant's reads their effects back
+        unverified=contract.side_effect is not READ,
+        unverified_reason="AgentDojo's simulated environment applies it; nothing reads it back"
+        if contract.side_effect is not READ
+        else "",
         untrusted=_built(
             UntrustedPolicy,
             destinations=destinations,

@@ -29,6 +29,7 @@ from warrant.ledger.planner_outcomes import (
     StepWrite,
     invalid_output,
     model_failed,
+    postpone_wake,
     record_proposal,
     stopped,
 )
@@ -48,13 +49,14 @@ from warrant.runner.codes import (
     Phase,
     RunStatus,
 )
+from warrant.runner.handoff import artifacts_made, with_artifacts
 from warrant.runner.memory_view import DEFAULT_MAX_ITEMS
 from warrant.runner.planners import PlannerFailure, PlannerRetryLater, planner_for
 from warrant.runner.planners.kinds import planner_kinds
 from warrant.runner.retry import MODEL_RETRY_CAP_S, MODEL_RETRY_EVENT, ModelRetries
 from warrant.runner.run_machine import Stop
 from warrant.runner.spec import ExternalPlannerSpec, FixturePlannerSpec, RunSpec, SuccessSpec, Usage
-from warrant.runner.step_decisions import check_before_planning
+from warrant.runner.step_decisions import check_before_planning, wake_of
 from warrant.runner.views import RunView
 
 __all__ = ["planner_step"]
@@ -94,8 +96,10 @@ class _Answer:
 
 def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     """Returns what happened: ``ignored``, ``stopped``, ``completed``, ``forwarded``,
-    ``invalid_output``, ``retry_scheduled`` or, for a run whose caller proposes (planner kind
-    ``external``), ``awaiting_proposal`` (deadline and budgets checked, nothing asked).
+    ``invalid_output``, ``retry_scheduled``, ``plan_revised``, ``waiting`` (a wait committed, or
+    an event wait that looks again later), ``output_refused`` (a plan or wait refused) or, for
+    a run whose caller proposes (planner kind ``external``), ``awaiting_proposal`` (deadline
+    and budgets checked, nothing asked).
 
     One read (the run, everything its working-memory view shows and the step's earlier
     attempts) and one write (the transition with the step's proposal), each a single statement
@@ -120,13 +124,14 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     if spec is None:
         spec = _remember(run_id, RunSpec.model_validate(row.spec))
     retries = ModelRetries.of(row.retries or ())
-    if retries.not_before > ctx.clock() + EARLY_TOLERANCE_S:
-        log.info("planner message before its retry time run=%s v=%s", run_id, version)
-        return "ignored"
+    held = _held(ctx, row, retries)
+    if held is not None:
+        return held
     view = replace(run_view(row), model_calls=row.model_calls + retries.calls)
     stop = check_before_planning(view, ctx.clock())
     if stop is not None:
         counters = {"model_calls": view.model_calls} if retries.calls else None
+        stop = with_artifacts(stop, artifacts_made(row.made))  # a budget stop lists them
         return _stop(ctx, view, stop, counters=counters)
     if isinstance(spec.planner, ExternalPlannerSpec):
         return "awaiting_proposal"  # the caller proposes (warrant.ledger.external_proposals)
@@ -134,7 +139,7 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
     if spec.success is not None:  # what the program will check before it accepts a final
         done_when = spec.success.model_dump(mode="json")["all_of"]
         memory = memory.model_copy(update={"done_when": done_when})
-    built = built_event(memory)
+    built = built_event(memory, state_version=view.version, now=ctx.clock())
     answer = _ask(ctx, spec, view, memory)
     later = answer.later
     if later is not None:
@@ -145,7 +150,43 @@ def planner_step(ctx: StageContext, run_id: str, version: int) -> str:
             return _retry_later(ctx, view, event)
         answer = replace(answer, later=None, failed=retries.failure(later, decision))
     billed = not isinstance(spec.planner, FixturePlannerSpec)
-    return _conclude(ctx, view, built, answer, billed=billed, success=spec.success)
+    made = artifacts_made(row.made)
+    return _conclude(
+        ctx, view, built, answer, billed=billed, success=spec.success, plan=row.plan, made=made
+    )
+
+
+def _held(ctx: StageContext, row: Any, retries: ModelRetries) -> str | None:
+    """Why this delivery does not plan now (None: it does). Before a model retry's time it is
+    dropped (a duplicate, a stall sweep's copy: the delayed message is on its way). Before a
+    wait's wake time it is sent again for then (a duplicate; or the run's message sent again
+    at a new version after a fact was recorded, which the delayed one no longer has). An
+    event wait whose event has not happened moves its wake time on (a compare-and-set: of
+    duplicates, one goes on polling) and is re-published for it."""
+    now = ctx.clock()
+    if retries.not_before > now + EARLY_TOLERANCE_S:
+        log.info("planner message before its retry time run=%s v=%s", row.id, row.version)
+        return "ignored"
+    pending = len(row.pending_effects or ())
+    wake = wake_of(
+        row.waiting,
+        step=row.step,
+        now=now,
+        pending_effects=pending,
+        tolerance_s=EARLY_TOLERANCE_S,
+    )
+    if wake.action == "early" and wake.next_at is not None:
+        log.info("planner message before its wake time run=%s v=%s", row.id, row.version)
+        _planner_later(ctx, row.id, row.version, wake.next_at - now)
+        return "waiting"
+    if wake.action == "poll" and wake.next_at is not None:
+        with autocommit(ctx.engine) as conn:
+            was = float(row.waiting["wake_at"])
+            moved = postpone_wake(conn, row.id, step=row.step, was=was, to=wake.next_at)
+        if moved:
+            _planner_later(ctx, row.id, row.version, wake.next_at - now)
+        return "waiting"
+    return None
 
 
 def _conclude(
@@ -156,21 +197,37 @@ def _conclude(
     *,
     billed: bool,
     success: SuccessSpec | None,
+    plan: dict[str, Any] | None = None,
+    made: list[dict[str, Any]] | None = None,
 ) -> str:
-    """Commit what the planner's answer means (one statement), then hand on. ``success``:
-    the spec's (cached here: a final answer's check reads no spec)."""
+    """Commit what the planner's answer means (one statement; an escalation, rare, in a
+    transaction: its handoff row too), then hand on. ``success``: the spec's (cached here: a
+    final answer's check reads no spec); ``plan``: the run's current plan (a new one revises
+    it); ``made``: the run's artifacts (a budget stop lists them)."""
     version, step = view.version, view.step + 1
     before = _events_before(built, answer.usage)
     outbox = Outbox()
     try:
-        with autocommit(ctx.engine) as conn:
-            w = StepWrite(ctx.publisher, conn, view, before, answer.usage, answer.calls)
+        with _writing(ctx, answer) as conn:
+            w = StepWrite(
+                ctx.publisher,
+                conn,
+                view,
+                before,
+                answer.usage,
+                answer.calls,
+                plan,
+                ctx.clock(),
+                made=made or [],
+                registry=ctx.registry,
+            )
             if answer.invalid is not None:
                 result = invalid_output(w, answer.invalid)
             elif answer.failed is not None:
                 result = model_failed(w, answer.failed)
             else:
-                result = record_proposal(w, answer.raw, success=success)
+                unverified = ctx.registry.unverified()
+                result = record_proposal(w, answer.raw, success=success, unverified=unverified)
     except StaleVersion:
         log.info("planner step lost the race run=%s v=%s", view.run_id, version)
         if billed and answer.calls:  # a real model was called (and billed) all the same
@@ -181,6 +238,20 @@ def _conclude(
         outbox.add(result[1])
     outbox.flush()
     return result[0]
+
+
+@contextmanager
+def _writing(ctx: StageContext, answer: _Answer) -> Iterator[Any]:
+    """Where the step is written: one autocommit statement, or for an escalation (a handoff
+    row with the run's change, under the run's lock) a transaction."""
+    raw = answer.raw
+    escalates = answer.invalid is None and answer.failed is None and isinstance(raw, dict)
+    if escalates and raw.get("kind") == "escalate":
+        with session_scope(ctx.engine) as s:
+            yield s
+        return
+    with autocommit(ctx.engine) as conn:
+        yield conn
 
 
 def _events_before(built: Any, usage: Usage) -> list[tuple[str, dict[str, Any]]]:

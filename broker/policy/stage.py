@@ -44,7 +44,7 @@ from warrant.ledger.stage_loads import (
 )
 from warrant.runner import fan_in, policy
 from warrant.runner import run_machine as machine
-from warrant.runner.canonical import idempotency_token
+from warrant.runner.canonical import echoed_name, idempotency_token
 from warrant.runner.codes import (
     CommandStatus,
     ObservationKind,
@@ -52,6 +52,8 @@ from warrant.runner.codes import (
     RunStatus,
     StopReason,
 )
+from warrant.runner.gate import cited_sources
+from warrant.runner.handoff import artifacts_made, with_artifacts
 from warrant.runner.policy_version import policy_version
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
@@ -153,7 +155,7 @@ def _commit(
         elif isinstance(decision, policy.Halt):
             if _looping(decision) and (row.handoff or {}).get("on_repeated_proposal"):
                 return _handoff(ctx, run_id, version, row.proposal["id"], decision)
-            result = _stop(conn, view, row.proposal, decision)
+            result = _stop(conn, view, row.proposal, decision, made=artifacts_made(row.made))
         elif isinstance(decision, policy.AwaitConfirmation):
             asked = shown_to_person(ctx, decision, view)
             result = ask_person(ctx, conn, view, row.proposal, asked, now)
@@ -169,7 +171,7 @@ def _decide(ctx: StageContext, view: RunView, load: PolicyLoad, now: float) -> p
     run_id, proposal = view.run_id, row.proposal
     pid = proposal["proposal_id"]
     with telemetry.span(
-        "policy.evaluate", run_id=run_id, proposal_id=pid, tool=proposal["tool"]
+        "policy.evaluate", run_id=run_id, proposal_id=pid, tool=echoed_name(proposal["tool"] or "")
     ) as sp:
         decision = policy.evaluate(
             _gate_input(ctx, view, load, raw=proposal["raw"], pins=pin_refusals(load.pin), now=now),
@@ -210,6 +212,7 @@ def _gate_input(
         pre_approvals=pre_approvals_from(row.pre_approvals),
         effects=load.effects,
         run_policy=row.run_policy or {},
+        disabled=row.disabled_tools or {},
         provenance=None
         if load.provenance is None
         else sources_from(
@@ -234,7 +237,8 @@ def _reject(
 ) -> Callable[[], None]:
     """A refused proposal: its observation for the planner, and the step is planned again."""
     step = proposal["step"]
-    content = {"code": decision.code, "layer": decision.layer, "tool": proposal["tool"]}
+    named = echoed_name(proposal["tool"]) if proposal["tool"] else proposal["tool"]
+    content = {"code": decision.code, "layer": decision.layer, "tool": named}
     if decision.message:
         content["message"] = decision.message
     if decision.earlier:  # DUPLICATE_EFFECT: the earlier call the caller is shown
@@ -266,9 +270,12 @@ def _reject(
     return lambda: ctx.publisher.planner(run_id, new_version)
 
 
-def _stop(conn: Any, view: RunView, proposal: dict[str, Any], decision: policy.Halt) -> str:
+def _stop(
+    conn: Any, view: RunView, proposal: dict[str, Any], decision: policy.Halt, *, made: Any
+) -> str:
+    """``made``: the run's artifacts, from the load (a budget stop lists them)."""
     step = proposal["step"]
-    stop = Stop(decision.status, decision.reason, decision.detail)
+    stop = with_artifacts(Stop(decision.status, decision.reason, decision.detail), made)
     commit(
         conn,
         machine.stop(view, stop, step=step, events=trace_events(decision.events)),
@@ -526,6 +533,13 @@ def pin_refusals(pin: tuple[str, McpDefinition, str, dict[str, Any]] | None) -> 
 Branch = tuple[int, Any, policy.Decision]
 
 
+def _refused_whole(refusal: Any, proposal: dict[str, Any]) -> dict[str, Any]:
+    """``proposal.rejected`` of a parallel step refused whole: the code, why, and the
+    observations its calls cite."""
+    cited = cited_sources(proposal.get("raw"))
+    return {"code": refusal.code.value, **refusal.detail, "source_observation_ids": cited}
+
+
 def _fan_out(
     ctx: StageContext,
     view: RunView,
@@ -543,9 +557,7 @@ def _fan_out(
             code=refusal.code.value,
             layer="budgets",
             fingerprint=None,
-            events=[
-                policy.Event("proposal.rejected", {"code": refusal.code.value, **refusal.detail})
-            ],
+            events=[policy.Event("proposal.rejected", _refused_whole(refusal, proposal))],
             message=f"the parallel step is refused whole: {refusal.detail}",
         )
         with autocommit(ctx.engine) as conn:
@@ -565,7 +577,7 @@ def _fan_out(
     if halted is not None:
         with autocommit(ctx.engine) as conn:
             try:
-                return _stop(conn, view, proposal, halted)
+                return _stop(conn, view, proposal, halted, made=artifacts_made(row.made))
             except StaleVersion:
                 return "ignored"
     try:

@@ -42,6 +42,7 @@ from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view
 from warrant.ledger.row_updates import finish_command, note_republished
+from warrant.ledger.stage_loads import artifacts_made_by
 from warrant.runner import run_machine as machine
 from warrant.runner.codes import (
     CommandStatus,
@@ -53,6 +54,7 @@ from warrant.runner.codes import (
 )
 from warrant.runner.confirmation_rules import confirmation_wait_over
 from warrant.runner.fan_in import FanOut
+from warrant.runner.handoff import artifacts_made, with_artifacts
 from warrant.runner.run_machine import Stop
 from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.runner.tool_outcomes import ToolResult
@@ -274,7 +276,7 @@ def _stalled_runs(
                 continue
             version, phase = run.version, run.phase
             republished = run.republish_count if run.republish_version == version else 0
-            waited = ctx.clock() - run.updated_at.timestamp()
+            waited = ctx.clock() - sweeps.quiet_since(run)  # a wait counts from its wake
             if waited < republish_wait_s(settings.stall_after_s, republished):
                 continue
             message = _message_of(ctx, settings, s, run)
@@ -350,6 +352,7 @@ def _expired_confirmations(
             if run is None or run.status != RunStatus.WAITING_CONFIRMATION:
                 continue
             expired = ("confirmation.expired", {"reason": stop.reason.value})
+            stop = with_artifacts(stop, artifacts_made(artifacts_made_by(s, run_id)))
             change = machine.stop(run_view(run), stop, step=run.step, events=[expired])
             commit(s, change, step=run.step)
             report.expired += 1
@@ -374,6 +377,7 @@ def _expired_grant_waits(
                 continue
             reason = StopReason.DEADLINE_REACHED
             stop = Stop(RunStatus.FAILED, reason, {"effect": "none"})
+            stop = with_artifacts(stop, artifacts_made(artifacts_made_by(s, run_id)))
             expired = ("grant.wait_expired", {"reason": reason.value})
             change = machine.stop(run_view(run), stop, step=run.step, events=[expired])
             commit(s, change, step=run.step)

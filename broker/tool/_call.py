@@ -25,7 +25,14 @@ from warrant.runner.cancellation import CancelSignal
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import Outcome, RunStatus, StopReason
 from warrant.runner.errors import ToolError, ToolInterrupted
-from warrant.runner.tool_outcomes import Interruption, ToolResult, of_error, of_output
+from warrant.runner.tool_outcomes import (
+    Interruption,
+    ToolResult,
+    bounded_output,
+    of_error,
+    of_output,
+    postcondition_checked,
+)
 from warrant.runner.views import RunView
 from warrant.tools import _batches as batches
 from warrant.tools._contract import Tool, ToolContext
@@ -119,10 +126,15 @@ def cancel_flag(ctx: StageContext, run_id: str) -> Any:
     return is_cancelled
 
 
-def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolResult:
+def run_tool(
+    ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot, *, reconcile_first: bool = False
+) -> ToolResult:
     """Call the tool once (deadline, idempotency token, cancellation) and type its outcome.
     On a threads pool the context's ``interrupt`` is the attempt watch's signal for it, and
-    a call that outlived its interruption is traced (``tool.interrupt.unreached``)."""
+    a call that outlived its interruption is traced (``tool.interrupt.unreached``).
+    ``reconcile_first``: ask the tool about the token before calling it (the attempt after
+    its permission refusal, :mod:`warrant.runner.permission_wait`); found applied, that is
+    the outcome and the tool is not called."""
     watched = attempt_watch.this_attempt()
     context = ToolContext(
         run_id=snap.run_id,
@@ -141,7 +153,14 @@ def run_tool(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolRes
     if tool.batch is not None:  # the first attempt of a command has no earlier reports (no read)
         reports = ctx.tool_deps.item_reports(snap.command_id) if snap.attempt > 1 else []
         batch = BatchCall(tool, snap.arguments, reports)
-    result = _called(ctx, tool, snap, context, batch)
+    applied, asked = _applied_before(tool, snap, context) if reconcile_first else (None, None)
+    result = applied or _called(ctx, tool, snap, context, batch)
+    if asked is not None:
+        result.events.insert(0, asked)
+    result.output, cut = bounded_output(result.output, tool.max_output_bytes)
+    if cut is not None:  # checked whole above; kept bounded (traced: sizes, never content)
+        sizes = {k: cut[k] for k in ("original_bytes", "kept_bytes", "cut")}
+        result.events.append(("tool.output.truncated", {"tool": tool.name, **sizes}))
     result.usage = context.reported_usage  # whatever the outcome: the call was paid for
     unreached = watched.unreached() if watched is not None else None
     if unreached is not None:
@@ -166,6 +185,26 @@ def _called(
         return _classified(ctx, tool, snap, exc)
     result = _checked(tool, snap, args, out, context)
     return result if batch is None else _of_batch(batch, result)
+
+
+def _applied_before(
+    tool: Tool[Any, Any], snap: Snapshot, context: ToolContext
+) -> tuple[ToolResult | None, tuple[str, dict[str, Any]]]:
+    """The tool's answer about the token before it is called again, and its trace event
+    (``tool.reconciled_before_call``): applied, a succeeded outcome with what it says (the
+    tool is not called); not applied, unknown or no answer: None (the call goes ahead, with
+    the same token)."""
+    assert tool.reconcile is not None
+    try:
+        found = tool.reconcile(snap.token, context)
+        applied = found.applied
+    except Exception as exc:
+        log.warning("reconciling %s before its call failed: %s", tool.name, type(exc).__name__)
+        found, applied = None, None
+    event = ("tool.reconciled_before_call", {"tool": tool.name, "applied": applied})
+    if found is None or applied is not True:
+        return None, event
+    return ToolResult(Outcome.SUCCEEDED, output=dict(found.output or {})), event
 
 
 def _of_batch(batch: BatchCall, result: ToolResult) -> ToolResult:
@@ -227,8 +266,16 @@ def _checked(
     if validated is None or tool.verify is None:
         return result
     ok, attempts = _verified(tool, args, validated, context)
-    checked = {"tool": tool.name, "ok": ok, "attempts": attempts}
-    result.events.append(("tool.postcondition.checked", checked))
+    result.events.append(
+        postcondition_checked(
+            tool.name,
+            ok=ok,
+            attempts=attempts,
+            command_id=snap.command_id,
+            attempt=snap.attempt,
+            output=result.output,
+        )
+    )
     if not ok:
         result.stop, result.code = (
             StopReason.TOOL_POSTCONDITION_FAILED,

@@ -1,7 +1,8 @@
 """A tool's own permission refusal that asks (``policy.on_missing_grant: "ask"``): the tool
 stage turns it into a wait for a grant, and the policy stage, once the same proposal is
-accepted after the grant, issues the refused command again with a new idempotency token. The
-rule and why it is safe: :mod:`warrant.runner.permission_wait`."""
+accepted after the grant, issues the refused command again with the same idempotency token;
+the tool stage then asks a tool with ``reconcile`` about that token before it calls it again.
+The rule and why it is safe: :mod:`warrant.runner.permission_wait`."""
 
 from __future__ import annotations
 
@@ -12,19 +13,19 @@ from warrant.broker.context import StageContext
 from warrant.broker.tool._call import Snapshot
 from warrant.ledger.guarded import insert_command, rearm_command
 from warrant.ledger.repo import Guarded
-from warrant.ledger.stage_loads import autocommit, command_proposal
+from warrant.ledger.stage_loads import autocommit, command_proposal, outcome_code
 from warrant.runner.codes import Outcome
 from warrant.runner.permission_wait import (
     PERMISSION_DENIED,
     GrantWait,
     asks_after_refusal,
-    token_after_refusal,
+    reconcile_first,
     tool_grant_request,
 )
 from warrant.runner.tool_outcomes import ToolResult
 from warrant.tools._contract import Tool
 
-__all__ = ["command_write", "with_grant_wait"]
+__all__ = ["command_write", "reconciles_first", "with_grant_wait"]
 
 #: What an accepted proposal's command row gets anew when it is issued again.
 _REISSUED = (
@@ -66,10 +67,21 @@ def with_grant_wait(
 
 
 def command_write(prior: Any | None, values: dict[str, Any]) -> Guarded:
-    """The accepted proposal's command: a new row, or the refused one issued again with a
-    new idempotency token (the refused attempt's would get its stored refusal back)."""
+    """The accepted proposal's command: a new row, or the refused one issued again, with
+    its own idempotency token (a service that applied part of the refused call sees the same
+    key again)."""
     if prior is None:
         return insert_command(values)
-    token = token_after_refusal(prior.idempotency_token, attempt=prior.attempts)
     kept = {k: values[k] for k in _REISSUED if k in values}
-    return rearm_command(prior.id, {**kept, "idempotency_token": token})
+    return rearm_command(prior.id, kept)
+
+
+def reconciles_first(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any]) -> bool:
+    """Is the tool asked about the token before this attempt calls it
+    (:func:`warrant.runner.permission_wait.reconcile_first`)? One read, only for a later
+    attempt of a tool that could be (one with ``reconcile``): the earlier attempt's code."""
+    if not reconcile_first(tool, attempt=snap.attempt, previous_code=PERMISSION_DENIED):
+        return False
+    with autocommit(ctx.engine) as conn:
+        previous = outcome_code(conn, snap.command_id, attempt=snap.attempt - 1)
+    return reconcile_first(tool, attempt=snap.attempt, previous_code=previous)

@@ -20,7 +20,7 @@ from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
 from warrant.broker.tool._call import Snapshot, ToolResult
 from warrant.broker.tool.permission_waits import with_grant_wait
-from warrant.broker.transitions import reissue_command
+from warrant.broker.transitions import after_fact, reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome
@@ -365,7 +365,7 @@ def finish_branch(
     running = view.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
     waits = res.status is Outcome.ACCEPTED  # a sub-run's job: its poll settles the branch
     if fan is None or not fan.holds(cmd.step, cmd.id) or not running or waits:
-        fact(machine.record_only(view, events=events))
+        after_fact(ctx, run, fact(machine.record_only(view, events=events)), outbox)
         return res.status.value
     now = ctx.clock()
     states, outputs = _branch_states(ctx, s, run.id, fan, now)

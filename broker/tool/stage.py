@@ -20,7 +20,7 @@ from warrant.broker import telemetry
 from warrant.broker.context import StageContext
 from warrant.broker.limit_waits import Slot, send_again, tool_slot
 from warrant.broker.tool import _attempt_watch as attempt_watch
-from warrant.broker.tool import deadline, preconditions
+from warrant.broker.tool import deadline, permission_waits, preconditions
 from warrant.broker.tool._call import Snapshot, ToolResult, run_tool, snapshot_of
 from warrant.broker.tool.lease import holder_lost, holder_of, lease_expired
 from warrant.broker.tool.record import conclude, record, trace
@@ -29,7 +29,7 @@ from warrant.ledger.stage_loads import autocommit, load_tool
 from warrant.ledger.workers import live_registrations
 from warrant.runner.canonical import sha256_hex
 from warrant.runner.codes import CommandStatus, Outcome, StopReason
-from warrant.runner.tool_stage import delivery, planning, redirect
+from warrant.runner.tool_stage import delivery, planning, redirect, switched_off
 from warrant.tools._contract import SideEffect, Tool
 
 __all__ = ["tool_execute"]
@@ -112,6 +112,8 @@ def _claim_and_run(
         # The record compares-and-sets at the version the claim checked, not at the returned
         # row's (newer if a cancel committed meanwhile: then the locked path sorts it out).
         snapshot = snapshot_of(row, attempt=row.cmd_attempts, version=version, now=now, began=began)
+        if (refused := switched_off(row, claimed=True)) is not None:
+            return conclude(ctx, snapshot, found, refused)  # disabled since the gate let it by
         return _execute(ctx, found, snapshot, worker=worker, slot=slot)
     return _general_path(
         ctx, run_id, version, command_id, worker=worker, began=began, now=now, slot=slot
@@ -164,10 +166,19 @@ def _general_path(
         )
     if attempt is not None:
         snapshot = snapshot_of(row, attempt=attempt, version=version, now=now, began=began)
+        if (refused := switched_off(row, claimed=False)) is not None:
+            return conclude(ctx, snapshot, tool, refused)  # disabled since the gate let it by
         return _execute(ctx, tool, snapshot, worker=worker, slot=slot)
     if not started or tool.side_effect.safe_to_reinvoke:
         return "ignored"
-    # Its attempt is known lost and its tool is not safe to run again with the same token.
+    return _record_lost(ctx, row, tool, version=version, now=now)
+
+
+def _record_lost(
+    ctx: StageContext, row: Any, tool: Tool[Any, Any], *, version: int, now: float
+) -> str:
+    """Its attempt is known lost and its tool is not safe to run again with the same token:
+    its effect is ``unknown`` (the reconciler resolves it)."""
     lost = ToolResult(
         Outcome.UNKNOWN,
         "WORKER_LOST_DURING_EXECUTION",
@@ -252,7 +263,8 @@ def _attempt(ctx: StageContext, tool: Tool[Any, Any], snapshot: Snapshot, slot: 
         tool=tool.name,
         attempt=snapshot.attempt,
     ) as sp:
-        outcome = held or run_tool(ctx, tool, snapshot)
+        first = held is None and permission_waits.reconciles_first(ctx, snapshot, tool)
+        outcome = held or run_tool(ctx, tool, snapshot, reconcile_first=first)
         if sp is not None:
             sp.set_attribute("warrant.outcome", outcome.status.value)
             if outcome.code:

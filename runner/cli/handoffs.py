@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Column, Table
 
 from warrant.runner.cli.common import (
@@ -20,7 +21,7 @@ from warrant.runner.cli.common import (
 )
 from warrant.runner.cli.runs import id_column
 
-__all__ = ["handoff_app", "memory_app"]
+__all__ = ["bundle_lines", "handoff_app", "memory_app"]
 
 HandoffIdArg = Annotated[
     str,
@@ -56,33 +57,51 @@ def handoff_list(
 
 @handoff_app.command("show")
 def handoff_show(handoff_id: HandoffIdArg, as_json: JsonOpt = False) -> None:
-    """The whole bundle: state, goal, evidence, pending proposal, unknown effects, actions."""
+    """The whole bundle: state, goal, evidence (untrusted shown as data), pending proposal,
+    unknown effects, artifacts made, budgets used and left, the trace pointer, actions."""
     client, whole = client_and_id(as_json, handoff_id, kind="handoff", remote_ok=False)
     h = guard(as_json, lambda: client.handoff(whole))
     if as_json:
         print_json(h)
         return
-    b = h["bundle"]
-    console.print(f"[bold]handoff {h['handoff_id']}[/] run {h['run_id']} — {h['reason']}")
-    console.print(f"state: {b['state']}")
-    console.print(f"goal: {b['goal']}")
-    console.print("last trusted observations:")
-    for o in b["last_trusted_observations"]:
-        console.print(f"  {o['observation_id']} [{o['source']}] {json.dumps(o['content'])[:100]}")
-    console.print(f"pending proposal: {b['pending_proposal']}")
-    console.print(f"required: {b['required']}")
-    console.print("unknown effects:")
-    for e in b["unknown_effects"]:
-        console.print(
-            f"  {e['tool']} step {e['step']} code {e['code']} "
-            f"history {[r['result'] for r in e['reconciliation_history']]}"
-        )
-    for key in ("recommended_safe_actions", "forbidden_automatic_actions"):
-        console.print(key.replace("_", " ") + ":")
-        for a in b[key]:
-            console.print(f"  - {a}")
+    console.print(
+        f"[bold]handoff {escape(h['handoff_id'])}[/] run {escape(h['run_id'])} — "
+        f"{escape(h['reason'])}"
+    )
+    for line in bundle_lines(h["bundle"]):
+        console.print(line, markup=False, highlight=False)
     if h["resolution"]:
-        console.print(f"resolved: {h['resolution']} by {h['resolved_by']}")
+        console.print(f"resolved: {h['resolution']} by {h['resolved_by']}", markup=False)
+
+
+def bundle_lines(b: dict[str, Any]) -> list[str]:
+    """A bundle as plain lines (printed without markup: the ledger's text, the untrusted
+    observations above all, is data). A bundle from before a field existed lacks it."""
+    lines = [f"state: {b['state']}", f"goal: {b['goal']}", "last trusted observations:"]
+    for o in b["last_trusted_observations"]:
+        lines.append(f"  {o['observation_id']} [{o['source']}] {json.dumps(o['content'])[:100]}")
+    lines.append("untrusted observations (data, never instructions):")
+    for o in b.get("untrusted_observations") or []:
+        lines.append(f"  {o['observation_id']} [{o['source']}] {o['content_json'][:100]!r}")
+    if b.get("escalated"):
+        said = b["escalated"].get("planner_said", "")
+        lines.append(f"planner escalated (its words, data): {said[:200]!r}")
+    lines += [f"pending proposal: {b['pending_proposal']}", f"required: {b['required']}"]
+    lines.append("unknown effects:")
+    for e in b["unknown_effects"]:
+        history = [r["result"] for r in e["reconciliation_history"]]
+        lines.append(f"  {e['tool']} step {e['step']} code {e['code']} history {history}")
+    lines.append("artifacts made:")
+    for a in b.get("artifacts") or []:
+        lines.append(f"  step {a['step']} {a['tool']} {a['command_id']} ids {a['ids']}")
+    if b.get("budget"):
+        lines.append(f"budget remaining: {b['budget'].get('remaining')}")
+    if b.get("trace"):
+        lines.append(f"trace: {b['trace']['cli']} (up to seq {b['trace']['last_seq']})")
+    for key in ("recommended_safe_actions", "forbidden_automatic_actions"):
+        lines.append(key.replace("_", " ") + ":")
+        lines += [f"  - {a}" for a in b[key]]
+    return lines
 
 
 @handoff_app.command("resolve")

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from warrant.ledger.repo import ROWS_HASHED
 from warrant.ledger.workers import LIVE_WITHIN_S
 from warrant.runner.cli.common import (
     EXIT_BY_STATUS,
@@ -279,7 +280,7 @@ def follow(client: RunnerClient, run_id: str, *, timeout: float, progress: Progr
     while True:
         if info.version != seen:
             seen = info.version
-            events = client.trace(run_id)
+            events = [e for e in client.trace(run_id) if e["event"] != ROWS_HASHED]
             progress.show(progress_line(info, events[-1] if events else None))
         left = deadline - time.monotonic()
         if info.status in SETTLED or left <= 0:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import getpass
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -14,6 +15,7 @@ from warrant.runner.cli.common import (
     JsonOpt,
     console,
     guard,
+    make_client,
     print_json,
     settings_of,
 )
@@ -25,6 +27,11 @@ from warrant.tools._plugins import registry_for
 __all__ = ["tools_app"]
 
 tools_app = typer.Typer(help="Tool contracts.", no_args_is_help=True)
+
+SwitchedBy = Annotated[
+    str | None,
+    typer.Option("--by", help="Who switches it (recorded; default: your login name)."),
+]
 
 
 @tools_app.command("list")
@@ -132,6 +139,42 @@ def _print_check(report: dict[str, Any], fingerprint: str) -> None:
         console.print(
             f"[green]agree[/]: {len(report['workers'])} worker(s), fingerprint {fingerprint[:12]}"
         )
+
+
+@tools_app.command("disable")
+def tools_disable(
+    name: Annotated[str, typer.Argument(help="The tool's name (every version).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded with the change).")] = "",
+    by: SwitchedBy = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The kill switch: refuse every call of the tool (TOOL_DISABLED) from the gate's next
+    decision on, on every worker; a command already issued for it that has not started is
+    refused at its claim, the tool never called."""
+    who = by or getpass.getuser()
+    out = guard(as_json, lambda: make_client().disable_tool(name, by=who, reason=reason))
+    _print_switch(out, as_json)
+
+
+@tools_app.command("enable")
+def tools_enable(
+    name: Annotated[str, typer.Argument(help="The tool's name.")],
+    by: SwitchedBy = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Let the tool's calls through the gate again, from its next decision on."""
+    who = by or getpass.getuser()
+    out = guard(as_json, lambda: make_client().enable_tool(name, by=who))
+    _print_switch(out, as_json)
+
+
+def _print_switch(out: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(out)
+        return
+    state = "disabled" if out["disabled"] else "enabled"
+    already = "" if out["changed"] else " (it already was)"
+    console.print(f"{out['tool']}: {state}{already}, by {out['by']} at {out['at']}")
 
 
 def _confirmation_cell(t: dict[str, Any]) -> str:

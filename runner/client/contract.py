@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from warrant.runner.client.approvals import Origin
+    from warrant.runner.client.approvals import Corrected, Origin
     from warrant.runner.client.inbox import PendingConfirmation, Revealed
     from warrant.runner.client.run_info import RunInfo
     from warrant.runner.external import Decision
@@ -129,6 +129,20 @@ class RunnerClient(Protocol):
         step's calls, in one action; the run's version after it."""
         ...
 
+    def correct(
+        self,
+        run_id: str,
+        *,
+        proposal_hash: str,
+        changes: Mapping[str, Any],
+        by: str,
+        reason: str = "",
+        origin: Origin | None = None,
+    ) -> Corrected:
+        """Edit the pending proposal: a new proposal (its arguments with ``changes``), gated
+        again; the original declined."""
+        ...
+
     def answer(self, run_id: str, *, text: str, by: str) -> RunInfo: ...
 
     def add_grant(
@@ -225,6 +239,19 @@ class RunnerClient(Protocol):
 
     def revoke_memory(self, record_id: int, *, by: str) -> dict[str, Any]:
         """Revoke a record: it is never returned to a planner again."""
+        ...
+
+    # --- the tools' kill switch (an operator's) -------------------------------------------
+
+    def disable_tool(self, name: str, *, by: str, reason: str = "") -> dict[str, Any]:
+        """Refuse every call of the tool ``name`` from the gate's next decision
+        (``TOOL_DISABLED``) and every command issued for it, not started yet, at its next
+        claim; the change as recorded (``tool``, ``disabled``, ``changed``, ``event``,
+        ``by``, ``at``, ``reason``)."""
+        ...
+
+    def enable_tool(self, name: str, *, by: str) -> dict[str, Any]:
+        """Let the tool's calls through the gate again (the change as recorded)."""
         ...
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from warrant.ledger.models import GrantRow
 from warrant.ledger.operator import database_now, standing_grants
 from warrant.runner.errors import SpecError, StateConflict
 from warrant.runner.grant_bounds import Bounds, ResourceKind, widening
-from warrant.runner.spec import Grant
+from warrant.runner.spec import Grant, GrantConstraints
 from warrant.tools._registry import Registry
 
 __all__ = ["Admission", "admit", "capability_kinds"]
@@ -54,6 +54,7 @@ def _bounds(row: GrantRow) -> Bounds:
         destinations_from=frozenset(row.destinations_from)
         if row.destinations_from is not None
         else None,
+        constraints=GrantConstraints.model_validate(row.constraints) if row.constraints else None,
     )
 
 
@@ -87,6 +88,7 @@ def admit(
         destinations_from=frozenset(grant.destinations_from)
         if grant.destinations_from is not None
         else None,
+        constraints=grant.constraints,
     )
     standing = [_bounds(row) for row in standing_grants(s, run_id, grant.capability)]
     found = widening(added, standing, kinds=capability_kinds(registry, grant.capability))

@@ -3,10 +3,14 @@ anchors; or an archive against its anchors. The chain and its canonical text are
 :mod:`warrant.ledger.chain`; the rows, :mod:`warrant.ledger.chain_store`.
 
 What a break is: the first record, in ``seq`` order, whose link fails (``edited``,
-``deleted``, ``reordered``, ``inserted``; see :class:`warrant.ledger.chain.Break`), or an
-anchor whose hash its heads do not give (``anchor_mismatch``), or, for an archive, a run
-whose chain does not end in the head its anchor kept, or a batch without an anchor row
-(``anchor_missing``). :class:`LedgerTampered` (``LEDGER_TAMPERED``) names it.
+``deleted``, ``reordered``, ``inserted``; see :class:`warrant.ledger.chain.Break`), or a
+decision row (``outcomes``, ``proposals``, ``confirmations``) whose content hash no record of
+its run's intact chain holds (``row_edited``: the table, its key and ``id``), or an anchor
+whose hash its heads do not give (``anchor_mismatch``), or, for an archive, a run whose chain
+does not end in the head its anchor kept, or a batch without an anchor row
+(``anchor_missing``). :class:`LedgerTampered` (``LEDGER_TAMPERED``) names it. A run whose
+trace records no row hash (written before row hashes were) has its rows counted as
+unchecked (``rows_unchecked``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,17 @@ from typing import Any
 from sqlalchemy import Engine
 
 from warrant.ledger import chain_store
-from warrant.ledger.chain import Break, ChainRow, Head, anchor_hash, check_run, jsonb_text
+from warrant.ledger.chain import (
+    ROW_KEYS,
+    Break,
+    ChainRow,
+    Head,
+    anchor_hash,
+    check_run,
+    jsonb_text,
+    recorded_row_hashes,
+    row_hash,
+)
 from warrant.ledger.db import unbounded
 from warrant.runner.client.retention import OnProgress, read_archive
 from warrant.runner.errors import LedgerTampered, RunNotFound
@@ -30,6 +44,9 @@ __all__ = ["verify", "verify_archive"]
 
 def _tampered(found: dict[str, Any], summary: dict[str, Any]) -> LedgerTampered:
     where = f"run {found['run_id']} seq {found['seq']}" if found.get("run_id") else ""
+    if found.get("table"):
+        key = ", ".join(f"{k} {v}" for k, v in found["key"].items())
+        where = f"run {found['run_id']} {found['table']} row ({key})"
     batch = f" batch {found['batch_id']}" if found.get("batch_id") else ""
     message = f"the ledger was tampered with: {found['kind']} at {where}{batch}: {found['detail']}"
     return LedgerTampered(message, found={**found, "summary": summary})
@@ -49,16 +66,19 @@ def verify(
     else:
         total, chunks = chain_store.run_id_chunks(engine)
     summary: dict[str, Any] = {"runs_checked": 0, "records_checked": 0, "anchors_checked": 0}
+    summary |= {"rows_checked": 0, "rows_unchecked": 0}
     heads: list[dict[str, Any]] = []
     with engine.connect() as conn:
         unbounded(conn)
         for ids in chunks:
+            decisions = chain_store.decision_rows(conn, ids)
             for rid, (allocated, rows) in sorted(chain_store.read_chains(conn, ids).items()):
                 outcome = check_run(rid, rows, allocated)
                 summary["runs_checked"] += 1
                 summary["records_checked"] += len(rows)
                 if isinstance(outcome, Break):
                     raise _tampered(outcome.to_dict(), summary)
+                _check_rows(rid, rows, decisions.get(rid, []), summary)
                 heads.append({"run_id": rid, "last_seq": outcome.last_seq, "hash": outcome.hash})
             if on_progress is not None:
                 on_progress(summary["runs_checked"], total)
@@ -77,6 +97,29 @@ def verify(
     summary["intact"] = True
     summary["seconds"] = round(time.monotonic() - started, 3)
     return summary
+
+
+def _check_rows(
+    run_id: str,
+    records: list[ChainRow],
+    decisions: list[chain_store.DecisionRow],
+    summary: dict[str, Any],
+) -> None:
+    """Every decision row of an intact run must have the content a record of its chain
+    hashed (:func:`warrant.ledger.chain.row_hash`): else :class:`LedgerTampered`
+    ``row_edited`` naming the row."""
+    recorded = recorded_row_hashes(e for r in records for e in json.loads(r.events_text))
+    if not recorded:  # a run recorded before row hashes were
+        summary["rows_unchecked"] += len(decisions)
+        return
+    for row in decisions:
+        table = row["table"]
+        summary["rows_checked"] += 1
+        if row_hash(table, row) not in recorded.get(table, ()):
+            key = {k: row[k] for k in ROW_KEYS[table]}
+            found = {"run_id": run_id, "seq": None, "kind": "row_edited", "table": table}
+            detail = "no record of the run's trace holds its content (edited, or written by hand)"
+            raise _tampered(found | {"key": key, "detail": detail}, summary)
 
 
 def _archived_chain(record: dict[str, Any]) -> Break | Head:

@@ -27,6 +27,7 @@ from warrant.runner.client.runs import RunsClient
 from warrant.runner.errors import InvalidRequest, RunNotFound
 from warrant.runner.external import Decision, check_shape, decision_of
 from warrant.runner.spec import Usage
+from warrant.tools._plugins import registry_for
 
 __all__ = ["MAX_DECISION_WAIT_S", "ProposalsClient"]
 
@@ -61,6 +62,8 @@ class ProposalsClient(RunsClient):
             raise InvalidRequest("a proposal needs who made it", code="IDENTITY_REQUIRED")
         usage = Usage.model_validate(usage) if isinstance(usage, dict) else usage
         check_shape(proposal)
+        final = proposal.get("kind") == "final"  # only a final's success check needs these
+        unverified = registry_for(ask_mcp_servers=False).unverified() if final else frozenset()
         recorded = record_external_proposal(
             self.engine,
             self.publisher,
@@ -71,6 +74,7 @@ class ProposalsClient(RunsClient):
             usage=usage,
             clock=self._db_clock,
             call_id=call_id,
+            unverified=unverified,
         )
         if recorded.message is not None:
             from warrant.broker.publish import Outbox  # lazy: it imports Celery (~150 ms)

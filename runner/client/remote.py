@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import tenacity
 
-from warrant.runner.client.approvals import Origin
+from warrant.runner.client.approvals import Corrected, Origin
 from warrant.runner.client.contract import DEFAULT_INBOX_LIMIT, RunnerClient
 from warrant.runner.client.inbox import CitedObservation, Parameter, PendingConfirmation, Revealed
 from warrant.runner.client.runs import SETTLED, RunInfo
@@ -322,6 +322,19 @@ class RemoteClient:
         body = {"approve": list(approve), "decline": list(decline), "seen": dict(seen or {})}
         return int(self._call("POST", f"/runs/{run_id}/decisions", json=body)["version"])
 
+    def correct(
+        self,
+        run_id: str,
+        *,
+        proposal_hash: str,
+        changes: Mapping[str, Any],
+        by: str,
+        reason: str = "",
+        origin: Origin | None = None,
+    ) -> Corrected:
+        body = {"proposal_hash": proposal_hash, "changes": dict(changes), "reason": reason}
+        return Corrected(**self._call("POST", f"/runs/{run_id}/correct", json=body))
+
     def _decide(
         self, run_id: str, action: str, proposal_hash: str, *, precondition: str | None = None
     ) -> int:
@@ -487,6 +500,14 @@ class RemoteClient:
 
     def revoke_memory(self, record_id: int, *, by: str) -> dict[str, Any]:
         return self._call("DELETE", f"/memory/{record_id}")
+
+    # --- the tools' kill switch (an operator token's role) --------------------------------
+
+    def disable_tool(self, name: str, *, by: str, reason: str = "") -> dict[str, Any]:
+        return self._call("POST", "/tools/disable", json={"tool": name, "reason": reason})
+
+    def enable_tool(self, name: str, *, by: str) -> dict[str, Any]:
+        return self._call("POST", "/tools/enable", json={"tool": name})
 
 
 def remote_from_settings(settings: Any) -> RemoteClient | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from warrant.runner.codes import RunStatus
+from warrant.runner.codes import BUDGET_STOPS, RunStatus
 from warrant.runner.spec import granted_capabilities
 from warrant.runner.views import request_as_shown
 
@@ -69,6 +69,10 @@ class RunInfo:
     children: list[dict[str, Any]] = field(default_factory=list)
     """The sub-runs it started, oldest first (``run_id``, ``status``, ``stop_reason``,
     ``route``); filled by ``get_run`` (``run show``), empty in lists."""
+    budget_stop: dict[str, Any] | None = None
+    """For a run stopped by a budget (``MAX_*_REACHED``, ``DEADLINE_REACHED``): what was
+    already made (``artifacts``: each succeeded effect's ``command_id``, ``tool``, ``step``,
+    output ``ids`` and ``fields``) and the ``budget`` snapshot when it stopped."""
 
     @classmethod
     def of(
@@ -106,6 +110,7 @@ class RunInfo:
             capabilities=granted_capabilities(run.spec),
             parent_run_id=run.parent_run_id,
             children=children or [],
+            budget_stop=(dict(run.stop_detail or {}) if run.stop_reason in BUDGET_STOPS else None),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,6 +9,13 @@ Metrics (all ``warrant_``):
 * ``warrant_runs{status}``: runs by status (every status, 0 included);
 * ``warrant_gate_refusals_total{code}``: proposals the gate refused, by rejection code;
 * ``warrant_gate_would_refuse_total{code,tool}``: refusals observe mode let through;
+* ``warrant_duplicate_effects_prevented_total{tool}``: calls refused ``DUPLICATE_EFFECT``;
+* ``warrant_provenance_flags_total{code,action}``: calls the provenance layer refused
+  (``refused``: ``UNTRUSTED_CONTENT``, ``UNTRUSTED_DESTINATION``) or flagged and sent to a
+  person (``asked``: ``UNTRUSTED_ARGUMENT``);
+* ``warrant_confirmations_declined_total{tool}``: confirmations a person declined;
+* ``warrant_run_stops_total{stop_reason}``: runs by stop reason;
+* ``warrant_run_cost_total``: what every run spent (model and tool calls), in the cost unit;
 * ``warrant_tool_outcomes_total{tool,status}``: recorded tool outcomes;
 * ``warrant_tool_duration_seconds{tool}``: histogram of the outcomes' measured durations;
 * ``warrant_confirmations_waiting``: runs waiting for a person's confirmation;
@@ -108,6 +115,35 @@ def _routes(m: LedgerMetrics) -> Iterator[Metric]:
     )
 
 
+def _safety(m: LedgerMetrics) -> Iterator[Metric]:
+    """What the gate and people stopped, how runs ended and what they cost."""
+    yield _counter(
+        "warrant_duplicate_effects_prevented",
+        "Calls refused DUPLICATE_EFFECT (the same business effect not done twice), by tool.",
+        ["tool"],
+        m.duplicates,
+    )
+    yield _counter(
+        "warrant_provenance_flags",
+        "Calls the provenance layer refused (action refused) or flagged and sent to a person"
+        " (action asked), by code.",
+        ["code", "action"],
+        m.provenance,
+    )
+    yield _counter(
+        "warrant_confirmations_declined",
+        "Confirmations a person declined, by tool.",
+        ["tool"],
+        m.declined,
+    )
+    yield _counter("warrant_run_stops", "Runs by stop reason.", ["stop_reason"], m.stop_reasons)
+    yield CounterMetricFamily(
+        "warrant_run_cost",
+        "What every run spent (model and tool calls), in the runs' cost unit.",
+        value=m.cost,
+    )
+
+
 def _families(m: LedgerMetrics) -> Iterator[Metric]:
     runs = GaugeMetricFamily("warrant_runs", "Runs by status.", labels=["status"])
     for status in RunStatus:
@@ -129,6 +165,7 @@ def _families(m: LedgerMetrics) -> Iterator[Metric]:
         "warrant_tool_outcomes", "Recorded tool outcomes.", ["tool", "status"], m.outcomes
     )
     yield from _routes(m)
+    yield from _safety(m)
     latency = HistogramMetricFamily(
         "warrant_tool_duration_seconds", "Measured durations of tool calls.", labels=["tool"]
     )

@@ -11,13 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from sqlalchemy import select
 from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.approvals_tool import CAPABILITY, paid, proposal
+from tests.conftest import wait_for
 from tests.integration.test_cli import warrant
 from tests.integration.test_http_api import LiveServer, call, error, wait_until
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Command, Proposal
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -275,3 +280,189 @@ def test_a_pre_approval_cannot_stand_for_two_approvers(api, people, tmp_path) ->
     assert error(r) == "SPEC_INVALID"
     assert "2 distinct approvers" in r.text and "pre_approved.0.approved_by" in r.text
     assert paid(ledger) == 0
+
+
+# --- an approver corrects a parameter instead of approving as is (000 §14; 003: 允许修改) ------
+
+
+def _correct(api: str, token: str, run_id: str, phash: str, changes: dict[str, Any]):
+    body = {"proposal_hash": phash, "changes": changes, "reason": "too much"}
+    return call(api, token, "POST", f"/v1/runs/{run_id}/correct", json=body)
+
+
+def _proposals(engine: Any, run_id: str) -> list[Proposal]:
+    with session_scope(engine) as s:
+        q = select(Proposal).where(Proposal.run_id == run_id).order_by(Proposal.step)
+        return list(s.scalars(q))
+
+
+def _web(api: str, token: str) -> httpx.Client:
+    c = httpx.Client(base_url=api, timeout=30)
+    r = c.post("/ui/login", data={"token": token, "next": "/ui/inbox"})
+    assert r.status_code == 303, r.text
+    return c
+
+
+def test_an_approver_corrects_a_refund_down_and_only_the_corrected_refund_is_made(
+    api, people, engine, worker, draft_worker, demo, monkeypatch
+) -> None:
+    monkeypatch.delenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", raising=False)
+    order = f"ord_{uuid.uuid4().hex[:10]}"
+    refund = {
+        "kind": "tool",
+        "proposal_id": "p1",
+        "tool": "issue_refund",
+        "tool_version": "1",
+        "arguments": {"order_id": order, "amount_cents": 12_000, "currency": "EUR"},
+        "reason_summary": "the customer asked",
+        "source_observation_ids": [],
+    }
+    grant = {"capability": "payments:refund", "resource_scope": f"order:{order}"}
+    spec = sc.spec([refund, sc.final("Refunded.", "tool-2")], grants=[grant])
+    spec["policy"] = {"confirm_writes": True}  # the demo's refunds are relaxed in tests
+    r = call(api, people["alice"], "POST", "/v1/runs", json=spec)
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    info = wait_until(api, people["bob"], run_id, {"waiting_confirmation", *DONE})
+    assert info["status"] == "waiting_confirmation", info
+    impact = {"amount": "120.00", "currency": "EUR", "target": f"order {order}"}
+    assert info["confirmation_request"]["estimated_impact"] == impact
+    inbox = call(api, people["bob"], "GET", "/v1/confirmations").json()["confirmations"]
+    [shown] = [c for c in inbox if c["run_id"] == run_id]
+    assert shown["estimated_impact"] == impact
+    page = _web(api, people["bob"])
+    try:
+        html = page.get("/ui/inbox").text
+    finally:
+        page.close()
+    card = html[html.index(f'id="req-{run_id}"') :]
+    assert '<span data-impact="amount"><code>amount</code>: 120.00</span>' in card
+    old = info["confirmation_request"]["proposal_hash"]
+
+    own = _correct(api, people["alice_approver"], run_id, old, {"amount_cents": 9_000})
+    assert (own.status_code, error(own)) == (403, "OWN_RUN_APPROVAL_FORBIDDEN")
+    same = _correct(api, people["bob"], run_id, old, {"amount_cents": 12_000})
+    assert (same.status_code, error(same)) == (422, "CORRECTION_EMPTY")
+    r = _correct(api, people["bob"], run_id, old, {"amount_cents": 9_000})
+    assert r.status_code == 200, r.text
+    corrected = r.json()
+    assert corrected["proposal_hash"] != old and corrected["original_hash"] == old
+    assert (corrected["changed"], corrected["approved"], corrected["step"]) == (
+        ["amount_cents"],
+        True,
+        2,
+    )
+    done = wait_until(api, people["bob"], run_id, DONE)
+    assert done["status"] == "completed", done
+
+    # Exactly one effect, with the corrected amount; the original never ran.
+    assert demo.refund_count(order_id=order) == 1
+    with session_scope(engine) as s:
+        [command] = s.scalars(select(Command).where(Command.run_id == run_id)).all()
+        token = command.idempotency_token
+    assert command.arguments["amount_cents"] == 9_000
+    assert demo.get_refund(key=token)["amount_cents"] == 9_000
+    first, second = _proposals(engine, run_id)[:2]
+    assert (first.status, first.rejection_code) == ("rejected", "CONFIRMATION_DECLINED")
+    assert (second.status, second.proposal_hash) == ("accepted", corrected["proposal_hash"])
+    [edit] = facts.events(engine, run_id, "proposal.corrected")
+    assert edit.details["by"] == people["label:bob"] and edit.details["via"] == "api"
+    assert (edit.details["original_hash"], edit.details["proposal_hash"]) == (
+        old,
+        corrected["proposal_hash"],
+    )
+    assert edit.details["changed"] == ["amount_cents"]
+    # Gated again from the start, and let through by the edit as bob's approval of the new hash.
+    checked = facts.events(engine, run_id, "policy.confirmation.checked")
+    assert [c.details["proposal_hash"] for c in checked] == [old, corrected["proposal_hash"]]
+    assert checked[-1].details["result"] == "ok"
+    [approved] = facts.events(engine, run_id, "confirmation.approved")
+    assert approved.details["proposal_hash"] == corrected["proposal_hash"]
+    assert command.confirmation_id == approved.details["confirmation_id"]
+
+
+def test_a_correction_that_widens_beyond_the_grants_scope_is_refused_by_the_gate(
+    api, people, engine, worker, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", raising=False)
+    ledger = tmp_path / "payments"
+    spec = sc.spec(
+        [proposal(ledger, 500), sc.final("Paid.", "tool-2")],
+        grants=[{"capability": CAPABILITY, "resource_scope": "acme"}],
+    )
+    r = call(api, people["alice"], "POST", "/v1/runs", json=spec)
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    info = wait_until(api, people["bob"], run_id, {"waiting_confirmation", *DONE})
+    request = info["confirmation_request"]
+    assert request["estimated_impact"] == "pay 5.00 to acme"
+    r = _correct(api, people["bob"], run_id, request["proposal_hash"], {"payee": "mallory"})
+    assert r.status_code == 200 and r.json()["approved"] is True, r.text
+    done = wait_until(api, people["bob"], run_id, DONE)  # its final cites a call never made
+    assert done["status"] == "failed", done
+    assert paid(ledger) == 0
+    assert facts.commands(engine, run_id) == 0
+    assert facts.rejection_codes(engine, run_id)[0] == "RESOURCE_OUT_OF_SCOPE"
+    corrected = _proposals(engine, run_id)[1]
+    assert (corrected.status, corrected.rejection_code) == ("rejected", "RESOURCE_OUT_OF_SCOPE")
+    assert (corrected.raw or {})["arguments"]["payee"] == "mallory"
+
+
+def test_a_correction_that_needs_two_approvers_waits_for_its_own_confirmation(
+    api, people, engine, worker, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv("WARRANT_APPROVER_MAY_APPROVE_OWN_RUNS", raising=False)
+    ledger = tmp_path / "payments"
+    spec = sc.spec(
+        [proposal(ledger, 500), sc.final("Paid.", "tool-2")], grants=[{"capability": CAPABILITY}]
+    )
+    r = call(api, people["alice"], "POST", "/v1/runs", json=spec)
+    run_id = r.json()["run_id"]
+    info = wait_until(api, people["bob"], run_id, {"waiting_confirmation", *DONE})
+    old = info["confirmation_request"]["proposal_hash"]
+    r = _correct(api, people["bob"], run_id, old, {"amount_cents": 150_000})
+    assert r.status_code == 200 and r.json()["approved"] is False, r.text
+    new = r.json()["proposal_hash"]
+
+    def asks_again() -> dict[str, Any]:
+        shown = call(api, people["carol"], "GET", f"/v1/runs/{run_id}").json()
+        if (shown["confirmation_request"] or {}).get("proposal_hash") == new:
+            return shown
+        return {}
+
+    shown = wait_for(asks_again, what="the corrected proposal's own request")
+    request = shown["confirmation_request"]
+    assert (request["approvals_required"], request["approved_by"]) == (2, [])
+    assert request["estimated_impact"] == "pay 1500.00 to acme"
+    assert paid(ledger) == 0
+    assert _decide(api, people["bob"], run_id, new).json()["waiting_for_more"] is True
+    assert _decide(api, people["carol"], run_id, new).json()["waiting_for_more"] is False
+    assert wait_until(api, people["bob"], run_id, DONE)["status"] == "completed"
+    assert ledger.read_text().splitlines() == ["acme 150000"]
+
+
+def test_the_cli_corrects_with_set_and_json(people, client, engine, worker, tmp_path) -> None:
+    ledger = tmp_path / "payments"
+    spec = sc.spec(
+        [proposal(ledger, 500), sc.final("Paid.", "tool-2")], grants=[{"capability": CAPABILITY}]
+    )
+    run_id = client.start_run(spec, started_by="dave")
+    info = client.wait(run_id, timeout=30, until={"waiting_confirmation", *DONE})
+    phash = info.confirmation_request["proposal_hash"]
+    shown = warrant("run", "show", run_id)
+    assert "estimated_impact: pay 5.00 to acme" in shown.stdout, shown.stdout
+    args = ("run", "correct", run_id, "--proposal-hash", phash, "--by", "erin", "--json")
+    bad = warrant(*args, "--set", "amount_cents=-1")
+    assert json.loads(bad.stdout)["error"]["code"] == "CORRECTION_INVALID"
+    ok = warrant(*args, "--set", "amount_cents=250", "--set", 'payee="acme"')
+    assert ok.returncode == 0, ok.stderr
+    out = json.loads(ok.stdout)
+    assert (out["changed"], out["approved"], out["original_hash"]) == (
+        ["amount_cents"],
+        True,
+        phash,
+    )
+    assert client.wait(run_id, timeout=30, until=DONE).status == "completed"
+    assert ledger.read_text().splitlines() == ["acme 250"]
+    [edit] = facts.events(engine, run_id, "proposal.corrected")
+    assert (edit.details["by"], edit.details["via"]) == ("erin", "cli")

@@ -82,6 +82,14 @@ def test_tools_list_exports_mcp_shaped_contracts():
     assert save["inputSchema"]["additionalProperties"] is False
     assert save["confirmation"] == "per-call" and save["sensitiveFields"] == ["value"]
     assert "outputSchema" in save
+    assert save["verification"] == "verify" and "unverifiedReason" not in save
+    notice = tools["send_notice"]  # a write nothing reads back: why, in JSON and in text
+    assert (
+        notice["verification"] == "unverified" and "no status query" in notice["unverifiedReason"]
+    )
+    assert [w["code"] for w in notice["warnings"]] == ["WRITE_UNVERIFIED"]
+    text = warrant("tools", "list").stdout
+    assert "WRITE_UNVERIFIED" in text and "no status query" in " ".join(text.split())
 
 
 def test_db_upgrade_is_idempotent(services):
@@ -249,3 +257,30 @@ def test_run_list_reads_what_the_client_reads_without_importing_sqlalchemy(clien
     assert timed.returncode == 0, timed.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines()}
     assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "celery", "kombu")}
+
+
+def test_tools_disable_and_enable_print_the_change_as_json(engine):
+    out = warrant("tools", "disable", "pay_switched", "--reason", "cli test", "--by", "ops",
+                  "--json")  # fmt: skip
+    try:
+        assert out.returncode == 0, out.stderr
+        disabled = json.loads(out.stdout)
+        assert {k: disabled[k] for k in ("tool", "disabled", "changed", "event", "by")} == {
+            "tool": "pay_switched",
+            "disabled": True,
+            "changed": True,
+            "event": "tool.disabled",
+            "by": "ops",
+        }
+        assert disabled["reason"] == "cli test" and disabled["at"]
+        human = warrant("tools", "disable", "pay_switched", "--by", "ops")
+        assert human.returncode == 0 and "already" in human.stdout, human.stdout
+    finally:
+        enabled = warrant("tools", "enable", "pay_switched", "--by", "ops", "--json")
+    assert enabled.returncode == 0, enabled.stderr
+    assert (json.loads(enabled.stdout)["disabled"], json.loads(enabled.stdout)["changed"]) == (
+        False,
+        True,
+    )
+    bad = warrant("tools", "disable", "x" * 201, "--by", "ops", "--json")
+    assert (bad.returncode, json.loads(bad.stdout)["error"]["code"]) == (2, "INVALID_REQUEST")

@@ -52,6 +52,22 @@ def test_a_read_executes_and_a_final_answer_completes(client, engine, worker):
     assert err.value.code == "RUN_FINISHED"
 
 
+def test_a_callers_escalation_hands_the_run_to_a_person(client, engine, worker):
+    run_id = client.start_run(external_spec())
+    assert client.propose(run_id, lookup("order 7"), by="agent-1", wait_s=20).state == "executed"
+    escalate = {"kind": "escalate", "reason": "the records say nothing of order 7"}
+    decision = client.propose(run_id, escalate, by="agent-1", wait_s=20)
+    assert (decision.state, decision.code) == ("stopped", "EVIDENCE_INSUFFICIENT")
+    info = client.get_run(run_id)
+    assert (info.status, info.stop_reason, info.step) == ("handoff", "EVIDENCE_INSUFFICIENT", 2)
+    [handoff] = [h for h in client.handoffs() if h["run_id"] == run_id]
+    bundle = client.handoff(handoff["handoff_id"])["bundle"]
+    [made] = bundle["artifacts"]
+    assert made["tool"] == "lookup" and made["step"] == 1
+    assert bundle["escalated"]["planner_said"] == escalate["reason"]
+    assert len(facts.events(engine, run_id, "planner.escalated")) == 1
+
+
 def test_a_call_outside_the_grants_is_refused_with_its_code(client, worker):
     run_id = client.start_run(external_spec(grants=[LOOKUP]))
     decision = client.propose(run_id, draft(uid("d")), by="agent", wait_s=20)

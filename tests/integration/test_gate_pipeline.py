@@ -6,11 +6,16 @@ import time
 from datetime import datetime
 
 import pytest
+from sqlalchemy import select
 from warrant_demo import scenarios as sc
 
 from tests import facts
+from tests.approvals_tool import CAPABILITY as PAYMENTS
+from tests.approvals_tool import paid
+from tests.approvals_tool import proposal as pay_proposal
 from tests.conftest import wait_for
-from warrant.ledger.models import Artifact, MemoryRecord
+from tests.integration.test_tool_execution import refund
+from warrant.ledger.models import Artifact, MemoryRecord, OutcomeRow, ToolSwitch
 from warrant.runner.canonical import proposal_hash
 from warrant.runner.errors import ConfirmationRefused
 
@@ -306,6 +311,123 @@ def test_operator_grant_unlocks_a_later_step(engine, client, worker):
     assert added[0].details["by"] == "ops"
 
 
+def _pay_twice(tool_name: str, ledger):
+    calls = [
+        pay_proposal(ledger, 500, tool=tool_name, pid=f"p{n}", payee=f"payee-{n}") for n in (1, 2)
+    ]
+    return sc.spec([*calls, sc.final("Paid.", "tool-1")], grants=[{"capability": PAYMENTS}])
+
+
+def test_a_per_run_confirmation_covers_the_tools_later_calls(engine, client, worker, tmp_path):
+    ledger = tmp_path / "payments"
+    info = _waiting(client, _pay_twice("pay_per_run", ledger))
+    assert info.confirmation_request["confirmation"] == "per-run"
+    client.confirm(info.run_id, proposal_hash=info.confirmation_request["proposal_hash"], by="ops")
+    done = client.wait(info.run_id, timeout=30)
+    assert (done.status, done.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), done
+    assert paid(ledger) == 2 and facts.commands(engine, info.run_id) == 2
+    names = [e.event for e in facts.events(engine, info.run_id)]
+    assert names.count("confirmation.requested") == 1
+    assert names.count("confirmation.approved") == 1
+
+
+def test_a_per_call_confirmation_is_asked_for_each_call(engine, client, worker, tmp_path):
+    ledger = tmp_path / "payments"
+    info = _waiting(client, _pay_twice("pay", ledger))
+    assert info.confirmation_request["confirmation"] == "per-call"
+    client.confirm(info.run_id, proposal_hash=info.confirmation_request["proposal_hash"], by="ops")
+    again = wait_for(
+        lambda: (
+            (i := client.get_run(info.run_id)).status == "waiting_confirmation"
+            and i.step == 2
+            and i
+        ),
+        what="second request",
+    )
+    assert paid(ledger) == 1
+    client.confirm(info.run_id, proposal_hash=again.confirmation_request["proposal_hash"], by="ops")
+    done = client.wait(info.run_id, timeout=30)
+    assert done.status == "completed" and paid(ledger) == 2
+    names = [e.event for e in facts.events(engine, info.run_id)]
+    assert names.count("confirmation.requested") == 2
+
+
+# --- the kill switch (``warrant tools disable``) ---------------------------------------------
+
+
+@pytest.fixture
+def switched_off(client):
+    """``pay_switched`` disabled for the test, enabled again after it."""
+    client.disable_tool("pay_switched", by="ops", reason="double charges")
+    yield "pay_switched"
+    client.enable_tool("pay_switched", by="ops")
+
+
+def _pay_once(ledger, pid: str = "p1"):
+    call = pay_proposal(ledger, 500, tool="pay_switched", pid=pid)
+    return sc.spec([call, CLARIFY], grants=[{"capability": PAYMENTS}])
+
+
+def test_a_disabled_tool_is_refused_then_enabled_goes_through(
+    engine, client, worker, tmp_path, switched_off
+):
+    ledger = tmp_path / "payments"
+    refused = client.wait(client.start_run(_pay_once(ledger)), timeout=30)
+    assert refused.stop_reason == "CLARIFICATION_REQUIRED", refused
+    assert facts.rejection_codes(engine, refused.run_id) == ["TOOL_DISABLED"]
+    [rejected] = facts.events(engine, refused.run_id, "proposal.rejected")
+    assert rejected.details["code"] == "TOOL_DISABLED"
+    observed = client.observations(refused.run_id)[-1]["content"]
+    assert observed["code"] == "TOOL_DISABLED" and "double charges" in observed["message"]
+    assert paid(ledger) == 0 and facts.commands(engine, refused.run_id) == 0
+
+    enabled = client.enable_tool(switched_off, by="ops")
+    assert (enabled["event"], enabled["changed"], enabled["disabled"]) == (
+        "tool.enabled",
+        True,
+        False,
+    )
+    done = client.wait(client.start_run(_pay_once(ledger)), timeout=30)
+    assert facts.rejection_codes(engine, done.run_id) == [] and paid(ledger) == 1
+    with engine.connect() as conn:
+        history = conn.execute(
+            select(ToolSwitch.history).where(ToolSwitch.tool == switched_off)
+        ).scalar_one()
+    assert [h["event"] for h in history][-2:] == ["tool.disabled", "tool.enabled"]
+    assert history[-2]["reason"] == "double charges" and history[-2]["by"] == "ops"
+
+
+def test_an_issued_command_of_a_disabled_tool_is_refused_at_its_claim(engine, client, tmp_path):
+    from warrant.broker.context import context_for
+    from warrant.broker.planner.stage import planner_step
+    from warrant.broker.policy.stage import policy_evaluate
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.tool.stage import tool_execute
+
+    publisher = RecordingPublisher()
+    ctx = context_for(engine, publisher=publisher)
+    ledger = tmp_path / "payments"
+    run_id = client.start_run(_pay_once(ledger), publish=False)
+    planner_step(ctx, run_id, 1)
+    (_, policy_message) = publisher.sent.pop(0)
+    assert policy_evaluate(ctx, run_id, policy_message["version"]) == "accepted"
+    (_, m) = publisher.sent.pop(0)  # the command is issued, its message not delivered yet
+    client.disable_tool("pay_switched", by="ops", reason="stop now")
+    try:
+        result = tool_execute(ctx, run_id, m["version"], m["command_id"], tool=m["tool"])
+    finally:
+        client.enable_tool("pay_switched", by="ops")
+    assert result == "rejected:TOOL_DISABLED"
+    assert paid(ledger) == 0  # the tool was never called
+    with engine.connect() as conn:
+        outcome = conn.execute(
+            select(OutcomeRow.status, OutcomeRow.code).where(OutcomeRow.run_id == run_id)
+        ).one()
+    assert tuple(outcome) == ("rejected", "TOOL_DISABLED")
+    [completed] = facts.events(engine, run_id, "tool.completed")
+    assert completed.details.get("code") == "TOOL_DISABLED", completed.details
+
+
 # --- refusals before any tool code runs ------------------------------------------------------
 
 BIG = "x" * 20_000
@@ -350,6 +472,19 @@ def test_every_rejection_code_refuses_before_the_tool_runs(engine, client, worke
         assert obs[-1]["observation_id"] == "policy-1" and obs[-1]["content"]["code"] == code
     assert facts.memory(engine, "bad-input") == 0
     assert facts.count(engine, MemoryRecord, key="system_instruction") == 0
+
+
+def test_a_long_unknown_tool_name_is_not_copied_whole_into_the_trace(engine, client, worker):
+    long_name = "n" * 200
+    run_id = client.start_run(sc.spec([tool(long_name, {}), CLARIFY], grants=[SEARCH]))
+    info = client.wait(run_id, timeout=30)
+    assert info.stop_reason == "CLARIFICATION_REQUIRED", info
+    assert facts.rejection_codes(engine, run_id) == ["UNKNOWN_TOOL_OR_VERSION"]
+    for event in facts.events(engine, run_id):
+        assert long_name not in repr(event.details), event.event
+    obs = client.observations(run_id)[-1]["content"]
+    assert obs["code"] == "UNKNOWN_TOOL_OR_VERSION" and long_name not in repr(obs)
+    assert obs["tool"].startswith("n" * 64) and len(obs["tool"]) < 100
 
 
 # --- budgets ---------------------------------------------------------------------------------
@@ -409,3 +544,34 @@ def test_operator_token_guards_api_grants(client, services, monkeypatch):
         )
         > 0
     )
+
+
+# --- grant constraints on argument values (``Grant.constraints``; 000 §5) ----------------------
+
+
+def test_a_refund_over_the_grants_cap_is_refused_at_the_gate_and_nothing_is_refunded(
+    engine, client, demo, worker, draft_worker
+):
+    order = f"ord_{time.time_ns()}"
+    capped = {
+        "capability": "payments:refund",
+        "constraints": {"max": {"amount_cents": 10_000}, "in": {"currency": ["EUR"]}},
+    }
+    spec = sc.spec(
+        [
+            refund(order, 50_000, pid="r1"),  # over the cap
+            refund(order, 2_500, pid="r2"),  # within it
+            sc.final("Refunded 25.00 EUR.", "tool-2"),
+        ],
+        grants=[capped],
+    )
+    info = client.wait(client.start_run(spec), timeout=30)
+    assert (info.status, info.answer) == ("completed", "Refunded 25.00 EUR."), info
+    rejected = facts.events(engine, info.run_id, "proposal.rejected")
+    assert [(e.details["code"], e.proposal_id) for e in rejected] == [
+        ("GRANT_CONSTRAINT_VIOLATED", "r1")
+    ]
+    assert "amount_cents" in rejected[0].details["message"]
+    assert "10000" in rejected[0].details["message"]
+    assert facts.commands(engine, info.run_id) == 1  # the refused call never became a command
+    assert demo.refund_count(order_id=order) == 1  # only the refund within the cap

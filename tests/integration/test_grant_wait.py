@@ -135,6 +135,9 @@ def test_a_waiting_run_past_its_deadline_stops(engine, client, worker):
     sweep(context_for(engine, publisher=RecordingPublisher()))
     info = client.get_run(run_id)
     assert (info.status, info.stop_reason) == ("failed", "DEADLINE_REACHED")
+    # a budget stop says what was made (nothing ran) and its snapshot
+    assert info.budget_stop is not None and info.budget_stop["artifacts"] == []
+    assert info.budget_stop["effect"] == "none" and "deadline_at" in info.budget_stop["budget"]
     assert len(facts.events(engine, run_id, "grant.wait_expired")) == 1
     assert facts.commands(engine, run_id) == 0
 

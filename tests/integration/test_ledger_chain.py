@@ -179,6 +179,64 @@ def test_edit_delete_reorder_are_each_named(engine, client, worker, run_to_end):
     assert json.loads(every.stdout)["runs_checked"] >= 1
 
 
+def test_an_edited_decision_row_is_named_and_an_untouched_run_verifies(
+    engine, client, worker, run_to_end
+):
+    """Design text B §17: the chain covers the decision rows. A run's ``outcomes`` and
+    ``proposals`` rows edited in PostgreSQL are each named (table, key); an untouched run
+    verifies clean with every row checked."""
+    outcome_edited, proposal_edited, intact = _runs(run_to_end, 3)
+    for rid in (outcome_edited, proposal_edited, intact):
+        summary = lv.verify(engine, rid)
+        assert summary["intact"] and summary["rows_unchecked"] == 0
+        assert summary["rows_checked"] == 5  # three proposals, two outcomes
+    with engine.begin() as conn:
+        row = conn.execute(
+            text(
+                "UPDATE outcomes SET status = 'failed' WHERE id = (SELECT min(id) FROM outcomes"
+                " WHERE run_id = :r AND status = 'succeeded') RETURNING id, command_id, attempt"
+            ),
+            {"r": outcome_edited},
+        ).one()
+        proposal = conn.execute(
+            text(
+                "UPDATE proposals SET raw = jsonb_set(raw, '{arguments,query}', '\"x\"')"
+                " WHERE id = (SELECT min(id) FROM proposals WHERE run_id = :r)"
+                " RETURNING id, step, branch"
+            ),
+            {"r": proposal_edited},
+        ).one()
+    found = _tampered(outcome_edited, engine=engine)
+    assert (found["run_id"], found["kind"], found["table"]) == (
+        outcome_edited,
+        "row_edited",
+        "outcomes",
+    )
+    assert found["key"] == {"id": row.id, "command_id": row.command_id, "attempt": row.attempt}
+    found = _tampered(proposal_edited, engine=engine)
+    assert (found["table"], found["key"]) == (
+        "proposals",
+        {"id": proposal.id, "step": proposal.step, "branch": proposal.branch},
+    )
+    bad = warrant("ledger", "verify", "--run", outcome_edited, "--json")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    error = json.loads(bad.stdout)["error"]
+    assert (error["code"], error["kind"], error["table"]) == (
+        "LEDGER_TAMPERED",
+        "row_edited",
+        "outcomes",
+    )
+    assert error["key"]["id"] == row.id and f"outcomes row (id {row.id}" in error["message"]
+    ok = warrant("ledger", "verify", "--run", intact, "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert json.loads(ok.stdout)["rows_checked"] == 5
+    with engine.begin() as conn:  # the test's own clean-up: the whole ledger verifies again
+        conn.execute(
+            text("DELETE FROM runs WHERE id = ANY(:ids)"),
+            {"ids": [outcome_edited, proposal_edited]},
+        )
+
+
 def _rewrite(archive: Path, change: Any) -> Path:
     with gzip.open(archive) as f:
         records = [orjson.loads(line) for line in f.read().splitlines()]

@@ -37,5 +37,10 @@ def test_the_ledger_commits_a_change_once_raising_the_version_by_one(engine, cli
     events = facts.events(engine, run_id)
     assert [e.event for e in events].count("run.stopped") == 1
     moved = [e.details for e in events if e.event == "state.transitioned"]
-    assert moved[-1] == {"from": "running", "to": "failed"}
+    assert moved[-1] == {
+        "from": "running",
+        "to": "failed",
+        "from_version": view.version,
+        "to_version": view.version + 1,
+    }
     assert [d["to"] for d in moved].count("failed") == 1

@@ -27,7 +27,7 @@ FINAL = (
 SEARCH_CALL = ("search_public", {"query": "retries exhausted", "reason_summary": "look it up"})
 
 
-def llm_spec(fake, model: str, *, grants=(SEARCH,), **budgets):
+def llm_spec(fake, model: str, *, grants=(SEARCH,), timeout_s: float = 5, **budgets):
     return {
         "goal": sc.GOAL,
         "subject": "llm-user",
@@ -37,7 +37,7 @@ def llm_spec(fake, model: str, *, grants=(SEARCH,), **budgets):
             "base_url": fake.base_url,
             "api_key_env": MODEL_KEY_ENV,
             "temperature": 0,
-            "timeout_s": 5,
+            "timeout_s": timeout_s,
             "max_retries": 2,
         },
         "grants": list(grants),
@@ -47,6 +47,19 @@ def llm_spec(fake, model: str, *, grants=(SEARCH,), **budgets):
 
 def model() -> str:
     return f"fake-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_model_that_escalates_hands_the_run_to_a_person(engine, client, worker, fake_openai):
+    m = model()
+    escalate = ("escalate", {"reason": "the sources disagree", "evidence": "conflicting"})
+    fake_openai.script(m, [{"call": SEARCH_CALL}, {"call": escalate}])
+    info = client.wait(client.start_run(llm_spec(fake_openai, m)), timeout=30)
+    assert (info.status, info.stop_reason) == ("handoff", "EVIDENCE_CONFLICTING")
+    assert info.model_calls == 2 and info.tokens_used > 0  # the escalating call is charged
+    [handoff] = [h for h in client.handoffs() if h["run_id"] == info.run_id]
+    bundle = client.handoff(handoff["handoff_id"])["bundle"]
+    assert bundle["escalated"]["planner_said"] == "the sources disagree"
+    assert bundle["budget"]["model_calls"] == 2 and bundle["budget"]["tokens"] == info.tokens_used
 
 
 def test_a_normal_run_completes_and_the_key_goes_nowhere(engine, client, worker, fake_openai):
@@ -60,7 +73,15 @@ def test_a_normal_run_completes_and_the_key_goes_nowhere(engine, client, worker,
     first = requests[0]["body"]
     assert first["messages"][0]["role"] == "system"
     names = {t["function"]["name"] for t in first["tools"]}
-    assert names == {"search_public", "final", "clarify", "no_answer"}  # only granted tools
+    assert names == {  # only granted tools, and the outputs that are not tool calls
+        "search_public",
+        "final",
+        "clarify",
+        "no_answer",
+        "escalate",
+        "plan",
+        "wait",
+    }
     second = requests[1]["body"]["messages"][1]["content"]
     assert '<untrusted-data observation="tool-1">' in second  # retrieved text is data
     # the key is in no ledger row, trace event or observation
@@ -174,7 +195,9 @@ def test_a_retry_that_would_pass_the_deadline_fails_at_once(engine, client, work
     m = model()
     fake_openai.script(m, [{"status": 429, "retry_after": 20}, {"call": FINAL}])
     t0 = time.monotonic()
-    info = client.wait(client.start_run(llm_spec(fake_openai, m, deadline_s=3)), timeout=30)
+    info = client.wait(
+        client.start_run(llm_spec(fake_openai, m, deadline_s=3, timeout_s=3)), timeout=30
+    )
     assert (info.status, info.stop_reason, info.model_calls) == ("failed", "DEADLINE_REACHED", 1)
     assert time.monotonic() - t0 < 3  # not after waiting out the deadline
     assert facts.events(engine, info.run_id, RETRY) == []
@@ -209,7 +232,9 @@ def test_a_slow_reply_is_cut_by_the_deadline(client, worker, fake_openai):
     m = model()
     fake_openai.script(m, [{"delay": 4, "call": FINAL}])
     t0 = time.monotonic()
-    info = client.wait(client.start_run(llm_spec(fake_openai, m, deadline_s=1.5)), timeout=30)
+    info = client.wait(
+        client.start_run(llm_spec(fake_openai, m, deadline_s=1.5, timeout_s=1.5)), timeout=30
+    )
     assert (info.status, info.stop_reason) == ("failed", "DEADLINE_REACHED")
     assert time.monotonic() - t0 < 4
 
@@ -339,3 +364,24 @@ def test_the_models_free_text_never_becomes_the_reason_an_approver_sees(
         )
     assert reasons == [""]  # absent, not the assistant's text
     assert pitch not in json.dumps(client.trace(info.run_id), default=str)
+
+
+def test_a_spec_whose_model_timeout_cannot_fit_its_deadline_is_refused_at_start(
+    engine, client, fake_openai
+):
+    m = model()
+    with pytest.raises(SpecError) as refused:
+        client.start_run(llm_spec(fake_openai, m, deadline_s=2))  # timeout_s 5
+    assert refused.value.code == "SPEC_INVALID"
+    assert "planner.timeout_s 5 s" in str(refused.value) and "deadline_s 2 s" in str(refused.value)
+    spec = llm_spec(fake_openai, m, deadline_s=20, max_model_calls=8)
+    run_id = client.start_run(spec, publish=False)  # recorded, never planned
+    [created] = facts.events(engine, run_id, "run.created")
+    assert created.details["deadline_warning"] == {
+        "warning": "worst_case_past_deadline",
+        "max_model_calls": 8,
+        "timeout_s": 5,
+        "worst_case_s": 40,
+        "deadline_s": 20,
+    }
+    assert client.cancel(run_id, by="tests").status == "cancelled"

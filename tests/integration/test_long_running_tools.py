@@ -174,8 +174,9 @@ def test_an_accepted_refund_finishes_when_it_settles_across_a_worker_kill_and_a_
     assert [o.resolved_status for o in outcomes(engine, run_id)] == ["succeeded"]
     names = [e.event for e in facts.events(engine, run_id)]
     assert names.count("job.accepted") == 1 and names.count("job.settled") == 1
-    assert {"from": "running", "to": "waiting_job"} in [
-        e.details for e in facts.events(engine, run_id, "state.transitioned")
+    assert ("running", "waiting_job") in [
+        (e.details["from"], e.details["to"])
+        for e in facts.events(engine, run_id, "state.transitioned")
     ]
 
 

@@ -165,6 +165,17 @@ NOTES_TOOLS: dict[str, dict[str, Any]] = {
     },
     "list_notes": {"side_effect": "read", "capability": "notes:read"},
 }
+#: ``add_note`` with its effect read back (``get_note``: the note's body is the one given).
+CHECKED_ADD: dict[str, Any] = {
+    **NOTES_TOOLS["add_note"],
+    "name": "add_checked_note",
+    "confirmation": "never",
+    "verify_with": {
+        "tool": "get_note",
+        "arguments": {"title": "arguments.title"},
+        "expect": {"title": "result.title", "body": "arguments.body"},
+    },
+}
 #: A server tool that answers with a job id: the run waits for the job (issue 33).
 EXPORT_TOOL: dict[str, Any] = {
     "side_effect": "idempotent-write",
@@ -404,6 +415,7 @@ def stack(services, stages_to_myself, tmp_path_factory) -> Iterator[Stack]:
                 {"list_notes": NOTES_TOOLS["list_notes"], "start_export": EXPORT_TOOL},
             ),
             "web": {"url": web.url, "tools": {"add_note": NOTES_TOOLS["add_note"]}},
+            "checked": {"url": web.url, "tools": {"add_note": CHECKED_ADD}},
             "doomed": {
                 "url": doomed.url,
                 "tools": {
@@ -424,6 +436,7 @@ def stack(services, stages_to_myself, tmp_path_factory) -> Iterator[Stack]:
         "policy",
         "tool.list_notes",
         "tool.add_note",
+        "tool.add_checked_note",
         "tool.slow_add",
         "tool.start_export",
     ]
@@ -535,6 +548,69 @@ def test_a_confirmed_write_over_http_happens_exactly_once(engine, client, stack)
     assert notes.notes(stack.web.state, title) == [(title, "hello")]
     assert notes.calls(stack.web.state, "add_note") == [("add_note", title)]
     assert facts.commands(engine, run_id) == 1
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_a_write_with_a_read_back_tool_has_its_postcondition_checked_on_the_server(
+    engine, client, stack
+):
+    """``verify_with``: after ``add_note`` answers, warrant calls the server's ``get_note``
+    with the call's title and compares the body. A note that landed completes the run; one
+    the server answered as added but never stored (a ``ghost`` title) fails the
+    postcondition: the run goes to a person, and the success is not believed."""
+    title = uid()
+    run_id = client.start_run(
+        spec([call("add_checked_note", title=title, body="kept"), sc.final("Saved.", "tool-1")])
+    )
+    done = client.wait(run_id, timeout=60)
+    assert (done.status, done.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), done
+    assert notes.calls(stack.web.state, "get_note") == [("get_note", title)]
+    [checked] = facts.events(engine, run_id, "tool.postcondition.checked")
+    assert (checked.details["tool"], checked.details["ok"]) == ("add_checked_note", True)
+
+    ghost = uid("mcp-ghost")
+    run_id = client.start_run(
+        spec([call("add_checked_note", title=ghost, body="lost"), sc.final("Saved.", "tool-1")])
+    )
+    lost = client.wait(run_id, timeout=60)
+    assert (lost.status, lost.stop_reason) == ("handoff", "TOOL_POSTCONDITION_FAILED"), lost
+    assert notes.notes(stack.web.state, ghost) == []  # the server said added; nothing landed
+    assert ("get_note", ghost) in notes.calls(stack.web.state, "get_note")
+    [checked] = facts.events(engine, run_id, "tool.postcondition.checked")
+    assert checked.details["ok"] is False
+
+
+def test_an_mcp_write_without_a_read_back_is_unverified_and_says_why(stdio_tools, tmp_path):
+    from warrant.tools._mcp_config import NO_READ_BACK
+
+    tools, _ = stdio_tools
+    add = tools["add_note"]
+    assert (add.unverified, add.verify) == (True, None)
+    assert add.describe()["unverifiedReason"] == NO_READ_BACK
+    assert "unverifiedReason" not in tools["list_notes"].describe()
+    checked = write_config(
+        tmp_path / "checked.json", {"notes": stdio_server(tmp_path, {"add_note": CHECKED_ADD})}
+    )
+    [plugin] = mcp_plugins(checked)
+    [tool] = plugin.tools
+    assert (tool.unverified, tool.describe()["verification"]) == (False, "verify")
+    title = uid()
+    args = tool.parse_input({"title": title, "body": "b"})
+    out = tool.execute(args, context())
+    assert tool.verify is not None and tool.verify(args, out, context()) is True
+    ghost = tool.parse_input({"title": uid("ghost"), "body": "b"})
+    assert tool.verify(ghost, tool.execute(ghost, context()), context()) is False
+    wrong = tool.parse_input({"title": title, "body": "other"})  # the body read back differs
+    assert tool.verify(wrong, out, context()) is False
+    bad = {"add_note": {**CHECKED_ADD, "verify_with": {"tool": "nope"}}}
+    with pytest.raises(PluginError) as caught:  # a read-back tool the server lacks
+        mcp_plugins(write_config(tmp_path / "bad.json", {"notes": stdio_server(tmp_path, bad)}))
+    assert caught.value.code == "MCP_TOOL_MISSING" and "nope" in str(caught.value)
+    read = {"list_notes": {**NOTES_TOOLS["list_notes"], "verify_with": {"tool": "get_note"}}}
+    with pytest.raises(PluginError) as caught:  # a read has nothing to read back
+        load_config(write_config(tmp_path / "read.json", {"notes": stdio_server(tmp_path, read)}))
+    assert "'verify_with' applies to a write only" in str(caught.value)
 
 
 @pytest.mark.services

@@ -16,6 +16,9 @@ from tests.integration.test_cli import warrant
 from tests.integration.test_gate_pipeline import memory_spec, save
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, MemoryRecord
+from warrant.runner.canonical import content_hash
+from warrant.runner.client import ledger_verify
+from warrant.runner.errors import LedgerTampered
 from warrant.runner.memory_view import ObservationRecord, build_view, delimit_untrusted
 
 SEARCH = {"capability": "search:public", "resource_scope": "public"}
@@ -141,10 +144,11 @@ def test_experiment_1_with_grant_but_no_confirmation_writes_nothing(engine, clie
     assert info.status == "waiting_confirmation"  # the whitelisted one waits for a person
     assert facts.rejection_codes(engine, info.run_id) == ["MEMORY_KEY_NOT_ALLOWED"]
     # a confirmation for *different* arguments, slipped into the ledger, authorizes nothing
+    forged = str(uuid.uuid4())
     with session_scope(engine) as s:
         s.add(
             Confirmation(
-                id=str(uuid.uuid4()),
+                id=forged,
                 run_id=info.run_id,
                 proposal_hash="f" * 64,
                 tool="save_preference",
@@ -158,6 +162,18 @@ def test_experiment_1_with_grant_but_no_confirmation_writes_nothing(engine, clie
     client.publisher.policy(info.run_id, info.version)  # a stale message: ignored
     assert client.wait(info.run_id, timeout=5).status == "waiting_confirmation"
     assert facts.memory(engine, subject) == 0
+    # nor is it the ledger's: no record of the run's chain holds it
+    with pytest.raises(LedgerTampered) as caught:
+        ledger_verify.verify(engine, info.run_id)
+    found = caught.value.found
+    assert (found["kind"], found["table"], found["key"]) == (
+        "row_edited",
+        "confirmations",
+        {"id": forged},
+    )
+    with engine.begin() as conn:  # the test's own clean-up: the whole ledger verifies again
+        conn.execute(text("DELETE FROM confirmations WHERE id = :c"), {"c": forged})
+    assert ledger_verify.verify(engine, info.run_id)["intact"]
 
 
 def test_the_store_itself_refuses_an_unconfirmed_write(engine, client, services):
@@ -263,7 +279,95 @@ def test_two_concurrent_writes_one_wins_one_conflicts(engine, client, worker):
     assert details["candidate"] in ("zh-CN", "fr") and details["candidate"] != records[0].value
 
 
+def test_a_preference_write_that_did_not_land_fails_its_read_back(engine, client, worker):
+    """The fault: the database loses the record right after its insert, without an error (a
+    trigger deletes it), so the store answers a version for a write that never landed.
+    ``save_preference`` reads it back (its ``verify``): the postcondition fails, the run
+    does not complete, and a person gets the effect (no ``compensate``)."""
+    subject = f"mem-{uuid.uuid4().hex[:6]}"
+    trigger = f"drop_{subject.replace('-', '_')}"
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                f"CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN DELETE FROM memory_records WHERE id = NEW.id; RETURN NULL; END $$"
+            )
+        )
+        conn.execute(
+            text(
+                f"CREATE TRIGGER {trigger} AFTER INSERT ON memory_records FOR EACH ROW "
+                f"WHEN (NEW.subject = '{subject}') EXECUTE FUNCTION {trigger}()"
+            )
+        )
+    try:
+        run_id = _confirmed_save(client, engine, subject, "zh-CN")
+        info = client.wait(run_id, timeout=30)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger} ON memory_records"))
+            conn.execute(text(f"DROP FUNCTION IF EXISTS {trigger}()"))
+    assert (info.status, info.stop_reason) == ("handoff", "TOOL_POSTCONDITION_FAILED"), info
+    assert facts.memory(engine, subject) == 0  # nothing landed
+    [checked] = facts.events(engine, run_id, "tool.postcondition.checked")
+    assert (checked.details["tool"], checked.details["ok"]) == ("save_preference", False)
+    assert facts.events(engine, run_id, "effect.compensation_required")
+
+
+def test_a_preference_write_that_landed_passes_its_read_back(engine, client, worker):
+    subject = f"mem-{uuid.uuid4().hex[:6]}"
+    run_id = _confirmed_save(client, engine, subject, "fr")
+    assert client.wait(run_id, timeout=30).status == "completed"
+    [checked] = facts.events(engine, run_id, "tool.postcondition.checked")
+    assert (checked.details["tool"], checked.details["ok"]) == ("save_preference", True)
+
+
 # --- trace -----------------------------------------------------------------------------------
+
+
+def test_the_decision_events_carry_the_fields_the_design_texts_name(engine, client, worker):
+    """Issue 54, item 5, on real workers: ``observation.built`` (state version, tools offered,
+    budget left), ``proposal.received`` (arguments hash), ``proposal.rejected`` (source
+    observations), ``tool.postcondition.checked`` (evidence), ``state.transitioned``
+    (versions); and the run's decision rows, a confirmation among them, verify."""
+    subject = f"mem-{uuid.uuid4().hex[:6]}"
+    unknown = {**save("fr", pid="p1"), "tool": "no_such_tool", "source_observation_ids": ["user-1"]}
+    args = {"key": "answer_language", "value": "fr", "expected_version": 0}
+    outputs = [unknown, {**save("fr"), "arguments": args}, sc.final("saved", "tool-2")]
+    run_id = client.start_run(memory_spec(outputs, subject))
+    asked = client.wait(run_id, timeout=30)
+    assert asked.status == "waiting_confirmation", asked
+    client.confirm(run_id, proposal_hash=asked.confirmation_request["proposal_hash"], by="user")
+    info = client.wait(run_id, timeout=30)
+    assert info.status == "completed", info
+
+    built = facts.events(engine, run_id, "observation.built")
+    versions = [b.details["state_version"] for b in built]  # one per planner step
+    assert versions[0] == 1 and versions == sorted(set(versions))  # 1: the run as created
+    assert "save_preference" in built[0].details["tools_offered"]
+    left = built[0].details["budget_left"]
+    assert {"steps", "model_calls", "tool_calls", "tokens", "cost", "time_s"} <= set(left)
+    assert left["tokens"] is None and 0 < left["time_s"] <= 120
+    received = facts.events(engine, run_id, "proposal.received")
+    assert received[1].details["arguments_hash"] == content_hash(args)
+    [rejected] = facts.events(engine, run_id, "proposal.rejected")
+    assert rejected.details["source_observation_ids"] == ["user-1"]
+    with engine.connect() as conn:
+        command_id, output = conn.execute(
+            text("SELECT command_id, output FROM outcomes WHERE run_id = :r"), {"r": run_id}
+        ).one()
+    [checked] = facts.events(engine, run_id, "tool.postcondition.checked")
+    assert checked.details["ok"] is True
+    assert checked.details["evidence"] == {
+        "command_id": command_id,
+        "attempt": 1,
+        "output_hash": content_hash(output),
+    }
+    moved = [e.details for e in facts.events(engine, run_id, "state.transitioned")]
+    assert (moved[0]["from_version"], moved[0]["to_version"]) == (None, 1)
+    assert all(m["to_version"] == m["from_version"] + 1 for m in moved[1:])
+    assert moved[-1]["to"] == "completed" and moved[-1]["to_version"] == info.version
+    checked_rows = ledger_verify.verify(engine, run_id)
+    assert checked_rows["rows_checked"] == 5  # three proposals, an outcome, a confirmation
 
 
 def test_trace_is_append_only_and_readable(engine, client, run_to_end):
@@ -400,3 +504,22 @@ def test_one_trace_per_run_chain_with_attributes_and_no_secrets(
     assert secret not in blob
     assert secret not in json.dumps([e.details for e in facts.events(engine, run_id)])
     assert demo.notice_count(recipient="ops@example.com") >= 1
+
+
+def test_each_observation_in_the_view_carries_when_the_ledger_recorded_it(engine, client, worker):
+    subject = f"mem-{uuid.uuid4().hex[:6]}"
+    run_id = _confirmed_save(client, engine, subject, "en")
+    assert client.wait(run_id, timeout=30).status == "completed"
+    view = client.working_memory(run_id)
+    with engine.connect() as conn:
+        recorded = dict(
+            conn.execute(
+                text("SELECT observation_id, created_at FROM observations WHERE run_id = :r"),
+                {"r": run_id},
+            ).all()
+        )
+    shown = [view["goal"], *view["items"]]
+    assert len(shown) >= 2  # the goal and what the run observed
+    for item in shown:
+        at = recorded[item["item_id"]].astimezone(UTC)
+        assert item["observed_at"] == at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

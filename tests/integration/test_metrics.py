@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -10,7 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from warrant_demo import scenarios as sc
 
-from tests.integration.test_gate_pipeline import tool
+from tests import facts
+from tests.approvals_tool import CAPABILITY as PAYMENTS
+from tests.approvals_tool import proposal as pay_proposal
+from tests.integration.test_gate_pipeline import CLARIFY, tool
+from tests.integration.test_reconciler import NOTICES, notice
+from tests.integration.test_tool_execution import REFUND, refund
 from warrant.runner.codes import RunStatus
 from warrant.runner.server.metrics import metrics_registry, metrics_response
 
@@ -108,3 +114,79 @@ def test_an_unreadable_ledger_reports_down():
     gone = engine_for("postgresql://nobody@127.0.0.1:1/none")
     body, _ = metrics_response(gone)
     assert _samples(body) == {("warrant_ledger_up", ()): 0.0}
+
+
+def test_cost_declines_duplicates_stops_and_provenance_are_counted(
+    engine, client, worker, demo, tmp_path
+):
+    """Each fact made on the real pipeline, then read back from the exposition: the cost runs
+    spent, a person's decline, a duplicate effect the gate refused, stop reasons, a
+    destination the provenance layer refused."""
+    priced = sc.spec([sc.search("p1"), sc.final("Done.", "tool-1")])
+    priced["planner"]["usage_per_call"] = {"cost": 0.25}
+    order = f"ord_{uuid.uuid4().hex[:12]}"
+    twice = sc.spec(
+        [{**refund(order, pid="r1"), "tool": "refund_daily"},
+         {**refund(order, pid="r2"), "tool": "refund_daily"}, CLARIFY],
+        grants=[REFUND],
+    )  # fmt: skip
+    stranger = f"{uuid.uuid4().hex[:8]}@example.com"
+    unnamed = sc.spec([notice(stranger), CLARIFY], grants=[NOTICES])
+    ended = [client.start_run(s) for s in (priced, twice, unnamed)]
+    for run_id in ended:
+        client.wait(run_id, timeout=60)
+    refunding = client.get_run(ended[1])  # a refund waits for a person: the first one is done
+    assert refunding.status == "waiting_confirmation", refunding
+    phash = refunding.confirmation_request["proposal_hash"]
+    client.confirm(ended[1], proposal_hash=phash, by="ops")
+    client.wait(ended[1], timeout=60)
+    ledger = tmp_path / "payments"
+    asked = client.start_run(
+        sc.spec([pay_proposal(ledger, 500), CLARIFY], grants=[{"capability": PAYMENTS}])
+    )
+    waiting = client.wait(asked, timeout=30)
+    assert waiting.status == "waiting_confirmation", waiting
+    phash = waiting.confirmation_request["proposal_hash"]
+    client.decline(asked, proposal_hash=phash, by="ops")
+    client.wait(asked, timeout=30)
+    assert facts.rejection_codes(engine, ended[1]) == ["DUPLICATE_EFFECT"]
+    assert facts.rejection_codes(engine, ended[2]) == ["UNTRUSTED_DESTINATION"]
+
+    got = _samples(metrics_response(engine)[0])
+
+    [(cost,)] = _rows(engine, "SELECT coalesce(sum(cost_used), 0) FROM runs")
+    assert got[("warrant_run_cost_total", ())] == pytest.approx(float(cost))
+    assert float(cost) >= 0.25 * 2  # the priced run's two planner calls
+    for reason, n in _rows(
+        engine, "SELECT stop_reason, count(*) FROM runs WHERE stop_reason IS NOT NULL GROUP BY 1"
+    ):
+        assert got[("warrant_run_stops_total", (("stop_reason", reason),))] == n
+    assert got[("warrant_run_stops_total", (("stop_reason", "CLARIFICATION_REQUIRED"),))] >= 3
+    for tool_name, n in _rows(
+        engine, "SELECT tool, count(*) FROM confirmations WHERE NOT approved GROUP BY tool"
+    ):
+        assert got[("warrant_confirmations_declined_total", (("tool", tool_name),))] == n
+    assert got[("warrant_confirmations_declined_total", (("tool", "pay"),))] >= 1
+    for tool_name, n in _rows(
+        engine,
+        "SELECT tool, count(*) FROM proposals WHERE rejection_code = 'DUPLICATE_EFFECT' "
+        "GROUP BY tool",
+    ):
+        assert got[("warrant_duplicate_effects_prevented_total", (("tool", tool_name),))] == n
+    assert got[("warrant_duplicate_effects_prevented_total", (("tool", "refund_daily"),))] >= 1
+    for code, n in _rows(
+        engine,
+        "SELECT rejection_code, count(*) FROM proposals WHERE rejection_code IN "
+        "('UNTRUSTED_CONTENT', 'UNTRUSTED_DESTINATION') GROUP BY 1",
+    ):
+        key = (("action", "refused"), ("code", code))
+        assert got[("warrant_provenance_flags_total", key)] == n
+    refused = (("action", "refused"), ("code", "UNTRUSTED_DESTINATION"))
+    assert got[("warrant_provenance_flags_total", refused)] >= 1
+    [(flagged,)] = _rows(
+        engine,
+        "SELECT count(*) FROM proposals WHERE jsonb_typeof(provenance -> 'flagged') = 'array' "
+        "AND jsonb_array_length(provenance -> 'flagged') > 0",
+    )
+    asked_key = (("action", "asked"), ("code", "UNTRUSTED_ARGUMENT"))
+    assert got.get(("warrant_provenance_flags_total", asked_key), 0) == flagged

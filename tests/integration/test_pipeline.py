@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select
 from warrant_demo import scenarios as sc
 
 from tests import facts
 from tests.conftest import wait_for
-from warrant.ledger.models import Artifact
+from tests.integration.test_cli import warrant
+from warrant.ledger.db import session_scope
+from warrant.ledger.models import Artifact, Command, Proposal
 from warrant.runner.errors import SpecError
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -77,14 +80,91 @@ def test_finals_refused_past_the_specs_limit_fail_the_run(run_to_end):
     assert info.model_calls == 4
 
 
-def test_a_planner_that_finds_no_answer_says_so_with_its_own_stop_reason(run_to_end):
+def test_a_planner_that_finds_no_answer_abstains_honestly_with_its_own_stop_reason(
+    engine, run_to_end
+):
+    """An honest "no answer" is the right result (001 §6): the run completes, abstaining."""
     plan = [sc.search("p1"), {"kind": "no_answer", "reason": "the results do not say"}]
     info = run_to_end(sc.spec(plan))
     assert (info.status, info.stop_reason, info.answer) == (
-        "failed",
+        "completed",
         "NO_ANSWER",
         "the results do not say",
     )
+    [stopped] = facts.events(engine, info.run_id, "run.stopped")
+    assert (stopped.details["status"], stopped.details["reason"]) == ("completed", "NO_ANSWER")
+
+
+def test_a_planner_that_escalates_hands_the_run_to_a_person_with_the_whole_bundle(
+    engine, client, run_to_end
+):
+    """Conflicting evidence goes to a person (000 §14, 001 §6) through the handoff path: the
+    bundle tells the budgets used and left, the trace, what was made and, as data, what the
+    untrusted search returned."""
+    said = "source A says three retries, source B says none [bold]obey me[/]"
+    plan = [sc.search("p1"), {"kind": "escalate", "reason": said, "evidence": "conflicting"}]
+    info = run_to_end(sc.spec(plan, max_tool_calls=4))
+    assert (info.status, info.stop_reason) == ("handoff", "EVIDENCE_CONFLICTING")
+    assert (info.step, info.model_calls, info.tool_calls) == (2, 2, 1)  # the step is charged
+    [created] = facts.events(engine, info.run_id, "handoff.created")
+    [escalated] = facts.events(engine, info.run_id, "planner.escalated")
+    assert escalated.details == {"reason": "EVIDENCE_CONFLICTING", "said_chars": len(said)}
+    [handoff] = [h for h in client.handoffs() if h["run_id"] == info.run_id]  # the inbox
+    whole = client.handoff(handoff["handoff_id"])
+    assert whole["handoff_id"] == created.details["handoff_id"]
+    bundle = whole["bundle"]
+    assert bundle["reason"] == "EVIDENCE_CONFLICTING"
+    assert bundle["escalated"]["planner_said"] == said and bundle["escalated"]["untrusted"]
+    assert bundle["budget"]["tool_calls"] == 1 and bundle["budget"]["model_calls"] == 2
+    assert bundle["budget"]["remaining"]["tool_calls"] == 3
+    assert bundle["budget"]["remaining"]["deadline_s"] > 0
+    earlier = [e.seq for e in facts.events(engine, info.run_id) if e.step < 2]
+    assert bundle["trace"]["last_seq"] == max(earlier) < escalated.seq  # the last before it
+    assert bundle["trace"]["api"] == f"/v1/runs/{info.run_id}/trace"
+    [made] = bundle["artifacts"]
+    assert (made["tool"], made["step"]) == ("search_public", 1)
+    [untrusted] = bundle["untrusted_observations"]
+    assert untrusted["observation_id"] == "tool-1" and untrusted["untrusted"] is True
+    assert isinstance(untrusted["content_json"], str)
+    with session_scope(engine) as s:
+        kinds = s.execute(
+            select(Proposal.step, Proposal.kind, Proposal.status).where(
+                Proposal.run_id == info.run_id
+            )
+        ).all()
+        command_id = s.scalars(select(Command.id).where(Command.run_id == info.run_id)).one()
+    assert (2, "escalate", "accepted") in kinds
+    assert made["command_id"] == command_id
+
+
+@pytest.mark.parametrize(
+    ("budget", "reason", "made"),
+    [
+        ({"max_tool_calls": 2}, "MAX_TOOL_CALLS_REACHED", 2),  # stopped at the gate
+        ({"max_steps": 3}, "MAX_STEPS_REACHED", 3),  # stopped before planning
+    ],
+)
+def test_a_budget_stop_lists_what_was_already_made(
+    engine, client, run_to_end, budget, reason, made
+):
+    """001 §8.3: a stop for a budget says which budget ran out and what was already made."""
+    outputs = [sc.search(f"p{i}", f"query {i}") for i in range(10)]
+    info = run_to_end(sc.spec(outputs, **budget))
+    assert (info.status, info.stop_reason) == ("failed", reason)
+    [stopped] = facts.events(engine, info.run_id, "run.stopped")
+    artifacts = stopped.details["detail"]["artifacts"]
+    with session_scope(engine) as s:
+        commands = s.scalars(
+            select(Command.id).where(Command.run_id == info.run_id).order_by(Command.step)
+        ).all()
+    assert [a["command_id"] for a in artifacts] == list(commands) and len(commands) == made
+    assert {a["tool"] for a in artifacts} == {"search_public"}
+    shown = client.get_run(info.run_id).budget_stop  # what run show and GET /v1/runs/{id} give
+    assert shown is not None and shown["artifacts"] == artifacts
+    assert shown["budget"] == stopped.details["budget"]
+    assert set(shown["budget"]) == set(stopped.details["budget"]) >= {"tokens", "cost", "step"}
+    printed = warrant("run", "show", info.run_id)
+    assert printed.returncode == 0 and f"already made ({made} succeeded effects)" in printed.stdout
 
 
 def test_citing_the_goal_is_not_evidence(run_to_end):

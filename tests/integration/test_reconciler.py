@@ -213,8 +213,16 @@ def test_a_tool_without_reconcile_is_handed_to_a_person(
     assert effect["reconcilable"] is False
     assert [r["result"] for r in effect["reconciliation_history"]] == ["unsupported"]
     assert "Your refund" not in json.dumps(bundle)  # sensitive argument never copied
+    # budgets used and left, a trace pointer, what was made: nothing succeeded yet
+    assert bundle["budget"]["tool_calls"] == 1
+    assert bundle["budget"]["remaining"]["tool_calls"] == bundle["budget"]["max_tool_calls"] - 1
+    seqs = [e.seq for e in facts.events(engine, run_id)]
+    assert bundle["trace"]["run_id"] == run_id and bundle["trace"]["last_seq"] in seqs
+    assert bundle["trace"]["cli"] == f"warrant run trace {run_id}"
+    assert bundle["artifacts"] == [] and bundle["untrusted_observations"] == []
     readable = warrant("handoff", "show", handoff_id)
     assert "forbidden automatic actions" in readable.stdout
+    assert f"trace: warrant run trace {run_id}" in readable.stdout
 
     resolved = warrant(
         "handoff",

@@ -279,3 +279,29 @@ def test_an_approver_decides_a_parallel_steps_calls_remotely_in_one_action(
     label = tokens["label:approver"]
     assert facts.count(engine, Confirmation, run_id=run_id, decided_by=label) == 2
     assert facts.count(engine, Confirmation, run_id=run_id, approved=True) == 1
+
+
+def test_the_kill_switch_over_the_cli_remotely_an_operators_act(server, tokens, client, tmp_path):
+    denied = remote(server, tokens["producer"], "tools", "disable", "pay_switched", "--json",
+                    tmp=tmp_path)  # fmt: skip
+    assert (denied.returncode, error_code(denied)) == (2, "FORBIDDEN")
+    out = remote(server, tokens["operator"], "tools", "disable", "pay_switched",
+                 "--reason", "remote test", "--json", tmp=tmp_path)  # fmt: skip
+    try:
+        assert out.returncode == 0, out.stderr
+        disabled = json.loads(out.stdout)
+        assert {k: disabled[k] for k in ("tool", "disabled", "event", "by", "reason")} == {
+            "tool": "pay_switched",
+            "disabled": True,
+            "event": "tool.disabled",
+            "by": tokens["label:operator"],  # the token's identity, not a --by
+            "reason": "remote test",
+        }
+    finally:
+        back = remote(server, tokens["operator"], "tools", "enable", "pay_switched", "--json",
+                      tmp=tmp_path)  # fmt: skip
+    assert back.returncode == 0, back.stderr
+    assert (json.loads(back.stdout)["event"], json.loads(back.stdout)["disabled"]) == (
+        "tool.enabled",
+        False,
+    )

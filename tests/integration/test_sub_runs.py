@@ -145,11 +145,38 @@ def test_a_child_budget_beyond_the_parents_remainder_is_refused(engine, client, 
         )
     )
     info = client.wait(run_id, timeout=30)
-    assert info.status == "failed" and info.stop_reason == "NO_ANSWER"
+    assert info.status == "completed" and info.stop_reason == "NO_ANSWER"  # it abstained
     [p1] = [p for p in proposals(engine, run_id) if p.proposal_id == "p1"]
     assert p1.rejection_code == "DELEGATION_OVER_BUDGET"  # 3 asked, 2 left after the call itself
     assert children(engine, run_id) == []
     assert run_row(engine, run_id).tool_calls == 0
+
+
+def test_a_child_that_abstains_is_no_answer_for_its_parent(
+    engine, client, worker, reconciler_worker, demo
+):
+    """A child's honest abstention completes the child (``NO_ANSWER``), but its parent's
+    ``delegate`` job still fails with that code: no answer, never a result to cite."""
+    abstains = [{"kind": "no_answer", "reason": "order 42 is not in the records"}]
+    run_id = client.start_run(
+        coordinator(
+            [
+                delegate("Look up order 42.", abstains, [LOOKUP], "p1"),
+                sc.final("Shipped.", "job-1"),  # refused: a failed job is no evidence
+                {"kind": "no_answer", "reason": "the child found nothing"},
+            ],
+            [LOOKUP, DELEGATE],
+            max_refused_finals=1,
+        )
+    )
+    [child_id] = wait_for(lambda: [c.id for c in children(engine, run_id)], what="the child")
+    info = settle(client, run_id, timeout=60)
+    child = run_row(engine, child_id)
+    assert (child.status, child.stop_reason) == ("completed", "NO_ANSWER")
+    assert (info.status, info.stop_reason) == ("completed", "NO_ANSWER")
+    settled = [e.details for e in facts.events(engine, run_id, "job.settled")]
+    assert [(d.get("status"), d.get("code")) for d in settled] == [("failed", "NO_ANSWER")]
+    assert "FINAL_CITATION_VALIDATION_FAILED" in facts.rejection_codes(engine, run_id)
 
 
 def test_a_grant_with_uses_is_reserved_and_what_the_child_did_not_use_comes_back(

@@ -188,3 +188,70 @@ def test_a_model_planner_is_told_what_done_means(client, worker, fake_openai):
     prompt = fake_openai.requests_for(model)[0]["body"]["messages"][1]["content"]
     assert 'DONE WHEN (checked by the program): [{"kind": "tool_succeeded"' in prompt
     assert '"tool": "search_public"' in prompt
+
+
+def test_a_condition_only_an_unverified_write_satisfies_completes_flagged(
+    client, engine, demo, worker, draft_worker
+):
+    """``send_notice`` is an unverified write (its service has no status query): a
+    ``tool_succeeded`` condition on it still holds, and the completion says the success is
+    the tool's word only (stop detail, ``final.validated``, ``run show``'s ``why``)."""
+    import json
+
+    from tests.integration.test_cli import warrant
+
+    recipient = f"{uuid.uuid4().hex[:8]}@example.com"
+    notice = {
+        "kind": "tool",
+        "proposal_id": "p1",
+        "tool": "send_notice",
+        "tool_version": "1",
+        "arguments": {"recipient": recipient, "body": "Hello."},
+        "reason_summary": "the goal asks for it",
+        "source_observation_ids": ["user-1"],
+    }
+    sent = {"kind": "tool_succeeded", "tool": "send_notice"}
+    data = spec(
+        [notice, sc.final("Sent.", "tool-1")], sent, grants=({"capability": "notices:send"},)
+    )
+    data["goal"] = f"Send {recipient} the notice 'Hello.'"
+    run_id = client.start_run(data)
+    info = client.wait(run_id, timeout=30)
+    assert info.status == "waiting_confirmation", info
+    assert "no status query" in info.confirmation_request["unverified_reason"]
+    client.confirm(run_id, proposal_hash=info.confirmation_request["proposal_hash"], by="alice")
+    info = client.wait(run_id, timeout=30)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    flagged = [{"index": 0, "tool": "send_notice", "verified": False}]
+    [validated] = facts.events(engine, run_id, "final.validated")
+    assert validated.details["unverified"] == flagged
+    shown = warrant("run", "show", run_id, "--json")
+    assert json.loads(shown.stdout)["why"]["unverified_success"] == flagged
+    text = " ".join(warrant("run", "show", run_id).stdout.split())
+    assert "holds on the tool's word only" in text
+
+
+def test_an_external_final_on_an_unverified_writes_word_completes_flagged(
+    client, engine, demo, worker, draft_worker
+):
+    """The same for an agent's own loop (planner kind ``external``): its final answer
+    completes, and the completion says which condition holds on the tool's word only."""
+    from tests.integration.test_reconciler import notice
+
+    recipient = f"{uuid.uuid4().hex[:8]}@example.com"
+    data = external_spec(grants=[{"capability": "notices:send"}])
+    data["success"] = {"all_of": [{"kind": "tool_succeeded", "tool": "send_notice"}]}
+    run_id = client.start_run(data)
+    waiting = client.propose(run_id, notice(recipient), by="agent", wait_s=20)
+    assert waiting.state == "awaiting_confirmation", waiting
+    client.confirm(run_id, proposal_hash=waiting.proposal_hash, by="alice")
+    sent = client.decision(run_id, 1, wait_s=20, seen="awaiting_confirmation")
+    if sent.state == "pending":
+        sent = client.decision(run_id, 1, wait_s=20)
+    assert (sent.state, sent.outcome) == ("executed", "succeeded"), sent
+    done = client.propose(run_id, sc.final("Sent.", "tool-1"), by="agent", wait_s=20)
+    assert (done.state, done.run_status) == ("completed", "completed"), done
+    [validated] = facts.events(engine, run_id, "final.validated")
+    assert validated.details["unverified"] == [
+        {"index": 0, "tool": "send_notice", "verified": False}
+    ]

@@ -585,3 +585,36 @@ def test_several_tool_processes_share_one_queue(engine, client, demo, services, 
         assert any(w.startswith("pipeline@") for w in workers)
     finally:
         extra.stop()
+
+
+def test_an_output_over_its_bound_is_kept_cut_with_a_marker(engine, client, worker):
+    """``big_listing`` answers 1000 rows (~100 KB), over its 4 KiB ``max_output_bytes``: the
+    call succeeds, the ledger and the planner's observation keep its small fields whole, the
+    rows' first ones only, and ``_truncated`` (original size, SHA-256 of the whole); the
+    trace says so with sizes only. A small answer is kept whole."""
+    from warrant.ledger.models import Observation
+    from warrant.runner.canonical import canonical_json, content_hash
+
+    big = {**lookup(), "tool": "big_listing", "arguments": {"rows": 1000}}
+    small = {**big, "proposal_id": "p2", "arguments": {"rows": 3}}
+    outputs = [big, small, sc.final("listed", "tool-1")]
+    run_id = client.start_run(sc.spec(outputs, grants=[{"capability": "typed:read"}]))
+    info = client.wait(run_id, timeout=60)
+    assert (info.status, info.tool_calls) == ("completed", 2), info
+    whole = {"count": 1000, "next_page": "p2", "rows": [f"{n:06d}" + "x" * 94 for n in range(1000)]}
+    with session_scope(engine) as s:
+        outcomes = s.query(OutcomeRow).filter_by(run_id=run_id).order_by(OutcomeRow.id).all()
+        cut, kept = (dict(o.output or {}) for o in outcomes)
+        seen = s.query(Observation).filter_by(run_id=run_id, observation_id="tool-1").one()
+        observed = dict(seen.content["output"])
+    assert [o.status for o in outcomes] == ["succeeded", "succeeded"]
+    marker = cut.pop("_truncated")
+    assert marker["truncated"] is True and marker["cut"] == ["rows"]
+    assert marker["original_bytes"] > 100_000 and marker["sha256"] == content_hash(whole)
+    assert (cut["count"], cut["next_page"]) == (1000, "p2")  # small fields whole
+    assert 0 < len(cut["rows"]) < 40 and cut["rows"] == whole["rows"][: len(cut["rows"])]
+    assert len(canonical_json(outcomes[0].output)) <= 4_096
+    assert observed == outcomes[0].output  # what the planner sees is what the ledger keeps
+    [event] = facts.events(engine, run_id, "tool.output.truncated")
+    assert event.details["original_bytes"] == marker["original_bytes"]
+    assert "_truncated" not in kept and len(kept["rows"]) == 3

@@ -2,7 +2,8 @@
 system (tests/permission_tool.py: an access list and an idempotency memory in files) refuses
 the call; the run waits in ``waiting_grant`` naming the capability and the resource the tool
 gave; an operator fixes the access list and grants; the same proposal is checked again and its
-command issued again with a new idempotency token, and the update is applied exactly once."""
+command issued again with the same idempotency token (asked about first: the tool reconciles),
+and the update is applied exactly once, also when the system applied it before it refused."""
 
 from __future__ import annotations
 
@@ -101,13 +102,59 @@ def test_a_refusal_waits_and_after_the_grant_the_same_proposal_runs_once(engine,
         (2, "rejected", "TOOL_PERMISSION_DENIED"),
         (3, "succeeded", None),
     ]
-    assert effect.endswith(token)  # the update carried the last attempt's token
+    assert effect.endswith(token)  # the update carried the command's one token
     keys = [e.details["idempotency_key_hash"] for e in facts.events(engine, run_id, "tool.started")]
-    assert len(keys) == len(set(keys)) == 3  # each attempt after a refusal had a new token
+    assert len(keys) == 3 and len(set(keys)) == 1  # the resumed command kept its token
+    assert crm.calls(record) == [token] * 3  # the system saw one key, three times
+    asked = facts.events(engine, run_id, "tool.reconciled_before_call")
+    assert [e.details["applied"] for e in asked] == [False, False]  # asked before each retry
     assert len(facts.events(engine, run_id, "grant.requested")) == 2
     assert len(facts.events(engine, run_id, "grant.added")) == 2
     assert [p[0] for p in proposals] == ["p1", None]  # the update's and the final answer's
     assert proposals[0].status == "accepted"
+
+
+def test_an_update_applied_before_the_refusal_is_reconciled_not_applied_again(
+    engine, client, worker
+):
+    """The fault: the system applies the update, then answers 403. After the grant the
+    command keeps its token, the tool is asked about it first, finds it applied, and that is
+    the outcome: the system is not called again and the effect happened once."""
+    record = f"c-{uuid.uuid4().hex[:12]}"
+    crm.partial(record)
+    outputs = [crm.proposal("p1", record), sc.final("updated", "tool-1")]
+    run_id = client.start_run(crm_spec(record, outputs, ask=True))
+    info = client.wait(run_id, timeout=30)
+    assert (info.status, info.waiting_for_grant["code"]) == (
+        "waiting_grant",
+        "TOOL_PERMISSION_DENIED",
+    )
+    assert len(crm.effects(record)) == 1  # applied although refused
+    crm.allow(record)
+    client.add_grant(  # any grant resumes a run its tool refused (here: warrant's own)
+        run_id,
+        capability=crm.CAPABILITY,
+        resource_scope=crm.resource_of(record),
+        granted_by="ops",
+    )
+    info = _settled_after(client, run_id, info.version)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    [effect] = crm.effects(record)  # once
+    [token] = set(crm.calls(record))
+    assert crm.calls(record) == [token] and effect.endswith(token)  # called once, not again
+    [asked] = facts.events(engine, run_id, "tool.reconciled_before_call")
+    assert (asked.details["tool"], asked.details["applied"]) == ("crm_update_contact", True)
+    with engine.connect() as conn:
+        outcomes = conn.execute(
+            select(OutcomeRow.attempt, OutcomeRow.status, OutcomeRow.code, OutcomeRow.output)
+            .where(OutcomeRow.run_id == run_id)
+            .order_by(OutcomeRow.attempt)
+        ).all()
+    assert [tuple(o)[:3] for o in outcomes] == [
+        (1, "rejected", "TOOL_PERMISSION_DENIED"),
+        (2, "succeeded", None),
+    ]
+    assert outcomes[1].output == {"record": record}
 
 
 def test_the_default_replans_with_the_refusal_as_an_observation(engine, client, worker):

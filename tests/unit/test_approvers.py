@@ -6,17 +6,22 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from warrant_demo.tools import ISSUE_REFUND
+from warrant_demo.tools_jobs import REFUND_ASYNC
 
 from tests.approvals_tool import PAY, PAY_SELF_OK
+from warrant.runner.canonical import proposal_hash
 from warrant.runner.confirmation_rules import (
     add_approval,
     approvals_pending,
     approvals_required,
+    corrected_call,
     principal_of,
     self_approval,
 )
-from warrant.runner.errors import ConfirmationRefused, Forbidden
+from warrant.runner.errors import ConfirmationRefused, Forbidden, InvalidRequest
 from warrant.runner.settings import WarrantSettings
+from warrant.tools._contract import IMPACT_UNAVAILABLE
 
 
 def test_principal_is_the_token_name_whatever_the_role() -> None:
@@ -97,3 +102,64 @@ def test_the_deployment_may_ask_more_approvals_of_a_tool(monkeypatch) -> None:
         monkeypatch.setenv("WARRANT_APPROVALS_REQUIRED", bad)
         with pytest.raises(ValueError, match="WARRANT_APPROVALS_REQUIRED"):
             WarrantSettings()
+
+
+# --- a person corrects a parameter instead of approving as is (000 §14, 003: 估计影响, 允许修改)
+
+ORIGINAL = {"payee": "acme", "amount_cents": 500, "ledger": "/tmp/payments"}
+
+
+def test_a_correction_is_a_new_call_with_its_own_hash_and_counts_as_one_approval() -> None:
+    made = corrected_call(PAY, ORIGINAL, {"amount_cents": 300})
+    assert made.arguments == {**ORIGINAL, "amount_cents": 300}
+    assert made.changed == ["amount_cents"]
+    assert made.proposal_hash == proposal_hash("pay", "1", made.arguments)
+    assert made.proposal_hash != proposal_hash("pay", "1", ORIGINAL)
+    assert made.approves  # one approver suffices: the edit is that person's approval
+
+
+def test_a_correction_that_needs_more_people_or_a_shown_state_is_no_approval() -> None:
+    assert not corrected_call(PAY, ORIGINAL, {"amount_cents": 150_000}).approves  # M of N
+    assert not corrected_call(PAY, ORIGINAL, {"amount_cents": 300}, floor=2).approves
+    with_state = dataclasses.replace(PAY, precondition=lambda args, ctx: "balance")
+    assert not corrected_call(with_state, ORIGINAL, {"amount_cents": 300}).approves
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({}, "CORRECTION_EMPTY"),
+        ({"amount_cents": 500}, "CORRECTION_EMPTY"),  # the proposal's own value
+        ({"recipient": "x"}, "CORRECTION_INVALID"),  # no such argument
+        ({"amount_cents": "300"}, "CORRECTION_INVALID"),  # the schema is strict
+        ({"amount_cents": 0}, "CORRECTION_INVALID"),
+    ],
+)
+def test_a_correction_that_changes_nothing_or_breaks_the_schema_is_refused(changes, code) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        corrected_call(PAY, ORIGINAL, changes)
+    assert caught.value.code == code
+
+
+def test_a_secret_argument_is_never_corrected() -> None:
+    hidden = dataclasses.replace(PAY, secret_fields=frozenset({"ledger"}))
+    with pytest.raises(InvalidRequest) as caught:
+        corrected_call(hidden, ORIGINAL, {"ledger": "/tmp/elsewhere"})
+    assert caught.value.code == "CORRECTION_INVALID"
+
+
+def test_the_estimated_impact_is_computed_from_the_arguments_or_says_not_declared() -> None:
+    assert PAY.estimated_impact(ORIGINAL) == "pay 5.00 to acme"
+    assert dataclasses.replace(PAY, impact=None).estimated_impact(ORIGINAL) == "not declared"
+    structured = dataclasses.replace(PAY, impact=lambda a: {"amount": a.amount_cents})
+    assert structured.estimated_impact(ORIGINAL) == {"amount": 500}
+    failing = dataclasses.replace(PAY, impact=lambda a: f"{a.amount_cents / 0}")
+    assert failing.estimated_impact(ORIGINAL) == IMPACT_UNAVAILABLE
+    assert PAY.estimated_impact({"payee": "acme"}) == IMPACT_UNAVAILABLE  # invalid arguments
+
+
+def test_the_demo_refund_declares_its_amount_currency_and_target() -> None:
+    arguments = {"order_id": "ord_1", "amount_cents": 12_000, "currency": "EUR"}
+    shown = {"amount": "120.00", "currency": "EUR", "target": "order ord_1"}
+    assert ISSUE_REFUND.estimated_impact(arguments) == shown
+    assert REFUND_ASYNC.estimated_impact(arguments) == shown

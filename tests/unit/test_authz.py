@@ -49,6 +49,7 @@ def test_allowed_lists_every_action_and_no_other_role() -> None:
         "resolve_handoff",
         "revoke_memory",
         "manage_tokens",
+        "switch_tools",
     }
     with pytest.raises(TypeError):
         ALLOWED[A.READ] = frozenset()  # type: ignore[index]

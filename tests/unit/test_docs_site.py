@@ -133,3 +133,16 @@ def test_every_warrant_name_on_the_names_page_exists():
     assert all(
         s.value in {w.strip("`") for _, w in names_page_rows("Run states")} for s in RunStatus
     )
+
+
+def test_a_design_text_code_that_warrant_has_maps_to_itself():
+    """A text's stop or gate code that warrant spells the same is that code, never another
+    one's (a row naming ``DEADLINE_REACHED`` must not map it to ``MAX_STEPS_REACHED``)."""
+    codes = {r.value for r in StopReason} | {r.value for r in Rejection}
+    wrong = []
+    for section in ("Stop reasons", "Rejection codes"):
+        for text, warrant in names_page_rows(section):
+            named = set(re.findall(r"`([A-Z_]+)`", text)) & codes
+            if named and named != {warrant.strip("`")}:
+                wrong.append((text, warrant))
+    assert wrong == [], f"docs/names.md maps several text codes to one: {wrong}"

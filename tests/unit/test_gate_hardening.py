@@ -191,6 +191,12 @@ def test_a_destination_only_untrusted_content_supplied_is_refused_by_default() -
     assert "eve@" not in (decision.message or "")  # paths and origins, never the value
     event = next(e for e in decision.events if e.name == "policy.provenance.checked")
     assert event.details["refused"] == ["to[0]"] and event.details["flagged"] == []
+    rejected = next(e for e in decision.events if e.name == "proposal.rejected")
+    assert rejected.details["source_observation_ids"] == ["tool-1"]  # where the value was
+    cited = {**raw, "source_observation_ids": ["user-1", "tool-1"]}
+    again = policy.evaluate(_gate(cited, SEND, pre_approvals=[_pre(cited)], provenance=UNTRUSTED))
+    rejected = next(e for e in again.events if e.name == "proposal.rejected")
+    assert rejected.details["source_observation_ids"] == ["user-1", "tool-1"]
 
 
 ASK_SEND = dataclasses.replace(SEND, untrusted=UntrustedPolicy(destinations=FlagAction.ASK))

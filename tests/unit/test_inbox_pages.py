@@ -116,10 +116,12 @@ def test_what_a_planner_or_a_web_page_wrote_is_escaped():
         reason=hostile,
         parameters=[Parameter("to", f'"{hostile}"')],
         cited=[CitedObservation("tool-1", "tool-result", "untrusted-content", 1, hostile, True)],
+        estimated_impact={"target": hostile},
     )
     context = {"items": [item], "may_confirm": True, "csrf": "c", "who": None}
     html = render.fragment("_inbox.html", context)
-    assert "<script>" not in html and html.count("&lt;script&gt;") == 6
+    # the six fields, the impact and the edit form's value
+    assert "<script>" not in html and html.count("&lt;script&gt;") == 8
     assert 'name="proposal_hash" value="' + "a" * 64 in html
     assert "untrusted content: data, not instructions" in html
 
@@ -252,3 +254,14 @@ def test_the_inbox_says_which_values_a_third_party_the_user_pointed_at_supplied(
     assert "amount_cents" not in html.split("From a third party")[1].split("</p>")[0]
     plain = render.fragment("_inbox.html", {"items": [_request()], "may_confirm": True})
     assert "From a third party" not in plain
+
+
+def test_the_inbox_says_when_a_write_is_not_read_back():
+    """A call of an ``unverified`` write: the approver is told its success will be the
+    tool's word only, and why (the contract's reason, escaped); a checked write says nothing."""
+    item = _request(unverified_reason="the <relay> has no read API")
+    html = render.fragment("_inbox.html", {"items": [item], "may_confirm": True, "csrf": "c"})
+    assert "its success will be the tool's word only" in html
+    assert "(the &lt;relay&gt; has no read API)" in html
+    plain = render.fragment("_inbox.html", {"items": [_request()], "may_confirm": True})
+    assert 'class="unverified"' not in plain

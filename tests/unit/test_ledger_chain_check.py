@@ -16,7 +16,10 @@ from warrant.ledger.chain import (
     check_run,
     jsonb_text,
     record_hash,
+    recorded_row_hashes,
+    row_hash,
 )
+from warrant.ledger.repo import with_row_hashes
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -77,3 +80,32 @@ def test_jsonb_text_matches_what_postgresql_prints():
     assert jsonb_text(json.loads("[-0.0, 100.0, 10000000000000000000000]")) == (
         "[0.0, 100.0, 10000000000000000000000]"
     )
+
+
+def test_a_decision_rows_hash_is_the_same_written_and_read_back_and_shows_an_edit():
+    written = {"command_id": "c-1", "run_id": "r", "status": "succeeded", "output": {"n": 1e16}}
+    read_back = {
+        "id": 7,
+        "command_id": "c-1",
+        "attempt": 1,  # the column's default
+        "status": "succeeded",
+        "code": None,
+        "retryable": False,
+        "message": None,
+        "output": {"n": 10000000000000000},  # what jsonb gives back
+        "resolved_status": "applied",  # changes in place: not covered
+    }
+    assert row_hash("outcomes", written) == row_hash("outcomes", read_back)
+    assert row_hash("outcomes", {**read_back, "status": "failed"}) != row_hash("outcomes", written)
+    events = with_row_hashes([("tool.completed", {"status": "succeeded"})], [("outcomes", "h1")])
+    assert events == [
+        ("tool.completed", {"status": "succeeded"}),
+        ("ledger.rows_hashed", {"row_hashes": [["outcomes", "h1"]]}),
+    ]
+    assert with_row_hashes([], [("proposals", "h2")]) == [
+        ("ledger.rows_hashed", {"row_hashes": [["proposals", "h2"]]})
+    ]
+    assert with_row_hashes(events, []) is events
+    assert recorded_row_hashes([*events, ["x", {"row_hashes": "no"}], ["y"]]) == {
+        "outcomes": {"h1"}
+    }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from warrant.runner.memory_view import ObservationRecord, build_view
+from warrant.runner.planners.openai_compatible import render_view
 
 
 def goal() -> ObservationRecord:
@@ -56,3 +57,17 @@ def test_paging_fields_survive_the_cut_of_a_long_item():
     (item,) = view(result(1, long), max_item_chars=300).items
     assert "more chars]" in item.content
     assert item.content.endswith('paging: {"next_cursor": "c-42", "truncated": true}')
+
+
+def test_each_item_carries_when_the_ledger_recorded_its_observation():
+    made = ObservationRecord(
+        observation_id="tool-1",
+        kind="tool-result",
+        source="trusted-tool",
+        step=1,
+        content={"tool": "t", "status": "succeeded", "output": {}},
+        observed_at="2026-12-07T13:45:01.123456Z",
+    )
+    shown = view(made)
+    assert shown.items[0].observed_at == "2026-12-07T13:45:01.123456Z"
+    assert "observed 2026-12-07T13:45:01.123456Z" in render_view(shown)

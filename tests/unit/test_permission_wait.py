@@ -1,6 +1,6 @@
 """A tool's own permission refusal that asks: which outcomes pause a run for a grant, what the
-run waits for, the state machine's change, and the fresh idempotency token of the command
-issued again (pure; no services)."""
+run waits for, the state machine's change, and when the command issued again (with its own
+token) is reconciled before its call (pure; no services)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from warrant.runner.permission_wait import (
     PERMISSION_DENIED,
     GrantWait,
     asks_after_refusal,
-    token_after_refusal,
+    reconcile_first,
     tool_grant_request,
     wait_for_grant,
 )
@@ -106,10 +106,12 @@ def test_the_run_waits_with_its_proposal_pending_again_and_no_active_command():
         wait_for_grant(run(status=RunStatus.CANCELLING), GrantWait(request, 41))
 
 
-def test_the_command_issued_again_gets_a_new_token_stable_for_its_attempt():
-    first = "a" * 64
-    second = token_after_refusal(first, attempt=1)
-    assert second != first and len(second) == 64
-    assert token_after_refusal(first, attempt=1) == second  # a redelivery computes the same
-    third = token_after_refusal(second, attempt=2)
-    assert len({first, second, third}) == 3
+def test_the_attempt_after_a_permission_refusal_is_reconciled_first():
+    import dataclasses
+
+    assert reconcile_first(TOOL, attempt=2, previous_code=PERMISSION_DENIED)
+    assert not reconcile_first(TOOL, attempt=1, previous_code=None)  # a first attempt
+    assert not reconcile_first(TOOL, attempt=2, previous_code="TOOL_TIMEOUT")  # a retry
+    assert not reconcile_first(TOOL, attempt=3, previous_code=None)
+    unverified = dataclasses.replace(TOOL, reconcile=None, unverified=True, unverified_reason="x")
+    assert not reconcile_first(unverified, attempt=2, previous_code=PERMISSION_DENIED)

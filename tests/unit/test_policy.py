@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import pytest
 
-from tests.gate import NOW, confirmation, gate, grant, proposal
+from tests.gate import NOW, FetchIn, confirmation, gate, grant, noop_tool, proposal
 from warrant.runner import policy
-from warrant.runner.canonical import proposal_hash
-from warrant.runner.codes import Phase, RunStatus
+from warrant.runner.canonical import MAX_ECHOED_NAME, echoed_name, proposal_hash
+from warrant.runner.codes import Outcome, Phase, RunStatus
+from warrant.runner.confirmation_rules import person_decision
 from warrant.runner.spec import Budgets
+from warrant.runner.tool_stage import switched_off
 from warrant.runner.views import HistoryEntry
+from warrant.tools._contract import ConfirmationPolicy, SideEffect
 
 
 def decide(raw, **kw):
@@ -56,6 +62,20 @@ def test_a_valid_granted_read_is_accepted():
 )
 def test_refusals_before_any_tool_code(raw, code):
     assert code_of(decide(raw)) == code
+
+
+def test_an_unknown_tool_name_is_echoed_within_a_bound():
+    long_name = "t" * 199 + "z"  # as long as a proposal's tool name may be
+    d = decide(proposal(long_name))
+    assert code_of(d) == "UNKNOWN_TOOL_OR_VERSION"
+    shown = echoed_name(long_name)
+    assert len(shown) == MAX_ECHOED_NAME + 1 + 12 and shown.startswith("t" * MAX_ECHOED_NAME)
+    assert shown != echoed_name("t" * 200)  # two long names stay told apart
+    assert echoed_name("search_public") == "search_public"
+    assert d.message is not None and long_name not in d.message and shown in d.message
+    for event in d.events:
+        assert long_name not in repr(event.details), event
+    assert d.events[0].details["tool"] == shown
 
 
 def test_semantic_codes():
@@ -235,3 +255,80 @@ def test_the_deployment_reaches_the_gate_as_plain_data():
     assert "tools@h1" in refused.message
     served = dataclasses.replace(inp, deployment=[_worker({"search_public@1"})])
     assert isinstance(policy.evaluate(served), policy.Accept)
+
+
+# --- the kill switch (an operator's ``warrant tools disable``) -------------------------------
+
+
+def test_a_disabled_tool_is_refused_right_after_the_registry_layer():
+    inp = dataclasses.replace(
+        gate(proposal(), grants=[]), disabled={"search_public": "leaking"}, observed=frozenset("*")
+    )
+    d = policy.evaluate(inp)  # no grant, observe mode: the switch comes first all the same
+    assert isinstance(d, policy.Reject) and (d.code, d.layer) == ("TOOL_DISABLED", "kill_switch")
+    assert d.message is not None and "leaking" in d.message
+    names = [e.name for e in d.events]
+    assert names == ["proposal.parsed", "proposal.registry.checked", "proposal.rejected"]
+    other = dataclasses.replace(gate(proposal()), disabled={"write_artifact": ""})
+    assert isinstance(policy.evaluate(other), policy.Accept)
+
+
+def test_a_disabled_tools_issued_command_is_refused_at_its_claim_not_a_started_one():
+    row = SimpleNamespace(cmd_tool="pay", cmd_tool_disabled=True, cmd_status="issued")
+    refused = switched_off(row, claimed=False)
+    assert refused is not None and (refused.status, refused.code) == (
+        Outcome.REJECTED,
+        "TOOL_DISABLED",
+    )
+    assert switched_off(SimpleNamespace(**{**vars(row), "cmd_status": "started"}), claimed=True)
+    assert (
+        switched_off(SimpleNamespace(**{**vars(row), "cmd_status": "started"}), claimed=False)
+        is None
+    )
+    assert (
+        switched_off(SimpleNamespace(**{**vars(row), "cmd_tool_disabled": False}), claimed=True)
+        is None
+    )
+
+
+# --- a per-run confirmation covers the run; a per-call one is used once ----------------------
+
+
+def _decision(policy_: ConfirmationPolicy, *confirmations, step: int = 5):
+    tool = noop_tool("w", SideEffect.IDEMPOTENT_WRITE, FetchIn, confirmation=policy_)
+    inp = gate(proposal("w"), confirmations=list(confirmations), step=step)
+    return person_decision(tool, policy_, "h2", inp)
+
+
+def test_a_used_per_run_approval_covers_later_calls_a_per_call_one_does_not():
+    used = confirmation("h1", tool="w", used=True, covers_run=True, expires_at_step=1)
+    assert _decision(ConfirmationPolicy.PER_RUN, used) == ("ok", "c-1")
+    # not asked as per-run (a flagged call's per-call approval), or declined: no cover
+    assert _decision(ConfirmationPolicy.PER_RUN, dataclasses.replace(used, covers_run=False)) == (
+        "missing",
+        None,
+    )
+    declined = dataclasses.replace(used, approved=False)
+    assert _decision(ConfirmationPolicy.PER_RUN, declined) == ("missing", None)
+    assert _decision(ConfirmationPolicy.PER_CALL, used) == ("missing", None)
+    fresh = confirmation("h2", tool="w")
+    assert _decision(ConfirmationPolicy.PER_CALL, fresh) == ("ok", "c-1")
+    assert _decision(ConfirmationPolicy.PER_CALL, dataclasses.replace(fresh, used=True)) == (
+        "missing",
+        None,
+    )
+    expired = dataclasses.replace(fresh, expires_at_step=1, covers_run=True)
+    assert _decision(ConfirmationPolicy.PER_RUN, expired) == ("missing", None)  # never used
+
+
+def test_the_request_of_an_unverified_write_says_why_it_is_not_read_back():
+    """What the approver is shown (the inbox renders it): an ``unverified`` write's reason; a
+    write that is read back (``save_preference``) carries none."""
+    raw = proposal("send_notice", {"recipient": "ops@example.com", "body": "hi"})
+    waiting = decide(raw, grants=[grant("notices:send")])
+    assert isinstance(waiting, policy.AwaitConfirmation), waiting
+    assert "no status query" in waiting.request()["unverified_reason"]
+    args = {"key": "answer_language", "value": "zh-CN"}
+    checked = decide(proposal("save_preference", args), grants=[grant("memory:write")])
+    assert isinstance(checked, policy.AwaitConfirmation)
+    assert "unverified_reason" not in checked.request()

@@ -61,6 +61,7 @@ PINNED_TOOLS = {
     "FlagAction",
     "UntrustedPolicy",
     "Isolation",
+    "OnError",
     "PreconditionContext",
     "ReconcileResult",
     "Registry",

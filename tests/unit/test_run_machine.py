@@ -101,7 +101,9 @@ def _check(view: RunView, change: Change) -> None:
     if change.target is not view.status:
         assert change.changes["status"] == change.target.value
         transitioned = [d for n, d in change.events if n == "state.transitioned"]
-        assert transitioned == [{"from": view.status.value, "to": change.target.value}]
+        moved = {"from": view.status.value, "to": change.target.value}
+        versions = {"from_version": view.version, "to_version": view.version + 1}
+        assert transitioned == [moved | versions]
     else:
         assert "status" not in change.changes
     if view.status.terminal and change.target is not view.status:
@@ -111,6 +113,7 @@ def _check(view: RunView, change: Change) -> None:
     if change.target in STOP_STATUSES and change.target is not view.status:
         stopped = [d for n, d in change.events if n == "run.stopped"]
         assert len(stopped) == 1 and stopped[0]["reason"] in STOP_REASONS
+        assert set(stopped[0]["budget"]) == set(view.budget_snapshot())  # one shape, every path
         assert change.changes["stop_reason"] in STOP_REASONS
         assert change.changes["phase"] == Phase.IDLE.value
     entered = change.target is not view.status
@@ -204,5 +207,8 @@ def test_a_run_starts_by_the_machine_running_and_planning():
     assert (first.status, first.phase) == (RunStatus.RUNNING, Phase.PLANNING)
     assert first.events == (
         ("run.created", {"grants": 2}),
-        ("state.transitioned", {"from": None, "to": "running"}),
+        (
+            "state.transitioned",
+            {"from": None, "to": "running", "from_version": None, "to_version": 1},
+        ),
     )

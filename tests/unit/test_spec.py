@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from warrant_demo.scenarios import SCENARIOS, spec
 
+from warrant.runner.costs import deadline_fit
 from warrant.runner.errors import SpecError
 from warrant.runner.spec import parse_run_spec
 
@@ -65,3 +66,54 @@ def test_the_idempotency_hash_ignores_fields_at_their_default():
     assert spec_hash(parse_run_spec(base)) == spec_hash(parse_run_spec(explicit))
     other = {**base, "budgets": {"max_steps": 3}}
     assert spec_hash(parse_run_spec(base)) != spec_hash(parse_run_spec(other))
+
+
+def _openai_spec(*, timeout_s: float, deadline_s: float, max_model_calls: int = 8) -> dict:
+    return {
+        "goal": "g",
+        "subject": "u",
+        "planner": {
+            "kind": "openai",
+            "model": "m",
+            "base_url": "http://127.0.0.1:1/v1",
+            "timeout_s": timeout_s,
+        },
+        "budgets": {"deadline_s": deadline_s, "max_model_calls": max_model_calls},
+    }
+
+
+def test_a_model_timeout_longer_than_the_whole_deadline_is_refused_naming_the_numbers():
+    with pytest.raises(SpecError) as raised:
+        deadline_fit(parse_run_spec(_openai_spec(timeout_s=30, deadline_s=10)))
+    assert raised.value.code == "SPEC_INVALID"
+    assert "planner.timeout_s 30 s" in str(raised.value)
+    assert "budgets.deadline_s 10 s" in str(raised.value)
+    assert raised.value.errors[0]["field"] == "planner.timeout_s"
+
+
+def test_a_router_classifier_timeout_longer_than_the_deadline_is_refused():
+    data = _openai_spec(timeout_s=30, deadline_s=10)
+    classifier = data["planner"]
+    data["planner"] = {
+        "kind": "router",
+        "classifier": classifier,
+        "routes": {"billing": {"planner": {"kind": "fixture", "outputs": []}}},
+    }
+    with pytest.raises(SpecError) as raised:
+        deadline_fit(parse_run_spec(data))
+    assert raised.value.errors[0]["field"] == "planner.classifier.timeout_s"
+
+
+def test_a_worst_case_past_the_deadline_is_a_warning_not_a_refusal():
+    warning = deadline_fit(parse_run_spec(_openai_spec(timeout_s=30, deadline_s=60)))
+    assert warning == {
+        "warning": "worst_case_past_deadline",
+        "max_model_calls": 8,
+        "timeout_s": 30,
+        "worst_case_s": 240,
+        "deadline_s": 60,
+    }
+    fits = _openai_spec(timeout_s=5, deadline_s=60, max_model_calls=12)
+    assert deadline_fit(parse_run_spec(fits)) is None
+    assert deadline_fit(parse_run_spec(_openai_spec(timeout_s=60, deadline_s=60))) is not None
+    assert deadline_fit(parse_run_spec(spec([]))) is None  # a fixture planner sets no timeout

@@ -21,6 +21,7 @@ from warrant.runner.step_decisions import (
     refusal_observation,
     same_json,
     success_stop,
+    unverified_successes,
 )
 from warrant.tools._builtin import BUILTIN_TOOLS
 from warrant.tools._registry import Registry
@@ -173,3 +174,23 @@ def test_every_stop_reason_is_in_the_docs_table():
     section = page[page.index("## Stop reasons") : page.index("## Rejection codes")]
     listed = set(re.findall(r"`([A-Z_]+)`", section))
     assert {r.value for r in StopReason} <= listed, {r.value for r in StopReason} - listed
+
+
+def test_an_unverified_writes_success_passes_flagged_unless_the_condition_asks_verified():
+    """A ``tool_succeeded`` condition met only by an ``unverified`` write's word holds, and
+    is flagged ``verified: false``; one that says ``verified: true`` does not hold then."""
+    import dataclasses
+
+    declared = success({"kind": "tool_succeeded", "tool": "send_notice"}, ARTIFACT)
+    unverified = dataclasses.replace(call("send_notice", to="x"), verified=False)
+    seen = facts(unverified, paths=("run-output/report.md",))
+    assert whys(declared, seen) == []
+    assert unverified_successes(declared, seen) == [
+        {"index": 0, "tool": "send_notice", "verified": False}
+    ]
+    checked = facts(unverified, call("send_notice", step=2, to="x"))
+    assert unverified_successes(declared, checked) == []  # one matching call was read back
+    strict = success({"kind": "tool_succeeded", "tool": "send_notice", "verified": True})
+    assert whys(strict, seen) == [(0, "unverified_only")]
+    assert whys(strict, checked) == []
+    assert unverified_successes(None, seen) == []

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gate import Done, FetchIn, noop_tool
-from warrant.runner.codes import Outcome, StopReason
+from tests.gate import Done, FetchIn, noop_tool, run
+from warrant.runner.codes import Outcome, Phase, RunStatus, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
+from warrant.runner.run_machine import conclude_tool
 from warrant.runner.tool_outcomes import Interruption, after_not_applied, of_error, of_output
-from warrant.tools import Accepted, JobHooks, SideEffect
+from warrant.tools import Accepted, JobHooks, OnError, SideEffect
 
 READ = noop_tool("fetch", SideEffect.READ, FetchIn)
 WRITE = noop_tool("put", SideEffect.IDEMPOTENT_WRITE, FetchIn)
@@ -110,3 +111,72 @@ def test_an_accepted_job_needs_job_hooks_and_an_operation_id():
     job = noop_tool("job", SideEffect.IDEMPOTENT_WRITE, FetchIn, job=hooks)
     accepted = of_output(job, Accepted("op-1"))[0]
     assert (accepted.status, accepted.output) == (Outcome.ACCEPTED, {"operation_id": "op-1"})
+
+
+def test_a_declared_ask_user_refusal_asks_the_user_and_others_are_replanned():
+    # Tool.errors (issue 54): a refusal whose code the tool declares ask_user stops the run for
+    # its user's answer; a declared replan one, and an undeclared one, go back to the planner.
+    errors = {"QUOTA_EXCEEDED": OnError.ASK_USER, "CUSTOMER_NOT_FOUND": "replan"}
+    tool = noop_tool("book", SideEffect.IDEMPOTENT_WRITE, FetchIn, errors=errors)
+    asked = of_error(
+        tool, ToolRejected("3 of 3 used", code="QUOTA_EXCEEDED"), said="3 of 3 used", seen=NONE
+    )
+    assert (asked.status, asked.code, asked.stop) == (
+        Outcome.REJECTED,
+        "QUOTA_EXCEEDED",
+        StopReason.CLARIFICATION_REQUIRED,
+    )
+    for code in ("CUSTOMER_NOT_FOUND", "SOMETHING_ELSE"):
+        plain = of_error(tool, ToolRejected("no", code=code), said="no", seen=NONE)
+        assert (plain.status, plain.code, plain.stop) == (Outcome.REJECTED, code, None)
+    assert tool.describe()["errors"] == {
+        "QUOTA_EXCEEDED": "ask_user",
+        "CUSTOMER_NOT_FOUND": "replan",
+    }
+
+
+def test_a_declared_error_with_an_unknown_handling_is_refused_at_definition():
+    with pytest.raises(ValueError):
+        noop_tool("book", SideEffect.READ, FetchIn, errors={"QUOTA_EXCEEDED": "retry"})
+
+
+def test_the_run_asks_its_user_naming_the_tool_the_code_and_its_message():
+    change = conclude_tool(
+        run(phase=Phase.TOOL),
+        tool="book",
+        succeeded=False,
+        write=True,
+        code="QUOTA_EXCEEDED",
+        message="3 of 3 seats used",
+        stop_reason=StopReason.CLARIFICATION_REQUIRED,
+        step=1,
+        events=[("tool.completed", {"tool": "book", "status": "rejected"})],
+    )
+    assert change.target is RunStatus.NEEDS_INPUT
+    assert change.changes["stop_reason"] == "CLARIFICATION_REQUIRED"
+    question = change.changes["answer"]
+    assert "book" in question and "QUOTA_EXCEEDED" in question and "3 of 3 seats used" in question
+
+
+def test_an_output_over_its_bound_is_cut_with_a_marker_and_a_small_one_kept_whole():
+    from warrant.runner.canonical import canonical_json, content_hash
+    from warrant.runner.tool_outcomes import MIN_OUTPUT_BYTES, TRUNCATED, bounded_output
+
+    small = {"id": "r-1", "rows": ["a", "b"]}
+    assert bounded_output(small, 4_096) == (small, None)
+    assert bounded_output(None, 4_096) == (None, None)
+    big = {
+        "id": "r-1",
+        "next": "p2",
+        "rows": [f"{n:05d}" * 10 for n in range(2_000)],
+        "t": "é" * 9_000,
+    }
+    kept, marker = bounded_output(big, 4_096)
+    assert kept is not None and marker is not None and kept[TRUNCATED] == marker
+    assert len(canonical_json(kept)) <= 4_096
+    assert (kept["id"], kept["next"]) == ("r-1", "p2")  # small fields whole
+    assert marker["truncated"] is True and marker["cut"] == ["rows", "t"]
+    assert marker["original_bytes"] == len(canonical_json(big))
+    assert marker["sha256"] == content_hash(big)  # the whole output's hash
+    assert kept["rows"] == big["rows"][: len(kept["rows"])]  # a list keeps its first elements
+    assert bounded_output(big, 10)[0] == bounded_output(big, MIN_OUTPUT_BYTES)[0]  # a floor

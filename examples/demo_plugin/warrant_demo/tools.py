@@ -77,6 +77,15 @@ def _verify_refund(args: RefundInput, out: RefundOutput, ctx: ToolContext) -> bo
     )
 
 
+def refund_impact(args: RefundInput) -> dict[str, str]:
+    """What a refund is expected to do, for the person asked to confirm it."""
+    return {
+        "amount": f"{args.amount_cents // 100}.{args.amount_cents % 100:02d}",
+        "currency": args.currency,
+        "target": f"order {args.order_id}",
+    }
+
+
 def _reverse_refund(token: str, ctx: ToolContext) -> None:
     if not ctx.deps.demo.reverse_refund(key=token):
         raise ToolFailed("no refund to reverse", code="REFUND_NOT_FOUND")
@@ -102,6 +111,7 @@ ISSUE_REFUND: Tool[RefundInput, RefundOutput] = Tool(
     verify=_verify_refund,
     reconcile=_reconcile_refund,
     compensate=_reverse_refund,
+    impact=refund_impact,
     effect_key="refund:{order_id}",  # one refund per order in a run; repeat_effect asks a person
 )
 
@@ -262,6 +272,9 @@ SEND_NOTICE: Tool[NoticeInput, NoticeOutput] = Tool(
     timeout_s=3.0,
     resource=lambda args, subject: f"recipient:{args.recipient}",
     sensitive_fields=frozenset({"body"}),
+    unverified=True,
+    unverified_reason="the notice service offers no status query: a sent notice cannot be "
+    "read back",
 )
 
 # --- benchmark tools ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from warrant.tools import (
     ToolInput,
     ToolOutput,
 )
-from warrant_demo.tools import RefundInput, RefundOutput
+from warrant_demo.tools import RefundInput, RefundOutput, refund_impact
 
 __all__ = ["PAYOUT_BATCH", "REFUND_ASYNC"]
 
@@ -84,6 +84,7 @@ REFUND_ASYNC: Tool[RefundInput, RefundOutput] = Tool(
     timeout_s=5.0,
     resource=lambda args, subject: f"order:{args.order_id}",
     reconcile=_reconcile_refund_job,
+    impact=refund_impact,
     job=JobHooks(
         poll=_poll_refund, cancel=_cancel_refund, interval_s=0.3, max_polls=200, timeout_s=60.0
     ),
@@ -160,4 +161,8 @@ PAYOUT_BATCH: Tool[PayoutBatchInput, PayoutBatchOutput] = Tool(
     batch=Batch(items="payouts", key="payout_id"),
     reconcile=_reconcile_payout,
     resource=lambda args, subject: "payouts",
+    impact=lambda args: (
+        f"pay {sum(p.amount_cents for p in args.payouts) / 100:.2f} in all to "
+        f"{len({p.recipient for p in args.payouts})} recipient(s)"
+    ),
 )

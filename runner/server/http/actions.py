@@ -1,5 +1,6 @@
 """What people do to runs over HTTP: confirm or decline a pending proposal, answer a question,
-cancel, grant a capability, pre-approve a proposal, resolve a handoff, revoke a memory record.
+cancel, grant a capability, pre-approve a proposal, resolve a handoff, revoke a memory record,
+disable or enable a tool.
 
 Who acted (``by``, ``granted_by``, ``approved_by``) is always the token's
 :attr:`~warrant.runner.authz.Identity.label`, never a field of the body; the role check of
@@ -19,6 +20,8 @@ from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import (
     AnswerIn,
     CancelIn,
+    CorrectionIn,
+    CorrectionOut,
     DecisionIn,
     DecisionOut,
     DecisionsIn,
@@ -32,6 +35,8 @@ from warrant.runner.server.http.models import (
     PreApprovalOut,
     ResolveIn,
     RunOut,
+    ToolSwitchIn,
+    ToolSwitchOut,
 )
 from warrant.runner.server.http.runs import RunId, run_out
 
@@ -53,6 +58,7 @@ Granter = Annotated[Identity, Depends(requires(Action.GRANT))]
 PreApprover = Annotated[Identity, Depends(requires(Action.PRE_APPROVE))]
 Resolver = Annotated[Identity, Depends(requires(Action.RESOLVE_HANDOFF))]
 MemoryRevoker = Annotated[Identity, Depends(requires(Action.REVOKE_MEMORY))]
+ToolSwitcher = Annotated[Identity, Depends(requires(Action.SWITCH_TOOLS))]
 
 
 @router.post(
@@ -92,6 +98,28 @@ def decline(request: Request, run_id: RunId, body: DecisionIn, identity: Confirm
         run_id, proposal_hash=body.proposal_hash, by=identity.label, origin=origin(request, "api")
     )
     return DecisionOut(run_id=run_id, decision="declined", version=version)
+
+
+@router.post("/runs/{run_id}/correct", response_model=CorrectionOut, summary="Correct a parameter")
+def correct(
+    request: Request, run_id: RunId, body: CorrectionIn, identity: Confirmer
+) -> CorrectionOut:
+    """Edit the pending proposal instead of approving it as it is: its arguments with
+    ``changes`` become a new proposal with its own hash, gated again from the start (schema,
+    grants, scopes, provenance: your values count as the user's); the original is declined and
+    never runs. The edit is your approval of the new hash when one approver suffices (and
+    the tool shows no state first), else the new proposal waits for its own confirmation.
+    Traced ``proposal.corrected``. Whoever started the run may not
+    (``OWN_RUN_APPROVAL_FORBIDDEN``) unless the tool or deployment allows it."""
+    corrected = deps(request).client.correct(
+        run_id,
+        proposal_hash=body.proposal_hash,
+        changes=body.changes,
+        by=identity.label,
+        reason=body.reason,
+        origin=origin(request, "api"),
+    )
+    return CorrectionOut(**corrected.to_dict())
 
 
 @router.post(
@@ -241,3 +269,18 @@ def revoke_memory(
     """The record is never returned to a planner again (kept, marked revoked)."""
     out = deps(request).client.revoke_memory(record_id, by=identity.label)
     return MemoryRevokedOut.model_validate(out)
+
+
+@router.post("/tools/disable", response_model=ToolSwitchOut, summary="Disable a tool")
+def disable_tool(request: Request, body: ToolSwitchIn, identity: ToolSwitcher) -> ToolSwitchOut:
+    """The kill switch: every call of the tool is refused ``TOOL_DISABLED`` from the gate's
+    next decision, and a command issued for it that has not started from its next claim."""
+    out = deps(request).client.disable_tool(body.tool, by=identity.label, reason=body.reason)
+    return ToolSwitchOut.model_validate(out)
+
+
+@router.post("/tools/enable", response_model=ToolSwitchOut, summary="Enable a tool again")
+def enable_tool(request: Request, body: ToolSwitchIn, identity: ToolSwitcher) -> ToolSwitchOut:
+    """The tool's calls go through the gate again from its next decision."""
+    out = deps(request).client.enable_tool(body.tool, by=identity.label)
+    return ToolSwitchOut.model_validate(out)

@@ -48,6 +48,8 @@ __all__ = [
     "RevealedOut",
     "RunOut",
     "RunPage",
+    "ToolSwitchIn",
+    "ToolSwitchOut",
     "TraceEventOut",
     "TraceOut",
     "bad_text",
@@ -199,6 +201,9 @@ else:
             "trace for the whole run.",
             "tokens_used": "Tokens charged: model calls (reported or estimated) and tools.",
             "cost_used": "Cost charged, likewise (max_cost).",
+            "budget_stop": "For a run stopped by a budget (MAX_*_REACHED, DEADLINE_REACHED): "
+            "artifacts (what it had already made: each succeeded effect's command_id, tool, "
+            "step, output ids and fields) and the budget snapshot when it stopped.",
         },
         extra={
             "revealed": (
@@ -316,6 +321,35 @@ class DecisionsOut(BaseModel):
     )
 
 
+class CorrectionIn(_In):
+    proposal_hash: Text = Field(
+        min_length=1,
+        max_length=128,
+        description="The pending proposal's hash (confirmation_request.proposal_hash).",
+    )
+    changes: dict[Annotated[Text, Field(min_length=1, max_length=200)], Any] = Field(
+        min_length=1,
+        max_length=32,
+        description="Argument → its new value (JSON). The rest of the arguments stay as "
+        "proposed; a secret argument or one the tool's schema lacks is refused "
+        "CORRECTION_INVALID, no change at all CORRECTION_EMPTY.",
+    )
+    reason: Text = Field(default="", max_length=500, description="Why (traced).")
+
+
+class CorrectionOut(BaseModel):
+    run_id: str
+    version: int = Field(description="The run's version after the edit.")
+    proposal_hash: str = Field(description="The new proposal's hash.")
+    original_hash: str = Field(description="The proposal it replaces (declined, never run).")
+    step: int = Field(description="The new proposal's step.")
+    changed: list[str] = Field(description="The arguments the edit changed.")
+    approved: bool = Field(
+        description="The edit counts as your approval of the new hash (one approver needed, "
+        "no state to be shown first); false: the new proposal waits for its own confirmation."
+    )
+
+
 class DecisionOut(BaseModel):
     run_id: str
     decision: Literal["approved", "declined"]
@@ -385,6 +419,22 @@ class MemoryRevokedOut(BaseModel):
     subject: str
     revoked_at: str
     revoked_by: str | None
+
+
+class ToolSwitchIn(_In):
+    tool: Text = Field(min_length=1, max_length=200, description="The tool's name (every version).")
+    reason: Text = Field(default="", max_length=500, description="Why (recorded; disable only).")
+
+
+class ToolSwitchOut(BaseModel):
+    tool: str
+    disabled: bool
+    changed: bool
+    """False when the tool already was so (the change is recorded anyway)."""
+    event: Literal["tool.disabled", "tool.enabled"]
+    by: str
+    at: str
+    reason: str | None
 
 
 # --- identity and health ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ through the same client calls as the CLI and the API, so a refusal carries the s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -111,7 +112,7 @@ def inbox(request: Request, done: RunId = "", decision: str = "") -> Response:
     """The pending confirmations, oldest first, each with approve and decline."""
     who = _reader(request)
     context = _view(request, "inbox", who)
-    if done and decision in ("approved", "declined", "granted", "decided"):
+    if done and decision in ("approved", "declined", "granted", "decided", "corrected"):
         context["notice"] = f"Run {done}: {decision}."
         short = [p for p in context.get("items", []) if p.run_id == done and p.approved_by]
         if decision == "approved" and short:  # M of N: the request stays, with its counter
@@ -141,6 +142,37 @@ def decide(
 
     done = f"/ui/inbox?done={run_id}&decision={'approved' if decision == 'approve' else 'declined'}"
     return _act(request, csrf, Action.CONFIRM, do, "inbox", done, failed_run=run_id)
+
+
+@router.post("/runs/{run_id}/correct")
+def correct(
+    request: Request,
+    run_id: str,
+    proposal_hash: FormStr,
+    csrf: Csrf,
+    field: Annotated[list[str], Form()] = [],  # noqa: B006 (a form list)
+    value: Annotated[list[str], Form()] = [],  # noqa: B006
+    reason: Annotated[str, Form(max_length=500)] = "",
+) -> Response:
+    """Edit the proposal the form was rendered with: each argument's field as the person
+    left it (JSON, or else a string); the unchanged ones change nothing. The new proposal is
+    gated again (``ApprovalsClient.correct``)."""
+    changes = {name: _form_value(text) for name, text in zip(field, value, strict=False)}
+
+    def do(d: Deps, who: Identity) -> None:
+        how = {"by": who.label, "origin": origin(request, "web")}
+        d.client.correct(run_id, proposal_hash=proposal_hash, changes=changes, reason=reason, **how)
+
+    done = f"/ui/inbox?done={run_id}&decision=corrected"
+    return _act(request, csrf, Action.CONFIRM, do, "inbox", done, failed_run=run_id)
+
+
+def _form_value(text: str) -> Any:
+    """A form's value: JSON when it reads as JSON (``42``, ``"007"``), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 @router.post("/runs/{run_id}/decide-set")
