@@ -11,8 +11,10 @@ content (design text B §17): the trace record of the transaction that writes an
 columns (an outcome settled by the reconciler) records the row's new hash the same way;
 ``warrant ledger verify`` recomputes every row's hash and names a row whose content no
 record holds. The columns that change in place (a proposal's verdict, a
-confirmation's use, an outcome's ``resolved_status``) are not covered: the trace is their
-history. ``runs`` and ``commands`` are not covered.
+confirmation's use, an outcome's ``resolved_status``, a command's status, attempts and
+deadline) are not covered: the trace is their history. A command issued again after its
+tool's permission refusal records its new hash (its arguments and grants may change). ``runs``
+and observations are not covered.
 
 A row's hash is ``sha256`` of, joined by newlines: ``warrant-trace-v1``, ``prev_hash``,
 ``run_id``, ``seq``, ``step``, ``p:<proposal_id>`` or an empty line, ``created_at`` in UTC as
@@ -212,6 +214,19 @@ def anchor_hash(heads: Sequence[Sequence[Any]]) -> str:
 #: Per table, the columns of a decision row that are fixed once it is written (what its hash
 #: covers).
 ROW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "commands": (
+        "id",
+        "run_id",
+        "step",
+        "branch",
+        "tool",
+        "tool_version",
+        "arguments",
+        "idempotency_token",
+        "confirmation_id",
+        "grant_ids",
+        "effect_key",
+    ),
     "outcomes": ("command_id", "attempt", "status", "code", "retryable", "message", "output"),
     "proposals": ("run_id", "step", "branch", "proposal_id", "kind", "raw", "observation_version"),
     "confirmations": (
@@ -228,6 +243,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
 
 #: What names a row in a break: per table, the columns shown (its primary key first).
 ROW_KEYS: dict[str, tuple[str, ...]] = {
+    "commands": ("id", "step", "branch"),
     "outcomes": ("id", "command_id", "attempt"),
     "proposals": ("id", "step", "branch"),
     "confirmations": ("id",),
@@ -235,6 +251,7 @@ ROW_KEYS: dict[str, tuple[str, ...]] = {
 
 #: A column a write may leave out takes its default (the same value either way).
 _ROW_DEFAULTS: dict[str, dict[str, Any]] = {
+    "commands": {"branch": 0, "grant_ids": []},
     "outcomes": {"attempt": 1, "retryable": False},
     "proposals": {"branch": 0},
 }

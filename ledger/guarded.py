@@ -8,6 +8,7 @@ statements are cached per shape.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -120,7 +121,7 @@ def insert_command(values: dict[str, Any]) -> Guarded:
     table: Any = Command.__table__
     shape = "command.insert:" + ",".join(sorted(values))
     build = _cached(shape, lambda: _insert(table, values, "ci_"))
-    return _guarded(shape, build, "ci_", values)
+    return _guarded(shape, build, "ci_", values, table="commands")
 
 
 def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
@@ -130,15 +131,17 @@ def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
     return _guarded(shape, build, "cu_", {**values, "key": command_id})
 
 
-def rearm_command(command_id: str, values: dict[str, Any]) -> Guarded:
+def rearm_command(command_id: str, values: dict[str, Any], *, row: dict[str, Any]) -> Guarded:
     """The command refused by its tool for a permission is issued again (its own token, a new
-    attempt: ``warrant.runner.permission_wait``); its earlier outcomes stay."""
+    attempt: ``warrant.runner.permission_wait``); its earlier outcomes stay. ``row``: the
+    command as it is once issued again, whose hash the transition's trace records."""
     table: Any = Command.__table__
     cleared = {"started_at": None, "finished_at": None, "heartbeat_at": None, "worker": None}
     values = {**values, **cleared, "status": CommandStatus.ISSUED.value}
     shape = "command.rearm:" + ",".join(sorted(values))
     build = _cached(shape, lambda: _update(table, "id", values, "cr_"))
-    return _guarded(shape, build, "cr_", {**values, "key": command_id})
+    rearmed = _guarded(shape, build, "cr_", {**values, "key": command_id})
+    return replace(rearmed, rows=(("commands", row_hash("commands", row)),))
 
 
 def insert_outcome(values: dict[str, Any]) -> Guarded:

@@ -376,6 +376,7 @@ def add_branch(
         effect_key=decision.effect_key,
     )
     s.add(command)
+    note_rows(s, view.run_id, [("commands", row_values("commands", command))])
     _use(s, decision, at=datetime.fromtimestamp(now, tz=UTC))
     return command
 

@@ -73,7 +73,8 @@ def command_write(prior: Any | None, values: dict[str, Any]) -> Guarded:
     if prior is None:
         return insert_command(values)
     kept = {k: values[k] for k in _REISSUED if k in values}
-    return rearm_command(prior.id, kept)
+    whole = {**values, "id": prior.id, "idempotency_token": prior.idempotency_token}
+    return rearm_command(prior.id, kept, row=whole)
 
 
 def reconciles_first(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any]) -> bool:

@@ -182,14 +182,14 @@ def test_edit_delete_reorder_are_each_named(engine, client, worker, run_to_end):
 def test_an_edited_decision_row_is_named_and_an_untouched_run_verifies(
     engine, client, worker, run_to_end
 ):
-    """Design text B §17: the chain covers the decision rows. A run's ``outcomes`` and
-    ``proposals`` rows edited in PostgreSQL are each named (table, key); an untouched run
-    verifies clean with every row checked."""
-    outcome_edited, proposal_edited, intact = _runs(run_to_end, 3)
-    for rid in (outcome_edited, proposal_edited, intact):
+    """Design text B §17: the chain covers the decision rows. A run's ``outcomes``,
+    ``proposals`` and ``commands`` rows edited in PostgreSQL are each named (table, key); an
+    untouched run verifies clean with every row checked."""
+    outcome_edited, proposal_edited, command_edited, intact = _runs(run_to_end, 4)
+    for rid in (outcome_edited, proposal_edited, command_edited, intact):
         summary = lv.verify(engine, rid)
         assert summary["intact"] and summary["rows_unchecked"] == 0
-        assert summary["rows_checked"] == 5  # three proposals, two outcomes
+        assert summary["rows_checked"] == 7  # three proposals, two commands, two outcomes
     with engine.begin() as conn:
         row = conn.execute(
             text(
@@ -206,6 +206,19 @@ def test_an_edited_decision_row_is_named_and_an_untouched_run_verifies(
             ),
             {"r": proposal_edited},
         ).one()
+        command = conn.execute(
+            text(
+                'UPDATE commands SET arguments = \'{"query": "x"}\''
+                " WHERE id = (SELECT id FROM commands WHERE run_id = :r ORDER BY step LIMIT 1)"
+                " RETURNING id, step, branch"
+            ),
+            {"r": command_edited},
+        ).one()
+    found = _tampered(command_edited, engine=engine)  # what the tool was asked to do
+    assert (found["table"], found["key"]) == (
+        "commands",
+        {"id": command.id, "step": command.step, "branch": command.branch},
+    )
     found = _tampered(outcome_edited, engine=engine)
     assert (found["run_id"], found["kind"], found["table"]) == (
         outcome_edited,
@@ -229,11 +242,11 @@ def test_an_edited_decision_row_is_named_and_an_untouched_run_verifies(
     assert error["key"]["id"] == row.id and f"outcomes row (id {row.id}" in error["message"]
     ok = warrant("ledger", "verify", "--run", intact, "--json")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert json.loads(ok.stdout)["rows_checked"] == 5
+    assert json.loads(ok.stdout)["rows_checked"] == 7
     with engine.begin() as conn:  # the test's own clean-up: the whole ledger verifies again
         conn.execute(
             text("DELETE FROM runs WHERE id = ANY(:ids)"),
-            {"ids": [outcome_edited, proposal_edited]},
+            {"ids": [outcome_edited, proposal_edited, command_edited]},
         )
 
 

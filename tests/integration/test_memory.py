@@ -367,7 +367,7 @@ def test_the_decision_events_carry_the_fields_the_design_texts_name(engine, clie
     assert all(m["to_version"] == m["from_version"] + 1 for m in moved[1:])
     assert moved[-1]["to"] == "completed" and moved[-1]["to_version"] == info.version
     checked_rows = ledger_verify.verify(engine, run_id)
-    assert checked_rows["rows_checked"] == 5  # three proposals, an outcome, a confirmation
+    assert checked_rows["rows_checked"] == 6  # 3 proposals, a command, an outcome, a confirmation
 
 
 def test_trace_is_append_only_and_readable(engine, client, run_to_end):
