@@ -11,12 +11,11 @@ artifacts already made too (:func:`with_artifacts`). Pure: the ledger reads the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from warrant.runner.codes import BUDGET_STOPS, ObservationSource
+from warrant.runner.codes import ObservationSource
 from warrant.runner.run_machine import Stop
 
 __all__ = [
@@ -108,10 +107,9 @@ def artifacts_made(rows: Sequence[Sequence[Any]] | None) -> list[dict[str, Any]]
 
 
 def with_artifacts(stop: Stop, made: Sequence[dict[str, Any]]) -> Stop:
-    """A budget stop lists the artifacts already made; any other stop is ``stop``."""
-    if stop.reason not in BUDGET_STOPS:
-        return stop
-    return dataclasses.replace(stop, detail={**stop.detail, "artifacts": list(made)})
+    """A budget stop lists the artifacts already made; any other stop is ``stop``
+    (:meth:`Stop.with_artifacts`)."""
+    return stop.with_artifacts(made)
 
 
 def escalated_by(reason: str, said: str) -> dict[str, Any]:

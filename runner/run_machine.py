@@ -109,6 +109,12 @@ class Stop:
     detail: dict[str, Any] = field(default_factory=dict)
     answer: str | None = None
 
+    def with_artifacts(self, made: Sequence[dict[str, Any]]) -> Stop:
+        """A budget stop lists the artifacts already made; any other stop is itself."""
+        if self.reason not in BUDGET_STOPS:
+            return self
+        return dataclasses.replace(self, detail={**self.detail, "artifacts": list(made)})
+
 
 class RunEvent(StrEnum):
     FORWARD_PROPOSAL = "forward_proposal"
@@ -559,11 +565,13 @@ def conclude_tool(
     step: int,
     events: Sequence[Event],
     message: str | None = None,
+    made: Sequence[dict[str, Any]] = (),
 ) -> Change:
     """A known outcome (succeeded, rejected or failed) of the run's command. ``events`` holds
     the attempt's ``tool.completed``. A cancelling run ends; a running one goes back to the
     planner, fails when the outcome says the run cannot go on (``stop_reason``; the stop detail
-    keeps the tool's ``message``), or asks its user (``CLARIFICATION_REQUIRED``: Tool.errors)."""
+    keeps the tool's ``message``; a budget stop, ``made``: the artifacts already made), or asks
+    its user (``CLARIFICATION_REQUIRED``: Tool.errors)."""
     if view.status is S.CANCELLING:
         effect = "applied" if succeeded and write else "none"
         ended = Stop(S.CANCELLED, StopReason.CANCELLED, {"effect": effect, "tool": tool})
@@ -575,7 +583,7 @@ def conclude_tool(
         why = f"{tool} refused the call ({code}): {message or 'no reason given'}. How to go on?"
         asks = stop_reason is StopReason.CLARIFICATION_REQUIRED  # a declared ask_user refusal
         status, question = (S.NEEDS_INPUT, why) if asks else (S.FAILED, None)
-        failed = Stop(status, stop_reason, detail, question)
+        failed = Stop(status, stop_reason, detail, question).with_artifacts(made)
         return _ended(RunEvent.CONCLUDE_TOOL, view, failed, step=step, events=events)
     changes = {"phase": Phase.PLANNING.value, "active_command_id": None}
     return make_change(RunEvent.CONCLUDE_TOOL, view, S.RUNNING, changes, events)

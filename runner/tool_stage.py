@@ -110,7 +110,7 @@ def redirect(row: Any, workers: Iterable[WorkerInfo]) -> tuple[list[str], float]
     return capable, SOME_LIVE_RETRY_S if capable else NONE_LIVE_RETRY_S
 
 
-# -- An attempt that finishes after its command moved on (``broker.tool.record.record_late``).
+# -- An attempt that finishes after its command moved on (``broker.tool.lease.record_late``).
 
 
 def late_verdict(

@@ -19,12 +19,13 @@ from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
 from warrant.broker.tool._call import Snapshot, ToolResult
+from warrant.broker.tool.lease import record_late
 from warrant.broker.tool.permission_waits import with_grant_wait
 from warrant.broker.transitions import after_fact, reissue_command
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.guarded import complete_command, insert_outcome
-from warrant.ledger.models import Command, Observation, Reconciliation, Run
+from warrant.ledger.models import Command, Observation, Run
 from warrant.ledger.repo import (
     NewObservation,
     StaleVersion,
@@ -36,12 +37,13 @@ from warrant.ledger.repo import (
     run_view,
     to_datetime,
 )
-from warrant.ledger.row_updates import finish_command, resolve_outcome
-from warrant.ledger.stage_loads import autocommit
+from warrant.ledger.row_updates import finish_command
+from warrant.ledger.stage_loads import artifacts_made_by, autocommit
 from warrant.runner import fan_in
 from warrant.runner import run_machine as machine
 from warrant.runner.canonical import content_hash
 from warrant.runner.codes import (
+    BUDGET_STOPS,
     CommandStatus,
     ObservationKind,
     ObservationSource,
@@ -50,10 +52,10 @@ from warrant.runner.codes import (
     StopReason,
 )
 from warrant.runner.fan_in import FanOut
+from warrant.runner.handoff import artifacts_made
 from warrant.runner.permission_wait import wait_for_grant
 from warrant.runner.retry import decide_retry
 from warrant.runner.run_machine import Change, charge_tool_usage
-from warrant.runner.tool_stage import late_verdict, planning
 from warrant.runner.views import RunView
 from warrant.tools._contract import SideEffect, Tool
 
@@ -64,7 +66,6 @@ __all__ = [
     "finish_branch",
     "outcome_values",
     "record",
-    "record_late",
     "trace",
 ]
 
@@ -159,7 +160,10 @@ def record_fast(
     # The claim saw the run running at snap.version: the compare-and-set commits only if it
     # still is (else the locked path sorts it out), so the change is made from there.
     at_claim = dataclasses.replace(snap.view, version=snap.version, status=RunStatus.RUNNING)
-    change, observation, go_on = _conclusion(at_claim, tool, res, snap.step, attempt_event)
+    made = _made(ctx.engine, snap.run_id) if res.stop in BUDGET_STOPS else []
+    change, observation, go_on = _conclusion(
+        at_claim, tool, res, snap.step, attempt_event, made=made
+    )
     if res.usage:  # charged in the same compare-and-set as the outcome
         change = charge_tool_usage(
             change,
@@ -324,8 +328,9 @@ def _conclude_alone(
     """The outcome of the one command the run waits on: the run's change, its observation,
     and the planner's message if the run goes on."""
     observation_id = fan_in.tool_observation_id(cmd.step, cmd.branch)
+    made = _made(s, run.id) if res.stop in BUDGET_STOPS else []
     change, observation, go_on = _conclusion(
-        run_view(run), tool, res, cmd.step, attempt_event, observation_id=observation_id
+        run_view(run), tool, res, cmd.step, attempt_event, observation_id=observation_id, made=made
     )
     new_version = commit(
         s,
@@ -603,6 +608,28 @@ def _branch_observations(
         )
 
 
+def _made(where: Any, run_id: str) -> list[dict[str, Any]]:
+    """The run's artifacts, read only for a budget stop (the claim does not read them)."""
+    if isinstance(where, Session):
+        return artifacts_made(artifacts_made_by(where, run_id))
+    with autocommit(where) as conn:
+        return artifacts_made(artifacts_made_by(conn, run_id))
+
+
+def _unknown(view: RunView, tool: Tool[Any, Any], res: ToolResult, events: list[Any]) -> Change:
+    """The effect is unknown: the reconciler finds out (the run waits for it, unless it is
+    past waiting: then the need is only traced)."""
+    required = {
+        "tool": tool.name,
+        "trigger": res.trigger,
+        "recovery": "query" if tool.reconcile is not None else "human",
+    }
+    if view.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        detail = {"tool": tool.name, "code": res.code}
+        return machine.enter_reconciliation(view, required=required, detail=detail, events=events)
+    return machine.record_only(view, events=[*events, ("effect.reconciliation_required", required)])
+
+
 def _conclusion(
     view: RunView,
     tool: Tool[Any, Any],
@@ -611,6 +638,7 @@ def _conclusion(
     attempt_event: tuple[str, dict[str, Any]],
     *,
     observation_id: str | None = None,
+    made: list[dict[str, Any]] | None = None,
 ) -> tuple[Change, NewObservation | None, bool]:
     """What an outcome does to the run: the state machine's change, the observation the
     planner sees (``observation_id``, default ``tool-<step>``), and whether the planner goes
@@ -619,21 +647,7 @@ def _conclusion(
     if res.grant_wait is not None and view.status is RunStatus.RUNNING:  # its tool asks
         return wait_for_grant(view, res.grant_wait, events=events), None, False
     if res.status is Outcome.UNKNOWN:
-        required = {
-            "tool": tool.name,
-            "trigger": res.trigger,
-            "recovery": "query" if tool.reconcile is not None else "human",
-        }
-        if view.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
-            detail = {"tool": tool.name, "code": res.code}
-            change = machine.enter_reconciliation(
-                view, required=required, detail=detail, events=events
-            )
-        else:
-            change = machine.record_only(
-                view, events=[*events, ("effect.reconciliation_required", required)]
-            )
-        return change, None, False
+        return _unknown(view, tool, res, events), None, False
     if res.status is Outcome.ACCEPTED:
         return _accepted(view, tool, res, step, events)
     content: dict[str, Any] = {"tool": tool.name, "status": res.status.value}
@@ -659,6 +673,7 @@ def _conclusion(
         stop_reason=res.stop,
         step=step,
         events=events,
+        made=made or (),
     )
     go_on = view.status is RunStatus.RUNNING and res.stop is None
     return change, observation, go_on
@@ -689,107 +704,3 @@ def acceptance(tool: str, source: str, step: int, output: dict[str, Any]) -> New
     cite it); ``output`` holds its ``operation_id``."""
     content = {"tool": tool, "status": Outcome.ACCEPTED.value, "final": False, **output}
     return NewObservation(f"tool-{step}", ObservationKind.TOOL_RESULT, source, content)
-
-
-# -- An attempt that finishes after its command moved on: what it found is still a fact.
-#
-# An attempt concludes its command only while it is the command's current attempt (``started``
-# at that attempt number). When it is not (the command was completed by someone else, or
-# re-issued) it never transitions the run; but if it made (or may have made) an effect, the
-# ledger must not keep saying the effect did not happen. What it means is
-# :func:`warrant.runner.tool_stage.late_verdict`; :func:`record_late` writes it: a trace
-# (``tool.attempt.superseded``, ``effect.found_late``), the corrected outcome, and a handoff for
-# an effect the ledger did not know of (unless the run is back on this very command).
-
-
-def record_late(
-    ctx: Any,
-    s: Session,
-    run: Run,
-    cmd: Command,
-    tool: Tool[Any, Any],
-    late: ToolResult,
-    attempt: int,
-    outbox: Any,
-) -> str:
-    """Record what attempt ``attempt``, no longer current, found (``run`` and ``cmd`` locked)."""
-    prior = rows.attempt_outcome(s, cmd.id, attempt)
-    status = RunStatus(run.status)
-    result, recorded = late_verdict(
-        status=late.status,
-        code=late.code,
-        output=late.output,
-        attempt=attempt,
-        side_effect=tool.side_effect,
-        prior=prior,
-        outcomes=rows.command_outcomes(s, cmd.id),
-        run_status=status,
-        same_command=run.active_command_id == cmd.id,
-    )
-    if result == "duplicate":
-        if planning(run):
-            outbox.add(partial(ctx.publisher.planner, run.id, run.version))
-        return result
-    details = {
-        "tool": cmd.tool,
-        "attempt": attempt,
-        "current_attempt": cmd.attempts,
-        "command_status": cmd.status,
-        "status": late.status.value,
-        "code": late.code,
-    }
-    if result == "superseded":
-        if recorded is not None:
-            details |= {"effect": "already_recorded", "recorded_attempt": recorded}
-        _trace(s, run, cmd, [("tool.attempt.superseded", details)])
-        return result
-    found = "applied" if late.status is Outcome.SUCCEEDED else "unknown"
-    _correct(s, run, cmd, late, attempt, prior, found)
-    events = [("effect.found_late", {**details, "effect": found})]
-    if result == "late_recorded":
-        _trace(s, run, cmd, events)
-        return result
-    s.flush()
-    enter_handoff(
-        s,
-        run,
-        reason=StopReason.UNKNOWN_EFFECT.value,
-        registry=ctx.registry,
-        events=events,
-        late_effect=True,
-    )
-    return result
-
-
-def _correct(
-    s: Session, run: Run, cmd: Command, late: ToolResult, attempt: int, prior: Any, found: str
-) -> None:
-    """Record what the attempt found: its outcome if none was recorded, else a corrected
-    verdict on the recorded one (with a reconciliation row saying it came late)."""
-    if prior is None:
-        record_outcome(
-            s,
-            command_id=cmd.id,
-            run_id=run.id,
-            status=late.status.value,
-            code=late.code or "LATE_ATTEMPT",
-            retryable=False,
-            message=late.message,
-            output=late.output,
-            attempt=attempt,
-        )
-        return
-    resolve_outcome(prior, "applied" if found == "applied" else "handoff", stamp=False)
-    s.add(
-        Reconciliation(
-            run_id=run.id,
-            command_id=cmd.id,
-            attempt=prior.reconcile_attempts + 1,
-            result=f"{found}_late",
-            detail={"attempt": attempt, "code": late.code},
-        )
-    )
-
-
-def _trace(s: Session, run: Run, cmd: Command, events: list[tuple[str, dict[str, Any]]]) -> None:
-    append_events(s, run.id, events, step=cmd.step, proposal_id=cmd.proposal_id)

@@ -14,6 +14,7 @@ import uuid
 
 import psutil
 import pytest
+from sqlalchemy import select
 from warrant_demo import scenarios as sc
 
 from tests import facts
@@ -156,6 +157,25 @@ def test_probe_09_the_run_deadline_bounds_a_read(engine, demo, run_to_end):
     assert time.monotonic() - t0 < 10
     cmd = command_of(engine, info.run_id)
     assert cmd.timeout_s < 1.6  # min(tool timeout 3s, deadline remaining)
+
+
+def test_a_deadline_a_tool_call_reaches_lists_what_was_already_made(
+    engine, client, demo, run_to_end, draft_worker
+):
+    """001 §8.3 on the tool stage's path: the deadline ends the run as a read runs into it,
+    and the stop still lists the effects already made (it used to carry the budget only)."""
+    demo.set_fault("lookup", "slow", delay_s=20)
+    outputs = [draft(uid("d")), lookup(pid="p2"), sc.final("x", "tool-1")]
+    info = run_to_end(spec(outputs, deadline_s=3.0))  # under the read's own 3 s
+    assert (info.status, info.stop_reason) == ("failed", "DEADLINE_REACHED")
+    [stopped] = facts.events(engine, info.run_id, "run.stopped")
+    with session_scope(engine) as s:
+        drafted = s.scalars(
+            select(Command.id).where(Command.run_id == info.run_id, Command.step == 1)
+        ).all()
+    made = stopped.details["detail"]["artifacts"]
+    assert [(a["command_id"], a["tool"]) for a in made] == [(drafted[0], "save_draft")]
+    assert client.get_run(info.run_id).budget_stop["artifacts"] == made
 
 
 def test_probe_10_adapter_reported_unknown_write(engine, client, demo, draft_worker):
