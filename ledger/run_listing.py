@@ -15,6 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from warrant.ledger.connect_options import libpq_url, timeout_args
+from warrant.runner.codes import BUDGET_STOPS
 from warrant.runner.errors import ServiceUnavailable, SettingsInvalid
 from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.runner.spec import granted_capabilities
@@ -80,6 +81,7 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
     shown["finished_at"] = row["finished_at"].isoformat() if row["finished_at"] else None
     shown["cost_used"] = round(row["cost_used"] or 0.0, 6)
     waiting = dict(row["stop_detail"] or {}) if row["status"] == WAITING_GRANT else None
+    budget = dict(row["stop_detail"] or {}) if row["stop_reason"] in BUDGET_STOPS else None
     return {
         **shown,
         "confirmation_request": None,
@@ -87,4 +89,5 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
         "waiting_for_grant": waiting,
         "capabilities": granted_capabilities({"grants": row["grants"]}),
         "children": [],  # as in RunInfo lists: only ``get_run`` fills them
+        "budget_stop": budget,  # as RunInfo.budget_stop
     }
