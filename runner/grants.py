@@ -40,11 +40,11 @@ from warrant.tools._registry import Registry
 __all__ = [
     "Authorization",
     "authorize",
-    "check_capabilities",
     "check_task_sources",
     "narrowed",
     "resource_label",
     "unheld_capability",
+    "unknown_capabilities",
 ]
 
 #: How a task-scoped grant names a trusted tool's observations: ``observations:<tool>``.
@@ -153,20 +153,23 @@ def check_task_sources(grants: Sequence[Grant], registry: Registry, where: str =
             raise SpecError(message, errors=[{"field": field, "message": message}])
 
 
-def check_capabilities(grants: Sequence[Grant], registry: Registry, where: str = "grants") -> None:
-    """At the run's start (or an operator's grant): every grant names a capability some tool of
-    the registry requires. A typo (``tickets:wirte``) would otherwise be accepted and surface
-    mid-run as ``MISSING_CAPABILITY``; it is :class:`SpecError`, naming the closest capability."""
+def unknown_capabilities(grants: Sequence[Grant], registry: Registry) -> list[str]:
+    """What a run's start warns of: each grant whose capability no tool of ``registry``
+    requires, naming the closest one. A typo (``tickets:wirte``) would otherwise surface
+    mid-run as ``MISSING_CAPABILITY``. A warning, not a refusal: the process starting the run
+    may lack tools its workers have (an MCP server's, another plug-in's)."""
     known = sorted({c for tool in registry for c in tool.capabilities})
+    said = []
     for index, grant in enumerate(grants):
         if grant.capability in known:
             continue
         close = difflib.get_close_matches(grant.capability, known, n=1, cutoff=0.6)
-        message = f"no tool of this deployment requires capability {grant.capability!r}" + (
-            f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+        said.append(
+            f"grants.{index}: no tool of this process's registry requires capability "
+            f"{grant.capability!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})")
         )
-        field = f"{where}.{index}.capability"
-        raise SpecError(message, errors=[{"field": field, "message": message}])
+    return said
 
 
 def _needs(tool: Tool[Any, Any], resource: str, arguments: dict[str, Any]) -> list[_Need]:

@@ -48,6 +48,7 @@ from warrant.runner.cli.run_shown import show_run, trace_facts
 from warrant.runner.cli.runs import run_app
 from warrant.runner.client.run_info import SETTLED
 from warrant.runner.errors import SpecError, WaitTimedOut, WarrantError
+from warrant.runner.grants import unknown_capabilities
 from warrant.runner.spec import parse_run_spec
 from warrant.tools._plugins import registry_for
 
@@ -105,7 +106,7 @@ def run_start(
         return deadline.call(fn, what=what) if wait else fn()
 
     deployed = guard(as_json, lambda: bound(lambda: _policy_tools(client), LEDGER))
-    warnings = fixture_warnings(spec, deployed=deployed)
+    warnings = fixture_warnings(spec, deployed=deployed) + _capability_warnings(spec)
     for warning in warnings:
         err.print(f"[yellow]warning[/] {escape(warning)}", soft_wrap=True)
 
@@ -198,6 +199,14 @@ def _policy_tools(client: RunnerClient) -> frozenset[str] | None:
         return client.policy_tools(seen_within_s=LIVE_WITHIN_S)
     except Exception:  # the start itself reports an unreachable ledger, with its code
         return None
+
+
+def _capability_warnings(spec: Any) -> list[str]:
+    """Grants of a capability no tool of this process's registry requires (a typo, usually)."""
+    try:
+        return unknown_capabilities(spec.grants, registry_for(ask_mcp_servers=False))
+    except WarrantError as exc:
+        return [f"the grants' capabilities were not checked: [{exc.code}] {exc}"]
 
 
 def fixture_warnings(spec: Any, *, deployed: frozenset[str] | None = None) -> list[str]:

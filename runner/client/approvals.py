@@ -51,7 +51,7 @@ from warrant.runner.errors import (
     StateConflict,
     Unauthorized,
 )
-from warrant.runner.grants import check_capabilities, check_task_sources
+from warrant.runner.grants import check_task_sources
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import Grant, PreApproval
 from warrant.runner.views import RunView
@@ -293,8 +293,6 @@ class ApprovalsClient(RunsClient):
             check_task_sources([grant], registry_for(), where="grant")
         with session_scope(self.engine) as s:
             run = _open_run(s, run_id, "grant capabilities to")
-            if not _asked_for(run, grant.capability):  # a tool's own permission is no typo
-                check_capabilities([grant], registry_for(ask_mcp_servers=False), where="grant")
             admitted = admit(
                 s,
                 run_id,
@@ -652,13 +650,6 @@ def _corrected_row(
 
 def _decision_event(approved: bool, decided: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return ("confirmation.approved" if approved else "confirmation.declined", decided)
-
-
-def _asked_for(run: Any, capability: str) -> bool:
-    """Whether ``run`` waits for a grant of ``capability`` (a tool's own permission refusal
-    names the service's permission, which no tool's contract requires)."""
-    waiting = run.status == RunStatus.WAITING_GRANT.value
-    return waiting and (run.stop_detail or {}).get("capability") == capability
 
 
 def _grant(

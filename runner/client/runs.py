@@ -36,7 +36,7 @@ from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.confirmation_rules import pre_approval_record
 from warrant.runner.costs import check_priced, deadline_fit
 from warrant.runner.errors import InvalidRequest, RunNotFound, SpecError, StateConflict
-from warrant.runner.grants import check_capabilities, check_task_sources
+from warrant.runner.grants import check_task_sources
 from warrant.runner.routing import fallback_problem
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import (
@@ -387,11 +387,9 @@ def found_run(s: Session, run_id: str, *, lock: bool = False) -> Run:
 
 
 def _check_against_registry(spec: RunSpec) -> None:
-    """What of the spec only the deployment's registry can check: the capabilities its grants
-    name, the tools its success conditions and its task-scoped grants' ``observations:<tool>``
-    name, a router's fallback branch that could write (SpecError)."""
-    if spec.grants:
-        check_capabilities(spec.grants, registry_for(ask_mcp_servers=False))
+    """What of the spec only the deployment's registry can check: the tools its success
+    conditions and its task-scoped grants' ``observations:<tool>`` name, a router's fallback
+    branch that could write (SpecError)."""
     narrowed = any(g.destinations_from for g in spec.grants)
     routed = isinstance(spec.planner, RouterPlannerSpec) and spec.planner.fallback != "person"
     if spec.success is None and not narrowed and not routed:

@@ -246,6 +246,18 @@ def test_an_unreachable_ledger_is_database_unavailable_as_in_the_api(tmp_path: P
     assert "cannot reach the ledger database" in json.loads(out.stdout)["error"]["message"]
 
 
+def test_a_misspelt_capability_is_warned_of_at_start(tmp_path: Path):
+    """A grant of ``search:pubilc`` used to be accepted silently and surface mid-run as
+    MISSING_CAPABILITY."""
+    spec = tmp_path / "spec.json"
+    typo = [{"capability": "search:pubilc", "resource_scope": "public"}]
+    spec.write_text(json.dumps(sc.spec([sc.final("x", "user-1")], grants=typo)))
+    out = warrant("run", "start", str(spec), "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    [said] = json.loads(out.stdout)["warnings"]
+    assert "'search:pubilc'" in said and "did you mean 'search:public'?" in said
+
+
 def test_bad_settings_take_the_json_error_path():
     out = warrant("run", "list", "--json", env={"WARRANT_DATABASE_URL": "not a url"})
     assert error(out) == (2, "SETTINGS_INVALID")
