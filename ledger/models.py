@@ -43,6 +43,7 @@ __all__ = [
     "MemoryRecord",
     "Observation",
     "OutcomeRow",
+    "PolicyApproval",
     "Proposal",
     "Reconciliation",
     "Run",
@@ -105,12 +106,23 @@ class Run(Base):
     """The planner's latest plan (``kind: plan``; its own notes, never trusted): 0027."""
     waiting: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     """The wait a planner's ``kind: wait`` committed, while the run is at its ``step``: 0027."""
+    kind: Mapped[str] = mapped_column(String(16), default="live", server_default="live")
+    """``live``, ``replay`` (re-decided by today's gate, executes nothing) or ``fork``: 0028."""
+    source_run_id: Mapped[str | None] = mapped_column(
+        String(36), ForeignKey("runs.id", ondelete="SET NULL"), nullable=True
+    )
+    """The run a replay or a fork came from (0028)."""
+    source_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The step of its source a fork starts at (0028)."""
 
     __table_args__ = (
         Index("ix_runs_status", "status"),
         Index("ix_runs_created", "created_at"),
         Index(
             "ix_runs_parent", "parent_run_id", postgresql_where=text("parent_run_id IS NOT NULL")
+        ),
+        Index(
+            "ix_runs_source", "source_run_id", postgresql_where=text("source_run_id IS NOT NULL")
         ),
         Index(
             "uq_runs_idempotency_key",
@@ -476,6 +488,21 @@ class ToolSwitch(Base):
     history: Mapped[list[Any]] = mapped_column(JSON)
     """Every change, oldest first: ``event`` (``tool.disabled`` or ``tool.enabled``),
     ``by``, ``at`` and ``reason``."""
+
+
+class PolicyApproval(Base):
+    """A policy version an operator approved (``warrant policy approve``; migration 0028):
+    with ``WARRANT_POLICY_APPROVAL=required`` a policy worker decides only under an approved
+    policy hash; under another it refuses every proposal ``POLICY_NOT_APPROVED``."""
+
+    __tablename__ = "policy_approvals"
+
+    policy_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    approved_by: Mapped[str] = mapped_column(String(200))
+    approved_at: Mapped[datetime] = _now()
+    form: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The policy's form when approved (contracts and settings), for the next diff."""
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 # -- The workers' registrations (one row per worker process): what tool set each running worker

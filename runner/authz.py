@@ -57,6 +57,11 @@ class Action(StrEnum):
     MANAGE_TOKENS = "manage_tokens"
     SWITCH_TOOLS = "switch_tools"
     """Disable or enable a tool (the kill switch)."""
+    APPROVE_POLICY = "approve_policy"
+    """Approve the deployment policy (``WARRANT_POLICY_APPROVAL``)."""
+    REVIEW_POLICY = "review_policy"
+    """Replay a run or review a policy against the recent runs (the decisions, not the data
+    of other producers' runs, are shown: an operator's)."""
 
 
 _BY_ROLE = {

@@ -104,6 +104,9 @@ class StopReason(StrEnum):
     CANCELLED = "CANCELLED"
     CONFIRMATION_EXPIRED = "CONFIRMATION_EXPIRED"
     RESOLVED_BY_HUMAN = "RESOLVED_BY_HUMAN"
+    REPLAYED = "REPLAYED"
+    """A replay's end (a run of kind ``replay``): its source's recorded proposals were
+    decided again by the gate, and nothing was executed."""
 
 
 BUDGET_STOPS = frozenset(
@@ -124,6 +127,10 @@ class Rejection(StrEnum):
     """Stable policy rejection codes (``INVALID_<FIELD>`` codes are built per field)."""
 
     PROPOSAL_PARSE_FAILED = "PROPOSAL_PARSE_FAILED"
+    POLICY_NOT_APPROVED = "POLICY_NOT_APPROVED"
+    """``WARRANT_POLICY_APPROVAL=required`` and the policy worker's deployment policy (its
+    tool contracts and gate settings, one hash) is not one an operator approved (``warrant
+    policy approve``): every proposal is refused, right after the parse layer."""
     PROPOSAL_TOO_DEEP = "PROPOSAL_TOO_DEEP"
     """Arrays and objects nested more than ``canonical.MAX_JSON_DEPTH`` (64) levels deep,
     counting the proposal itself (the parse layer, before anything walks it recursively)."""
@@ -278,6 +285,9 @@ class ErrorCode(StrEnum):
     ARGUMENTS_NOT_OBJECT = "ARGUMENTS_NOT_OBJECT"
     BROKER_UNAVAILABLE = "BROKER_UNAVAILABLE"
     CALL_ID_INVALID = "CALL_ID_INVALID"
+    CANDIDATE_INVALID = "CANDIDATE_INVALID"
+    """A policy candidate (``warrant run replay --candidate``, ``warrant policy diff
+    --candidate``) that is not valid JSON of its shape, or changes a tool the registry lacks."""
     CONFIRMATION_ALREADY_DECIDED = "CONFIRMATION_ALREADY_DECIDED"
     CONFIRMATION_EXPIRED = "CONFIRMATION_EXPIRED"
     CONFIRMATION_HASH_MISMATCH = "CONFIRMATION_HASH_MISMATCH"
@@ -298,6 +308,11 @@ class ErrorCode(StrEnum):
     DURATION_INVALID = "DURATION_INVALID"
     EFFECT_KEY_INVALID = "EFFECT_KEY_INVALID"
     FORBIDDEN = "FORBIDDEN"
+    FORK_SOURCE_INVALID = "FORK_SOURCE_INVALID"
+    """``warrant run fork`` of a replay (it executed nothing to go on from: fork its source)."""
+    FORK_STEP_INVALID = "FORK_STEP_INVALID"
+    """``warrant run fork --at STEP`` outside 1 to the source's last step + 1, or after a step
+    whose effect is not settled yet."""
     GRANT_WIDENING_REFUSED = "GRANT_WIDENING_REFUSED"
     HANDOFF_ALREADY_RESOLVED = "HANDOFF_ALREADY_RESOLVED"
     HANDOFF_NOT_FOUND = "HANDOFF_NOT_FOUND"
@@ -344,6 +359,10 @@ class ErrorCode(StrEnum):
     PLANNER_FAILED = "PLANNER_FAILED"
     PLANNER_RETRY_LATER = "PLANNER_RETRY_LATER"
     PLUGIN_LOAD_FAILED = "PLUGIN_LOAD_FAILED"
+    POLICY_HASH_MISMATCH = "POLICY_HASH_MISMATCH"
+    """``warrant policy approve HASH`` (``POST /v1/policy/approvals``) names another hash than
+    the deployment policy this process (or the server) computes: nothing is approved (an
+    operator approves the policy they reviewed)."""
     PRECONDITION_CHANGED = "PRECONDITION_CHANGED"
     PROPOSAL_INVALID = "PROPOSAL_INVALID"
     PROPOSAL_IN_FLIGHT = "PROPOSAL_IN_FLIGHT"
@@ -359,6 +378,8 @@ class ErrorCode(StrEnum):
     RUN_NOT_CANCELLABLE = "RUN_NOT_CANCELLABLE"
     RUN_NOT_EXTERNAL = "RUN_NOT_EXTERNAL"
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
+    REPLAY_SOURCE_INVALID = "REPLAY_SOURCE_INVALID"
+    """``warrant run replay`` of a run that is itself a replay (replay its source instead)."""
     RUN_NOT_WAITING_CONFIRMATION = "RUN_NOT_WAITING_CONFIRMATION"
     RUN_NOT_WAITING_INPUT = "RUN_NOT_WAITING_INPUT"
     RUN_RECONCILING = "RUN_RECONCILING"

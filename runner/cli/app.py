@@ -61,6 +61,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "token": ("ledger", "token_app"),
     "ledger": ("ledger", "ledger_app"),
     "gate": ("ledger", "gate_app"),
+    "policy": ("policy", "policy_app"),
     "mcp": ("mcp", "mcp_app"),
 }
 #: The ``run`` commands other modules add to ``runs.run_app`` (importing the module registers
@@ -69,8 +70,10 @@ RUN_COMMANDS: dict[str, str] = {
     "answer": "proposals",
     "propose": "proposals",
     "decision": "proposals",
+    "fork": "start",
     "start": "start",
     "wait": "start",
+    "replay": "policy",
 }
 
 

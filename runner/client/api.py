@@ -8,7 +8,8 @@ info = client.wait(run_id, timeout=30)
 :mod:`~warrant.runner.client.runs`), people's actions (confirm, decline, answer, grant;
 :mod:`~warrant.runner.client.approvals`), handoffs (:mod:`~warrant.runner.client.handoffs`) and
 the approval inbox's reads (:mod:`~warrant.runner.client.inbox`) and the proposals of a caller
-that runs its own loop (:mod:`~warrant.runner.client.proposals`).
+that runs its own loop (:mod:`~warrant.runner.client.proposals`), and replays and policy
+reviews (:mod:`~warrant.runner.client.replays`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from warrant.runner.client.handoffs import HandoffsClient
 from warrant.runner.client.inbox import InboxClient
 from warrant.runner.client.proposals import ProposalsClient
 from warrant.runner.client.remote import remote_from_settings
+from warrant.runner.client.replays import ReplaysClient
 from warrant.runner.client.runs import RunInfo
 from warrant.runner.settings import load_settings, resolved_urls
 
 __all__ = ["Client", "RunInfo", "RunnerClient"]
 
 
-class Client(ApprovalsClient, HandoffsClient, InboxClient, ProposalsClient):
+class Client(ApprovalsClient, HandoffsClient, InboxClient, ProposalsClient, ReplaysClient):
     """Talks to the ledger and publishes the first planner message of a run."""
 
     @overload

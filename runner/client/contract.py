@@ -48,6 +48,19 @@ class RunnerClient(Protocol):
         """Validate, record and enqueue a run; its id (``SpecError`` if the spec is bad)."""
         ...
 
+    def fork_run(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        spec_patch: dict[str, Any] | None = None,
+        publish: bool = True,
+        started_by: str | None = None,
+    ) -> str:
+        """Start a new live run from ``run_id``'s record before step ``at`` (its spec merged
+        with ``spec_patch``, a JSON merge patch); the fork's id."""
+        ...
+
     def get_run(self, run_id: str) -> RunInfo: ...
 
     def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
@@ -252,6 +265,36 @@ class RunnerClient(Protocol):
 
     def enable_tool(self, name: str, *, by: str) -> dict[str, Any]:
         """Let the tool's calls through the gate again (the change as recorded)."""
+        ...
+
+    # --- the deployment policy's approval (``WARRANT_POLICY_APPROVAL``) -------------------
+
+    def policy(self) -> dict[str, Any]:
+        """The deployment policy (the server's, over HTTP): ``policy_hash``, ``required``,
+        ``approved``, ``approval``, ``previous``, ``diff`` and ``form``."""
+        ...
+
+    def approve_policy(
+        self, policy_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Approve the deployment policy ``policy_hash`` (``POLICY_HASH_MISMATCH`` unless it
+        is the deployment's own): the approval, ``changed``, ``previous`` and ``diff``."""
+        ...
+
+    # --- replay and policy review (:mod:`warrant.runner.replay`) -----------------------------
+
+    def replay_run(
+        self, run_id: str, *, candidate: dict[str, Any] | None = None, by: str | None = None
+    ) -> dict[str, Any]:
+        """Decide the run's recorded proposals again under the policy here (or
+        ``candidate``'s), tools dry; the replay is recorded (``replay_run_id``) and each step
+        carries its recorded and today's decision and its ``change``."""
+        ...
+
+    def policy_diff(
+        self, *, since_s: float, candidate: dict[str, Any] | None = None, limit: int = 1000
+    ) -> dict[str, Any]:
+        """The recent runs replayed: the decisions that would change, by tool and code."""
         ...
 
     def close(self) -> None:

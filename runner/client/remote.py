@@ -206,6 +206,22 @@ class RemoteClient:
         data = self._call("POST", "/runs", json=spec, headers=headers)
         return str(data["run_id"])
 
+    def fork_run(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        spec_patch: dict[str, Any] | None = None,
+        publish: bool = True,
+        started_by: str | None = None,
+    ) -> str:
+        """``POST /v1/runs/{run_id}/fork`` (the server publishes, and records the token's
+        label)."""
+        body: dict[str, Any] = {"at": at}
+        if spec_patch is not None:
+            body["spec_patch"] = spec_patch
+        return str(self._call("POST", f"/runs/{run_id}/fork", json=body)["run_id"])
+
     def get_run(self, run_id: str) -> RunInfo:
         return run_info(self._call("GET", f"/runs/{run_id}"))
 
@@ -508,6 +524,30 @@ class RemoteClient:
 
     def enable_tool(self, name: str, *, by: str) -> dict[str, Any]:
         return self._call("POST", "/tools/enable", json={"tool": name})
+
+    # --- the deployment policy (the server's own hash; approving: an operator token's role) -
+
+    def policy(self) -> dict[str, Any]:
+        return self._call("GET", "/policy")
+
+    def approve_policy(
+        self, policy_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        body = {"policy_hash": policy_hash, "note": note}
+        return self._call("POST", "/policy/approvals", json=body)
+
+    # --- replay and policy review (the server's policy decides) -------------------------
+
+    def replay_run(
+        self, run_id: str, *, candidate: dict[str, Any] | None = None, by: str | None = None
+    ) -> dict[str, Any]:
+        return self._call("POST", f"/runs/{run_id}/replay", json={"candidate": candidate})
+
+    def policy_diff(
+        self, *, since_s: float, candidate: dict[str, Any] | None = None, limit: int = 1000
+    ) -> dict[str, Any]:
+        body = {"since_s": since_s, "candidate": candidate, "limit": limit}
+        return self._call("POST", "/policy/diff", json=body)
 
 
 def remote_from_settings(settings: Any) -> RemoteClient | None:
