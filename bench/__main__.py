@@ -8,8 +8,9 @@ weighs on both alike). With the ``dbos`` package installed (the ``bench`` extra)
 pipeline of the same shape runs in the same rounds: DBOS durable workflows on a DBOS queue
 (``bench.dbos_pipeline``). Prints a table with ratios warrant/baseline (and warrant/DBOS),
 tool-bound scaling with 1-8 tool processes, and the memory of worker processes after many
-steps; then the ledger's growth (``bench.growth``) and real model and tool latencies
-(``bench.latency``: N runs at once against a fake model and tool service, warrant vs DBOS).
+steps; then the ledger's growth (``bench.growth``), real model and tool latencies
+(``bench.latency``: N runs at once against a fake model and tool service, warrant vs DBOS) and
+the replay of 1,000 recorded runs against the time they took live (``bench.replay``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ DEFAULT_BROKER = "redis://127.0.0.1:6379/13"
 #: the median round).
 ROUNDS = 4
 #: The parts of a full run, in order (``--only`` picks some).
-PARTS = ("compare", "memory", "scaling", "parallel", "growth", "latency")
+PARTS = ("compare", "memory", "scaling", "parallel", "growth", "latency", "replay")
 
 
 def _env() -> dict[str, str]:
@@ -407,6 +408,10 @@ def main() -> None:
                 *(["--profile", str(args.profile)] if args.profile else []),
             ]
         )
+    if "replay" in parts:
+        from bench import replay
+
+        replay.main(["--quick"] if args.quick else [])
 
 
 def _compare(console: Any, client: Any, sizes: tuple[int, int, int, int]) -> tuple[Any, Any, Any]:

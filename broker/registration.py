@@ -19,13 +19,16 @@ from celery import bootsteps
 from sqlalchemy import Engine
 
 from warrant.broker.process_identity import this_process
-from warrant.ledger.db import engine_for
+from warrant.ledger.db import engine_for, session_scope
+from warrant.ledger.operator import policy_approvals
 from warrant.ledger.workers import HEARTBEAT_S, register_worker, unregister_worker
-from warrant.runner.settings import resolved_urls
+from warrant.runner.policy_version import approval_hash
+from warrant.runner.settings import load_settings, resolved_urls
 from warrant.tools._deployment import roles_of
 from warrant.tools._plugins import registry_for
+from warrant.tools._registry import Registry
 
-__all__ = ["RegisterWorker"]
+__all__ = ["RegisterWorker", "say_policy"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,8 @@ class RegisterWorker(bootsteps.StartStopStep):
             register_worker(_engine(), **self.registration)
         except Exception as exc:  # the ledger may be down at start: the heartbeat inserts it
             log.warning("could not record this worker's registry (retried each heartbeat): %s", exc)
+        if "policy" in self.registration["roles"]:
+            say_policy(registry)
         self.tref = worker.timer.call_repeatedly(HEARTBEAT_S, self._touch, (self.registration,))
 
     @staticmethod
@@ -80,3 +85,32 @@ class RegisterWorker(bootsteps.StartStopStep):
             unregister_worker(_engine(), self.process)
         except Exception as exc:
             log.warning("could not remove this worker's registration: %s", exc)
+
+
+def say_policy(registry: Registry) -> str | None:
+    """A policy worker says at start whether its deployment policy is approved, when
+    ``WARRANT_POLICY_APPROVAL=required`` (a warning when not: it refuses every proposal
+    ``POLICY_NOT_APPROVED`` until an operator approves it). Returns what it logged."""
+    policy_hash = approval_hash(registry, load_settings())
+    if policy_hash is None:
+        return None
+    try:
+        with session_scope(_engine()) as s:
+            approval, _ = policy_approvals(s, policy_hash)
+    except Exception as exc:  # the ledger may be down at start: the gate reads it per proposal
+        log.warning("could not read whether policy %s is approved: %s", policy_hash[:12], exc)
+        return None
+    if approval is None:
+        said = (
+            f"policy {policy_hash[:12]} is not approved: every proposal is refused "
+            f"POLICY_NOT_APPROVED until an operator runs "
+            f"`warrant policy approve {policy_hash} --by NAME`"
+        )
+        log.warning(said)
+        return said
+    said = (
+        f"policy {policy_hash[:12]} approved by {approval['approved_by']} "
+        f"at {approval['approved_at']}"
+    )
+    log.info(said)
+    return said

@@ -1,5 +1,6 @@
 """What the client's operator and user actions write: confirm or decline a pending proposal,
-cancel a run, grant a capability, resolve a handoff, disable or enable a tool.
+cancel a run, grant a capability, resolve a handoff, disable or enable a tool, approve a
+deployment policy.
 
 Each function works in the caller's session: the ``lock_*`` ones read a row ``FOR UPDATE``
 (the action's compare-and-set then cannot race another writer); the others add or change the
@@ -25,6 +26,7 @@ from warrant.ledger.models import (
     Confirmation,
     GrantRow,
     Handoff,
+    PolicyApproval,
     PreApproval,
     Proposal,
     Run,
@@ -37,6 +39,7 @@ from warrant.runner.codes import CommandStatus, RunStatus
 from warrant.runner.spec import Grant
 
 __all__ = [
+    "approve_policy",
     "cancel_locked",
     "discard_issued_branches",
     "discard_issued_command",
@@ -46,6 +49,7 @@ __all__ = [
     "lock_handoff",
     "lock_run",
     "mark_handoff_resolved",
+    "policy_approvals",
     "record_confirmation",
     "record_partial_approval",
     "switch_tool",
@@ -296,3 +300,47 @@ def switch_tool(
     row.disabled, row.reason, row.changed_by, row.changed_at = disabled, reason or None, by, at
     s.flush()
     return {"tool": tool, "disabled": disabled, "changed": changed, **entry}
+
+
+def _approval(row: PolicyApproval) -> dict[str, Any]:
+    return {
+        "policy_hash": row.policy_hash,
+        "approved_by": row.approved_by,
+        "approved_at": row.approved_at.isoformat(),
+        "note": row.note,
+        "form": row.form,
+    }
+
+
+def policy_approvals(s: Session, policy_hash: str) -> tuple[dict[str, Any] | None, Any]:
+    """The approval of ``policy_hash`` (``None``: not approved) and the latest approval of
+    another policy (``None``: none), each as :func:`approve_policy` returns it."""
+    found = s.get(PolicyApproval, policy_hash)
+    latest = s.scalars(
+        select(PolicyApproval)
+        .where(PolicyApproval.policy_hash != policy_hash)
+        .order_by(PolicyApproval.approved_at.desc())
+        .limit(1)
+    ).first()
+    return (
+        None if found is None else _approval(found),
+        None if latest is None else _approval(latest),
+    )
+
+
+def approve_policy(
+    s: Session, policy_hash: str, *, by: str, form: dict[str, Any], note: str | None = None
+) -> tuple[dict[str, Any], bool]:
+    """Record that ``by`` approved the deployment policy ``policy_hash`` (``warrant policy
+    approve``) with its ``form``: policy workers under that hash decide from their next
+    proposal on. Returns the approval and whether it is new (approving again returns the
+    existing row unchanged)."""
+    added = s.execute(
+        pg_insert(PolicyApproval)
+        .values(policy_hash=policy_hash, approved_by=by, form=form, note=note or None)
+        .on_conflict_do_nothing(index_elements=["policy_hash"])
+        .returning(PolicyApproval.policy_hash)
+    ).first()
+    row = s.get(PolicyApproval, policy_hash, populate_existing=True)
+    assert row is not None
+    return _approval(row), added is not None

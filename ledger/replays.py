@@ -15,7 +15,12 @@ from warrant.ledger._compiled import Compiled
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
 from warrant.ledger.repo import append_events
-from warrant.ledger.stage_loads import autocommit, grants_from, pre_approvals_from
+from warrant.ledger.stage_loads import (
+    autocommit,
+    confirmations_from,
+    grants_from,
+    pre_approvals_from,
+)
 from warrant.runner.codes import Phase, RunStatus, StopReason
 from warrant.runner.replay import (
     RecordedCommand,
@@ -27,7 +32,8 @@ from warrant.runner.replay import (
 __all__ = ["load_recorded", "read_recorded", "recent_run_ids", "record_replay"]
 
 #: Every run of ``ids`` with what its replay reads: its proposals, commands (with the latest
-#: outcome), observations, grants as created, pre-approvals, and the tool switches now.
+#: outcome), observations, grants as created, the ``per-run`` approvals a person gave (each
+#: covers the tool's later calls once used), pre-approvals, and the tool switches now.
 _RECORDED = Compiled.text(
     """
 SELECT r.id, r.kind, r.status, r.goal, r.subject, r.spec,
@@ -40,7 +46,7 @@ SELECT r.id, r.kind, r.status, r.goal, r.subject, r.spec,
           ORDER BY p.step, p.branch), '[]'::jsonb)
      FROM proposals p WHERE p.run_id = r.id) AS proposals,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(c.step, c.branch, c.id, c.tool, c.grant_ids,
-            c.effect_key, c.status, o.status, o.resolved_status, o.output)
+            c.effect_key, c.status, o.status, o.resolved_status, o.output, c.confirmation_id)
           ORDER BY c.step, c.branch), '[]'::jsonb)
      FROM commands c
      LEFT JOIN LATERAL (SELECT x.status, x.resolved_status, x.output FROM outcomes x
@@ -53,6 +59,10 @@ SELECT r.id, r.kind, r.status, r.goal, r.subject, r.spec,
             g.expires_at_step, g.max_uses, 0, g.destinations_from,
             extract(epoch FROM g.expires_at), g.constraints) ORDER BY g.id), '[]'::jsonb)
      FROM grants g WHERE g.run_id = r.id) AS grants,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.proposal_hash, c.tool, c.approved,
+            true, c.expires_at_step, extract(epoch FROM c.expires_at), c.covers_run)
+          ORDER BY c.created_at), '[]'::jsonb)
+     FROM confirmations c WHERE c.run_id = r.id AND c.covers_run AND c.approved) AS covering,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(a.id, a.proposal_hash, a.tool, a.approved_by,
             false) ORDER BY a.id), '[]'::jsonb)
      FROM pre_approvals a WHERE a.run_id = r.id) AS pre_approvals,
@@ -124,12 +134,14 @@ def _recorded(row: Any) -> RecordedRun:
                 outcome=c[7],
                 resolved=c[8],
                 output=c[9],
+                confirmation_id=c[10],
             )
             for c in row.commands
         ),
         observations=tuple((o[0], o[1], o[2], o[3]) for o in row.observations),
         grants=tuple(grants_from(row.id, row.grants)),
         pre_approvals=tuple(pre_approvals_from(row.pre_approvals)),
+        covering=tuple(confirmations_from(row.id, row.covering)),
         disabled=dict(row.disabled or {}),
     )
 

@@ -43,6 +43,9 @@ COLUMNS = {
     "tokens_used": "tokens_used",
     "cost_used": "cost_used",
     "parent_run_id": "parent_run_id",
+    "kind": "kind",
+    "source_run_id": "source_run_id",
+    "source_step": "source_step",
 }
 
 WAITING_GRANT = "waiting_grant"

@@ -30,7 +30,8 @@ WITH run AS (
   INSERT INTO grants (run_id, capability, resource_scope, expires_at_step, max_uses, uses, source,
                       destinations_from, expires_at, constraints)
   SELECT run.id, g->>'capability', g->>'resource_scope', (g->>'expires_at_step')::int,
-         (g->>'max_uses')::int, 0, 'spec', nullif(g->'destinations_from', 'null'::jsonb),
+         (g->>'max_uses')::int, coalesce((g->>'uses')::int, 0), 'spec',
+         nullif(g->'destinations_from', 'null'::jsonb),
          (g->>'expires_at')::timestamptz, nullif(g->'constraints', 'null'::jsonb)
     FROM run, jsonb_array_elements(%(grants)s) AS g
 ), pre AS (
@@ -72,7 +73,8 @@ def create_run(
     idempotency_key: str | None = None,
     started_by: str | None = None,
 ) -> None:
-    """A new run in one statement: the run row (version 1), its grants and pre-approvals, its
+    """A new run in one statement: the run row (version 1), its grants (``uses`` 0 unless a
+    grant says otherwise: a fork's carry its source's) and pre-approvals, its
     goal observation and its first trace events (``seq`` 1..n). An ``idempotency_key``
     another run holds already violates the unique index ``uq_runs_idempotency_key``
     (``psycopg.IntegrityError``) and writes nothing."""

@@ -192,7 +192,10 @@ SELECT {RUN_COLUMNS}, r.spec -> 'handoff' AS handoff, {MADE},
   CASE WHEN p.status IS DISTINCT FROM 'received' THEN
     (SELECT jsonb_build_array(c.id, c.idempotency_token, c.attempts) FROM commands c
       WHERE c.run_id = r.id AND c.step = p.step AND c.proposal_pk = p.id LIMIT 1)
-  END AS refused_command
+  END AS refused_command,
+  CASE WHEN CAST(%(policy_hash)s AS text) IS NOT NULL THEN
+    EXISTS (SELECT 1 FROM policy_approvals a WHERE a.policy_hash = %(policy_hash)s)
+  END AS policy_approved
 FROM runs r LEFT JOIN proposals p ON p.id = r.pending_proposal_id
 WHERE r.id = %(run_id)s
 """
@@ -205,7 +208,9 @@ included) at a step after its first untrusted read, counted only when the spec's
 for this proposal for a permission (the run then waited for a grant), looked up only for a
 proposal the gate has seen before (a new one is ``received``). ``disabled_tools``: the tools
 an operator disabled (``warrant tools disable``), each with its reason: read on every gate
-decision, so a switch takes effect at the next one."""
+decision, so a switch takes effect at the next one. ``policy_approved``: whether the policy
+worker's deployment policy hash (``policy_hash``, passed only when
+``WARRANT_POLICY_APPROVAL=required``; else NULL and so is this) is one an operator approved."""
 
 _TOOL = Compiled.text(
     f"""
@@ -302,15 +307,22 @@ class PolicyLoad:
 
     @classmethod
     def read(
-        cls, engine: Engine, run_id: str, version: int, registry: Registry
+        cls,
+        engine: Engine,
+        run_id: str,
+        version: int,
+        registry: Registry,
+        *,
+        policy_hash: str | None = None,
     ) -> PolicyLoad | None:
         """The policy stage's one load, None when the message is stale (no such run, another
         version, no pending proposal). Beyond the run's row (:func:`load_policy`: one
-        statement), only an MCP tool's pin (a primary-key read, which pins a first use), a
+        statement; ``policy_hash``: the deployment policy whose approval it reads, None: not
+        read), only an MCP tool's pin (a primary-key read, which pins a first use), a
         write or egress call's provenance and the earlier commands with a call's business
         effect key are read, each for those calls only."""
         with autocommit(engine) as conn:
-            row = load_policy(conn, run_id)
+            row = load_policy(conn, run_id, policy_hash=policy_hash)
             if row is None or row.version != version or row.proposal is None:
                 return None
             proposal = row.proposal
@@ -355,9 +367,9 @@ def _tools_of(proposal: dict[str, Any], registry: Registry) -> list[Tool[Any, An
     return tools
 
 
-def load_policy(conn: Connection, run_id: str) -> Any:
+def load_policy(conn: Connection, run_id: str, *, policy_hash: str | None = None) -> Any:
     """The run, its pending proposal and the gate's inputs (the :data:`_POLICY` statement)."""
-    return _POLICY.first(conn, {"run_id": run_id})
+    return _POLICY.first(conn, {"run_id": run_id, "policy_hash": policy_hash})
 
 
 _PROVENANCE = Compiled.text(

@@ -84,6 +84,12 @@ class GateInput:
     read from the ledger by the stage on every decision; their calls are refused
     ``TOOL_DISABLED``."""
     """The run spec's ``policy`` as stored (the delegation layer reads its limits)."""
+    policy_approved: bool | None = None
+    """Whether an operator approved the policy worker's deployment policy (its hash in
+    ``policy_approvals``; ``WARRANT_POLICY_APPROVAL=required``): False refuses every proposal
+    ``POLICY_NOT_APPROVED``. ``None``: not checked (the setting is ``off``)."""
+    policy_hash: str | None = None
+    """The deployment policy's hash the stage checked (named in the refusal's message)."""
 
 
 @dataclass(frozen=True, kw_only=True)

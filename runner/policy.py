@@ -1,8 +1,8 @@
 """The policy gate: pure layers, in order, first failure wins.
 
-    parse -> registry -> kill switch -> held capabilities -> input schema -> semantic validation
-    -> authorization (grants) -> provenance -> state guard -> loop detection -> effects
-    -> confirmation -> budget -> command
+    parse -> policy approval -> registry -> kill switch -> held capabilities -> input schema
+    -> semantic validation -> authorization (grants) -> provenance -> state guard
+    -> loop detection -> effects -> confirmation -> budget -> command
 
 "held capabilities" is the authorization layer's first check, made before the arguments are
 read: a tool for one of whose capabilities the run holds no grant at all is refused
@@ -162,12 +162,13 @@ def _fail(reason: StopReason, fp: str | None, events: list[Event], **detail: Any
 
 
 def evaluate(inp: GateInput, *, on_event: Callable[[Event], None] | None = None) -> Decision:
-    """Run the layers. ``on_event`` observes each layer's event as it happens (the shell
-    turns them into spans); it cannot change the decision."""
+    """Run the layers; ``on_event`` sees each layer's event as it happens (spans), not decides."""
     events: list[Event] = EventLog(on_event)
     proposal = _parse(inp, events)
     if not isinstance(proposal, ToolProposal):
         return proposal
+    if (unapproved := _check_approved(inp, events)) is not None:
+        return unapproved  # a policy nobody approved decides nothing (G21)
     tool = _look_up(proposal, inp, events)
     if not isinstance(tool, Tool):
         return tool
@@ -307,6 +308,20 @@ def _look_up(
         return _refuse_raw(Rejection.MCP_TOOL_CHANGED.value, "registry", inp, events, changed)
     events.append(Event("proposal.registry.checked", {"tool": tool.name, "version": tool.version}))
     return tool
+
+
+def _check_approved(inp: GateInput, events: list[Event]) -> Decision | None:
+    """The deployment policy's approval, right after the parse layer: with
+    ``WARRANT_POLICY_APPROVAL=required`` a policy worker whose deployment policy no operator
+    approved refuses every proposal ``POLICY_NOT_APPROVED``, whatever it names."""
+    if inp.policy_approved is not False:
+        return None
+    named = (inp.policy_hash or "")[:12]
+    message = (
+        f"the deployment policy {named} is not approved: an operator approves it with "
+        f"`warrant policy approve {inp.policy_hash} --by NAME`"
+    )
+    return _refuse_raw(Rejection.POLICY_NOT_APPROVED.value, "policy_approval", inp, events, message)
 
 
 def _check_switch(tool: Tool[Any, Any], inp: GateInput, events: list[Event]) -> Decision | None:

@@ -25,13 +25,19 @@ from typing import Any
 import orjson
 
 from warrant.runner.canonical import canonical_json, sha256_hex
+from warrant.runner.settings import Approvals
 from warrant.runner.views import GrantView
 from warrant.tools._contract import Tool
+from warrant.tools._registry import Registry
 
 __all__ = [
+    "DeploymentPolicy",
     "PolicyVersion",
+    "approval_hash",
     "contract_form",
     "contract_hash",
+    "deployment_policy",
+    "form_diff",
     "grants_form",
     "policy_version",
     "settings_form",
@@ -184,3 +190,98 @@ def policy_version(
     )
     version = _version_hash(contract, granted, settings)
     return PolicyVersion(version=version, contract=contract, grants=granted, settings=settings)
+
+
+# -- The deployment's policy (``WARRANT_POLICY_APPROVAL``, G21): one hash over every tool
+# contract of the registry and the deployment settings the gate reads. With the setting
+# ``required`` a policy worker decides only under a hash an operator approved
+# (``warrant policy approve``); under another it refuses every proposal ``POLICY_NOT_APPROVED``.
+
+#: A contract's fields a policy form shows beside its hash, so a diff names what changed.
+READABLE = ("confirmation", "side_effect", "capabilities")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentPolicy:
+    """The deployment's policy version (``hash``: sha256 of the canonical JSON of ``form``)."""
+
+    hash: str
+    form: dict[str, Any]
+
+
+def _tool_form(tool: Tool[Any, Any]) -> dict[str, Any]:
+    return {
+        "contract": contract_hash(tool),
+        "confirmation": tool.confirmation.value,
+        "side_effect": tool.side_effect.value,
+        "capabilities": sorted(tool.capabilities),
+    }
+
+
+def _deployment_settings(settings: Approvals) -> dict[str, Any]:
+    """The settings the policy gate reads (``broker.policy.stage``: the gate's input and
+    the decision's version): relaxed tools, the approvals floor, observed tools."""
+    floor = settings.approvals_floor if settings.approvals_required else {}
+    return {
+        "relax_confirmation": sorted(settings.relaxed_tools),
+        "approvals_required": dict(sorted(floor.items())),
+        "observe_tools": sorted(settings.observed_tools),
+    }
+
+
+#: Deployment policies by registry object (kept, so its id is never reused meanwhile) and the
+#: settings' form: a worker's registry and settings are fixed, so it is computed once.
+_DEPLOYMENTS: dict[int, tuple[Registry, bytes, DeploymentPolicy]] = {}
+
+
+def deployment_policy(registry: Registry, settings: Approvals) -> DeploymentPolicy:
+    """The deployment's policy: ``form`` = ``contracts`` (``name@version`` → the contract's
+    hash and its confirmation, side effect and capabilities) and ``settings``
+    (:func:`_deployment_settings`); ``hash`` over its canonical JSON."""
+    configured = _deployment_settings(settings)
+    key = canonical_json(configured)
+    cached = _DEPLOYMENTS.get(id(registry))
+    if cached is not None and cached[0] is registry and cached[1] == key:
+        return cached[2]
+    contracts = {f"{t.name}@{t.version}": _tool_form(t) for t in registry}
+    form = {"contracts": dict(sorted(contracts.items())), "settings": configured}
+    policy = DeploymentPolicy(hash=sha256_hex(canonical_json(form)), form=form)
+    _DEPLOYMENTS[id(registry)] = (registry, key, policy)
+    return policy
+
+
+def approval_hash(registry: Registry, settings: Approvals) -> str | None:
+    """The deployment policy hash a policy worker checks the approval of: with
+    ``WARRANT_POLICY_APPROVAL=required`` its :func:`deployment_policy`'s, else ``None``."""
+    if settings.policy_approval != "required":
+        return None
+    return deployment_policy(registry, settings).hash
+
+
+def form_diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> dict[str, Any]:
+    """What changed from the policy form ``before`` (``None``: nothing approved yet) to
+    ``after``: tools added and removed (``name@version``), tools whose contract changed (with
+    the readable fields that changed, each ``[before, after]``; ``fields`` empty: another
+    part of the contract), and settings changed (each ``[before, after]``)."""
+    old = dict((before or {}).get("contracts") or {})
+    new = dict(after.get("contracts") or {})
+    changed = []
+    for key in sorted(old.keys() & new.keys()):
+        was, now = old[key] or {}, new[key] or {}
+        if was.get("contract") == now.get("contract"):
+            continue
+        fields = {f: [was.get(f), now.get(f)] for f in READABLE if was.get(f) != now.get(f)}
+        changed.append({"tool": key, "fields": fields})
+    was_set = dict((before or {}).get("settings") or {})
+    now_set = dict(after.get("settings") or {})
+    settings = {
+        name: [was_set.get(name), now_set.get(name)]
+        for name in sorted(was_set.keys() | now_set.keys())
+        if was_set.get(name) != now_set.get(name)
+    }
+    return {
+        "tools_added": sorted(new.keys() - old.keys()),
+        "tools_removed": sorted(old.keys() - new.keys()),
+        "tools_changed": changed,
+        "settings_changed": settings,
+    }

@@ -12,10 +12,11 @@ from the ledger, never a service's answer. The planner's outputs are the recorde
 the history after a step whose decision would now differ stays the recorded one: each step is
 judged on its own, as a reviewer of a policy change wants.
 
-What a replay does not judge (it keeps the recorded decision, marked ``unmodelled``): a
-person's recorded confirmation (a replay never asks anyone: a step that needs one now is a
-difference, ``confirmation_now_needed``), and refusals that depended on the deployment or on
-other runs at the time (:data:`UNMODELLED_CODES`).
+A replay never asks anyone: a step that needs a person's confirmation now and did not then is
+a difference (``confirmation_now_needed``); a ``per-run`` approval a person gave then still
+covers the tool's calls after its first use. Refusals that depended on the deployment, on
+other runs or on a person at the time keep their recorded decision, marked ``unmodelled``
+(:data:`UNMODELLED_CODES`).
 
 The candidate: :class:`PolicyCandidate` (a JSON file: contract changes by tool name, the
 deployment settings the gate reads) applied to this process's registry and settings.
@@ -38,6 +39,7 @@ from warrant.runner.errors import InvalidRequest
 from warrant.runner.provenance import sources_from
 from warrant.runner.spec import Budgets
 from warrant.runner.views import (
+    ConfirmationView,
     EffectView,
     GrantView,
     HistoryEntry,
@@ -211,6 +213,7 @@ class RecordedCommand:
     outcome: str | None
     resolved: str | None = None
     output: Any = None
+    confirmation_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,6 +232,9 @@ class RecordedRun:
     grants: tuple[GrantView, ...]
     """As created (``uses`` 0): a step sees the uses of the commands before it."""
     pre_approvals: tuple[PreApprovalView, ...] = ()
+    covering: tuple[ConfirmationView, ...] = ()
+    """The ``per-run`` approvals a person gave: once a command used one, it covers the tool's
+    later calls (a step after that use sees it; the step that asked for it asks again)."""
     disabled: Mapping[str, str] = field(default_factory=dict)
     """The tools switched off now (the ledger's ``tool_switches``)."""
 
@@ -345,7 +351,7 @@ def _gate_input(
         run=view,
         expected_version=1,
         grants=[dataclasses.replace(g, uses=uses[g.grant_id]) for g in recorded.grants],
-        confirmations=(),
+        confirmations=_covering(recorded, before),
         history=_history(recorded.proposals, step, proposal.observation_version),
         registry=policy.registry,
         now=proposal.decided_at,
@@ -365,6 +371,13 @@ def _history(proposals: Iterable[RecordedProposal], step: int, version: int) -> 
         for p in proposals
         if p.step < step and p.fingerprint is not None and p.observation_version == version
     ]
+
+
+def _covering(recorded: RecordedRun, before: Sequence[RecordedCommand]) -> list[ConfirmationView]:
+    """A person's ``per-run`` approvals a command before the step used: they cover the tool's
+    later calls (as :func:`warrant.runner.confirmation_rules.person_decision` reads them)."""
+    used = {c.confirmation_id for c in before if c.confirmation_id is not None}
+    return [c for c in recorded.covering if c.confirmation_id in used]
 
 
 def _pre_approvals(recorded: RecordedRun, step: int) -> list[PreApprovalView]:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -278,6 +278,11 @@ class Approvals(_Group):
     approvals_required: str = ""
     """Tools that need more distinct approvers than they declare, ``name=M[,name=M]`` (M ≥ 1;
     the larger of this and the tool's own count applies)."""
+    policy_approval: Literal["off", "required"] = "off"
+    """``required``: a policy worker decides only under a deployment policy (every tool
+    contract and the settings above, one hash: ``warrant policy show``) an operator approved
+    (``warrant policy approve HASH --by NAME``); under another it refuses every proposal
+    ``POLICY_NOT_APPROVED`` and says so in its log at start. ``off``: not checked."""
 
     @property
     def relaxed_tools(self) -> frozenset[str]:

@@ -54,7 +54,7 @@ from warrant.runner.codes import (
 )
 from warrant.runner.gate import cited_sources
 from warrant.runner.handoff import artifacts_made, with_artifacts
-from warrant.runner.policy_version import policy_version
+from warrant.runner.policy_version import approval_hash, policy_version
 from warrant.runner.provenance import sources_from
 from warrant.runner.run_machine import Stop
 from warrant.runner.spec import DEFAULT_MAX_PARALLEL_CALLS, ParallelProposal
@@ -100,7 +100,8 @@ def decide_once(ctx: StageContext, run_id: str, version: int) -> str:
     proposal's verdict and, if accepted, the command: :func:`_commit`), then the message that
     write calls for."""
     now = ctx.clock()
-    load = PolicyLoad.read(ctx.engine, run_id, version, ctx.registry)
+    checked = approval_hash(ctx.registry, ctx.settings)  # None: no approval is required
+    load = PolicyLoad.read(ctx.engine, run_id, version, ctx.registry, policy_hash=checked)
     if load is None:
         return "ignored"
     view = run_view(load.row)
@@ -213,6 +214,8 @@ def _gate_input(
         effects=load.effects,
         run_policy=row.run_policy or {},
         disabled=row.disabled_tools or {},
+        policy_approved=row.policy_approved,
+        policy_hash=approval_hash(ctx.registry, ctx.settings),
         provenance=None
         if load.provenance is None
         else sources_from(

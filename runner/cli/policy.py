@@ -105,6 +105,11 @@ def policy_diff(
     if as_json:
         print_json(out)
         return
+    _print_decisions(out, since)
+
+
+def _print_decisions(out: dict[str, Any], since: str) -> None:
+    """``policy diff``'s report as a table and a summary line."""
     table = Table("tool", "change", "recorded", "now", "count", "runs")
     for c in out["changes"]:
         runs = ", ".join(r[:8] for r in c["runs"][:5]) + (" …" if len(c["runs"]) > 5 else "")
@@ -158,16 +163,23 @@ def policy_approve(
     policy_hash: Annotated[str, typer.Argument(help="The hash `warrant policy show` printed.")],
     by: Annotated[str, typer.Option("--by", help="Who approves (recorded).")],
     note: Annotated[str | None, typer.Option(help="Why (recorded).")] = None,
+    since: Annotated[
+        str, typer.Option(help="Replay the runs of this window under the policy first.")
+    ] = "7d",
     as_json: JsonOpt = False,
 ) -> None:
     """Approve this deployment's policy (POLICY_HASH_MISMATCH unless HASH is its hash): with
     WARRANT_POLICY_APPROVAL=required, policy workers under it decide from their next proposal
-    on. Shows what changed since the latest approved policy; approving again changes nothing."""
+    on. Shows what changed since the latest approved policy and which recorded decisions of
+    the last --since it would decide otherwise; approving again changes nothing."""
+    since_s = guard(as_json, lambda: parse_duration(since))
     client = guard(as_json, make_client)
+    decisions = guard(as_json, lambda: client.policy_diff(since_s=since_s))
     out = guard(as_json, lambda: client.approve_policy(policy_hash, by=by, note=note))
     if as_json:
-        print_json(out)
+        print_json({**out, "decisions": decisions})
         return
+    _print_decisions(decisions, since)
     already = "" if out["changed"] else " (it already was)"
     console.print(
         f"policy {out['policy_hash']} approved{already} by {out['approved_by']} "

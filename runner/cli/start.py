@@ -13,10 +13,14 @@ host went silent after the kernel acknowledged the request) leaves a call waitin
 that never comes. Every call of the wait goes through :meth:`Deadline.call`, which runs it in
 a daemon thread and gives up on it at the deadline (``--timeout`` plus :data:`GRACE_S`):
 :class:`~warrant.runner.errors.WaitTimedOut`, exit 5. The abandoned thread dies with the
-process."""
+process.
+
+``warrant run fork`` starts a run too: a new live one from another's record before a step
+(:mod:`warrant.ledger.forks`)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -36,6 +40,7 @@ from warrant.runner.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_TIMED_OUT,
     JsonOpt,
+    client_and_id,
     console,
     err,
     fail,
@@ -128,6 +133,53 @@ def run_start(
     sys.stdout.flush()
     sys.stderr.flush()
     _attach(client, run_id, deadline=deadline, as_json=as_json, extra={"warnings": warnings})
+
+
+@run_app.command("fork")
+def run_fork(
+    run_id: Annotated[str, typer.Argument(help="The source run's id, or a unique prefix of it.")],
+    at: Annotated[
+        int,
+        typer.Option("--at", help="The step the fork starts at: 1 to the source's last step + 1."),
+    ],
+    spec_patch: Annotated[
+        Path | None,
+        typer.Option(
+            help="A JSON merge patch (RFC 7386) of the source's spec ('-' for stdin): a "
+            "changed goal, grants or planner."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new live run from a run's record before step --at: its observations (and the
+    proposals, commands and outcomes of those steps) carried, its budgets and grant uses so
+    far counted; nothing before --at is done again, the fork plans step --at live."""
+    patch = None if spec_patch is None else _spec_patch(_read_spec(spec_patch, as_json), as_json)
+    client, whole = client_and_id(as_json, run_id)
+    fork_id = guard(as_json, lambda: client.fork_run(whole, at=at, spec_patch=patch))
+    info = guard(as_json, lambda: client.get_run(fork_id))
+    print_json(info.to_dict()) if as_json else console.print(
+        f"forked [bold]{fork_id}[/] from {whole} at step {at}", soft_wrap=True
+    )
+
+
+def _spec_patch(text: str, as_json: bool) -> dict[str, Any]:
+    try:
+        patch = json.loads(text)
+    except ValueError as exc:
+        fail(
+            SpecError(f"the spec patch is not JSON: {exc}", errors=_patch_error(str(exc))), as_json
+        )
+    if not isinstance(patch, dict):
+        fail(
+            SpecError("a spec patch is a JSON object", errors=_patch_error("not an object")),
+            as_json,
+        )
+    return patch
+
+
+def _patch_error(message: str) -> list[dict[str, str]]:
+    return [{"field": "SPEC_PATCH", "message": message}]
 
 
 @run_app.command("wait")

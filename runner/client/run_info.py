@@ -73,6 +73,12 @@ class RunInfo:
     """For a run stopped by a budget (``MAX_*_REACHED``, ``DEADLINE_REACHED``): what was
     already made (``artifacts``: each succeeded effect's ``command_id``, ``tool``, ``step``,
     output ``ids`` and ``fields``) and the ``budget`` snapshot when it stopped."""
+    kind: str = "live"
+    """``live`` (a producer's or a delegation's run), ``replay`` or ``fork``."""
+    source_run_id: str | None = None
+    """The run a replay or a fork came from."""
+    source_step: int | None = None
+    """The step of its source a fork started at (its record before it carried)."""
 
     @classmethod
     def of(
@@ -111,6 +117,9 @@ class RunInfo:
             parent_run_id=run.parent_run_id,
             children=children or [],
             budget_stop=(dict(run.stop_detail or {}) if run.stop_reason in BUDGET_STOPS else None),
+            kind=run.kind or "live",
+            source_run_id=run.source_run_id,
+            source_step=run.source_step,
         )
 
     def to_dict(self) -> dict[str, Any]:

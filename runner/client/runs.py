@@ -20,10 +20,17 @@ from warrant.ledger import reads
 from warrant.ledger.db import retry_once_on_disconnect, session_scope
 from warrant.ledger.db_clock import DatabaseClock
 from warrant.ledger.delegation import children_of, children_shown
+from warrant.ledger.forks import fork_run
 from warrant.ledger.memory_store import MemoryStore
 from warrant.ledger.memory_views import load_view
 from warrant.ledger.models import Run
-from warrant.ledger.operator import cancel_locked, lock_run, switch_tool
+from warrant.ledger.operator import (
+    approve_policy,
+    cancel_locked,
+    lock_run,
+    policy_approvals,
+    switch_tool,
+)
 from warrant.ledger.runs_create import create_run
 from warrant.ledger.stage_loads import autocommit, run_status
 from warrant.ledger.workers import live_workers
@@ -36,7 +43,9 @@ from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
 from warrant.runner.confirmation_rules import pre_approval_record
 from warrant.runner.costs import check_priced, deadline_fit
 from warrant.runner.errors import InvalidRequest, RunNotFound, SpecError, StateConflict
+from warrant.runner.forks import merge_patch
 from warrant.runner.grants import check_task_sources
+from warrant.runner.policy_version import deployment_policy, form_diff
 from warrant.runner.routing import fallback_problem
 from warrant.runner.settings import load_settings
 from warrant.runner.spec import (
@@ -50,7 +59,7 @@ from warrant.runner.step_decisions import check_success_spec
 from warrant.runner.webhook_signing import check_webhook
 from warrant.tools._plugins import registry_for
 
-__all__ = ["SETTLED", "RunInfo", "RunsClient", "found_run"]
+__all__ = ["SETTLED", "RunInfo", "RunsClient", "found_run", "validated_spec"]
 
 #: :meth:`RunsClient.wait_change`'s first and longest pause between two looks at the run.
 FIRST_CHANGE_PAUSE_S, MAX_CHANGE_PAUSE_S = 0.05, 0.5
@@ -101,20 +110,7 @@ class RunsClient:
         validated spec) returns the run the first one recorded and publishes nothing; the
         same key with another spec raises :class:`StateConflict` ``IDEMPOTENCY_KEY_REUSED``.
         Two concurrent starts with one key record one run (the unique index decides)."""
-        if not isinstance(spec, RunSpec):
-            spec = parse_run_spec(spec)
-        if isinstance(spec.planner, PluginPlannerSpec):
-            from warrant.runner.planners.kinds import check_planner, planner_kinds  # lazy: httpx
-
-            settings = load_settings()
-            kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
-            check_planner(spec, kinds)
-        if spec.webhook is not None:
-            check_webhook(spec, load_settings())
-        if spec.budgets.max_cost is not None and isinstance(spec.planner, OpenAIPlannerSpec):
-            check_priced(spec, load_settings().model_prices)
-        deadline_fit(spec)  # SPEC_INVALID when not even one model call fits the deadline
-        _check_against_registry(spec)
+        spec = validated_spec(spec)
         origin = start_origin(spec, idempotency_key=idempotency_key, started_by=started_by)
         if (known := run_for_key(self.engine, origin)) is not None:
             return known
@@ -127,6 +123,49 @@ class RunsClient:
             if publish and recorded == run_id:
                 self.publisher.planner(run_id, 1)
         return recorded
+
+    def fork_run(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        spec_patch: dict[str, Any] | None = None,
+        publish: bool = True,
+        started_by: str | None = None,
+    ) -> str:
+        """Start a new live run (``kind`` fork) from ``run_id``'s record before step ``at``:
+        its observations, proposals, commands and outcomes of those steps copied, its budgets
+        and grant uses so far carried, its spec's (merged with ``spec_patch``, a JSON merge
+        patch, and validated as a start's: ``SPEC_INVALID``). Nothing before ``at`` is done
+        again; the fork plans step ``at`` live. ``RUN_NOT_FOUND``, ``FORK_SOURCE_INVALID``
+        (a replay), ``FORK_STEP_INVALID`` (``at`` outside 1 to its last step + 1, or after
+        an effect not settled yet) write nothing. Returns the fork's id."""
+        if spec_patch is not None and not isinstance(spec_patch, dict):
+            raise SpecError(
+                "a spec patch is a JSON object",
+                errors=[{"field": "spec_patch", "message": "not a JSON object"}],
+            )
+        with session_scope(self.engine) as s:
+            source = found_run(s, run_id)
+            merged = merge_patch(dict(source.spec or {}), spec_patch or {})
+        spec = validated_spec(merged)
+        pre = pre_approval_records(spec)
+        fork_id = str(uuid.uuid4())
+        with telemetry.span("run.fork", run_id=fork_id):
+            with session_scope(self.engine) as s:
+                fork_run(
+                    s,
+                    fork_id=fork_id,
+                    source_run_id=run_id,
+                    at=at,
+                    spec=spec,
+                    pre_approvals=pre,
+                    trace_id=telemetry.current_trace_id(),
+                    started_by=started_by,
+                )
+            if publish:
+                self.publisher.planner(fork_id, 1)
+        return fork_id
 
     def _record_run(
         self,
@@ -252,6 +291,57 @@ class RunsClient:
             switched = switch_tool(s, name, disabled=disabled, by=by, reason=reason)
         log.warning("%s %s by %s (%s)", switched["event"], name, by, reason or "no reason given")
         return switched
+
+    def policy(self) -> dict[str, Any]:
+        """This process's deployment policy (its registry and settings: a policy worker of
+        the same deployment computes the same): ``policy_hash``, ``required``
+        (``WARRANT_POLICY_APPROVAL``), ``approved`` and its ``approval`` (who, when, note),
+        the ``form``, and its ``diff`` from the latest other approved policy (``previous``)."""
+        settings = load_settings()
+        deployed = deployment_policy(registry_for(), settings)
+        with session_scope(self.engine) as s:
+            approval, latest = policy_approvals(s, deployed.hash)
+        return {
+            "policy_hash": deployed.hash,
+            "required": settings.policy_approval == "required",
+            "approved": approval is not None,
+            "approval": None if approval is None else _without_form(approval),
+            "previous": None if latest is None else latest["policy_hash"],
+            "diff": form_diff(None if latest is None else latest["form"], deployed.form),
+            "form": deployed.form,
+        }
+
+    def approve_policy(
+        self, policy_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Approve the deployment policy ``policy_hash``: refused ``POLICY_HASH_MISMATCH``
+        unless it is this process's (the one reviewed); recorded with who, when, the note
+        and the form; ``changed`` False when it already was approved (that approval is
+        returned). With the ``diff`` from the latest other approved policy (``previous``)."""
+        deployed = deployment_policy(registry_for(), load_settings())
+        if policy_hash != deployed.hash:
+            raise InvalidRequest(
+                f"policy {policy_hash[:64]!r} is not this deployment's policy "
+                f"{deployed.hash}: see `warrant policy show`",
+                code="POLICY_HASH_MISMATCH",
+            )
+        if not 0 < len(by) <= MAX_TOOL_NAME or len(note or "") > MAX_SWITCH_REASON:
+            raise InvalidRequest(
+                f"--by is 1 to {MAX_TOOL_NAME} characters, a note at most {MAX_SWITCH_REASON}"
+            )
+        with session_scope(self.engine) as s:
+            _, latest = policy_approvals(s, deployed.hash)
+            approval, changed = approve_policy(
+                s, deployed.hash, by=by, form=deployed.form, note=note
+            )
+        if changed:
+            log.warning("policy %s approved by %s", deployed.hash[:12], by)
+        return {
+            **_without_form(approval),
+            "changed": changed,
+            "previous": None if latest is None else latest["policy_hash"],
+            "diff": form_diff(None if latest is None else latest["form"], deployed.form),
+        }
 
     def policy_tools(self, *, seen_within_s: float) -> frozenset[str] | None:
         """``name@version`` of every tool the policy workers seen within ``seen_within_s``
@@ -384,6 +474,30 @@ def found_run(s: Session, run_id: str, *, lock: bool = False) -> Run:
     if run is None:
         raise RunNotFound(f"no run {run_id}")
     return run
+
+
+def _without_form(approval: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in approval.items() if k != "form"}
+
+
+def validated_spec(spec: RunSpec | dict[str, Any] | str) -> RunSpec:
+    """The spec as a start checks it: parsed, its plug-in planner, webhook, prices, deadline
+    and what only the deployment's registry can check (``SPEC_INVALID``, ...)."""
+    if not isinstance(spec, RunSpec):
+        spec = parse_run_spec(spec)
+    if isinstance(spec.planner, PluginPlannerSpec):
+        from warrant.runner.planners.kinds import check_planner, planner_kinds  # lazy: httpx
+
+        settings = load_settings()
+        kinds = planner_kinds(refs=settings.planners, entry_points=settings.plugin_entry_points)
+        check_planner(spec, kinds)
+    if spec.webhook is not None:
+        check_webhook(spec, load_settings())
+    if spec.budgets.max_cost is not None and isinstance(spec.planner, OpenAIPlannerSpec):
+        check_priced(spec, load_settings().model_prices)
+    deadline_fit(spec)  # SPEC_INVALID when not even one model call fits the deadline
+    _check_against_registry(spec)
+    return spec
 
 
 def _check_against_registry(spec: RunSpec) -> None:

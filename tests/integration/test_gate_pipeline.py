@@ -329,6 +329,13 @@ def test_a_per_run_confirmation_covers_the_tools_later_calls(engine, client, wor
     names = [e.event for e in facts.events(engine, info.run_id)]
     assert names.count("confirmation.requested") == 1
     assert names.count("confirmation.approved") == 1
+    # replayed: the person's per-run approval still covers the second call (no change), and
+    # under a per-call candidate the second call would wait too (issue 55)
+    assert [s["change"] for s in client.replay_run(info.run_id)["steps"]] == [None, None]
+    per_call = {"contracts": {"pay_per_run": {"confirmation": "per-call"}}}
+    replayed = client.replay_run(info.run_id, candidate=per_call)
+    assert [s["change"] for s in replayed["steps"]] == [None, "confirmation_now_needed"]
+    assert paid(ledger) == 2
 
 
 def test_a_per_call_confirmation_is_asked_for_each_call(engine, client, worker, tmp_path):
@@ -350,6 +357,12 @@ def test_a_per_call_confirmation_is_asked_for_each_call(engine, client, worker, 
     assert done.status == "completed" and paid(ledger) == 2
     names = [e.event for e in facts.events(engine, info.run_id)]
     assert names.count("confirmation.requested") == 2
+    # replayed: asked then and now, at both steps; relaxed to never, neither would ask
+    assert [s["change"] for s in client.replay_run(info.run_id)["steps"]] == [None, None]
+    never = {"contracts": {"pay": {"confirmation": "never"}}, "relax_confirmation": ["pay"]}
+    replayed = client.replay_run(info.run_id, candidate=never)
+    assert [s["change"] for s in replayed["steps"]] == ["confirmation_no_longer_needed"] * 2
+    assert paid(ledger) == 2
 
 
 # --- the kill switch (``warrant tools disable``) ---------------------------------------------

@@ -165,3 +165,28 @@ def test_run_replay_and_policy_diff_on_the_command_line(client, run_to_end, tmp_
     assert json.loads(result.output)["error"]["code"] == "CANDIDATE_INVALID"
     result = CliRunner().invoke(app, ["policy", "diff", "--since", "soon", "--json"])
     assert json.loads(result.output)["error"]["code"] == "DURATION_INVALID"
+
+
+def test_replay_and_policy_diff_over_http_are_an_operators(engine, client, run_to_end):
+    from tests.integration.test_http_api import LiveServer
+    from warrant.runner.client.remote import RemoteClient
+    from warrant.runner.client.tokens import Tokens
+    from warrant.runner.server.http import create_app
+
+    info = refunds_run(run_to_end, order(), order())
+    suffix = uuid.uuid4().hex[:6]
+    operator, _ = Tokens(engine).create(f"replay-op-{suffix}", "operator", created_by="tests")
+    producer, _ = Tokens(engine).create(f"replay-pr-{suffix}", "producer", created_by="tests")
+    with LiveServer(create_app(client=client)) as server:
+        with RemoteClient(server.url, operator) as remote:
+            out = remote.replay_run(info.run_id, candidate=CONFIRM_REFUNDS)
+            assert [s["change"] for s in out["steps"]] == ["confirmation_now_needed"] * 2
+            diff = remote.policy_diff(since_s=3600, candidate=CONFIRM_REFUNDS, limit=500)
+            assert info.run_id in {r for c in diff["changes"] for r in c["runs"]}
+        with RemoteClient(server.url, producer) as remote:
+            with pytest.raises(Exception) as refused:
+                remote.replay_run(info.run_id)
+            assert getattr(refused.value, "code", None) == "FORBIDDEN"
+    with session_scope(engine) as s:
+        replay = s.get(Run, out["replay_run_id"])
+        assert replay is not None and replay.started_by == f"replay-op-{suffix} (operator)"

@@ -50,6 +50,8 @@ def test_allowed_lists_every_action_and_no_other_role() -> None:
         "revoke_memory",
         "manage_tokens",
         "switch_tools",
+        "approve_policy",
+        "review_policy",
     }
     with pytest.raises(TypeError):
         ALLOWED[A.READ] = frozenset()  # type: ignore[index]

@@ -1,6 +1,6 @@
 """What people do to runs over HTTP: confirm or decline a pending proposal, answer a question,
 cancel, grant a capability, pre-approve a proposal, resolve a handoff, revoke a memory record,
-disable or enable a tool.
+disable or enable a tool, approve the deployment policy.
 
 Who acted (``by``, ``granted_by``, ``approved_by``) is always the token's
 :attr:`~warrant.runner.authz.Identity.label`, never a field of the body; the role check of
@@ -31,6 +31,9 @@ from warrant.runner.server.http.models import (
     HandoffPage,
     MemoryRecordsOut,
     MemoryRevokedOut,
+    PolicyApprovalIn,
+    PolicyApprovalOut,
+    PolicyOut,
     PreApprovalIn,
     PreApprovalOut,
     ResolveIn,
@@ -59,6 +62,7 @@ PreApprover = Annotated[Identity, Depends(requires(Action.PRE_APPROVE))]
 Resolver = Annotated[Identity, Depends(requires(Action.RESOLVE_HANDOFF))]
 MemoryRevoker = Annotated[Identity, Depends(requires(Action.REVOKE_MEMORY))]
 ToolSwitcher = Annotated[Identity, Depends(requires(Action.SWITCH_TOOLS))]
+PolicyApprover = Annotated[Identity, Depends(requires(Action.APPROVE_POLICY))]
 
 
 @router.post(
@@ -284,3 +288,23 @@ def enable_tool(request: Request, body: ToolSwitchIn, identity: ToolSwitcher) ->
     """The tool's calls go through the gate again from its next decision."""
     out = deps(request).client.enable_tool(body.tool, by=identity.label)
     return ToolSwitchOut.model_validate(out)
+
+
+@router.get("/policy", response_model=PolicyOut, summary="The deployment policy")
+def policy(request: Request, identity: PolicyApprover) -> PolicyOut:
+    """The server's deployment policy (its tool contracts and gate settings, one hash),
+    whether an operator approved it, and what changed since the latest approved one."""
+    return PolicyOut.model_validate(deps(request).client.policy())
+
+
+@router.post(
+    "/policy/approvals", response_model=PolicyApprovalOut, summary="Approve the deployment policy"
+)
+def approve_policy(
+    request: Request, body: PolicyApprovalIn, identity: PolicyApprover
+) -> PolicyApprovalOut:
+    """With ``WARRANT_POLICY_APPROVAL=required`` policy workers under this hash decide from
+    their next proposal on. ``POLICY_HASH_MISMATCH`` unless ``policy_hash`` is the server's
+    own policy (the one reviewed); approving again returns the approval (``changed`` false)."""
+    out = deps(request).client.approve_policy(body.policy_hash, by=identity.label, note=body.note)
+    return PolicyApprovalOut.model_validate(out)

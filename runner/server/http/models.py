@@ -34,6 +34,7 @@ __all__ = [
     "DecisionOut",
     "ErrorBody",
     "ErrorDetail",
+    "ForkIn",
     "GrantIn",
     "GrantOut",
     "HandoffPage",
@@ -42,6 +43,9 @@ __all__ = [
     "MemoryRecordsOut",
     "MemoryRevokedOut",
     "ObservationsOut",
+    "PolicyApprovalIn",
+    "PolicyApprovalOut",
+    "PolicyOut",
     "PreApprovalIn",
     "PreApprovalOut",
     "ResolveIn",
@@ -367,6 +371,20 @@ class AnswerIn(_In):
     text: Text = Field(min_length=1, max_length=8_000, description="The answer to the question.")
 
 
+class ForkIn(_In):
+    at: int = Field(
+        ge=-INT32_MAX,
+        le=INT32_MAX,
+        description="The step the fork starts at: 1 to the source's last step + 1 (else "
+        "FORK_STEP_INVALID). The source's record before it is carried, not done again.",
+    )
+    spec_patch: dict[str, Any] | None = Field(
+        default=None,
+        description="A JSON merge patch (RFC 7386) of the source's spec: a changed goal, "
+        "grants or planner. The merged spec is validated as a start's (SPEC_INVALID).",
+    )
+
+
 class CancelIn(_In):
     reason: Text = Field(default="", max_length=2_000, description="Why (only its length is kept).")
 
@@ -435,6 +453,41 @@ class ToolSwitchOut(BaseModel):
     by: str
     at: str
     reason: str | None
+
+
+class PolicyApproved(BaseModel):
+    policy_hash: str
+    approved_by: str
+    approved_at: str
+    note: str | None
+
+
+class PolicyOut(BaseModel):
+    """The server's deployment policy (its registry and settings)."""
+
+    policy_hash: str
+    required: bool
+    """``WARRANT_POLICY_APPROVAL=required``: unapproved, every proposal is refused."""
+    approved: bool
+    approval: PolicyApproved | None
+    previous: str | None
+    """The latest other approved policy the ``diff`` is from (None: none)."""
+    diff: dict[str, Any]
+    form: dict[str, Any]
+
+
+class PolicyApprovalIn(_In):
+    policy_hash: Text = Field(
+        min_length=1, max_length=200, description="The policy reviewed (`GET /v1/policy`)."
+    )
+    note: Text | None = Field(default=None, max_length=500, description="Why (recorded).")
+
+
+class PolicyApprovalOut(PolicyApproved):
+    changed: bool
+    """False when it already was approved (that approval is returned)."""
+    previous: str | None
+    diff: dict[str, Any]
 
 
 # --- identity and health ---------------------------------------------------------------------

@@ -31,6 +31,7 @@ from warrant.runner.server.http.models import (
     BudgetsOut,
     ConfirmationsOut,
     ErrorBody,
+    ForkIn,
     ObservationsOut,
     RevealedOut,
     RunOut,
@@ -139,6 +140,37 @@ def _start(d: Deps, data: Any, key: str | None, identity: Identity) -> tuple[Run
     existed = run_for_key(d.client.engine, start) is not None  # IDEMPOTENCY_KEY_REUSED: 409
     run_id = d.client.start_run(spec, idempotency_key=key, started_by=identity.label)
     return d.client.get_run(run_id), not existed
+
+
+@router.post(
+    "/runs/{run_id}/fork",
+    status_code=201,
+    response_model=RunOut,
+    summary="Fork a run",
+    responses={
+        404: {"model": ErrorBody, "description": "RUN_NOT_FOUND"},
+        422: {
+            "model": ErrorBody,
+            "description": "FORK_STEP_INVALID, FORK_SOURCE_INVALID (a replay), SPEC_INVALID "
+            "(the patched spec), REQUEST_INVALID",
+        },
+    },
+)
+def fork_run(
+    request: Request,
+    run_id: RunId,
+    body: ForkIn,
+    identity: Annotated[Identity, Depends(requires(Action.START_RUN))],
+) -> JSONResponse:
+    """Start a new live run (``kind`` fork) from the run's record before step ``at``: its
+    observations, proposals, commands and outcomes before it copied, its budgets and grant
+    uses so far carried; the fork plans step ``at`` live. ``started_by`` is the token's
+    label. The new run, as ``POST /v1/runs`` returns it."""
+    client = deps(request).client
+    fork_id = client.fork_run(
+        run_id, at=body.at, spec_patch=body.spec_patch, started_by=identity.label
+    )
+    return JSONResponse(run_out(client.get_run(fork_id)).model_dump(mode="json"), status_code=201)
 
 
 @router.get("/runs", response_model=RunPage, summary="List runs")
