@@ -92,6 +92,28 @@ def test_a_fork_with_a_narrowed_grant_refuses_the_step_it_forked_at_and_repeats_
     _carried(client, source_id, fork_id, 3)
 
 
+def test_a_fork_at_step_2_with_a_narrower_grant_goes_on_live_and_its_step_3_is_refused(
+    client, engine, demo, source
+):
+    # the case: the grant narrowed to two uses; the source's step 1 used one
+    source_id, ids = source
+    narrower = {"grants": [{"capability": "drafts:write", "max_uses": 2}]}
+    fork_id = client.fork_run(source_id, at=2, spec_patch=narrower)
+    info = client.wait(fork_id, timeout=60)
+    assert info.status not in ("running", "cancelling"), info
+    live = _proposal(engine, fork_id, 2)
+    assert (live.tool, live.status) == ("save_draft", "accepted")
+    refused = _proposal(engine, fork_id, 3)
+    assert (refused.tool, refused.status, refused.rejection_code) == (
+        "save_draft",
+        "rejected",
+        "GRANT_EXHAUSTED",
+    )
+    # step 1 carried, never done again; step 2 done live once more (the fork's own token)
+    assert [demo.draft_count(draft_id=i) for i in ids] == [1, 2, 1]
+    _carried(client, source_id, fork_id, 2)
+
+
 def test_a_fork_without_a_patch_does_its_step_live_once_and_carries_budgets_and_grant_uses(
     client, engine, demo, source
 ):

@@ -205,6 +205,23 @@ def test_three_calls_in_flight_at_once_one_refused_by_the_gate(
     assert "Zsecret" not in docs.calls  # the refused call never reached the service
     assert docs.max_in_flight == 2  # the two accepted calls ran at the same time
     assert time.monotonic() - began < 0.6 * 2 + 5
+    # replayed (issue 55): each call of the set decided again, as then; under a candidate
+    # that switches the tool off, each refused TOOL_DISABLED; the service hears nothing
+    called = len(docs.calls)
+    replayed = client.replay_run(info.run_id)
+    assert [(s["step"], s["branch"], s["change"]) for s in replayed["steps"]] == [
+        (1, 1, None),
+        (1, 2, None),
+        (1, 3, None),
+    ]
+    assert replayed["steps"][2]["now"]["code"] == "RESOURCE_OUT_OF_SCOPE"
+    off = client.replay_run(info.run_id, candidate={"disabled_tools": ["read_document"]})
+    assert [(s["change"], s["now"]["code"]) for s in off["steps"]] == [
+        ("refused_now", "TOOL_DISABLED"),
+        ("refused_now", "TOOL_DISABLED"),
+        ("code_changed", "TOOL_DISABLED"),
+    ]
+    assert len(docs.calls) == called
 
 
 def test_a_set_whose_budget_does_not_fit_is_refused_whole(
