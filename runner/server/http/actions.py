@@ -33,9 +33,13 @@ from warrant.runner.server.http.models import (
     MemoryRevokedOut,
     PolicyApprovalIn,
     PolicyApprovalOut,
+    PolicyDiffIn,
+    PolicyDiffOut,
     PolicyOut,
     PreApprovalIn,
     PreApprovalOut,
+    ReplayIn,
+    ReplayOut,
     ResolveIn,
     RunOut,
     ToolSwitchIn,
@@ -308,3 +312,26 @@ def approve_policy(
     own policy (the one reviewed); approving again returns the approval (``changed`` false)."""
     out = deps(request).client.approve_policy(body.policy_hash, by=identity.label, note=body.note)
     return PolicyApprovalOut.model_validate(out)
+
+
+# -- Replay and policy review (an operator's) ------------------------------------------------
+
+Reviewer = Annotated[Identity, Depends(requires(Action.REVIEW_POLICY))]
+
+
+@router.post("/runs/{run_id}/replay", response_model=ReplayOut, summary="Replay a run")
+def replay_run(request: Request, run_id: RunId, body: ReplayIn, identity: Reviewer) -> ReplayOut:
+    """The run's recorded proposals decided again by the server's policy (or the
+    candidate's), the tools dry: each step's recorded and today's decision, and the change.
+    The replay is recorded as a run of kind ``replay``."""
+    out = deps(request).client.replay_run(run_id, candidate=body.candidate, by=identity.label)
+    return ReplayOut.model_validate(out)
+
+
+@router.post("/policy/diff", response_model=PolicyDiffOut, summary="Review a policy")
+def policy_diff(request: Request, body: PolicyDiffIn, identity: Reviewer) -> PolicyDiffOut:
+    """The runs of the last ``since_s`` seconds replayed: the decisions that would change,
+    by tool and code, with their runs."""
+    client = deps(request).client
+    out = client.policy_diff(since_s=body.since_s, candidate=body.candidate, limit=body.limit)
+    return PolicyDiffOut.model_validate(out)

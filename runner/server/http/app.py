@@ -25,7 +25,7 @@ from warrant.runner.authz import Action, Identity
 from warrant.runner.client.api import Client
 from warrant.runner.client.tokens import Tokens
 from warrant.runner.server import web
-from warrant.runner.server.http import actions, errors, proposals, review, runs
+from warrant.runner.server.http import actions, errors, proposals, runs
 from warrant.runner.server.http.auth import Deps, authenticated, deps, requires
 from warrant.runner.server.http.errors import ERROR_RESPONSES
 from warrant.runner.server.http.models import Health, HealthCheck, IdentityOut
@@ -59,7 +59,6 @@ def create_app(*, client: Any = None, tokens: Any = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(actions.router)
     app.include_router(proposals.router)
-    app.include_router(review.router)
     _system_routes(app)
 
     web.install(app)

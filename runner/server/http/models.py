@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from warrant.runner.client.inbox import PendingConfirmation, Revealed
+from warrant.runner.client.replays import MAX_DIFF_RUNS
 from warrant.runner.client.run_info import RunInfo
 from warrant.runner.spec import DestinationSource
 
@@ -45,9 +46,13 @@ __all__ = [
     "ObservationsOut",
     "PolicyApprovalIn",
     "PolicyApprovalOut",
+    "PolicyDiffIn",
+    "PolicyDiffOut",
     "PolicyOut",
     "PreApprovalIn",
     "PreApprovalOut",
+    "ReplayIn",
+    "ReplayOut",
     "ResolveIn",
     "RevealedOut",
     "RunOut",
@@ -513,3 +518,43 @@ class Health(BaseModel):
     )
     broker: HealthCheck
     database: HealthCheck
+
+
+# -- Replay and policy review (:mod:`warrant.runner.replay`) --------------------------------
+
+#: The longest window a policy review looks back (a year).
+MAX_SINCE_S = 366 * 86_400.0
+
+
+class ReplayIn(_In):
+    candidate: dict[str, Any] | None = Field(
+        default=None,
+        description="A policy candidate (contract changes, settings); none: the server's.",
+    )
+
+
+class PolicyDiffIn(ReplayIn):
+    since_s: float = Field(gt=0, le=MAX_SINCE_S, description="How far back (seconds).")
+    limit: int = Field(default=1000, ge=1, le=MAX_DIFF_RUNS, description="At most this many runs.")
+
+
+class ReplayOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    replay_run_id: str
+    source_run_id: str
+    policy: str
+    changed: int
+    executed: int
+    steps: list[dict[str, Any]]
+
+
+class PolicyDiffOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    policy: str
+    runs: int
+    decisions: int
+    changed: int
+    runs_changed: int
+    changes: list[dict[str, Any]]
