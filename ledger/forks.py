@@ -127,6 +127,20 @@ SELECT (SELECT count(*) FROM obs) AS observations, (SELECT count(*) FROM props) 
 """
 )
 
+#: The fork's pre-approvals its source spent before ``at`` are spent in the fork too: a
+#: pre-approval covers one call, and the source made it (the fork carries that call).
+_SPENT = Compiled.text(
+    """
+UPDATE pre_approvals f SET used_at = s.used_at, used_by_proposal = s.used_by_proposal
+  FROM pre_approvals s
+ WHERE f.run_id = %(fork)s AND f.used_at IS NULL AND s.run_id = %(source)s
+   AND s.proposal_hash = f.proposal_hash AND s.used_at IS NOT NULL
+   AND EXISTS (SELECT 1 FROM proposals p WHERE p.run_id = s.run_id
+                 AND p.proposal_id = s.used_by_proposal AND p.step < %(at)s)
+RETURNING f.id
+"""
+)
+
 _SET_FORK = Compiled.text(
     """
 UPDATE runs SET kind = %(kind)s, source_run_id = %(source)s, source_step = %(at)s,
@@ -174,6 +188,7 @@ def fork_run(
     params |= {"observation_version": copied.observation_version, **counters}
     params["tool_calls_by_tool"] = Jsonb(counters["tool_calls_by_tool"])
     _SET_FORK.first(s, params)
+    _SPENT.all(s, {"fork": fork_id, "source": source.id, "at": at})
     rows = decision_rows(s.connection(), [fork_id]).get(fork_id, [])
     note_rows(s, fork_id, [(row["table"], row) for row in rows])
     return {**carried, "copied": copied._asdict()}

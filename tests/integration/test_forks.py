@@ -203,3 +203,24 @@ def test_post_fork_over_http_returns_the_new_run_or_the_step_code(
     ended = client.wait(fork_id, timeout=60)
     assert ended.status == "needs_input", ended  # the patched planner asked; nothing executed
     assert client.observations(fork_id)[0]["content"] == {"goal": "Say what was saved."}
+
+
+def test_a_pre_approval_the_source_spent_is_spent_in_its_fork(engine, client, demo, draft_worker):
+    from tests.integration.test_reconciler import NOTICES, notice, pre_approved
+    from tests.integration.test_reconciler import spec as notice_spec
+
+    to = f"{uuid.uuid4().hex[:8]}@example.com"
+    source_spec = notice_spec([notice(to, "p1"), sc.final("Sent.", "tool-1")], grants=[NOTICES])
+    source_spec["pre_approved"] = [pre_approved(notice(to))]
+    source = client.wait(client.start_run(source_spec), timeout=30)
+    assert source.status == "completed" and demo.notice_count(recipient=to) == 1
+    # the fork's planner sends the same notice again at step 2: the spec's pre-approval of it
+    # was spent at the source's step 1, so a person must confirm it this time
+    again = [notice(to, "p1"), notice(to, "p2"), sc.final("Sent.", "tool-1")]
+    fork_id = client.fork_run(source.run_id, at=2, spec_patch={"planner": {"outputs": again}})
+    info = client.wait(fork_id, timeout=30, until={"waiting_confirmation", "failed", "completed"})
+    assert info.status == "waiting_confirmation", info
+    assert info.confirmation_request["tool"] == "send_notice"
+    assert demo.notice_count(recipient=to) == 1
+    [spent] = info.pre_approvals
+    assert spent["used_by_proposal"] == "p1"

@@ -16,6 +16,7 @@ from tests.integration.test_tool_execution import LOOKUP, REFUND, refund
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
 from warrant.runner.cli.app import app
+from warrant.runner.client.ledger_verify import verify
 from warrant.runner.errors import InvalidRequest, RunNotFound
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.usefixtures("draft_worker")]
@@ -74,6 +75,7 @@ def test_a_replay_requiring_a_confirmation_names_the_steps_that_would_wait_and_c
     assert facts.events(engine, out["replay_run_id"], "replay.finished")[0].details["executed"] == 0
     # nothing was published for it: it has no proposals, commands or outcomes of its own
     assert facts.outcomes(engine, out["replay_run_id"]) == 0
+    assert verify(engine, out["replay_run_id"])["intact"]  # its trace is on the chain
 
 
 def test_a_replay_under_todays_policy_changes_nothing(client, demo, run_to_end):
