@@ -47,7 +47,7 @@ from warrant.runner.views import (
     ProvenanceSources,
     RunView,
 )
-from warrant.tools._contract import ConfirmationPolicy, SideEffect, Tool
+from warrant.tools._contract import ConfirmationPolicy, FlagAction, SideEffect, Tool
 from warrant.tools._registry import Registry
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "ReplayPolicy",
     "ReplayReport",
     "StepReplay",
+    "UntrustedChange",
     "diff_summary",
     "replay_run",
 ]
@@ -92,6 +93,16 @@ UNMODELLED_CODES = frozenset(
 )
 
 
+class UntrustedChange(BaseModel):
+    """A candidate's change to a tool's provenance rules (``Tool.untrusted``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    destinations: FlagAction | None = None
+    copied: FlagAction | None = None
+    content: FlagAction | None = None
+
+
 class ContractChange(BaseModel):
     """A candidate's change to one tool's contract (every version of the tool)."""
 
@@ -102,6 +113,7 @@ class ContractChange(BaseModel):
     capabilities: tuple[str, ...] | None = None
     approvals_required: int | None = None
     self_approval_allowed: bool | None = None
+    untrusted: UntrustedChange | None = None
 
 
 class PolicyCandidate(BaseModel):
@@ -169,9 +181,12 @@ def _given(value: tuple[str, ...] | None, default: frozenset[str]) -> frozenset[
 def _changed(tool: Tool[Any, Any], change: ContractChange | None) -> Tool[Any, Any]:
     if change is None:
         return tool
-    fields = {k: v for k, v in change.model_dump(exclude_none=True).items()}
+    fields: dict[str, Any] = change.model_dump(exclude_none=True, exclude={"untrusted"})
     if "capabilities" in fields:
         fields["capabilities"] = tuple(fields["capabilities"])
+    if change.untrusted is not None:
+        rules = change.untrusted.model_dump(exclude_none=True)
+        fields["untrusted"] = dataclasses.replace(tool.untrusted, **rules)
     return dataclasses.replace(tool, **fields)
 
 

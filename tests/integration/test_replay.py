@@ -192,3 +192,25 @@ def test_replay_and_policy_diff_over_http_are_an_operators(engine, client, run_t
     with session_scope(engine) as s:
         replay = s.get(Run, out["replay_run_id"])
         assert replay is not None and replay.started_by == f"replay-op-{suffix} (operator)"
+
+
+def test_a_provenance_rule_relaxed_to_ask_turns_a_refused_notice_into_one_a_person_is_asked(
+    client, demo, run_to_end
+):
+    from tests.integration.test_reconciler import NOTICES, notice, spec
+
+    # the model writes an address nothing the run read holds: refused UNTRUSTED_DESTINATION
+    stranger = f"{uuid.uuid4().hex[:8]}@example.com"
+    info = run_to_end(spec([notice(stranger), sc.final("Sent.", "tool-1")], grants=[NOTICES]))
+    asking = {"contracts": {"send_notice": {"untrusted": {"destinations": "ask"}}}}
+    out = client.replay_run(info.run_id, candidate=asking)
+    [step] = out["steps"]
+    assert (step["recorded"]["code"], step["now"]["decision"]) == ("UNTRUSTED_DESTINATION", "asked")
+    assert (step["change"], step["now"]["flagged"]) == ("confirmation_now_needed", True)
+    assert demo.notice_count(recipient=stranger) == 0
+    with pytest.raises(InvalidRequest) as bad:
+        client.replay_run(
+            info.run_id,
+            candidate={"contracts": {"send_notice": {"untrusted": {"destinations": "maybe"}}}},
+        )
+    assert bad.value.code == "CANDIDATE_INVALID"
