@@ -19,6 +19,7 @@ no ``reconcile`` hook, or still unknown too many times: a person; else ask again
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -30,7 +31,15 @@ from warrant.runner.codes import Outcome, StopReason
 from warrant.runner.errors import ToolFailed, ToolRejected, ToolUnknown
 from warrant.runner.permission_wait import GrantWait
 from warrant.runner.retry import backoff_delay
-from warrant.tools._contract import Accepted, OnError, SideEffect, Tool, ToolUsage
+from warrant.tools._contract import (
+    PRECONDITION_UNREADABLE,
+    Accepted,
+    OnError,
+    PreconditionContext,
+    SideEffect,
+    Tool,
+    ToolUsage,
+)
 
 __all__ = [
     "UNCLASSIFIED",
@@ -49,8 +58,11 @@ __all__ = [
     "of_error",
     "of_output",
     "postcondition_checked",
+    "prechecked",
     "refused",
 ]
+
+log = logging.getLogger("warrant.tool")
 
 UNCLASSIFIED = "TOOL_INTERNAL_ERROR"
 """The code of an exception the tool did not classify (neither rejected, failed nor unknown)."""
@@ -111,6 +123,35 @@ def refused(
     asks = tool.errors.get(code) == OnError.ASK_USER
     stop = StopReason.CLARIFICATION_REQUIRED if asks else None
     return ToolResult(Outcome.REJECTED, code, said, output=output, stop=stop)
+
+
+def prechecked(
+    tool: Tool[Any, Any], arguments: dict[str, Any], reading: PreconditionContext, *, attempt: int
+) -> ToolResult | None:
+    """The tool's ``precheck`` (a business check on its own service, read only) before an
+    attempt: None, the call runs; a refusal with its code (``rejected``, re-planned or asked
+    per ``Tool.errors``); a check that could not be made fails the attempt, retryable
+    (``PRECONDITION_UNREADABLE``). The tool stage and ``warrant.testing`` both run it."""
+    assert tool.precheck is not None
+    said = None
+    try:
+        code = tool.precheck(tool.parse_input(arguments), reading)
+    except ToolRejected as exc:  # the check's own words
+        code, said = exc.code, tool.outcome_message(str(exc), arguments) or None
+    except Exception as exc:
+        log.warning("the precheck of %s failed", tool.name, exc_info=True)
+        why = f"the check before the call could not be made ({type(exc).__name__}); not run"
+        unreadable = {"tool": tool.name, "error": type(exc).__name__, "attempt": attempt}
+        events = [("precheck.unreadable", unreadable)]
+        return ToolResult(
+            Outcome.FAILED, PRECONDITION_UNREADABLE, why, retryable=True, events=events
+        )
+    if not code:
+        return None
+    said = said or f"{tool.name} refused the call before it ran ({code}); nothing was done"
+    result = refused(tool, code, said)
+    result.events.append(("precheck.refused", {"tool": tool.name, "code": code}))
+    return result
 
 
 def of_error(

@@ -12,7 +12,9 @@ For plug-in authors' own tests (no broker, no database, no worker)::
 
 :meth:`ToolHarness.propose` runs the real gate (``warrant.runner.policy.evaluate``) on one
 proposal of the tool, for a fresh run with the grants, goal and approvals given;
-:meth:`ToolHarness.call` runs the tool's ``execute`` with a real :class:`ToolContext` and types
+:meth:`ToolHarness.call` runs the tool's ``precheck`` (if any: a refusal or a check that could
+not be made is the outcome, the tool is not called), then its ``execute`` with a real
+:class:`ToolContext`, and types
 what it returned or raised with the same functions as the tool stage
 (``warrant.runner.tool_outcomes``), then checks its postcondition once. What needs the
 services is not here: leases, retries, cancellation by signal, reconciliation, compensation.
@@ -37,9 +39,10 @@ from warrant.runner.tool_outcomes import (
     bounded_output,
     of_error,
     of_output,
+    prechecked,
 )
 from warrant.runner.views import ConfirmationView, GrantView, RunView
-from warrant.tools._contract import Tool, ToolContext
+from warrant.tools._contract import PreconditionContext, Tool, ToolContext
 from warrant.tools._registry import Registry
 
 __all__ = ["GateVerdict", "ToolHarness", "ToolOutcome"]
@@ -150,6 +153,11 @@ class ToolHarness:
             deps=self.deps,
             is_cancelled=lambda **_: cancelled,
         )
+        if self.tool.precheck is not None:  # the tool stage's first step, with these deps
+            reading = PreconditionContext(run_id="run-test", subject=self.subject, deps=self.deps)
+            refusal = prechecked(self.tool, dict(arguments), reading, attempt=attempt)
+            if refusal is not None:
+                return _outcome(refusal, tokens=0, cost=0.0)
         try:
             out = self.tool.execute(args, context)
         except Exception as exc:

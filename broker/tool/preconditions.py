@@ -37,8 +37,7 @@ from warrant.runner.codes import (
     RunStatus,
 )
 from warrant.runner.confirmation_rules import request_clock
-from warrant.runner.errors import ToolRejected
-from warrant.runner.tool_outcomes import refused
+from warrant.runner.tool_outcomes import prechecked
 from warrant.runner.views import RunView
 from warrant.tools._contract import (
     PRECONDITION_CHANGED,
@@ -64,33 +63,6 @@ def _read(
     return fingerprint_of(tool.precondition(args, reading))
 
 
-def _prechecked(ctx: StageContext, tool: Tool[Any, Any], snap: Snapshot) -> ToolResult | None:
-    """The tool's ``precheck`` (a business check on its own service, read only), before the
-    attempt: None, the call runs; a refusal with its code (``rejected``, re-planned or asked
-    per ``Tool.errors``); a check that could not be made fails the attempt, retryable."""
-    assert tool.precheck is not None
-    reading = PreconditionContext(run_id=snap.run_id, subject=snap.subject, deps=ctx.deps_for(tool))
-    said = None
-    try:
-        code = tool.precheck(tool.parse_input(snap.arguments), reading)
-    except ToolRejected as exc:  # the check's own words
-        code, said = exc.code, tool.outcome_message(str(exc), snap.arguments) or None
-    except Exception as exc:
-        log.warning("the precheck of %s failed", tool.name, exc_info=True)
-        why = f"the check before the call could not be made ({type(exc).__name__}); not run"
-        unreadable = {"tool": tool.name, "error": type(exc).__name__, "attempt": snap.attempt}
-        events = [("precheck.unreadable", unreadable)]
-        return ToolResult(
-            Outcome.FAILED, PRECONDITION_UNREADABLE, why, retryable=True, events=events
-        )
-    if not code:
-        return None
-    said = said or f"{tool.name} refused the call before it ran ({code}); nothing was done"
-    result = refused(tool, code, said)
-    result.events.append(("precheck.refused", {"tool": tool.name, "code": code}))
-    return result
-
-
 def precondition_shown(
     ctx: StageContext, decision: policy.AwaitConfirmation, view: RunView
 ) -> dict[str, Any] | None:
@@ -113,8 +85,12 @@ def before_execution(
     """None: the call may run. A :class:`ToolResult`: it must not (the tool's ``precheck``
     refused it, or a read failed; the caller records it like an outcome). A string: the state
     moved, the refusal and the new request are recorded (what the tool stage returns)."""
-    if tool.precheck is not None and (refusal := _prechecked(ctx, tool, snap)) is not None:
-        return refusal
+    if tool.precheck is not None:  # the tool's business check, with its service's client
+        deps = ctx.deps_for(tool)
+        reading = PreconditionContext(run_id=snap.run_id, subject=snap.subject, deps=deps)
+        refusal = prechecked(tool, snap.arguments, reading, attempt=snap.attempt)
+        if refusal is not None:
+            return refusal
     if tool.precondition is None or snap.confirmation_id is None:
         return None
     with autocommit(ctx.engine) as conn:

@@ -80,3 +80,26 @@ def test_an_unclassified_exception_of_a_write_is_an_unknown_effect(tmp_path):
         "TOOL_INTERNAL_ERROR",
         "UNKNOWN_EFFECT",
     )
+
+
+def test_a_call_runs_the_tools_precheck_first_as_the_tool_stage_does(tmp_path):
+    from tests import booking_tool
+
+    served = booking_tool.service(tmp_path / "svc.json", ada=2)
+    ledger = tmp_path / "bookings"
+    harness = ToolHarness(booking_tool.BOOK, deps=booking_tool.Bookings())
+    args = {"service": str(served), "customer": "bob", "seats": 1, "ledger": str(ledger)}
+    refused = harness.call(args)  # no such customer: refused before the call, nothing booked
+    assert (refused.status, refused.code) == ("rejected", "CUSTOMER_NOT_FOUND")
+    assert booking_tool.bookings(ledger) == []
+    done = harness.call({**args, "customer": "ada"})
+    assert done.status == "succeeded" and booking_tool.bookings(ledger) == ["ada 1"]
+    # a check that cannot be made fails the attempt (retryable), the tool not called
+    broken = ToolHarness(booking_tool.BOOK, deps=None)
+    failed = broken.call({**args, "customer": "ada"})
+    assert (failed.status, failed.code, failed.retryable) == (
+        "failed",
+        "PRECONDITION_UNREADABLE",
+        True,
+    )
+    assert booking_tool.bookings(ledger) == ["ada 1"]
