@@ -25,6 +25,7 @@ deployment settings the gate reads) applied to this process's registry and setti
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +65,10 @@ __all__ = [
     "UntrustedChange",
     "diff_summary",
     "replay_run",
+    "replay_runs",
 ]
+
+log = logging.getLogger("warrant.replay")
 
 #: The kinds of difference a step can show (``StepReplay.change``).
 CHANGES = (
@@ -313,6 +317,22 @@ def replay_run(recorded: RecordedRun, policy: ReplayPolicy) -> ReplayReport:
             inp = _gate_input(recorded, policy, budgets, proposal, raw=proposal.raw)
             steps.append(_compared(recorded, proposal, gate.evaluate(inp)))
     return ReplayReport(run_id=recorded.run_id, policy=policy.name, steps=tuple(steps))
+
+
+def replay_runs(
+    recorded: Iterable[RecordedRun], policy: ReplayPolicy
+) -> tuple[list[ReplayReport], list[dict[str, str]]]:
+    """:func:`replay_run` of each run; a run whose record this version cannot replay (an
+    error while rebuilding or deciding a step) is listed with its error instead of ending
+    the review (``run_id``, ``error``: the exception's type and message)."""
+    reports, failures = [], []
+    for run in recorded:
+        try:
+            reports.append(replay_run(run, policy))
+        except Exception as exc:
+            log.warning("replay of run %s failed", run.run_id, exc_info=True)
+            failures.append({"run_id": run.run_id, "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return reports, failures
 
 
 def _replay_set(

@@ -128,6 +128,8 @@ def _print_decisions(out: dict[str, Any], since: str) -> None:
         f"{out['changed']} of {out['decisions']} decision(s) would change "
         f"in {out['runs_changed']} run(s)"
     )
+    for failed in out.get("failed", []):
+        console.print(f"[red]not replayed[/]: run {failed['run_id']}: {failed['error']}")
 
 
 # -- The deployment policy's approval (``WARRANT_POLICY_APPROVAL=required``, G21): ``show`` this

@@ -18,6 +18,7 @@ from warrant.runner.replay import (
     ReplayPolicy,
     diff_summary,
     replay_run,
+    replay_runs,
 )
 from warrant.runner.settings import load_settings
 from warrant.tools._plugins import registry_for
@@ -92,11 +93,12 @@ class ReplaysClient(RunsClient):
         policy = current_policy(candidate)
         with autocommit(self.engine, held=False) as conn:
             ids = recent_run_ids(conn, since_s=since_s, limit=limit)
-        reports = [replay_run(r, policy) for r in self._recorded(ids)]
+        reports, failures = replay_runs(self._recorded(ids), policy)
         return {
             "policy": policy.name,
             "since_s": since_s,
             **diff_summary(reports),
+            "failed": failures,
             "elapsed_s": round(time.monotonic() - started, 3),
         }
 

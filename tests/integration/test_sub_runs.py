@@ -136,6 +136,16 @@ def test_a_coordinator_delegates_a_lookup_and_cannot_delegate_a_wider_refund(
     assert parent.tool_calls == 2
     assert parent.tool_calls_by_tool == {"delegate": 1, "lookup": 1}
 
+    # replayed (issue 55): the delegation layer decides each call again as then
+    replayed = client.replay_run(run_id)
+    assert [
+        (s["tool"], s["now"]["decision"], s["now"]["code"], s["change"]) for s in replayed["steps"]
+    ] == [
+        ("delegate", "accepted", None, None),
+        ("delegate", "refused", "DELEGATION_WIDENS_GRANT", None),
+    ]
+    assert [s["change"] for s in client.replay_run(child.id)["steps"]] == [None]
+
 
 def test_a_child_budget_beyond_the_parents_remainder_is_refused(engine, client, worker, demo):
     over = delegate("Look up order 42.", [lookup()], [LOOKUP], "p1", max_tool_calls=3)

@@ -51,3 +51,30 @@ def test_a_candidate_is_json_of_its_shape():
         with pytest.raises(InvalidRequest) as refused:
             PolicyCandidate.parse(bad)
         assert refused.value.code == "CANDIDATE_INVALID"
+
+
+def test_a_run_that_cannot_be_replayed_is_listed_not_the_end_of_the_review():
+    from warrant.runner.replay import RecordedRun, ReplayPolicy, replay_runs
+    from warrant.tools._registry import Registry
+
+    def run(run_id: str, budgets: dict) -> RecordedRun:
+        return RecordedRun(
+            run_id=run_id,
+            kind="live",
+            status="completed",
+            goal="g",
+            subject="s",
+            spec={"budgets": budgets},
+            deadline_at=0.0,
+            proposals=(),
+            commands=(),
+            observations=(),
+            grants=(),
+        )
+
+    reports, failures = replay_runs(
+        [run("ok", {}), run("odd", {"max_steps": "many"})], ReplayPolicy(registry=Registry([]))
+    )
+    assert [r.run_id for r in reports] == ["ok"]
+    assert [f["run_id"] for f in failures] == ["odd"]
+    assert failures[0]["error"].startswith("ValidationError")
