@@ -149,6 +149,7 @@ def insert_grant(
         source=source,
         destinations_from=grant.destinations_from,
         expires_at=to_datetime(expires_at) if expires_at is not None else grant.expires_at,
+        constraints=grant.constraints.model_dump() if grant.constraints is not None else None,
     )
     s.add(row)
     s.flush()

@@ -26,7 +26,7 @@ from warrant.runner.cli.common import (
 from warrant.runner.cli.run_shown import RevealByOpt, RevealOpt, revealed, show_run, trace_facts
 from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import approvals_pending, waiting_for
-from warrant.runner.errors import InvalidChoice, InvalidRequest
+from warrant.runner.errors import InvalidChoice, InvalidRequest, SpecError
 from warrant.runner.settings import WarrantSettings, resolved_urls
 
 __all__ = ["RunIdArg", "id_column", "parse_duration", "parse_instant", "run_app", "show_run"]
@@ -315,11 +315,16 @@ def run_grant(
     ] = None,
     expires_at: Annotated[str | None, typer.Option(help="Valid until (ISO 8601, UTC).")] = None,
     widen: Annotated[bool, typer.Option(help="Widen a standing grant (traced).")] = False,
+    constraints: Annotated[
+        str | None,
+        typer.Option(help='Limits on argument values (JSON): {"max": {"amount_cents": 5000}}.'),
+    ] = None,
 ) -> None:
     """Grant a capability to a run (an operator action, recorded in the trace). A finished
     run (completed, failed, cancelled) is refused: RUN_FINISHED; a grant wider than a standing
     one of its capability without --widen: GRANT_WIDENING_REFUSED."""
     client, run_id = client_and_id(as_json, run_id)
+    limits = guard(as_json, lambda: _constraints(constraints))
     grant_id = guard(
         as_json,
         lambda: client.add_grant(
@@ -333,6 +338,7 @@ def run_grant(
             expires_in_s=parse_duration(expires_in) if expires_in is not None else None,
             expires_at=parse_instant(expires_at) if expires_at is not None else None,
             widen=widen,
+            constraints=limits,
         ),
     )
     print_json({"grant_id": grant_id}) if as_json else console.print(f"grant {grant_id} added")
@@ -366,6 +372,21 @@ def run_pre_approve(
     print_json({"pre_approval_id": pre_id}) if as_json else console.print(
         f"pre-approval {pre_id} added"
     )
+
+
+def _constraints(text: str | None) -> dict[str, Any] | None:
+    """``--constraints``: a JSON object (else ``SPEC_INVALID``, as a spec's grant would be)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        problem = f"not JSON: {exc}"
+    else:
+        if isinstance(value, dict):
+            return value
+        problem = "not a JSON object"
+    raise SpecError("invalid grant", errors=[{"field": "constraints", "message": problem}])
 
 
 def _json_object(text: str) -> dict[str, Any]:

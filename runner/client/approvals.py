@@ -272,6 +272,7 @@ class ApprovalsClient(RunsClient):
         expires_at: datetime | None = None,
         expires_in_s: float | None = None,
         widen: bool = False,
+        constraints: dict[str, Any] | None = None,
     ) -> int:
         """Grant a capability to a running run (an authenticated operator call);
         ``destinations_from`` makes it task-scoped (``Grant.destinations_from``). A run in
@@ -279,7 +280,9 @@ class ApprovalsClient(RunsClient):
         goes on; still not covered, it waits again. ``expires_at`` (aware) or ``expires_in_s``
         (from the database's now) end it in wall-clock time. A grant wider than a standing
         grant of its capability is refused ``GRANT_WIDENING_REFUSED`` unless ``widen``
-        (then traced ``grant.widened``; :mod:`warrant.runner.client.grant_admission`)."""
+        (then traced ``grant.widened``; :mod:`warrant.runner.client.grant_admission`).
+        ``constraints`` limit the call's argument values (``{"max": {...}, "in": {...}}``, as a
+        run spec's grant); a grant without a standing one's limits is a widening too."""
         self._check_operator(operator_token, "grant capabilities")
         grant = _grant(
             capability=capability,
@@ -288,6 +291,7 @@ class ApprovalsClient(RunsClient):
             max_uses=max_uses,
             destinations_from=destinations_from,
             expires_at=expires_at,
+            constraints=constraints,
         )
         if grant.destinations_from:
             check_task_sources([grant], registry_for(), where="grant")
@@ -660,16 +664,20 @@ def _grant(
     max_uses: int | None,
     destinations_from: list[str] | None = None,
     expires_at: datetime | None = None,
+    constraints: dict[str, Any] | None = None,
 ) -> Grant:
     """The grant, validated like a run spec's (:class:`SpecError` if it is not valid)."""
     try:
-        return Grant(
-            capability=capability,
-            resource_scope=resource_scope,
-            expires_at_step=expires_at_step,
-            max_uses=max_uses,
-            destinations_from=destinations_from,
-            expires_at=expires_at,
+        return Grant.model_validate(
+            {
+                "capability": capability,
+                "resource_scope": resource_scope,
+                "expires_at_step": expires_at_step,
+                "max_uses": max_uses,
+                "destinations_from": destinations_from,
+                "expires_at": expires_at,
+                "constraints": constraints,
+            }
         )
     except ValidationError as exc:
         raise SpecError(

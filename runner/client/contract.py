@@ -172,6 +172,7 @@ class RunnerClient(Protocol):
         expires_at: datetime | None = None,
         expires_in_s: float | None = None,
         widen: bool = False,
+        constraints: dict[str, Any] | None = None,
     ) -> int:
         """Grant a capability to a running run; the grant's id."""
         ...

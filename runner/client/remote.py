@@ -376,6 +376,7 @@ class RemoteClient:
         expires_at: datetime | None = None,
         expires_in_s: float | None = None,
         widen: bool = False,
+        constraints: dict[str, Any] | None = None,
     ) -> int:
         """An operator token's role is needed."""
         body = {
@@ -387,6 +388,7 @@ class RemoteClient:
             "expires_at": expires_at.isoformat() if expires_at is not None else None,
             "expires_in_s": expires_in_s,
             "widen": widen,
+            **({"constraints": constraints} if constraints is not None else {}),
         }
         return int(self._call("POST", f"/runs/{run_id}/grants", json=body)["grant_id"])
 

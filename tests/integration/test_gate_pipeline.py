@@ -588,3 +588,41 @@ def test_a_refund_over_the_grants_cap_is_refused_at_the_gate_and_nothing_is_refu
     assert "10000" in rejected[0].details["message"]
     assert facts.commands(engine, info.run_id) == 1  # the refused call never became a command
     assert demo.refund_count(order_id=order) == 1  # only the refund within the cap
+
+
+def test_an_operators_grant_carries_constraints_and_dropping_them_is_a_widening(
+    engine, client, demo, worker, draft_worker
+):
+    import json as json_lib
+
+    from tests.integration.test_cli import warrant
+    from tests.integration.test_grant_wait import _settled_after
+
+    order = f"ord_{time.time_ns()}"
+    spec = sc.spec([refund(order, 50_000, pid="r1"), CLARIFY], grants=[])
+    spec["policy"] = {"on_missing_grant": "ask"}
+    info = client.wait(client.start_run(spec), timeout=30)
+    assert (info.status, info.waiting_for_grant["code"]) == ("waiting_grant", "MISSING_CAPABILITY")
+    # the operator grants refunds up to 100.00 only, over the command line
+    capped = json_lib.dumps({"max": {"amount_cents": 10_000}})
+    granted = warrant(
+        "run", "grant", info.run_id, "--capability", "payments:refund", "--by", "ops",
+        "--constraints", capped, "--json",
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    info = _settled_after(client, info.run_id, info.version)
+    assert info.status == "needs_input", info  # refused, re-planned: the planner asks
+    rejected = facts.events(engine, info.run_id, "proposal.rejected")
+    assert [e.details["code"] for e in rejected][-1] == "GRANT_CONSTRAINT_VIOLATED"
+    assert demo.refund_count(order_id=order) == 0
+    # the same grant without the limit allows more: refused unless widened on purpose
+    widening = warrant(
+        "run", "grant", info.run_id, "--capability", "payments:refund", "--by", "ops", "--json"
+    )
+    assert json_lib.loads(widening.stdout)["error"]["code"] == "GRANT_WIDENING_REFUSED"
+    bad = warrant(
+        "run", "grant", info.run_id, "--capability", "payments:refund", "--by", "ops",
+        "--constraints", '{"max": {"amount_cents": "lots"}}', "--json",
+    )  # fmt: skip
+    assert json_lib.loads(bad.stdout)["error"]["code"] == "SPEC_INVALID"
+    assert demo.refund_count(order_id=order) == 0

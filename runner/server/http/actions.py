@@ -192,6 +192,7 @@ def add_grant(request: Request, run_id: RunId, body: GrantIn, identity: Granter)
         expires_at=body.expires_at,
         expires_in_s=body.expires_in_s,
         widen=body.widen,
+        constraints=body.constraints,
     )
     return GrantOut(run_id=run_id, grant_id=grant_id)
 

@@ -413,6 +413,10 @@ class GrantIn(_In):
         default=None, gt=0, le=7 * 24 * 3600, description="Or: seconds from the database's now."
     )
     widen: bool = Field(default=False, description="Widen a standing grant (traced).")
+    constraints: dict[str, Any] | None = Field(
+        default=None,
+        description='Limits on argument values, as a spec\'s grant: {"max": {...}, "in": {...}}.',
+    )
 
 
 class GrantOut(BaseModel):
