@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, select, update
@@ -28,11 +27,9 @@ from warrant.ledger.db import session_scope
 from warrant.ledger.models import GrantRow, Observation, Run, TraceRecord
 from warrant.ledger.operator import cancel_locked, database_now, lock_run
 from warrant.ledger.repo import append_events, run_view
-from warrant.ledger.runs_create import create_run
+from warrant.ledger.runs_create import create_from_spec
 from warrant.runner import delegation, routing
-from warrant.runner import run_machine as machine
-from warrant.runner.canonical import content_hash
-from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
+from warrant.runner.codes import ObservationSource, RunStatus
 from warrant.runner.costs import check_priced
 from warrant.runner.errors import SpecError, ToolRejected
 from warrant.runner.settings import load_settings
@@ -237,36 +234,13 @@ def _grant_views(s: Session, run_id: str) -> list[GrantView]:
 def _record_child(
     s: Session, child_id: str, spec: Any, *, key: str, parent: Run, named: dict[str, Any]
 ) -> None:
-    goal = {"goal": spec.goal}
-    created = {
-        "subject_hash": content_hash(spec.subject)[:16],
-        "grants": len(spec.grants),
-        "pre_approved": 0,
-        "budgets": spec.budgets.model_dump(mode="json"),
-        **named,
-    }
-    first = machine.start(created=created)
-    create_run(
+    create_from_spec(
         s.connection(),
         run_id=child_id,
-        status=first.status.value,
-        phase=first.phase.value,
-        goal=spec.goal,
-        subject=spec.subject,
-        spec=spec.model_dump(mode="json"),
+        spec=spec,
         trace_id=parent.trace_id,
-        deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
-        grants=[g.model_dump(mode="json") for g in spec.grants],
-        observation={
-            "observation_id": "user-1",
-            "kind": ObservationKind.USER.value,
-            "source": ObservationSource.USER.value,
-            "content": goal,
-            "content_hash": content_hash(goal),
-        },
-        events=list(first.events),
+        named=named,
         idempotency_key=key,
-        spec_hash=content_hash(spec.model_dump(mode="json")),
         started_by=f"run:{parent.id}",
     )
 

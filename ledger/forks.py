@@ -18,7 +18,6 @@ What is copied, and what is referenced:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -28,10 +27,7 @@ from warrant.ledger._compiled import Compiled
 from warrant.ledger.chain_store import decision_rows
 from warrant.ledger.models import Command, Observation, OutcomeRow, Proposal
 from warrant.ledger.repo import note_rows
-from warrant.ledger.runs_create import create_run
-from warrant.runner import run_machine as machine
-from warrant.runner.canonical import content_hash
-from warrant.runner.codes import ObservationKind, ObservationSource
+from warrant.ledger.runs_create import create_from_spec
 from warrant.runner.errors import RunNotFound
 from warrant.runner.forks import FORK, counted_grants, fork_problem
 from warrant.runner.spec import RunSpec
@@ -221,38 +217,15 @@ def _create(
     named: dict[str, Any],
 ) -> None:
     """The fork's run row, grants (with the source's uses), pre-approvals, goal observation
-    and first trace events, as any run's (:func:`warrant.ledger.runs_create.create_run`)."""
-    goal = {"goal": spec.goal}
-    created = {
-        "subject_hash": content_hash(spec.subject)[:16],
-        "grants": len(spec.grants),
-        "pre_approved": len(pre_approvals),
-        "budgets": spec.budgets.model_dump(mode="json"),
-        "kind": FORK,
-        **named,
-    }
-    first = machine.start(created=created)
+    and first trace events, as any run's (:func:`warrant.ledger.runs_create.create_from_spec`)."""
     grants = counted_grants([g.model_dump(mode="json") for g in spec.grants], named["grant_uses"])
-    create_run(
+    create_from_spec(
         s.connection(),
         run_id=fork_id,
-        status=first.status.value,
-        phase=first.phase.value,
-        goal=spec.goal,
-        subject=spec.subject,
-        spec=spec.model_dump(mode="json"),
+        spec=spec,
         trace_id=trace_id,
-        deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
+        named={"kind": FORK, **named},
         grants=grants,
         pre_approvals=pre_approvals,
-        observation={
-            "observation_id": "user-1",
-            "kind": ObservationKind.USER.value,
-            "source": ObservationSource.USER.value,
-            "content": goal,
-            "content_hash": content_hash(goal),
-        },
-        events=list(first.events),
-        spec_hash=content_hash(spec.model_dump(mode="json")),
         started_by=started_by,
     )

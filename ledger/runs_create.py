@@ -4,16 +4,20 @@ by that key (:func:`run_for_idempotency_key`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import Connection
 
 from warrant.ledger._compiled import Compiled
+from warrant.runner import run_machine as machine
+from warrant.runner.canonical import content_hash
+from warrant.runner.codes import ObservationKind, ObservationSource
+from warrant.runner.spec import RunSpec
 
-__all__ = ["create_run", "run_for_idempotency_key"]
+__all__ = ["create_from_spec", "create_run", "run_for_idempotency_key"]
 
 _CREATE_RUN = Compiled.text(
     """
@@ -108,3 +112,56 @@ def run_for_idempotency_key(conn: Connection, key: str) -> tuple[str, str | None
     """(run id, spec hash) of the run started with idempotency key ``key``, or ``None``."""
     row = _BY_KEY.first(conn, {"key": key})
     return None if row is None else (row.id, row.spec_hash)
+
+
+def create_from_spec(
+    conn: Connection,
+    *,
+    run_id: str,
+    spec: RunSpec,
+    trace_id: str | None,
+    named: Mapping[str, Any] | None = None,
+    grants: list[dict[str, Any]] | None = None,
+    pre_approvals: Sequence[dict[str, Any]] = (),
+    idempotency_key: str | None = None,
+    spec_hash: str | None = None,
+    started_by: str | None = None,
+) -> None:
+    """A run of the validated ``spec`` (a producer's, a sub-run's, a fork's): its first
+    transition (``run.created`` with the subject's digest, the grant and pre-approval counts,
+    the budgets and ``named``), its goal as the ``user-1`` observation, its deadline from now
+    and ``grants`` (default: the spec's, unused), written by :func:`create_run`."""
+    goal = {"goal": spec.goal}
+    created = {
+        "subject_hash": content_hash(spec.subject)[:16],
+        "grants": len(spec.grants),
+        "pre_approved": len(pre_approvals),
+        "budgets": spec.budgets.model_dump(mode="json"),
+        **(named or {}),
+    }
+    first = machine.start(created=created)
+    dumped = spec.model_dump(mode="json")
+    create_run(
+        conn,
+        run_id=run_id,
+        status=first.status.value,
+        phase=first.phase.value,
+        goal=spec.goal,
+        subject=spec.subject,
+        spec=dumped,
+        trace_id=trace_id,
+        deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
+        grants=[g.model_dump(mode="json") for g in spec.grants] if grants is None else grants,
+        pre_approvals=pre_approvals,
+        observation={
+            "observation_id": "user-1",
+            "kind": ObservationKind.USER.value,
+            "source": ObservationSource.USER.value,
+            "content": goal,
+            "content_hash": content_hash(goal),
+        },
+        events=list(first.events),
+        idempotency_key=idempotency_key,
+        spec_hash=spec_hash or content_hash(dumped),
+        started_by=started_by,
+    )

@@ -7,7 +7,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -31,15 +30,13 @@ from warrant.ledger.operator import (
     policy_approvals,
     switch_tool,
 )
-from warrant.ledger.runs_create import create_run
+from warrant.ledger.runs_create import create_from_spec
 from warrant.ledger.stage_loads import autocommit, run_status
 from warrant.ledger.workers import live_workers
-from warrant.runner import run_machine as machine
-from warrant.runner.canonical import content_hash
 from warrant.runner.client.idempotency import origin as start_origin
 from warrant.runner.client.idempotency import run_for_key
 from warrant.runner.client.run_info import SETTLED, RunInfo
-from warrant.runner.codes import ObservationKind, ObservationSource, RunStatus
+from warrant.runner.codes import RunStatus
 from warrant.runner.confirmation_rules import pre_approval_record
 from warrant.runner.costs import check_priced, deadline_fit
 from warrant.runner.errors import InvalidRequest, RunNotFound, SpecError, StateConflict
@@ -201,37 +198,17 @@ class RunsClient:
         trace_id: str | None,
         origin: dict[str, str | None],
     ) -> None:
-        goal = {"goal": spec.goal}
-        created = {
-            "subject_hash": content_hash(spec.subject)[:16],
-            "grants": len(spec.grants),
-            "pre_approved": len(pre),
-            "budgets": spec.budgets.model_dump(mode="json"),
-        }
+        named = {}
         if (unfit := deadline_fit(spec)) is not None:  # the budget cannot all be spent in time
-            created["deadline_warning"] = unfit
-        first = machine.start(created=created)
+            named["deadline_warning"] = unfit
         with autocommit(self.engine, held=False) as conn:
-            create_run(
+            create_from_spec(
                 conn,
                 run_id=run_id,
-                status=first.status.value,
-                phase=first.phase.value,
-                goal=spec.goal,
-                subject=spec.subject,
-                spec=spec.model_dump(mode="json"),
+                spec=spec,
                 trace_id=trace_id,
-                deadline_at=datetime.now(tz=UTC) + timedelta(seconds=spec.budgets.deadline_s),
-                grants=[g.model_dump(mode="json") for g in spec.grants],
+                named=named,
                 pre_approvals=pre,
-                observation={
-                    "observation_id": "user-1",
-                    "kind": ObservationKind.USER.value,
-                    "source": ObservationSource.USER.value,
-                    "content": goal,
-                    "content_hash": content_hash(goal),
-                },
-                events=list(first.events),
                 idempotency_key=origin["idempotency_key"],
                 spec_hash=origin["spec_hash"],
                 started_by=origin["started_by"],
