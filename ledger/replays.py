@@ -31,16 +31,21 @@ from warrant.runner.replay import (
 
 __all__ = ["load_recorded", "read_recorded", "recent_run_ids", "record_replay"]
 
-#: Every run of ``ids`` with what its replay reads: its proposals, commands (with the latest
-#: outcome), observations, grants as created, the ``per-run`` approvals a person gave (each
+#: Every run of ``ids`` with what its replay reads: its proposals (asked: a person was asked
+#: about it, or confirmed it), commands (with the latest outcome), observations, grants with
+#: the uses they started with (a fork's carried uses; its own commands' are counted per step
+#: by the replay), the ``per-run`` approvals a person gave (each
 #: covers the tool's later calls once used), pre-approvals, and the tool switches now.
 _RECORDED = Compiled.text(
     """
-SELECT r.id, r.kind, r.status, r.goal, r.subject, r.spec,
+SELECT r.id, r.kind, r.source_step, r.status, r.goal, r.subject, r.spec,
   extract(epoch FROM r.deadline_at)::float8 AS deadline_at,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(p.step, p.branch, p.kind, p.proposal_id, p.tool,
             p.raw, p.observation_version, p.status, p.rejection_code,
-            p.confirmation_request IS NOT NULL, p.fingerprint, p.proposal_hash,
+            p.confirmation_request IS NOT NULL OR EXISTS (
+              SELECT 1 FROM confirmations k
+               WHERE k.run_id = r.id AND k.proposal_hash = p.proposal_hash),
+            p.fingerprint, p.proposal_hash,
             extract(epoch FROM p.created_at)::float8,
             coalesce(jsonb_array_length(p.provenance::jsonb -> 'flagged'), 0) > 0)
           ORDER BY p.step, p.branch), '[]'::jsonb)
@@ -56,7 +61,12 @@ SELECT r.id, r.kind, r.status, r.goal, r.subject, r.spec,
           ORDER BY o.id), '[]'::jsonb)
      FROM observations o WHERE o.run_id = r.id) AS observations,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(g.id, g.capability, g.resource_scope,
-            g.expires_at_step, g.max_uses, 0, g.destinations_from,
+            g.expires_at_step, g.max_uses,
+            greatest(0, g.uses - (
+              SELECT count(*) FROM commands c
+               CROSS JOIN LATERAL jsonb_array_elements_text(c.grant_ids::jsonb) u
+               WHERE c.run_id = r.id AND u = g.id::text)),
+            g.destinations_from,
             extract(epoch FROM g.expires_at), g.constraints) ORDER BY g.id), '[]'::jsonb)
      FROM grants g WHERE g.run_id = r.id) AS grants,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(c.id, c.proposal_hash, c.tool, c.approved,
@@ -98,6 +108,7 @@ def _recorded(row: Any) -> RecordedRun:
     return RecordedRun(
         run_id=row.id,
         kind=row.kind,
+        source_step=row.source_step,
         status=row.status,
         goal=row.goal,
         subject=row.subject,

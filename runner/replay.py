@@ -249,13 +249,17 @@ class RecordedRun:
     observations: tuple[tuple[str, str, Any, int], ...]
     """``(observation id, source, content, step)``, in the order recorded."""
     grants: tuple[GrantView, ...]
-    """As created (``uses`` 0): a step sees the uses of the commands before it."""
+    """With the uses they started with (0, or a fork's carried ones): a step adds the uses of
+    the run's commands before it."""
     pre_approvals: tuple[PreApprovalView, ...] = ()
     covering: tuple[ConfirmationView, ...] = ()
     """The ``per-run`` approvals a person gave: once a command used one, it covers the tool's
     later calls (a step after that use sees it; the step that asked for it asks again)."""
     disabled: Mapping[str, str] = field(default_factory=dict)
     """The tools switched off now (the ledger's ``tool_switches``)."""
+    source_step: int | None = None
+    """A fork's first step of its own: the steps before it are its source's decisions (carried,
+    not replayed as the fork's)."""
 
 
 # -- The report.
@@ -310,7 +314,12 @@ def replay_run(recorded: RecordedRun, policy: ReplayPolicy) -> ReplayReport:
     steps: list[StepReplay] = []
     budgets = Budgets.model_validate(recorded.spec.get("budgets") or {})
     calls = {(p.step, p.branch): p for p in recorded.proposals}
+    carried = recorded.source_step if recorded.kind == "fork" else None
     for proposal in recorded.proposals:
+        if carried is not None and proposal.step < carried:
+            continue  # the source decided it: a fork carries the decision, it did not make it
+        if proposal.status == "received":
+            continue  # never decided (the run ended first): nothing to compare
         if proposal.kind == "parallel" and proposal.branch == 0:
             steps += _replay_set(recorded, policy, budgets, proposal, calls)
         elif proposal.kind == "tool" and proposal.branch == 0:
@@ -385,7 +394,7 @@ def _gate_input(
         raw=raw,
         run=view,
         expected_version=1,
-        grants=[dataclasses.replace(g, uses=uses[g.grant_id]) for g in recorded.grants],
+        grants=[dataclasses.replace(g, uses=g.uses + uses[g.grant_id]) for g in recorded.grants],
         confirmations=_covering(recorded, before),
         history=_history(recorded.proposals, step, proposal.observation_version),
         registry=policy.registry,
@@ -452,11 +461,20 @@ def _provenance(recorded: RecordedRun, registry: Registry, step: int) -> Provena
     )
 
 
+#: A proposal row's status as the gate's decision: a refusal that waits for a grant is a
+#: refusal (with its code); one waiting for a person was asked about.
+_RECORDED_DECISIONS = {
+    "accepted": "accepted",
+    "rejected": "refused",
+    "waiting_grant": "refused",
+    "stopped": "halted",
+    "waiting_confirmation": "asked",
+}
+
+
 def _recorded_decision(p: RecordedProposal) -> dict[str, Any]:
-    decision = {"accepted": "accepted", "rejected": "refused", "stopped": "halted"}.get(
-        p.status, "asked" if p.asked else p.status
-    )
-    return {"decision": decision, "code": p.code, "asked": p.asked}
+    decision = _RECORDED_DECISIONS.get(p.status, "asked" if p.asked else p.status)
+    return {"decision": decision, "code": p.code, "asked": p.asked or decision == "asked"}
 
 
 def _now_decision(decision: gate.Decision) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -345,16 +345,37 @@ def worker(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield proc
 
 
+@contextlib.contextmanager
+def queues_to_myself(queues: Iterable[str]) -> Iterator[None]:
+    """Every running worker that consumes one of ``queues`` now (asked over the broker: a
+    worker may have been given a queue since it started) stops consuming it for the block,
+    and consumes it again afterwards."""
+    from warrant.broker.app import app
+
+    wanted = set(queues)
+    active = app.control.inspect(timeout=1.0).active_queues() or {}
+    taken = [(node, q["name"]) for node, qs in active.items() for q in qs if q["name"] in wanted]
+    for node, queue in taken:
+        app.control.cancel_consumer(queue, destination=[node], reply=True)
+    try:
+        yield
+    finally:
+        for node, queue in taken:
+            app.control.add_consumer(queue, destination=[node], reply=True)
+
+
 @pytest.fixture(scope="module")
 def stages_to_myself() -> Iterator[None]:
     """For a module whose own workers have a registry the session's workers lack (MCP tools):
     stop every running worker that consumes the planner, policy or reconciler queue, so none of
-    them takes the module's runs, and start them again afterwards."""
+    them takes the module's runs, and start them again afterwards; any other worker consuming
+    one of them now stops consuming it meanwhile."""
     shared = {"planner", "policy", "reconciler"}
     paused = [w for w in LIVE_WORKERS if w.proc.poll() is None and shared & set(w.queues)]
     for w in paused:
         w.stop()
-    yield
+    with queues_to_myself(shared):
+        yield
     for w in paused:
         w.restart()
 

@@ -112,6 +112,12 @@ def test_a_fork_at_step_2_with_a_narrower_grant_goes_on_live_and_its_step_3_is_r
     # step 1 carried, never done again; step 2 done live once more (the fork's own token)
     assert [demo.draft_count(draft_id=i) for i in ids] == [1, 2, 1]
     _carried(client, source_id, fork_id, 2)
+    # replayed (issue 55): only the fork's own steps, with the grant's carried use counted
+    replayed = client.replay_run(fork_id)
+    assert [(s["step"], s["now"]["code"], s["change"]) for s in replayed["steps"]] == [
+        (2, None, None),
+        (3, "GRANT_EXHAUSTED", None),
+    ]
 
 
 def test_a_fork_without_a_patch_does_its_step_live_once_and_carries_budgets_and_grant_uses(

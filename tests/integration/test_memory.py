@@ -462,8 +462,10 @@ def test_one_trace_per_run_chain_with_attributes_and_no_secrets(
             )
     finally:
         telemetry.shutdown()
-        for q in queues:
-            app.control.add_consumer(q, destination=names, reply=True)
+        for proc in (worker, draft_worker):  # each gets back only the queues it had
+            mine = [n for n in names if n.startswith(f"{proc.name}@")]
+            for q in set(queues) & set(proc.queues):
+                app.control.add_consumer(q, destination=mine, reply=True)
     spans = exporter.get_finished_spans()
     mine = [s for s in spans if s.attributes.get("warrant.run_id") == run_id]
     trace_ids = {s.context.trace_id for s in mine}

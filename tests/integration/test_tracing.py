@@ -21,7 +21,7 @@ import pytest
 from warrant_demo import scenarios as sc
 
 from tests import facts
-from tests.conftest import RECONCILER_ENV, WorkerProcess, wait_for
+from tests.conftest import RECONCILER_ENV, WorkerProcess, queues_to_myself, wait_for
 from tests.local_otlp import LocalOTLP
 from warrant.broker import telemetry
 from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
@@ -42,24 +42,6 @@ NAMESPACE = "warrant-tests"
 def otlp() -> Iterator[LocalOTLP]:
     with LocalOTLP() as receiver:
         yield receiver
-
-
-@contextlib.contextmanager
-def queues_to_myself(queues: list[str]) -> Iterator[None]:
-    """Every running worker that consumes one of ``queues`` stops consuming it for the block
-    (``stages_to_myself`` pauses the session's workers by the queues they started with; a
-    worker may have been given more since), and consumes it again afterwards."""
-    from warrant.broker.app import app
-
-    active = app.control.inspect(timeout=1.0).active_queues() or {}
-    taken = [(node, q["name"]) for node, qs in active.items() for q in qs if q["name"] in queues]
-    for node, queue in taken:
-        app.control.cancel_consumer(queue, destination=[node], reply=True)
-    try:
-        yield
-    finally:
-        for node, queue in taken:
-            app.control.add_consumer(queue, destination=[node], reply=True)
 
 
 @pytest.fixture
