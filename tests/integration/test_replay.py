@@ -15,7 +15,7 @@ from tests import facts
 from tests.integration.test_tool_execution import LOOKUP, REFUND, refund
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Run
-from warrant.runner.cli.app import app
+from warrant.runner.cli import app
 from warrant.runner.client.ledger_verify import verify
 from warrant.runner.errors import InvalidRequest, RunNotFound
 
