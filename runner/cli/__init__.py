@@ -2,7 +2,7 @@
 
 ``main`` answers ``warrant --version`` before importing any command (the app imports its
 command groups, which import rich, typer and their own modules); everything else goes to
-:func:`warrant.runner.cli.app.main`.
+:func:`warrant.runner.cli._app.run`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from importlib.metadata import version as package_version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from warrant.runner.cli.app import app
+    from warrant.runner.cli._app import app
 
 __all__ = ["app", "main", "version"]
 
@@ -36,19 +36,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args == ["--version"]:
         sys.stdout.write(f"warrant {version()}\n")
         sys.exit(0)
-    from warrant.runner.cli.app import run  # lazy: --version answers before typer/rich load
+    from warrant.runner.cli._app import run  # lazy: --version answers before typer/rich load
 
     sys.exit(run(args))
 
 
 def __getattr__(name: str) -> Any:
     if name == "app":
-        # importlib: ``from warrant.runner.cli import app`` would ask this very
-        # function again. The submodule ``app`` binds itself here on import; the Typer app of
-        # the same name replaces it, as the eager import used to.
-        import importlib
+        # Lazy, as ``main`` is: the Typer app lives in the private ``_app`` (a submodule named
+        # ``app`` would rebind this attribute to itself once imported).
+        from warrant.runner.cli._app import app as typer_app
 
-        typer_app = importlib.import_module("warrant.runner.cli.app").app
         globals()["app"] = typer_app
         return typer_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

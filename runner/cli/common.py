@@ -181,7 +181,7 @@ def settings_error(exc: BaseException) -> SettingsInvalid | None:
 
 
 def settings_of(ctx: typer.Context) -> WarrantSettings:
-    """The settings the command line's root read for this command (:mod:`warrant.runner.cli.app`
+    """The settings the command line's root read for this command (:mod:`warrant.runner.cli._app`
     keeps them on the root context); a command group run on its own reads them here."""
     loaded = ctx.find_root().obj
     return loaded if isinstance(loaded, WarrantSettings) else load_settings()

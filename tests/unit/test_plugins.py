@@ -147,7 +147,7 @@ def test_the_wheel_has_exactly_one_top_level_package(tmp_path):
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"warrant"}
     for sub in (
-        "runner/cli/app.py",
+        "runner/cli/_app.py",
         "tools/_plugins.py",
         "broker/app.py",
         "ledger/models.py",

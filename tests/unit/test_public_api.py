@@ -117,6 +117,7 @@ def test_the_top_level_api_imports_in_a_fresh_interpreter():
         "print('ok')\n"
     )
     cli = (
+        "import warrant.runner.cli._app, warrant.runner.cli.runs\n"
         "from warrant.runner.cli import app, main\n"
         "import warrant.runner.cli as cli\n"
         "assert type(app).__name__ == 'Typer' and cli.app is app\n"
