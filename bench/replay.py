@@ -11,6 +11,11 @@ proposal through the gate, nothing executed or recorded) under today's policy an
 candidate that makes every ``noop_read`` call need a confirmation, and prints each replay's
 time and its ratio to the live runs' (the same machine, the same run). The first replay must
 change no decision and the second every one: the bench fails otherwise.
+
+Then one long run (``--long-steps``, 400 reads) is recorded and replayed: its replay's time per
+decision against the short runs' time per decision must stay flat (a replay reads each of a
+run's records once: linear in its length; it was quadratic, a 1,600-step run took 9.4 s). The
+bench fails above 3x.
 """
 
 from __future__ import annotations
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="100 runs")
+    parser.add_argument("--long-steps", type=int, default=400, help="the long run's steps")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     runs = 100 if args.quick else args.runs
@@ -143,11 +149,17 @@ def main(argv: list[str] | None = None) -> int:
         client.wait(client.start_run(read_steps(args.steps)), timeout=120)  # the pools warm
         with console.status(f"{runs} live runs of {args.steps} reads"):
             ids, live_s = _live(client, runs, args.steps, timeout_s=60 + runs * args.steps)
+        with console.status(f"one live run of {args.long_steps} reads"):
+            long_id = client.start_run(read_steps(args.long_steps))
+            client.wait(long_id, timeout=60 + args.long_steps)
     finally:
         _stop(procs)
     with console.status(f"replaying {runs} runs"):
         same_s, same = _replay(client, ids, None)
         changed_s, changed = _replay(client, ids, CONFIRM_READS)
+        long_s, long_run = _replay(client, [long_id], None)
+    per_short = same_s / max(same["decisions"], 1)
+    per_long = long_s / max(long_run["decisions"], 1)
     figures = {
         "runs": runs,
         "steps": args.steps,
@@ -159,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         "candidate_s": round(changed_s, 3),
         "candidate_ratio": round(changed_s / live_s, 4),
         "candidate_changed": changed["changed"],
+        "long_steps": args.long_steps,
+        "long_decisions": long_run["decisions"],
+        "long_replay_s": round(long_s, 3),
+        "per_decision_ratio": round(per_long / per_short, 3),
     }
     table = Table(title=f"{runs} recorded runs of {args.steps} reads: replay vs the live runs")
     for column in ("", "seconds", "vs live", "decisions changed"):
@@ -174,11 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         str(changed["changed"]),
     )
     console.print(table)
+    console.print(
+        f"one run of {args.long_steps} steps replayed in {long_s:.2f} s: "
+        f"{per_long * 1e3:.3f} ms per decision against {per_short * 1e3:.3f} ms in the short "
+        f"runs ({per_long / per_short:.2f}x; linear in a run's length is about 1x)"
+    )
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2))
     expected = runs * args.steps
     if same["changed"] != 0 or changed["changed"] != expected or same["decisions"] != expected:
         print(f"replay bench: unexpected decisions {figures}", file=sys.stderr)
+        return 1
+    if long_run["decisions"] != args.long_steps or per_long > 3 * per_short:
+        print(f"replay bench: a long run's replay is not linear {figures}", file=sys.stderr)
         return 1
     return 0
 

@@ -89,6 +89,7 @@ __all__ = [
     "MIN_NAME_CHARS",
     "MIN_VOUCHED_CHARS",
     "Item",
+    "SourcesSoFar",
     "analyse",
     "data_tokens",
     "disclosures",
@@ -298,50 +299,84 @@ def sources_from(
     (tool name -> ``Attribution``): the items of those tools' untrusted outputs, each with the
     user's word naming its author if any (``named``), and the authors a reply may go to.
     ``listings``, ``privates`` (``Tool.listing``, ``Tool.private``): what outputs list, hold."""
-    user_spec = {k: v for k, v in (spec or {}).items() if k != "planner"}
-    spec_text = [text for _, text in leaf_strings(user_spec)]
-    trusted = [goal, *spec_text]
-    user = [goal]  # the user's own words: never the spec's settings
-    task = [("goal", goal), *(("spec", text) for text in spec_text)]
-    untrusted = []
-    attributed: list[tuple[str, Any, Attribution]] = []
-    listed: list[tuple[str, str, str]] = []
-    private: list[tuple[str, str, str]] = []
+    sources = SourcesSoFar(
+        goal, spec, attributions=attributions, listings=listings, privates=privates
+    )
     for observation_id, source, content in observations:
+        sources.add(observation_id, source, content)
+    return sources.sources()
+
+
+class SourcesSoFar:
+    """:func:`sources_from`, one observation at a time: a replay reads each step's sources
+    as the observations before it left them, reading each observation once."""
+
+    def __init__(
+        self,
+        goal: str,
+        spec: dict[str, Any],
+        *,
+        attributions: Mapping[str, Attribution] | None = None,
+        listings: Mapping[str, Mapping[str, ResourceKind]] | None = None,
+        privates: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:
+        self._spec = spec or {}
+        self._user_spec = {k: v for k, v in self._spec.items() if k != "planner"}
+        spec_text = [text for _, text in leaf_strings(self._user_spec)]
+        self._attributions = attributions or {}
+        self._listings = listings or {}
+        self._privates = privates or {}
+        self.trusted = [goal, *spec_text]
+        self.user = [goal]  # the user's own words: never the spec's settings
+        self.task = [("goal", goal), *(("spec", text) for text in spec_text)]
+        self.untrusted: list[tuple[str, str]] = []
+        self.attributed: list[tuple[str, Any, Attribution]] = []
+        self.listed: list[tuple[str, str, str]] = []
+        self.private: list[tuple[str, str, str]] = []
+
+    def add(self, observation_id: str, source: str, content: Any) -> None:
         if source == ObservationSource.POLICY.value:
-            continue  # a refusal echoes the model's own proposal: it vouches for nothing
+            return  # a refusal echoes the model's own proposal: it vouches for nothing
         # every number: a short id a tool returned is still what it said
         text = "\n".join(t for _, t in leaf_strings(content, numbers=True))
-        listed += _listed(observation_id, content, listings or {})
-        private += _private(observation_id, content, privates or {})
+        self.listed += _listed(observation_id, content, self._listings)
+        self.private += _private(observation_id, content, self._privates)
         if source in _TRUSTED_SOURCES:
-            trusted.append(text)
+            self.trusted.append(text)
             if source == ObservationSource.USER.value:
-                user.append(text)
+                self.user.append(text)
             if (name := _task_source(observation_id, source, content)) is not None:
-                task.append((name, text))
+                self.task.append((name, text))
         else:  # untrusted-content, and any source this version does not know
-            untrusted.append((observation_id, text))
-            found = _attribution(content, attributions or {})
+            self.untrusted.append((observation_id, text))
+            found = _attribution(content, self._attributions)
             if found is not None:
-                attributed.append((observation_id, content.get("output"), found))
-    items, authors, documents = _attributed(
-        attributed, "\n".join(user), user_spec.get("subject"), listed=listed
-    )
-    task += [("authors", author) for _, author, _ in authors]
-    task += [("named", t) for i, _, t, named in items if named is not None and i not in documents]
-    return ProvenanceSources(
-        trusted=tuple(trusted),
-        untrusted=tuple(untrusted),
-        task=(*task, *(("listed", value) for _, _, value in listed)),
-        items=tuple(items),
-        authors=tuple(authors),
-        user=tuple(user),
-        listed=tuple(listed),
-        private=tuple(private),
-        documents=frozenset(documents),
-        whole_context=((spec or {}).get("planner") or {}).get("kind") != "external",
-    )
+                self.attributed.append((observation_id, content.get("output"), found))
+
+    def sources(self) -> ProvenanceSources:
+        """The sources of the observations added so far."""
+        items, authors, documents = _attributed(
+            self.attributed,
+            "\n".join(self.user),
+            self._user_spec.get("subject"),
+            listed=self.listed,
+        )
+        task = [*self.task, *(("authors", author) for _, author, _ in authors)]
+        task += [
+            ("named", t) for i, _, t, named in items if named is not None and i not in documents
+        ]
+        return ProvenanceSources(
+            trusted=tuple(self.trusted),
+            untrusted=tuple(self.untrusted),
+            task=(*task, *(("listed", value) for _, _, value in self.listed)),
+            items=tuple(items),
+            authors=tuple(authors),
+            user=tuple(self.user),
+            listed=tuple(self.listed),
+            private=tuple(self.private),
+            documents=frozenset(documents),
+            whole_context=(self._spec.get("planner") or {}).get("kind") != "external",
+        )
 
 
 def _listed(

@@ -37,7 +37,7 @@ from warrant.runner import fan_in
 from warrant.runner import policy as gate
 from warrant.runner.codes import ErrorCode, Phase, Rejection, RunStatus
 from warrant.runner.errors import InvalidRequest
-from warrant.runner.provenance import sources_from
+from warrant.runner.provenance import SourcesSoFar
 from warrant.runner.spec import Budgets
 from warrant.runner.views import (
     ConfirmationView,
@@ -45,7 +45,6 @@ from warrant.runner.views import (
     GrantView,
     HistoryEntry,
     PreApprovalView,
-    ProvenanceSources,
     RunView,
 )
 from warrant.tools._contract import ConfirmationPolicy, FlagAction, SideEffect, Tool
@@ -312,19 +311,19 @@ class ReplayReport:
 def replay_run(recorded: RecordedRun, policy: ReplayPolicy) -> ReplayReport:
     """Every gated proposal of ``recorded`` decided again under ``policy``, in order."""
     steps: list[StepReplay] = []
-    budgets = Budgets.model_validate(recorded.spec.get("budgets") or {})
+    before = _Before(recorded, policy)
     calls = {(p.step, p.branch): p for p in recorded.proposals}
     carried = recorded.source_step if recorded.kind == "fork" else None
-    for proposal in recorded.proposals:
+    for proposal in sorted(recorded.proposals, key=lambda p: p.step):
         if carried is not None and proposal.step < carried:
             continue  # the source decided it: a fork carries the decision, it did not make it
         if proposal.status == "received":
             continue  # never decided (the run ended first): nothing to compare
         if proposal.kind == "parallel" and proposal.branch == 0:
-            steps += _replay_set(recorded, policy, budgets, proposal, calls)
+            steps += _replay_set(before, proposal, calls)
         elif proposal.kind == "tool" and proposal.branch == 0:
-            inp = _gate_input(recorded, policy, budgets, proposal, raw=proposal.raw)
-            steps.append(_compared(recorded, proposal, gate.evaluate(inp)))
+            inp = before.gate_input(proposal, raw=proposal.raw)
+            steps.append(before.compared(proposal, gate.evaluate(inp)))
     return ReplayReport(run_id=recorded.run_id, policy=policy.name, steps=tuple(steps))
 
 
@@ -345,120 +344,169 @@ def replay_runs(
 
 
 def _replay_set(
-    recorded: RecordedRun,
-    policy: ReplayPolicy,
-    budgets: Budgets,
-    proposal: RecordedProposal,
-    calls: Mapping[tuple[int, int], RecordedProposal],
+    before: _Before, proposal: RecordedProposal, calls: Mapping[tuple[int, int], RecordedProposal]
 ) -> list[StepReplay]:
     parallel = fan_in.parallel_of({"kind": "parallel", "raw": proposal.raw})
     if parallel is None:  # refused whole at its parse, then and now
         return []
-    base = _gate_input(recorded, policy, budgets, proposal, raw=None)
+    base = before.gate_input(proposal, raw=None)
     out = []
     for number, _call, decision in fan_in.gate_calls(base, parallel.calls):
         branch = calls.get((proposal.step, number))
         if branch is not None:
-            out.append(_compared(recorded, branch, decision))
+            out.append(before.compared(branch, decision))
     return out
 
 
-def _gate_input(
-    recorded: RecordedRun,
-    policy: ReplayPolicy,
-    budgets: Budgets,
-    proposal: RecordedProposal,
-    *,
-    raw: Any,
-) -> gate.GateInput:
-    """The gate's inputs as they stood when ``proposal`` was decided."""
-    step = proposal.step
-    before = [c for c in recorded.commands if c.step < step]
-    by_tool = Counter(c.tool for c in before)
-    view = RunView(
-        run_id=recorded.run_id,
-        status=RunStatus.RUNNING,
-        phase=Phase.POLICY,
-        version=1,
-        step=step,
-        model_calls=step,
-        tool_calls=len(before),
-        observation_version=proposal.observation_version,
-        deadline_at=recorded.deadline_at,
-        subject=recorded.subject,
-        budgets=budgets,
-        tool_calls_by_tool=dict(by_tool),
-    )
-    uses = Counter(g for c in before for g in c.grant_ids)
-    return gate.GateInput(
-        raw=raw,
-        run=view,
-        expected_version=1,
-        grants=[dataclasses.replace(g, uses=g.uses + uses[g.grant_id]) for g in recorded.grants],
-        confirmations=_covering(recorded, before),
-        history=_history(recorded.proposals, step, proposal.observation_version),
-        registry=policy.registry,
-        now=proposal.decided_at,
-        relaxed=policy.relaxed,
-        observed=policy.observed,
-        pre_approvals=_pre_approvals(recorded, step),
-        effects=_effects(recorded.run_id, before),
-        run_policy=recorded.spec.get("policy") or {},
-        disabled=recorded.disabled if policy.disabled is None else policy.disabled,
-        provenance=_provenance(recorded, policy.registry, step),
-    )
+class _Before:
+    """What a run had done before a step, carried forward step by step (each recorded command,
+    proposal and observation read once, so that a replay is linear in the run's length): the
+    gate's inputs as they stood when a proposal was decided."""
 
-
-def _history(proposals: Iterable[RecordedProposal], step: int, version: int) -> list[HistoryEntry]:
-    return [
-        HistoryEntry(fingerprint=p.fingerprint, observation_version=p.observation_version)
-        for p in proposals
-        if p.step < step and p.fingerprint is not None and p.observation_version == version
-    ]
-
-
-def _covering(recorded: RecordedRun, before: Sequence[RecordedCommand]) -> list[ConfirmationView]:
-    """A person's ``per-run`` approvals a command before the step used: they cover the tool's
-    later calls (as :func:`warrant.runner.confirmation_rules.person_decision` reads them)."""
-    used = {c.confirmation_id for c in before if c.confirmation_id is not None}
-    return [c for c in recorded.covering if c.confirmation_id in used]
-
-
-def _pre_approvals(recorded: RecordedRun, step: int) -> list[PreApprovalView]:
-    used = {p.proposal_hash for p in recorded.proposals if p.step < step and p.status == "accepted"}
-    return [dataclasses.replace(a, used=a.proposal_hash in used) for a in recorded.pre_approvals]
-
-
-def _effects(run_id: str, before: Sequence[RecordedCommand]) -> list[EffectView]:
-    """The run's own earlier commands with a business effect key, newest first (other runs'
-    are not replayed: a refusal for one is :data:`UNMODELLED_CODES`)."""
-    return [
-        EffectView(
-            key=c.effect_key,
-            run_id=run_id,
-            step=c.step,
-            branch=c.branch,
-            command_id=c.command_id,
-            status=c.status,
-            resolved=c.resolved,
+    def __init__(self, recorded: RecordedRun, policy: ReplayPolicy) -> None:
+        self.recorded, self.policy = recorded, policy
+        self.budgets = Budgets.model_validate(recorded.spec.get("budgets") or {})
+        self._commands = sorted(recorded.commands, key=lambda c: c.step)
+        self._proposals = sorted(recorded.proposals, key=lambda p: p.step)
+        self._observations = sorted(recorded.observations, key=lambda o: o[3])
+        self._read = {"commands": 0, "proposals": 0, "observations": 0}
+        self._outcomes: dict[tuple[int, int], RecordedCommand] = {}
+        for c in recorded.commands:
+            self._outcomes.setdefault((c.step, c.branch), c)
+        self.step = 0
+        self.tool_calls = 0
+        self.by_tool: Counter[str] = Counter()
+        self.uses: Counter[int] = Counter()
+        self.confirmations_used: set[str] = set()
+        self.effects: list[EffectView] = []  # oldest first
+        self.history: dict[int, list[HistoryEntry]] = {}
+        self.accepted: set[str] = set()  # the hashes of proposals accepted
+        self.sources = SourcesSoFar(
+            recorded.goal,
+            recorded.spec,
+            attributions=policy.registry.attributions(),
+            listings=policy.registry.listings(),
+            privates=policy.registry.privates(),
         )
-        for c in reversed(before)
-        if c.effect_key is not None
-    ]
 
+    def _advance(self, step: int) -> None:
+        """Read what was recorded before ``step`` (steps come in order)."""
+        if step <= self.step:
+            return
+        self.step = step
+        commands, read = self._commands, self._read
+        while read["commands"] < len(commands) and commands[read["commands"]].step < step:
+            c = commands[read["commands"]]
+            read["commands"] += 1
+            self.tool_calls += 1
+            self.by_tool[c.tool] += 1
+            self.uses.update(c.grant_ids)
+            if c.confirmation_id is not None:
+                self.confirmations_used.add(c.confirmation_id)
+            if c.effect_key is not None:
+                self.effects.append(
+                    EffectView(
+                        key=c.effect_key,
+                        run_id=self.recorded.run_id,
+                        step=c.step,
+                        branch=c.branch,
+                        command_id=c.command_id,
+                        status=c.status,
+                        resolved=c.resolved,
+                    )
+                )
+        proposals = self._proposals
+        while read["proposals"] < len(proposals) and proposals[read["proposals"]].step < step:
+            p = proposals[read["proposals"]]
+            read["proposals"] += 1
+            if p.fingerprint is not None:
+                entry = HistoryEntry(
+                    fingerprint=p.fingerprint, observation_version=p.observation_version
+                )
+                self.history.setdefault(p.observation_version, []).append(entry)
+            if p.status == "accepted" and p.proposal_hash is not None:
+                self.accepted.add(p.proposal_hash)
+        observations = self._observations
+        while (
+            read["observations"] < len(observations)
+            and observations[read["observations"]][3] < step
+        ):
+            oid, source, content, _at = observations[read["observations"]]
+            read["observations"] += 1
+            self.sources.add(oid, source, content)
 
-def _provenance(recorded: RecordedRun, registry: Registry, step: int) -> ProvenanceSources:
-    seen = [
-        [oid, source, content] for oid, source, content, at in recorded.observations if at < step
-    ]
-    return sources_from(
-        recorded.goal,
-        recorded.spec,
-        seen,
-        attributions=registry.attributions(),
-        listings=registry.listings(),
-        privates=registry.privates(),
-    )
+    def gate_input(self, proposal: RecordedProposal, *, raw: Any) -> gate.GateInput:
+        """The gate's inputs as they stood when ``proposal`` was decided."""
+        self._advance(proposal.step)
+        recorded, policy = self.recorded, self.policy
+        view = RunView(
+            run_id=recorded.run_id,
+            status=RunStatus.RUNNING,
+            phase=Phase.POLICY,
+            version=1,
+            step=proposal.step,
+            model_calls=proposal.step,
+            tool_calls=self.tool_calls,
+            observation_version=proposal.observation_version,
+            deadline_at=recorded.deadline_at,
+            subject=recorded.subject,
+            budgets=self.budgets,
+            tool_calls_by_tool=dict(self.by_tool),
+        )
+        return gate.GateInput(
+            raw=raw,
+            run=view,
+            expected_version=1,
+            grants=[
+                dataclasses.replace(g, uses=g.uses + self.uses[g.grant_id]) for g in recorded.grants
+            ],
+            # a person's ``per-run`` approvals a command before the step used: they cover the
+            # tool's later calls (as confirmation_rules.person_decision reads them)
+            confirmations=[
+                c for c in recorded.covering if c.confirmation_id in self.confirmations_used
+            ],
+            history=list(self.history.get(proposal.observation_version, ())),
+            registry=policy.registry,
+            now=proposal.decided_at,
+            relaxed=policy.relaxed,
+            observed=policy.observed,
+            pre_approvals=[
+                dataclasses.replace(a, used=a.proposal_hash in self.accepted)
+                for a in recorded.pre_approvals
+            ],
+            # the run's own earlier effect keys, newest first (other runs' are not replayed:
+            # a refusal for one is UNMODELLED_CODES)
+            effects=self.effects[::-1],
+            run_policy=recorded.spec.get("policy") or {},
+            disabled=recorded.disabled if policy.disabled is None else policy.disabled,
+            provenance=self.sources.sources(),
+        )
+
+    def compared(self, p: RecordedProposal, decision: gate.Decision) -> StepReplay:
+        then, now = _recorded_decision(p), _now_decision(decision)
+        unmodelled = p.code in UNMODELLED_CODES
+        change = None if unmodelled else _change(then, now, p.provenance_flagged)
+        command = self._outcomes.get((p.step, p.branch))
+        outcome = (
+            None
+            if command is None
+            else {
+                "command_id": command.command_id,
+                "status": command.status,
+                "output": command.output,
+            }
+        )
+        return StepReplay(
+            step=p.step,
+            branch=p.branch,
+            tool=p.tool,
+            proposal_id=p.proposal_id,
+            recorded=then,
+            now=now,
+            change=change,
+            outcome=outcome,
+            unmodelled=unmodelled,
+        )
 
 
 #: A proposal row's status as the gate's decision: a refusal that waits for a grant is a
@@ -521,29 +569,6 @@ def _change(then: dict[str, Any], now: dict[str, Any], then_flagged: bool) -> st
     if now["flagged"] and not then_flagged:
         return "provenance_flagged_now"
     return None
-
-
-def _compared(recorded: RecordedRun, p: RecordedProposal, decision: gate.Decision) -> StepReplay:
-    then, now = _recorded_decision(p), _now_decision(decision)
-    unmodelled = p.code in UNMODELLED_CODES
-    change = None if unmodelled else _change(then, now, p.provenance_flagged)
-    command = next((c for c in recorded.commands if (c.step, c.branch) == (p.step, p.branch)), None)
-    outcome = (
-        None
-        if command is None
-        else {"command_id": command.command_id, "status": command.status, "output": command.output}
-    )
-    return StepReplay(
-        step=p.step,
-        branch=p.branch,
-        tool=p.tool,
-        proposal_id=p.proposal_id,
-        recorded=then,
-        now=now,
-        change=change,
-        outcome=outcome,
-        unmodelled=unmodelled,
-    )
 
 
 def diff_summary(reports: Sequence[ReplayReport]) -> dict[str, Any]:

@@ -189,3 +189,28 @@ def test_a_copied_value_is_refused_by_default_a_link_the_model_wrote_is_asked():
     assert sources_from(GOAL, {"planner": {"kind": "openai"}}, []).whole_context
     taken = _analyse({"body": "Pay GB33BUKB20201555555555 today."})
     assert refusal(taken)[0] is Rejection.UNTRUSTED_DESTINATION  # type: ignore[index]
+
+
+def test_sources_read_one_observation_at_a_time_are_the_sources_of_each_prefix():
+    """A replay carries the sources forward (``SourcesSoFar``, each observation read once):
+    after each observation they are what :func:`sources_from` reads from the same prefix."""
+    from warrant.runner.provenance import SourcesSoFar
+
+    listing = {"files[].file_id": ResourceKind.IDENTIFIER}
+    observations = [
+        ["tool-1", "trusted-tool", {"tool": "list_files", "output": {"files": [{"file_id": 13}]}}],
+        ["policy-2", "policy", {"tool": "send_mail", "to": "eve@evil.example"}],
+        ["tool-3", "untrusted-content", {"tool": "get_page", "output": {"a": "a web page"}}],
+        ["answer-4", "user", {"answer": "yes, to bob@corp.example"}],
+        ["tool-5", "trusted-tool", {"tool": "crm", "output": {"email": "carol@corp.example"}}],
+    ]
+    spec = {"subject": "alice", "planner": {"kind": "external"}}
+    kwargs = {"listings": {"list_files": listing}, "privates": {"crm": frozenset({"email"})}}
+    so_far = SourcesSoFar(GOAL, spec, **kwargs)
+    assert so_far.sources() == sources_from(GOAL, spec, [], **kwargs)
+    for n, observation in enumerate(observations, start=1):
+        so_far.add(*observation)
+        assert so_far.sources() == sources_from(GOAL, spec, observations[:n], **kwargs), n
+    whole = so_far.sources()
+    assert whole.listed and whole.private and not whole.whole_context  # the case has teeth
+    assert [oid for oid, _ in whole.untrusted] == ["tool-3"]
