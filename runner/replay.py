@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from warrant.runner import fan_in
 from warrant.runner import policy as gate
 from warrant.runner.codes import ErrorCode, Phase, Rejection, RunStatus
-from warrant.runner.errors import InvalidRequest
+from warrant.runner.errors import InvalidRequest, PluginError
 from warrant.runner.provenance import SourcesSoFar
 from warrant.runner.spec import Budgets
 from warrant.runner.views import (
@@ -132,10 +132,12 @@ class PolicyCandidate(BaseModel):
     disabled_tools: tuple[str, ...] | None = None
 
     @classmethod
-    def parse(cls, text: str | bytes) -> PolicyCandidate:
-        """From JSON; a bad candidate is ``CANDIDATE_INVALID``."""
+    def parse(cls, candidate: str | bytes | Mapping[str, Any]) -> PolicyCandidate:
+        """From JSON text or its parsed object; a bad candidate is ``CANDIDATE_INVALID``."""
         try:
-            return cls.model_validate_json(text)
+            if isinstance(candidate, str | bytes):
+                return cls.model_validate_json(candidate)
+            return cls.model_validate(candidate)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "candidate"
@@ -166,7 +168,13 @@ class ReplayPolicy:
                 f"the policy candidate changes tools this registry lacks: {', '.join(unknown)}",
                 code=ErrorCode.CANDIDATE_INVALID,
             )
-        tools = [_changed(t, candidate.contracts.get(t.name)) for t in self.registry]
+        try:
+            tools = [_changed(t, candidate.contracts.get(t.name)) for t in self.registry]
+        except PluginError as exc:
+            raise InvalidRequest(
+                f"the policy candidate makes an invalid contract: {exc}",
+                code=ErrorCode.CANDIDATE_INVALID,
+            ) from None
         switched = candidate.disabled_tools
         return ReplayPolicy(
             registry=Registry(tools, plugins=self.registry.plugins),

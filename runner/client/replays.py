@@ -11,7 +11,7 @@ from warrant.ledger.replays import load_recorded, recent_run_ids, record_replay
 from warrant.ledger.stage_loads import autocommit
 from warrant.runner.client.runs import RunsClient
 from warrant.runner.codes import ErrorCode
-from warrant.runner.errors import InvalidRequest, PluginError, RunNotFound
+from warrant.runner.errors import InvalidRequest, RunNotFound
 from warrant.runner.replay import (
     PolicyCandidate,
     RecordedRun,
@@ -38,21 +38,7 @@ def current_policy(candidate: dict[str, Any] | None = None) -> ReplayPolicy:
         relaxed=settings.relaxed_tools,
         observed=settings.observed_tools,
     )
-    if candidate is None:
-        return base
-    try:
-        parsed = PolicyCandidate.model_validate(candidate)
-    except ValueError as exc:
-        raise InvalidRequest(
-            f"the policy candidate is invalid: {exc}", code=ErrorCode.CANDIDATE_INVALID
-        ) from None
-    try:
-        return base.with_candidate(parsed)
-    except PluginError as exc:
-        raise InvalidRequest(
-            f"the policy candidate makes an invalid contract: {exc}",
-            code=ErrorCode.CANDIDATE_INVALID,
-        ) from None
+    return base.with_candidate(None if candidate is None else PolicyCandidate.parse(candidate))
 
 
 class ReplaysClient(RunsClient):
