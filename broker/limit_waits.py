@@ -34,7 +34,7 @@ from typing import Any
 
 from warrant.broker import telemetry
 from warrant.broker.limits import FAILURES, Blocked, SharedLimits, Taken, unavailable
-from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.broker.transitions import tool_message
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import append_events
 from warrant.ledger.stage_loads import autocommit, load_tool
@@ -254,15 +254,10 @@ def _defer(
 
 def send_again(ctx: Any, row: Any, *, version: int, tool: str, countdown: float) -> None:
     """Publish the tool message of ``row``'s command again, ``countdown`` seconds from now."""
-    ctx.publisher.tool(
-        run_id=row.id,
-        version=version,
-        command_id=row.cmd_id,
-        tool=tool,
-        soft_time_limit=row.cmd_timeout_s,
-        time_limit=row.cmd_timeout_s + HARD_LIMIT_GRACE_S,
-        countdown=countdown,
+    send = tool_message(
+        ctx, row.id, version, row.cmd_id, tool, timeout_s=row.cmd_timeout_s, countdown=countdown
     )
+    send()
 
 
 def _note_waited(ctx: Any, shared: SharedLimits, *, run_id: str, command_id: str) -> None:

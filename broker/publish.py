@@ -103,15 +103,9 @@ class Publisher:
     ) -> None:
         """:meth:`_send_message`, with the broker's connection errors reported as
         :class:`~warrant.runner.errors.BrokerUnavailable` for the run."""
+        limits = {"soft_time_limit": soft_time_limit, "time_limit": time_limit}
         try:
-            self._send_message(
-                name,
-                run_id,
-                kwargs,
-                countdown=countdown,
-                soft_time_limit=soft_time_limit,
-                time_limit=time_limit,
-            )
+            self._send_message(name, run_id, kwargs, countdown=countdown, limits=limits)
         except _BROKER_ERRORS as exc:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise BrokerUnavailable(
@@ -127,9 +121,8 @@ class Publisher:
         run_id: str,
         kwargs: dict[str, Any],
         *,
-        countdown: float | None = None,
-        soft_time_limit: float | None = None,
-        time_limit: float | None = None,
+        countdown: float | None,
+        limits: dict[str, float | None],
     ) -> None:
         """Build the message with Celery (``app.amqp.create_task_message``) and publish it with
         Celery (``app.amqp.send_task_message``: its signals, events and retry policy).
@@ -147,7 +140,6 @@ class Publisher:
         safe repr of them costs about a tenth of a publish."""
         app = self.app
         queue = route_task(name, (), kwargs, {})["queue"]
-        limits = {"soft_time_limit": soft_time_limit, "time_limit": time_limit}
         if countdown:
             self._send_task(name, run_id, kwargs, queue, countdown=countdown, **limits)
             return

@@ -3,6 +3,7 @@ run's planner message sent again after a fact was recorded on it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -11,7 +12,7 @@ from warrant.ledger.row_updates import reissue_command_row
 from warrant.runner import run_machine as machine
 from warrant.runner.tool_stage import planning
 
-__all__ = ["HARD_LIMIT_GRACE_S", "after_fact", "reissue_command"]
+__all__ = ["HARD_LIMIT_GRACE_S", "after_fact", "reissue_command", "tool_message"]
 
 #: Extra seconds a tool's hard time limit allows past its soft limit.
 HARD_LIMIT_GRACE_S = 5.0
@@ -37,19 +38,37 @@ def reissue_command(
         run_view(run), tool=cmd.tool, scheduled=scheduled, events=events
     )
     version = commit(s, change, step=cmd.step, proposal_id=cmd.proposal_id)
-    run_id, command_id, tool = run.id, cmd.id, cmd.tool
     outbox.add(
-        lambda: ctx.publisher.tool(
-            run_id=run_id,
-            version=version,
-            command_id=command_id,
-            tool=tool,
-            soft_time_limit=timeout_s,
-            time_limit=timeout_s + HARD_LIMIT_GRACE_S,
-            countdown=delay_s or None,
+        tool_message(
+            ctx, run.id, version, cmd.id, cmd.tool, timeout_s=timeout_s, countdown=delay_s or None
         )
     )
     return version
+
+
+def tool_message(
+    ctx: Any,
+    run_id: str,
+    version: int,
+    command_id: str,
+    tool: str,
+    *,
+    timeout_s: float,
+    countdown: float | None = None,
+) -> Callable[[], None]:
+    """The tool message of a command, to publish after the commit: its soft time limit
+    ``timeout_s``, its hard one :data:`HARD_LIMIT_GRACE_S` later; ``countdown``: not before
+    that many seconds."""
+    return partial(
+        ctx.publisher.tool,
+        run_id=run_id,
+        version=version,
+        command_id=command_id,
+        tool=tool,
+        soft_time_limit=timeout_s,
+        time_limit=timeout_s + HARD_LIMIT_GRACE_S,
+        countdown=countdown,
+    )
 
 
 def after_fact(ctx: Any, run: Any, version: int, outbox: Any) -> None:

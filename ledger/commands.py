@@ -19,21 +19,27 @@ __all__ = [
 ]
 
 
-_START = Compiled.text(
-    """
-WITH cmd AS (
-  UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
+#: A command started (attempt + 1, its worker; its first heartbeat if that is its lease).
+_STARTED = """status = 'started', attempts = c.attempts + 1, started_at = now(),
          worker = CAST(%(worker)s AS varchar),
-         heartbeat_at = CASE WHEN CAST(%(heartbeat)s AS boolean) THEN now() END
+         heartbeat_at = CASE WHEN CAST(%(heartbeat)s AS boolean) THEN now() END"""
+#: The run takes command ``c``: running at ``version`` (a parallel step's call: at any
+#: version, and while the run reconciles a sibling call's effect).
+_RUN_TAKES_IT = """EXISTS (SELECT 1 FROM runs r
+                  WHERE r.id = %(run_id)s
+                    AND (r.status = 'running' OR (c.branch > 0 AND r.status = 'reconciling'))
+                    AND (r.version = %(version)s OR c.branch > 0))"""
+
+_START = Compiled.text(
+    f"""
+WITH cmd AS (
+  UPDATE commands c SET {_STARTED}
    WHERE c.id = %(command_id)s
      AND (c.status = 'issued'
           OR (c.status = 'started' AND CAST(%(reinvoke)s AS boolean)
               AND c.attempts = CAST(%(seen)s AS integer)))
      AND c.cut_at IS NULL
-     AND EXISTS (SELECT 1 FROM runs r
-                  WHERE r.id = %(run_id)s
-                    AND (r.status = 'running' OR (c.branch > 0 AND r.status = 'reconciling'))
-                    AND (r.version = %(version)s OR c.branch > 0))
+     AND {_RUN_TAKES_IT}
   RETURNING c.attempts, c.step, c.proposal_id, c.tool, c.tool_version, c.timeout_s,
             c.idempotency_token
 ), seq AS (
@@ -90,16 +96,11 @@ def start_command(
 _CLAIM = Compiled.text(
     f"""
 WITH c AS (
-  UPDATE commands c SET status = 'started', attempts = c.attempts + 1, started_at = now(),
-         worker = CAST(%(worker)s AS varchar),
-         heartbeat_at = CASE WHEN CAST(%(heartbeat)s AS boolean) THEN now() END
+  UPDATE commands c SET {_STARTED}
    WHERE c.id = %(command_id)s AND c.run_id = %(run_id)s AND c.status = 'issued'
      AND c.tool = %(tool)s AND c.tool_version = ANY(%(versions)s)
      AND c.cut_at IS NULL
-     AND EXISTS (SELECT 1 FROM runs r
-                  WHERE r.id = %(run_id)s
-                    AND (r.status = 'running' OR (c.branch > 0 AND r.status = 'reconciling'))
-                    AND (r.version = %(version)s OR c.branch > 0))
+     AND {_RUN_TAKES_IT}
   RETURNING {CMD_COLUMNS}
 ), r AS (
   UPDATE runs r SET trace_seq = r.trace_seq + 1 FROM c WHERE r.id = %(run_id)s

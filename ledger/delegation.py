@@ -28,13 +28,13 @@ from warrant.ledger.models import GrantRow, Observation, Run, TraceRecord
 from warrant.ledger.operator import cancel_locked, database_now, lock_run
 from warrant.ledger.repo import append_events, run_view
 from warrant.ledger.runs_create import create_from_spec
+from warrant.ledger.stage_loads import grant_views
 from warrant.runner import delegation, routing
 from warrant.runner.codes import ObservationSource, RunStatus
 from warrant.runner.costs import check_priced
 from warrant.runner.errors import SpecError, ToolRejected
 from warrant.runner.settings import load_settings
-from warrant.runner.spec import GrantConstraints, parse_run_spec
-from warrant.runner.views import GrantView
+from warrant.runner.spec import parse_run_spec
 from warrant.tools._builtin import DelegateOutput
 
 __all__ = ["SubRuns", "children_of", "children_shown", "parent_shown"]
@@ -93,7 +93,7 @@ class SubRuns:
         terms = delegation.terms(
             request,
             parent=run_view(parent),
-            grants=_grant_views(s, parent.id),
+            grants=grant_views(s, parent.id),
             run_policy=(parent.spec or {}).get("policy") or {},
             kinds=self._kinds,
             now=database_now(s),
@@ -212,25 +212,6 @@ def parent_shown(s: Session, run: Run) -> dict[str, Any] | None:
     return {"run_id": run.parent_run_id, "goal": goal, "route": route}
 
 
-def _grant_views(s: Session, run_id: str) -> list[GrantView]:
-    rows = s.scalars(select(GrantRow).where(GrantRow.run_id == run_id).order_by(GrantRow.id))
-    return [
-        GrantView(
-            grant_id=g.id,
-            run_id=g.run_id,
-            capability=g.capability,
-            resource_scope=g.resource_scope,
-            expires_at_step=g.expires_at_step,
-            max_uses=g.max_uses,
-            uses=g.uses,
-            destinations_from=tuple(g.destinations_from or ()),
-            expires_at=None if g.expires_at is None else g.expires_at.timestamp(),
-            constraints=GrantConstraints.model_validate(g.constraints) if g.constraints else None,
-        )
-        for g in rows
-    ]
-
-
 def _record_child(
     s: Session, child_id: str, spec: Any, *, key: str, parent: Run, named: dict[str, Any]
 ) -> None:
@@ -283,7 +264,7 @@ def _give_back(s: Session, parent: Run, child: Run, reserved: dict[str, Any]) ->
     parent.model_calls_delegated = parent.model_calls_delegated - int(back.get("model_calls", 0))
     parent.tokens_used = (parent.tokens_used or 0) - int(back.get("tokens", 0))
     parent.cost_used = (parent.cost_used or 0.0) - back.get("cost", 0.0)
-    child_grants = _grant_views(s, child.id)
+    child_grants = grant_views(s, child.id)
     for index, grant_id, uses in reserved.get("grant_uses") or []:
         spent = child_grants[index].uses if index < len(child_grants) else uses
         left = max(0, int(uses) - spent)

@@ -110,11 +110,15 @@ def _update(table: Any, key_column: str, values: dict[str, Any], prefix: str) ->
     return build
 
 
+def _updated(table: Any, kind: str, key: Any, values: dict[str, Any], prefix: str) -> Guarded:
+    """The row of ``table`` whose id is ``key`` set to ``values``; ``kind`` names the shape."""
+    shape = f"{kind}:" + ",".join(sorted(values))
+    build = _cached(shape, lambda: _update(table, "id", values, prefix))
+    return _guarded(shape, build, prefix, {**values, "key": key})
+
+
 def update_proposal(pk: int, values: dict[str, Any]) -> Guarded:
-    table: Any = Proposal.__table__
-    shape = "proposal.update:" + ",".join(sorted(values))
-    build = _cached(shape, lambda: _update(table, "id", values, "pu_"))
-    return _guarded(shape, build, "pu_", {**values, "key": pk})
+    return _updated(Proposal.__table__, "proposal.update", pk, values, "pu_")
 
 
 def insert_command(values: dict[str, Any]) -> Guarded:
@@ -125,22 +129,16 @@ def insert_command(values: dict[str, Any]) -> Guarded:
 
 
 def complete_command(command_id: str, values: dict[str, Any]) -> Guarded:
-    table: Any = Command.__table__
-    shape = "command.update:" + ",".join(sorted(values))
-    build = _cached(shape, lambda: _update(table, "id", values, "cu_"))
-    return _guarded(shape, build, "cu_", {**values, "key": command_id})
+    return _updated(Command.__table__, "command.update", command_id, values, "cu_")
 
 
 def rearm_command(command_id: str, values: dict[str, Any], *, row: dict[str, Any]) -> Guarded:
     """The command refused by its tool for a permission is issued again (its own token, a new
     attempt: ``warrant.runner.permission_wait``); its earlier outcomes stay. ``row``: the
     command as it is once issued again, whose hash the transition's trace records."""
-    table: Any = Command.__table__
     cleared = {"started_at": None, "finished_at": None, "heartbeat_at": None, "worker": None}
     values = {**values, **cleared, "status": CommandStatus.ISSUED.value}
-    shape = "command.rearm:" + ",".join(sorted(values))
-    build = _cached(shape, lambda: _update(table, "id", values, "cr_"))
-    rearmed = _guarded(shape, build, "cr_", {**values, "key": command_id})
+    rearmed = _updated(Command.__table__, "command.rearm", command_id, values, "cr_")
     return replace(rearmed, rows=(("commands", row_hash("commands", row)),))
 
 

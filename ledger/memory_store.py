@@ -19,10 +19,10 @@ from sqlalchemy import Engine, func, select, text
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Confirmation, GrantRow, MemoryRecord, Run
 from warrant.ledger.repo import append_events
+from warrant.ledger.stage_loads import grant_views
 from warrant.runner.canonical import proposal_hash
 from warrant.runner.codes import ErrorCode
 from warrant.runner.errors import MemoryNotFound, ToolRejected
-from warrant.runner.views import GrantView
 
 __all__ = ["DEFAULT_MEMORY_KEYS", "MemoryConflict", "MemoryStore"]
 
@@ -151,21 +151,8 @@ class MemoryStore:
     @staticmethod
     def _check_grant(s: Any, run_id: str, resource: str) -> None:
         """A ``memory:write`` grant of the run covers ``resource``."""
-        grants = s.scalars(
-            select(GrantRow).where(GrantRow.run_id == run_id, GrantRow.capability == "memory:write")
-        )
-        if not any(
-            GrantView(
-                grant_id=g.id,
-                run_id=g.run_id,
-                capability=g.capability,
-                resource_scope=g.resource_scope,
-                expires_at_step=None,
-                max_uses=None,
-                uses=0,
-            ).covers(resource)
-            for g in grants
-        ):
+        grants = grant_views(s, run_id, GrantRow.capability == "memory:write")
+        if not any(g.covers(resource) for g in grants):
             raise ToolRejected("no memory:write grant", code="MISSING_CAPABILITY")
 
     def _next_version(

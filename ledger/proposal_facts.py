@@ -82,9 +82,9 @@ def step_facts(s: Session, run_id: str, step: int, *, branch: int = 0) -> StepFa
             "planner": (run.spec.get("planner") or {}).get("kind"),
             "pending": proposal is not None and run.pending_proposal_id == proposal.id,
         },
-        proposal=_proposal(proposal),
-        command=_command(command),
-        outcome=_outcome(outcome),
+        proposal=_fields(proposal, _PROPOSAL_FIELDS),
+        command=_fields(command, _COMMAND_FIELDS),
+        outcome=_fields(outcome, _OUTCOME_FIELDS),
         refusal=dict(refusal) if refusal else None,
     )
 
@@ -104,44 +104,29 @@ def _step_proposal(s: Session, run_id: str, step: int, branch: int) -> Proposal 
     ).first()
 
 
-def _proposal(p: Proposal | None) -> dict[str, Any] | None:
-    if p is None:
+#: What a caller reads of the step's proposal, its command and the command's latest outcome.
+_PROPOSAL_FIELDS = (
+    "proposal_id",
+    "kind",
+    "tool",
+    "tool_version",
+    "raw",
+    "status",
+    "rejection_code",
+    "proposal_hash",
+    "confirmation_request",
+)
+_COMMAND_FIELDS = ("id", "status", "attempts", "step", "branch")
+_OUTCOME_FIELDS = ("status", "code", "message", "output", "resolved_status")
+
+
+def _fields(
+    row: Proposal | Command | OutcomeRow | None, names: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """``row``'s columns ``names`` by name (None: no row)."""
+    if row is None:
         return None
-    return {
-        "proposal_id": p.proposal_id,
-        "kind": p.kind,
-        "tool": p.tool,
-        "tool_version": p.tool_version,
-        "raw": p.raw,
-        "status": p.status,
-        "rejection_code": p.rejection_code,
-        "proposal_hash": p.proposal_hash,
-        "confirmation_request": p.confirmation_request,
-    }
-
-
-def _command(c: Command | None) -> dict[str, Any] | None:
-    if c is None:
-        return None
-    return {
-        "id": c.id,
-        "status": c.status,
-        "attempts": c.attempts,
-        "step": c.step,
-        "branch": c.branch,
-    }
-
-
-def _outcome(o: OutcomeRow | None) -> dict[str, Any] | None:
-    if o is None:
-        return None
-    return {
-        "status": o.status,
-        "code": o.code,
-        "message": o.message,
-        "output": o.output,
-        "resolved_status": o.resolved_status,
-    }
+    return {name: getattr(row, name) for name in names}
 
 
 def refused_finals(conn: Any, run_id: str) -> int:

@@ -13,18 +13,19 @@ writes nothing. Starting a command is in :mod:`warrant.ledger.commands`, creatin
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, exists, or_, select
+from sqlalchemy import Connection, Engine, exists, extract, or_, select
+from sqlalchemy.orm import Session
 
 from warrant.ledger._compiled import Compiled
 from warrant.ledger.db import autocommit_engine, held_autocommit
 from warrant.ledger.effect_keys import effects_for, keys_of
 from warrant.ledger.mcp_pins import pinned_definition
-from warrant.ledger.models import Artifact, Command, OutcomeRow, Run
+from warrant.ledger.models import Artifact, Command, GrantRow, OutcomeRow, Run
 from warrant.ledger.workers import live_registrations
 from warrant.runner.grants import narrowed
 from warrant.runner.handoff import LAST_ARTIFACTS, MAX_ID_CHARS
@@ -50,6 +51,7 @@ __all__ = [
     "artifacts_made_by",
     "autocommit",
     "confirmations_from",
+    "grant_views",
     "grants_from",
     "history_from",
     "load_planning",
@@ -405,7 +407,7 @@ def load_tool(conn: Connection, run_id: str, command_id: str) -> Any:
     return _TOOL.first(conn, {"run_id": run_id, "command_id": command_id})
 
 
-def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
+def grants_from(run_id: str, rows: Iterable[Sequence[Any]]) -> list[GrantView]:
     return [
         GrantView(
             grant_id=g[0],
@@ -421,6 +423,28 @@ def grants_from(run_id: str, rows: list[list[Any]]) -> list[GrantView]:
         )
         for g in rows
     ]
+
+
+#: A grants row's columns in the order :func:`grants_from` reads them (the order the stages'
+#: SQL builds each grant's array in), for a read through a session.
+_GRANT_COLUMNS = (
+    GrantRow.id,
+    GrantRow.capability,
+    GrantRow.resource_scope,
+    GrantRow.expires_at_step,
+    GrantRow.max_uses,
+    GrantRow.uses,
+    GrantRow.destinations_from,
+    extract("epoch", GrantRow.expires_at),
+    GrantRow.constraints,
+)
+
+
+def grant_views(s: Session, run_id: str, *where: Any) -> list[GrantView]:
+    """The run's grants (those matching ``where``), oldest first, as the gate sees them
+    (:func:`grants_from`)."""
+    query = select(*_GRANT_COLUMNS).where(GrantRow.run_id == run_id, *where).order_by(GrantRow.id)
+    return grants_from(run_id, s.execute(query).all())
 
 
 def confirmations_from(run_id: str, rows: list[list[Any]]) -> list[ConfirmationView]:

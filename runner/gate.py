@@ -261,7 +261,7 @@ def cited_sources(raw: Any) -> list[str]:
     return list(dict.fromkeys(ids))[:MAX_CITED]
 
 
-#: An attributed item's id (``provenance.Item``): ``<observation_id>.<items>[<i>]``.
+#: An attributed item's id (``vouching.Item``): ``<observation_id>.<items>[<i>]``.
 _ITEM_SUFFIX = re.compile(r"\.[^.\[]+\[\d+\]$")
 
 

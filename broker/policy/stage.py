@@ -23,7 +23,7 @@ from warrant.broker.policy._asks import (
 )
 from warrant.broker.publish import Outbox
 from warrant.broker.tool.permission_waits import command_write
-from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.broker.transitions import tool_message
 from warrant.ledger import rows
 from warrant.ledger.db import session_scope
 from warrant.ledger.effect_keys import EffectMoved, lock_keys, recheck
@@ -403,14 +403,7 @@ def _accept(
         proposal_id=pid,
         guarded=guarded,
     )
-    return lambda: ctx.publisher.tool(
-        run_id=run_id,
-        version=new_version,
-        command_id=command_id,
-        tool=tool.name,
-        soft_time_limit=timeout,
-        time_limit=timeout + HARD_LIMIT_GRACE_S,
-    )
+    return tool_message(ctx, run_id, new_version, command_id, tool.name, timeout_s=timeout)
 
 
 # -- Business effect keys across runs (``Tool.effect_window_s``): two policy workers of two runs
@@ -708,14 +701,8 @@ def _commit_set(
         )
         new_version = commit(s, change, step=step, proposal_id=parallel.proposal_id)
     publish: list[Callable[[], None]] = [
-        partial(
-            ctx.publisher.tool,
-            run_id=run_id,
-            version=new_version,
-            command_id=command.id,
-            tool=command.tool,
-            soft_time_limit=command.timeout_s,
-            time_limit=command.timeout_s + HARD_LIMIT_GRACE_S,
+        tool_message(
+            ctx, run_id, new_version, command.id, command.tool, timeout_s=command.timeout_s
         )
         for command, _ in issued
     ]

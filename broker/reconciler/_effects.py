@@ -55,7 +55,7 @@ from warrant.runner.tool_outcomes import (
 from warrant.tools import _batches as batches
 from warrant.tools._contract import ReconcileResult, Tool, ToolContext
 
-__all__ = ["reconcile_unknown_effects"]
+__all__ = ["each_due", "reconcile_unknown_effects", "tool_context", "unresolved"]
 
 log = logging.getLogger("warrant.reconciler")
 
@@ -66,12 +66,51 @@ def reconcile_unknown_effects(
     """Each due unknown outcome once; ``check`` is called before each (it raises to stop)."""
     with session_scope(ctx.engine) as s:
         due = sweeps.due_unknown_outcomes(s, limit=settings.sweep_batch)
+    one = partial(_reconcile_one, ctx, settings, report)
+    each_due(due, one, check, doing="reconciling outcome")
+
+
+def each_due(
+    due: list[int], one: Callable[[int], None], check: Callable[[], None], *, doing: str
+) -> None:
+    """``one`` for each due outcome, ``check`` called before each (it raises to stop); one
+    that fails is logged (``doing`` names what failed) and tried again next sweep."""
     for outcome_id in due:
         check()
         try:
-            _reconcile_one(ctx, settings, report, outcome_id)
+            one(outcome_id)
         except Exception:
-            log.exception("reconciling outcome %s failed; will retry next sweep", outcome_id)
+            log.exception("%s %s failed; will retry next sweep", doing, outcome_id)
+
+
+def unresolved(
+    ctx: StageContext, s: Any, outcome_id: int
+) -> tuple[OutcomeRow, Run, Command, Tool[Any, Any] | None] | None:
+    """The outcome (None once resolved), its run, its command and the command's tool (None:
+    not a version this worker has), read without locks."""
+    outcome = rows.outcome(s, outcome_id)
+    if outcome is None or outcome.resolved_status is not None:
+        return None
+    cmd, run = rows.command(s, outcome.command_id), rows.run(s, outcome.run_id)
+    assert cmd is not None and run is not None
+    return outcome, run, cmd, ctx.registry.get(cmd.tool, cmd.tool_version)
+
+
+def tool_context(
+    ctx: StageContext, run: Run, cmd: Command, tool: Tool[Any, Any], **more: Any
+) -> ToolContext:
+    """What the tool is told of the command it is asked about (``more``: the context's other
+    fields)."""
+    return ToolContext(
+        run_id=run.id,
+        command_id=cmd.id,
+        subject=run.subject,
+        idempotency_token=cmd.idempotency_token,
+        attempt=cmd.attempts,
+        deadline_at=run.deadline_at.timestamp(),
+        deps=ctx.deps_for(tool),
+        **more,
+    )
 
 
 @dataclass(frozen=True)
@@ -84,23 +123,13 @@ class _Answer:
 def _ask(ctx: StageContext, outcome_id: int) -> tuple[Tool[Any, Any] | None, _Answer] | None:
     """The tool's answer about the outcome's effect, asked outside any lock."""
     with session_scope(ctx.engine) as s:
-        outcome = rows.outcome(s, outcome_id)
-        if outcome is None or outcome.resolved_status is not None:
+        loaded = unresolved(ctx, s, outcome_id)
+        if loaded is None:
             return None
-        cmd, run = rows.command(s, outcome.command_id), rows.run(s, outcome.run_id)
-        assert cmd is not None and run is not None
-        tool = ctx.registry.get(cmd.tool, cmd.tool_version)
+        _, run, cmd, tool = loaded
         if tool is None or tool.reconcile is None:
             return tool, _Answer(Answer.UNSUPPORTED)
-        context = ToolContext(
-            run_id=run.id,
-            command_id=cmd.id,
-            subject=run.subject,
-            idempotency_token=cmd.idempotency_token,
-            attempt=cmd.attempts,
-            deadline_at=run.deadline_at.timestamp(),
-            deps=ctx.deps_for(tool),
-        )
+        context = tool_context(ctx, run, cmd, tool)
         token = cmd.idempotency_token
         if tool.batch is not None:
             reports = [o.output for o in rows.command_outcomes(s, cmd.id)]

@@ -31,8 +31,9 @@ from pydantic import ValidationError
 from warrant.broker.context import StageContext
 from warrant.broker.handoff_entry import enter_handoff
 from warrant.broker.publish import Outbox
+from warrant.broker.reconciler._effects import each_due, tool_context, unresolved
 from warrant.broker.tool.record import finish_branch
-from warrant.ledger import rows, sweeps
+from warrant.ledger import sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.models import Command, OutcomeRow, Reconciliation, Run
 from warrant.ledger.repo import NewObservation, append_events, commit, run_view, to_datetime
@@ -65,12 +66,7 @@ def poll_waiting_jobs(
     """Each due accepted job once; ``check`` is called before each (it raises to stop)."""
     with session_scope(ctx.engine) as s:
         due = sweeps.due_accepted_outcomes(s, limit=settings.sweep_batch)
-    for outcome_id in due:
-        check()
-        try:
-            _follow(ctx, report, outcome_id)
-        except Exception:
-            log.exception("polling the job of outcome %s failed; will retry next sweep", outcome_id)
+    each_due(due, partial(_follow, ctx, report), check, doing="polling the job of outcome")
 
 
 @dataclass(frozen=True)
@@ -112,12 +108,10 @@ def _follow(ctx: StageContext, report: Any, outcome_id: int) -> None:
 
 def _load(ctx: StageContext, outcome_id: int) -> _Job | None:
     with session_scope(ctx.engine) as s:
-        outcome = rows.outcome(s, outcome_id)
-        if outcome is None or outcome.resolved_status is not None:
+        loaded = unresolved(ctx, s, outcome_id)
+        if loaded is None:
             return None
-        cmd, run = rows.command(s, outcome.command_id), rows.run(s, outcome.run_id)
-        assert cmd is not None and run is not None
-        tool = ctx.registry.get(cmd.tool, cmd.tool_version)
+        outcome, run, cmd, tool = loaded
         operation_id = str((outcome.output or {}).get("operation_id", ""))
         asked = sweeps.job_cancel_asked_at(s, cmd.id)
         if tool is None or tool.job is None:
@@ -130,16 +124,7 @@ def _load(ctx: StageContext, outcome_id: int) -> _Job | None:
             or now >= run.deadline_at.timestamp()
             or (step_ends is not None and now >= step_ends)
         )
-        context = ToolContext(
-            run_id=run.id,
-            command_id=cmd.id,
-            subject=run.subject,
-            idempotency_token=cmd.idempotency_token,
-            attempt=cmd.attempts,
-            deadline_at=run.deadline_at.timestamp(),
-            deps=ctx.deps_for(tool),
-            clock=ctx.clock,
-        )
+        context = tool_context(ctx, run, cmd, tool, clock=ctx.clock)
         # a parallel step's call whose step was merged meanwhile was cut: its job is cancelled
         wants = overdue or run.status == RunStatus.CANCELLING or not step_open
         return _Job(tool, operation_id, context, overdue or not step_open, asked, wants)

@@ -37,7 +37,7 @@ from warrant.broker.reconciler._effects import reconcile_unknown_effects
 from warrant.broker.reconciler._job_polls import poll_waiting_jobs
 from warrant.broker.reconciler._webhooks import deliver_webhooks
 from warrant.broker.tool.record import finish_branch
-from warrant.broker.transitions import HARD_LIMIT_GRACE_S
+from warrant.broker.transitions import HARD_LIMIT_GRACE_S, tool_message
 from warrant.ledger import rows, sweeps
 from warrant.ledger.db import session_scope
 from warrant.ledger.repo import NewObservation, append_events, commit, record_outcome, run_view
@@ -316,15 +316,7 @@ def _message_of(
         ):
             continue
         sends.append(
-            partial(
-                ctx.publisher.tool,
-                run_id=run.id,
-                version=run.version,
-                command_id=cmd.id,
-                tool=cmd.tool,
-                soft_time_limit=cmd.timeout_s,
-                time_limit=cmd.timeout_s + HARD_LIMIT_GRACE_S,
-            )
+            tool_message(ctx, run.id, run.version, cmd.id, cmd.tool, timeout_s=cmd.timeout_s)
         )
     if not sends:
         return None

@@ -43,9 +43,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "app":
-        # Lazy, as ``main`` is: the Typer app lives in the private ``_app`` (a submodule named
-        # ``app`` would rebind this attribute to itself once imported).
-        from warrant.runner.cli._app import app as typer_app
+        # The Typer app lives in the private ``_app``: a submodule named ``app`` would rebind
+        # this attribute to itself once imported.
+        from warrant.runner.cli._app import app as typer_app  # lazy: typer and rich, as main
 
         globals()["app"] = typer_app
         return typer_app
