@@ -14,6 +14,7 @@ __all__ = [
     "RECONCILER_QUEUE",
     "TASK_PLANNER",
     "TASK_POLICY",
+    "TASK_POLL_JOBS",
     "TASK_RECONCILE",
     "TASK_TOOL",
     "all_queues",
@@ -29,6 +30,7 @@ TASK_PLANNER = "warrant.planner.step"
 TASK_POLICY = "warrant.policy.evaluate"
 TASK_TOOL = "warrant.tool.execute"
 TASK_RECONCILE = "warrant.reconciler.sweep"
+TASK_POLL_JOBS = "warrant.reconciler.poll_jobs"
 
 ROLE_QUEUES = {"planner": PLANNER_QUEUE, "policy": POLICY_QUEUE, "reconciler": RECONCILER_QUEUE}
 
@@ -53,5 +55,6 @@ def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None
         TASK_PLANNER: PLANNER_QUEUE,
         TASK_POLICY: POLICY_QUEUE,
         TASK_RECONCILE: RECONCILER_QUEUE,
+        TASK_POLL_JOBS: RECONCILER_QUEUE,
     }.get(name)
     return {"queue": queue, "routing_key": queue} if queue else None

@@ -18,7 +18,13 @@ from warrant.broker.planner import stage as stage_planner
 from warrant.broker.policy import stage as stage_policy
 from warrant.broker.process_identity import this_process
 from warrant.broker.publish import log_deferred
-from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_RECONCILE, TASK_TOOL
+from warrant.broker.queues import (
+    TASK_PLANNER,
+    TASK_POLICY,
+    TASK_POLL_JOBS,
+    TASK_RECONCILE,
+    TASK_TOOL,
+)
 from warrant.broker.reconciler import stage as stage_reconciler
 from warrant.broker.tool import deadline, interrupts
 from warrant.broker.tool import stage as stage_tool
@@ -31,7 +37,13 @@ from warrant.runner.codes import RunStatus, StopReason
 from warrant.runner.errors import BrokerUnavailable
 from warrant.runner.run_machine import Stop
 
-__all__ = ["planner_step", "policy_evaluate", "reconciler_sweep", "tool_execute"]
+__all__ = [
+    "planner_step",
+    "policy_evaluate",
+    "reconciler_poll_jobs",
+    "reconciler_sweep",
+    "tool_execute",
+]
 
 log = logging.getLogger("warrant.tasks")
 
@@ -145,6 +157,13 @@ def tool_execute(self: Any, run_id: str, version: int, command_id: str, tool: st
 def reconciler_sweep() -> dict[str, Any]:
     """One sweep (scheduled by beat; safe to run concurrently: an advisory lock serializes)."""
     return stage_reconciler.sweep(worker_context()).to_dict()
+
+
+@app.task(name=TASK_POLL_JOBS, **_RETRY)
+def reconciler_poll_jobs() -> dict[str, Any]:
+    """The sweep's due job polls alone (scheduled by beat every ``job_poll_interval_s``; under
+    the same lock: skipped while a sweep runs, which polls them itself)."""
+    return stage_reconciler.sweep(worker_context(), jobs_only=True).to_dict()
 
 
 # -- What a warrant task shows in Flower: a task whose stage recorded a refusal or a failure

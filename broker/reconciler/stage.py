@@ -60,12 +60,14 @@ from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.runner.tool_outcomes import ToolResult
 from warrant.tools._contract import SideEffect
 
-__all__ = ["SWEEP_LOCK", "SweepReport", "sweep"]
+__all__ = ["JOB_POLL_LOCK", "SWEEP_LOCK", "SweepReport", "sweep"]
 
 log = logging.getLogger("warrant.reconciler")
 
 #: pg advisory lock key of the sweep ("WRRC").
 SWEEP_LOCK = 0x5752_5243
+#: pg advisory lock key of the job polls ("WRJP"), the sweep's or beat's on their own.
+JOB_POLL_LOCK = 0x5752_4A50
 
 
 @dataclass
@@ -91,32 +93,59 @@ class SweepReport:
         return asdict(self)
 
 
-def sweep(ctx: StageContext, settings: WarrantSettings | None = None) -> SweepReport:
+def sweep(
+    ctx: StageContext, settings: WarrantSettings | None = None, *, jobs_only: bool = False
+) -> SweepReport:
+    """One sweep under the cluster's one sweep lock (another running: ``locked`` False).
+    ``jobs_only``: the due job polls alone, as beat schedules them every
+    ``job_poll_interval_s`` (a parent's sub-run ended, a long-running job done). Job polls
+    hold a lock of their own (:data:`JOB_POLL_LOCK`): a sweep is never skipped for them, and
+    it leaves them to a job poll that is running."""
     settings = settings or load_settings()
     t0 = time.perf_counter()
     report = SweepReport()
     ctx = _in_run_traces(ctx)
-    with sweeps.sweep_lock(ctx.engine, SWEEP_LOCK, timeout_s=settings.sweep_lock_timeout_s) as lock:
+    key = JOB_POLL_LOCK if jobs_only else SWEEP_LOCK
+    with sweeps.sweep_lock(ctx.engine, key, timeout_s=settings.sweep_lock_timeout_s) as lock:
         if not lock.held:
             return SweepReport(locked=False)
         try:
-            for part in (
-                _stale_commands,
-                reconcile_unknown_effects,
-                _stalled_runs,
-                _expired_confirmations,
-                _expired_grant_waits,
-                poll_waiting_jobs,
-            ):
-                part(ctx, settings, report, lock.check)
-                lock.check()
-            sent = deliver_webhooks(ctx, settings)
-            report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed
+            if jobs_only:
+                poll_waiting_jobs(ctx, settings, report, lock.check)
+            else:
+                for part in (
+                    _stale_commands,
+                    reconcile_unknown_effects,
+                    _stalled_runs,
+                    _expired_confirmations,
+                    _expired_grant_waits,
+                    _job_polls,
+                ):
+                    part(ctx, settings, report, lock.check)
+                    lock.check()
+                sent = deliver_webhooks(ctx, settings)
+                report.webhooks_delivered, report.webhooks_failed = sent.delivered, sent.failed
         except sweeps.SweepLockLost:
             log.warning("the sweep lost its lock (frozen or cut off too long): stopped")
             report.lost = True
     report.duration_ms = round((time.perf_counter() - t0) * 1000, 2)
     return report
+
+
+def _job_polls(
+    ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
+) -> None:
+    """The sweep's job polls, unless a job poll of beat's is running (it polls them)."""
+    timeout_s = settings.sweep_lock_timeout_s
+    with sweeps.sweep_lock(ctx.engine, JOB_POLL_LOCK, timeout_s=timeout_s) as jobs:
+        if not jobs.held:
+            return
+
+        def both() -> None:
+            check()
+            jobs.check()
+
+        poll_waiting_jobs(ctx, settings, report, both)
 
 
 def _in_run_traces(ctx: StageContext) -> StageContext:

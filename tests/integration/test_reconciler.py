@@ -382,6 +382,27 @@ def test_the_sweep_lock_admits_one_sweep_at_a_time(engine, services):
     assert sweep(ctx).locked is True  # released: the next sweep runs
 
 
+def test_job_polls_hold_a_lock_of_their_own_and_never_hold_a_sweep_back(engine, services):
+    """Beat's job polls (every ``job_poll_interval_s``) and the sweep: a running job poll
+    makes another wait its turn and the sweep leave the jobs to it, never skip itself."""
+    from warrant.broker.celery_app import _beat_schedule
+    from warrant.broker.context import worker_context
+    from warrant.broker.reconciler.stage import JOB_POLL_LOCK, sweep
+    from warrant.runner.settings import WarrantSettings
+
+    ctx = worker_context()
+    with engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": JOB_POLL_LOCK})
+        assert sweep(ctx, jobs_only=True).locked is False
+        assert sweep(ctx).locked is True  # the sweep runs, its job polls left to the holder
+        holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": JOB_POLL_LOCK})
+        holder.commit()
+    assert sweep(ctx, jobs_only=True).locked is True
+    every = _beat_schedule(WarrantSettings(job_poll_interval_s=0.5))
+    assert every["warrant-poll-jobs"]["schedule"] == 0.5
+    assert set(_beat_schedule(WarrantSettings(job_poll_interval_s=0))) == {"warrant-reconcile"}
+
+
 def test_sweep_cost_does_not_grow_with_finished_runs(engine, services, capsys):
     from warrant.broker.context import worker_context
     from warrant.broker.reconciler.stage import sweep

@@ -5,6 +5,8 @@ counters, refusals with their codes, and what the demo service did."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -354,3 +356,46 @@ def test_a_rule_met_cuts_the_children_still_running(
     [asked] = facts.events(engine, slow_child.id, "cancel.requested")
     assert asked.details["by"] == "parent"  # its job's cancel, not its own deadline
     assert not facts.events(engine, slow_child.id, "tool.succeeded")
+
+
+def test_a_parent_goes_on_soon_after_its_children_end_not_at_the_next_sweep(
+    engine, client, worker, reconciler_worker, demo, tmp_path
+):
+    """The reconciler's full sweep runs every 120 s here and no test triggers one: the parent
+    learns that each child ended from the job polls beat schedules on their own
+    (``WARRANT_JOB_POLL_INTERVAL_S``, 1 s), so it goes on within seconds of each child's end
+    (it waited for the next sweep: ``WARRANT_RECONCILE_INTERVAL_S``, 10 s by default)."""
+    env = {**reconciler_worker.env, "WARRANT_RECONCILE_INTERVAL_S": "120"}
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "warrant.broker.app", "beat", "-l", "warning",
+         "--schedule", str(tmp_path / "beat")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    child = [lookup("order 42"), sc.final("Order 42 is shipped.", "tool-1")]
+    # cites its second call: the first child's output (job-1) says "tool-1", and a delegation's
+    # arguments copied from untrusted content are refused
+    other = [lookup("order 43"), lookup("order 44"), sc.final("Both are on their way.", "tool-2")]
+    try:
+        run_id = client.start_run(
+            coordinator(
+                [
+                    delegate("Look up order 42.", child, [LOOKUP], "p1", max_tool_calls=2),
+                    delegate("Look up orders 43, 44.", other, [LOOKUP], "p2", max_tool_calls=3),
+                    sc.final("Order 42 is shipped.", "job-1"),
+                ],
+                [LOOKUP, DELEGATE],
+                max_tool_calls=8,
+            )
+        )
+        info = client.wait(run_id, timeout=60)  # no sweep_now: only beat schedules anything
+    finally:
+        beat.terminate()
+        beat.wait(10)
+    assert (info.status, info.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED"), info
+    ended = facts.events(engine, run_id, "run.child_ended")
+    kids = {c.id: c for c in children(engine, run_id)}
+    assert len(ended) == 2 and set(kids) == {e.details["child_run_id"] for e in ended}
+    noticed = [
+        (e.created_at - kids[e.details["child_run_id"]].finished_at).total_seconds() for e in ended
+    ]
+    print(f"a child's end to its parent's notice: {[round(s, 2) for s in noticed]} s")
