@@ -21,13 +21,7 @@ from warrant.broker import telemetry
 from warrant.broker._redis_transport import RESTORE_EVERY_S, TRANSPORT
 from warrant.broker._unconfigured import TRANSPORT as UNCONFIGURED
 from warrant.broker.publish import COMMAND_HEADER, RUN_HEADER
-from warrant.broker.queues import (
-    RECONCILER_QUEUE,
-    TASK_POLL_JOBS,
-    TASK_RECONCILE,
-    all_queues,
-    route_task,
-)
+from warrant.broker.queues import RECONCILER_QUEUE, TASK_RECONCILE, all_queues, route_task
 from warrant.broker.registration import RegisterWorker
 from warrant.runner.errors import ServiceUnavailable
 from warrant.runner.limits import check_storage, limit_table, limits_url
@@ -173,26 +167,6 @@ def _choose_transport(celery: Celery, broker_url: str | None) -> None:
         celery.conf.broker_transport = TRANSPORT
 
 
-def _beat_schedule(settings: WarrantSettings) -> dict[str, Any]:
-    """The reconciler's sweep every ``reconcile_interval_s``, and its job polls alone every
-    ``job_poll_interval_s`` (0: none). A message that waited longer than its interval is
-    superseded by the next."""
-    schedule = {
-        "warrant-reconcile": {
-            "task": TASK_RECONCILE,
-            "schedule": settings.reconcile_interval_s,
-            "options": {"queue": RECONCILER_QUEUE, "expires": settings.reconcile_interval_s},
-        }
-    }
-    if settings.job_poll_interval_s > 0:
-        schedule["warrant-poll-jobs"] = {
-            "task": TASK_POLL_JOBS,
-            "schedule": settings.job_poll_interval_s,
-            "options": {"queue": RECONCILER_QUEUE, "expires": settings.job_poll_interval_s},
-        }
-    return schedule
-
-
 def _configuration(settings: WarrantSettings, registry: Registry) -> dict[str, Any]:
     return {
         "task_serializer": "json",
@@ -219,7 +193,14 @@ def _configuration(settings: WarrantSettings, registry: Registry) -> dict[str, A
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "warrant_revoked_runs_kept": settings.revoked_runs_kept,
-        "beat_schedule": _beat_schedule(settings),
+        "beat_schedule": {
+            "warrant-reconcile": {
+                "task": TASK_RECONCILE,
+                "schedule": settings.reconcile_interval_s,
+                # A sweep that waited longer than one interval is superseded by the next.
+                "options": {"queue": RECONCILER_QUEUE, "expires": settings.reconcile_interval_s},
+            }
+        },
     }
 
 

@@ -14,7 +14,14 @@ from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.utils.uuid import uuid
 
-from warrant.broker.queues import TASK_PLANNER, TASK_POLICY, TASK_TOOL, route_task
+from warrant.broker.queues import (
+    RECONCILER_QUEUE,
+    TASK_PLANNER,
+    TASK_POLICY,
+    TASK_POLL_JOBS,
+    TASK_TOOL,
+    route_task,
+)
 from warrant.runner.errors import BrokerUnavailable
 
 __all__ = [
@@ -280,6 +287,22 @@ class Publisher:
             countdown=countdown,
         )
 
+    def poll_jobs(self, run_id: str, *, countdown: float) -> None:
+        """The reconciler's job polls, ``countdown`` seconds from now: ``run_id`` has a job
+        (a long-running tool's, a sub-run) accepted or still running. Not stamped with the
+        run: a cancel must not revoke the poll that cancels the run's job."""
+        options: dict[str, Any] = {"queue": RECONCILER_QUEUE, "countdown": countdown}
+        if self.retry_policy is not None:
+            options["retry_policy"] = self.retry_policy
+        try:
+            self.app.send_task(TASK_POLL_JOBS, kwargs={"run_id": run_id}, **options)
+        except _BROKER_ERRORS as exc:
+            raise BrokerUnavailable(
+                f"cannot reach the broker ({exc}): the jobs run {run_id} waits on are polled "
+                "by the next reconciler sweep",
+                run_id=run_id,
+            ) from exc
+
     def revoke_commands(self, command_ids: Sequence[str]) -> None:
         """Interrupt the running attempts of these commands (a parallel step's branches its
         merge cut): SIGUSR1 as for a cancelled run (prefork pool; the threads pool's attempt
@@ -328,6 +351,9 @@ class RecordingPublisher:
         self.sent.append(
             ("tool", {"run_id": run_id, "version": version, "command_id": command_id, "tool": tool})
         )
+
+    def poll_jobs(self, run_id: str, *, countdown: float) -> None:
+        self.sent.append(("poll_jobs", {"run_id": run_id}))
 
     def revoke_commands(self, command_ids: Sequence[str]) -> None:
         self.sent.extend(("revoke", {"command_id": c}) for c in command_ids)

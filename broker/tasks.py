@@ -160,10 +160,10 @@ def reconciler_sweep() -> dict[str, Any]:
 
 
 @app.task(name=TASK_POLL_JOBS, **_RETRY)
-def reconciler_poll_jobs() -> dict[str, Any]:
-    """The sweep's due job polls alone (scheduled by beat every ``job_poll_interval_s``; under
-    the same lock: skipped while a sweep runs, which polls them itself)."""
-    return stage_reconciler.sweep(worker_context(), jobs_only=True).to_dict()
+def reconciler_poll_jobs(run_id: str) -> dict[str, Any]:
+    """The due job polls, sent ``JobHooks.interval_s`` after ``run_id``'s job was accepted
+    and after each poll that found it still running."""
+    return stage_reconciler.poll_jobs(worker_context(), run_id).to_dict()
 
 
 # -- What a warrant task shows in Flower: a task whose stage recorded a refusal or a failure

@@ -154,10 +154,6 @@ class Reconciler(_Group):
 
     reconcile_interval_s: float = Field(default=10.0, gt=0)
     """How often beat schedules a reconciler sweep."""
-    job_poll_interval_s: float = Field(default=1.0, ge=0)
-    """How often beat schedules the sweep's job polls alone (a long-running tool's job, a
-    sub-run a parent waits for): a parent goes on within about this long of its child's end,
-    not at the next sweep. 0: only the sweep polls jobs."""
     stall_after_s: float = Field(default=60.0, gt=0)
     """A non-waiting run with no progress for this long gets its expected message again;
     again after twice as long, and so on, at most every 60 s."""

@@ -371,6 +371,9 @@ def _job_found(a: _Apply, operation_id: str) -> None:
     accepted = {"tool": a.cmd.tool, "operation_id": operation_id, "found": "reconciliation"}
     change = machine.await_job(run_view(a.run), accepted=accepted, events=[a.event])
     commit(a.s, change, step=a.cmd.step, proposal_id=a.cmd.proposal_id, observation=observation)
+    if a.tool is not None and a.tool.job is not None:
+        interval = a.tool.job.interval_s
+        a.outbox.add(partial(a.ctx.publisher.poll_jobs, a.run.id, countdown=interval))
 
 
 def _not_applied(a: _Apply) -> str:

@@ -208,6 +208,7 @@ def _apply(
             interval = job.tool.job.interval_s if job.tool and job.tool.job else 5.0
             schedule_reconciliation(outcome, to_datetime(ctx.clock() + interval))
             append_events(s, run.id, [polled], step=cmd.step, proposal_id=cmd.proposal_id)
+            outbox.add(partial(ctx.publisher.poll_jobs, run.id, countdown=interval))
             report.jobs_waiting += 1
     outbox.flush()
 

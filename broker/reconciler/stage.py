@@ -32,7 +32,7 @@ from typing import Any
 
 from warrant.broker import telemetry
 from warrant.broker.context import StageContext
-from warrant.broker.publish import Outbox
+from warrant.broker.publish import Outbox, log_deferred
 from warrant.broker.reconciler._effects import reconcile_unknown_effects
 from warrant.broker.reconciler._job_polls import poll_waiting_jobs
 from warrant.broker.reconciler._webhooks import deliver_webhooks
@@ -53,6 +53,7 @@ from warrant.runner.codes import (
     StopReason,
 )
 from warrant.runner.confirmation_rules import confirmation_wait_over
+from warrant.runner.errors import BrokerUnavailable
 from warrant.runner.fan_in import FanOut
 from warrant.runner.handoff import artifacts_made, with_artifacts
 from warrant.runner.run_machine import Stop
@@ -60,14 +61,16 @@ from warrant.runner.settings import WarrantSettings, load_settings
 from warrant.runner.tool_outcomes import ToolResult
 from warrant.tools._contract import SideEffect
 
-__all__ = ["JOB_POLL_LOCK", "SWEEP_LOCK", "SweepReport", "sweep"]
+__all__ = ["JOB_POLL_BUSY_S", "JOB_POLL_LOCK", "SWEEP_LOCK", "SweepReport", "poll_jobs", "sweep"]
 
 log = logging.getLogger("warrant.reconciler")
 
 #: pg advisory lock key of the sweep ("WRRC").
 SWEEP_LOCK = 0x5752_5243
-#: pg advisory lock key of the job polls ("WRJP"), the sweep's or beat's on their own.
+#: pg advisory lock key of the job polls ("WRJP"), the sweep's or a job's own (:func:`poll_jobs`).
 JOB_POLL_LOCK = 0x5752_4A50
+#: A job poll that found another running is sent again this many seconds later.
+JOB_POLL_BUSY_S = 1.0
 
 
 @dataclass
@@ -97,10 +100,9 @@ def sweep(
     ctx: StageContext, settings: WarrantSettings | None = None, *, jobs_only: bool = False
 ) -> SweepReport:
     """One sweep under the cluster's one sweep lock (another running: ``locked`` False).
-    ``jobs_only``: the due job polls alone, as beat schedules them every
-    ``job_poll_interval_s`` (a parent's sub-run ended, a long-running job done). Job polls
-    hold a lock of their own (:data:`JOB_POLL_LOCK`): a sweep is never skipped for them, and
-    it leaves them to a job poll that is running."""
+    ``jobs_only``: the due job polls alone (:func:`poll_jobs`). Job polls hold a lock of their
+    own (:data:`JOB_POLL_LOCK`): a sweep is never skipped for them, and it leaves them to a
+    job poll that is running."""
     settings = settings or load_settings()
     t0 = time.perf_counter()
     report = SweepReport()
@@ -132,10 +134,26 @@ def sweep(
     return report
 
 
+def poll_jobs(ctx: StageContext, run_id: str) -> SweepReport:
+    """The due job polls, as soon as a job may have moved: a message
+    (:meth:`~warrant.broker.publish.Publisher.poll_jobs`) follows each accepted job and each
+    poll that found it still running, ``JobHooks.interval_s`` later, so that a job done or a
+    sub-run ended moves its run on within about that long rather than at the next sweep. When
+    another job poll holds the lock, this one is sent again :data:`JOB_POLL_BUSY_S` later (the
+    jobs it was sent for may not have been due when that one read them)."""
+    report = sweep(ctx, jobs_only=True)
+    if not report.locked:
+        try:
+            ctx.publisher.poll_jobs(run_id, countdown=JOB_POLL_BUSY_S)
+        except BrokerUnavailable as exc:
+            log_deferred(exc)  # the next sweep polls them
+    return report
+
+
 def _job_polls(
     ctx: StageContext, settings: WarrantSettings, report: SweepReport, check: Callable[[], None]
 ) -> None:
-    """The sweep's job polls, unless a job poll of beat's is running (it polls them)."""
+    """The sweep's job polls, unless a job poll is running (it polls them)."""
     timeout_s = settings.sweep_lock_timeout_s
     with sweeps.sweep_lock(ctx.engine, JOB_POLL_LOCK, timeout_s=timeout_s) as jobs:
         if not jobs.held:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from warrant.broker.context import StageContext
 from warrant.broker.faults import crash_point
 from warrant.broker.handoff_entry import enter_handoff
-from warrant.broker.publish import Outbox
+from warrant.broker.publish import Outbox, log_deferred
 from warrant.broker.tool._call import Snapshot, ToolResult
 from warrant.broker.tool.lease import record_late
 from warrant.broker.tool.permission_waits import with_grant_wait
@@ -51,6 +51,7 @@ from warrant.runner.codes import (
     RunStatus,
     StopReason,
 )
+from warrant.runner.errors import BrokerUnavailable
 from warrant.runner.fan_in import FanOut
 from warrant.runner.handoff import artifacts_made
 from warrant.runner.permission_wait import wait_for_grant
@@ -145,9 +146,19 @@ def conclude(ctx: StageContext, snap: Snapshot, tool: Tool[Any, Any], res: ToolR
             if fast and not snap.branch:  # a branch's outcome is merged under the run's lock
                 done = record_fast(ctx, snap, tool, res)
             done = done or record(ctx, snap, tool, res)
+            if done == Outcome.ACCEPTED.value and tool.job is not None:  # polled from now on
+                _poll_jobs_later(ctx, snap.run_id, tool.job.interval_s)
             coded = res.code and done in ("rejected", "failed", "unknown", "retry_scheduled")
             return f"{done}:{res.code}" if coded else done
     raise AssertionError("unreachable: tenacity re-raises")
+
+
+def _poll_jobs_later(ctx: StageContext, run_id: str, interval_s: float) -> None:
+    """The job just accepted is polled ``interval_s`` from now (not at the next sweep)."""
+    try:
+        ctx.publisher.poll_jobs(run_id, countdown=interval_s)
+    except BrokerUnavailable as exc:
+        log_deferred(exc)  # the sweep polls it
 
 
 def record_fast(

@@ -383,24 +383,25 @@ def test_the_sweep_lock_admits_one_sweep_at_a_time(engine, services):
 
 
 def test_job_polls_hold_a_lock_of_their_own_and_never_hold_a_sweep_back(engine, services):
-    """Beat's job polls (every ``job_poll_interval_s``) and the sweep: a running job poll
-    makes another wait its turn and the sweep leave the jobs to it, never skip itself."""
-    from warrant.broker.celery_app import _beat_schedule
-    from warrant.broker.context import worker_context
-    from warrant.broker.reconciler.stage import JOB_POLL_LOCK, sweep
-    from warrant.runner.settings import WarrantSettings
+    """A job's poll (sent after its acceptance and after each poll that found it running) and
+    the sweep: a running job poll makes another come back later and the sweep leave the jobs
+    to it, never skip itself."""
+    from dataclasses import replace
 
-    ctx = worker_context()
+    from warrant.broker.context import worker_context
+    from warrant.broker.publish import RecordingPublisher
+    from warrant.broker.reconciler.stage import JOB_POLL_LOCK, poll_jobs, sweep
+
+    ctx = replace(worker_context(), publisher=RecordingPublisher())
     with engine.connect() as holder:
         holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": JOB_POLL_LOCK})
-        assert sweep(ctx, jobs_only=True).locked is False
+        assert poll_jobs(ctx, "run-1").locked is False
+        assert ctx.publisher.sent == [("poll_jobs", {"run_id": "run-1"})]  # its turn, later
         assert sweep(ctx).locked is True  # the sweep runs, its job polls left to the holder
         holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": JOB_POLL_LOCK})
         holder.commit()
-    assert sweep(ctx, jobs_only=True).locked is True
-    every = _beat_schedule(WarrantSettings(job_poll_interval_s=0.5))
-    assert every["warrant-poll-jobs"]["schedule"] == 0.5
-    assert set(_beat_schedule(WarrantSettings(job_poll_interval_s=0))) == {"warrant-reconcile"}
+    assert poll_jobs(ctx, "run-1").locked is True
+    assert len(ctx.publisher.sent) == 1  # nothing was waiting: nothing sent again
 
 
 def test_sweep_cost_does_not_grow_with_finished_runs(engine, services, capsys):

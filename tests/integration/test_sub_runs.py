@@ -361,10 +361,11 @@ def test_a_rule_met_cuts_the_children_still_running(
 def test_a_parent_goes_on_soon_after_its_children_end_not_at_the_next_sweep(
     engine, client, worker, reconciler_worker, demo, tmp_path
 ):
-    """The reconciler's full sweep runs every 120 s here and no test triggers one: the parent
-    learns that each child ended from the job polls beat schedules on their own
-    (``WARRANT_JOB_POLL_INTERVAL_S``, 1 s), so it goes on within seconds of each child's end
-    (it waited for the next sweep: ``WARRANT_RECONCILE_INTERVAL_S``, 10 s by default)."""
+    """The reconciler's sweep runs every 120 s here and no test triggers one: the parent
+    learns that each child ended from its job's own polls (sent one ``JobHooks.interval_s``,
+    1 s for a sub-run, after the job was accepted and after each poll that found it running),
+    so it goes on within seconds of each child's end (it waited for the next sweep:
+    ``WARRANT_RECONCILE_INTERVAL_S``, 10 s by default)."""
     env = {**reconciler_worker.env, "WARRANT_RECONCILE_INTERVAL_S": "120"}
     beat = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "warrant.broker.app", "beat", "-l", "warning",
