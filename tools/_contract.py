@@ -79,7 +79,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 262_144
 # --- long-running tools: a call that answers "accepted, job 123" and finishes later --------------
 # A tool whose contract declares ``job=JobHooks(poll=...)`` may return :class:`Accepted` from its
 # ``execute`` instead of its output model. The attempt then ends ``accepted`` (no worker stays
-# busy): the run waits in status ``waiting_job`` and the reconciler's sweep calls
+# busy): the run waits in status ``waiting_job`` and the reconciler calls
 # ``poll(operation_id, ctx)`` every ``interval_s`` (at most ``max_polls`` times, for at most
 # ``timeout_s`` after the acceptance, and never past the run's deadline). When the job ends, the
 # run resumes with a *final* observation (``job-<step>``: succeeded with its output, or failed
